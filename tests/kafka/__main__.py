@@ -1,0 +1,40 @@
+"""`python -m tests.kafka start [--nodes 3] [--port 9092]`: run a local Kafka in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+
+from tests.kafka.broker import KafkaCluster, resolve_jars
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.kafka")
+    sub = parser.add_subparsers(dest="command", required=True)
+    start = sub.add_parser("start", help="start brokers on loopback until Ctrl-C")
+    start.add_argument("--nodes", type=int, choices=(1, 3), default=1)
+    start.add_argument("--port", type=int, default=9092, help="first broker port")
+    sub.add_parser("resolve", help="only resolve and cache the broker jars")
+    args = parser.parse_args()
+    if args.command == "resolve":
+        print(resolve_jars())
+        return 0
+    ports = [args.port + 2 * i for i in range(args.nodes)]
+    cluster = KafkaCluster(args.nodes, ports=ports).start()
+    print(f"Kafka ready at {cluster.url}  (data in {cluster.root}; Ctrl-C to stop)", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        while all(node.running for node in cluster.nodes):
+            time.sleep(1)
+        print("a Kafka node exited; see its broker.log", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

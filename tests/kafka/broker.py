@@ -1,0 +1,238 @@
+"""Run a real Apache Kafka broker (or a 3-node cluster) from Maven Central jars, in KRaft mode, on loopback.
+
+Why this exists: integration tests must talk to a real Kafka, Docker is not available, and CI starts from a
+fresh machine. Maven resolves `org.apache.kafka:kafka_2.13` (see pom.xml beside this file) into a cached jar
+folder once; each node is then a plain `java -cp DIR/* kafka.Kafka server.properties` process.
+
+By hand:  python -m tests.kafka start            (one broker on 127.0.0.1:9092, Ctrl-C to stop)
+          python -m tests.kafka start --nodes 3  (three brokers on 9092, 9094, 9096)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KAFKA_VERSION = "4.1.1"
+HERE = Path(__file__).resolve().parent
+CACHE_ROOT = Path(os.environ.get("ENGINE_KAFKA_CACHE", Path.home() / ".cache" / "engine-kafka"))
+
+LOG4J2 = """\
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = warn
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.raft.name = kafka.server.KafkaRaftServer
+logger.raft.level = info
+"""
+
+
+def resolve_jars(version: str = KAFKA_VERSION) -> Path:
+    """Resolve the broker jars with Maven once; later calls reuse the cached folder."""
+    target = CACHE_ROOT / version
+    marker = target / ".complete"
+    if marker.exists():
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [
+            "mvn", "-q", "-B", "-f", str(HERE / "pom.xml"),
+            f"-Dkafka.version={version}",
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={target}",
+        ],
+        check=True,
+    )
+    marker.touch()
+    return target
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Node:
+    node_id: int
+    port: int
+    controller_port: int
+    data_dir: Path
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log_path = self.data_dir / "broker.log"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+class KafkaCluster:
+    """One or three KRaft nodes in combined broker+controller mode with a static quorum."""
+
+    def __init__(
+        self,
+        nodes: int = 1,
+        *,
+        ports: list[int] | None = None,
+        root: Path | None = None,
+        heap: str = "512m",
+    ) -> None:
+        if nodes not in (1, 3):
+            raise ValueError(f"nodes must be 1 or 3, not {nodes}")
+        self.jars = resolve_jars()
+        self._own_root = root is None
+        self.root = root or Path(tempfile.mkdtemp(prefix="engine-kafka-"))
+        self.heap = heap
+        ports = ports or [free_port() for _ in range(nodes)]
+        self.nodes = [
+            Node(i + 1, ports[i], free_port(), self.root / f"node-{i + 1}") for i in range(nodes)
+        ]
+        self.cluster_id = uuid.uuid4().hex[:22]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.address for node in self.nodes)
+
+    @property
+    def url(self) -> str:
+        return "kafka://" + self.bootstrap
+
+    def _properties(self, node: Node) -> str:
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        replication = len(self.nodes)
+        min_isr = 2 if replication == 3 else 1
+        return "\n".join(
+            [
+                "process.roles=broker,controller",
+                f"node.id={node.node_id}",
+                f"controller.quorum.voters={voters}",
+                f"listeners=PLAINTEXT://127.0.0.1:{node.port},"
+                f"CONTROLLER://127.0.0.1:{node.controller_port}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
+                "controller.listener.names=CONTROLLER",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "inter.broker.listener.name=PLAINTEXT",
+                f"log.dirs={node.data_dir / 'data'}",
+                "num.partitions=1",
+                f"default.replication.factor={replication}",
+                f"offsets.topic.replication.factor={replication}",
+                "offsets.topic.num.partitions=4",
+                f"transaction.state.log.replication.factor={replication}",
+                f"transaction.state.log.min.isr={min_isr}",
+                f"min.insync.replicas={min_isr}",
+                "group.initial.rebalance.delay.ms=0",
+                "auto.create.topics.enable=true",
+                "log.segment.bytes=16777216",
+                "log.cleaner.backoff.ms=1000",
+                "",
+            ]
+        )
+
+    def _java(self, main: str, *args: str) -> list[str]:
+        return [
+            "java", f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}",
+            "-cp", f"{self.jars}/*", main, *args,
+        ]
+
+    def start(self, timeout: float = 90.0) -> KafkaCluster:
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "log4j2.properties").write_text(LOG4J2)
+        for node in self.nodes:
+            node.data_dir.mkdir(parents=True, exist_ok=True)
+            props = node.data_dir / "server.properties"
+            props.write_text(self._properties(node))
+            subprocess.run(
+                self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id,
+                           "-c", str(props), "--ignore-formatted"),
+                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            )
+        for node in self.nodes:
+            self._spawn(node)
+        self.wait_ready(timeout)
+        return self
+
+    def _spawn(self, node: Node) -> None:
+        log = node.log_path.open("ab")
+        node.process = subprocess.Popen(
+            self._java("kafka.Kafka", str(node.data_dir / "server.properties")),
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        log.close()
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        pending = [n for n in self.nodes if n.running]
+        while pending:
+            for node in list(pending):
+                text = node.log_path.read_text(errors="replace") if node.log_path.exists() else ""
+                if "Kafka Server started" in text:
+                    pending.remove(node)
+                elif not node.running:
+                    raise RuntimeError(f"Kafka node {node.node_id} exited:\n{text[-3000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Kafka nodes {[n.node_id for n in pending]} not ready")
+            time.sleep(0.2)
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL one node, as a crash would."""
+        node = self.nodes[node_id - 1]
+        if node.process is not None and node.running:
+            node.process.kill()
+            node.process.wait()
+
+    def restart(self, node_id: int, timeout: float = 90.0) -> None:
+        node = self.nodes[node_id - 1]
+        self.kill(node_id)
+        node.log_path.write_bytes(b"")
+        self._spawn(node)
+        deadline = time.monotonic() + timeout
+        while "Kafka Server started" not in node.log_path.read_text(errors="replace"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Kafka node {node_id} did not restart")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            if node.process is not None and node.running:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(node.process.pid, signal.SIGTERM)
+        for node in self.nodes:
+            if node.process is None:
+                continue
+            try:
+                node.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(node.process.pid, signal.SIGKILL)
+                node.process.wait()
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
