@@ -1,0 +1,26 @@
+"""agents: the actor kernel. Supervised, concurrent actors with bounded mailboxes and ordered services.
+
+Knows nothing of Kafka, tables or codecs; mode-streaming is used here and only here.
+"""
+
+from agents.actor import ActorGroup, Behaviour, Request
+from agents.errors import AgentsError, Fatal, MailboxClosed, MaxRestartsExceeded
+from agents.mailbox import Mailbox
+from agents.service import Service, ServiceState, cancel_and_wait
+from agents.supervisor import RestartPolicy, Supervisor
+
+__all__ = [
+    "ActorGroup",
+    "AgentsError",
+    "Behaviour",
+    "Fatal",
+    "Mailbox",
+    "MailboxClosed",
+    "MaxRestartsExceeded",
+    "Request",
+    "RestartPolicy",
+    "Service",
+    "ServiceState",
+    "Supervisor",
+    "cancel_and_wait",
+]

@@ -1,0 +1,95 @@
+"""Actors: N concurrent instances of one behaviour, each with a bounded mailbox, under a supervisor.
+
+A behaviour is `async def behaviour(mailbox)`: it takes messages from its own mailbox until the mailbox is
+closed. The mailbox outlives a crash, so a restarted instance resumes with the messages still queued.
+`tell` puts a message (waiting while the mailbox is full); `ask` puts a `Request` and awaits its reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+
+from agents.mailbox import Mailbox
+from agents.service import Service
+from agents.supervisor import RestartPolicy, Supervisor
+
+M = TypeVar("M")
+Behaviour = Callable[[Mailbox[M]], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class Request:
+    """A message that wants an answer: the actor calls `reply` (or `fail`) exactly once."""
+
+    payload: Any
+    future: asyncio.Future[Any] = field(repr=False)
+
+    def reply(self, value: Any) -> None:
+        if not self.future.done():
+            self.future.set_result(value)
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
+class ActorGroup(Service, Generic[M]):
+    """`concurrency` instances of `behaviour`, supervised one-for-one."""
+
+    def __init__(
+        self,
+        name: str,
+        behaviour: Behaviour[M],
+        *,
+        concurrency: int = 1,
+        mailbox_size: int = 1000,
+        policy: RestartPolicy | None = None,
+        shutdown_timeout: timedelta = timedelta(seconds=10),
+        drop_pending_on_stop: bool = False,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"actor {name!r}: concurrency must be at least 1, not {concurrency}")
+        super().__init__(name)
+        self.behaviour = behaviour
+        self.concurrency = concurrency
+        self.mailboxes: list[Mailbox[M]] = [Mailbox(mailbox_size) for _ in range(concurrency)]
+        self.supervisor = self.add_child(Supervisor(f"{name}.supervisor", policy))
+        self.shutdown_timeout = shutdown_timeout
+        self.drop_pending_on_stop = drop_pending_on_stop
+        self._round_robin = itertools.cycle(range(concurrency))
+        for index, mailbox in enumerate(self.mailboxes):
+            self.supervisor.supervise(f"{name}[{index}]", self._instance(mailbox))
+
+    def _instance(self, mailbox: Mailbox[M]) -> Callable[[], Awaitable[None]]:
+        return lambda: self.behaviour(mailbox)
+
+    @property
+    def failed(self) -> asyncio.Event:
+        return self.supervisor.failed
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self.supervisor.failure
+
+    def mailbox_for(self, instance: int | None) -> Mailbox[M]:
+        index = next(self._round_robin) if instance is None else instance % self.concurrency
+        return self.mailboxes[index]
+
+    async def tell(self, message: M, *, instance: int | None = None) -> None:
+        await self.mailbox_for(instance).put(message)
+
+    async def ask(self, payload: Any, *, instance: int | None = None, timeout: float | None = None) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        await self.mailbox_for(instance).put(Request(payload, future))  # type: ignore[arg-type]  # M admits Request by contract
+        return await asyncio.wait_for(future, timeout)
+
+    async def on_stop(self) -> None:
+        """Close the mailboxes, then give the instances `shutdown_timeout` to finish what they hold."""
+        for mailbox in self.mailboxes:
+            mailbox.close(drop_pending=self.drop_pending_on_stop)
+        await self.supervisor.wait_children(self.shutdown_timeout.total_seconds())

@@ -1,0 +1,157 @@
+"""Services: things that start, run and stop in a known order.
+
+A small lifecycle of our own, with mode-streaming underneath doing the ordering: children start after their
+parent's `on_start`, in the order they were added, and stop in reverse after the parent's `on_stop`. mode
+stays private to this package; callers see `Service`, `ServiceState` and `spawn`.
+
+`spawn` is the only way a service starts a background task: every task belongs to its service, and `stop`
+cancels and awaits whatever is still running, so nothing is orphaned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import mode
+
+log = logging.getLogger(__name__)
+
+S = TypeVar("S", bound="Service")
+
+
+class ServiceState(enum.Enum):
+    INIT = "init"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+_ALLOWED = {
+    ServiceState.INIT: {ServiceState.STARTING, ServiceState.STOPPED},
+    ServiceState.STARTING: {ServiceState.RUNNING, ServiceState.STOPPING},
+    ServiceState.RUNNING: {ServiceState.STOPPING},
+    ServiceState.STOPPING: {ServiceState.STOPPED},
+    ServiceState.STOPPED: set(),
+}
+
+
+class _ModeBridge(mode.Service):
+    """Lets mode order start/stop of the tree while our Service keeps the hooks."""
+
+    def __init__(self, owner: Service) -> None:
+        self._owner = owner
+        super().__init__()
+
+    @property
+    def label(self) -> str:
+        return self._owner.name
+
+    @property
+    def shortlabel(self) -> str:
+        return self._owner.name
+
+    async def on_start(self) -> None:
+        self._owner._transition(ServiceState.STARTING)
+        await self._owner.on_start()
+
+    async def on_started(self) -> None:
+        self._owner._transition(ServiceState.RUNNING)
+        await self._owner.on_started()
+
+    async def on_stop(self) -> None:
+        if self._owner.state in (ServiceState.STARTING, ServiceState.RUNNING):
+            self._owner._transition(ServiceState.STOPPING)
+        await self._owner._before_children_stop()
+
+    async def on_shutdown(self) -> None:
+        self._owner.state = ServiceState.STOPPED
+
+
+class Service:
+    """Base class for everything with a lifecycle: override `on_start`, `on_started`, `on_stop`."""
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name = name or type(self).__name__
+        self.state = ServiceState.INIT
+        self._children: list[Service] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._bridge = _ModeBridge(self)
+
+    def add_child(self, child: S) -> S:
+        """Start `child` after this service (in order of adding) and stop it before (in reverse)."""
+        self._children.append(child)
+        self._bridge.add_dependency(child._bridge)
+        return child
+
+    async def start(self) -> None:
+        if self.state is not ServiceState.INIT:
+            raise RuntimeError(f"service {self.name!r} was already started ({self.state.value})")
+        try:
+            await self._bridge.start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Stop this service and its children; safe to call more than once."""
+        if self.state in (ServiceState.STOPPING, ServiceState.STOPPED):
+            return
+        if self.state is ServiceState.INIT:
+            self._transition(ServiceState.STOPPED)
+            return
+        try:
+            await self._bridge.stop()
+        finally:
+            self.state = ServiceState.STOPPED
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """Run `coro` as a task owned by this service; it is cancelled and awaited on stop."""
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self.name}:{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def on_start(self) -> None:
+        """Called before children start."""
+
+    async def on_started(self) -> None:
+        """Called once this service and all its children are running."""
+
+    async def on_stop(self) -> None:
+        """Called before children stop, and before spawned tasks are cancelled."""
+
+    async def _before_children_stop(self) -> None:
+        try:
+            await self.on_stop()
+        finally:
+            await cancel_and_wait(list(self._tasks))
+
+    def _transition(self, new: ServiceState) -> None:
+        if new not in _ALLOWED[self.state]:
+            raise RuntimeError(f"service {self.name!r} cannot go from {self.state.value} to {new.value}")
+        self.state = new
+
+    async def __aenter__(self: S) -> S:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} {self.state.value}>"
+
+
+async def cancel_and_wait(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel `tasks` and wait for them, logging (not raising) what they died of."""
+    for task in tasks:
+        task.cancel()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    for task, result in zip(tasks, results, strict=True):
+        if isinstance(result, Exception):
+            log.error("task %s failed while stopping: %r", task.get_name(), result)
