@@ -91,6 +91,12 @@ class Mailbox(Generic[T]):
             self._wake(self._putters)
         return item
 
+    def requeue(self, items: list[T]) -> None:
+        """Put `items` back at the front, in order: work a crashed consumer took but never finished."""
+        if items:
+            self._items.extendleft(reversed(items))
+            self._wake(self._getters)
+
     def purge(self, predicate: Callable[[T], bool]) -> int:
         """Drop queued messages matching `predicate`; returns how many were dropped."""
         kept = [item for item in self._items if not predicate(item)]

@@ -1,0 +1,46 @@
+"""engine: Kafka Streams ideas for asyncio. Agents over topics, one event at a time, on Kafka or memory://."""
+
+from engine.agent import Agent
+from engine.app import App, Timer
+from engine.errors import (
+    AskTimeout,
+    BrokerUnavailable,
+    CodecError,
+    ConfigError,
+    DecodeError,
+    DeliveryFailed,
+    EncodeError,
+    EngineError,
+    NotRunning,
+    TransportError,
+    WorkerFailed,
+)
+from engine.events import TP, Event
+from engine.runtime import Worker, run_worker
+from engine.settings import Settings
+from engine.streams import Stream
+from engine.topics import Topic
+
+__all__ = [
+    "TP",
+    "Agent",
+    "App",
+    "AskTimeout",
+    "BrokerUnavailable",
+    "CodecError",
+    "ConfigError",
+    "DecodeError",
+    "DeliveryFailed",
+    "EncodeError",
+    "EngineError",
+    "Event",
+    "NotRunning",
+    "Settings",
+    "Stream",
+    "Timer",
+    "Topic",
+    "TransportError",
+    "Worker",
+    "WorkerFailed",
+    "run_worker",
+]

@@ -1,0 +1,100 @@
+"""App: a registry of topics, agents and timers. It does no I/O; a worker is built from it.
+
+    app = engine.App("wordcount", broker="kafka://localhost:9092")
+    lines = app.topic("lines", value_type=str)
+
+    @app.agent(lines, concurrency=2)
+    async def split(stream): ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from engine.agent import Agent, Sink
+from engine.errors import ConfigError
+from engine.settings import ErrorPolicy, Settings, load_settings
+from engine.streams import AgentFun
+from engine.topics import Topic
+
+
+@dataclass(frozen=True)
+class Timer:
+    name: str
+    interval: timedelta
+    fun: Callable[[], Awaitable[None]]
+
+
+class App:
+    def __init__(self, id: str, **settings: Any) -> None:
+        self.id = id
+        self._given = dict(settings)
+        load_settings(id, self._given, environ={})  # a bad argument fails here, naming it
+        self.topics: dict[str, Topic] = {}
+        self.agents: dict[str, Agent] = {}
+        self.timers: dict[str, Timer] = {}
+
+    def settings(self, overrides: Mapping[str, Any] | None = None) -> Settings:
+        """The validated settings: App arguments < ENGINE_* environment < `overrides`."""
+        return load_settings(self.id, self._given, overrides)
+
+    def topic(self, name: str, **options: Any) -> Topic:
+        """Declare a topic (see Topic for options); the same name twice gives the same topic."""
+        existing = self.topics.get(name)
+        if existing is not None:
+            if options and (
+                options.get("key_type", existing.key_type) is not existing.key_type
+                or options.get("value_type", existing.value_type) is not existing.value_type
+            ):
+                raise ConfigError(f"topic {name!r} is already declared with other types")
+            return existing
+        topic = self.topics[name] = Topic(name, **options)
+        return topic
+
+    def agent(
+        self,
+        channel: Topic | str | None = None,
+        *,
+        name: str | None = None,
+        concurrency: int = 1,
+        sink: Sequence[Sink] = (),
+        on_error: ErrorPolicy | None = None,
+    ) -> Callable[[AgentFun], Agent]:
+        """Declare an agent reading `channel` (a topic, a topic name, or its own `<app>-<name>` topic)."""
+
+        def register(fun: AgentFun) -> Agent:
+            agent_name = name or fun.__name__
+            if agent_name in self.agents:
+                raise ConfigError(f"agent {agent_name!r} is declared twice; pass name= to tell them apart")
+            if isinstance(channel, Topic):
+                topic = channel
+                self.topics.setdefault(topic.name, topic)
+            else:
+                topic = self.topic(channel or f"{self.id}-{agent_name}")
+            agent = Agent(fun, name=agent_name, channel=topic, concurrency=concurrency,
+                          sink=sink, on_error=on_error)
+            self.agents[agent_name] = agent
+            return agent
+
+        return register
+
+    def timer(self, interval: float | timedelta, *, name: str | None = None) -> Callable[
+        [Callable[[], Awaitable[None]]], Callable[[], Awaitable[None]]
+    ]:
+        """Run an async function every `interval` (seconds or timedelta) while the worker runs."""
+        every = interval if isinstance(interval, timedelta) else timedelta(seconds=interval)
+        if every <= timedelta(0):
+            raise ConfigError(f"timer interval must be positive, not {interval!r}")
+
+        def register(fun: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+            timer_name = name or fun.__name__
+            self.timers[timer_name] = Timer(timer_name, every, fun)
+            return fun
+
+        return register
+
+    def __repr__(self) -> str:
+        return f"<App {self.id!r}: {len(self.topics)} topics, {len(self.agents)} agents>"

@@ -1,0 +1,133 @@
+"""Codecs turn keys and values into bytes and back. orjson lives here and only here.
+
+- "json" (the default): orjson; a dataclass type is encoded from and decoded into that dataclass; a plain
+  type (int, str, dict...) is checked after decoding, so a wrong-typed record is a DecodeError at the edge,
+  not a TypeError deep in an agent.
+- "str": UTF-8 text, the usual choice for keys.
+- "raw": bytes as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+import orjson
+
+from engine.errors import ConfigError, DecodeError, EncodeError
+
+
+class Codec(Protocol):
+    name: str
+
+    def encode(self, value: Any) -> bytes | None: ...
+
+    def decode(self, data: bytes | None) -> Any: ...
+
+
+class RawCodec:
+    name = "raw"
+
+    def encode(self, value: Any) -> bytes | None:
+        if value is None or isinstance(value, bytes):
+            return value
+        if isinstance(value, bytearray | memoryview):
+            return bytes(value)
+        raise EncodeError(f"the raw codec takes bytes, not {type(value).__name__}")
+
+    def decode(self, data: bytes | None) -> Any:
+        return data
+
+
+class StrCodec:
+    name = "str"
+
+    def encode(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise EncodeError(f"the str codec takes str, not {type(value).__name__}")
+        return value.encode()
+
+    def decode(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        try:
+            return data.decode()
+        except UnicodeDecodeError as exc:
+            raise DecodeError(f"not valid UTF-8: {exc}") from exc
+
+
+class JsonCodec:
+    """JSON through orjson, optionally into a declared type."""
+
+    name = "json"
+
+    def __init__(self, type_: type | None = None) -> None:
+        self.type = type_
+        self._fields: frozenset[str] | None = None
+        if type_ is not None and dataclasses.is_dataclass(type_):
+            self._fields = frozenset(f.name for f in dataclasses.fields(type_) if f.init)
+
+    def encode(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        try:
+            return orjson.dumps(value)
+        except TypeError as exc:
+            raise EncodeError(f"cannot encode {type(value).__name__} as JSON: {exc}") from exc
+
+    def decode(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise DecodeError(f"not valid JSON ({exc}): {bytes(data[:80])!r}") from exc
+        type_ = self.type
+        if type_ is None:
+            return obj
+        if self._fields is not None:
+            return self._record(obj)
+        if type_ is float and isinstance(obj, int) and not isinstance(obj, bool):
+            return float(obj)
+        if not isinstance(obj, type_) or (type_ is int and isinstance(obj, bool)):
+            raise DecodeError(f"expected {type_.__name__}, got {type(obj).__name__}: {obj!r:.80}")
+        return obj
+
+    def _record(self, obj: Any) -> Any:
+        assert self.type is not None and self._fields is not None
+        if not isinstance(obj, dict):
+            raise DecodeError(f"expected a JSON object for {self.type.__name__}, got {obj!r:.80}")
+        unknown = obj.keys() - self._fields
+        if unknown:
+            raise DecodeError(f"{self.type.__name__} has no field(s) {sorted(unknown)}")
+        try:
+            return self.type(**obj)
+        except TypeError as exc:
+            raise DecodeError(f"cannot build {self.type.__name__}: {exc}") from exc
+
+
+SERIALIZERS = ("json", "str", "raw")
+
+
+def codec_for(type_: type | None, serializer: str | None = None) -> Codec:
+    """The codec for a declared type: bytes → raw, str → str, anything else → JSON, unless told."""
+    if serializer is None:
+        serializer = "raw" if type_ is bytes else "str" if type_ is str else "json"
+    if serializer == "json":
+        return JsonCodec(type_)
+    if serializer == "str":
+        return StrCodec()
+    if serializer == "raw":
+        return RawCodec()
+    raise ConfigError(f"unknown serializer {serializer!r}; expected one of {', '.join(SERIALIZERS)}")
+
+
+def dumps(value: Any) -> bytes:
+    """JSON for engine's own metadata (headers, replies, CLI output)."""
+    return orjson.dumps(value)
+
+
+def loads(data: bytes | str) -> Any:
+    return orjson.loads(data)

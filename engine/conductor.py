@@ -1,0 +1,262 @@
+"""The conductor: one consumer for the worker; fetches, decodes, routes to agents, and checkpoints.
+
+Offsets (the at-least-once rule): every dispatched record is tracked per partition and acked by each agent
+that received it; only the contiguous prefix of finished records may be committed. A checkpoint snapshots
+those offsets, flushes the producer (so every record sent while processing them is acknowledged), and only
+then commits: nothing is committed that was not processed, and nothing processed is lost if we crash before
+the commit (it is processed again). Exactly-once can later wrap this same step in a transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Collection, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from agents import Fatal, Service
+from engine.errors import DecodeError, TransportError
+from engine.events import TP, Event
+from engine.offsets import OffsetTracker
+
+if TYPE_CHECKING:
+    from engine.runner import AgentRunner
+    from engine.settings import Settings
+    from engine.topics import Topic
+    from engine.transport.base import Admin, Producer, Transport
+
+log = logging.getLogger(__name__)
+
+
+class Conductor(Service):
+    def __init__(
+        self,
+        transport: Transport,
+        settings: Settings,
+        producer: Producer,
+        admin_factory: Callable[[], Admin],
+    ) -> None:
+        super().__init__("conductor")
+        self.settings = settings
+        self.producer = producer
+        self._admin_factory = admin_factory
+        self.consumer = transport.consumer(
+            group_id=settings.app_id,
+            on_assigned=self._on_assigned,
+            on_revoked=self._on_revoked,
+            max_poll_records=settings.max_poll_records,
+        )
+        self.routes: dict[str, list[tuple[Topic, AgentRunner]]] = {}
+        self.trackers: dict[TP, OffsetTracker] = {}
+        self.failure: BaseException | None = None
+        self.failed = asyncio.Event()
+        self.fetched = 0
+        self.commits = 0
+        self._fetcher: asyncio.Task[None] | None = None
+        self._started = False
+
+    # -- wiring -------------------------------------------------------------------------------------
+
+    def add_route(self, topic: Topic, runner: AgentRunner) -> None:
+        self.routes.setdefault(topic.name, []).append((topic, runner))
+        if self._started:
+            self.spawn(self._subscribe_new(topic), f"subscribe:{topic.name}")
+
+    async def _subscribe_new(self, topic: Topic) -> None:
+        admin = self._admin_factory()
+        try:
+            await admin.create_topics(
+                [topic.spec(self.settings.topic_partitions, self.settings.topic_replication)]
+            )
+        finally:
+            await admin.close()
+        self.consumer.subscribe(sorted(self.routes))
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        if self.routes:
+            self.consumer.subscribe(sorted(self.routes))
+        await self.consumer.start()
+        self._started = True
+        if self.routes:
+            self._fetcher = self.spawn(self._guard(self._fetch_loop()), "fetch")
+        self.spawn(self._guard(self._commit_loop()), "commit")
+
+    def stop_fetching(self) -> None:
+        if self._fetcher is not None:
+            self._fetcher.cancel()
+
+    async def on_stop(self) -> None:
+        self.stop_fetching()
+        if self.failure is None:
+            try:
+                await self.checkpoint()
+            except Exception as exc:
+                log.error("final checkpoint failed: %s", exc)
+        await self.consumer.stop()
+
+    async def _guard(self, coro: Coroutine[Any, Any, None]) -> None:
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if not isinstance(exc, Fatal):
+                log.error("conductor failed: %s", exc, exc_info=exc)
+            self.failure = exc
+            self.failed.set()
+
+    # -- the hot path -------------------------------------------------------------------------------
+
+    async def _fetch_loop(self) -> None:
+        consumer = self.consumer
+        routes = self.routes
+        trackers = self.trackers
+        max_records = self.settings.max_poll_records
+        while True:
+            batches = await consumer.getmany(0.5, max_records)
+            for tp, records in batches.items():
+                tracker = trackers.get(tp)
+                if tracker is None:
+                    tracker = trackers[TP(tp[0], tp[1])] = OffsetTracker()
+                self.fetched += len(records)
+                topic_routes = routes.get(tp[0])
+                if not topic_routes:
+                    continue
+                if len(topic_routes) == 1:
+                    topic, runner = topic_routes[0]
+                    await self._dispatch_one(topic, runner, tp[1], records, tracker)
+                else:
+                    await self._dispatch_many(topic_routes, tp[1], records, tracker)
+
+    async def _dispatch_one(self, topic: Topic, runner: AgentRunner, partition: int,
+                            records: list, tracker: OffsetTracker) -> None:  # type: ignore[type-arg]
+        decode_key = topic.key_codec.decode
+        decode_value = topic.value_codec.decode
+        events: list[Event] = []
+        append = events.append
+        track = tracker.track
+        for record in records:
+            try:
+                key = decode_key(record.key)
+                value = decode_value(record.value)
+            except DecodeError:
+                await self._undecodable(topic, runner, record, tracker)
+                continue
+            track(record.offset)
+            append(Event(record, key, value, tracker))
+        if events:
+            await runner.mailbox(topic.name, partition).put_many(events)
+
+    async def _dispatch_many(self, topic_routes: list[tuple[Topic, AgentRunner]], partition: int,
+                             records: list, tracker: OffsetTracker) -> None:  # type: ignore[type-arg]
+        for record in records:
+            tracker.track(record.offset)
+            decoded: dict[int, tuple[object, object] | None] = {}
+            deliveries = []
+            for topic, runner in topic_routes:
+                if id(topic) not in decoded:
+                    try:
+                        decoded[id(topic)] = (topic.key_codec.decode(record.key),
+                                              topic.value_codec.decode(record.value))
+                    except DecodeError:
+                        decoded[id(topic)] = None
+                deliveries.append((topic, runner, decoded[id(topic)]))
+            event_refs = sum(1 for *_, kv in deliveries if kv is not None)
+            for topic, runner, kv in deliveries:
+                if kv is None:
+                    await runner.handle_error(record, self._decode_error(topic, record))
+            if event_refs == 0:
+                tracker.ack(record.offset)
+                continue
+            for topic, runner, kv in deliveries:
+                if kv is not None:
+                    event = Event(record, kv[0], kv[1], tracker, event_refs)
+                    await runner.mailbox(topic.name, partition).put(event)
+
+    @staticmethod
+    def _decode_error(topic: Topic, record: object) -> DecodeError:
+        try:
+            topic.decode(record)  # type: ignore[arg-type]  # re-decode for the full message
+        except DecodeError as exc:
+            return exc
+        return DecodeError("cannot decode")
+
+    async def _undecodable(self, topic: Topic, runner: AgentRunner, record: object,
+                           tracker: OffsetTracker) -> None:
+        offset = record.offset  # type: ignore[attr-defined]
+        tracker.track(offset)
+        await runner.handle_error(record, self._decode_error(topic, record))  # type: ignore[arg-type]
+        tracker.ack(offset)
+
+    # -- checkpoints and rebalances -----------------------------------------------------------------
+
+    async def _commit_loop(self) -> None:
+        interval = self.settings.commit_interval.total_seconds()
+        while True:
+            await asyncio.sleep(interval)
+            await self.checkpoint()
+
+    async def checkpoint(self, only: Collection[TP] | None = None) -> None:
+        """Flush everything sent so far, then commit what is fully processed."""
+        offsets = {}
+        for tp, tracker in list(self.trackers.items()):
+            if only is not None and tp not in only:
+                continue
+            offset = tracker.committable()
+            if offset is not None:
+                offsets[tp] = offset
+        if not offsets:
+            return
+        await self.producer.flush()  # DeliveryFailed propagates: never commit past a lost send
+        try:
+            await self.consumer.commit(offsets)
+        except TransportError as exc:
+            log.warning("commit of %d partitions failed (%s); will retry", len(offsets), exc)
+            return
+        for tp, offset in offsets.items():
+            self.trackers[tp].mark_committed(offset)
+        self.commits += 1
+
+    async def _on_assigned(self, assigned: set[TP]) -> None:
+        log.info("assigned %d partitions: %s", len(assigned), _fmt(assigned))
+        for tp in assigned:
+            self.trackers[tp] = OffsetTracker()
+
+    async def _on_revoked(self, revoked: set[TP]) -> None:
+        """Drop queued events of revoked partitions, let in-flight ones finish, commit, forget."""
+        log.info("revoked %d partitions: %s", len(revoked), _fmt(revoked))
+        purged: dict[TP, int] = dict.fromkeys(revoked, 0)
+
+        def drop(event: Event) -> bool:
+            tp = TP(event.record.topic, event.record.partition)
+            if tp in purged:
+                purged[tp] += 1
+                return True
+            return False
+
+        runners = {id(r): r for rs in self.routes.values() for _, r in rs}.values()
+        for runner in runners:
+            for mailbox in runner.all_mailboxes():
+                mailbox.purge(drop)
+        deadline = time.monotonic() + self.settings.shutdown_timeout.total_seconds()
+        while time.monotonic() < deadline and any(
+            tp in self.trackers and self.trackers[tp].in_flight > purged[tp] for tp in revoked
+        ):
+            await asyncio.sleep(0.01)
+        if self.failure is None:
+            try:
+                await self.checkpoint(only=revoked)
+            except Exception as exc:
+                log.warning("commit on revoke failed: %s", exc)
+        for tp in revoked:
+            self.trackers.pop(tp, None)
+
+
+def _fmt(tps: Collection[TP]) -> str:
+    by_topic: dict[str, list[int]] = {}
+    for tp in tps:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return ", ".join(f"{t}{sorted(p)}" for t, p in sorted(by_topic.items()))

@@ -1,0 +1,60 @@
+"""One error tree for everything engine raises. Lower libraries' errors are translated where they enter.
+
+    EngineError
+    ├── ConfigError            a setting or a declaration is wrong; says which and what to fix
+    ├── CodecError
+    │   ├── DecodeError        bytes on a topic could not become the declared type
+    │   └── EncodeError        a value could not be encoded for its topic
+    ├── TransportError
+    │   ├── BrokerUnavailable  no broker answered at the configured address
+    │   └── DeliveryFailed     a produced record was not acknowledged by the broker
+    ├── NotRunning             a send/ask before the worker started, or after it stopped
+    ├── AskTimeout             an agent did not reply in time
+    └── WorkerFailed           an agent or timer failed past its policy; the worker stopped
+"""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Root of engine's errors."""
+
+
+class ConfigError(EngineError, ValueError):
+    """A setting or declaration is invalid; the message names it and says what is expected."""
+
+
+class CodecError(EngineError):
+    """Encoding or decoding failed."""
+
+
+class DecodeError(CodecError):
+    """The bytes of a record could not be decoded into the declared type."""
+
+
+class EncodeError(CodecError):
+    """A value could not be encoded."""
+
+
+class TransportError(EngineError):
+    """The broker or the connection to it failed."""
+
+
+class BrokerUnavailable(TransportError):
+    """No broker answered at the configured address."""
+
+
+class DeliveryFailed(TransportError):
+    """The broker did not acknowledge a produced record; nothing after it is committed."""
+
+
+class NotRunning(EngineError):
+    """The operation needs a running worker."""
+
+
+class AskTimeout(EngineError, TimeoutError):
+    """An agent did not answer an ask in time."""
+
+
+class WorkerFailed(EngineError):
+    """An agent or a timer failed beyond its error policy, so the worker stopped."""

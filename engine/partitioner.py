@@ -1,0 +1,43 @@
+"""Key → partition, the same way Kafka's Java client and aiokafka's default partitioner do it.
+
+The memory transport uses this so that a key lands in the same partition on memory:// as on Kafka, and
+tables can check that a key belongs to the partition of the event that writes it.
+"""
+
+from __future__ import annotations
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (seed 0x9747b28c), as a signed 32-bit int like Java's."""
+    length = len(data)
+    seed = 0x9747B28C
+    m = 0x5BD1E995
+    r = 24
+    h = (seed ^ length) & 0xFFFFFFFF
+    length4 = length // 4
+    for i in range(length4):
+        i4 = i * 4
+        k = data[i4] | (data[i4 + 1] << 8) | (data[i4 + 2] << 16) | (data[i4 + 3] << 24)
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    extra = length % 4
+    tail = length4 * 4
+    if extra >= 3:
+        h ^= data[tail + 2] << 16
+    if extra >= 2:
+        h ^= data[tail + 1] << 8
+    if extra >= 1:
+        h ^= data[tail]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for a non-null key."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions

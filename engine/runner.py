@@ -1,0 +1,219 @@
+"""Runs one agent: its supervised instances, their streams, sinks, replies and error policy.
+
+Error policy, per agent (default from settings): an exception while an event is current is logged with
+topic, partition and offset; under "dlq" the raw record goes to `<app>-<agent>-dlq` with the error in its
+headers, is acked, and the agent function is started again on the rest of its mailbox (never a retry of the
+same record, never a silent loss). Under "stop" the worker stops and the record stays uncommitted. A crash with
+no current event goes to the supervisor, which restarts the instance within its restart limit.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from agents import ActorGroup, Fatal, Mailbox, RestartPolicy, Service
+from engine.agent import CORRELATION_ID, REPLY_TO, Agent
+from engine.errors import EngineError
+from engine.events import Event, RawRecord
+from engine.streams import Stream, UpstreamError
+from engine.topics import Topic
+
+if TYPE_CHECKING:
+    from engine.settings import Settings
+    from engine.transport.base import Producer
+
+log = logging.getLogger(__name__)
+
+Subscribe = Callable[[Topic, "AgentRunner"], None]
+TopicFactory = Callable[[str, "Topic | None"], Awaitable[Topic]]
+
+
+class AgentReturned(EngineError):
+    """The agent function returned while its stream was still open."""
+
+
+def error_headers(record: RawRecord, error: BaseException, agent: str) -> list[tuple[str, bytes]]:
+    """The original headers plus where the record came from and what went wrong."""
+    return [
+        *record.headers,
+        ("engine-error", f"{type(error).__name__}: {error}"[:4000].encode()),
+        ("engine-error-type", type(error).__name__.encode()),
+        ("engine-agent", agent.encode()),
+        ("engine-topic", record.topic.encode()),
+        ("engine-partition", str(record.partition).encode()),
+        ("engine-offset", str(record.offset).encode()),
+    ]
+
+
+class _InstanceContext:
+    """The StreamContext of one run of one instance: tracks the streams it opened."""
+
+    def __init__(self, runner: AgentRunner, index: int) -> None:
+        self.runner = runner
+        self.index = index
+        self.streams: list[Stream] = []
+
+    def subscribe(self, topic: Topic) -> Mailbox[Event]:
+        self.runner.subscribe(topic)
+        return self.runner.mailbox(topic.name, self.index)
+
+    def repartition_topic(self, name: str, like: Topic | None) -> Topic:
+        return self.runner.internal_topic(name, like)
+
+    def opened(self, stream: Stream) -> None:
+        self.streams.append(stream)
+
+    def failed_event(self) -> tuple[Stream | None, Event | None]:
+        for stream in reversed(self.streams):
+            if stream.current_event is not None:
+                return stream, stream.current_event
+        return None, None
+
+    def abandon(self) -> None:
+        for stream in self.streams:
+            stream.abandon()
+
+
+class AgentRunner(Service):
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        settings: Settings,
+        producer: Producer,
+        subscribe: Subscribe,
+        internal_topic: Callable[[str, Topic | None], Topic],
+        reply_topic: str,
+    ) -> None:
+        super().__init__(f"agent:{agent.name}")
+        self.agent = agent
+        self.settings = settings
+        self.producer = producer
+        self._subscribe = subscribe
+        self._internal_topic = internal_topic
+        self.reply_topic = reply_topic
+        self.policy = agent.on_error or settings.agent_error_policy
+        self.dlq = Topic(f"{settings.app_id}-{agent.dlq_suffix}", key_serializer="raw",
+                         value_serializer="raw", internal=True)
+        self.processed_errors = 0
+        restart = RestartPolicy(max_restarts=settings.agent_max_restarts,
+                                within=settings.agent_restart_window)
+        self.group: ActorGroup[Event] = self.add_child(ActorGroup(
+            agent.name, self._instance, concurrency=agent.concurrency,
+            mailbox_size=settings.mailbox_size, policy=restart,
+            shutdown_timeout=settings.shutdown_timeout, drop_pending_on_stop=True,
+        ))
+        self._extra: dict[str, list[Mailbox[Event]]] = {}
+
+    # -- routing ------------------------------------------------------------------------------------
+
+    def subscribe(self, topic: Topic) -> None:
+        if topic.name not in self._extra and topic.name != self.agent.channel.name:
+            size = self.settings.mailbox_size
+            self._extra[topic.name] = [Mailbox(size) for _ in range(self.agent.concurrency)]
+            self._subscribe(topic, self)
+
+    def internal_topic(self, name: str, like: Topic | None) -> Topic:
+        return self._internal_topic(name, like)
+
+    def mailbox(self, topic: str, partition: int) -> Mailbox[Event]:
+        """Events of one partition always go to the same instance: order per key is kept."""
+        boxes = self._extra.get(topic)
+        if boxes is None:
+            return self.group.mailboxes[partition % self.agent.concurrency]
+        return boxes[partition % self.agent.concurrency]
+
+    def all_mailboxes(self) -> list[Mailbox[Event]]:
+        return [*self.group.mailboxes, *(m for boxes in self._extra.values() for m in boxes)]
+
+    async def on_stop(self) -> None:
+        for boxes in self._extra.values():
+            for mailbox in boxes:
+                mailbox.close(drop_pending=True)
+
+    # -- one instance -------------------------------------------------------------------------------
+
+    async def _instance(self, mailbox: Mailbox[Event]) -> None:
+        index = self.group.mailboxes.index(mailbox)
+        while True:
+            context = _InstanceContext(self, index)
+            stream = Stream(mailbox, context, self.agent.channel)
+            try:
+                await self._run(stream, context)
+            except UpstreamError as exc:
+                await self._failed(context, None, exc.event, exc.error)
+                continue
+            except Exception as exc:
+                source, event = context.failed_event()
+                if event is None:
+                    context.abandon()
+                    raise
+                await self._failed(context, source, event, exc)
+                continue
+            context.abandon()
+            if mailbox.closed:
+                return
+            raise AgentReturned(f"agent {self.agent.name!r} returned while its stream was still open")
+
+    async def _run(self, stream: Stream, context: _InstanceContext) -> None:
+        if not self.agent.is_generator:
+            await self.agent.fun(stream)
+            return
+        async for result in self.agent.fun(stream):
+            _, event = context.failed_event()
+            await self._emit(result, event)
+
+    async def _emit(self, result: Any, event: Event | None) -> None:
+        for sink in self.agent.sinks:
+            if isinstance(sink, Topic):
+                await sink.send(value=result)
+            elif isinstance(sink, Agent):
+                await sink.send(result)
+            else:
+                outcome = sink(result)
+                if inspect.isawaitable(outcome):
+                    await outcome
+        if event is not None:
+            reply_to = event.header(REPLY_TO)
+            correlation = event.header(CORRELATION_ID)
+            if reply_to is not None and correlation is not None:
+                from engine.codecs import dumps
+
+                await self.producer.send(reply_to.decode(), None, dumps(result),
+                                         headers=[(CORRELATION_ID, correlation)])
+
+    async def _failed(
+        self, context: _InstanceContext, source: Stream | None, event: Event | None, error: Exception
+    ) -> None:
+        if event is None:
+            context.abandon()
+            raise error
+        if source is not None and source.current_event is event:
+            source.drop_current()
+        else:
+            for stream in context.streams:
+                if stream.current_event is event:
+                    stream.drop_current()
+        await self.handle_error(event.record, error)
+        event.ack()
+        context.abandon()
+
+    async def handle_error(self, record: RawRecord, error: BaseException) -> None:
+        """Apply the error policy to a record this agent could not decode or process."""
+        where = f"{record.topic}[{record.partition}]@{record.offset}"
+        self.processed_errors += 1
+        if self.policy == "stop":
+            log.error("agent %s failed on %s: %s; stopping (on_error='stop')",
+                      self.agent.name, where, error, exc_info=error)
+            raise Fatal(
+                f"agent {self.agent.name!r} failed on {where} ({type(error).__name__}: {error}); "
+                "the worker stops because the agent's on_error policy is 'stop'"
+            ) from error
+        log.error("agent %s failed on %s: %s: %s; record sent to %s",
+                  self.agent.name, where, type(error).__name__, error, self.dlq.name,
+                  exc_info=error)
+        await self.producer.send(self.dlq.name, record.key, record.value,
+                                 headers=error_headers(record, error, self.agent.name))

@@ -1,0 +1,153 @@
+"""The worker: the one composition root. Builds transport clients, runners and services from an App and
+its Settings, wires them together (dependencies passed in, nothing reaches back to the app), and runs them.
+
+Start order: producer, replies, agents, timers, then the conductor (so nothing is fetched before agents can
+take it). Stop order: stop fetching, stop timers and agents (in-flight events finish, queued ones are dropped
+uncommitted), final checkpoint, leave the group, stop the producer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Mapping
+from typing import Any
+
+from agents import Service
+from engine.app import App
+from engine.conductor import Conductor
+from engine.errors import WorkerFailed
+from engine.replies import ReplyService
+from engine.runner import AgentRunner
+from engine.settings import Settings
+from engine.timers import timer_supervisor
+from engine.topics import Topic
+from engine.transport import Producer, open_transport
+
+log = logging.getLogger(__name__)
+
+
+class _ProducerService(Service):
+    def __init__(self, producer: Producer) -> None:
+        super().__init__("producer")
+        self.producer = producer
+
+    async def on_start(self) -> None:
+        await self.producer.start()
+
+    async def on_stop(self) -> None:
+        await self.producer.stop()
+
+
+class Worker(Service):
+    def __init__(self, app: App, settings: Settings) -> None:
+        super().__init__(f"worker:{app.id}")
+        self.app = app
+        self.settings = settings
+        self.transport = open_transport(settings.broker, settings.broker_options)
+        self.producer = self.transport.producer()
+        self._producer_service = self.add_child(_ProducerService(self.producer))
+        self.replies = self.add_child(ReplyService(self.transport, f"{app.id}-replies"))
+        self.conductor = Conductor(self.transport, settings, self.producer, self.transport.admin)
+        self.internal_topics: dict[str, Topic] = {}
+        self.runners = [
+            self.add_child(AgentRunner(
+                agent, settings=settings, producer=self.producer,
+                subscribe=self.conductor.add_route, internal_topic=self._internal_topic,
+                reply_topic=self.replies.topic,
+            ))
+            for agent in app.agents.values()
+        ]
+        for runner in self.runners:
+            self.conductor.add_route(runner.agent.channel, runner)
+        self.timers = self.add_child(timer_supervisor(list(app.timers.values()), settings))
+        self.add_child(self.conductor)
+        self._stopping = asyncio.Event()
+
+    def _internal_topic(self, name: str, like: Topic | None) -> Topic:
+        full = f"{self.settings.app_id}-{name}"
+        topic = self.internal_topics.get(full) or self.app.topics.get(full)
+        if topic is None:
+            topic = Topic(
+                full,
+                key_type=like.key_type if like else None,
+                value_type=like.value_type if like else None,
+                partitions=like.partitions if like else None,
+                internal=True,
+            )
+            topic.attach(self.producer)
+            self.internal_topics[full] = topic
+        return topic
+
+    def all_topics(self) -> list[Topic]:
+        topics = dict(self.app.topics)
+        for runner in self.runners:
+            topics[runner.dlq.name] = runner.dlq
+        topics[self.replies.topic] = Topic(self.replies.topic, internal=True)
+        return list(topics.values())
+
+    async def on_start(self) -> None:
+        admin = self.transport.admin()
+        try:
+            specs = [t.spec(self.settings.topic_partitions, self.settings.topic_replication)
+                     for t in self.all_topics()]
+            await admin.create_topics(specs)
+        finally:
+            await admin.close()
+        for topic in self.all_topics():
+            topic.attach(self.producer)
+        for agent in self.app.agents.values():
+            agent.attach(self.replies)
+        log.info("worker %s starting on %s: agents %s", self.app.id, self.settings.broker,
+                 ", ".join(self.app.agents) or "none")
+
+    async def on_stop(self) -> None:
+        self.conductor.stop_fetching()
+        await self.timers.stop()
+        await asyncio.gather(*(runner.stop() for runner in self.runners))
+        await self.conductor.stop()
+
+    async def on_started(self) -> None:
+        log.info("worker %s running", self.app.id)
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    def failure(self) -> BaseException | None:
+        for runner in self.runners:
+            if runner.group.failure is not None:
+                return runner.group.failure
+        return self.timers.failure or self.conductor.failure
+
+    async def run_until_stopped(self) -> None:
+        """Run until `request_stop` or a failure; a failure is raised as WorkerFailed after stopping."""
+        waiters = [self._stopping.wait(), self.conductor.failed.wait(), self.timers.failed.wait()]
+        waiters += [runner.group.failed.wait() for runner in self.runners]
+        tasks = [asyncio.ensure_future(w) for w in waiters]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.stop()
+            for topic in self.all_topics():
+                topic.attach(None)
+        failure = self.failure()
+        if failure is not None:
+            raise WorkerFailed(f"worker {self.app.id!r} stopped: {failure}") from failure
+
+
+async def run_worker(app: App, overrides: Mapping[str, Any] | None = None) -> None:
+    """Start a worker for `app`, stop it cleanly on SIGTERM/SIGINT, raise WorkerFailed on failure."""
+    worker = Worker(app, app.settings(overrides))
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, worker.request_stop)
+    try:
+        await worker.start()
+        await worker.run_until_stopped()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,137 @@
+"""Worker settings: one frozen object, validated once at start-up, environment read in one place.
+
+Precedence, lowest first: defaults, the arguments given to `App(...)`, `ENGINE_*` environment variables,
+command-line options. A bad value fails at start-up with a message naming the setting and what is expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from engine.errors import ConfigError
+
+ErrorPolicy = Literal["dlq", "stop"]
+ERROR_POLICIES = ("dlq", "stop")
+_APP_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    app_id: str
+    broker: str = "kafka://localhost:9092"
+    data_dir: Path = Path("data")
+    commit_interval: timedelta = timedelta(seconds=1)
+    shutdown_timeout: timedelta = timedelta(seconds=10)
+    topic_partitions: int = 4
+    topic_replication: int = 1
+    mailbox_size: int = 1000
+    max_poll_records: int = 1000
+    agent_error_policy: ErrorPolicy = "dlq"
+    agent_max_restarts: int = 10
+    agent_restart_window: timedelta = timedelta(minutes=1)
+    broker_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def transport_scheme(self) -> str:
+        return urlsplit(self.broker).scheme
+
+    @property
+    def bootstrap_servers(self) -> list[str]:
+        """host:port pairs of a kafka:// URL."""
+        return self.broker.split("://", 1)[1].split(",")
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+
+def _fail(name: str, value: object, expected: str) -> None:
+    raise ConfigError(f"setting {name!r} is {value!r}; {expected}")
+
+
+def validate(s: Settings) -> None:
+    if not isinstance(s.app_id, str) or not _APP_ID.match(s.app_id):
+        _fail("app_id", s.app_id, "use 1-200 letters, digits, '.', '_' or '-' (it names Kafka topics)")
+    _validate_broker(s.broker)
+    for name in ("commit_interval", "shutdown_timeout", "agent_restart_window"):
+        value = getattr(s, name)
+        if not isinstance(value, timedelta) or value <= timedelta(0):
+            _fail(name, value, "expected a positive duration (seconds or timedelta)")
+    for name in ("topic_partitions", "topic_replication", "mailbox_size", "max_poll_records"):
+        value = getattr(s, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            _fail(name, value, "expected an integer of at least 1")
+    if not isinstance(s.agent_max_restarts, int) or s.agent_max_restarts < 0:
+        _fail("agent_max_restarts", s.agent_max_restarts, "expected an integer of at least 0")
+    if s.agent_error_policy not in ERROR_POLICIES:
+        _fail("agent_error_policy", s.agent_error_policy, f"expected one of {ERROR_POLICIES}")
+    if not isinstance(s.data_dir, Path):
+        _fail("data_dir", s.data_dir, "expected a path")
+
+
+def _validate_broker(url: object) -> None:
+    expected = "expected kafka://host:port[,host:port...] or memory://[name]"
+    if not isinstance(url, str) or "://" not in url:
+        _fail("broker", url, expected)
+        return
+    scheme, rest = url.split("://", 1)
+    if scheme == "memory":
+        return
+    if scheme != "kafka":
+        _fail("broker", url, f"unknown scheme {scheme!r}; {expected}")
+    for hostport in rest.split(","):
+        host, _, port = hostport.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            _fail("broker", url, f"{hostport!r} is not host:port; {expected}")
+
+
+_DURATIONS = {"commit_interval", "shutdown_timeout", "agent_restart_window"}
+_INTS = {"topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "agent_max_restarts"}
+ENV_PREFIX = "ENGINE_"
+
+
+def coerce(name: str, value: Any) -> Any:
+    """Turn a user-given or environment value into the setting's type; a bad one is a ConfigError."""
+    try:
+        if name in _DURATIONS and not isinstance(value, timedelta):
+            return timedelta(seconds=float(value))
+        if name in _INTS and isinstance(value, str):
+            return int(value)
+        if name == "data_dir":
+            return Path(value)
+    except (TypeError, ValueError):
+        _fail(name, value, "expected a number of seconds" if name in _DURATIONS else "expected an int")
+    return value
+
+
+def load_settings(
+    app_id: str,
+    given: Mapping[str, Any],
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Build and validate Settings: defaults < `given` (App arguments) < ENGINE_* env < `overrides`."""
+    known = {f.name for f in dataclasses.fields(Settings)} - {"app_id"}
+    values: dict[str, Any] = {}
+    for source, label in ((given, "App argument"), (overrides or {}, "option")):
+        for name in source:
+            if name not in known:
+                raise ConfigError(f"unknown setting {name!r} ({label}); known: {', '.join(sorted(known))}")
+    values.update(given)
+    env = os.environ if environ is None else environ
+    for name in known - {"broker_options"}:
+        raw = env.get(ENV_PREFIX + name.upper())
+        if raw is not None:
+            values[name] = raw
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return Settings(app_id=app_id, **{k: coerce(k, v) for k, v in values.items()})

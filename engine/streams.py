@@ -1,0 +1,305 @@
+"""Streams: what an agent iterates, one event at a time.
+
+Acknowledgement is implicit and exact: the root stream acks an event when the agent asks for the next one, so
+an event counts as processed only after the agent's body finished with it (including awaited sends and yields
+to sinks). Operators wrap the root and keep that rule: a filtered-out event is acked when the next is pulled,
+`take` holds every event of a batch until the batch is done.
+
+`through(topic)` and `group_by(key, name=)` forward each value to a topic and continue from that topic. The
+forwarding runs on the agent's own task, inside `__anext__`: no background task to orphan, and an error
+upstream (a failing key function, a poison value) surfaces in the agent body, where its error policy applies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agents import Mailbox, MailboxClosed
+
+if TYPE_CHECKING:
+    from engine.events import Event
+    from engine.topics import Topic
+
+
+class StreamContext(Protocol):
+    """What a stream needs from the worker to re-route itself through a topic."""
+
+    def subscribe(self, topic: Topic) -> Mailbox[Event]:
+        """Deliver `topic`'s events for this agent instance into the returned mailbox."""
+
+    def repartition_topic(self, name: str, like: Topic | None) -> Topic:
+        """The internal topic `<app>-<name>-repartition`, created if missing."""
+
+    def opened(self, stream: Stream) -> None:
+        """Track a root stream so the worker can release what it holds if the agent crashes."""
+
+
+class UpstreamError(Exception):
+    """An error while forwarding upstream of through/group_by; carries the event it happened on."""
+
+    def __init__(self, event: Event | None, error: Exception) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.event = event
+        self.error = error
+
+
+class _Operators:
+    """The operators every stream has; `root` is the stream that owns the current event."""
+
+    root: Stream
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        raise NotImplementedError
+
+    @property
+    def current_event(self) -> Event | None:
+        return self.root.current_event
+
+    def filter(self, predicate: Callable[[Any], bool | Awaitable[bool]]) -> Derived:
+        is_async = inspect.iscoroutinefunction(predicate)
+
+        async def gen() -> AsyncIterator[Any]:
+            async for value in self:
+                keep = await predicate(value) if is_async else predicate(value)  # type: ignore[misc]
+                if keep:
+                    yield value
+
+        return Derived(self.root, gen())
+
+    def map(self, fun: Callable[[Any], Any]) -> Derived:
+        is_async = inspect.iscoroutinefunction(fun)
+
+        async def gen() -> AsyncIterator[Any]:
+            async for value in self:
+                yield (await fun(value)) if is_async else fun(value)
+
+        return Derived(self.root, gen())
+
+    def items(self) -> Derived:
+        """(key, value) pairs."""
+        root = self.root
+
+        async def gen() -> AsyncIterator[Any]:
+            async for value in self:
+                event = root.current_event
+                yield (event.key if event is not None else None), value
+
+        return Derived(root, gen())
+
+    def events(self) -> Derived:
+        """The Event objects (key, value, headers, timestamp, topic, partition, offset)."""
+        root = self.root
+
+        async def gen() -> AsyncIterator[Any]:
+            async for _ in self:
+                yield root.current_event
+
+        return Derived(root, gen())
+
+    def enumerate(self, start: int = 0) -> Derived:
+        async def gen() -> AsyncIterator[Any]:
+            index = start
+            async for value in self:
+                yield index, value
+                index += 1
+
+        return Derived(self.root, gen())
+
+    def take(self, n: int, within: float | timedelta) -> Derived:
+        """Lists of up to `n` values; a shorter list when `within` passed since its first value."""
+        if n < 1:
+            raise ValueError(f"take(n): n must be at least 1, not {n}")
+        seconds = within.total_seconds() if isinstance(within, timedelta) else float(within)
+        root = self.root
+        upstream = self.__aiter__()
+
+        async def gen() -> AsyncIterator[list[Any]]:
+            loop = asyncio.get_running_loop()
+            pending: asyncio.Task[Any] | None = None
+            try:
+                while True:
+                    root.release_held()
+                    root.hold(True)
+                    batch: list[Any] = []
+                    deadline: float | None = None
+                    while len(batch) < n:
+                        if pending is None:
+                            pending = asyncio.ensure_future(upstream.__anext__())
+                        timeout = None if deadline is None else max(0.0, deadline - loop.time())
+                        done, _ = await asyncio.wait({pending}, timeout=timeout)
+                        if not done:
+                            break
+                        task, pending = pending, None
+                        try:
+                            batch.append(task.result())
+                        except StopAsyncIteration:
+                            if batch:
+                                yield batch
+                            return
+                        if deadline is None:
+                            deadline = loop.time() + seconds
+                    yield batch
+            finally:
+                root.hold(False)
+                if pending is not None:
+                    pending.cancel()
+
+        return Derived(root, gen())
+
+    def through(self, topic: Topic | str) -> Stream:
+        """Send every value to `topic` (keeping its key) and continue from that topic."""
+        target = self.root.context.repartition_topic(topic, None) if isinstance(topic, str) else topic
+        return self._forward(target, None)
+
+    def group_by(self, key: Callable[[Any], Any], *, name: str) -> Stream:
+        """Re-key by `key(value)` through the internal topic `<app>-<name>-repartition`."""
+        target = self.root.context.repartition_topic(f"{name}-repartition", self.root.topic)
+        return self._forward(target, key)
+
+    def _forward(self, topic: Topic, key: Callable[[Any], Any] | None) -> Stream:
+        context = self.root.context
+        stream = Stream(context.subscribe(topic), context, topic)
+        stream.set_upstream(self.__aiter__(), self.root, topic, key)
+        return stream
+
+
+class Derived(_Operators):
+    """A stream made by an operator: iterates its generator, shares the root's current event."""
+
+    __slots__ = ("_iterator", "root")
+
+    def __init__(self, root: Stream, iterator: AsyncIterator[Any]) -> None:
+        self.root = root
+        self._iterator = iterator
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._iterator
+
+
+class Stream(_Operators):
+    """A root stream over one mailbox of events; what an agent function receives."""
+
+    def __init__(self, mailbox: Mailbox[Event], context: StreamContext, topic: Topic | None) -> None:
+        self.root = self
+        self.context = context
+        self.topic = topic
+        self._mailbox = mailbox
+        self._current: Event | None = None
+        self._holding = False
+        self._held: list[Event] = []
+        self._upstream: AsyncIterator[Any] | None = None
+        self._pump: asyncio.Task[Any] | None = None
+        self._get: asyncio.Task[Event] | None = None
+        context.opened(self)
+
+    @property
+    def current_event(self) -> Event | None:
+        return self._current
+
+    def __aiter__(self) -> Stream:
+        return self
+
+    async def __anext__(self) -> Any:
+        event = self._current
+        if event is not None:
+            self._current = None
+            if self._holding:
+                self._held.append(event)
+            else:
+                event.ack()
+        event = self._mailbox.get_nowait()
+        if event is None:
+            event = await (self._next_forwarding() if self._upstream else self._next_waiting())
+        self._current = event
+        return event.value
+
+    async def _next_waiting(self) -> Event:
+        try:
+            return await self._mailbox.get()
+        except MailboxClosed:
+            raise StopAsyncIteration from None
+
+    def hold(self, holding: bool) -> None:
+        self._holding = holding
+
+    def release_held(self) -> None:
+        """Ack everything held by `take`, and the current event."""
+        for event in self._held:
+            event.ack()
+        self._held.clear()
+        if self._current is not None:
+            self._current.ack()
+            self._current = None
+
+    def abandon(self) -> None:
+        """The agent died: stop forwarding, and requeue what was taken but never finished."""
+        for task in (self._pump, self._get):
+            if task is not None:
+                task.cancel()
+        self._pump = self._get = None
+        unfinished = self._held + ([self._current] if self._current is not None else [])
+        self._held, self._current = [], None
+        if not self._mailbox.closed:
+            self._mailbox.requeue(unfinished)
+
+    def drop_current(self) -> None:
+        """The current event was dealt with elsewhere (dead-lettered and acked)."""
+        self._current = None
+
+    # -- through / group_by -------------------------------------------------------------------------
+
+    def set_upstream(
+        self, upstream: AsyncIterator[Any], root: Stream, topic: Topic, key: Callable[[Any], Any] | None
+    ) -> None:
+        self._upstream = upstream
+        self._upstream_root = root
+        self._target = topic
+        self._key = key
+
+    async def _forward_one(self) -> bool:
+        root = self._upstream_root
+        assert self._upstream is not None
+        try:
+            value = await self._upstream.__anext__()
+        except StopAsyncIteration:
+            return False
+        except Exception as exc:
+            raise UpstreamError(root.current_event, exc) from exc
+        event = root.current_event
+        try:
+            key = self._key(value) if self._key is not None else (event.key if event else None)
+            await self._target.send(key=key, value=value)
+        except Exception as exc:
+            raise UpstreamError(event, exc) from exc
+        if event is not None and not root._holding:
+            # Forwarded: the send is flushed before any commit, so the source event is done.
+            root._current = None
+            event.ack()
+        return True
+
+    async def _next_forwarding(self) -> Event:
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._get is None:
+                self._get = loop.create_task(self._mailbox.get())
+            if self._pump is None and self._upstream is not None:
+                self._pump = loop.create_task(self._forward_one())
+            waiting = {t for t in (self._get, self._pump) if t is not None}
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if self._pump in done:
+                pump, self._pump = self._pump, None
+                if not pump.result():
+                    self._upstream = None  # source ended; drain our own mailbox until it closes
+            if self._get in done:
+                get, self._get = self._get, None
+                try:
+                    return get.result()
+                except MailboxClosed:
+                    raise StopAsyncIteration from None
+
+
+AgentFun = Callable[[Stream], Any]

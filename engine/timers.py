@@ -1,0 +1,32 @@
+"""Timers: each app timer runs as a supervised child; a crash is logged and the timer restarted, within
+the agents' restart limit."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from agents import RestartPolicy, Supervisor
+
+if TYPE_CHECKING:
+    from engine.app import Timer
+    from engine.settings import Settings
+
+
+def timer_supervisor(timers: list[Timer], settings: Settings) -> Supervisor:
+    supervisor = Supervisor("timers", RestartPolicy(
+        max_restarts=settings.agent_max_restarts, within=settings.agent_restart_window))
+    for timer in timers:
+        supervisor.supervise(f"timer:{timer.name}", _ticker(timer))
+    return supervisor
+
+
+def _ticker(timer: Timer) -> Callable[[], Awaitable[None]]:
+    async def run() -> None:
+        interval = timer.interval.total_seconds()
+        while True:
+            await asyncio.sleep(interval)
+            await timer.fun()
+
+    return run

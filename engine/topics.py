@@ -1,0 +1,89 @@
+"""Topics: a name, key and value codecs, and a way to send once a worker attached its producer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from engine.codecs import Codec, codec_for
+from engine.errors import DecodeError, NotRunning
+from engine.events import Headers, RawRecord
+from engine.transport.base import TopicSpec
+
+if TYPE_CHECKING:
+    from engine.transport.base import Producer
+
+
+class Topic:
+    """A Kafka topic as the app sees it. Declared on the App; usable for sending once a worker runs."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        key_type: type | None = None,
+        value_type: type | None = None,
+        key_serializer: str | None = None,
+        value_serializer: str | None = None,
+        partitions: int | None = None,
+        replication: int | None = None,
+        config: Mapping[str, str] | None = None,
+        internal: bool = False,
+    ) -> None:
+        self.name = name
+        self.key_type = key_type
+        self.value_type = value_type
+        self.key_codec: Codec = codec_for(key_type, key_serializer)
+        self.value_codec: Codec = codec_for(value_type, value_serializer)
+        self.partitions = partitions
+        self.replication = replication
+        self.config = dict(config or {})
+        self.internal = internal
+        self._producer: Producer | None = None
+
+    def spec(self, default_partitions: int, default_replication: int) -> TopicSpec:
+        return TopicSpec(
+            self.name,
+            self.partitions or default_partitions,
+            self.replication or default_replication,
+            self.config,
+        )
+
+    def attach(self, producer: Producer | None) -> None:
+        """Called by the worker: sends go through `producer` (None detaches at shutdown)."""
+        self._producer = producer
+
+    async def send(
+        self,
+        *,
+        key: Any = None,
+        value: Any = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+    ) -> asyncio.Future[object]:
+        """Encode and enqueue a record; await the returned future to wait for the broker's ack."""
+        producer = self._producer
+        if producer is None:
+            raise NotRunning(
+                f"topic {self.name!r} is not attached to a running worker; start one with "
+                "`engine worker -A module:app` (or send from inside an agent or timer)"
+            )
+        return await producer.send(
+            self.name,
+            self.key_codec.encode(key),
+            self.value_codec.encode(value),
+            headers=headers,
+            partition=partition,
+        )
+
+    def decode(self, record: RawRecord) -> tuple[Any, Any]:
+        try:
+            return self.key_codec.decode(record.key), self.value_codec.decode(record.value)
+        except DecodeError as exc:
+            raise DecodeError(
+                f"{record.topic}[{record.partition}]@{record.offset}: cannot decode: {exc}"
+            ) from exc
+
+    def __repr__(self) -> str:
+        return f"<Topic {self.name!r}>"

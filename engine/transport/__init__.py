@@ -1,0 +1,28 @@
+"""Transports: where records come from and go to. `open_transport` picks one by URL scheme."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from engine.errors import ConfigError
+from engine.transport.base import Admin, Consumer, PartitionsCallback, Producer, TopicSpec, Transport
+
+
+def open_transport(url: str, options: Mapping[str, Any] | None = None) -> Transport:
+    """The transport for a broker URL; aiokafka is imported only when a kafka:// URL is used."""
+    scheme = url.split("://", 1)[0]
+    if scheme == "memory":
+        from engine.transport.memory import MemoryTransport
+
+        return MemoryTransport(url)
+    if scheme == "kafka":
+        from engine.transport.kafka import KafkaTransport
+
+        return KafkaTransport(url, options or {})
+    raise ConfigError(f"unknown broker scheme {scheme!r} in {url!r}; use kafka:// or memory://")
+
+
+__all__ = [
+    "Admin", "Consumer", "PartitionsCallback", "Producer", "TopicSpec", "Transport", "open_transport",
+]

@@ -1,0 +1,85 @@
+"""The transport seam: what engine needs from a broker, as Protocols. Kafka and memory implement it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from engine.events import TP, Headers, RawRecord
+
+PartitionsCallback = Callable[[set[TP]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    replication: int = 1
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+class Consumer(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def subscribe(self, topics: Collection[str]) -> None:
+        """Join the group for `topics` (may be called again with a larger set)."""
+
+    async def assign_all(self, topic: str, *, from_end: bool) -> None:
+        """Outside any group: read every partition of `topic`, from its end or its beginning."""
+
+    async def getmany(self, timeout: float, max_records: int) -> Mapping[TP, list[RawRecord]]: ...
+
+    async def commit(self, offsets: Mapping[TP, int]) -> None: ...
+
+    def assignment(self) -> set[TP]: ...
+
+
+class Producer(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        headers: Headers | None = None,
+        partition: int | None = None,
+    ) -> asyncio.Future[object]:
+        """Enqueue a record; the returned future resolves when the broker acknowledged it."""
+
+    async def flush(self) -> None:
+        """Wait until everything enqueued so far is acknowledged; raise DeliveryFailed if any was not."""
+
+
+class Admin(Protocol):
+    async def create_topics(self, specs: Collection[TopicSpec]) -> None:
+        """Create the topics that do not exist yet; existing ones are left as they are."""
+
+    async def describe_topics(self) -> dict[str, int]:
+        """Every topic's partition count."""
+
+    async def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    url: str
+
+    def consumer(
+        self,
+        *,
+        group_id: str | None,
+        on_assigned: PartitionsCallback | None = None,
+        on_revoked: PartitionsCallback | None = None,
+        max_poll_records: int = 1000,
+    ) -> Consumer: ...
+
+    def producer(self) -> Producer: ...
+
+    def admin(self) -> Admin: ...

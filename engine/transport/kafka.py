@@ -1,0 +1,239 @@
+"""kafka://host:port[,host:port]: the transport on Apache Kafka through aiokafka.
+
+aiokafka lives here and only here; its errors are translated into engine's at this edge. Consumer records
+and topic partitions pass through unconverted: aiokafka's ConsumerRecord satisfies RawRecord and its
+TopicPartition is a (topic, partition) tuple equal to our TP, so the hot path copies nothing.
+`broker_options` (security_protocol, sasl_mechanism, sasl_plain_username, ssl_context, ...) are passed to
+every aiokafka client as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaConnectionError, KafkaError
+
+from engine.errors import BrokerUnavailable, DeliveryFailed, TransportError
+from engine.events import TP, Headers, RawRecord
+from engine.transport.base import PartitionsCallback, TopicSpec
+
+log = logging.getLogger(__name__)
+
+TOPIC_ALREADY_EXISTS = 36
+
+
+def _unavailable(servers: str, exc: BaseException) -> BrokerUnavailable:
+    return BrokerUnavailable(f"no Kafka broker answered at {servers!r} ({exc}); is Kafka running?")
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka's base is untyped
+    def __init__(self, on_assigned: PartitionsCallback | None, on_revoked: PartitionsCallback | None):
+        self._on_assigned = on_assigned
+        self._on_revoked = on_revoked
+
+    async def on_partitions_revoked(self, revoked: Collection[TopicPartition]) -> None:
+        if self._on_revoked is not None and revoked:
+            await self._on_revoked({TP(tp.topic, tp.partition) for tp in revoked})
+
+    async def on_partitions_assigned(self, assigned: Collection[TopicPartition]) -> None:
+        if self._on_assigned is not None:
+            await self._on_assigned({TP(tp.topic, tp.partition) for tp in assigned})
+
+
+class KafkaConsumer:
+    def __init__(
+        self,
+        servers: str,
+        options: Mapping[str, Any],
+        group_id: str | None,
+        listener: _Listener,
+        max_poll_records: int,
+    ) -> None:
+        self._servers = servers
+        self._listener = listener
+        self._client = AIOKafkaConsumer(
+            bootstrap_servers=servers,
+            group_id=group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_poll_records=max_poll_records,
+            **options,
+        )
+        self._topics: set[str] = set()
+
+    async def start(self) -> None:
+        try:
+            await self._client.start()
+        except KafkaConnectionError as exc:
+            await self._client.stop()
+            raise _unavailable(self._servers, exc) from exc
+
+    async def stop(self) -> None:
+        await self._client.stop()
+
+    def subscribe(self, topics: Collection[str]) -> None:
+        if set(topics) != self._topics:
+            self._topics = set(topics)
+            self._client.subscribe(topics=sorted(self._topics), listener=self._listener)
+
+    async def assign_all(self, topic: str, *, from_end: bool) -> None:
+        partitions = self._client.partitions_for_topic(topic)
+        for _ in range(50):
+            if partitions:
+                break
+            await self._client._client.force_metadata_update()  # no public way to wait for metadata
+            partitions = self._client.partitions_for_topic(topic)
+            await asyncio.sleep(0.1)
+        if not partitions:
+            raise TransportError(f"topic {topic!r} has no partitions on {self._servers!r}")
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        self._client.assign(tps)
+        if from_end:
+            await self._client.seek_to_end(*tps)
+            for tp in tps:  # resolve positions now, so that nothing produced after this is missed
+                await self._client.position(tp)
+        else:
+            await self._client.seek_to_beginning(*tps)
+
+    async def getmany(self, timeout: float, max_records: int) -> Mapping[TP, list[RawRecord]]:
+        try:
+            batches: Mapping[TP, list[RawRecord]] = await self._client.getmany(
+                timeout_ms=int(timeout * 1000), max_records=max_records
+            )
+        except KafkaConnectionError as exc:
+            raise _unavailable(self._servers, exc) from exc
+        return batches
+
+    async def commit(self, offsets: Mapping[TP, int]) -> None:
+        try:
+            await self._client.commit({TopicPartition(*tp): o for tp, o in offsets.items()})
+        except KafkaError as exc:
+            raise TransportError(f"offset commit failed: {exc}") from exc
+
+    def assignment(self) -> set[TP]:
+        return {TP(tp.topic, tp.partition) for tp in self._client.assignment()}
+
+
+class KafkaProducer:
+    def __init__(self, servers: str, options: Mapping[str, Any]) -> None:
+        self._servers = servers
+        self._client = AIOKafkaProducer(
+            bootstrap_servers=servers,
+            acks="all",
+            linger_ms=5,
+            max_batch_size=256 * 1024,
+            **options,
+        )
+        self._failure: BaseException | None = None
+
+    async def start(self) -> None:
+        try:
+            await self._client.start()
+        except KafkaConnectionError as exc:
+            await self._client.stop()
+            raise _unavailable(self._servers, exc) from exc
+
+    async def stop(self) -> None:
+        await self._client.stop()
+
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        headers: Headers | None = None,
+        partition: int | None = None,
+    ) -> asyncio.Future[object]:
+        try:
+            future: asyncio.Future[object] = await self._client.send(
+                topic, value, key=key, partition=partition,
+                headers=list(headers) if headers else None,
+            )
+        except KafkaError as exc:
+            raise DeliveryFailed(f"cannot send to {topic!r}: {exc}") from exc
+        future.add_done_callback(self._check)
+        return future
+
+    def _check(self, future: asyncio.Future[object]) -> None:
+        if not future.cancelled() and future.exception() is not None and self._failure is None:
+            self._failure = future.exception()
+
+    async def flush(self) -> None:
+        await self._client.flush()
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise DeliveryFailed(f"the broker did not acknowledge a record: {failure}") from failure
+
+
+class KafkaAdmin:
+    def __init__(self, servers: str, options: Mapping[str, Any]) -> None:
+        self._servers = servers
+        self._client = AIOKafkaAdminClient(bootstrap_servers=servers, **options)
+        self._started = False
+
+    async def _ensure_started(self) -> None:
+        if not self._started:
+            try:
+                await self._client.start()
+            except KafkaConnectionError as exc:
+                await self._client.close()
+                raise _unavailable(self._servers, exc) from exc
+            self._started = True
+
+    async def create_topics(self, specs: Collection[TopicSpec]) -> None:
+        await self._ensure_started()
+        existing = await self.describe_topics()
+        new = [
+            NewTopic(s.name, s.partitions, s.replication, topic_configs=dict(s.config))
+            for s in specs if s.name not in existing
+        ]
+        if not new:
+            return
+        response = await self._client.create_topics(new)
+        for topic, code, *rest in response.topic_errors:
+            if code not in (0, TOPIC_ALREADY_EXISTS):
+                message = rest[0] if rest else ""
+                raise TransportError(f"cannot create topic {topic!r}: error {code} {message}")
+
+    async def describe_topics(self) -> dict[str, int]:
+        await self._ensure_started()
+        try:
+            described = await self._client.describe_topics()
+        except KafkaConnectionError as exc:
+            raise _unavailable(self._servers, exc) from exc
+        return {t["topic"]: len(t["partitions"]) for t in described if not t.get("error_code")}
+
+    async def close(self) -> None:
+        if self._started:
+            await self._client.close()
+            self._started = False
+
+
+class KafkaTransport:
+    def __init__(self, url: str, options: Mapping[str, Any]) -> None:
+        self.url = url
+        self.servers = url.split("://", 1)[1]
+        self.options = dict(options)
+
+    def consumer(
+        self,
+        *,
+        group_id: str | None,
+        on_assigned: PartitionsCallback | None = None,
+        on_revoked: PartitionsCallback | None = None,
+        max_poll_records: int = 1000,
+    ) -> KafkaConsumer:
+        listener = _Listener(on_assigned, on_revoked)
+        return KafkaConsumer(self.servers, self.options, group_id, listener, max_poll_records)
+
+    def producer(self) -> KafkaProducer:
+        return KafkaProducer(self.servers, self.options)
+
+    def admin(self) -> KafkaAdmin:
+        return KafkaAdmin(self.servers, self.options)

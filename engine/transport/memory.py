@@ -1,0 +1,294 @@
+"""memory://: an in-process broker with partitions, offsets and consumer groups.
+
+For fast unit tests and the zero-setup demo, never as a stand-in for Kafka in integration tests. Keys are
+partitioned like Kafka's default partitioner, topics are auto-created like a default broker, and a group
+spreads partitions over its members (range assignment) with eager revoke/assign on every membership change.
+Brokers are named (`memory://name`, default `memory://`) so that apps in one process share one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from engine.events import TP, Headers, RawRecord
+from engine.partitioner import partition_for
+from engine.transport.base import PartitionsCallback, TopicSpec
+
+
+@dataclass(slots=True, frozen=True)
+class MemoryRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+
+
+@dataclass
+class _Group:
+    members: list[MemoryConsumer] = field(default_factory=list)
+    generation: int = 0
+    committed: dict[TP, int] = field(default_factory=dict)
+
+
+class MemoryBroker:
+    _registry: ClassVar[dict[str, MemoryBroker]] = {}
+
+    def __init__(self, default_partitions: int = 4) -> None:
+        self.default_partitions = default_partitions
+        self.topics: dict[str, list[list[MemoryRecord]]] = {}
+        self.configs: dict[str, Mapping[str, str]] = {}
+        self.groups: dict[str, _Group] = {}
+        self._waiters: set[asyncio.Future[None]] = set()
+        self._sticky = itertools.count()
+
+    @classmethod
+    def named(cls, name: str) -> MemoryBroker:
+        broker = cls._registry.get(name)
+        if broker is None:
+            broker = cls._registry[name] = cls()
+        return broker
+
+    @classmethod
+    def forget(cls, name: str) -> None:
+        """Drop a named broker and all its data (tests)."""
+        cls._registry.pop(name, None)
+
+    def create_topic(self, name: str, partitions: int, config: Mapping[str, str] | None = None) -> None:
+        if name not in self.topics:
+            self.topics[name] = [[] for _ in range(partitions)]
+            self.configs[name] = dict(config or {})
+            for group in self.groups.values():
+                if any(name in m.topics for m in group.members):
+                    self.rebalance(group)
+
+    def append(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers, partition: int | None
+    ) -> MemoryRecord:
+        if topic not in self.topics:
+            self.create_topic(topic, self.default_partitions)
+        partitions = self.topics[topic]
+        if partition is None:
+            partition = (
+                partition_for(key, len(partitions)) if key is not None
+                else next(self._sticky) % len(partitions)
+            )
+        log = partitions[partition]
+        record = MemoryRecord(topic, partition, len(log), int(time.time() * 1000), key, value,
+                              tuple(headers))
+        log.append(record)
+        return record
+
+    def notify(self) -> None:
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    async def wait(self, timeout: float) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.add(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._waiters.discard(waiter)
+
+    def join(self, group_id: str, member: MemoryConsumer) -> None:
+        group = self.groups.setdefault(group_id, _Group())
+        if member not in group.members:
+            group.members.append(member)
+        self.rebalance(group)
+
+    def leave(self, group_id: str, member: MemoryConsumer) -> None:
+        group = self.groups.get(group_id)
+        if group and member in group.members:
+            group.members.remove(member)
+            self.rebalance(group)
+
+    def rebalance(self, group: _Group) -> None:
+        """Range-assign each topic's partitions over the members subscribed to it."""
+        group.generation += 1
+        targets: dict[int, set[TP]] = {id(m): set() for m in group.members}
+        topics = sorted({t for m in group.members for t in m.topics if t in self.topics})
+        for topic in topics:
+            members = [m for m in group.members if topic in m.topics]
+            count = len(self.topics[topic])
+            for index, member in enumerate(members):
+                share = range(index * count // len(members), (index + 1) * count // len(members))
+                targets[id(member)].update(TP(topic, p) for p in share)
+        for member in group.members:
+            member._target = (group.generation, targets[id(member)])
+        self.notify()
+
+
+class MemoryConsumer:
+    def __init__(
+        self,
+        broker: MemoryBroker,
+        group_id: str | None,
+        on_assigned: PartitionsCallback | None,
+        on_revoked: PartitionsCallback | None,
+    ) -> None:
+        self.broker = broker
+        self.group_id = group_id
+        self.topics: set[str] = set()
+        self._on_assigned = on_assigned
+        self._on_revoked = on_revoked
+        self._assigned: set[TP] = set()
+        self._positions: dict[TP, int] = {}
+        self._generation = 0
+        self._target: tuple[int, set[TP]] = (0, set())
+        self._running = False
+
+    async def start(self) -> None:
+        self._running = True
+        if self.group_id is not None and self.topics:
+            self.broker.join(self.group_id, self)
+
+    async def stop(self) -> None:
+        if not self._running:
+            return
+        self._running = False
+        if self._assigned and self._on_revoked is not None:
+            await self._on_revoked(set(self._assigned))
+        self._assigned.clear()
+        if self.group_id is not None:
+            self.broker.leave(self.group_id, self)
+
+    def subscribe(self, topics: Collection[str]) -> None:
+        if self.group_id is None:
+            raise ValueError("subscribe needs a group_id; use assign_all outside a group")
+        self.topics = set(topics)
+        if self._running:
+            self.broker.join(self.group_id, self)
+
+    async def assign_all(self, topic: str, *, from_end: bool) -> None:
+        if topic not in self.broker.topics:
+            self.broker.create_topic(topic, self.broker.default_partitions)
+        for partition, log in enumerate(self.broker.topics[topic]):
+            tp = TP(topic, partition)
+            self._assigned.add(tp)
+            self._positions[tp] = len(log) if from_end else 0
+
+    def assignment(self) -> set[TP]:
+        return set(self._assigned)
+
+    async def _sync_group(self) -> None:
+        generation, target = self._target
+        if self.group_id is None or generation == self._generation:
+            return
+        self._generation = generation
+        if self._assigned and self._on_revoked is not None:
+            await self._on_revoked(set(self._assigned))
+        group = self.broker.groups[self.group_id]
+        self._assigned = set(target)
+        self._positions = {tp: group.committed.get(tp, 0) for tp in target}
+        if self._on_assigned is not None:
+            await self._on_assigned(set(target))
+
+    def _poll(self, max_records: int) -> dict[TP, list[RawRecord]]:
+        out: dict[TP, list[RawRecord]] = {}
+        budget = max_records
+        for tp in sorted(self._assigned):
+            if budget <= 0:
+                break
+            log = self.broker.topics[tp.topic][tp.partition]
+            position = self._positions[tp]
+            if position < len(log):
+                chunk = log[position:position + budget]
+                out[tp] = list(chunk)
+                self._positions[tp] = position + len(chunk)
+                budget -= len(chunk)
+        return out
+
+    async def getmany(self, timeout: float, max_records: int) -> Mapping[TP, list[RawRecord]]:
+        await self._sync_group()
+        out = self._poll(max_records)
+        if not out and timeout > 0:
+            await self.broker.wait(timeout)
+            await self._sync_group()
+            out = self._poll(max_records)
+        return out
+
+    async def commit(self, offsets: Mapping[TP, int]) -> None:
+        if self.group_id is None:
+            raise ValueError("commit needs a group_id")
+        committed = self.broker.groups[self.group_id].committed
+        for tp, offset in offsets.items():
+            if tp in self._assigned:
+                committed[tp] = offset
+
+
+class MemoryProducer:
+    def __init__(self, broker: MemoryBroker) -> None:
+        self.broker = broker
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        headers: Headers | None = None,
+        partition: int | None = None,
+    ) -> asyncio.Future[object]:
+        record = self.broker.append(topic, key, value, headers or (), partition)
+        self.broker.notify()
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        future.set_result(record)
+        return future
+
+    async def flush(self) -> None:
+        return None
+
+
+class MemoryAdmin:
+    def __init__(self, broker: MemoryBroker) -> None:
+        self.broker = broker
+
+    async def create_topics(self, specs: Collection[TopicSpec]) -> None:
+        for spec in specs:
+            self.broker.create_topic(spec.name, spec.partitions, spec.config)
+
+    async def describe_topics(self) -> dict[str, int]:
+        return {name: len(parts) for name, parts in self.broker.topics.items()}
+
+    async def close(self) -> None:
+        return None
+
+
+class MemoryTransport:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.broker = MemoryBroker.named(url.split("://", 1)[1])
+
+    def consumer(
+        self,
+        *,
+        group_id: str | None,
+        on_assigned: PartitionsCallback | None = None,
+        on_revoked: PartitionsCallback | None = None,
+        max_poll_records: int = 1000,
+    ) -> MemoryConsumer:
+        return MemoryConsumer(self.broker, group_id, on_assigned, on_revoked)
+
+    def producer(self) -> MemoryProducer:
+        return MemoryProducer(self.broker)
+
+    def admin(self) -> MemoryAdmin:
+        return MemoryAdmin(self.broker)
