@@ -56,7 +56,8 @@ class Settings:
 
 
 def _fail(name: str, value: object, expected: str) -> None:
-    raise ConfigError(f"setting {name!r} is {value!r}; {expected}")
+    shown = f"{value.total_seconds():g}s" if isinstance(value, timedelta) else repr(value)
+    raise ConfigError(f"setting {name!r} is {shown}; {expected}")
 
 
 def validate(s: Settings) -> None:

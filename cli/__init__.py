@@ -1,0 +1,1 @@
+"""cli: the `engine` command, a thin shell over engine."""

@@ -1,0 +1,41 @@
+"""engine topics / engine agents: what the app declares."""
+
+from __future__ import annotations
+
+import argparse
+
+from cli.loader import load_app
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    topics = sub.add_parser("topics", help="list the app's topics")
+    topics.set_defaults(run=run_topics)
+    agents = sub.add_parser("agents", help="list the app's agents")
+    agents.set_defaults(run=run_agents)
+
+
+def _name(t: type | None) -> str:
+    return "-" if t is None else t.__name__
+
+
+def run_topics(args: argparse.Namespace) -> int:
+    app = load_app(args.app)
+    settings = app.settings({"broker": args.broker})
+    print(f"{'topic':40} {'partitions':>10}  {'key':10} {'value':10}")
+    for topic in app.topics.values():
+        partitions = topic.partitions or settings.topic_partitions
+        print(f"{topic.name:40} {partitions:>10}  "
+              f"{topic.key_codec.name + ':' + _name(topic.key_type):10} "
+              f"{topic.value_codec.name + ':' + _name(topic.value_type):10}")
+    return 0
+
+
+def run_agents(args: argparse.Namespace) -> int:
+    app = load_app(args.app)
+    settings = app.settings({"broker": args.broker})
+    print(f"{'agent':24} {'topic':30} {'concurrency':>11}  {'on_error':8} sinks")
+    for agent in app.agents.values():
+        sinks = ", ".join(getattr(s, "name", repr(s)) for s in agent.sinks) or "-"
+        policy = agent.on_error or settings.agent_error_policy
+        print(f"{agent.name:24} {agent.channel.name:30} {agent.concurrency:>11}  {policy:8} {sinks}")
+    return 0

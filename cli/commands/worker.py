@@ -1,0 +1,24 @@
+"""engine worker -A module:app: run a worker until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from cli.loader import load_app
+from engine import run_worker
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("worker", help="run a worker for the app")
+    p.add_argument("--data-dir", help="where local state lives (default: ./data)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    app = load_app(args.app)
+    overrides = {"broker": args.broker, "data_dir": args.data_dir}
+    logging.getLogger("engine").info("starting worker for %s", app.id)
+    asyncio.run(run_worker(app, overrides))
+    return 0

@@ -1,0 +1,63 @@
+"""The `engine` command: a thin shell over engine. Errors are one line that says what to do."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from cli.commands import inspect, send, worker
+from cli.loader import LoadError
+from engine import BrokerUnavailable, EngineError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-A", "--app", required=True, help="the app, as module:attribute")
+    common.add_argument("--broker", help="override the broker URL (kafka://host:port or memory://)")
+    common.add_argument("--loglevel", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    parser = argparse.ArgumentParser(prog="engine", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (worker, send, inspect):
+        module.add_parser(_WithCommon(sub, common))
+    return parser
+
+
+class _WithCommon:
+    """Adds the common options (-A, --broker, --loglevel) to every command's parser."""
+
+    def __init__(self, sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+        self._sub = sub
+        self._common = common
+
+    def add_parser(self, name: str, **kwargs: object) -> argparse.ArgumentParser:
+        return self._sub.add_parser(name, parents=[self._common], **kwargs)  # type: ignore[no-any-return, arg-type]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = getattr(logging, str(args.loglevel).upper(), None)
+    if not isinstance(level, int):
+        print(f"engine: --loglevel {args.loglevel!r} is not one of DEBUG, INFO, WARNING, ERROR",
+              file=sys.stderr)
+        return 2
+    logging.basicConfig(level=level, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiokafka").setLevel(max(level, logging.WARNING))
+    try:
+        code: int = args.run(args)
+        return code
+    except LoadError as exc:
+        print(f"engine: {exc}", file=sys.stderr)
+    except BrokerUnavailable as exc:
+        print(f"engine: {exc} Start one (see README: python -m tests.kafka start) or pass --broker.",
+              file=sys.stderr)
+    except EngineError as exc:
+        print(f"engine: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+    return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,33 @@
+"""Session-wide fixtures: a real Kafka broker (and a 3-node cluster), started once and stopped after."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.kafka.broker import KafkaCluster
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[KafkaCluster]:
+    """One KRaft broker on loopback; ENGINE_TEST_KAFKA=host:port uses a broker you started yourself."""
+    external = os.environ.get("ENGINE_TEST_KAFKA")
+    if external:
+        yield _External(external)  # type: ignore[misc]
+        return
+    with KafkaCluster(1) as cluster:
+        yield cluster
+
+
+class _External:
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.url = "kafka://" + bootstrap
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[KafkaCluster]:
+    with KafkaCluster(3) as cluster:
+        yield cluster

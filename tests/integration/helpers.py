@@ -1,0 +1,98 @@
+"""Helpers for integration tests: worker processes, and plain aiokafka clients to feed and read topics."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+class WorkerProcess:
+    """`engine worker -A ...` as a child process, with its output kept for the failure message."""
+
+    def __init__(self, app: str, broker: str, env: dict[str, str], log: Path) -> None:
+        self.log_path = log
+        self._log = log.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "worker", "-A", app, "--broker", broker,
+             "--loglevel", "INFO"],
+            cwd=ROOT, env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT,
+        )
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def terminate(self, timeout: float = 30) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError(f"worker did not stop on SIGTERM:\n{self.output()[-3000:]}") from None
+        finally:
+            self._log.close()
+
+
+async def create_topics(bootstrap: str, names: Iterable[str], partitions: int = 4) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    finally:
+        await admin.close()
+
+
+async def produce(bootstrap: str, topic: str, items: Iterable[tuple[Any, Any]],
+                  raw: bool = False) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        for key, value in items:
+            k = key if raw or key is None else str(key).encode()
+            v = value if raw else orjson.dumps(value)
+            await producer.send(topic, v, key=k)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def consume_until(bootstrap: str, topic: str, done: Any, timeout: float = 60.0) -> list[Any]:
+    """Read `topic` from the beginning until `done(records)` is true; returns the records."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    records: list[Any] = []
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not done(records):
+            if loop.time() > deadline:
+                raise AssertionError(f"timed out reading {topic!r}: {len(records)} records so far")
+            batches = await consumer.getmany(timeout_ms=500)
+            for batch in batches.values():
+                records.extend(batch)
+    finally:
+        await consumer.stop()
+    return records
