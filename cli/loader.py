@@ -14,7 +14,7 @@ class LoadError(Exception):
 
 
 def load_app(spec: str) -> App:
-    module_name, sep, attribute = spec.partition(":")
+    module_name, _sep, attribute = spec.partition(":")
     if not module_name:
         raise LoadError(f"-A {spec!r}: give the app as module:attribute, e.g. -A examples.wordcount:app")
     if os.getcwd() not in sys.path:

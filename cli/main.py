@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from cli.commands import inspect, send, worker
 from cli.loader import LoadError
 from engine import BrokerUnavailable, EngineError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:

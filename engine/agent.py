@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import uuid
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.errors import AskTimeout, ConfigError, NotRunning
 from engine.settings import ERROR_POLICIES, ErrorPolicy
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from engine.streams import AgentFun
     from engine.topics import Topic
 

@@ -9,16 +9,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.agent import Agent, Sink
 from engine.errors import ConfigError
 from engine.settings import ErrorPolicy, Settings, load_settings
-from engine.streams import AgentFun
 from engine.topics import Topic
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+    from engine.streams import AgentFun
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,8 @@ class JsonCodec:
         return obj
 
     def _record(self, obj: Any) -> Any:
-        assert self.type is not None and self._fields is not None
+        assert self.type is not None
+        assert self._fields is not None
         if not isinstance(obj, dict):
             raise DecodeError(f"expected a JSON object for {self.type.__name__}, got {obj!r:.80}")
         unknown = obj.keys() - self._fields

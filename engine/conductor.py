@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from agents import Fatal, Service
@@ -21,6 +20,8 @@ from engine.events import TP, Event
 from engine.offsets import OffsetTracker
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Coroutine
+
     from engine.runner import AgentRunner
     from engine.settings import Settings
     from engine.topics import Topic
@@ -242,7 +243,7 @@ class Conductor(Service):
             for mailbox in runner.all_mailboxes():
                 mailbox.purge(drop)
         deadline = time.monotonic() + self.settings.shutdown_timeout.total_seconds()
-        while time.monotonic() < deadline and any(
+        while time.monotonic() < deadline and any(  # noqa: ASYNC110  # acks come from many places; polling is simplest
             tp in self.trackers and self.trackers[tp].in_flight > purged[tp] for tp in revoked
         ):
             await asyncio.sleep(0.01)

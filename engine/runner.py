@@ -2,9 +2,9 @@
 
 Error policy, per agent (default from settings): an exception while an event is current is logged with
 topic, partition and offset; under "dlq" the raw record goes to `<app>-<agent>-dlq` with the error in its
-headers, is acked, and the agent function is started again on the rest of its mailbox (never a retry of the
-same record, never a silent loss). Under "stop" the worker stops and the record stays uncommitted. A crash with
-no current event goes to the supervisor, which restarts the instance within its restart limit.
+headers, is acked, and the agent function is started again on the rest of its mailbox (never a retry of
+the same record, never a silent loss). Under "stop" the worker stops and the record stays uncommitted. A
+crash with no current event goes to the supervisor, which restarts the instance within its restart limit.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 from agents import ActorGroup, Fatal, Mailbox, RestartPolicy, Service
 from engine.agent import CORRELATION_ID, REPLY_TO, Agent
 from engine.errors import EngineError
-from engine.events import Event, RawRecord
 from engine.streams import Stream, UpstreamError
 from engine.topics import Topic
 
 if TYPE_CHECKING:
+    from engine.events import Event, RawRecord
     from engine.settings import Settings
     from engine.transport.base import Producer
 

@@ -11,19 +11,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents import Service
-from engine.app import App
 from engine.conductor import Conductor
 from engine.errors import WorkerFailed
 from engine.replies import ReplyService
 from engine.runner import AgentRunner
-from engine.settings import Settings
 from engine.timers import timer_supervisor
 from engine.topics import Topic
 from engine.transport import Producer, open_transport
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from engine.app import App
+    from engine.settings import Settings
 
 log = logging.getLogger(__name__)
 

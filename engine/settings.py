@@ -9,14 +9,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from engine.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 ErrorPolicy = Literal["dlq", "stop"]
 ERROR_POLICIES = ("dlq", "stop")

@@ -4,12 +4,13 @@ the agents' restart limit."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from agents import RestartPolicy, Supervisor
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from engine.app import Timer
     from engine.settings import Settings
 

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from engine.codecs import Codec, codec_for
 from engine.errors import DecodeError, NotRunning
-from engine.events import Headers, RawRecord
 from engine.transport.base import TopicSpec
 
 if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Mapping
+
+    from engine.events import Headers, RawRecord
     from engine.transport.base import Producer
 
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cli.loader import load_app
 from engine import App, ConfigError, Topic
 from engine.codecs import loads
 from engine.transport import open_transport
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from cli.loader import load_app
 from engine import run_worker
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

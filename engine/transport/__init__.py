@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import ConfigError
 from engine.transport.base import Admin, Consumer, PartitionsCallback, Producer, TopicSpec, Transport
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 def open_transport(url: str, options: Mapping[str, Any] | None = None) -> Transport:

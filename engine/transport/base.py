@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from engine.events import TP, Headers, RawRecord
+
+if TYPE_CHECKING:
+    import asyncio
 
 PartitionsCallback = Callable[[set[TP]], Awaitable[None]]
 

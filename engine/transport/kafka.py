@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -20,7 +19,11 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from engine.errors import BrokerUnavailable, DeliveryFailed, TransportError
 from engine.events import TP, Headers, RawRecord
-from engine.transport.base import PartitionsCallback, TopicSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping
+
+    from engine.transport.base import PartitionsCallback, TopicSpec
 
 log = logging.getLogger(__name__)
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from engine.events import TP, Headers, RawRecord
 from engine.partitioner import partition_for
-from engine.transport.base import PartitionsCallback, TopicSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping
+
+    from engine.transport.base import PartitionsCallback, TopicSpec
 
 
 @dataclass(slots=True, frozen=True)

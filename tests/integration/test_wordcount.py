@@ -21,7 +21,8 @@ async def test_wordcount_end_to_end(kafka, tmp_path):
     worker = WorkerProcess("examples.wordcount:app", kafka.url, {}, tmp_path / "wordcount.log")
     try:
         for line in text:
-            subprocess.run(
+            await asyncio.to_thread(
+                subprocess.run,
                 [sys.executable, "-m", "cli.main", "send", "-A", "examples.wordcount:app",
                  "--broker", kafka.url, "lines", line],
                 cwd=ROOT, check=True, capture_output=True,

@@ -1,6 +1,5 @@
 import asyncio
 import uuid
-from datetime import timedelta
 
 import engine
 from engine.transport.memory import MemoryBroker
