@@ -5,7 +5,7 @@ parent's `on_start`, in the order they were added, and stop in reverse after the
 stays private to this package; callers see `Service`, `ServiceState` and `spawn`.
 
 `spawn` is the only way a service starts a background task: every task belongs to its service, and `stop`
-cancels and awaits whatever is still running, so nothing is orphaned.
+cancels and awaits whatever is still running (before `on_stop`), so nothing is orphaned.
 """
 
 from __future__ import annotations
@@ -125,13 +125,12 @@ class Service:
         """Called once this service and all its children are running."""
 
     async def on_stop(self) -> None:
-        """Called before children stop, and before spawned tasks are cancelled."""
+        """Called after this service's spawned tasks were cancelled, before its children stop."""
 
     async def _before_children_stop(self) -> None:
-        try:
-            await self.on_stop()
-        finally:
-            await cancel_and_wait(list(self._tasks))
+        # Tasks first: on_stop may close what they use (a consumer), and must not race them.
+        await cancel_and_wait(list(self._tasks))
+        await self.on_stop()
 
     def _transition(self, new: ServiceState) -> None:
         if new not in _ALLOWED[self.state]:

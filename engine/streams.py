@@ -81,24 +81,11 @@ class _Operators:
 
     def items(self) -> Derived:
         """(key, value) pairs."""
-        root = self.root
-
-        async def gen() -> AsyncIterator[Any]:
-            async for value in self:
-                event = root.current_event
-                yield (event.key if event is not None else None), value
-
-        return Derived(root, gen())
+        return Derived(self.root, _Items(self.__aiter__(), self.root))
 
     def events(self) -> Derived:
         """The Event objects (key, value, headers, timestamp, topic, partition, offset)."""
-        root = self.root
-
-        async def gen() -> AsyncIterator[Any]:
-            async for _ in self:
-                yield root.current_event
-
-        return Derived(root, gen())
+        return Derived(self.root, _Events(self.__aiter__(), self.root))
 
     def enumerate(self, start: int = 0) -> Derived:
         async def gen() -> AsyncIterator[Any]:
@@ -165,6 +152,30 @@ class _Operators:
         stream = Stream(context.subscribe(topic), context, topic)
         stream.set_upstream(self.__aiter__(), self.root, topic, key)
         return stream
+
+
+class _Items:
+    """items() as a plain iterator: no async generator frame on the hottest path."""
+
+    __slots__ = ("_root", "_upstream")
+
+    def __init__(self, upstream: AsyncIterator[Any], root: Stream) -> None:
+        self._upstream = upstream
+        self._root = root
+
+    def __aiter__(self) -> _Items:
+        return self
+
+    async def __anext__(self) -> tuple[Any, Any]:
+        value = await self._upstream.__anext__()
+        event = self._root._current
+        return (event.key if event is not None else None), value
+
+
+class _Events(_Items):
+    async def __anext__(self) -> Any:
+        await self._upstream.__anext__()
+        return self._root._current
 
 
 class Derived(_Operators):

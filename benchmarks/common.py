@@ -1,0 +1,55 @@
+"""Shared by the benchmarks: a broker (ours from tests/kafka unless --broker is given) and preloading."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+from collections.abc import Iterator
+
+import orjson
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+
+@contextlib.contextmanager
+def broker(bootstrap: str | None) -> Iterator[str]:
+    """Yield a bootstrap address: the given one, or a fresh single broker started for this run."""
+    if bootstrap:
+        yield bootstrap
+        return
+    from tests.kafka.broker import KafkaCluster
+
+    with KafkaCluster(1, heap="1g") as cluster:
+        yield cluster.bootstrap
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--broker", help="host:port of a running Kafka (default: start one)")
+    p.add_argument("--messages", type=int, default=200_000)
+    p.add_argument("--partitions", type=int, default=4)
+    return p
+
+
+async def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    finally:
+        await admin.close()
+
+
+async def preload(bootstrap: str, topic: str, count: int) -> float:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=512 * 1024)
+    await producer.start()
+    started = time.perf_counter()
+    try:
+        for i in range(count):
+            value = orjson.dumps({"id": i, "user": f"user-{i % 1000}", "amount": i % 97, "ok": True})
+            await producer.send(topic, value, key=str(i % 1000).encode())
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return time.perf_counter() - started
