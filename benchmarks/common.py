@@ -4,24 +4,42 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import time
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 
 @contextlib.contextmanager
 def broker(bootstrap: str | None) -> Iterator[str]:
-    """Yield a bootstrap address: the given one, or a fresh single broker started for this run."""
+    """Yield a bootstrap address: the given one, or a fresh single broker started for this run.
+
+    A broker we start is pinned to the last core and this process to the first, so that the Python side
+    of every job (raw or engine) gets one core to itself and the ratios are not at the mercy of the JVM.
+    """
     if bootstrap:
         yield bootstrap
         return
     from tests.kafka.broker import KafkaCluster
 
-    with KafkaCluster(1, heap="1g") as cluster:
+    cores = sorted(os.sched_getaffinity(0))
+    pinned = len(cores) > 1
+    with KafkaCluster(1, heap="1g", cpus=str(cores[-1]) if pinned else None) as cluster:
+        if pinned:
+            os.sched_setaffinity(0, {cores[0]})
         yield cluster.bootstrap
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def parser(description: str) -> argparse.ArgumentParser:

@@ -18,7 +18,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 import engine
-from benchmarks.common import broker, create_topics, parser, preload
+from benchmarks.common import broker, create_topics, median, parser, preload
 
 
 async def raw_aiokafka(bootstrap: str, source: str, sink: str, count: int) -> float:
@@ -83,9 +83,8 @@ async def engine_agent(bootstrap: str, source: str, sink: str, count: int) -> fl
 
 
 async def main() -> None:
-    args = parser(__doc__ or "").add_argument_group()
     p = parser(__doc__ or "")
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with broker(args.broker) as bootstrap:
@@ -93,15 +92,15 @@ async def main() -> None:
         await create_topics(bootstrap, [source, source + "-raw", source + "-engine"], args.partitions)
         took = await preload(bootstrap, source, args.messages)
         print(f"preloaded {args.messages} messages on {args.partitions} partitions in {took:.1f}s")
-        raws, engines = [], []
+        raws, engines, ratios = [], [], []
         for round_ in range(args.rounds):
             raws.append(await raw_aiokafka(bootstrap, source, source + "-raw", args.messages))
             engines.append(await engine_agent(bootstrap, source, source + "-engine", args.messages))
+            ratios.append(engines[-1] / raws[-1])
             print(f"round {round_ + 1}: raw aiokafka {raws[-1]:,.0f} msg/s, "
-                  f"engine {engines[-1]:,.0f} msg/s, engine/raw {engines[-1] / raws[-1]:.2f}")
-        raw, eng = max(raws), max(engines)
-        print(f"best: raw aiokafka {raw:,.0f} msg/s, engine agent {eng:,.0f} msg/s, "
-              f"engine/raw {eng / raw:.2f}")
+                  f"engine {engines[-1]:,.0f} msg/s, engine/raw {ratios[-1]:.2f}")
+        print(f"median: raw aiokafka {median(raws):,.0f} msg/s, engine agent {median(engines):,.0f} "
+              f"msg/s, engine/raw {median(ratios):.2f} (rounds: {args.rounds})")
 
 
 if __name__ == "__main__":

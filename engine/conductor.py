@@ -14,7 +14,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from agents import Fatal, Service
+from agents import Fatal, Service, ServiceState
 from engine.errors import DecodeError, TransportError
 from engine.events import TP, Event
 from engine.offsets import OffsetTracker
@@ -134,14 +134,14 @@ class Conductor(Service):
 
     async def _dispatch_one(self, topic: Topic, runner: AgentRunner, partition: int,
                             records: list, tracker: OffsetTracker) -> None:  # type: ignore[type-arg]
-        decode_key = topic.key_codec.decode
+        decode_key = None if topic.key_codec.name == "raw" else topic.key_codec.decode
         decode_value = topic.value_codec.decode
         events: list[Event] = []
         append = events.append
         track = tracker.track
         for record in records:
             try:
-                key = decode_key(record.key)
+                key = record.key if decode_key is None else decode_key(record.key)
                 value = decode_value(record.value)
             except DecodeError:
                 await self._undecodable(topic, runner, record, tracker)
@@ -242,7 +242,9 @@ class Conductor(Service):
         for runner in runners:
             for mailbox in runner.all_mailboxes():
                 mailbox.purge(drop)
-        deadline = time.monotonic() + self.settings.shutdown_timeout.total_seconds()
+        # While stopping, agents have already finished or abandoned their in-flight events: don't wait.
+        wait = self.settings.shutdown_timeout.total_seconds() if self.state is ServiceState.RUNNING else 0
+        deadline = time.monotonic() + wait
         while time.monotonic() < deadline and any(  # noqa: ASYNC110  # acks come from many places; polling is simplest
             tp in self.trackers and self.trackers[tp].in_flight > purged[tp] for tp in revoked
         ):

@@ -220,6 +220,9 @@ class Stream(_Operators):
             self._current = None
             if self._holding:
                 self._held.append(event)
+            elif event._refs == 1 and event._tracker is not None:  # the common case, inlined
+                event._refs = 0
+                event._tracker.ack(event.record.offset)
             else:
                 event.ack()
         event = self._mailbox.get_nowait()

@@ -36,6 +36,7 @@ class Topic:
         self.key_type = key_type
         self.value_type = value_type
         self.key_codec: Codec = codec_for(key_type, key_serializer)
+        self._raw_key = self.key_codec.name == "raw"
         self.value_codec: Codec = codec_for(value_type, value_serializer)
         self.partitions = partitions
         self.replication = replication
@@ -70,12 +71,12 @@ class Topic:
                 f"topic {self.name!r} is not attached to a running worker; start one with "
                 "`engine worker -A module:app` (or send from inside an agent or timer)"
             )
+        if not self._raw_key:
+            key = self.key_codec.encode(key)
+        elif key is not None and not isinstance(key, bytes):
+            key = self.key_codec.encode(key)  # raises a clear EncodeError
         return await producer.send(
-            self.name,
-            self.key_codec.encode(key),
-            self.value_codec.encode(value),
-            headers=headers,
-            partition=partition,
+            self.name, key, self.value_codec.encode(value), headers=headers, partition=partition
         )
 
     def decode(self, record: RawRecord) -> tuple[Any, Any]:

@@ -6,8 +6,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from cli.loader import load_app
-from engine import App, ConfigError, Topic
-from engine.codecs import loads
+from engine import App, DecodeError, Topic
 from engine.transport import open_transport
 
 if TYPE_CHECKING:
@@ -22,24 +21,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.set_defaults(run=run)
 
 
-def _parse(topic: Topic, codec_name: str, text: str | None, what: str) -> Any:
-    if text is None or codec_name != "json":
-        return text.encode() if text is not None and codec_name == "raw" else text
+def _parse(topic: Topic, text: str | None, what: str) -> Any:
+    """Decode the command-line text with the topic's own codec, so its type is checked the same way."""
+    if text is None:
+        return None
+    codec = topic.value_codec if what == "value" else topic.key_codec
+    declared = topic.value_type if what == "value" else topic.key_type
     try:
-        return loads(text)
-    except ValueError:
-        if (topic.value_type if what == "value" else topic.key_type) in (None, str):
+        return codec.decode(text.encode())
+    except DecodeError as exc:
+        if codec.name == "json" and declared in (None, str):
             return text  # a bare word on a JSON topic means the string
-        raise ConfigError(f"{what} {text!r} is not valid JSON for topic {topic.name!r}") from None
+        raise DecodeError(f"{what} {text!r} does not fit topic {topic.name!r}: {exc}") from None
 
 
 async def _send(app: App, broker: str | None, args: argparse.Namespace) -> None:
     settings = app.settings({"broker": broker})
     topic = app.topics.get(args.topic) or Topic(args.topic)
-    key = _parse(topic, topic.key_codec.name, args.key, "key")
-    value = _parse(topic, topic.value_codec.name, args.value, "value")
-    if topic.value_type not in (None, str, bytes, int, float, bool, dict, list) and isinstance(value, dict):
-        value = topic.value_type(**value)  # check the fields of a record type before sending
+    key = _parse(topic, args.key, "key")
+    value = _parse(topic, args.value, "value")
     producer = open_transport(settings.broker, settings.broker_options).producer()
     await producer.start()
     try:

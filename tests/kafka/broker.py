@@ -97,6 +97,7 @@ class KafkaCluster:
         ports: list[int] | None = None,
         root: Path | None = None,
         heap: str = "512m",
+        cpus: str | None = None,
     ) -> None:
         if nodes not in (1, 3):
             raise ValueError(f"nodes must be 1 or 3, not {nodes}")
@@ -104,6 +105,7 @@ class KafkaCluster:
         self._own_root = root is None
         self.root = root or Path(tempfile.mkdtemp(prefix="engine-kafka-"))
         self.heap = heap
+        self.cpus = cpus  # e.g. "1": pin the JVMs (taskset) so benchmarks don't share a core with them
         ports = ports or [free_port() for _ in range(nodes)]
         self.nodes = [
             Node(i + 1, ports[i], free_port(), self.root / f"node-{i + 1}") for i in range(nodes)
@@ -150,7 +152,9 @@ class KafkaCluster:
         )
 
     def _java(self, main: str, *args: str) -> list[str]:
+        pin = ["taskset", "-c", self.cpus] if self.cpus else []
         return [
+            *pin,
             "java", f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}",

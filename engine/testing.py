@@ -1,0 +1,56 @@
+"""A test kit for apps: run one on a private in-memory broker, feed it, and wait for what it computes.
+
+    async with testing.running(app) as worker:
+        await my_topic.send(value=...)
+        await testing.eventually(lambda: results == expected)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from engine.runtime import Worker
+from engine.transport.memory import MemoryBroker
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+
+    from engine.app import App
+
+
+def memory_url() -> str:
+    """A memory:// URL of a fresh, private broker."""
+    return f"memory://test-{uuid.uuid4().hex}"
+
+
+def broker_for(url: str) -> MemoryBroker:
+    return MemoryBroker.named(url.split("://", 1)[1])
+
+
+@contextlib.asynccontextmanager
+async def running(app: App, **overrides: Any) -> AsyncIterator[Worker]:
+    """Run a worker for `app` for the block: on the app's memory:// broker, or a private one if the app is
+    configured for Kafka and no `broker=` is given."""
+    if "broker" not in overrides and app.settings().transport_scheme != "memory":
+        overrides["broker"] = memory_url()
+    overrides.setdefault("commit_interval", 0.05)
+    worker = Worker(app, app.settings(overrides))
+    await worker.start()
+    try:
+        yield worker
+    finally:
+        worker.request_stop()
+        await worker.run_until_stopped()
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait until `predicate()` is true; fail with AssertionError after `timeout` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {timeout:g}s")
+        await asyncio.sleep(0.005)

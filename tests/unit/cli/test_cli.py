@@ -1,0 +1,78 @@
+"""The engine command: one-line errors that say what to do, and the listing commands."""
+
+import pytest
+
+from cli.main import main
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_missing_module_is_one_line(capsys):
+    code, _, err = run(capsys, "agents", "-A", "no_such_module:app")
+    assert code == 1
+    assert err.strip() == ("engine: no module named 'no_such_module'; run from the directory that "
+                           "contains it or check the -A spelling")
+
+
+def test_missing_attribute_and_wrong_type(capsys):
+    assert run(capsys, "agents", "-A", "examples.wordcount:nope")[2].strip() == (
+        "engine: module 'examples.wordcount' has no attribute 'nope'; expected an engine.App")
+    assert "is a dict, not an engine.App" in run(capsys, "agents", "-A", "examples.wordcount:totals")[2]
+
+
+def test_unreachable_broker_says_how_to_start_one(capsys):
+    code, _, err = run(capsys, "send", "-A", "examples.wordcount:app", "--broker",
+                       "kafka://127.0.0.1:1", "lines", "hello")
+    assert code == 1
+    assert "no Kafka broker answered at '127.0.0.1:1'" in err
+    assert "python -m tests.kafka start" in err
+    assert "Traceback" not in err
+
+
+def test_bad_setting_from_the_command_line(capsys):
+    code, _, err = run(capsys, "agents", "-A", "examples.wordcount:app", "--broker", "kafka:/oops")
+    assert code == 1
+    assert err.startswith("engine: setting 'broker' is 'kafka:/oops'")
+
+
+def test_listings(capsys):
+    code, out, _ = run(capsys, "agents", "-A", "examples.wordcount:app")
+    assert code == 0
+    assert "split" in out
+    assert "lines" in out
+    code, out, _ = run(capsys, "topics", "-A", "examples.not_viewing:app")
+    assert "app-events" in out
+    assert "json:AppEvent" in out
+
+
+def test_send_on_memory(capsys):
+    code, out, _ = run(capsys, "send", "-A", "examples.not_viewing:app", "--broker", "memory://cli",
+                       "app-events", '{"user": "ada", "action": "Close"}', "--key", "ada")
+    assert code == 0
+    assert out.startswith("sent to app-events")
+    code, _, err = run(capsys, "send", "-A", "examples.not_viewing:app", "--broker", "memory://cli",
+                       "app-events", '{"user": "ada"}')
+    assert code == 1
+    assert err.startswith("engine: value '{\"user\": \"ada\"}' does not fit topic 'app-events'")
+    assert "cannot build AppEvent" in err
+
+
+def test_loglevel_is_checked(capsys):
+    assert run(capsys, "agents", "-A", "examples.wordcount:app", "--loglevel", "LOUD")[0] == 2
+
+
+@pytest.mark.parametrize("package", ["engine", "agents"])
+def test_public_api_is_sorted_and_complete(package):
+    import importlib
+
+    module = importlib.import_module(package)
+    assert len(module.__all__) == len(set(module.__all__))  # order: ruff's RUF022 keeps it sorted
+    for name in module.__all__:
+        assert hasattr(module, name), name
+    public = {n for n, v in vars(module).items()
+              if not n.startswith("_") and not isinstance(v, type(module))}
+    assert public <= set(module.__all__) | {"annotations"}

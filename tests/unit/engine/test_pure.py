@@ -1,0 +1,131 @@
+"""Offsets, codecs, settings and the partitioner: pure code, no event loop."""
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+
+from engine import ConfigError, DecodeError, EncodeError
+from engine.codecs import codec_for
+from engine.offsets import OffsetTracker
+from engine.partitioner import murmur2, partition_for
+from engine.settings import load_settings
+
+
+def test_commit_point_is_last_contiguous_ack_plus_one():
+    tracker = OffsetTracker()
+    for offset in (10, 11, 12, 13):
+        tracker.track(offset)
+    assert tracker.committable() is None
+    tracker.ack(12)
+    assert tracker.committable() is None, "12 finished but 10 and 11 did not"
+    tracker.ack(10)
+    assert tracker.committable() == 11
+    tracker.ack(11)
+    assert tracker.committable() == 13, "11 closes the gap up to 12"
+    tracker.mark_committed(13)
+    assert tracker.committable() is None
+    tracker.ack(13)
+    assert tracker.committable() == 14
+    assert tracker.in_flight == 0
+
+
+def test_offsets_with_gaps_commit_past_the_last_done():
+    tracker = OffsetTracker()
+    for offset in (5, 9, 20):  # compacted topic: gaps between offsets
+        tracker.track(offset)
+    tracker.ack(9)
+    tracker.ack(5)
+    assert tracker.committable() == 10
+
+
+def test_kafka_partitioner_vectors():
+    # Values from Kafka's Java client (Utils.murmur2) test vectors.
+    assert murmur2(b"21") == -973932308
+    assert murmur2(b"foobar") == -790332482
+    assert murmur2(b"a-little-bit-long-string") == -985981536
+    assert partition_for(b"foobar", 4) == (-790332482 & 0x7FFFFFFF) % 4
+
+
+@dataclass
+class Payment:
+    customer: str
+    amount: float
+
+
+def test_json_codec_round_trips_dataclasses_and_names_bad_fields():
+    codec = codec_for(Payment)
+    data = codec.encode(Payment("ada", 12.5))
+    assert codec.decode(data) == Payment("ada", 12.5)
+    with pytest.raises(DecodeError, match=r"no field\(s\) \['country'\]"):
+        codec.decode(b'{"customer": "ada", "amount": 1, "country": "FR"}')
+    with pytest.raises(DecodeError, match="cannot build Payment"):
+        codec.decode(b'{"customer": "ada"}')
+    with pytest.raises(DecodeError, match="expected a JSON object"):
+        codec.decode(b"[1]")
+
+
+def test_json_codec_checks_plain_types():
+    assert codec_for(int).decode(b"3") == 3
+    assert codec_for(float).decode(b"3") == 3.0
+    with pytest.raises(DecodeError, match="expected int, got str"):
+        codec_for(int).decode(b'"3"')
+    with pytest.raises(DecodeError, match="expected int, got bool"):
+        codec_for(int).decode(b"true")
+    with pytest.raises(DecodeError, match="not valid JSON"):
+        codec_for(None).decode(b"{nope")
+    assert codec_for(None).decode(None) is None
+
+
+def test_str_and_raw_codecs():
+    assert codec_for(str).encode("héllo") == "héllo".encode()
+    assert codec_for(str).decode("héllo".encode()) == "héllo"
+    with pytest.raises(DecodeError, match="UTF-8"):
+        codec_for(str).decode(b"\xff")
+    with pytest.raises(EncodeError, match="takes str"):
+        codec_for(str).encode(3)
+    assert codec_for(bytes).decode(b"\x00") == b"\x00"
+    with pytest.raises(EncodeError, match="takes bytes"):
+        codec_for(bytes).encode("x")
+    with pytest.raises(ConfigError, match="unknown serializer 'xml'"):
+        codec_for(None, "xml")
+    with pytest.raises(EncodeError, match="cannot encode object"):
+        codec_for(None).encode(object())
+
+
+def test_settings_precedence_and_coercion():
+    env = {"ENGINE_COMMIT_INTERVAL": "0.25", "ENGINE_BROKER": "memory://env"}
+    s = load_settings("app", {"broker": "kafka://a:1", "commit_interval": 5}, None, env)
+    assert s.broker == "memory://env"
+    assert s.commit_interval == timedelta(seconds=0.25)
+    s = load_settings("app", {}, {"broker": "kafka://b:2,c:3", "data_dir": "/tmp/x"}, env)
+    assert s.bootstrap_servers == ["b:2", "c:3"]
+    assert str(s.data_dir) == "/tmp/x"
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"broker": "http://x:1"}, "setting 'broker' is 'http://x:1'; unknown scheme 'http'"),
+        ({"broker": "kafka://nohost"}, "'nohost' is not host:port"),
+        ({"commit_interval": 0}, "setting 'commit_interval' is 0s; expected a positive duration"),
+        ({"commit_interval": "soon"}, "setting 'commit_interval' is 'soon'; expected a number"),
+        ({"mailbox_size": 0}, "setting 'mailbox_size' is 0; expected an integer of at least 1"),
+        ({"agent_error_policy": "retry"}, "setting 'agent_error_policy' is 'retry'"),
+        ({"comit_interval": 1}, "unknown setting 'comit_interval'"),
+    ],
+)
+def test_bad_settings_name_the_setting(given, message):
+    with pytest.raises(ConfigError) as info:
+        load_settings("app", given, None, {})
+    assert message in str(info.value)
+
+
+def test_bad_env_setting_fails_naming_it():
+    with pytest.raises(ConfigError, match="setting 'topic_partitions' is 'four'"):
+        load_settings("app", {}, None, {"ENGINE_TOPIC_PARTITIONS": "four"})
+
+
+def test_bad_app_id():
+    with pytest.raises(ConfigError, match="setting 'app_id' is 'my app'"):
+        load_settings("my app", {}, None, {})

@@ -1,0 +1,287 @@
+"""Streams, agents, sinks, ask, timers and error policies on the in-memory broker."""
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+
+import engine
+from engine import testing
+from engine.events import TP
+
+
+def app_on_memory(name: str = "t", **settings) -> tuple[engine.App, str]:
+    url = testing.memory_url()
+    return engine.App(name, broker=url, **settings), url
+
+
+async def test_filter_map_enumerate_and_items_keep_order_per_key():
+    app, _ = app_on_memory()
+    numbers = app.topic("numbers", key_type=str, value_type=int)
+    seen: list = []
+
+    @app.agent(numbers)
+    async def evens(stream):
+        async for index, (key, value) in stream.filter(lambda n: n % 2 == 0).map(
+            lambda n: n * 10
+        ).items().enumerate():
+            seen.append((index, key, value))
+
+    async with testing.running(app):
+        for n in range(10):
+            await numbers.send(key="k", value=n)
+        await testing.eventually(lambda: len(seen) == 5)
+    assert seen == [(i, "k", n * 10) for i, n in enumerate(range(0, 10, 2))]
+
+
+async def test_async_predicates_and_events():
+    app, _ = app_on_memory()
+    topic = app.topic("t", key_type=str, value_type=int)
+    got: list = []
+
+    async def is_big(n: int) -> bool:
+        await asyncio.sleep(0)
+        return n > 2
+
+    @app.agent(topic)
+    async def agent(stream):
+        async for event in stream.filter(is_big).events():
+            got.append((event.topic, event.key, event.value, event.offset >= 0))
+
+    async with testing.running(app):
+        for n in range(5):
+            await topic.send(key="a", value=n)
+        await testing.eventually(lambda: len(got) == 2)
+    assert got == [("t", "a", 3, True), ("t", "a", 4, True)]
+
+
+async def test_take_batches_by_size_and_by_time_and_commits_only_whole_batches():
+    app, _ = app_on_memory()
+    topic = app.topic("t", key_type=str, value_type=int, partitions=1)
+    batches: list[list[int]] = []
+    release = asyncio.Event()
+
+    @app.agent(topic)
+    async def agent(stream):
+        async for batch in stream.take(3, within=0.1):
+            batches.append(batch)
+            if len(batches) == 2:
+                await release.wait()
+
+    async with testing.running(app) as worker:
+        for n in range(5):
+            await topic.send(key="k", value=n)
+        await testing.eventually(lambda: len(batches) == 2)
+        assert batches == [[0, 1, 2], [3, 4]], "the short batch comes out after `within`"
+        await asyncio.sleep(0.15)
+        tracker = worker.conductor.trackers[TP("t", 0)]
+        assert tracker.committable() in (None, 3), "the second batch is still being processed"
+        release.set()
+        await topic.send(key="k", value=5)
+        await testing.eventually(lambda: len(batches) == 3)
+        await testing.eventually(lambda: tracker.committed == 6)  # [5] done once the next is asked for
+
+
+async def test_through_and_group_by_repartition():
+    app, url = app_on_memory("rp")
+    orders = app.topic("orders", key_type=str, value_type=dict)
+    audited = app.topic("audited", key_type=str, value_type=dict)
+    by_customer: dict[str, list] = {}
+    partition_of: dict[str, set[int]] = {}
+
+    @app.agent(orders, concurrency=2)
+    async def regroup(stream):
+        regrouped = stream.through(audited).group_by(lambda o: o["customer"], name="by-customer")
+        async for event in regrouped.events():
+            by_customer.setdefault(event.key, []).append(event.value["id"])
+            partition_of.setdefault(event.key, set()).add(event.partition)
+
+    async with testing.running(app):
+        for i in range(40):
+            await orders.send(key=f"order-{i}", value={"id": i, "customer": f"c{i % 3}"})
+        await testing.eventually(lambda: sum(map(len, by_customer.values())) == 40)
+    broker = testing.broker_for(url)
+    assert "rp-by-customer-repartition" in broker.topics
+    assert sum(len(p) for p in broker.topics["audited"]) == 40
+    assert sorted(by_customer) == ["c0", "c1", "c2"]
+    assert sorted(i for ids in by_customer.values() for i in ids) == list(range(40))
+    for customer, ids in by_customer.items():
+        assert {i % 3 for i in ids} == {int(customer[1:])}
+        assert len(partition_of[customer]) == 1, "one key, one partition"
+
+
+@dataclass
+class Question:
+    a: int
+    b: int
+
+
+async def test_ask_gets_the_yielded_answer_and_sinks_receive_it():
+    app, _ = app_on_memory()
+    results = app.topic("results", value_type=int)
+    sunk: list[int] = []
+    called: list[int] = []
+
+    async def remember(value: int) -> None:
+        called.append(value)
+
+    @app.agent(results)
+    async def collect(stream):
+        async for value in stream:
+            sunk.append(value)
+
+    @app.agent(app.topic("questions", value_type=Question), sink=[results, remember])
+    async def adder(stream):
+        async for q in stream:
+            yield q.a + q.b
+
+    async with testing.running(app):
+        answers = await asyncio.gather(*(adder.ask(Question(i, i), timeout=5) for i in range(5)))
+        await adder.send(Question(100, 1))
+        await testing.eventually(lambda: len(sunk) == 6)
+    assert answers == [0, 2, 4, 6, 8]
+    assert sorted(sunk) == [0, 2, 4, 6, 8, 101]
+    assert sorted(called) == sorted(sunk)
+
+
+async def test_ask_times_out_with_a_clear_error():
+    app, _ = app_on_memory()
+
+    @app.agent()
+    async def silent(stream):
+        async for _ in stream:
+            pass
+
+    async with testing.running(app):
+        with pytest.raises(engine.AskTimeout, match=r"agent 'silent' did not reply within 0\.2s"):
+            await silent.ask(1, timeout=0.2)
+
+
+async def test_send_outside_a_worker_says_what_to_do():
+    app, _ = app_on_memory()
+    topic = app.topic("x")
+    with pytest.raises(engine.NotRunning, match="not attached to a running worker"):
+        await topic.send(value=1)
+
+
+async def test_agent_errors_go_to_the_dlq_and_the_agent_goes_on():
+    app, url = app_on_memory("dl")
+    topic = app.topic("in", key_type=str, value_type=int)
+    done: list[int] = []
+
+    @app.agent(topic)
+    async def fragile(stream):
+        async for n in stream:
+            if n == 3:
+                raise RuntimeError("three is bad")
+            done.append(n)
+
+    async with testing.running(app) as worker:
+        for n in range(6):
+            await topic.send(key="k", value=n)
+        testing.broker_for(url).append("in", b"k", b"not json", (), None)
+        await topic.send(key="k", value=6)
+        await testing.eventually(lambda: len(done) == 6)
+        await testing.eventually(lambda: worker.conductor.trackers[TP("in", _partition())]
+                                 .committed == 8)
+    assert done == [0, 1, 2, 4, 5, 6]
+    dlq = [r for p in testing.broker_for(url).topics["dl-fragile-dlq"] for r in p]
+    errors = {r.value: dict(r.headers) for r in dlq}
+    assert set(errors) == {b"3", b"not json"}
+    assert errors[b"3"]["engine-error"] == b"RuntimeError: three is bad"
+    assert errors[b"not json"]["engine-error-type"] == b"DecodeError"
+    assert errors[b"not json"]["engine-error"].startswith(b"DecodeError: in[%d]@6: cannot decode: not "
+                                                          b"valid JSON" % _partition())
+    assert errors[b"not json"]["engine-offset"] == b"6"
+
+
+def _partition() -> int:
+    from engine.partitioner import partition_for
+
+    return partition_for(b"k", 4)
+
+
+async def test_stop_policy_stops_the_worker_and_does_not_commit_the_failed_record():
+    app, url = app_on_memory("st")
+    topic = app.topic("in", key_type=str, value_type=int, partitions=1)
+
+    @app.agent(topic, on_error="stop")
+    async def strict(stream):
+        async for n in stream:
+            if n == 2:
+                raise ValueError("no twos")
+
+    worker = engine.Worker(app, app.settings({"commit_interval": 0.01}))
+    await worker.start()
+    for n in range(4):
+        await topic.send(key="k", value=n)
+    with pytest.raises(engine.WorkerFailed, match=r"agent 'strict' failed on in\[0\]@2"):
+        await asyncio.wait_for(worker.run_until_stopped(), 5)
+    committed = testing.broker_for(url).groups["st"].committed.get(TP("in", 0))
+    assert committed == 2, "0 and 1 are done; the failed record 2 must stay uncommitted"
+
+
+async def test_crash_outside_a_record_restarts_then_gives_up_past_the_limit():
+    app, _ = app_on_memory("cr", agent_max_restarts=2)
+    starts: list[int] = []
+
+    @app.agent()
+    async def broken(stream):
+        starts.append(1)
+        raise RuntimeError("cannot even start")
+        async for _ in stream:  # pragma: no cover
+            pass
+
+    worker = engine.Worker(app, app.settings())
+    await worker.start()
+    with pytest.raises(engine.WorkerFailed, match="crashed more than 2 times"):
+        await asyncio.wait_for(worker.run_until_stopped(), 5)
+    assert len(starts) == 3
+
+
+async def test_timer_runs_and_a_crashing_timer_is_restarted():
+    app, _ = app_on_memory()
+    ticks: list[int] = []
+
+    @app.timer(0.01)
+    async def tick():
+        ticks.append(1)
+        if len(ticks) == 2:
+            raise RuntimeError("flaky")
+
+    async with testing.running(app) as worker:
+        await testing.eventually(lambda: len(ticks) >= 4)
+        assert worker.timers.restarts == 1
+
+
+async def test_two_workers_split_partitions_and_rebalance_on_leave():
+    url = testing.memory_url()
+    seen: dict[str, list[int]] = {"a": [], "b": []}
+
+    def make(label: str) -> tuple[engine.App, engine.Topic]:
+        app = engine.App("grp", broker=url)
+        topic = app.topic("nums", key_type=str, value_type=int)
+
+        @app.agent(topic)
+        async def record(stream):
+            async for n in stream:
+                seen[label].append(n)
+
+        return app, topic
+
+    app_a, topic_a = make("a")
+    app_b, _ = make("b")
+    async with testing.running(app_a, broker=url) as worker_a:
+        async with testing.running(app_b, broker=url) as worker_b:
+            await testing.eventually(lambda: worker_a.conductor.consumer.assignment()
+                                     and worker_b.conductor.consumer.assignment())
+            await asyncio.sleep(0.05)
+            for n in range(100):
+                await topic_a.send(key=str(n), value=n)
+            await testing.eventually(lambda: len(seen["a"]) + len(seen["b"]) >= 100)
+            assert seen["a"]
+            assert seen["b"]
+        for n in range(100, 200):
+            await topic_a.send(key=str(n), value=n)
+        await testing.eventually(lambda: set(range(100, 200)) <= set(seen["a"]))
+    assert set(seen["a"]) | set(seen["b"]) == set(range(200))
