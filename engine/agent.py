@@ -17,7 +17,7 @@ from engine.errors import AskTimeout, ConfigError, NotRunning
 from engine.settings import ERROR_POLICIES, ErrorPolicy
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     from engine.streams import AgentFun
     from engine.topics import Topic
@@ -74,9 +74,9 @@ class Agent:
     def attach(self, replies: Replies | None) -> None:
         self._replies = replies
 
-    async def send(self, value: Any = None, *, key: Any = None) -> asyncio.Future[object]:
-        """Send `value` to this agent's topic (fire and forget)."""
-        return await self.channel.send(key=key, value=value)
+    def send(self, value: Any = None, *, key: Any = None) -> Awaitable[asyncio.Future[object]]:
+        """Send `value` to this agent's topic (fire and forget once awaited)."""
+        return self.channel.send(key=key, value=value)
 
     async def ask(self, value: Any = None, *, key: Any = None, timeout: float = 30.0) -> Any:
         """Send `value` to this agent and wait for the value it yields for it."""

@@ -9,6 +9,7 @@ uncommitted), final checkpoint, leave the group, stop the producer.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from typing import TYPE_CHECKING, Any
@@ -142,6 +143,18 @@ class Worker(Service):
             raise WorkerFailed(f"worker {self.app.id!r} stopped: {failure}") from failure
 
 
+def settle_heap() -> None:
+    """Hide the start-up heap (modules, the app, clients) from the garbage collector.
+
+    Everything allocated before the worker runs lives as long as the process; left in the collector's
+    generations, every full collection rescans it, and on the per-event path that cost up to 40% more CPU
+    per message in some runs of benchmarks/passthrough.py. A worker process owns its interpreter, so it
+    freezes that heap once, after start-up (the standard-library recipe for long-lived servers).
+    """
+    gc.collect()
+    gc.freeze()
+
+
 async def run_worker(app: App, overrides: Mapping[str, Any] | None = None) -> None:
     """Start a worker for `app`, stop it cleanly on SIGTERM/SIGINT, raise WorkerFailed on failure."""
     worker = Worker(app, app.settings(overrides))
@@ -150,6 +163,7 @@ async def run_worker(app: App, overrides: Mapping[str, Any] | None = None) -> No
         loop.add_signal_handler(sig, worker.request_stop)
     try:
         await worker.start()
+        settle_heap()
         await worker.run_until_stopped()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -158,7 +158,7 @@ class KafkaProducer:
         try:
             future: asyncio.Future[object] = await self._client.send(
                 topic, value, key=key, partition=partition,
-                headers=list(headers) if headers else None,
+                headers=headers or None,
             )
         except KafkaError as exc:
             raise DeliveryFailed(f"cannot send to {topic!r}: {exc}") from exc
