@@ -57,18 +57,19 @@ class WorkerProcess:
             self._log.close()
 
 
-async def create_topics(bootstrap: str, names: Iterable[str], partitions: int = 4) -> None:
+async def create_topics(bootstrap: str, names: Iterable[str], partitions: int = 4,
+                        replication: int = 1) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+        await admin.create_topics([NewTopic(n, partitions, replication) for n in names])
     finally:
         await admin.close()
 
 
 async def produce(bootstrap: str, topic: str, items: Iterable[tuple[Any, Any]],
                   raw: bool = False) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
     await producer.start()
     try:
         for key, value in items:
