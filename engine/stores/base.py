@@ -1,0 +1,49 @@
+"""Stores: where a table partition's state lives, bytes to bytes, with the changelog offset it reflects.
+
+The offset is written in the same atomic batch as the data it describes: after a crash, a partition's store
+and its offset always agree, so recovery replays exactly from there. Keys iterate in byte order (windowed
+tables rely on this to keep one key's windows together).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from engine.errors import EngineError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+
+class StoreError(EngineError):
+    """A store could not be opened or written."""
+
+
+class StoreCorrupt(StoreError):
+    """A store's files are unreadable; it must be destroyed and rebuilt from its changelog."""
+
+
+class PartitionStore(Protocol):
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def write(self, updates: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
+        """Apply puts (bytes) and deletes (None), and record `changelog_offset` if given, atomically."""
+
+    def changelog_offset(self) -> int | None:
+        """The offset of the last changelog record this store reflects, or None for a new store."""
+
+    def items(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Key-ordered pairs with start <= key < end (None: unbounded)."""
+
+    def approximate_len(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class StoreBackend(Protocol):
+    url: str
+
+    def open(self, table: str, partition: int) -> PartitionStore: ...
+
+    def destroy(self, table: str, partition: int) -> None:
+        """Delete a partition's data (the store must be closed): it is rebuilt from the changelog."""

@@ -1,0 +1,113 @@
+"""One contract, every store: memory:// and rocksdb:// must behave the same."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from engine.stores import StoreBackend, StoreCorrupt, StoreError, open_store_backend
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+@pytest.fixture(params=["memory://", "rocksdb://"])
+def backend(request, tmp_path: Path) -> StoreBackend:
+    return open_store_backend(request.param, tmp_path)
+
+
+def test_put_get_delete(backend):
+    store = backend.open("counts", 0)
+    assert store.get(b"a") is None
+    store.write({b"a": b"1", b"b": b"2"}, None)
+    assert store.get(b"a") == b"1"
+    store.write({b"a": None, b"b": b"3"}, None)
+    assert store.get(b"a") is None
+    assert store.get(b"b") == b"3"
+    store.close()
+
+
+def test_offset_is_written_with_the_data_and_survives_reopen(backend):
+    store = backend.open("counts", 1)
+    assert store.changelog_offset() is None
+    store.write({b"k": b"v"}, 41)
+    store.write({b"k2": b"v2"}, None)  # a write without a changelog position keeps the last one
+    assert store.changelog_offset() == 41
+    store.close()
+    again = backend.open("counts", 1)
+    assert again.changelog_offset() == 41
+    assert again.get(b"k") == b"v"
+    assert again.get(b"k2") == b"v2"
+    again.close()
+
+
+def test_partitions_and_tables_are_separate(backend):
+    first, second, other = backend.open("t", 0), backend.open("t", 1), backend.open("u", 0)
+    first.write({b"k": b"0"}, 1)
+    assert second.get(b"k") is None
+    assert other.get(b"k") is None
+    assert second.changelog_offset() is None
+    for store in (first, second, other):
+        store.close()
+
+
+def test_items_are_key_ordered_and_bounded(backend):
+    store = backend.open("ordered", 0)
+    keys = [b"b", b"a", b"c\x00", b"c", b"ab", b"\xff"]
+    store.write({k: k.upper() for k in keys}, None)
+    assert [k for k, _ in store.items()] == sorted(keys)
+    assert list(store.items(b"ab", b"c\x00")) == [(b"ab", b"AB"), (b"b", b"B"), (b"c", b"C")]
+    assert [k for k, _ in store.items(start=b"c")] == [b"c", b"c\x00", b"\xff"]
+    assert [k for k, _ in store.items(end=b"b")] == [b"a", b"ab"]
+    assert store.approximate_len() >= 1
+    store.close()
+
+
+def test_destroy_forgets_everything(backend):
+    store = backend.open("gone", 0)
+    store.write({b"k": b"v"}, 9)
+    store.close()
+    backend.destroy("gone", 0)
+    fresh = backend.open("gone", 0)
+    assert fresh.get(b"k") is None
+    assert fresh.changelog_offset() is None
+    fresh.close()
+
+
+def test_many_writes_in_one_batch(backend):
+    store = backend.open("bulk", 0)
+    store.write({str(i).encode(): str(i * i).encode() for i in range(10_000)}, 10_000)
+    assert store.get(b"9999") == b"99980001"
+    assert sum(1 for _ in store.items()) == 10_000
+    store.close()
+
+
+def test_rocksdb_corrupt_store_is_reported_as_such(tmp_path):
+    backend = open_store_backend("rocksdb://", tmp_path)
+    store = backend.open("bad", 0)
+    store.write({b"k": b"v"}, 1)
+    store.close()
+    path = tmp_path / "bad" / "0"
+    for manifest in path.glob("MANIFEST-*"):
+        manifest.write_bytes(b"garbage" * 10)
+    (path / "CURRENT").write_text("MANIFEST-999999\n")
+    with pytest.raises(StoreCorrupt, match="cannot be opened"):
+        backend.open("bad", 0)
+    backend.destroy("bad", 0)
+    rebuilt = backend.open("bad", 0)
+    assert rebuilt.changelog_offset() is None
+    rebuilt.close()
+
+
+def test_rocksdb_store_in_use_is_a_clear_error(tmp_path):
+    backend = open_store_backend("rocksdb://", tmp_path)
+    store = backend.open("busy", 0)
+    with pytest.raises(StoreError, match="in use"):
+        backend.open("busy", 0)
+    store.close()
+
+
+def test_unknown_store_url(tmp_path):
+    with pytest.raises(ValueError, match="unknown store 'redis://'"):
+        open_store_backend("redis://", tmp_path)
