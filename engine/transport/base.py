@@ -33,6 +33,20 @@ class Consumer(Protocol):
     async def assign_all(self, topic: str, *, from_end: bool) -> None:
         """Outside any group: read every partition of `topic`, from its end or its beginning."""
 
+    def assign(self, tps: Collection[TP]) -> None:
+        """Outside any group: read exactly these partitions (replaces the previous assignment)."""
+
+    def seek(self, tp: TP, offset: int) -> None:
+        """Read `tp` from `offset` next."""
+
+    async def offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
+        """(first offset, end offset) of each partition: the log is [first, end)."""
+
+    def pause(self, tps: Collection[TP]) -> None:
+        """Stop returning records of `tps` until resumed (a partition whose table is recovering)."""
+
+    def resume(self, tps: Collection[TP]) -> None: ...
+
     async def getmany(self, timeout: float, max_records: int) -> Mapping[TP, list[RawRecord]]: ...
 
     async def commit(self, offsets: Mapping[TP, int]) -> None: ...

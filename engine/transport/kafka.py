@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from engine.errors import BrokerUnavailable, DeliveryFailed, TransportError
@@ -65,6 +66,9 @@ class KafkaConsumer:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             max_poll_records=max_poll_records,
+            # Range assignment gives a member the same partition numbers of every co-partitioned topic,
+            # which is what tables partitioned like their source topics rely on.
+            partition_assignment_strategy=(RangePartitionAssignor,),
             **options,
         )
         self._topics: set[str] = set()
@@ -120,6 +124,29 @@ class KafkaConsumer:
 
     def assignment(self) -> set[TP]:
         return {TP(tp.topic, tp.partition) for tp in self._client.assignment()}
+
+    def assign(self, tps: Collection[TP]) -> None:
+        self._client.assign([TopicPartition(*tp) for tp in tps])
+
+    def seek(self, tp: TP, offset: int) -> None:
+        self._client.seek(TopicPartition(*tp), offset)
+
+    async def offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
+        partitions = [TopicPartition(*tp) for tp in tps]
+        if not partitions:
+            return {}
+        try:
+            first = await self._client.beginning_offsets(partitions)
+            end = await self._client.end_offsets(partitions)
+        except KafkaError as exc:
+            raise TransportError(f"cannot read offsets of {sorted(tps)}: {exc}") from exc
+        return {TP(tp.topic, tp.partition): (first[tp], end[tp]) for tp in partitions}
+
+    def pause(self, tps: Collection[TP]) -> None:
+        self._client.pause(*(TopicPartition(*tp) for tp in tps))
+
+    def resume(self, tps: Collection[TP]) -> None:
+        self._client.resume(*(TopicPartition(*tp) for tp in tps))
 
 
 class KafkaProducer:

@@ -150,6 +150,7 @@ class MemoryConsumer:
         self._positions: dict[TP, int] = {}
         self._generation = 0
         self._target: tuple[int, set[TP]] = (0, set())
+        self._paused: set[TP] = set()
         self._running = False
 
     async def start(self) -> None:
@@ -185,6 +186,31 @@ class MemoryConsumer:
     def assignment(self) -> set[TP]:
         return set(self._assigned)
 
+    def assign(self, tps: Collection[TP]) -> None:
+        if self.group_id is not None:
+            raise ValueError("assign is for consumers outside a group")
+        for tp in tps:
+            if tp.topic not in self.broker.topics:
+                self.broker.create_topic(tp.topic, self.broker.default_partitions)
+        self._positions = {tp: self._positions.get(tp, 0) for tp in tps}
+        self._assigned = set(tps)
+
+    def seek(self, tp: TP, offset: int) -> None:
+        self._positions[tp] = offset
+
+    async def offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
+        out = {}
+        for tp in tps:
+            partitions = self.broker.topics.get(tp.topic)
+            out[tp] = (0, len(partitions[tp.partition]) if partitions else 0)
+        return out
+
+    def pause(self, tps: Collection[TP]) -> None:
+        self._paused.update(tps)
+
+    def resume(self, tps: Collection[TP]) -> None:
+        self._paused.difference_update(tps)
+
     async def _sync_group(self) -> None:
         generation, target = self._target
         if self.group_id is None or generation == self._generation:
@@ -194,6 +220,7 @@ class MemoryConsumer:
             await self._on_revoked(set(self._assigned))
         group = self.broker.groups[self.group_id]
         self._assigned = set(target)
+        self._paused.clear()
         self._positions = {tp: group.committed.get(tp, 0) for tp in target}
         if self._on_assigned is not None:
             await self._on_assigned(set(target))
@@ -204,6 +231,8 @@ class MemoryConsumer:
         for tp in sorted(self._assigned):
             if budget <= 0:
                 break
+            if tp in self._paused:
+                continue
             log = self.broker.topics[tp.topic][tp.partition]
             position = self._positions[tp]
             if position < len(log):
