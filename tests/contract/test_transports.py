@@ -116,7 +116,8 @@ async def test_group_consumer_commits_and_a_new_member_resumes_there(transport):
         await first.commit({TP(topic, 0): 4})
     finally:
         await first.stop()
-    assert assigned and TP(topic, 0) in assigned[0]
+    assert assigned
+    assert TP(topic, 0) in assigned[0]
     second = transport.consumer(group_id=group)
     second.subscribe([topic])
     await second.start()
