@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     from engine.streams import AgentFun
+from engine.tables.table import Table as _Table
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class App:
         self.topics: dict[str, Topic] = {}
         self.agents: dict[str, Agent] = {}
         self.timers: dict[str, Timer] = {}
+        self.tables: dict[str, _Table] = {}
 
     def settings(self, overrides: Mapping[str, Any] | None = None) -> Settings:
         """The validated settings: App arguments < ENGINE_* environment < `overrides`."""
@@ -83,6 +85,51 @@ class App:
             return agent
 
         return register
+
+    def Table(  # reads as a constructor, like the type it makes
+        self,
+        name: str,
+        *,
+        default: Callable[[], Any] | None = None,
+        key_type: type | None = None,
+        value_type: type | None = None,
+        partitions: int | None = None,
+        store: str | None = None,
+        source_topic: Topic | str | None = None,
+        **options: Any,
+    ) -> _Table:
+        """Declare a table, partitioned like the stream that writes it, with a compacted changelog
+        `<app>-<name>-changelog` (or, with `source_topic`, over that existing compacted topic)."""
+        return self._table(name, default=default, key_type=key_type, value_type=value_type,
+                           partitions=partitions, store=store, source_topic=source_topic,
+                           is_global=False, **options)
+
+    def GlobalTable(
+        self,
+        name: str,
+        *,
+        default: Callable[[], Any] | None = None,
+        key_type: type | None = None,
+        value_type: type | None = None,
+        partitions: int | None = None,
+        store: str | None = None,
+        source_topic: Topic | str | None = None,
+        **options: Any,
+    ) -> _Table:
+        """Declare a table every worker holds whole (all partitions), e.g. reference data for joins."""
+        return self._table(name, default=default, key_type=key_type, value_type=value_type,
+                           partitions=partitions, store=store, source_topic=source_topic,
+                           is_global=True, **options)
+
+    def _table(self, name: str, *, source_topic: Topic | str | None, **options: Any) -> _Table:
+        if name in self.tables:
+            raise ConfigError(f"table {name!r} is declared twice")
+        source = self.topic(source_topic) if isinstance(source_topic, str) else source_topic
+        if source is not None:
+            self.topics.setdefault(source.name, source)
+        table = _Table(name, app_id=self.id, source_topic=source, **options)
+        self.tables[name] = table
+        return table
 
     def timer(self, interval: float | timedelta, *, name: str | None = None) -> Callable[
         [Callable[[], Awaitable[None]]], Callable[[], Awaitable[None]]

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from engine.runner import AgentRunner
     from engine.settings import Settings
+    from engine.tables.manager import TableManager
     from engine.topics import Topic
     from engine.transport.base import Admin, Producer, Transport
 
@@ -37,8 +38,12 @@ class Conductor(Service):
         settings: Settings,
         producer: Producer,
         admin_factory: Callable[[], Admin],
+        *,
+        tables: TableManager | None = None,
     ) -> None:
         super().__init__("conductor")
+        self.tables = tables
+        self._recovery: asyncio.Task[None] | None = None
         self.settings = settings
         self.producer = producer
         self._admin_factory = admin_factory
@@ -209,9 +214,21 @@ class Conductor(Service):
             offset = tracker.committable()
             if offset is not None:
                 offsets[tp] = offset
+        pending = self.tables.prepare() if self.tables is not None else []
+        if not offsets and not pending:
+            return
+        try:
+            if pending:
+                await self.tables.send(pending)  # type: ignore[union-attr]
+            await self.producer.flush()  # DeliveryFailed propagates: never commit past a lost send
+        except BaseException:
+            if pending:
+                self.tables.abort(pending)  # type: ignore[union-attr]
+            raise
+        if pending:
+            self.tables.complete(pending)  # type: ignore[union-attr]
         if not offsets:
             return
-        await self.producer.flush()  # DeliveryFailed propagates: never commit past a lost send
         try:
             await self.consumer.commit(offsets)
         except TransportError as exc:
@@ -225,6 +242,17 @@ class Conductor(Service):
         log.info("assigned %d partitions: %s", len(assigned), _fmt(assigned))
         for tp in assigned:
             self.trackers[tp] = OffsetTracker()
+        if self.tables is not None and assigned:
+            # Tables of these partitions must be recovered before their events are processed.
+            self.consumer.pause(assigned)
+            self._recovery = self.spawn(self._guard(self._recover(assigned)), "recover")
+
+    async def _recover(self, assigned: set[TP]) -> None:
+        assert self.tables is not None
+        await self.tables.assign({tp.partition for tp in assigned})
+        still = assigned & self.consumer.assignment()
+        self.consumer.resume(still)
+        log.info("tables ready; processing %d partitions", len(still))
 
     async def _on_revoked(self, revoked: set[TP]) -> None:
         """Drop queued events of revoked partitions, let in-flight ones finish, commit, forget."""
@@ -256,6 +284,10 @@ class Conductor(Service):
                 log.warning("commit on revoke failed: %s", exc)
         for tp in revoked:
             self.trackers.pop(tp, None)
+        if self.tables is not None:
+            if self._recovery is not None and not self._recovery.done():
+                self._recovery.cancel()  # a rebalance during recovery: it resumes from the stores later
+            self.tables.revoke({tp.partition for tp in revoked})
 
 
 def _fmt(tps: Collection[TP]) -> str:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from engine.app import App
     from engine.settings import Settings
+from engine.tables.manager import TableManager
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,12 @@ class Worker(Service):
         self.producer = self.transport.producer()
         self._producer_service = self.add_child(_ProducerService(self.producer))
         self.replies = self.add_child(ReplyService(self.transport, f"{app.id}-replies"))
-        self.conductor = Conductor(self.transport, settings, self.producer, self.transport.admin)
+        self.tables = self.add_child(TableManager(
+            app.tables.values(), transport=self.transport, settings=settings, producer=self.producer,
+            admin_factory=self.transport.admin,
+        )) if app.tables else None
+        self.conductor = Conductor(self.transport, settings, self.producer, self.transport.admin,
+                                   tables=self.tables)
         self.internal_topics: dict[str, Topic] = {}
         self.runners = [
             self.add_child(AgentRunner(
@@ -89,6 +95,8 @@ class Worker(Service):
         for runner in self.runners:
             topics[runner.dlq.name] = runner.dlq
         topics[self.replies.topic] = Topic(self.replies.topic, internal=True)
+        for table in self.app.tables.values():
+            topics.setdefault(table.changelog_topic.name, table.changelog_topic)
         return list(topics.values())
 
     async def on_start(self) -> None:

@@ -36,6 +36,8 @@ class Settings:
     topic_replication: int = 1
     mailbox_size: int = 1000
     max_poll_records: int = 1000
+    store: str = "rocksdb://"
+    standby_replicas: int = 0
     agent_error_policy: ErrorPolicy = "dlq"
     agent_max_restarts: int = 10
     agent_restart_window: timedelta = timedelta(minutes=1)
@@ -74,6 +76,10 @@ def validate(s: Settings) -> None:
         value = getattr(s, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             _fail(name, value, "expected an integer of at least 1")
+    if s.store.split("://", 1)[0] not in ("rocksdb", "memory") or "://" not in s.store:
+        _fail("store", s.store, "expected rocksdb:// or memory://")
+    if not isinstance(s.standby_replicas, int) or s.standby_replicas < 0:
+        _fail("standby_replicas", s.standby_replicas, "expected an integer of at least 0")
     if not isinstance(s.agent_max_restarts, int) or s.agent_max_restarts < 0:
         _fail("agent_max_restarts", s.agent_max_restarts, "expected an integer of at least 0")
     if s.agent_error_policy not in ERROR_POLICIES:
@@ -99,7 +105,8 @@ def _validate_broker(url: object) -> None:
 
 
 _DURATIONS = {"commit_interval", "shutdown_timeout", "agent_restart_window"}
-_INTS = {"topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "agent_max_restarts"}
+_INTS = {"topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "agent_max_restarts",
+         "standby_replicas"}
 ENV_PREFIX = "ENGINE_"
 
 

@@ -13,6 +13,7 @@ upstream (a failing key function, a poison value) surfaces in the agent body, wh
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
@@ -23,6 +24,13 @@ from agents import Mailbox, MailboxClosed
 if TYPE_CHECKING:
     from engine.events import Event
     from engine.topics import Topic
+
+
+# The event an agent instance is processing now: each instance runs in its own task, so each sees its own.
+# Tables read it to put a write in the partition of the event that caused it.
+current_event: contextvars.ContextVar[Event | None] = contextvars.ContextVar(
+    "engine_current_event", default=None
+)
 
 
 class StreamContext(Protocol):
@@ -36,6 +44,13 @@ class StreamContext(Protocol):
 
     def opened(self, stream: Stream) -> None:
         """Track a root stream so the worker can release what it holds if the agent crashes."""
+
+
+class Lookup(Protocol):
+    """What a join needs from a table."""
+
+    def find(self, key: Any) -> tuple[bool, Any]:
+        """(True, value) if `key` is in the table, else (False, None); a table's default is not used."""
 
 
 class UpstreamError(Exception):
@@ -95,6 +110,31 @@ class _Operators:
                 index += 1
 
         return Derived(self.root, gen())
+
+    def join(self, table: Lookup, *, key: Callable[[Any], Any] | None = None) -> Derived:
+        """(value, table value) for events whose key (the event key, or `key(value)`) is in `table`;
+        events with no match are skipped."""
+        return self._join(table, key, inner=True)
+
+    def left_join(self, table: Lookup, *, key: Callable[[Any], Any] | None = None) -> Derived:
+        """(value, table value or None) for every event."""
+        return self._join(table, key, inner=False)
+
+    def _join(self, table: Lookup, key: Callable[[Any], Any] | None, *, inner: bool) -> Derived:
+        root = self.root
+
+        async def gen() -> AsyncIterator[Any]:
+            async for value in self:
+                if key is not None:
+                    lookup = key(value)
+                else:
+                    event = root.current_event
+                    lookup = event.key if event is not None else None
+                found, other = table.find(lookup)
+                if found or not inner:
+                    yield value, other
+
+        return Derived(root, gen())
 
     def take(self, n: int, within: float | timedelta) -> Derived:
         """Lists of up to `n` values; a shorter list when `within` passed since its first value."""
@@ -229,6 +269,7 @@ class Stream(_Operators):
         if event is None:
             event = await (self._next_forwarding() if self._upstream else self._next_waiting())
         self._current = event
+        current_event.set(event)
         return event.value
 
     async def _next_waiting(self) -> Event:

@@ -39,6 +39,9 @@ class Consumer(Protocol):
     def seek(self, tp: TP, offset: int) -> None:
         """Read `tp` from `offset` next."""
 
+    async def position(self, tp: TP) -> int:
+        """The offset the next fetch of `tp` starts at."""
+
     async def offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
         """(first offset, end offset) of each partition: the log is [first, end)."""
 

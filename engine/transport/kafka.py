@@ -131,6 +131,10 @@ class KafkaConsumer:
     def seek(self, tp: TP, offset: int) -> None:
         self._client.seek(TopicPartition(*tp), offset)
 
+    async def position(self, tp: TP) -> int:
+        position: int = await self._client.position(TopicPartition(*tp))
+        return position
+
     async def offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
         partitions = [TopicPartition(*tp) for tp in tps]
         if not partitions:

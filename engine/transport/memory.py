@@ -198,6 +198,9 @@ class MemoryConsumer:
     def seek(self, tp: TP, offset: int) -> None:
         self._positions[tp] = offset
 
+    async def position(self, tp: TP) -> int:
+        return self._positions[tp]
+
     async def offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
         out = {}
         for tp in tps:

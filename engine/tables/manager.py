@@ -1,0 +1,269 @@
+"""The table manager: which table partitions live here, in what role, and how they get there.
+
+Roles of a partition on this worker:
+- active: its source partitions are assigned here; agents read and write it. On assignment the store is
+  opened (rebuilt if missing or corrupt) and its changelog replayed from the store's offset to the end
+  before the source partitions are resumed (the conductor pauses them meanwhile).
+- standby (`standby_replicas >= 1`): another worker owns it; we follow its changelog to keep a warm copy,
+  so that on failover only the tail is replayed.
+- global tables hold every partition, recovered before the worker starts and followed from then on; tables
+  over a source topic follow their active partitions, since others write that topic.
+
+Checkpoints (driven by the conductor): `prepare` takes every partition's buffered writes, `send` puts them on
+the changelog, the conductor flushes the producer, and `complete` writes them to the stores with the
+changelog offsets they got. Only then are source offsets committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agents import Service
+from engine.events import TP
+from engine.stores import PartitionStore, StoreBackend, StoreCorrupt, open_store_backend
+from engine.tables.partition import DELETED, TablePartition
+from engine.tables.recovery import Progress, apply_batch, replay_to_end
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection
+
+    from engine.settings import Settings
+    from engine.tables.table import Table
+    from engine.transport.base import Admin, Producer, Transport
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Pending:
+    """One partition's writes in flight in a checkpoint."""
+
+    table: Table
+    part: TablePartition
+    writes: dict[Any, Any]
+    encoded: dict[bytes, bytes | None]
+    last: asyncio.Future[Any] | None = None
+
+
+class TableManager(Service):
+    def __init__(
+        self,
+        tables: Collection[Table],
+        *,
+        transport: Transport,
+        settings: Settings,
+        producer: Producer,
+        admin_factory: Callable[[], Admin],
+    ) -> None:
+        super().__init__("tables")
+        self.tables = {t.name: t for t in tables}
+        self.transport = transport
+        self.settings = settings
+        self.producer = producer
+        self._admin_factory = admin_factory
+        self._backends: dict[str, StoreBackend] = {}
+        self.stores: dict[TP, tuple[Table, PartitionStore]] = {}  # keyed by changelog partition
+        self.followed: set[TP] = set()
+        self.progress = Progress()
+        self.replayed: dict[TP, int] = {}
+        self._follow_changed = asyncio.Event()
+        self._follower: Any = None
+
+    # -- stores -------------------------------------------------------------------------------------
+
+    def _backend(self, table: Table) -> StoreBackend:
+        url = table.store_url or self.settings.store
+        backend = self._backends.get(url)
+        if backend is None:
+            root = self.settings.data_dir / self.settings.app_id
+            backend = self._backends[url] = open_store_backend(url, root)
+        return backend
+
+    def _open(self, table: Table, number: int) -> PartitionStore:
+        tp = TP(table.changelog_topic.name, number)
+        if tp in self.stores:
+            return self.stores[tp][1]
+        backend = self._backend(table)
+        try:
+            store = backend.open(table.name, number)
+        except StoreCorrupt as exc:
+            log.warning("%s; deleting it and rebuilding from the changelog", exc)
+            backend.destroy(table.name, number)
+            store = backend.open(table.name, number)
+        self.stores[tp] = (table, store)
+        return store
+
+    def _rebuild(self, tp: TP) -> PartitionStore:
+        table, store = self.stores.pop(tp)
+        store.close()
+        self._backend(table).destroy(table.name, tp.partition)
+        return self._open(table, tp.partition)
+
+    def _close(self, tp: TP) -> None:
+        entry = self.stores.pop(tp, None)
+        if entry is not None:
+            entry[1].close()
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        admin = self._admin_factory()
+        try:
+            counts = await admin.describe_topics()
+        finally:
+            await admin.close()
+        for table in self.tables.values():
+            count = counts.get(table.changelog_topic.name) or table.partitions
+            table.bind(count or self.settings.topic_partitions)
+        globals_ = [t for t in self.tables.values() if t.is_global]
+        if globals_:
+            numbers = {t.name: set(range(t.partition_count)) for t in globals_}
+            await self._recover_and_activate(globals_, numbers)
+            self._follow({TP(t.changelog_topic.name, p) for t in globals_ for p in numbers[t.name]})
+        self._follower = self.transport.consumer(group_id=None)
+        await self._follower.start()
+        self.spawn(self._follow_loop(), "follow")
+
+    async def on_stop(self) -> None:
+        if self._follower is not None:
+            await self._follower.stop()
+        for table in self.tables.values():
+            table.active.clear()
+        for tp in list(self.stores):
+            self._close(tp)
+
+    # -- assignment ---------------------------------------------------------------------------------
+
+    async def assign(self, numbers: set[int]) -> None:
+        """Make these partition numbers active for every partitioned table; returns once recovered."""
+        partitioned = [t for t in self.tables.values() if not t.is_global]
+        wanted = {t.name: {n for n in numbers if n < t.partition_count} for t in partitioned}
+        self._unfollow({TP(t.changelog_topic.name, n) for t in partitioned for n in wanted[t.name]})
+        await self._recover_and_activate(partitioned, wanted)
+        for table in partitioned:
+            if not table.has_own_changelog:
+                self._follow({TP(table.changelog_topic.name, n) for n in wanted[table.name]})
+        if self.settings.standby_replicas > 0:
+            standby = {
+                TP(t.changelog_topic.name, n)
+                for t in partitioned if t.has_own_changelog
+                for n in range(t.partition_count) if n not in wanted[t.name]
+            }
+            for tp in standby:
+                self._open(self.tables_by_changelog(tp.topic), tp.partition)
+            self._follow(standby)
+
+    def revoke(self, numbers: set[int]) -> None:
+        """These partitions are no longer active here (their writes were flushed by the checkpoint)."""
+        for table in self.tables.values():
+            if table.is_global:
+                continue
+            for number in numbers:
+                table.active.pop(number, None)
+                tp = TP(table.changelog_topic.name, number)
+                keep = self.settings.standby_replicas > 0 and table.has_own_changelog
+                if keep:
+                    self._follow({tp})
+                else:
+                    self._unfollow({tp})
+                    self._close(tp)
+
+    def tables_by_changelog(self, topic: str) -> Table:
+        return next(t for t in self.tables.values() if t.changelog_topic.name == topic)
+
+    async def _recover_and_activate(self, tables: list[Table], numbers: dict[str, set[int]]) -> None:
+        stores = {
+            TP(t.changelog_topic.name, n): self._open(t, n) for t in tables for n in sorted(numbers[t.name])
+        }
+        if not stores:
+            return
+        reader = self.transport.consumer(group_id=None)
+        await reader.start()
+        try:
+            label = ", ".join(sorted({tp.topic for tp in stores}))
+            counts = await replay_to_end(reader, stores, self._rebuild, self.progress, label)
+        finally:
+            await reader.stop()
+        for tp, count in counts.items():
+            self.replayed[tp] = self.replayed.get(tp, 0) + count
+            log.info("recovered %s[%d]: replayed %d records", tp.topic, tp.partition, count)
+        for table in tables:
+            for number in numbers[table.name]:
+                tp = TP(table.changelog_topic.name, number)
+                table.active[number] = TablePartition(number, self.stores[tp][1], table.value_codec)
+
+    # -- following (standbys, global tables, source-topic tables) -----------------------------------
+
+    def _follow(self, tps: set[TP]) -> None:
+        if tps - self.followed:
+            self.followed |= tps
+            self._follow_changed.set()
+
+    def _unfollow(self, tps: set[TP]) -> None:
+        if tps & self.followed:
+            self.followed -= tps
+            self._follow_changed.set()
+
+    async def _follow_loop(self) -> None:
+        reader = self._follower
+        following: set[TP] = set()
+        while True:
+            if self._follow_changed.is_set() or following != self.followed:
+                self._follow_changed.clear()
+                following = set(self.followed)
+                reader.assign(following)
+                for tp in following:
+                    offset = self.stores[tp][1].changelog_offset()
+                    reader.seek(tp, 0 if offset is None else offset + 1)
+            if not following:
+                await self._follow_changed.wait()
+                continue
+            batches = await reader.getmany(0.5, 10_000)
+            for tp, records in batches.items():
+                key = TP(tp[0], tp[1])
+                if key in self.followed and key in self.stores and records:
+                    apply_batch(self.stores[key][1], records)
+
+    # -- checkpoints --------------------------------------------------------------------------------
+
+    def prepare(self) -> list[Pending]:
+        """Take every partition's buffered writes (synchronously, with the offsets snapshot)."""
+        pending = []
+        for table in self.tables.values():
+            for part in table.active.values():
+                if part.buffer:
+                    pending.append(Pending(table, part, part.take_buffer(), {}))
+        return pending
+
+    async def send(self, pending: list[Pending]) -> None:
+        """Put the writes on the changelogs (deletes as tombstones)."""
+        for item in pending:
+            table = item.table
+            topic = table.changelog_topic.name
+            encode_value = table.value_codec.encode
+            for key, value in item.writes.items():
+                key_bytes = table.locate(key)[0]
+                value_bytes = None if value is DELETED else encode_value(value)
+                item.encoded[key_bytes] = value_bytes
+                item.last = await self.producer.send(topic, key_bytes, value_bytes,
+                                                     partition=item.part.number)
+
+    def complete(self, pending: list[Pending]) -> None:
+        """After the producer flushed: write each batch to its store with the changelog offset it got."""
+        for item in pending:
+            assert item.last is not None
+            assert item.last.done()
+            offset = item.last.result().offset
+            item.part.store.write(item.encoded, offset)
+            item.part.flushed()
+
+    def abort(self, pending: list[Pending]) -> None:
+        """The flush failed: put the writes back under newer ones, to be sent at the next checkpoint."""
+        for item in pending:
+            merged = dict(item.writes)
+            merged.update(item.part.buffer)
+            item.part.buffer = merged
+            item.part.flushed()

@@ -1,0 +1,212 @@
+"""Tables: dict-like state, partitioned like the stream that writes it, backed by a compacted changelog.
+
+    counts = app.Table("word-counts", default=int, key_type=str)
+    counts[word] += 1
+
+A write lands in the partition of the current event. Writing the event's own key is always right; another
+key must hash to the same partition, or the write fails and says to `group_by` first. Outside an agent
+(a timer), a key's partition is its hash. Reads and writes need the partition to be active on this worker
+(and recovered); iteration (`items`, `keys`, `len`) covers the local active partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any
+
+from engine.errors import ConfigError, EngineError
+from engine.partitioner import partition_for
+from engine.streams import current_event
+from engine.tables.partition import DELETED, MISSING, TablePartition
+from engine.topics import Topic
+
+log = logging.getLogger(__name__)
+
+
+class TableError(EngineError):
+    """A table operation that cannot be done here."""
+
+
+class KeyNotInPartition(TableError):
+    """A write to a key that belongs to another partition than the current event's."""
+
+
+class PartitionNotLocal(TableError):
+    """The key's partition is not active on this worker (another worker owns it, or it is recovering)."""
+
+
+class Table(MutableMapping[Any, Any]):
+    def __init__(
+        self,
+        name: str,
+        *,
+        app_id: str,
+        default: Callable[[], Any] | None = None,
+        key_type: type | None = None,
+        value_type: type | None = None,
+        key_serializer: str | None = None,
+        value_serializer: str | None = None,
+        partitions: int | None = None,
+        store: str | None = None,
+        source_topic: Topic | None = None,
+        is_global: bool = False,
+    ) -> None:
+        if default is not None and not callable(default):
+            raise ConfigError(f"table {name!r}: default must be callable (e.g. default=int), not {default!r}")
+        if store is not None and store.split("://", 1)[0] not in ("memory", "rocksdb"):
+            raise ConfigError(f"table {name!r}: store {store!r} is not rocksdb:// or memory://")
+        self.name = name
+        self.default = default
+        self.is_global = is_global
+        self.store_url = store
+        self.changelog_topic = source_topic or Topic(
+            f"{app_id}-{name}-changelog",
+            key_type=key_type, value_type=value_type,
+            key_serializer=key_serializer, value_serializer=value_serializer,
+            partitions=partitions, config={"cleanup.policy": "compact"}, internal=True,
+        )
+        self.has_own_changelog = source_topic is None
+        self.key_codec = self.changelog_topic.key_codec
+        self.value_codec = self.changelog_topic.value_codec
+        self.partitions = partitions or self.changelog_topic.partitions
+        self.active: dict[int, TablePartition] = {}
+        self._count: int | None = None
+        self._locations: dict[Any, tuple[bytes, int]] = {}
+        self._warned_codec = False
+
+    # -- wiring by the worker -----------------------------------------------------------------------
+
+    def bind(self, partition_count: int) -> None:
+        self._count = partition_count
+
+    @property
+    def partition_count(self) -> int:
+        if self._count is None:
+            raise TableError(f"table {self.name!r} is not attached to a running worker")
+        return self._count
+
+    def changelog(self) -> Topic:
+        """The stream of this table's updates, as a topic an agent can read."""
+        return self.changelog_topic
+
+    # -- locating keys ------------------------------------------------------------------------------
+
+    def locate(self, key: Any) -> tuple[bytes, int]:
+        """(encoded key, partition by hash); cached, since the same keys come back all the time."""
+        found = self._locations.get(key)
+        if found is None:
+            encoded = self.key_codec.encode(key)
+            if encoded is None:
+                raise TableError(f"table {self.name!r}: keys cannot be None")
+            if len(self._locations) > 100_000:
+                self._locations.clear()
+            found = self._locations[key] = (encoded, partition_for(encoded, self.partition_count))
+        return found
+
+    def _partition(self, number: int, key: Any) -> TablePartition:
+        part = self.active.get(number)
+        if part is None:
+            raise PartitionNotLocal(
+                f"table {self.name!r}: key {key!r} is in partition {number}, which is not active on this "
+                "worker (another worker owns it, or it is still recovering)"
+            )
+        return part
+
+    def _for_write(self, key: Any) -> tuple[TablePartition, bytes]:
+        encoded, number = self.locate(key)
+        event = current_event.get()
+        if event is not None and not self.is_global and number != event.partition:
+            if key == event.key:
+                self._warn_codec_mismatch(event.topic)
+                number = event.partition
+            else:
+                raise KeyNotInPartition(
+                    f"table {self.name!r}: key {key!r} belongs to partition {number}, but the current "
+                    f"event is from {event.topic}[{event.partition}]; re-key the stream with "
+                    "group_by(...) so that events arrive in the partition of the key they write"
+                )
+        return self._partition(number, key), encoded
+
+    def _for_read(self, key: Any) -> tuple[TablePartition, bytes]:
+        encoded, number = self.locate(key)
+        if not self.is_global:
+            event = current_event.get()
+            if event is not None and key == event.key:
+                number = event.partition
+        return self._partition(number, key), encoded
+
+    def _warn_codec_mismatch(self, topic: str) -> None:
+        if not self._warned_codec:
+            self._warned_codec = True
+            log.warning(
+                "table %r encodes keys with %s and lands them in other partitions than topic %r does; "
+                "declare the table with the same key_type as the topic, or reads outside agents "
+                "(timers, engine table get) will look in the wrong partition",
+                self.name, self.key_codec.name, topic,
+            )
+
+    # -- the mapping --------------------------------------------------------------------------------
+
+    def __getitem__(self, key: Any) -> Any:
+        part, encoded = self._for_read(key)
+        value = part.get(key, encoded)
+        if value is MISSING:
+            if self.default is None:
+                raise KeyError(key)
+            return self.default()
+        return value
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        part, _ = self._for_write(key)
+        part.set(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        part, encoded = self._for_write(key)
+        if part.get(key, encoded) is MISSING:
+            raise KeyError(key)
+        part.delete(key)
+
+    def find(self, key: Any) -> tuple[bool, Any]:
+        """(True, value) or (False, None), ignoring `default`: what stream-table joins use."""
+        part, encoded = self._for_read(key)
+        value = part.get(key, encoded)
+        return (False, None) if value is MISSING else (True, value)
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            part, encoded = self._for_read(key)
+        except PartitionNotLocal:
+            return False
+        return part.get(key, encoded) is not MISSING
+
+    def _merged(self, part: TablePartition) -> Iterator[tuple[Any, Any]]:
+        overlay: dict[Any, Any] = {}
+        if part.flushing:
+            overlay.update(part.flushing)
+        overlay.update(part.buffer)
+        decode_key, decode_value = self.key_codec.decode, self.value_codec.decode
+        for raw_key, raw_value in part.store.items():
+            key = decode_key(raw_key)
+            if key in overlay:
+                continue
+            yield key, decode_value(raw_value)
+        for key, value in overlay.items():
+            if value is not DELETED:
+                yield key, value
+
+    def __iter__(self) -> Iterator[Any]:
+        for number in sorted(self.active):
+            for key, _ in self._merged(self.active[number]):
+                yield key
+
+    def items(self) -> Iterator[tuple[Any, Any]]:  # type: ignore[override]  # a generator, not a view
+        for number in sorted(self.active):
+            yield from self._merged(self.active[number])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        kind = "GlobalTable" if self.is_global else "Table"
+        return f"<{kind} {self.name!r}: {len(self.active)} local partitions>"
