@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 if TYPE_CHECKING:
@@ -95,6 +95,38 @@ async def consume_until(bootstrap: str, topic: str, done: Any, timeout: float = 
                 raise AssertionError(f"timed out reading {topic!r}: {len(records)} records so far")
             batches = await consumer.getmany(timeout_ms=500)
             for batch in batches.values():
+                records.extend(batch)
+    finally:
+        await consumer.stop()
+    return records
+
+
+async def read_all(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Any]:
+    """Every record of `topic` up to its current end (all partitions)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    records: list[Any] = []
+    try:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            described = await admin.describe_topics([topic])
+        finally:
+            await admin.close()
+        partitions = {p["partition"] for p in described[0]["partitions"]}
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        async def behind() -> bool:
+            return any([await consumer.position(tp) < ends[tp] for tp in tps])
+
+        while await behind():
+            if loop.time() > deadline:
+                raise AssertionError(f"timed out reading {topic!r} to its end")
+            for batch in (await consumer.getmany(timeout_ms=500)).values():
                 records.extend(batch)
     finally:
         await consumer.stop()
