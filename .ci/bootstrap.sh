@@ -10,8 +10,14 @@ if [ ! -x .venv/bin/python ]; then
 fi
 STAMP=".venv/.installed-$(cat pyproject.toml | sha1sum | cut -c1-12)-${EXTRAS//,/_}"
 if [ ! -f "$STAMP" ]; then
-  .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${EXTRAS:+[$EXTRAS]}"
+  echo "setting up .venv (${EXTRAS:-runtime} dependencies)..." >&2
+  if ! { .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip &&
+         .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${EXTRAS:+[$EXTRAS]}"; } \
+       > .venv/install.log 2>&1; then
+    cat .venv/install.log >&2
+    echo "installing dependencies failed; see above" >&2
+    exit 1
+  fi
   touch "$STAMP"
 fi
 export PATH="$ROOT/.venv/bin:$PATH"

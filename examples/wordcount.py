@@ -1,7 +1,8 @@
-"""Word count: split lines into words, and count them.
+"""Word count: split lines into words, and count them in a table.
 
     engine worker -A examples.wordcount:app
     engine send -A examples.wordcount:app lines "the quick brown fox"
+    engine table get -A examples.wordcount:app word-counts fox
 """
 
 import engine
@@ -9,10 +10,7 @@ import engine
 app = engine.App("wordcount", broker="kafka://localhost:9092")
 lines = app.topic("lines", value_type=str)
 words = app.topic("words", key_type=str, value_type=int)
-counts = app.topic("word-counts", key_type=str, value_type=int)
-
-# Counts kept by this worker for the words of its partitions (tables replace this dict; see the tables issue).
-totals: dict[str, int] = {}
+counts = app.Table("word-counts", default=int, key_type=str, value_type=int)
 
 
 @app.agent(lines, concurrency=2)
@@ -25,5 +23,4 @@ async def split(stream):
 @app.agent(words)
 async def count(stream):
     async for word, n in stream.items():
-        totals[word] = totals.get(word, 0) + n
-        await counts.send(key=word, value=totals[word])
+        counts[word] += n

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from engine.stores.base import StoreCorrupt, StoreError
 
@@ -31,10 +31,13 @@ def _options() -> Options:
 
 
 class RocksDBPartitionStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
+        self.read_only = read_only
+        access = AccessType.read_only() if read_only else AccessType.read_write()
         try:
-            self._db = Rdict(str(path), _options(), column_families={META: Options(raw_mode=True)})
+            self._db = Rdict(str(path), _options(), column_families={META: Options(raw_mode=True)},
+                             access_type=access)
         except Exception as exc:  # rocksdict raises plain Exceptions for IO and corruption errors
             message = str(exc)
             if "lock" in message.lower():
@@ -97,7 +100,8 @@ class RocksDBPartitionStore:
         if self._closed:
             return
         self._closed = True
-        self.flush()
+        if not self.read_only:
+            self.flush()
         self._meta.close()
         self._db.close()
         del self._meta_handle, self._meta, self._db
@@ -118,3 +122,16 @@ class RocksDBStoreBackend:
 
     def destroy(self, table: str, partition: int) -> None:
         shutil.rmtree(self.path(table, partition), ignore_errors=True)
+
+    def open_read_only(self, table: str, partition: int) -> RocksDBPartitionStore | None:
+        """A read-only view (no lock: works beside a running worker), or None if there is no store."""
+        path = self.path(table, partition)
+        if not (path / "CURRENT").exists():
+            return None
+        return RocksDBPartitionStore(path, read_only=True)
+
+    def local_partitions(self, table: str) -> list[int]:
+        folder = self.root / table
+        if not folder.is_dir():
+            return []
+        return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())

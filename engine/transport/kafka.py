@@ -31,6 +31,18 @@ log = logging.getLogger(__name__)
 TOPIC_ALREADY_EXISTS = 36
 
 
+async def _stop_quietly(client: Any, what: str) -> None:
+    """Stop an aiokafka client. aiokafka's stop awaits its own cancelled fetch tasks and can let their
+    CancelledError out (seen with a broker down); that must not look like *our* task being cancelled."""
+    try:
+        await client.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # we really are being cancelled
+        log.warning("aiokafka %s raised CancelledError while stopping; ignored", what)
+
+
 def _unavailable(servers: str, exc: BaseException) -> BrokerUnavailable:
     return BrokerUnavailable(f"no Kafka broker answered at {servers!r} ({exc}); is Kafka running?")
 
@@ -81,7 +93,7 @@ class KafkaConsumer:
             raise _unavailable(self._servers, exc) from exc
 
     async def stop(self) -> None:
-        await self._client.stop()
+        await _stop_quietly(self._client, "consumer")
 
     def subscribe(self, topics: Collection[str]) -> None:
         if set(topics) != self._topics:
@@ -175,7 +187,7 @@ class KafkaProducer:
             raise _unavailable(self._servers, exc) from exc
 
     async def stop(self) -> None:
-        await self._client.stop()
+        await _stop_quietly(self._client, "producer")
 
     async def send(
         self,

@@ -213,6 +213,7 @@ class MemoryConsumer:
 
     def resume(self, tps: Collection[TP]) -> None:
         self._paused.difference_update(tps)
+        self.broker.notify()  # a fetch waiting for data should look again
 
     async def _sync_group(self) -> None:
         generation, target = self._target

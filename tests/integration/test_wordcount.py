@@ -18,7 +18,8 @@ async def test_wordcount_end_to_end(kafka, tmp_path):
     # The example's app id and topics are fixed, so each run counts words no other run uses.
     marker = unique("w").replace("-", "")
     text = [f"the {marker}a fox", f"the {marker}b dog", f"{marker}a {marker}a"]
-    worker = WorkerProcess("examples.wordcount:app", kafka.url, {}, tmp_path / "wordcount.log")
+    env = {"ENGINE_DATA_DIR": str(tmp_path / "data")}
+    worker = WorkerProcess("examples.wordcount:app", kafka.url, env, tmp_path / "wordcount.log")
     try:
         for line in text:
             await asyncio.to_thread(
@@ -34,20 +35,31 @@ async def test_wordcount_end_to_end(kafka, tmp_path):
             for r in records:
                 word = r.key.decode()
                 if marker in word:
-                    latest[word] = max(latest.get(word, 0), int(r.value))
+                    latest[word] = int(r.value)
             return latest
 
-        records = await consume_until(
-            kafka.bootstrap, "word-counts", lambda rs: counted(rs) == dict(expected), timeout=90
+        records = await consume_until(  # the counts table's changelog: its latest value per word
+            kafka.bootstrap, "wordcount-word-counts-changelog",
+            lambda rs: counted(rs) == dict(expected), timeout=90,
         )
         assert counted(records) == dict(expected)
     finally:
         assert worker.terminate() == 0, worker.output()[-3000:]
     assert "worker wordcount running" in worker.output()
+    # The local store answers the CLI, even beside (or after) the worker.
+    one = next(iter(expected))
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "cli.main", "table", "get", "-A", "examples.wordcount:app",
+         "word-counts", one, "--data-dir", str(tmp_path / "data")],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    assert result.stdout.strip() == str(expected[one]), result.stderr
 
 
 async def test_worker_stops_gracefully_within_seconds_on_sigterm(kafka, tmp_path):
-    worker = WorkerProcess("examples.wordcount:app", kafka.url, {}, tmp_path / "stop.log")
+    env = {"ENGINE_DATA_DIR": str(tmp_path / "data")}
+    worker = WorkerProcess("examples.wordcount:app", kafka.url, env, tmp_path / "stop.log")
     for _ in range(600):
         if "running" in worker.output():
             break

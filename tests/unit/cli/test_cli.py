@@ -21,7 +21,7 @@ def test_missing_module_is_one_line(capsys):
 def test_missing_attribute_and_wrong_type(capsys):
     assert run(capsys, "agents", "-A", "examples.wordcount:nope")[2].strip() == (
         "engine: module 'examples.wordcount' has no attribute 'nope'; expected an engine.App")
-    assert "is a dict, not an engine.App" in run(capsys, "agents", "-A", "examples.wordcount:totals")[2]
+    assert "is a Table, not an engine.App" in run(capsys, "agents", "-A", "examples.wordcount:counts")[2]
 
 
 def test_unreachable_broker_says_how_to_start_one(capsys):
@@ -76,3 +76,33 @@ def test_public_api_is_sorted_and_complete(package):
     public = {n for n, v in vars(module).items()
               if not n.startswith("_") and not isinstance(v, type(module))}
     assert public <= set(module.__all__) | {"annotations"}
+
+
+async def test_tables_and_table_get_read_the_local_rocksdb_stores(capsys, tmp_path, monkeypatch):
+    from engine import testing
+    from examples import wordcount
+
+    url = testing.memory_url()
+    async with testing.running(wordcount.app, broker=url, data_dir=str(tmp_path)):
+        for line in ["red green", "red"]:
+            await wordcount.lines.send(value=line)
+        await testing.eventually(lambda: dict(wordcount.counts.items()) == {"red": 2, "green": 1})
+    code, out, _ = run(capsys, "tables", "-A", "examples.wordcount:app", "--broker", url,
+                       "--data-dir", str(tmp_path))
+    assert code == 0
+    assert "word-counts" in out
+    assert "wordcount-word-counts-changelog" in out
+    assert sum(int(line.split(":")[1].split()[0]) for line in out.splitlines()
+               if line.strip().startswith("partition")) == 2
+    assert run(capsys, "table", "get", "-A", "examples.wordcount:app", "word-counts", "red",
+               "--data-dir", str(tmp_path))[1].strip() == "2"
+    code, out, _ = run(capsys, "table", "get", "-A", "examples.wordcount:app", "word-counts", "blue",
+                       "--data-dir", str(tmp_path))
+    assert code == 1
+    assert "no such key" in out
+    code, _, err = run(capsys, "table", "get", "-A", "examples.wordcount:app", "nope", "x",
+                       "--data-dir", str(tmp_path))
+    assert err.strip() == "engine: app 'wordcount' has no table 'nope' (tables: word-counts)"
+    code, _, err = run(capsys, "table", "get", "-A", "examples.wordcount:app", "word-counts", "x",
+                       "--data-dir", str(tmp_path / "elsewhere"))
+    assert "pass the worker's --data-dir" in err

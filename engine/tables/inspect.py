@@ -1,0 +1,88 @@
+"""Looking into a worker's local table stores from outside it (the CLI): sizes, and single keys.
+
+RocksDB stores are opened read-only, which needs no lock, so this works beside a running worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import ConfigError
+from engine.partitioner import partition_for
+from engine.tables.partition import MISSING
+
+if TYPE_CHECKING:
+    from engine.app import App
+    from engine.settings import Settings
+    from engine.stores.rocksdb import RocksDBStoreBackend
+    from engine.tables.table import Table
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    table: str
+    partition: int
+    keys: int
+    changelog_offset: int | None
+
+
+def _backend(table: Table, settings: Settings) -> RocksDBStoreBackend:
+    url = table.store_url or settings.store
+    if not url.startswith("rocksdb://"):
+        raise ConfigError(f"table {table.name!r} lives in {url}: only rocksdb:// stores are on disk")
+    from engine.stores.rocksdb import RocksDBStoreBackend
+
+    return RocksDBStoreBackend(url, settings.data_dir / settings.app_id)
+
+
+def table_named(app: App, name: str) -> Table:
+    table = app.tables.get(name)
+    if table is None:
+        known = ", ".join(sorted(app.tables)) or "none"
+        raise ConfigError(f"app {app.id!r} has no table {name!r} (tables: {known})")
+    return table
+
+
+def local_partitions(app: App, settings: Settings) -> list[PartitionInfo]:
+    infos = []
+    for table in app.tables.values():
+        backend = _backend(table, settings)
+        for number in backend.local_partitions(table.name):
+            store = backend.open_read_only(table.name, number)
+            if store is None:
+                continue
+            try:
+                keys = sum(1 for _ in store.items())
+                infos.append(PartitionInfo(table.name, number, keys, store.changelog_offset()))
+            finally:
+                store.close()
+    return infos
+
+
+def read_key(app: App, settings: Settings, name: str, key: Any) -> tuple[int, Any]:
+    """(partition, value) of `key` in the local stores; the key's hash partition is tried first."""
+    table = table_named(app, name)
+    backend = _backend(table, settings)
+    encoded = table.key_codec.encode(key)
+    if encoded is None:
+        raise ConfigError("a table key cannot be null")
+    local = backend.local_partitions(table.name)
+    if not local:
+        raise ConfigError(
+            f"no local stores of table {name!r} under {settings.data_dir / settings.app_id}; "
+            "pass the worker's --data-dir"
+        )
+    count = table.partitions or settings.topic_partitions
+    first = partition_for(encoded, count)
+    for number in [first] + [p for p in local if p != first]:
+        store = backend.open_read_only(table.name, number)
+        if store is None:
+            continue
+        try:
+            raw = store.get(encoded)
+        finally:
+            store.close()
+        if raw is not None:
+            return number, table.value_codec.decode(raw)
+    return first, MISSING
