@@ -1,12 +1,19 @@
-"""Shared by the benchmarks: a broker (ours from tests/kafka unless --broker is given) and preloading."""
+"""Shared by the benchmarks: a broker (ours from tests/kafka unless --broker is given), preloading, and
+running a peer job (benchmarks/peers) as a subprocess."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
+import subprocess
+import sys
+import tempfile
 import time
-from typing import TYPE_CHECKING
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
@@ -71,3 +78,39 @@ async def preload(bootstrap: str, topic: str, count: int) -> float:
     finally:
         await producer.stop()
     return time.perf_counter() - started
+
+
+def run_job(module: str, bootstrap: str, topic: str, count: int, *, group: str | None = None,
+            timeout: float = 600) -> dict[str, Any] | None:
+    """Run a benchmarks.peers job as a subprocess; its report, or None (with its log) if it failed."""
+    name = module.rsplit(".", 1)[-1]
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+    out = workdir / "result.json"
+    env = {**os.environ, "BENCH_BOOTSTRAP": bootstrap, "BENCH_TOPIC": topic, "BENCH_COUNT": str(count),
+           "BENCH_GROUP": group or f"{name}-{uuid.uuid4().hex[:8]}", "BENCH_OUT": str(out),
+           "BENCH_STATE_DIR": str(workdir / "state")}
+    started = time.perf_counter()
+    with (workdir / "log.txt").open("wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", module], env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[1])
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if not out.exists():
+        tail = (workdir / "log.txt").read_text(errors="replace")[-1500:]
+        print(f"  {name}: no result after {time.perf_counter() - started:.0f}s; log tail:\n{tail}")
+        return None
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def available(module: str) -> bool:
+    """Whether a peer framework is importable (they live in .venv-bench only)."""
+    try:
+        __import__(module)
+    except ImportError:
+        print(f"  {module} is not installed here: run `bash benchmarks/setup.sh` and use .venv-bench")
+        return False
+    return True
