@@ -43,6 +43,15 @@ async def _stop_quietly(client: Any, what: str) -> None:
         log.warning("aiokafka %s raised CancelledError while stopping; ignored", what)
 
 
+async def _start(client: Any, servers: str) -> None:
+    """Start an aiokafka client; no broker is a BrokerUnavailable that says what to do."""
+    try:
+        await client.start()
+    except KafkaConnectionError as exc:
+        await client.stop()
+        raise _unavailable(servers, exc) from exc
+
+
 def _unavailable(servers: str, exc: BaseException) -> BrokerUnavailable:
     return BrokerUnavailable(f"no Kafka broker answered at {servers!r} ({exc}); is Kafka running?")
 
@@ -86,11 +95,7 @@ class KafkaConsumer:
         self._topics: set[str] = set()
 
     async def start(self) -> None:
-        try:
-            await self._client.start()
-        except KafkaConnectionError as exc:
-            await self._client.stop()
-            raise _unavailable(self._servers, exc) from exc
+        await _start(self._client, self._servers)
 
     async def stop(self) -> None:
         await _stop_quietly(self._client, "consumer")
@@ -180,11 +185,7 @@ class KafkaProducer:
         self._unchecked: list[asyncio.Future[object]] = []
 
     async def start(self) -> None:
-        try:
-            await self._client.start()
-        except KafkaConnectionError as exc:
-            await self._client.stop()
-            raise _unavailable(self._servers, exc) from exc
+        await _start(self._client, self._servers)
 
     async def stop(self) -> None:
         await _stop_quietly(self._client, "producer")
