@@ -1,0 +1,122 @@
+"""Window maths: pure and clock-free. Times are in seconds (int or float) at the edges and exact integer
+milliseconds inside, so that 0.1 + 0.2 never decides which window an event falls in.
+
+    TumblingWindow(10).ranges(25)     == [WindowRange(20, 30)]
+    HoppingWindow(10, 5).ranges(12)   == [WindowRange(5, 15), WindowRange(10, 20)]
+
+Windows are half-open, [start, end). A window may still change while stream time (the largest event time
+seen) is before `end + grace`; after that it is closed. It is deleted once stream time passes
+`end + expires` (`expires` defaults to the larger of the size and the grace).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from engine.errors import ConfigError
+
+Seconds = float | int | timedelta
+
+
+def to_ms(value: Seconds, name: str) -> int:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        raise ConfigError(f"window {name} must be seconds or a timedelta, not {value!r}")
+    return round(seconds * 1000)
+
+
+@dataclass(frozen=True, order=True)
+class WindowRange:
+    """[start, end) in seconds."""
+
+    start: float
+    end: float
+
+    @classmethod
+    def from_ms(cls, start_ms: int, end_ms: int) -> WindowRange:
+        return cls(_seconds(start_ms), _seconds(end_ms))
+
+
+def _seconds(ms: int) -> float:
+    return ms // 1000 if ms % 1000 == 0 else ms / 1000
+
+
+@dataclass(frozen=True)
+class HoppingWindow:
+    """Windows of `size`, starting every `step` (a tumbling window is a hopping one with step == size)."""
+
+    size: Seconds
+    step: Seconds
+    expires: Seconds | None = None
+    grace: Seconds = 0
+
+    def __post_init__(self) -> None:
+        size, step, grace = to_ms(self.size, "size"), to_ms(self.step, "step"), to_ms(self.grace, "grace")
+        if size <= 0:
+            raise ConfigError(f"window size must be positive, not {self.size!r}")
+        if step <= 0 or step > size:
+            raise ConfigError(f"window step must be positive and at most the size, not {self.step!r}")
+        if grace < 0:
+            raise ConfigError(f"window grace must not be negative, not {self.grace!r}")
+        expires = max(size, grace) if self.expires is None else to_ms(self.expires, "expires")
+        if expires < grace:
+            raise ConfigError("window expires must be at least its grace, or late events would "
+                              "update windows already deleted")
+        object.__setattr__(self, "_size", size)
+        object.__setattr__(self, "_step", step)
+        object.__setattr__(self, "_grace", grace)
+        object.__setattr__(self, "_expires", expires)
+
+    # -- milliseconds (what tables use) -------------------------------------------------------------
+
+    @property
+    def size_ms(self) -> int:
+        return self._size  # type: ignore[attr-defined,no-any-return]  # set in __post_init__
+
+    @property
+    def step_ms(self) -> int:
+        return self._step  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def grace_ms(self) -> int:
+        return self._grace  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def expires_ms(self) -> int:
+        return self._expires  # type: ignore[attr-defined,no-any-return]
+
+    def starts_ms(self, ts_ms: int) -> list[int]:
+        """Starts of every window containing `ts_ms`, oldest first."""
+        size, step = self.size_ms, self.step_ms
+        last = ts_ms - ts_ms % step
+        first = last - ((size - 1) // step) * step
+        return [s for s in range(first, last + 1, step) if s <= ts_ms < s + size]
+
+    def current_start_ms(self, ts_ms: int) -> int:
+        """The newest window containing `ts_ms` (the one that started last)."""
+        return ts_ms - ts_ms % self.step_ms
+
+    def closed(self, start_ms: int, stream_time_ms: int) -> bool:
+        """Whether the window can no longer change: stream time reached its end plus grace."""
+        return stream_time_ms >= start_ms + self.size_ms + self.grace_ms
+
+    def expired(self, start_ms: int, stream_time_ms: int) -> bool:
+        return stream_time_ms >= start_ms + self.size_ms + self.expires_ms
+
+    # -- seconds (what people use) ------------------------------------------------------------------
+
+    def ranges(self, ts: float) -> list[WindowRange]:
+        ts_ms = to_ms(ts, "timestamp")
+        return [WindowRange.from_ms(s, s + self.size_ms) for s in self.starts_ms(ts_ms)]
+
+    def current(self, ts: float) -> WindowRange:
+        start = self.current_start_ms(to_ms(ts, "timestamp"))
+        return WindowRange.from_ms(start, start + self.size_ms)
+
+
+class TumblingWindow(HoppingWindow):
+    """Back-to-back windows of `size`."""
+
+    def __init__(self, size: Seconds, expires: Seconds | None = None, grace: Seconds = 0) -> None:
+        super().__init__(size, size, expires, grace)
