@@ -97,6 +97,8 @@ class Worker(Service):
         topics[self.replies.topic] = Topic(self.replies.topic, internal=True)
         for table in self.app.tables.values():
             topics.setdefault(table.changelog_topic.name, table.changelog_topic)
+            if table.windowed is not None and table.windowed.late_topic is not None:
+                topics.setdefault(table.windowed.late_topic.name, table.windowed.late_topic)
         return list(topics.values())
 
     async def on_start(self) -> None:
@@ -111,6 +113,9 @@ class Worker(Service):
             topic.attach(self.producer)
         for agent in self.app.agents.values():
             agent.attach(self.replies)
+        for table in self.app.tables.values():
+            if table.windowed is not None:
+                table.windowed.topics = self.app.topics
         log.info("worker %s starting on %s: agents %s", self.app.id, self.settings.broker,
                  ", ".join(self.app.agents) or "none")
 

@@ -10,7 +10,7 @@ from engine.transport.base import TopicSpec
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Awaitable, Mapping
+    from collections.abc import Awaitable, Callable, Mapping
 
     from engine.events import Headers, RawRecord
     from engine.transport.base import Producer
@@ -31,8 +31,10 @@ class Topic:
         replication: int | None = None,
         config: Mapping[str, str] | None = None,
         internal: bool = False,
+        timestamp: Callable[[Any], Any] | None = None,
     ) -> None:
         self.name = name
+        self.timestamp = timestamp  # event time from the value (seconds or datetime); default: record time
         self.key_type = key_type
         self.value_type = value_type
         self.key_codec: Codec = codec_for(key_type, key_serializer)

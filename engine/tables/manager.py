@@ -26,6 +26,7 @@ from engine.events import TP
 from engine.stores import PartitionStore, StoreBackend, StoreCorrupt, open_store_backend
 from engine.tables.partition import DELETED, TablePartition
 from engine.tables.recovery import Progress, apply_batch, replay_to_end
+from engine.tables.windowed import STREAM_TIME_KEY
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
@@ -163,6 +164,8 @@ class TableManager(Service):
                 continue
             for number in numbers:
                 table.active.pop(number, None)
+                if table.windowed is not None:
+                    table.windowed.forget(number)
                 tp = TP(table.changelog_topic.name, number)
                 keep = self.settings.standby_replicas > 0 and table.has_own_changelog
                 if keep:
@@ -234,6 +237,8 @@ class TableManager(Service):
         pending = []
         for table in self.tables.values():
             for part in table.active.values():
+                if table.windowed is not None:
+                    table.windowed.expire(part)
                 if part.buffer:
                     pending.append(Pending(table, part, part.take_buffer(), {}))
         return pending
@@ -246,10 +251,23 @@ class TableManager(Service):
             encode_value = table.value_codec.encode
             for key, value in item.writes.items():
                 key_bytes = table.locate(key)[0]
-                value_bytes = None if value is DELETED else encode_value(value)
+                if value is DELETED:
+                    value_bytes = None
+                elif isinstance(value, bytes) and key_bytes == STREAM_TIME_KEY:
+                    value_bytes = value
+                else:
+                    value_bytes = encode_value(value)
                 item.encoded[key_bytes] = value_bytes
                 item.last = await self.producer.send(topic, key_bytes, value_bytes,
                                                      partition=item.part.number)
+
+        for table in self.tables.values():
+            windowed = table.windowed
+            if windowed is not None and windowed.late_topic is not None and windowed.late_records:
+                late, windowed.late_records = windowed.late_records, []
+                for record in late:
+                    await self.producer.send(windowed.late_topic.name, record.key, record.value,
+                                             headers=list(record.headers))
 
     def complete(self, pending: list[Pending]) -> None:
         """After the producer flushed: write each batch to its store with the changelog offset it got."""

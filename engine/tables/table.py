@@ -19,7 +19,16 @@ from engine.errors import ConfigError, EngineError
 from engine.partitioner import partition_for
 from engine.streams import current_event
 from engine.tables.partition import DELETED, MISSING, TablePartition
+from engine.tables.windowed import (
+    STREAM_TIME_KEY,
+    Timestamp,
+    WindowedChangelogKeyCodec,
+    WindowedTable,
+    WindowKeyCodec,
+    window_key,
+)
 from engine.topics import Topic
+from engine.windows import HoppingWindow, Seconds, TumblingWindow
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +66,10 @@ class Table(MutableMapping[Any, Any]):
         if store is not None and store.split("://", 1)[0] not in ("memory", "rocksdb"):
             raise ConfigError(f"table {name!r}: store {store!r} is not rocksdb:// or memory://")
         self.name = name
+        self.app_id = app_id
         self.default = default
+        self.window: HoppingWindow | None = None
+        self.windowed: WindowedTable | None = None
         self.is_global = is_global
         self.store_url = store
         self.changelog_topic = source_topic or Topic(
@@ -90,18 +102,70 @@ class Table(MutableMapping[Any, Any]):
         """The stream of this table's updates, as a topic an agent can read."""
         return self.changelog_topic
 
+    # -- windows ------------------------------------------------------------------------------------
+
+    def tumbling(
+        self,
+        size: Seconds,
+        *,
+        expires: Seconds | None = None,
+        grace: Seconds = 0,
+        timestamp: Timestamp | None = None,
+        late_topic: bool = False,
+    ) -> WindowedTable:
+        """Make this a table of back-to-back windows of `size` (see engine.tables.windowed)."""
+        return self._windowed(TumblingWindow(size, expires, grace), timestamp, late_topic)
+
+    def hopping(
+        self,
+        size: Seconds,
+        step: Seconds,
+        *,
+        expires: Seconds | None = None,
+        grace: Seconds = 0,
+        timestamp: Timestamp | None = None,
+        late_topic: bool = False,
+    ) -> WindowedTable:
+        """Make this a table of windows of `size` starting every `step`."""
+        return self._windowed(HoppingWindow(size, step, expires, grace), timestamp, late_topic)
+
+    def _windowed(self, window: HoppingWindow, timestamp: Timestamp | None, late: bool) -> WindowedTable:
+        if self.window is not None:
+            raise ConfigError(f"table {self.name!r} is already windowed")
+        if not self.has_own_changelog:
+            raise ConfigError(f"table {self.name!r} reads a source topic; it cannot be windowed")
+        base = self.key_codec
+        self.window = window
+        self.key_codec = WindowKeyCodec(base)
+        self.changelog_topic.key_codec = WindowedChangelogKeyCodec(base, window.size_ms)
+        self.changelog_topic._raw_key = False
+        late_topic = Topic(f"{self.app_id}-{self.name}-late", key_serializer="raw",
+                           value_serializer="raw", internal=True) if late else None
+        self.windowed = WindowedTable(self, window, timestamp=timestamp, late_topic=late_topic)
+        return self.windowed
+
     # -- locating keys ------------------------------------------------------------------------------
 
     def locate(self, key: Any) -> tuple[bytes, int]:
-        """(encoded key, partition by hash); cached, since the same keys come back all the time."""
+        """(encoded key, partition by hash); cached, since the same keys come back all the time.
+        A windowed key (key, start) lives in the partition of its key alone."""
         found = self._locations.get(key)
         if found is None:
-            encoded = self.key_codec.encode(key)
-            if encoded is None:
-                raise TableError(f"table {self.name!r}: keys cannot be None")
+            if key == STREAM_TIME_KEY:
+                return STREAM_TIME_KEY, -1
+            if self.window is not None:
+                inner = self.key_codec.inner.encode(key[0])  # type: ignore[attr-defined]
+                if inner is None:
+                    raise TableError(f"table {self.name!r}: keys cannot be None")
+                found = (window_key(inner, key[1]), partition_for(inner, self.partition_count))
+            else:
+                encoded = self.key_codec.encode(key)
+                if encoded is None:
+                    raise TableError(f"table {self.name!r}: keys cannot be None")
+                found = (encoded, partition_for(encoded, self.partition_count))
             if len(self._locations) > 100_000:
                 self._locations.clear()
-            found = self._locations[key] = (encoded, partition_for(encoded, self.partition_count))
+            self._locations[key] = found
         return found
 
     def _partition(self, number: int, key: Any) -> TablePartition:
@@ -116,13 +180,14 @@ class Table(MutableMapping[Any, Any]):
     def _for_write(self, key: Any) -> tuple[TablePartition, bytes]:
         encoded, number = self.locate(key)
         event = current_event.get()
+        own = key[0] if self.window is not None else key
         if event is not None and not self.is_global and number != event.partition:
-            if key == event.key:
+            if own == event.key:
                 self._warn_codec_mismatch(event.topic)
                 number = event.partition
             else:
                 raise KeyNotInPartition(
-                    f"table {self.name!r}: key {key!r} belongs to partition {number}, but the current "
+                    f"table {self.name!r}: key {own!r} belongs to partition {number}, but the current "
                     f"event is from {event.topic}[{event.partition}]; re-key the stream with "
                     "group_by(...) so that events arrive in the partition of the key they write"
                 )
@@ -132,7 +197,8 @@ class Table(MutableMapping[Any, Any]):
         encoded, number = self.locate(key)
         if not self.is_global:
             event = current_event.get()
-            if event is not None and key == event.key:
+            own = key[0] if self.window is not None else key
+            if event is not None and own == event.key:
                 number = event.partition
         return self._partition(number, key), encoded
 
@@ -187,12 +253,14 @@ class Table(MutableMapping[Any, Any]):
         overlay.update(part.buffer)
         decode_key, decode_value = self.key_codec.decode, self.value_codec.decode
         for raw_key, raw_value in part.store.items():
+            if raw_key == STREAM_TIME_KEY:
+                continue
             key = decode_key(raw_key)
             if key in overlay:
                 continue
             yield key, decode_value(raw_value)
         for key, value in overlay.items():
-            if value is not DELETED:
+            if value is not DELETED and key != STREAM_TIME_KEY:
                 yield key, value
 
     def __iter__(self) -> Iterator[Any]:

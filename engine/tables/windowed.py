@@ -1,0 +1,310 @@
+"""Windowed tables: a table whose keys are (key, window), updated on event time.
+
+    views = app.Table("views", default=int).hopping(size=600, step=60, expires=3600, grace=30)
+    views[page] += 1                 # every window that contains the event's time
+    views[page].current()            # the newest window containing the event's time
+
+Key layout in the store and the changelog (readers such as the Spark bridge depend on it):
+
+    4 bytes   big-endian length of the encoded key
+    n bytes   the key, encoded by the table's key codec
+    8 bytes   big-endian window start in milliseconds, plus 2**63 (so that negative starts sort first)
+
+One key's windows are contiguous and ordered by start. The partition of a windowed key is the partition of
+its key alone, so every window of a key lives with the key. Each partition also keeps its stream time (the
+largest event time it has seen) under the reserved key STREAM_TIME_KEY, so that late events stay late
+across restarts.
+
+An event updates every window containing its time unless stream time already passed that window's end plus
+grace; if no window is left to update, the event is late: it is counted and, if the table asks for it, sent
+to `<app>-<table>-late`. At each checkpoint, windows older than `expires` are deleted (tombstones in the
+changelog), so state stays bounded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import EngineError
+from engine.streams import current_event
+from engine.tables.partition import DELETED, MISSING
+from engine.windows import WindowRange
+
+if TYPE_CHECKING:
+    from engine.codecs import Codec
+    from engine.events import Event
+    from engine.tables.partition import TablePartition
+    from engine.tables.table import Table
+    from engine.topics import Topic
+    from engine.windows import HoppingWindow
+
+OFFSET = 2**63
+STREAM_TIME_KEY = b"\xff\xff\xff\xffstream-time"
+Timestamp = Callable[[Any], "float | int | datetime"]
+
+
+def window_key(key_bytes: bytes, start_ms: int) -> bytes:
+    return len(key_bytes).to_bytes(4, "big") + key_bytes + (start_ms + OFFSET).to_bytes(8, "big")
+
+
+def split_window_key(raw: bytes) -> tuple[bytes, int]:
+    length = int.from_bytes(raw[:4], "big")
+    return raw[4:4 + length], int.from_bytes(raw[4 + length:12 + length], "big") - OFFSET
+
+
+def key_prefix(key_bytes: bytes) -> tuple[bytes, bytes]:
+    """[start, end) of every stored window of one key."""
+    head = len(key_bytes).to_bytes(4, "big") + key_bytes
+    return head, head + b"\xff" * 9
+
+
+class WindowKeyCodec:
+    """Store keys of a windowed table: (key, window start in ms) <-> the layout above."""
+
+    name = "windowed"
+
+    def __init__(self, key_codec: Codec) -> None:
+        self.inner = key_codec
+
+    def encode(self, value: Any) -> bytes | None:
+        key, start_ms = value
+        encoded = self.inner.encode(key)
+        assert encoded is not None
+        return window_key(encoded, start_ms)
+
+    def decode(self, data: bytes | None) -> Any:
+        assert data is not None
+        key_bytes, start_ms = split_window_key(data)
+        return self.inner.decode(key_bytes), start_ms
+
+
+class WindowedChangelogKeyCodec(WindowKeyCodec):
+    """What readers of `table.changelog()` get as keys: (key, WindowRange)."""
+
+    def __init__(self, key_codec: Codec, size_ms: int) -> None:
+        super().__init__(key_codec)
+        self.size_ms = size_ms
+
+    def decode(self, data: bytes | None) -> Any:
+        if data == STREAM_TIME_KEY:
+            return None
+        key, start_ms = super().decode(data)
+        return key, WindowRange.from_ms(start_ms, start_ms + self.size_ms)
+
+
+class WindowState:
+    """Per partition: stream time, and which windows are alive (for expiry)."""
+
+    __slots__ = ("live", "stream_time")
+
+    def __init__(self) -> None:
+        self.stream_time: int | None = None
+        self.live: dict[int, set[Any]] = {}
+
+
+class WindowedTable:
+    """The windowed face of a Table: `table[key]` is that key's WindowSet."""
+
+    def __init__(
+        self,
+        table: Table,
+        window: HoppingWindow,
+        *,
+        timestamp: Timestamp | None = None,
+        late_topic: Topic | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.table = table
+        self.window = window
+        self.timestamp = timestamp
+        self.late_topic = late_topic
+        self.clock = clock
+        self.late_events = 0
+        self.late_records: list[Any] = []  # sent to the late topic at the next checkpoint
+        self.states: dict[int, WindowState] = {}
+        self.topics: dict[str, Topic] = {}
+
+    @property
+    def name(self) -> str:
+        return self.table.name
+
+    def changelog(self) -> Topic:
+        return self.table.changelog()
+
+    # -- event time ---------------------------------------------------------------------------------
+
+    def event_time_ms(self, event: Event) -> int:
+        extract = self.timestamp
+        if extract is None:
+            topic = self.topics.get(event.topic)
+            extract = topic.timestamp if topic is not None else None
+        if extract is None:
+            return event.record.timestamp
+        value = extract(event.value)
+        if isinstance(value, datetime):
+            return round(value.timestamp() * 1000)
+        return round(value * 1000)
+
+    def _state(self, part: TablePartition) -> WindowState:
+        state = self.states.get(part.number)
+        if state is None:
+            state = self.states[part.number] = self._load_state(part)
+        return state
+
+    def _load_state(self, part: TablePartition) -> WindowState:
+        """Rebuild stream time and the live-window index from the store (once per activation)."""
+        state = WindowState()
+        raw = part.store.get(STREAM_TIME_KEY)
+        if raw is not None:
+            state.stream_time = int(raw)
+        decode = self.table.key_codec.decode
+        for raw_key, _ in part.store.items():
+            if raw_key == STREAM_TIME_KEY:
+                continue
+            key, start = decode(raw_key)
+            state.live.setdefault(start, set()).add(key)
+        return state
+
+    # -- updates ------------------------------------------------------------------------------------
+
+    def _event(self) -> Event:
+        event = current_event.get()
+        if event is None:
+            raise EngineError(f"windowed table {self.name!r}: updates need an event (write from an agent)")
+        return event
+
+    def update(self, key: Any, fun: Callable[[Any], Any]) -> bool:
+        """Apply `fun` to every open window of `key` containing the event's time; False if it was late."""
+        event = self._event()
+        ts = self.event_time_ms(event)
+        part, _ = self.table._for_write((key, 0))
+        state = self._state(part)
+        stream_time = ts if state.stream_time is None else max(state.stream_time, ts)
+        applied = False
+        for start in self.window.starts_ms(ts):
+            if self.window.closed(start, stream_time):
+                continue
+            window_key_ = (key, start)
+            current = self._get(part, window_key_)
+            part.set(window_key_, fun(self._default() if current is MISSING else current))
+            state.live.setdefault(start, set()).add(key)
+            applied = True
+        if stream_time != state.stream_time:
+            state.stream_time = stream_time
+            part.set(STREAM_TIME_KEY, str(stream_time).encode())  # raw bytes, not the value codec
+        if not applied:
+            self.late_events += 1
+            if self.late_topic is not None:
+                self.late_records.append(event.record)
+        return applied
+
+    def _default(self) -> Any:
+        if self.table.default is None:
+            raise KeyError("no value for this window and the table has no default")
+        return self.table.default()
+
+    def _get(self, part: TablePartition, window_key_: tuple[Any, int]) -> Any:
+        return part.get(window_key_, self.table.locate(window_key_)[0])
+
+    def value_at(self, key: Any, ts_ms: int) -> Any:
+        """The value of the newest window of `key` containing `ts_ms` (the default if none)."""
+        part, _ = self.table._for_read((key, 0))
+        value = self._get(part, (key, self.window.current_start_ms(ts_ms)))
+        return self._default() if value is MISSING else value
+
+    def windows(self, key: Any) -> Iterator[tuple[WindowRange, Any]]:
+        part, _ = self.table._for_read((key, 0))
+        key_bytes = self.table.key_codec.inner.encode(key)  # type: ignore[attr-defined]
+        low, high = key_prefix(key_bytes)
+        values: dict[int, Any] = {}
+        decode = self.table.value_codec.decode
+        for raw_key, raw_value in part.store.items(low, high):
+            values[split_window_key(raw_key)[1]] = decode(raw_value)
+        for overlay in (part.flushing or {}, part.buffer):
+            for window_key_, value in overlay.items():
+                if isinstance(window_key_, tuple) and window_key_[0] == key:
+                    if value is DELETED:
+                        values.pop(window_key_[1], None)
+                    else:
+                        values[window_key_[1]] = value
+        size = self.window.size_ms
+        for start in sorted(values):
+            yield WindowRange.from_ms(start, start + size), values[start]
+
+    # -- expiry (called at the checkpoint) ----------------------------------------------------------
+
+    def expire(self, part: TablePartition) -> int:
+        """Delete this partition's windows older than `expires`; returns how many were deleted."""
+        state = self.states.get(part.number)
+        if state is None or state.stream_time is None:
+            return 0
+        deleted = 0
+        for start in [s for s in state.live if self.window.expired(s, state.stream_time)]:
+            for key in state.live.pop(start):
+                part.delete((key, start))
+                deleted += 1
+        return deleted
+
+    def forget(self, number: int) -> None:
+        self.states.pop(number, None)
+
+    # -- the mapping face ---------------------------------------------------------------------------
+
+    def __getitem__(self, key: Any) -> WindowSet:
+        return WindowSet(self, key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if isinstance(value, WindowSet):
+            return  # `table[key] += n` already updated the windows in WindowSet.__iadd__
+        self.update(key, lambda _: value)
+
+    def __repr__(self) -> str:
+        return f"<WindowedTable {self.name!r} {self.window}>"
+
+
+class WindowSet:
+    """One key's windows, seen from the current event."""
+
+    __slots__ = ("key", "table")
+
+    def __init__(self, table: WindowedTable, key: Any) -> None:
+        self.table = table
+        self.key = key
+
+    def __iadd__(self, other: Any) -> WindowSet:
+        self.table.update(self.key, lambda value: value + other)
+        return self
+
+    def __isub__(self, other: Any) -> WindowSet:
+        self.table.update(self.key, lambda value: value - other)
+        return self
+
+    def apply(self, fun: Callable[[Any], Any]) -> bool:
+        """Update every open window containing the event's time with `fun(old)`; False if late."""
+        return self.table.update(self.key, fun)
+
+    def current(self) -> Any:
+        """The newest window containing the current event's time."""
+        event = self.table._event()
+        return self.table.value_at(self.key, self.table.event_time_ms(event))
+
+    value = current
+
+    def now(self) -> Any:
+        """The newest window containing the wall-clock time."""
+        return self.table.value_at(self.key, round(self.table.clock() * 1000))
+
+    def delta(self, seconds: float) -> Any:
+        """The newest window containing the event's time minus `seconds`."""
+        event = self.table._event()
+        return self.table.value_at(self.key, self.table.event_time_ms(event) - round(seconds * 1000))
+
+    def items(self) -> list[tuple[WindowRange, Any]]:
+        """(window, value) of every stored window of this key, oldest first."""
+        return list(self.table.windows(self.key))
+
+    def __repr__(self) -> str:
+        return f"<WindowSet {self.table.name}[{self.key!r}]>"

@@ -1,0 +1,126 @@
+"""Windowed tables on the in-memory broker, with event times chosen by hand (a `ts` field of the value)."""
+
+from __future__ import annotations
+
+import pytest
+
+import engine
+from engine import testing
+from engine.windows import WindowRange
+
+
+def windowed_app(make_window, url: str, **settings):
+    app = engine.App("w", broker=url, commit_interval=0.05, **settings)
+    views = app.topic("views", key_type=str, value_type=dict, timestamp=lambda v: v["ts"])
+    table = make_window(app.Table("views", default=int, key_type=str, value_type=int))
+    seen: list = []
+
+    @app.agent(views)
+    async def count(stream):
+        async for page, view in stream.items():
+            table[page] += 1
+            seen.append((view["ts"], table[page].current(), table[page].delta(10)))
+
+    return app, views, table, seen
+
+
+async def feed(topic, key: str, times: list[float]) -> None:
+    for ts in times:
+        await topic.send(key=key, value={"ts": ts})
+
+
+async def test_tumbling_with_out_of_order_and_late_events():
+    url = testing.memory_url()
+    app, views, table, seen = windowed_app(
+        lambda t: t.tumbling(10, grace=5, expires=60), url, store="memory://")
+    async with testing.running(app):
+        # 3 is out of order but within grace (stream time 12 < 10 + 5); 4 and 18 come after stream
+        # time 25 closed [0, 10) (at 15) and [10, 20) (at 25): late, not applied.
+        await feed(views, "a", [1, 12, 3, 25, 4, 18, 26])
+        await testing.eventually(lambda: len(seen) == 7)
+        assert table["a"].items() == [
+            (WindowRange(0, 10), 2), (WindowRange(10, 20), 1), (WindowRange(20, 30), 2)]
+        assert table.late_events == 2
+    assert [current for _, current, _ in seen] == [1, 1, 2, 1, 2, 1, 2]
+    assert [delta for _, _, delta in seen] == [0, 1, 0, 1, 0, 2, 1]  # at 18: [0, 10) held 2
+
+
+async def test_hopping_updates_only_the_open_windows_of_a_late_event():
+    url = testing.memory_url()
+    app, views, table, seen = windowed_app(lambda t: t.hopping(10, 5), url, store="memory://")
+    async with testing.running(app):
+        # 9 arrives at stream time 12: [0, 10) closed at 10, [5, 15) still open.
+        await feed(views, "p", [7, 12, 9])
+        await testing.eventually(lambda: len(seen) == 3)
+        assert table["p"].items() == [
+            (WindowRange(0, 10), 1), (WindowRange(5, 15), 3), (WindowRange(10, 20), 1)]
+        assert table.late_events == 0
+
+
+async def test_expired_windows_are_deleted_and_tombstoned():
+    url = testing.memory_url()
+    app, views, table, seen = windowed_app(lambda t: t.tumbling(10, expires=10), url, store="memory://")
+    async with testing.running(app):
+        await feed(views, "k", [1, 15, 35])  # stream time 35: [0,10) expired at 20, [10,20) at 30
+        await testing.eventually(lambda: len(seen) == 3)
+        await testing.eventually(lambda: table["k"].items() == [(WindowRange(30, 40), 1)])
+    records = [r for p in testing.broker_for(url).topics["w-views-changelog"] for r in p]
+    codec = app.tables["views"].changelog_topic.key_codec
+    tombstoned = {codec.decode(r.key)[1] for r in records if r.value is None}
+    assert tombstoned == {WindowRange(0, 10), WindowRange(10, 20)}
+
+
+async def test_changelog_readers_get_key_and_window_and_late_records_go_to_the_late_topic():
+    url = testing.memory_url()
+    app = engine.App("wl", broker=url, commit_interval=0.05, store="memory://")
+    views = app.topic("views", key_type=str, value_type=dict, timestamp=lambda v: v["ts"])
+    table = app.Table("views", default=int, key_type=str, value_type=int).tumbling(
+        10, late_topic=True)
+    updates: list = []
+
+    @app.agent(views)
+    async def count(stream):
+        async for page, _ in stream.items():
+            table[page] += 1
+
+    @app.agent(table.changelog())
+    async def watch(stream):
+        async for key, value in stream.items():
+            if key is not None:
+                updates.append((key, value))
+
+    async with testing.running(app):
+        await feed(views, "x", [5, 11, 2])  # 2 is late: [0, 10) closed at stream time 11
+        await testing.eventually(lambda: ("x", WindowRange(10, 20)) in {k for k, _ in updates})
+        await testing.eventually(lambda: bool(testing.broker_for(url).topics.get("wl-views-late")))
+        await testing.eventually(
+            lambda: sum(len(p) for p in testing.broker_for(url).topics["wl-views-late"]) == 1)
+    assert (("x", WindowRange(0, 10)), 1) in updates
+    late = [r for p in testing.broker_for(url).topics["wl-views-late"] for r in p]
+    assert late[0].value == b'{"ts":2}'
+
+
+async def test_stream_time_survives_a_restart(tmp_path):
+    url = testing.memory_url()
+    app, views, _, seen = windowed_app(lambda t: t.tumbling(10), url, data_dir=str(tmp_path))
+    async with testing.running(app):
+        await feed(views, "a", [1, 25])
+        await testing.eventually(lambda: len(seen) == 2)
+    app2, views2, table2, seen2 = windowed_app(lambda t: t.tumbling(10), url, data_dir=str(tmp_path))
+    async with testing.running(app2):
+        await feed(views2, "a", [3, 26])  # 3 is late after the restart too: stream time was 25
+        await testing.eventually(lambda: len(seen2) == 2)
+        assert table2.late_events == 1
+        # [0, 10) expired at stream time 20 (expires defaults to the size): only [20, 30) is left.
+        assert table2["a"].items() == [(WindowRange(20, 30), 2)]
+
+
+def test_windowing_a_table_twice_or_a_source_table_is_refused():
+    app = engine.App("x", broker="memory://")
+    table = app.Table("t", default=int)
+    table.tumbling(10)
+    with pytest.raises(engine.ConfigError, match="already windowed"):
+        table.hopping(10, 5)
+    source = app.Table("s", source_topic="somewhere")
+    with pytest.raises(engine.ConfigError, match="reads a source topic"):
+        source.tumbling(10)
