@@ -54,13 +54,6 @@ class Mailbox(Generic[T]):
         self._items.extend(items)
         self._wake(self._getters)
 
-    def put_nowait(self, item: T) -> None:
-        """Enqueue ignoring the bound: for replies and control messages that must never block."""
-        if self._closed:
-            raise MailboxClosed("mailbox is closed")
-        self._items.append(item)
-        self._wake(self._getters)
-
     async def get(self) -> T:
         items = self._items
         while not items:

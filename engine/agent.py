@@ -17,7 +17,7 @@ from engine.errors import AskTimeout, ConfigError, NotRunning
 from engine.settings import ERROR_POLICIES, ErrorPolicy
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Sequence
 
     from engine.streams import AgentFun
     from engine.topics import Topic
@@ -100,6 +100,3 @@ class Agent:
     def __repr__(self) -> str:
         return f"<Agent {self.name!r} on {self.channel.name!r} x{self.concurrency}>"
 
-
-def agent_name(fun: Callable[..., Any]) -> str:
-    return f"{fun.__module__.rsplit('.', 1)[-1]}.{fun.__name__}"

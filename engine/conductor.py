@@ -57,8 +57,6 @@ class Conductor(Service):
         self.trackers: dict[TP, OffsetTracker] = {}
         self.failure: BaseException | None = None
         self.failed = asyncio.Event()
-        self.fetched = 0
-        self.commits = 0
         self._fetcher: asyncio.Task[None] | None = None
         self._started = False
 
@@ -127,7 +125,6 @@ class Conductor(Service):
                 tracker = trackers.get(tp)
                 if tracker is None:
                     tracker = trackers[TP(tp[0], tp[1])] = OffsetTracker()
-                self.fetched += len(records)
                 topic_routes = routes.get(tp[0])
                 if not topic_routes:
                     continue
@@ -236,7 +233,6 @@ class Conductor(Service):
             return
         for tp, offset in offsets.items():
             self.trackers[tp].mark_committed(offset)
-        self.commits += 1
 
     async def _on_assigned(self, assigned: set[TP]) -> None:
         log.info("assigned %d partitions: %s", len(assigned), _fmt(assigned))

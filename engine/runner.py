@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from agents import ActorGroup, Fatal, Mailbox, RestartPolicy, Service
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Subscribe = Callable[[Topic, "AgentRunner"], None]
-TopicFactory = Callable[[str, "Topic | None"], Awaitable[Topic]]
 
 
 class AgentReturned(EngineError):
@@ -86,7 +85,6 @@ class AgentRunner(Service):
         producer: Producer,
         subscribe: Subscribe,
         internal_topic: Callable[[str, Topic | None], Topic],
-        reply_topic: str,
     ) -> None:
         super().__init__(f"agent:{agent.name}")
         self.agent = agent
@@ -94,11 +92,9 @@ class AgentRunner(Service):
         self.producer = producer
         self._subscribe = subscribe
         self._internal_topic = internal_topic
-        self.reply_topic = reply_topic
         self.policy = agent.on_error or settings.agent_error_policy
         self.dlq = Topic(f"{settings.app_id}-{agent.dlq_suffix}", key_serializer="raw",
                          value_serializer="raw", internal=True)
-        self.processed_errors = 0
         restart = RestartPolicy(max_restarts=settings.agent_max_restarts,
                                 within=settings.agent_restart_window)
         self.group: ActorGroup[Event] = self.add_child(ActorGroup(
@@ -204,7 +200,6 @@ class AgentRunner(Service):
     async def handle_error(self, record: RawRecord, error: BaseException) -> None:
         """Apply the error policy to a record this agent could not decode or process."""
         where = f"{record.topic}[{record.partition}]@{record.offset}"
-        self.processed_errors += 1
         if self.policy == "stop":
             log.error("agent %s failed on %s: %s; stopping (on_error='stop')",
                       self.agent.name, where, error, exc_info=error)

@@ -52,7 +52,7 @@ class Worker(Service):
         self.settings = settings
         self.transport = open_transport(settings.broker, settings.broker_options)
         self.producer = self.transport.producer()
-        self._producer_service = self.add_child(_ProducerService(self.producer))
+        self.add_child(_ProducerService(self.producer))
         self.replies = self.add_child(ReplyService(self.transport, f"{app.id}-replies"))
         self.tables = self.add_child(TableManager(
             app.tables.values(), transport=self.transport, settings=settings, producer=self.producer,
@@ -65,7 +65,6 @@ class Worker(Service):
             self.add_child(AgentRunner(
                 agent, settings=settings, producer=self.producer,
                 subscribe=self.conductor.add_route, internal_topic=self._internal_topic,
-                reply_topic=self.replies.topic,
             ))
             for agent in app.agents.values()
         ]

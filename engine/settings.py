@@ -55,9 +55,6 @@ class Settings:
         """host:port pairs of a kafka:// URL."""
         return self.broker.split("://", 1)[1].split(",")
 
-    def replace(self, **changes: Any) -> Settings:
-        return dataclasses.replace(self, **changes)
-
 
 def _fail(name: str, value: object, expected: str) -> None:
     shown = f"{value.total_seconds():g}s" if isinstance(value, timedelta) else repr(value)

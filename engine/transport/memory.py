@@ -59,11 +59,6 @@ class MemoryBroker:
             broker = cls._registry[name] = cls()
         return broker
 
-    @classmethod
-    def forget(cls, name: str) -> None:
-        """Drop a named broker and all its data (tests)."""
-        cls._registry.pop(name, None)
-
     def create_topic(self, name: str, partitions: int, config: Mapping[str, str] | None = None) -> None:
         if name not in self.topics:
             self.topics[name] = [[] for _ in range(partitions)]
