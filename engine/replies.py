@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from agents import Service
 from engine.agent import CORRELATION_ID
 from engine.codecs import loads
+from engine.events import TP
 
 if TYPE_CHECKING:
     from engine.transport.base import Transport
@@ -21,6 +22,7 @@ class ReplyService(Service):
     def __init__(self, transport: Transport, topic: str) -> None:
         super().__init__("replies")
         self.topic = topic
+        self.partitions = 1  # set by the worker from the broker before this starts
         self.consumer = transport.consumer(group_id=None)
         self._waiting: dict[str, asyncio.Future[Any]] = {}
 
@@ -34,7 +36,11 @@ class ReplyService(Service):
 
     async def on_start(self) -> None:
         await self.consumer.start()
-        await self.consumer.assign_all(self.topic, from_end=True)
+        tps = [TP(self.topic, p) for p in range(self.partitions)]
+        self.consumer.assign(tps)
+        # Fixed end offsets, not "seek to end": a reply produced after this point is never skipped.
+        for tp, (_, end) in (await self.consumer.offsets(tps)).items():
+            self.consumer.seek(tp, end)
         self.spawn(self._read(), "read")
 
     async def on_stop(self) -> None:

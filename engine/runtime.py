@@ -106,6 +106,7 @@ class Worker(Service):
             specs = [t.spec(self.settings.topic_partitions, self.settings.topic_replication)
                      for t in self.all_topics()]
             await admin.create_topics(specs)
+            self.replies.partitions = (await admin.describe_topics())[self.replies.topic]
         finally:
             await admin.close()
         for topic in self.all_topics():

@@ -30,9 +30,6 @@ class Consumer(Protocol):
     def subscribe(self, topics: Collection[str]) -> None:
         """Join the group for `topics` (may be called again with a larger set)."""
 
-    async def assign_all(self, topic: str, *, from_end: bool) -> None:
-        """Outside any group: read every partition of `topic`, from its end or its beginning."""
-
     def assign(self, tps: Collection[TP]) -> None:
         """Outside any group: read exactly these partitions (replaces the previous assignment)."""
 

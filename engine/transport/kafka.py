@@ -105,25 +105,6 @@ class KafkaConsumer:
             self._topics = set(topics)
             self._client.subscribe(topics=sorted(self._topics), listener=self._listener)
 
-    async def assign_all(self, topic: str, *, from_end: bool) -> None:
-        partitions = self._client.partitions_for_topic(topic)
-        for _ in range(50):
-            if partitions:
-                break
-            await self._client._client.force_metadata_update()  # no public way to wait for metadata
-            partitions = self._client.partitions_for_topic(topic)
-            await asyncio.sleep(0.1)
-        if not partitions:
-            raise TransportError(f"topic {topic!r} has no partitions on {self._servers!r}")
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        self._client.assign(tps)
-        if from_end:
-            await self._client.seek_to_end(*tps)
-            for tp in tps:  # resolve positions now, so that nothing produced after this is missed
-                await self._client.position(tp)
-        else:
-            await self._client.seek_to_beginning(*tps)
-
     async def getmany(self, timeout: float, max_records: int) -> Mapping[TP, list[RawRecord]]:
         try:
             batches: Mapping[TP, list[RawRecord]] = await self._client.getmany(

@@ -165,18 +165,10 @@ class MemoryConsumer:
 
     def subscribe(self, topics: Collection[str]) -> None:
         if self.group_id is None:
-            raise ValueError("subscribe needs a group_id; use assign_all outside a group")
+            raise ValueError("subscribe needs a group_id; use assign outside a group")
         self.topics = set(topics)
         if self._running:
             self.broker.join(self.group_id, self)
-
-    async def assign_all(self, topic: str, *, from_end: bool) -> None:
-        if topic not in self.broker.topics:
-            self.broker.create_topic(topic, self.broker.default_partitions)
-        for partition, log in enumerate(self.broker.topics[topic]):
-            tp = TP(topic, partition)
-            self._assigned.add(tp)
-            self._positions[tp] = len(log) if from_end else 0
 
     def assignment(self) -> set[TP]:
         return set(self._assigned)

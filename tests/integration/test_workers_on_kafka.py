@@ -125,3 +125,23 @@ async def test_poison_records_go_to_the_dlq_and_the_rest_is_processed(kafka, tmp
         assert "record sent to" in log
     finally:
         assert worker.terminate() == 0, worker.output()[-3000:]
+
+
+async def test_ask_gets_its_answer_through_the_reply_topic(kafka):
+    import engine
+
+    app = engine.App(unique("ask"), broker=kafka.url)
+
+    @app.agent(app.topic(unique("questions"), value_type=int))
+    async def square(stream):
+        async for n in stream:
+            yield n * n
+
+    worker = engine.Worker(app, app.settings())
+    await worker.start()
+    try:
+        answers = await asyncio.gather(*(square.ask(n, timeout=30) for n in range(5)))
+        assert answers == [0, 1, 4, 9, 16]
+    finally:
+        worker.request_stop()
+        await worker.run_until_stopped()
