@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agents import Service
@@ -26,7 +26,6 @@ from engine.events import TP
 from engine.stores import PartitionStore, StoreBackend, StoreCorrupt, open_store_backend
 from engine.tables.partition import DELETED, TablePartition
 from engine.tables.recovery import Progress, apply_batch, replay_to_end
-from engine.tables.windowed import STREAM_TIME_KEY
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
@@ -45,7 +44,8 @@ class Pending:
     table: Table
     part: TablePartition
     writes: dict[Any, Any]
-    encoded: dict[bytes, bytes | None]
+    meta: dict[bytes, bytes]
+    encoded: dict[bytes, bytes | None] = field(default_factory=dict)
     last: asyncio.Future[Any] | None = None
 
 
@@ -239,8 +239,8 @@ class TableManager(Service):
             for part in table.active.values():
                 if table.windowed is not None:
                     table.windowed.expire(part)
-                if part.buffer:
-                    pending.append(Pending(table, part, part.take_buffer(), {}))
+                if part.buffer or part.meta:
+                    pending.append(Pending(table, part, part.take_buffer(), part.take_meta()))
         return pending
 
     async def send(self, pending: list[Pending]) -> None:
@@ -250,14 +250,9 @@ class TableManager(Service):
             topic = table.changelog_topic.name
             encode_value = table.value_codec.encode
             for key, value in item.writes.items():
-                key_bytes = table.locate(key)[0]
-                if value is DELETED:
-                    value_bytes = None
-                elif isinstance(value, bytes) and key_bytes == STREAM_TIME_KEY:
-                    value_bytes = value
-                else:
-                    value_bytes = encode_value(value)
-                item.encoded[key_bytes] = value_bytes
+                item.encoded[table.locate(key)[0]] = None if value is DELETED else encode_value(value)
+            item.encoded.update(item.meta)
+            for key_bytes, value_bytes in item.encoded.items():
                 item.last = await self.producer.send(topic, key_bytes, value_bytes,
                                                      partition=item.part.number)
 
@@ -284,4 +279,5 @@ class TableManager(Service):
             merged = dict(item.writes)
             merged.update(item.part.buffer)
             item.part.buffer = merged
+            item.part.meta = {**item.meta, **item.part.meta}
             item.part.flushed()

@@ -17,15 +17,21 @@ if TYPE_CHECKING:
 MISSING: Any = object()
 DELETED: Any = object()
 
+# Engine's own records in a table's store and changelog start with this (a windowed key's 4-byte length
+# prefix is never 0xffffffff); readers of table keys skip them.
+META_PREFIX = b"\xff\xff\xff\xff"
+
 
 class TablePartition:
-    __slots__ = ("_decode", "buffer", "flushing", "number", "store")
+    __slots__ = ("_decode", "buffer", "flushing", "meta", "number", "store")
 
     def __init__(self, number: int, store: PartitionStore, value_codec: Codec) -> None:
         self.number = number
         self.store = store
         self.buffer: dict[Any, Any] = {}
         self.flushing: dict[Any, Any] | None = None
+        # Engine's own records, already encoded (key starts with META_PREFIX), sent with the next checkpoint.
+        self.meta: dict[bytes, bytes] = {}
         self._decode = value_codec.decode
 
     def get(self, key: Any, key_bytes: bytes) -> Any:
@@ -48,6 +54,10 @@ class TablePartition:
         """Start a flush: the buffer becomes `flushing` (still readable) and a new buffer starts."""
         taken, self.buffer = self.buffer, {}
         self.flushing = taken
+        return taken
+
+    def take_meta(self) -> dict[bytes, bytes]:
+        taken, self.meta = self.meta, {}
         return taken
 
     def flushed(self) -> None:

@@ -18,9 +18,8 @@ from typing import Any
 from engine.errors import ConfigError, EngineError
 from engine.partitioner import partition_for
 from engine.streams import current_event
-from engine.tables.partition import DELETED, MISSING, TablePartition
+from engine.tables.partition import DELETED, META_PREFIX, MISSING, TablePartition
 from engine.tables.windowed import (
-    STREAM_TIME_KEY,
     Timestamp,
     WindowedChangelogKeyCodec,
     WindowedTable,
@@ -151,8 +150,6 @@ class Table(MutableMapping[Any, Any]):
         A windowed key (key, start) lives in the partition of its key alone."""
         found = self._locations.get(key)
         if found is None:
-            if key == STREAM_TIME_KEY:
-                return STREAM_TIME_KEY, -1
             if self.window is not None:
                 inner = self.key_codec.inner.encode(key[0])  # type: ignore[attr-defined]
                 if inner is None:
@@ -253,14 +250,14 @@ class Table(MutableMapping[Any, Any]):
         overlay.update(part.buffer)
         decode_key, decode_value = self.key_codec.decode, self.value_codec.decode
         for raw_key, raw_value in part.store.items():
-            if raw_key == STREAM_TIME_KEY:
+            if self.window is not None and raw_key.startswith(META_PREFIX):
                 continue
             key = decode_key(raw_key)
             if key in overlay:
                 continue
             yield key, decode_value(raw_value)
         for key, value in overlay.items():
-            if value is not DELETED and key != STREAM_TIME_KEY:
+            if value is not DELETED:
                 yield key, value
 
     def __iter__(self) -> Iterator[Any]:

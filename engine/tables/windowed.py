@@ -12,8 +12,8 @@ Key layout in the store and the changelog (readers such as the Spark bridge depe
 
 One key's windows are contiguous and ordered by start. The partition of a windowed key is the partition of
 its key alone, so every window of a key lives with the key. Each partition also keeps its stream time (the
-largest event time it has seen) under the reserved key STREAM_TIME_KEY, so that late events stay late
-across restarts.
+largest event time it has seen) as an engine record (key META_PREFIX + b"stream-time", carried by the
+partition's `meta` buffer), so that late events stay late across restarts.
 
 An event updates every window containing its time unless stream time already passed that window's end plus
 grace; if no window is left to update, the event is late: it is counted and, if the table asks for it, sent
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineError
 from engine.streams import current_event
-from engine.tables.partition import DELETED, MISSING
+from engine.tables.partition import DELETED, META_PREFIX, MISSING
 from engine.windows import WindowRange
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from engine.windows import HoppingWindow
 
 OFFSET = 2**63
-STREAM_TIME_KEY = b"\xff\xff\xff\xffstream-time"
+STREAM_TIME_KEY = META_PREFIX + b"stream-time"
 Timestamp = Callable[[Any], "float | int | datetime"]
 
 
@@ -89,8 +89,8 @@ class WindowedChangelogKeyCodec(WindowKeyCodec):
         self.size_ms = size_ms
 
     def decode(self, data: bytes | None) -> Any:
-        if data == STREAM_TIME_KEY:
-            return None
+        if data is None or data.startswith(META_PREFIX):
+            return None  # engine's own record (stream time), not a window
         key, start_ms = super().decode(data)
         return key, WindowRange.from_ms(start_ms, start_ms + self.size_ms)
 
@@ -162,7 +162,7 @@ class WindowedTable:
             state.stream_time = int(raw)
         decode = self.table.key_codec.decode
         for raw_key, _ in part.store.items():
-            if raw_key == STREAM_TIME_KEY:
+            if raw_key.startswith(META_PREFIX):
                 continue
             key, start = decode(raw_key)
             state.live.setdefault(start, set()).add(key)
@@ -194,7 +194,7 @@ class WindowedTable:
             applied = True
         if stream_time != state.stream_time:
             state.stream_time = stream_time
-            part.set(STREAM_TIME_KEY, str(stream_time).encode())  # raw bytes, not the value codec
+            part.meta[STREAM_TIME_KEY] = str(stream_time).encode()
         if not applied:
             self.late_events += 1
             if self.late_topic is not None:
