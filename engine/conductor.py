@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from agents import Fatal, Service, ServiceState
 from engine.errors import DecodeError, TransportError
-from engine.events import TP, Event
+from engine.events import TP, Event, RawRecord
 from engine.offsets import OffsetTracker
+from engine.topics import decode_error
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Coroutine
@@ -135,7 +136,7 @@ class Conductor(Service):
                     await self._dispatch_many(topic_routes, tp[1], records, tracker)
 
     async def _dispatch_one(self, topic: Topic, runner: AgentRunner, partition: int,
-                            records: list, tracker: OffsetTracker) -> None:  # type: ignore[type-arg]
+                            records: list[RawRecord], tracker: OffsetTracker) -> None:
         decode_key = None if topic.key_codec.name == "raw" else topic.key_codec.decode
         decode_value = topic.value_codec.decode
         events: list[Event] = []
@@ -145,8 +146,10 @@ class Conductor(Service):
             try:
                 key = record.key if decode_key is None else decode_key(record.key)
                 value = decode_value(record.value)
-            except DecodeError:
-                await self._undecodable(topic, runner, record, tracker)
+            except DecodeError as exc:
+                track(record.offset)
+                await runner.handle_error(record, decode_error(record, exc))
+                tracker.ack(record.offset)
                 continue
             track(record.offset)
             append(Event(record, key, value, tracker))
@@ -154,45 +157,27 @@ class Conductor(Service):
             await runner.mailbox(topic.name, partition).put_many(events)
 
     async def _dispatch_many(self, topic_routes: list[tuple[Topic, AgentRunner]], partition: int,
-                             records: list, tracker: OffsetTracker) -> None:  # type: ignore[type-arg]
+                             records: list[RawRecord], tracker: OffsetTracker) -> None:
+        """Several agents read this topic: each gets the record decoded by its own Topic's codecs."""
         for record in records:
-            tracker.track(record.offset)
-            decoded: dict[int, tuple[object, object] | None] = {}
-            deliveries = []
-            for topic, runner in topic_routes:
+            decoded: dict[int, tuple[Any, Any] | DecodeError] = {}
+            for topic, _ in topic_routes:
                 if id(topic) not in decoded:
                     try:
-                        decoded[id(topic)] = (topic.key_codec.decode(record.key),
-                                              topic.value_codec.decode(record.value))
-                    except DecodeError:
-                        decoded[id(topic)] = None
-                deliveries.append((topic, runner, decoded[id(topic)]))
-            event_refs = sum(1 for *_, kv in deliveries if kv is not None)
-            for topic, runner, kv in deliveries:
-                if kv is None:
-                    await runner.handle_error(record, self._decode_error(topic, record))
-            if event_refs == 0:
-                tracker.ack(record.offset)
-                continue
-            for topic, runner, kv in deliveries:
-                if kv is not None:
-                    event = Event(record, kv[0], kv[1], tracker, event_refs)
+                        decoded[id(topic)] = topic.decode(record)
+                    except DecodeError as exc:
+                        decoded[id(topic)] = exc
+            receivers = sum(1 for t, _ in topic_routes if not isinstance(decoded[id(t)], DecodeError))
+            tracker.track(record.offset, shares=max(receivers, 1))
+            for topic, runner in topic_routes:
+                outcome = decoded[id(topic)]
+                if isinstance(outcome, DecodeError):
+                    await runner.handle_error(record, outcome)
+                else:
+                    event = Event(record, outcome[0], outcome[1], tracker)
                     await runner.mailbox(topic.name, partition).put(event)
-
-    @staticmethod
-    def _decode_error(topic: Topic, record: object) -> DecodeError:
-        try:
-            topic.decode(record)  # type: ignore[arg-type]  # re-decode for the full message
-        except DecodeError as exc:
-            return exc
-        return DecodeError("cannot decode")
-
-    async def _undecodable(self, topic: Topic, runner: AgentRunner, record: object,
-                           tracker: OffsetTracker) -> None:
-        offset = record.offset  # type: ignore[attr-defined]
-        tracker.track(offset)
-        await runner.handle_error(record, self._decode_error(topic, record))  # type: ignore[arg-type]
-        tracker.ack(offset)
+            if receivers == 0:
+                tracker.ack(record.offset)
 
     # -- checkpoints and rebalances -----------------------------------------------------------------
 
@@ -211,19 +196,20 @@ class Conductor(Service):
             offset = tracker.committable()
             if offset is not None:
                 offsets[tp] = offset
-        pending = self.tables.prepare() if self.tables is not None else []
+        tables = self.tables
+        pending = tables.prepare() if tables is not None else []
         if not offsets and not pending:
             return
         try:
-            if pending:
-                await self.tables.send(pending)  # type: ignore[union-attr]
+            if tables is not None:
+                await tables.send(pending)
             await self.producer.flush()  # DeliveryFailed propagates: never commit past a lost send
         except BaseException:
-            if pending:
-                self.tables.abort(pending)  # type: ignore[union-attr]
+            if tables is not None:
+                tables.abort(pending)
             raise
-        if pending:
-            self.tables.complete(pending)  # type: ignore[union-attr]
+        if tables is not None:
+            tables.complete(pending)
         if not offsets:
             return
         try:

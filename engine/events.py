@@ -41,19 +41,17 @@ class RawRecord(Protocol):
 class Event:
     """A decoded record on its way through agents.
 
-    It is acked once per agent that receives it; when the last agent acks, its offset may be committed.
+    Each agent that receives the record gets its own Event and acks it once; the partition's tracker counts
+    the acks of a record several agents share (see OffsetTracker.track).
     """
 
-    __slots__ = ("_refs", "_tracker", "key", "record", "value")
+    __slots__ = ("_tracker", "key", "record", "value")
 
-    def __init__(
-        self, record: RawRecord, key: Any, value: Any, tracker: OffsetTracker | None, refs: int = 1
-    ) -> None:
+    def __init__(self, record: RawRecord, key: Any, value: Any, tracker: OffsetTracker | None) -> None:
         self.record = record
         self.key = key
         self.value = value
         self._tracker = tracker
-        self._refs = refs
 
     @property
     def topic(self) -> str:
@@ -82,9 +80,8 @@ class Event:
         return None
 
     def ack(self) -> None:
-        """Mark this event processed by one of its agents."""
-        self._refs -= 1
-        if self._refs == 0 and self._tracker is not None:
+        """Mark this event processed by its agent."""
+        if self._tracker is not None:
             self._tracker.ack(self.record.offset)
 
     def __repr__(self) -> str:

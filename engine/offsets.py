@@ -2,7 +2,8 @@
 
 Events of a partition are dispatched in offset order but may finish out of order (several agents, several
 instances). The commit point is one past the last offset such that it and everything dispatched before it
-are acked. Pure and loop-free: tested without Kafka.
+are acked. A record read by several agents is acked once by each; it is done when all of them acked.
+Pure and loop-free: tested without Kafka.
 """
 
 from __future__ import annotations
@@ -11,19 +12,29 @@ from collections import deque
 
 
 class OffsetTracker:
-    __slots__ = ("_done", "_pending", "committed", "position")
+    __slots__ = ("_done", "_pending", "_shares", "committed", "position")
 
     def __init__(self) -> None:
         self._pending: deque[int] = deque()
         self._done: set[int] = set()
+        self._shares: dict[int, int] = {}  # acks still expected for offsets several agents received
         self.position: int | None = None  # next offset to commit; None until something finished
         self.committed: int | None = None  # what the last checkpoint committed
 
-    def track(self, offset: int) -> None:
-        """Record that `offset` was dispatched (offsets arrive in increasing order)."""
+    def track(self, offset: int, shares: int = 1) -> None:
+        """Record that `offset` was dispatched to `shares` agents (offsets arrive in increasing order)."""
         self._pending.append(offset)
+        if shares > 1:
+            self._shares[offset] = shares
 
     def ack(self, offset: int) -> None:
+        shares = self._shares
+        if shares and offset in shares:
+            left = shares[offset] - 1
+            if left:
+                shares[offset] = left
+                return
+            del shares[offset]
         pending = self._pending
         if pending and pending[0] == offset:
             pending.popleft()

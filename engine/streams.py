@@ -260,11 +260,8 @@ class Stream(_Operators):
             self._current = None
             if self._holding:
                 self._held.append(event)
-            elif event._refs == 1 and event._tracker is not None:  # the common case, inlined
-                event._refs = 0
+            elif event._tracker is not None:  # Event.ack, inlined on the hottest path
                 event._tracker.ack(event.record.offset)
-            else:
-                event.ack()
         event = self._mailbox.get_nowait()
         if event is None:
             event = await (self._next_forwarding() if self._upstream else self._next_waiting())

@@ -87,9 +87,12 @@ class Topic:
         try:
             return self.key_codec.decode(record.key), self.value_codec.decode(record.value)
         except DecodeError as exc:
-            raise DecodeError(
-                f"{record.topic}[{record.partition}]@{record.offset}: cannot decode: {exc}"
-            ) from exc
+            raise decode_error(record, exc) from exc
 
     def __repr__(self) -> str:
         return f"<Topic {self.name!r}>"
+
+
+def decode_error(record: RawRecord, error: DecodeError) -> DecodeError:
+    """`error`, saying which record it was about."""
+    return DecodeError(f"{record.topic}[{record.partition}]@{record.offset}: cannot decode: {error}")

@@ -129,3 +129,14 @@ def test_bad_env_setting_fails_naming_it():
 def test_bad_app_id():
     with pytest.raises(ConfigError, match="setting 'app_id' is 'my app'"):
         load_settings("my app", {}, None, {})
+
+
+def test_a_record_shared_by_several_agents_is_done_when_all_acked():
+    tracker = OffsetTracker()
+    tracker.track(0, shares=2)
+    tracker.track(1)
+    tracker.ack(0)
+    tracker.ack(1)
+    assert tracker.committable() is None, "one of the two agents still holds offset 0"
+    tracker.ack(0)
+    assert tracker.committable() == 2

@@ -285,3 +285,32 @@ async def test_two_workers_split_partitions_and_rebalance_on_leave():
             await topic_a.send(key=str(n), value=n)
         await testing.eventually(lambda: set(range(100, 200)) <= set(seen["a"]))
     assert set(seen["a"]) | set(seen["b"]) == set(range(200))
+
+
+async def test_two_agents_on_one_topic_each_decode_with_their_own_codecs():
+    app, url = app_on_memory("two")
+    as_json = app.topic("shared", key_type=str, value_type=dict, partitions=1)
+    as_bytes = engine.Topic("shared", key_type=str, value_serializer="raw", partitions=1)
+    parsed: list = []
+    raw: list = []
+
+    @app.agent(as_json)
+    async def parse(stream):
+        async for value in stream:
+            parsed.append(value)
+
+    @app.agent(as_bytes)
+    async def keep(stream):
+        async for value in stream:
+            raw.append(value)
+
+    async with testing.running(app) as worker:
+        await as_json.send(key="k", value={"a": 1})
+        testing.broker_for(url).append("shared", b"k", b"not json", (), 0)
+        await testing.eventually(lambda: len(raw) == 2 and len(parsed) == 1)
+        await testing.eventually(lambda: worker.conductor.trackers[TP("shared", 0)].committed == 2)
+    assert parsed == [{"a": 1}]
+    assert raw == [b'{"a":1}', b"not json"]
+    dlq = [r for p in testing.broker_for(url).topics["two-parse-dlq"] for r in p]
+    assert [r.value for r in dlq] == [b"not json"]
+    assert dict(dlq[0].headers)["engine-error"].startswith(b"DecodeError: shared[0]@1: cannot decode")
