@@ -102,26 +102,13 @@ class App:
         `<app>-<name>-changelog` (or, with `source_topic`, over that existing compacted topic)."""
         return self._table(name, default=default, key_type=key_type, value_type=value_type,
                            partitions=partitions, store=store, source_topic=source_topic,
-                           is_global=False, **options)
+                           **options)
 
-    def GlobalTable(
-        self,
-        name: str,
-        *,
-        default: Callable[[], Any] | None = None,
-        key_type: type | None = None,
-        value_type: type | None = None,
-        partitions: int | None = None,
-        store: str | None = None,
-        source_topic: Topic | str | None = None,
-        **options: Any,
-    ) -> _Table:
-        """Declare a table every worker holds whole (all partitions), e.g. reference data for joins."""
-        return self._table(name, default=default, key_type=key_type, value_type=value_type,
-                           partitions=partitions, store=store, source_topic=source_topic,
-                           is_global=True, **options)
+    def GlobalTable(self, name: str, **options: Any) -> _Table:
+        """Like Table, but every worker holds the whole table (all partitions): reference data for joins."""
+        return self._table(name, is_global=True, **options)
 
-    def _table(self, name: str, *, source_topic: Topic | str | None, **options: Any) -> _Table:
+    def _table(self, name: str, *, source_topic: Topic | str | None = None, **options: Any) -> _Table:
         if name in self.tables:
             raise ConfigError(f"table {name!r} is declared twice")
         source = self.topic(source_topic) if isinstance(source_topic, str) else source_topic

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents import ActorGroup, Fatal, Mailbox, RestartPolicy, Service
 from engine.agent import CORRELATION_ID, REPLY_TO, Agent
+from engine.codecs import dumps
 from engine.errors import EngineError
 from engine.streams import Stream, UpstreamError
 from engine.topics import Topic
@@ -176,8 +177,6 @@ class AgentRunner(Service):
             reply_to = event.header(REPLY_TO)
             correlation = event.header(CORRELATION_ID)
             if reply_to is not None and correlation is not None:
-                from engine.codecs import dumps
-
                 await self.producer.send(reply_to.decode(), None, dumps(result),
                                          headers=[(CORRELATION_ID, correlation)])
 

@@ -11,7 +11,7 @@ seen) is before `end + grace`; after that it is closed. It is deleted once strea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from engine.errors import ConfigError
@@ -50,6 +50,11 @@ class HoppingWindow:
     step: Seconds
     expires: Seconds | None = None
     grace: Seconds = 0
+    # Exact milliseconds, derived once in __post_init__ (the window maths runs per event).
+    size_ms: int = field(init=False, repr=False, compare=False)
+    step_ms: int = field(init=False, repr=False, compare=False)
+    grace_ms: int = field(init=False, repr=False, compare=False)
+    expires_ms: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         size, step, grace = to_ms(self.size, "size"), to_ms(self.step, "step"), to_ms(self.grace, "grace")
@@ -63,28 +68,11 @@ class HoppingWindow:
         if expires < grace:
             raise ConfigError("window expires must be at least its grace, or late events would "
                               "update windows already deleted")
-        object.__setattr__(self, "_size", size)
-        object.__setattr__(self, "_step", step)
-        object.__setattr__(self, "_grace", grace)
-        object.__setattr__(self, "_expires", expires)
+        for name, value in (("size_ms", size), ("step_ms", step), ("grace_ms", grace),
+                            ("expires_ms", expires)):
+            object.__setattr__(self, name, value)  # a frozen dataclass sets derived fields this way
 
     # -- milliseconds (what tables use) -------------------------------------------------------------
-
-    @property
-    def size_ms(self) -> int:
-        return self._size  # type: ignore[attr-defined,no-any-return]  # set in __post_init__
-
-    @property
-    def step_ms(self) -> int:
-        return self._step  # type: ignore[attr-defined,no-any-return]
-
-    @property
-    def grace_ms(self) -> int:
-        return self._grace  # type: ignore[attr-defined,no-any-return]
-
-    @property
-    def expires_ms(self) -> int:
-        return self._expires  # type: ignore[attr-defined,no-any-return]
 
     def starts_ms(self, ts_ms: int) -> list[int]:
         """Starts of every window containing `ts_ms`, oldest first."""

@@ -40,6 +40,16 @@ class WorkerProcess:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    async def wait_for_output(self, text: str, timeout: float = 60) -> None:
+        """Wait until the worker logged `text`; fail early, with its log, if it exited."""
+        for _ in range(int(timeout * 10)):
+            if text in self.output():
+                return
+            if self.process.poll() is not None:
+                raise AssertionError(f"worker exited:\n{self.output()[-3000:]}")
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"{text!r} not seen in worker log:\n{self.output()[-3000:]}")
+
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.helpers import WorkerProcess, consume_until, create_topics, produce, unique
-from tests.integration.test_workers_on_kafka import numbers_of, wait_for_log
+from tests.integration.test_workers_on_kafka import numbers_of
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
 
@@ -19,7 +19,7 @@ async def test_broker_killed_mid_stream_loses_nothing(kafka_cluster, tmp_path):
                            tmp_path / "worker.log")
     ids = set(range(3000))
     try:
-        await wait_for_log(worker, "assigned")
+        await worker.wait_for_output("assigned")
         await produce(bootstrap, "numbers", ((n, {"n": n}) for n in sorted(ids)))
         await consume_until(bootstrap, "processed", lambda rs: len(numbers_of(rs)) >= 500, 90)
         kafka_cluster.kill(2)

@@ -14,6 +14,7 @@ from collections import Counter
 import pytest
 
 import engine
+from engine import testing
 from tests.integration.helpers import (
     WorkerProcess,
     consume_until,
@@ -47,14 +48,6 @@ def worker(kafka_url: str, app_id: str, topic: str, tmp_path, name: str, data_di
     return WorkerProcess("tests.integration.table_apps:app", kafka_url, env, tmp_path / f"{name}.log")
 
 
-async def wait_for(predicate, timeout: float = 90) -> None:
-    for _ in range(int(timeout * 10)):
-        if predicate():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("timed out")
-
-
 async def feed(bootstrap: str, topic: str, words: list[str]) -> None:
     await produce(bootstrap, topic, [(w, 1) for w in words])
 
@@ -70,7 +63,7 @@ async def test_sigkill_then_rebuild_from_the_changelog_with_no_data_dir(kafka, t
     victim = worker(kafka.url, app_id, topic, tmp_path, "victim", tmp_path / "d1", ITEST_DELAY="0.001")
     first, second = words_for("a", 3000), words_for("a", 1000)
     try:
-        await wait_for(lambda: "tables ready" in victim.output())
+        await victim.wait_for_output("tables ready", 90)
         await feed(kafka.bootstrap, topic, first)
         await consume_until(kafka.bootstrap, changelog, lambda rs: sum(latest(rs).values()) >= 1000)
     finally:
@@ -93,12 +86,12 @@ async def test_sigkill_then_rebuild_from_the_changelog_with_no_data_dir(kafka, t
     rebuilt.tables.assign = assign_and_look  # type: ignore[method-assign]
     await rebuilt.start()
     try:
-        await wait_for(lambda: bool(at_recovery), 60)
+        await testing.eventually(lambda: bool(at_recovery), 60)
         assert at_recovery[0] == before, "rebuilt from the changelog, equal to the state before"
         assert sum(rebuilt.tables.replayed.values()) == total_records
         await feed(kafka.bootstrap, topic, second)
         truth = Counter(first + second)
-        await wait_for(lambda: all(counts[w] >= n for w, n in truth.items()), 90)
+        await testing.eventually(lambda: all(counts[w] >= n for w, n in truth.items()), 90)
         assert sum(v for _, v in counts.items()) >= sum(truth.values())
     finally:
         rebuilt.request_stop()
@@ -112,7 +105,7 @@ async def test_restart_with_the_data_dir_replays_only_the_tail(kafka, tmp_path):
     data_dir = tmp_path / "data"
     first = worker(kafka.url, app_id, topic, tmp_path, "first", data_dir, ITEST_DELAY="0.001")
     try:
-        await wait_for(lambda: "tables ready" in first.output())
+        await first.wait_for_output("tables ready", 90)
         await feed(kafka.bootstrap, topic, words_for("b", 4000, keys=200))
         await consume_until(kafka.bootstrap, changelog, lambda rs: sum(latest(rs).values()) >= 2000)
     finally:
@@ -121,7 +114,7 @@ async def test_restart_with_the_data_dir_replays_only_the_tail(kafka, tmp_path):
     assert records > 400, "several checkpoints before the kill"
     again = worker(kafka.url, app_id, topic, tmp_path, "again", data_dir)
     try:
-        await wait_for(lambda: "tables ready" in again.output())
+        await again.wait_for_output("tables ready", 90)
         tail = replayed(again.output())
         # At most the checkpoint the kill interrupted (flushed to the changelog, not yet to the store):
         # one record per key, 200 keys.
@@ -143,7 +136,8 @@ async def test_standby_takes_over_with_only_the_tail_and_counts_are_exact(kafka,
     b = worker(kafka.url, app_id, topic, tmp_path, "b", tmp_path / "b", **env)
     first, second = words_for("c", 2000, keys=40), words_for("c", 1000, keys=40)
     try:
-        await wait_for(lambda: "tables ready" in a.output() and "tables ready" in b.output())
+        await a.wait_for_output("tables ready", 90)
+        await b.wait_for_output("tables ready", 90)
         await asyncio.sleep(2)  # let the group settle with both members
         await feed(kafka.bootstrap, topic, first)
         await consume_until(kafka.bootstrap, changelog, lambda rs: sum(latest(rs).values()) == 2000)

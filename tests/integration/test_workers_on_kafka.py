@@ -29,16 +29,6 @@ def start_worker(kafka, app_id, tmp_path, name, delay=0.0):
     return WorkerProcess("tests.integration.apps:app", kafka.url, env, tmp_path / f"{name}.log")
 
 
-async def wait_for_log(worker: WorkerProcess, text: str, timeout: float = 60) -> None:
-    for _ in range(int(timeout * 10)):
-        if text in worker.output():
-            return
-        if worker.process.poll() is not None:
-            raise AssertionError(f"worker exited:\n{worker.output()[-3000:]}")
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{text!r} not seen in worker log:\n{worker.output()[-3000:]}")
-
-
 async def test_two_workers_share_partitions_and_process_everything(kafka, tmp_path):
     app_id = unique("share")
     await create_topics(kafka.bootstrap, ["numbers", "processed"])  # shared names are fine: keyed by n
@@ -46,11 +36,11 @@ async def test_two_workers_share_partitions_and_process_everything(kafka, tmp_pa
     first = start_worker(kafka, app_id, tmp_path, "first", delay=0.002)
     second = start_worker(kafka, app_id, tmp_path, "second", delay=0.002)
     try:
-        await wait_for_log(first, "worker " + app_id + " running")
-        await wait_for_log(second, "worker " + app_id + " running")
+        await first.wait_for_output("worker " + app_id + " running")
+        await second.wait_for_output("worker " + app_id + " running")
         # Both joined: wait until the group settled with partitions on each.
-        await wait_for_log(first, "assigned")
-        await wait_for_log(second, "assigned")
+        await first.wait_for_output("assigned")
+        await second.wait_for_output("assigned")
         base = 1_000_000 * (abs(hash(app_id)) % 1000)
         ids = range(base, base + 2000)
         await produce(kafka.bootstrap, numbers_topic, ((n, {"n": n}) for n in ids))
@@ -76,7 +66,7 @@ async def test_sigkill_mid_stream_then_restart_loses_nothing(kafka, tmp_path):
     await create_topics(kafka.bootstrap, ["numbers", "processed"])
     # Earlier tests' records are on the topic too; this group starts from the beginning and skips them.
     worker = start_worker(kafka, app_id, tmp_path, "victim", delay=0.001)
-    await wait_for_log(worker, "assigned")
+    await worker.wait_for_output("assigned")
     await produce(kafka.bootstrap, "numbers", ((n, {"n": n}) for n in sorted(ids)))
     # Kill it once it is part way through.
     await consume_until(kafka.bootstrap, "processed",
@@ -99,7 +89,7 @@ async def test_poison_records_go_to_the_dlq_and_the_rest_is_processed(kafka, tmp
     await create_topics(kafka.bootstrap, ["numbers", "processed"])
     worker = start_worker(kafka, app_id, tmp_path, "poisoned")
     try:
-        await wait_for_log(worker, "assigned")
+        await worker.wait_for_output("assigned")
         good = list(range(base, base + 200))
         await produce(kafka.bootstrap, "numbers", [(n, {"n": n}) for n in good[:100]])
         await produce(kafka.bootstrap, "numbers", [(b"bad-json", b"{not json"),
