@@ -231,6 +231,15 @@ class KafkaAdmin:
             if code not in (0, TOPIC_ALREADY_EXISTS):
                 message = rest[0] if rest else ""
                 raise TransportError(f"cannot create topic {topic!r}: error {code} {message}")
+        # Created is not yet visible: metadata reaches the brokers asynchronously. Return only once every
+        # new topic can be described, so callers may rely on it (partition counts, assignment).
+        names = {t.name for t in new}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while not names <= (await self.describe_topics()).keys():
+            if loop.time() > deadline:
+                raise TransportError(f"topics {sorted(names)} were created but are not visible after 30s")
+            await asyncio.sleep(0.05)
 
     async def describe_topics(self) -> dict[str, int]:
         await self._ensure_started()
