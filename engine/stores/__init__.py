@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from engine.errors import ConfigError
-from engine.stores.base import PartitionStore, StoreBackend, StoreCorrupt, StoreError
+from engine.stores.base import PartitionStore, StoreBackend, StoreCorrupt, StoreError, StoreView
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -24,4 +24,6 @@ def open_store_backend(url: str, data_dir: Path) -> StoreBackend:
     raise ConfigError(f"unknown store {url!r}; use rocksdb:// or memory://")
 
 
-__all__ = ["PartitionStore", "StoreBackend", "StoreCorrupt", "StoreError", "open_store_backend"]
+__all__ = [
+    "PartitionStore", "StoreBackend", "StoreCorrupt", "StoreError", "StoreView", "open_store_backend",
+]

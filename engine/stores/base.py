@@ -23,14 +23,13 @@ class StoreCorrupt(StoreError):
     """A store's files are unreadable; it must be destroyed and rebuilt from its changelog."""
 
 
-class PartitionStore(Protocol):
-    def get(self, key: bytes) -> bytes | None: ...
+class StoreView(Protocol):
+    """What a reader needs: key-ordered data and the changelog offset it reflects, which always agree.
 
-    def write(self, updates: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
-        """Apply puts (bytes) and deletes (None), and record `changelog_offset` if given, atomically."""
+    A store opened read-only and a snapshot are views that stay fixed while the live store moves on."""
 
     def changelog_offset(self) -> int | None:
-        """The offset of the last changelog record this store reflects, or None for a new store."""
+        """The offset of the last changelog record this view reflects, or None for a new store."""
 
     def items(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Key-ordered pairs with start <= key < end (None: unbounded)."""
@@ -38,6 +37,16 @@ class PartitionStore(Protocol):
     def approximate_len(self) -> int: ...
 
     def close(self) -> None: ...
+
+
+class PartitionStore(StoreView, Protocol):
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def write(self, updates: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
+        """Apply puts (bytes) and deletes (None), and record `changelog_offset` if given, atomically."""
+
+    def snapshot(self) -> StoreView:
+        """A point-in-time view of the data and its offset, unaffected by later writes (close it)."""
 
 
 class StoreBackend(Protocol):

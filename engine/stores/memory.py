@@ -53,6 +53,11 @@ class MemoryPartitionStore:
     def approximate_len(self) -> int:
         return len(self._data)
 
+    def snapshot(self) -> MemoryPartitionStore:
+        """A copy, detached from later writes."""
+        self._check()
+        return MemoryPartitionStore(dict(self._data), dict(self._meta))
+
     def close(self) -> None:
         self._open = False
 

@@ -4,15 +4,20 @@ Layout: `<data_dir>/<table>/<partition>/`; user keys in the default column famil
 offset in the `engine-meta` column family, both written by one WriteBatch so they can never disagree.
 Writes keep RocksDB's write-ahead log (not fsynced): a killed process loses nothing it wrote, so a restart
 replays only the changelog's tail. Writes come as one coalesced batch per checkpoint, so the WAL costs little.
+
+Snapshots are RocksDB checkpoints (hard links, beside the store) opened read-only. rocksdict's own
+`Rdict.snapshot()` is not usable for this: its `get` honours the snapshot but its `items`/`iter` read the live
+database (rocksdict 0.3.29), so a scan would mix in later writes.
 """
 
 from __future__ import annotations
 
 import shutil
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from engine.stores.base import StoreCorrupt, StoreError
 
@@ -31,9 +36,10 @@ def _options() -> Options:
 
 
 class RocksDBPartitionStore:
-    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False, remove_on_close: bool = False) -> None:
         self.path = path
         self.read_only = read_only
+        self._remove_on_close = remove_on_close
         access = AccessType.read_only() if read_only else AccessType.read_write()
         try:
             self._db = Rdict(str(path), _options(), column_families={META: Options(raw_mode=True)},
@@ -90,6 +96,17 @@ class RocksDBPartitionStore:
         value = self._db.property_int_value("rocksdb.estimate-num-keys")
         return int(value or 0)
 
+    def snapshot(self) -> RocksDBPartitionStore:
+        """A checkpoint beside the store, opened read-only; closing it deletes it. The checkpoint holds both
+        column families at one sequence number, so its data and offset agree."""
+        target = self.path.parent / f".snapshot-{self.path.name}-{uuid.uuid4().hex[:12]}"
+        try:
+            Checkpoint(self._db).create_checkpoint(str(target))
+            return RocksDBPartitionStore(target, read_only=True, remove_on_close=True)
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+
     def flush(self) -> None:
         """Persist memtables to SST files (on close), so reopening does not replay the WAL."""
         self._db.flush()
@@ -105,6 +122,8 @@ class RocksDBPartitionStore:
         self._meta.close()
         self._db.close()
         del self._meta_handle, self._meta, self._db
+        if self._remove_on_close:
+            shutil.rmtree(self.path, ignore_errors=True)
 
 
 class RocksDBStoreBackend:

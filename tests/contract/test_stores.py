@@ -111,3 +111,30 @@ def test_rocksdb_store_in_use_is_a_clear_error(tmp_path):
 def test_unknown_store_url(tmp_path):
     with pytest.raises(ValueError, match="unknown store 'redis://'"):
         open_store_backend("redis://", tmp_path)
+
+
+def test_snapshot_is_a_fixed_view_with_its_offset(backend):
+    store = backend.open("snap", 0)
+    store.write({b"a": b"1", b"b": b"2"}, 7)
+    snapshot = store.snapshot()
+    store.write({b"a": b"changed", b"b": None, b"c": b"new"}, 9)
+    assert snapshot.changelog_offset() == 7
+    assert list(snapshot.items()) == [(b"a", b"1"), (b"b", b"2")]
+    assert list(snapshot.items(b"b")) == [(b"b", b"2")]
+    assert list(store.items()) == [(b"a", b"changed"), (b"c", b"new")]
+    snapshot.close()
+    store.write({b"d": b"4"}, 10)  # the store goes on after the snapshot is gone
+    assert store.changelog_offset() == 10
+    store.close()
+
+
+def test_rocksdb_snapshot_leaves_nothing_behind(tmp_path):
+    backend = open_store_backend("rocksdb://", tmp_path)
+    store = backend.open("snap", 3)
+    store.write({b"k": b"v"}, 0)
+    snapshot = store.snapshot()
+    assert len(list((tmp_path / "snap").iterdir())) == 2
+    snapshot.close()
+    assert [p.name for p in (tmp_path / "snap").iterdir()] == ["3"]
+    assert backend.local_partitions("snap") == [3]
+    store.close()
