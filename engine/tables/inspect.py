@@ -27,7 +27,8 @@ class PartitionInfo:
     changelog_offset: int | None
 
 
-def _backend(table: Table, settings: Settings) -> RocksDBStoreBackend:
+def disk_backend(table: Table, settings: Settings) -> RocksDBStoreBackend:
+    """The table's on-disk store backend under the settings' data dir (memory stores have no files)."""
     url = table.store_url or settings.store
     if not url.startswith("rocksdb://"):
         raise ConfigError(f"table {table.name!r} lives in {url}: only rocksdb:// stores are on disk")
@@ -47,7 +48,7 @@ def table_named(app: App, name: str) -> Table:
 def local_partitions(app: App, settings: Settings) -> list[PartitionInfo]:
     infos = []
     for table in app.tables.values():
-        backend = _backend(table, settings)
+        backend = disk_backend(table, settings)
         for number in backend.local_partitions(table.name):
             store = backend.open_read_only(table.name, number)
             if store is None:
@@ -63,7 +64,7 @@ def local_partitions(app: App, settings: Settings) -> list[PartitionInfo]:
 def read_key(app: App, settings: Settings, name: str, key: Any) -> tuple[int, Any]:
     """(partition, value) of `key` in the local stores; the key's hash partition is tried first."""
     table = table_named(app, name)
-    backend = _backend(table, settings)
+    backend = disk_backend(table, settings)
     encoded = table.key_codec.encode(key)
     if encoded is None:
         raise ConfigError("a table key cannot be null")

@@ -1,0 +1,72 @@
+"""The Spark bridge: consistent table snapshots exported to Parquet and loaded into PySpark.
+
+    # inside a worker (a timer, an agent): no pause, the state at the last checkpoint
+    manifest = await export.export_table(counts, "exports/counts")
+
+    # batch side, no worker needed
+    manifest = await export.export_from_changelog(app, "counts", "exports/counts")
+    df = export.read_export(spark, "exports/counts")
+
+Every export is a directory of Parquet files, one per partition, and a manifest naming the changelog offset
+each file reflects (engine.export.parquet). pyarrow and pyspark are the optional `spark` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from engine.export.columns import ExportError
+from engine.export.parquet import ExportManifest, PartitionFile, read_manifest, write_snapshot
+from engine.export.sources import TableSnapshot, from_changelog, from_store, from_worker
+from engine.export.spark import local_session, read_export, spark_schema
+from engine.tables.inspect import table_named
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from engine.app import App
+    from engine.settings import Settings
+    from engine.tables.recovery import Progress
+    from engine.tables.table import Table
+
+
+async def export_table(
+    table: Table, path: Path | str, progress: Callable[[int, int], None] | None = None
+) -> ExportManifest:
+    """Export a running worker's partitions of `table`. The snapshot is taken at once; files are written
+    in a thread, so agents keep processing meanwhile."""
+    snapshot = from_worker(table)
+    try:
+        return await asyncio.to_thread(write_snapshot, snapshot, path, progress)
+    finally:
+        snapshot.close()
+
+
+def export_from_store(
+    app: App, settings: Settings, name: str, path: Path | str,
+    progress: Callable[[int, int], None] | None = None,
+) -> ExportManifest:
+    """Export table `name` from a data directory (`settings.data_dir`), offline or beside a worker."""
+    with from_store(table_named(app, name), settings) as snapshot:
+        return write_snapshot(snapshot, path, progress)
+
+
+async def export_from_changelog(
+    app: App, settings: Settings, name: str, path: Path | str,
+    progress: Callable[[int, int], None] | None = None, replay: Progress | None = None,
+) -> ExportManifest:
+    """Export table `name` rebuilt from its changelog topic on `settings.broker`: every partition."""
+    snapshot = await from_changelog(table_named(app, name), settings, progress=replay)
+    try:
+        return await asyncio.to_thread(write_snapshot, snapshot, path, progress)
+    finally:
+        snapshot.close()
+
+
+__all__ = [
+    "ExportError", "ExportManifest", "PartitionFile", "TableSnapshot", "export_from_changelog",
+    "export_from_store", "export_table", "from_changelog", "from_store", "from_worker", "local_session",
+    "read_export", "read_manifest", "spark_schema", "write_snapshot",
+]

@@ -1,0 +1,194 @@
+"""Stored table entries to Arrow columns: the schema a table's declared types imply, and the decoding of raw
+store pairs into record batches, a chunk at a time.
+
+Columns, in order:
+- `key`, typed from the table's key type (`str`, `int`, ...; bytes for raw keys);
+- windowed tables: `window_start` and `window_end`, UTC timestamps in milliseconds (from the key layout in
+  engine.tables.windowed: the start is in the key, the end is start + size);
+- the value: a dataclass `value_type` gives one column per field (named `value_<field>` if it would clash
+  with the columns above); anything else is one `value` column.
+
+A type that is not declared (a table with `default=dict`, say) is inferred from the first rows and then held
+for the rest of the export, so every partition's file has the same schema.
+
+Decoding works on columns, not rows: JSON records are parsed by Arrow's own JSON reader straight into
+columns, JSON scalars in one orjson call per chunk, text keys by one cast of the whole column.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import types
+import typing
+from typing import TYPE_CHECKING, Any
+
+from engine.codecs import loads_many
+from engine.errors import EngineError
+from engine.export.optional import require
+from engine.tables.partition import META_PREFIX
+from engine.tables.windowed import OFFSET
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+    import pyarrow as pa
+
+    from engine.codecs import Codec
+    from engine.tables.table import Table
+
+KEY, WINDOW_START, WINDOW_END, VALUE = "key", "window_start", "window_end", "value"
+CHUNK = 65_536
+
+
+class ExportError(EngineError):
+    """A table cannot be exported as asked (its values do not fit one schema, no stores, ...)."""
+
+
+def arrow_type(type_: Any) -> pa.DataType | None:
+    """The Arrow type of a Python type annotation, or None when it must be inferred from the data."""
+    pa = require("pyarrow", "table export")
+    scalars = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_(), bytes: pa.binary()}
+    if type_ in scalars:
+        return scalars[type_]
+    origin, args = typing.get_origin(type_), typing.get_args(type_)
+    if origin in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        return arrow_type(rest[0]) if len(rest) == 1 else None
+    if origin is list and len(args) == 1:
+        inner = arrow_type(args[0])
+        return pa.list_(inner) if inner is not None else None
+    if dataclasses.is_dataclass(type_) and isinstance(type_, type):
+        hints = typing.get_type_hints(type_)
+        fields = []
+        for field in dataclasses.fields(type_):
+            field_type = arrow_type(hints.get(field.name, Any))
+            if field_type is None:
+                return None
+            fields.append(pa.field(field.name, field_type))
+        return pa.struct(fields)
+    return None
+
+
+def _codec_type(codec: Codec, declared: Any) -> pa.DataType | None:
+    pa = require("pyarrow", "table export")
+    if codec.name == "str":
+        return pa.string()
+    if codec.name == "raw":
+        return pa.binary()
+    return arrow_type(declared)
+
+
+class TableColumns:
+    """Decodes one table's raw store pairs into record batches of a schema that stays fixed."""
+
+    def __init__(self, table: Table) -> None:
+        self.pa = require("pyarrow", "table export")
+        self.table = table
+        self.window = table.window
+        topic = table.changelog_topic
+        self.key_codec: Codec = getattr(table.key_codec, "inner", table.key_codec)
+        self.value_codec: Codec = table.value_codec
+        value_type: Any = topic.value_type
+        if value_type is None and table.default in (int, float, str, bool):
+            value_type = table.default  # `default=int` says what the values are
+        self.key_type = _codec_type(self.key_codec, topic.key_type)
+        self.value_type = _codec_type(self.value_codec, value_type)
+        self.schema: pa.Schema | None = None
+        self.flatten = False  # one column per field of a record value
+        if self.key_type is not None and self.value_type is not None:
+            self._fix_schema(self.key_type, self.value_type)
+
+    # -- schema -------------------------------------------------------------------------------------
+
+    def _fix_schema(self, key_type: pa.DataType, value_type: pa.DataType) -> pa.Schema:
+        pa = self.pa
+        self.key_type, self.value_type = key_type, value_type
+        self.flatten = pa.types.is_struct(value_type) and value_type.num_fields > 0
+        fields = [pa.field(KEY, key_type, nullable=False)]
+        if self.window is not None:
+            stamp = pa.timestamp("ms", tz="UTC")
+            fields += [pa.field(WINDOW_START, stamp, nullable=False),
+                       pa.field(WINDOW_END, stamp, nullable=False)]
+        if self.flatten:
+            taken = {f.name for f in fields}
+            fields += [pa.field(f"{VALUE}_{f.name}" if f.name in taken else f.name, f.type)
+                       for f in value_type]
+        else:
+            fields.append(pa.field(VALUE, value_type))
+        self.schema = pa.schema(fields)
+        return self.schema
+
+    def final_schema(self) -> pa.Schema:
+        """The schema, also when no row was seen to infer an undeclared type from (then it is text)."""
+        if self.schema is None:
+            return self._fix_schema(self.key_type or self.pa.string(), self.value_type or self.pa.string())
+        return self.schema
+
+    # -- decoding -----------------------------------------------------------------------------------
+
+    def batches(self, pairs: Iterable[tuple[bytes, bytes]], chunk: int = CHUNK) -> Iterator[pa.RecordBatch]:
+        """Record batches of at most `chunk` rows; engine's own records (stream time) are skipped."""
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        skip_meta = self.window is not None
+        for key, value in pairs:
+            if skip_meta and key.startswith(META_PREFIX):
+                continue
+            keys.append(key)
+            values.append(value)
+            if len(keys) >= chunk:
+                yield self.batch(keys, values)
+                keys, values = [], []
+        if keys:
+            yield self.batch(keys, values)
+
+    def batch(self, keys: list[bytes], values: list[bytes]) -> pa.RecordBatch:
+        pa = self.pa
+        columns: list[Any] = []
+        if self.window is None:
+            columns.append(self._decode(self.key_codec, keys, self.key_type, "key"))
+        else:
+            compute = require("pyarrow.compute", "table export")
+            inner = [raw[4:-8] for raw in keys]
+            starts = pa.array([int.from_bytes(raw[-8:], "big") - OFFSET for raw in keys], pa.int64())
+            stamp = pa.timestamp("ms", tz="UTC")
+            columns += [self._decode(self.key_codec, inner, self.key_type, "key"), starts.cast(stamp),
+                        compute.add(starts, self.window.size_ms).cast(stamp)]
+        value_column = self._decode(self.value_codec, values, self.value_type, "value")
+        schema = self.schema or self._fix_schema(columns[0].type, value_column.type)
+        columns += value_column.flatten() if self.flatten else [value_column]
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    def _decode(self, codec: Codec, raw: list[bytes], type_: pa.DataType | None, what: str) -> Any:
+        pa = self.pa
+        try:
+            if codec.name == "raw":
+                return pa.array(raw, pa.binary())
+            if codec.name == "str":
+                return pa.array(raw, pa.binary()).cast(pa.string())
+            records = pa.types.is_struct(type_) if type_ is not None else raw[0][:1] == b"{"
+            if records:
+                return self._json_records(raw, type_)
+            return pa.array(loads_many(raw), type_)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, EngineError) as exc:
+            expected = f" as {type_}" if type_ is not None else ""
+            raise ExportError(
+                f"table {self.table.name!r}: stored {what}s cannot be read{expected}: {exc}; declare the "
+                f"table's {what}_type so that every partition exports with the same schema"
+            ) from exc
+
+    def _json_records(self, raw: list[bytes], type_: pa.DataType | None) -> Any:
+        """JSON objects through Arrow's JSON reader: columns come out without a Python object per row."""
+        pa = self.pa
+        json = require("pyarrow.json", "table export")
+        options = json.ParseOptions(
+            explicit_schema=pa.schema(list(type_)) if type_ is not None else None,
+            newlines_in_values=not self.table.has_own_changelog,  # others' JSON may be pretty-printed
+            unexpected_field_behavior="error" if type_ is not None else "infer",
+        )
+        parsed = json.read_json(io.BytesIO(b"\n".join(raw)), parse_options=options)
+        if parsed.num_rows != len(raw):
+            raise ExportError(f"table {self.table.name!r}: {len(raw)} stored values gave "
+                              f"{parsed.num_rows} rows")
+        return parsed.to_struct_array().combine_chunks()

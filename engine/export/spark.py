@@ -1,0 +1,51 @@
+"""Exports into Spark: a DataFrame over an export's Parquet files, and a local session for the CLI and
+examples. pyspark is an optional extra, imported here only.
+
+Parquet written by pyarrow is Spark's fastest way in (measured in ../shared/notes and benchmarks/export.py):
+Spark reads the columns itself, in the JVM, with no Python row crossing over. The schema is passed
+explicitly (from the files' Arrow schema) so Spark does not sample the files, and the manifest's file list
+is read, not the directory, so a half-written or older export is never mixed in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.export.optional import require
+from engine.export.parquet import read_manifest
+
+if TYPE_CHECKING:
+    from engine.export.parquet import ExportManifest
+
+
+def spark_schema(path: Path | str, manifest: ExportManifest | None = None) -> Any:
+    """The Spark StructType of an export, from the Arrow schema stored in its files."""
+    manifest = manifest or read_manifest(path)
+    parquet = require("pyarrow.parquet", "Spark export")
+    types = require("pyspark.sql.pandas.types", "Spark export")
+    arrow_schema = parquet.read_schema(Path(path) / manifest.files[0].path)
+    return types.from_arrow_schema(arrow_schema)
+
+
+def read_export(spark: Any, path: Path | str) -> Any:
+    """A DataFrame over the files of a finished export at `path` (see engine.export.parquet)."""
+    manifest = read_manifest(path)
+    files = [str(Path(path) / f.path) for f in manifest.files]
+    return spark.read.schema(spark_schema(path, manifest)).parquet(*files)
+
+
+def local_session(name: str = "engine", cores: int = 2) -> Any:
+    """A quiet local Spark session on loopback (no UI); stop it when done."""
+    sql = require("pyspark.sql", "Spark export")
+    session = (
+        sql.SparkSession.builder.master(f"local[{cores}]").appName(name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", str(cores * 2))
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    return session
