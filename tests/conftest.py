@@ -34,3 +34,13 @@ class _External:
 def kafka_cluster() -> Iterator[KafkaCluster]:
     with KafkaCluster(3) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local PySpark session for the whole run (it takes seconds to start), JVM stopped after."""
+    from engine.export import local_session, stop_session
+
+    session = local_session("engine-tests")
+    yield session
+    stop_session(session)

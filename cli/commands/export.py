@@ -104,5 +104,5 @@ def run(args: argparse.Namespace) -> int:
             frame.printSchema()
             print(f"spark rows: {frame.count()}")
         finally:
-            spark.stop()
+            export.stop_session(spark)
     return 0

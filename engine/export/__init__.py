@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from engine.export.columns import ExportError
 from engine.export.parquet import ExportManifest, PartitionFile, read_manifest, write_snapshot
 from engine.export.sources import TableSnapshot, from_changelog, from_store, from_worker
-from engine.export.spark import local_session, read_export, spark_schema
+from engine.export.spark import local_session, read_export, spark_schema, stop_session
 from engine.tables.inspect import table_named
 
 if TYPE_CHECKING:
@@ -68,5 +68,5 @@ async def export_from_changelog(
 __all__ = [
     "ExportError", "ExportManifest", "PartitionFile", "TableSnapshot", "export_from_changelog",
     "export_from_store", "export_table", "from_changelog", "from_store", "from_worker", "local_session",
-    "read_export", "read_manifest", "spark_schema", "write_snapshot",
+    "read_export", "read_manifest", "spark_schema", "stop_session", "write_snapshot",
 ]

@@ -49,3 +49,20 @@ def local_session(name: str = "engine", cores: int = 2) -> Any:
     )
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def stop_session(session: Any) -> None:
+    """Stop the session and the JVM pyspark started for it (`stop()` alone leaves the JVM running until
+    Python exits)."""
+    context = session.sparkContext
+    gateway = getattr(context, "_gateway", None)
+    process = getattr(gateway, "proc", None)
+    session.stop()
+    sql = require("pyspark", "Spark export")
+    if gateway is not None:
+        gateway.shutdown()
+        sql.SparkContext._gateway = None
+        sql.SparkContext._jvm = None
+    if process is not None:
+        process.terminate()
+        process.wait(timeout=30)
