@@ -25,9 +25,13 @@ WORDS = "the quick brown fox jumps over the lazy dog while the cat sleeps".split
 
 
 async def run_example(
-    app: engine.App, feed: Callable[[], Awaitable[None]], done: Callable[[], bool], timeout: float = 30.0
+    app: engine.App, feed: Callable[[], Awaitable[None]], done: Callable[[], bool], timeout: float = 30.0,
+    **settings: object,
 ) -> None:
-    overrides = {"broker": f"memory://demo-{app.id}", "store": "memory://", "commit_interval": 0.1}
+    """Run `app` on a fresh in-memory broker (and in-memory stores unless `settings` say otherwise), feed it,
+    wait until `done()`, and stop it, which writes its final checkpoint."""
+    overrides = {"broker": testing.memory_url(), "store": "memory://", "commit_interval": 0.1,
+                 **settings}
     worker = engine.Worker(app, app.settings(overrides))
     await worker.start()
     try:

@@ -21,6 +21,7 @@ import dataclasses
 import io
 import types
 import typing
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from engine.codecs import loads_many
@@ -30,11 +31,12 @@ from engine.tables.partition import META_PREFIX
 from engine.tables.windowed import OFFSET
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterator
 
     import pyarrow as pa
 
     from engine.codecs import Codec
+    from engine.stores import StoreView
     from engine.tables.table import Table
 
 KEY, WINDOW_START, WINDOW_END, VALUE = "key", "window_start", "window_end", "value"
@@ -127,21 +129,15 @@ class TableColumns:
 
     # -- decoding -----------------------------------------------------------------------------------
 
-    def batches(self, pairs: Iterable[tuple[bytes, bytes]], chunk: int = CHUNK) -> Iterator[pa.RecordBatch]:
-        """Record batches of at most `chunk` rows; engine's own records (stream time) are skipped."""
-        keys: list[bytes] = []
-        values: list[bytes] = []
-        skip_meta = self.window is not None
-        for key, value in pairs:
-            if skip_meta and key.startswith(META_PREFIX):
-                continue
-            keys.append(key)
-            values.append(value)
-            if len(keys) >= chunk:
-                yield self.batch(keys, values)
-                keys, values = [], []
-        if keys:
-            yield self.batch(keys, values)
+    def batches(self, view: StoreView, chunk: int = CHUNK) -> Iterator[pa.RecordBatch]:
+        """Record batches of at most `chunk` rows of a view. Engine's own records (a windowed table's stream
+        time) sort after every key (META_PREFIX), so the scan simply stops before them."""
+        pairs = iter(view.items(None, META_PREFIX if self.window is not None else None))
+        while True:
+            taken = list(islice(pairs, chunk))
+            if not taken:
+                return
+            yield self.batch([key for key, _ in taken], [value for _, value in taken])
 
     def batch(self, keys: list[bytes], values: list[bytes]) -> pa.RecordBatch:
         pa = self.pa
