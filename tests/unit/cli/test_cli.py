@@ -106,3 +106,32 @@ async def test_tables_and_table_get_read_the_local_rocksdb_stores(capsys, tmp_pa
     code, _, err = run(capsys, "table", "get", "-A", "examples.wordcount:app", "word-counts", "x",
                        "--data-dir", str(tmp_path / "elsewhere"))
     assert "pass the worker's --data-dir" in err
+
+
+def test_export_errors_name_what_is_wrong(capsys, tmp_path):
+    code, _, err = run(capsys, "export", "-A", "examples.wordcount:app", "nope", "--to", str(tmp_path))
+    assert code == 1
+    assert err.strip() == "engine: app 'wordcount' has no table 'nope' (tables: word-counts)"
+    code, _, err = run(capsys, "export", "-A", "examples.wordcount:app", "word-counts", "--to",
+                       str(tmp_path / "out"), "--data-dir", str(tmp_path))
+    assert code == 1
+    assert "no stores of table 'word-counts'" in err
+    assert "export from the changelog instead" in err
+
+
+def test_export_progress_bar_draws_on_a_terminal():
+    import io
+
+    from cli.commands.export import ProgressBar
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    bar = ProgressBar("exporting t", screen, width=10)
+    bar(50, 100)
+    bar(100, 100)
+    bar.finish()
+    assert screen.getvalue().endswith("\rexporting t [##########] 100% 100/100 rows\n")
+    assert "[#####.....]  50% 50/100 rows" in screen.getvalue()
