@@ -96,8 +96,11 @@ class Worker(Service):
         topics[self.replies.topic] = Topic(self.replies.topic, internal=True)
         for table in self.app.tables.values():
             topics.setdefault(table.changelog_topic.name, table.changelog_topic)
-            if table.windowed is not None and table.windowed.late_topic is not None:
-                topics.setdefault(table.windowed.late_topic.name, table.windowed.late_topic)
+            windowed = table.windowed
+            if windowed is not None:
+                for extra in (windowed.late_topic, windowed.closed_topic):
+                    if extra is not None:
+                        topics.setdefault(extra.name, extra)
         return list(topics.values())
 
     async def on_start(self) -> None:

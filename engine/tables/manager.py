@@ -45,6 +45,7 @@ class Pending:
     part: TablePartition
     writes: dict[Any, Any]
     meta: dict[bytes, bytes]
+    closes: list[tuple[bytes, bytes]] = field(default_factory=list)  # windows closed at this checkpoint
     encoded: dict[bytes, bytes | None] = field(default_factory=dict)
     last: asyncio.Future[Any] | None = None
 
@@ -237,10 +238,12 @@ class TableManager(Service):
         pending = []
         for table in self.tables.values():
             for part in table.active.values():
+                closes = []
                 if table.windowed is not None:
+                    closes = table.windowed.close_windows(part)  # before expiry can delete them
                     table.windowed.expire(part)
                 if part.buffer or part.meta:
-                    pending.append(Pending(table, part, part.take_buffer(), part.take_meta()))
+                    pending.append(Pending(table, part, part.take_buffer(), part.take_meta(), closes))
         return pending
 
     async def send(self, pending: list[Pending]) -> None:
@@ -255,6 +258,10 @@ class TableManager(Service):
             for key_bytes, value_bytes in item.encoded.items():
                 item.last = await self.producer.send(topic, key_bytes, value_bytes,
                                                      partition=item.part.number)
+            if item.closes:
+                closed = table.windowed.closed_topic.name  # type: ignore[union-attr]  # closes imply both
+                for key_bytes, value_bytes in item.closes:
+                    await self.producer.send(closed, key_bytes, value_bytes, partition=item.part.number)
 
         for table in self.tables.values():
             windowed = table.windowed
@@ -281,3 +288,5 @@ class TableManager(Service):
             item.part.buffer = merged
             item.part.meta = {**item.meta, **item.part.meta}
             item.part.flushed()
+            if item.closes and item.table.windowed is not None:
+                item.table.windowed.unsent.setdefault(item.part.number, []).extend(item.closes)

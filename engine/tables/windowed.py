@@ -19,6 +19,13 @@ An event updates every window containing its time unless stream time already pas
 grace; if no window is left to update, the event is late: it is counted and, if the table asks for it, sent
 to `<app>-<table>-late`. At each checkpoint, windows older than `expires` are deleted (tombstones in the
 changelog), so state stays bounded.
+
+Final results: `table.closed()` is the topic `<app>-<table>-closed`, which gets each window once, with its
+final value, at the first checkpoint after stream time passes its end plus grace (before expiry can delete
+it). Which windows were emitted is kept like stream time, as a per-partition engine record (the start of
+the newest emitted window) written in the same checkpoint as the emission, so a restart or a rebalance
+neither repeats nor skips a close. With `processing_guarantee="exactly_once"` the emission, that record and
+the source offsets commit in one Kafka transaction; at-least-once, a crash between them can repeat closes.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ if TYPE_CHECKING:
 
 OFFSET = 2**63
 STREAM_TIME_KEY = META_PREFIX + b"stream-time"
+CLOSED_KEY = META_PREFIX + b"closed-upto"
 Timestamp = Callable[[Any], "float | int | datetime"]
 
 
@@ -96,12 +104,13 @@ class WindowedChangelogKeyCodec(WindowKeyCodec):
 
 
 class WindowState:
-    """Per partition: stream time, and which windows are alive (for expiry)."""
+    """Per partition: stream time, which windows are alive (for expiry), and the newest one emitted closed."""
 
-    __slots__ = ("live", "stream_time")
+    __slots__ = ("closed_upto", "live", "stream_time")
 
     def __init__(self) -> None:
         self.stream_time: int | None = None
+        self.closed_upto: int | None = None
         self.live: dict[int, set[Any]] = {}
 
 
@@ -126,6 +135,8 @@ class WindowedTable:
         self.late_records: list[Any] = []  # sent to the late topic at the next checkpoint
         self.states: dict[int, WindowState] = {}
         self.topics: dict[str, Topic] = {}
+        self.closed_topic: Topic | None = None
+        self.unsent: dict[int, list[tuple[bytes, bytes]]] = {}  # closes of a checkpoint that failed
 
     @property
     def name(self) -> str:
@@ -133,6 +144,18 @@ class WindowedTable:
 
     def changelog(self) -> Topic:
         return self.table.changelog()
+
+    def closed(self) -> Topic:
+        """The final-results topic: each window once, when it closes; keys are (key, WindowRange)."""
+        if self.closed_topic is None:
+            from engine.topics import Topic
+
+            self.closed_topic = Topic(f"{self.table.app_id}-{self.name}-closed", internal=True)
+            self.closed_topic.key_codec = WindowedChangelogKeyCodec(self.table.key_codec.inner,  # type: ignore[attr-defined]
+                                                                    self.window.size_ms)
+            self.closed_topic._raw_key = False
+            self.closed_topic.value_codec = self.table.value_codec
+        return self.closed_topic
 
     # -- event time ---------------------------------------------------------------------------------
 
@@ -160,6 +183,9 @@ class WindowedTable:
         raw = part.store.get(STREAM_TIME_KEY)
         if raw is not None:
             state.stream_time = int(raw)
+        raw = part.store.get(CLOSED_KEY)
+        if raw is not None:
+            state.closed_upto = int(raw)
         decode = self.table.key_codec.decode
         for raw_key, _ in part.store.items():
             if raw_key.startswith(META_PREFIX):
@@ -234,7 +260,31 @@ class WindowedTable:
         for start in sorted(values):
             yield WindowRange.from_ms(start, start + size), values[start]
 
-    # -- expiry (called at the checkpoint) ----------------------------------------------------------
+    # -- closing and expiry (called at the checkpoint) ----------------------------------------------
+
+    def close_windows(self, part: TablePartition) -> list[tuple[bytes, bytes]]:
+        """The windows of this partition that closed since the last checkpoint, as (store key, value)
+        records, oldest first; marks them emitted (an engine record in the same checkpoint)."""
+        state = self.states.get(part.number)
+        records = self.unsent.pop(part.number, [])
+        if self.closed_topic is None or state is None or state.stream_time is None:
+            return records
+        done = state.closed_upto
+        starts = sorted(s for s in state.live if (done is None or s > done)
+                        and self.window.closed(s, state.stream_time))
+        if not starts:
+            return records
+        locate, encode = self.table.locate, self.table.value_codec.encode
+        for start in starts:
+            for key in sorted(state.live[start], key=repr):
+                value = self._get(part, (key, start))
+                if value is not MISSING:
+                    encoded = encode(value)
+                    assert encoded is not None
+                    records.append((locate((key, start))[0], encoded))
+        state.closed_upto = starts[-1]
+        part.meta[CLOSED_KEY] = str(starts[-1]).encode()
+        return records
 
     def expire(self, part: TablePartition) -> int:
         """Delete this partition's windows older than `expires`; returns how many were deleted."""
@@ -250,6 +300,7 @@ class WindowedTable:
 
     def forget(self, number: int) -> None:
         self.states.pop(number, None)
+        self.unsent.pop(number, None)  # the new owner emits them: its closed-upto record does not have them
 
     # -- the mapping face ---------------------------------------------------------------------------
 

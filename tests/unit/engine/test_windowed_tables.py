@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import engine
@@ -124,3 +126,70 @@ def test_windowing_a_table_twice_or_a_source_table_is_refused():
     source = app.Table("s", source_topic="somewhere")
     with pytest.raises(engine.ConfigError, match="reads a source topic"):
         source.tumbling(10)
+
+
+def closing_app(make_window, url: str, **settings):
+    """One partition, so one stream time: the closes below are computed by hand from the event times."""
+    app = engine.App("wc", broker=url, commit_interval=0.05, topic_partitions=1, **settings)
+    views = app.topic("views", key_type=str, value_type=dict, timestamp=lambda v: v["ts"])
+    table = make_window(app.Table("views", default=int, key_type=str, value_type=int))
+    closed: list = []
+
+    @app.agent(views)
+    async def count(stream):
+        async for page, _ in stream.items():
+            table[page] += 1
+
+    @app.agent(table.closed())
+    async def final(stream):
+        async for (page, window), value in stream.items():
+            closed.append((page, window, value))
+
+    return app, views, table, closed
+
+
+async def test_closed_windows_are_emitted_once_with_their_final_values():
+    url = testing.memory_url()
+    app, views, table, closed = closing_app(lambda t: t.tumbling(10, grace=5), url, store="memory://")
+    async with testing.running(app):
+        for page, ts in [("a", 1), ("b", 3), ("a", 12), ("a", 9), ("b", 16)]:
+            await views.send(key=page, value={"ts": ts})
+        # stream time 16 >= 10 + 5: [0, 10) closes, with a's out-of-order 9 counted.
+        await testing.eventually(lambda: len(closed) == 2)
+        assert closed == [("a", WindowRange(0, 10), 2), ("b", WindowRange(0, 10), 1)]
+        for page, ts in [("a", 27), ("a", 4)]:  # 27 closes [10, 20); 4 is late: not applied
+            await views.send(key=page, value={"ts": ts})
+        await testing.eventually(lambda: len(closed) == 4)
+        await asyncio.sleep(0.3)  # several more checkpoints: nothing is emitted twice
+    assert closed[2:] == [("a", WindowRange(10, 20), 1), ("b", WindowRange(10, 20), 1)]
+    assert table.late_events == 1
+
+
+async def test_hopping_windows_close_in_order_of_their_end():
+    url = testing.memory_url()
+    app, views, _, closed = closing_app(lambda t: t.hopping(10, 5), url, store="memory://")
+    async with testing.running(app):
+        for ts in [7, 12, 9, 30]:
+            await views.send(key="p", value={"ts": ts})
+        await testing.eventually(lambda: len(closed) == 3)
+        await asyncio.sleep(0.2)
+    assert closed == [
+        ("p", WindowRange(0, 10), 1), ("p", WindowRange(5, 15), 3), ("p", WindowRange(10, 20), 1)]
+
+
+async def test_closes_are_neither_repeated_nor_lost_across_a_restart(tmp_path):
+    url = testing.memory_url()
+    app, views, _, closed = closing_app(lambda t: t.tumbling(10), url, store="rocksdb://",
+                                        data_dir=tmp_path)
+    async with testing.running(app):
+        for ts in [1, 5, 11]:
+            await views.send(key="k", value={"ts": ts})
+        await testing.eventually(lambda: len(closed) == 1)
+    app, views, _, closed_again = closing_app(lambda t: t.tumbling(10), url, store="memory://")
+    async with testing.running(app):  # memory stores: rebuilt from the changelog, closed-upto included
+        for ts in [12, 25]:
+            await views.send(key="k", value={"ts": ts})
+        await testing.eventually(lambda: len(closed_again) == 1)
+        await asyncio.sleep(0.3)
+    assert closed == [("k", WindowRange(0, 10), 2)]
+    assert closed_again == [("k", WindowRange(10, 20), 2)]
