@@ -4,7 +4,14 @@ Offsets (the at-least-once rule): every dispatched record is tracked per partiti
 that received it; only the contiguous prefix of finished records may be committed. A checkpoint snapshots
 those offsets, flushes the producer (so every record sent while processing them is acknowledged), and only
 then commits: nothing is committed that was not processed, and nothing processed is lost if we crash before
-the commit (it is processed again). Exactly-once can later wrap this same step in a transaction.
+the commit (it is processed again).
+
+Exactly-once (`processing_guarantee="exactly_once"`, Kafka): the producer is transactional and the same step
+becomes: pause agents between events (engine.quiesce), snapshot offsets and table buffers, send the buffers
+(and closed windows), commit the transaction with the source offsets in it, then write the stores. Every
+output, changelog record and offset of a checkpoint becomes visible together or not at all; readers use
+read_committed, so a worker killed mid-checkpoint leaves nothing behind, and its successor replays exactly
+the events whose effects were lost.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from agents import Fatal, Service, ServiceState
 from engine.errors import DecodeError, TransportError
 from engine.events import TP, Event, RawRecord
 from engine.offsets import OffsetTracker
+from engine.quiesce import Quiesce
 from engine.topics import decode_error
 
 if TYPE_CHECKING:
@@ -60,6 +68,9 @@ class Conductor(Service):
         self.failed = asyncio.Event()
         self._fetcher: asyncio.Task[None] | None = None
         self._started = False
+        self.exactly_once = settings.processing_guarantee == "exactly_once"
+        self.quiesce = Quiesce() if self.exactly_once else None
+        self._warned_quiesce = False
 
     # -- wiring -------------------------------------------------------------------------------------
 
@@ -120,8 +131,11 @@ class Conductor(Service):
         routes = self.routes
         trackers = self.trackers
         max_records = self.settings.max_poll_records
+        quiesce = self.quiesce
         while True:
             batches = await consumer.getmany(0.5, max_records)
+            if quiesce is not None and quiesce.closed:
+                await quiesce.wait_open()  # a checkpoint is waiting for agents to be idle
             for tp, records in batches.items():
                 tracker = trackers.get(tp)
                 if tracker is None:
@@ -189,6 +203,23 @@ class Conductor(Service):
 
     async def checkpoint(self, only: Collection[TP] | None = None) -> None:
         """Flush everything sent so far, then commit what is fully processed."""
+        quiesce = self.quiesce
+        if quiesce is None:
+            await self._checkpoint(only)
+            return
+        # Exactly-once: one transaction holds everything sent since the last one, so its offsets must cover
+        # every partition, not only `only`; and agents must be between events when the cut is taken.
+        if not await quiesce.pause(self.settings.commit_interval.total_seconds() * 2 + 1) \
+                and not self._warned_quiesce:
+            self._warned_quiesce = True
+            log.warning("agents did not reach a pause between events in time (an agent awaiting another "
+                        "agent, or holding events with take()?); this checkpoint is at-least-once")
+        try:
+            await self._checkpoint(None)
+        finally:
+            quiesce.resume()
+
+    async def _checkpoint(self, only: Collection[TP] | None) -> None:
         offsets = {}
         for tp, tracker in list(self.trackers.items()):
             if only is not None and tp not in only:
@@ -198,12 +229,16 @@ class Conductor(Service):
                 offsets[tp] = offset
         tables = self.tables
         pending = tables.prepare() if tables is not None else []
-        if not offsets and not pending:
-            return
+        transactional = self.producer.transactional
+        if not offsets and not pending and not transactional:
+            return  # (a transaction is committed anyway: timers and other sends may be in it)
         try:
             if tables is not None:
                 await tables.send(pending)
-            await self.producer.flush()  # DeliveryFailed propagates: never commit past a lost send
+            if transactional:
+                await self.producer.commit_transaction(offsets, self.settings.app_id)
+            else:
+                await self.producer.flush()  # DeliveryFailed propagates: never commit past a lost send
         except BaseException:
             if tables is not None:
                 tables.abort(pending)
@@ -212,11 +247,12 @@ class Conductor(Service):
             tables.complete(pending)
         if not offsets:
             return
-        try:
-            await self.consumer.commit(offsets)
-        except TransportError as exc:
-            log.warning("commit of %d partitions failed (%s); will retry", len(offsets), exc)
-            return
+        if not transactional:
+            try:
+                await self.consumer.commit(offsets)
+            except TransportError as exc:
+                log.warning("commit of %d partitions failed (%s); will retry", len(offsets), exc)
+                return
         for tp, offset in offsets.items():
             self.trackers[tp].mark_committed(offset)
 

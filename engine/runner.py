@@ -23,6 +23,7 @@ from engine.topics import Topic
 
 if TYPE_CHECKING:
     from engine.events import Event, RawRecord
+    from engine.quiesce import Quiesce
     from engine.settings import Settings
     from engine.transport.base import Producer
 
@@ -66,6 +67,10 @@ class _InstanceContext:
     def opened(self, stream: Stream) -> None:
         self.streams.append(stream)
 
+    @property
+    def quiesce(self) -> Quiesce | None:
+        return self.runner.quiesce
+
     def failed_event(self) -> tuple[Stream | None, Event | None]:
         for stream in reversed(self.streams):
             if stream.current_event is not None:
@@ -86,8 +91,10 @@ class AgentRunner(Service):
         producer: Producer,
         subscribe: Subscribe,
         internal_topic: Callable[[str, Topic | None], Topic],
+        quiesce: Quiesce | None = None,
     ) -> None:
         super().__init__(f"agent:{agent.name}")
+        self.quiesce = quiesce
         self.agent = agent
         self.settings = settings
         self.producer = producer

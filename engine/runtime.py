@@ -12,6 +12,7 @@ import asyncio
 import gc
 import logging
 import signal
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from agents import Service
@@ -45,13 +46,28 @@ class _ProducerService(Service):
         await self.producer.stop()
 
 
+def worker_identity(settings: Settings) -> str:
+    """A transactional id that survives restarts: kept in the data dir, so a restarted worker fences its
+    predecessor's producer and aborts the transaction it left open, instead of waiting for it to time out."""
+    folder = settings.data_dir / settings.app_id
+    path = folder / "worker-id"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        folder.mkdir(parents=True, exist_ok=True)
+        identity = f"{settings.app_id}-{uuid.uuid4().hex[:12]}"
+        path.write_text(identity + "\n")
+        return identity
+
+
 class Worker(Service):
     def __init__(self, app: App, settings: Settings) -> None:
         super().__init__(f"worker:{app.id}")
         self.app = app
         self.settings = settings
         self.transport = open_transport(settings.broker, settings.broker_options)
-        self.producer = self.transport.producer()
+        exactly_once = settings.processing_guarantee == "exactly_once"
+        self.producer = self.transport.producer(worker_identity(settings) if exactly_once else None)
         self.add_child(_ProducerService(self.producer))
         self.replies = self.add_child(ReplyService(self.transport, f"{app.id}-replies"))
         self.tables = self.add_child(TableManager(
@@ -65,6 +81,7 @@ class Worker(Service):
             self.add_child(AgentRunner(
                 agent, settings=settings, producer=self.producer,
                 subscribe=self.conductor.add_route, internal_topic=self._internal_topic,
+                quiesce=self.conductor.quiesce,
             ))
             for agent in app.agents.values()
         ]

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 ErrorPolicy = Literal["dlq", "stop"]
 ERROR_POLICIES = ("dlq", "stop")
+Guarantee = Literal["at_least_once", "exactly_once"]
+GUARANTEES = ("at_least_once", "exactly_once")
 _APP_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
@@ -39,6 +41,7 @@ class Settings:
     store: str = "rocksdb://"
     standby_replicas: int = 0
     agent_error_policy: ErrorPolicy = "dlq"
+    processing_guarantee: Guarantee = "at_least_once"
     agent_max_restarts: int = 10
     agent_restart_window: timedelta = timedelta(minutes=1)
     broker_options: Mapping[str, Any] = field(default_factory=dict)
@@ -81,6 +84,8 @@ def validate(s: Settings) -> None:
         _fail("agent_max_restarts", s.agent_max_restarts, "expected an integer of at least 0")
     if s.agent_error_policy not in ERROR_POLICIES:
         _fail("agent_error_policy", s.agent_error_policy, f"expected one of {ERROR_POLICIES}")
+    if s.processing_guarantee not in GUARANTEES:
+        _fail("processing_guarantee", s.processing_guarantee, f"expected one of {GUARANTEES}")
     if not isinstance(s.data_dir, Path):
         _fail("data_dir", s.data_dir, "expected a path")
 

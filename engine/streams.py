@@ -23,6 +23,7 @@ from agents import Mailbox, MailboxClosed
 
 if TYPE_CHECKING:
     from engine.events import Event
+    from engine.quiesce import Quiesce
     from engine.topics import Topic
 
 
@@ -44,6 +45,10 @@ class StreamContext(Protocol):
 
     def opened(self, stream: Stream) -> None:
         """Track a root stream so the worker can release what it holds if the agent crashes."""
+
+    @property
+    def quiesce(self) -> Quiesce | None:
+        """The exactly-once checkpoint's gate between events (None: at-least-once, no pauses)."""
 
 
 class Lookup(Protocol):
@@ -245,6 +250,7 @@ class Stream(_Operators):
         self._upstream: AsyncIterator[Any] | None = None
         self._pump: asyncio.Task[Any] | None = None
         self._get: asyncio.Task[Event] | None = None
+        self._quiesce = context.quiesce
         context.opened(self)
 
     @property
@@ -262,9 +268,16 @@ class Stream(_Operators):
                 self._held.append(event)
             elif event._tracker is not None:  # Event.ack, inlined on the hottest path
                 event._tracker.ack(event.record.offset)
+            if self._quiesce is not None:
+                self._quiesce.finished()
+        quiesce = self._quiesce
+        if quiesce is not None and quiesce.closed:
+            await quiesce.wait_open()
         event = self._mailbox.get_nowait()
         if event is None:
             event = await (self._next_forwarding() if self._upstream else self._next_waiting())
+        if quiesce is not None:
+            quiesce.busy += 1
         self._current = event
         current_event.set(event)
         return event.value
@@ -293,6 +306,8 @@ class Stream(_Operators):
             if task is not None:
                 task.cancel()
         self._pump = self._get = None
+        if self._current is not None and self._quiesce is not None:
+            self._quiesce.finished()
         unfinished = self._held + ([self._current] if self._current is not None else [])
         self._held, self._current = [], None
         if not self._mailbox.closed:

@@ -73,6 +73,14 @@ class Producer(Protocol):
     async def flush(self) -> None:
         """Wait until everything enqueued so far is acknowledged; raise DeliveryFailed if any was not."""
 
+    @property
+    def transactional(self) -> bool:
+        """Whether sends go into transactions that `commit_transaction` closes."""
+
+    async def commit_transaction(self, offsets: Mapping[TP, int], group_id: str) -> None:
+        """Commit, atomically, everything sent since the last commit and `offsets` as `group_id`'s consumed
+        positions (the next offset to read), then open the next transaction. Sends wait meanwhile."""
+
 
 class Admin(Protocol):
     async def create_topics(self, specs: Collection[TopicSpec]) -> None:
@@ -96,6 +104,8 @@ class Transport(Protocol):
         max_poll_records: int = 1000,
     ) -> Consumer: ...
 
-    def producer(self) -> Producer: ...
+    def producer(self, transactional_id: str | None = None) -> Producer:
+        """A producer; with `transactional_id`, a transactional one (a restarted worker passing the same id
+        fences its predecessor and aborts the transaction it left open)."""
 
     def admin(self) -> Admin: ...

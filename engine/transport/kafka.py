@@ -87,6 +87,9 @@ class KafkaConsumer:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             max_poll_records=max_poll_records,
+            # Records of aborted transactions (a worker that died mid-checkpoint) are never seen, and
+            # open ones only once committed; without transactions this reads like read_uncommitted.
+            isolation_level="read_committed",
             # Range assignment gives a member the same partition numbers of every co-partitioned topic,
             # which is what tables partitioned like their source topics rely on.
             partition_assignment_strategy=(RangePartitionAssignor,),
@@ -151,25 +154,62 @@ class KafkaConsumer:
         self._client.resume(*(TopicPartition(*tp) for tp in tps))
 
 
+TRANSACTION_TIMEOUT_MS = 15_000  # how long a dead worker's open transaction can hold readers back
+
+
 class KafkaProducer:
-    def __init__(self, servers: str, options: Mapping[str, Any]) -> None:
+    """With a transactional id, every send goes into the open transaction; `commit_transaction` commits it
+    with the source offsets and opens the next, and sends made meanwhile wait for the next one (a gate),
+    since aiokafka refuses sends while a transaction is committing."""
+
+    def __init__(self, servers: str, options: Mapping[str, Any], transactional_id: str | None = None) -> None:
         self._servers = servers
+        transactions: dict[str, Any] = {}
+        if transactional_id is not None:
+            transactions = {"transactional_id": transactional_id, "enable_idempotence": True,
+                            "transaction_timeout_ms": TRANSACTION_TIMEOUT_MS}
         self._client = AIOKafkaProducer(
             bootstrap_servers=servers,
             acks="all",
             linger_ms=5,
             max_batch_size=256 * 1024,
+            **transactions,
             **options,
         )
+        self._transactional = transactional_id is not None
+        self._open = asyncio.Event()
+        if not self._transactional:
+            self._open.set()
         # Sends since the last flush; checked there. A list append is far cheaper per record than a
         # done-callback (which costs a call_soon per record when the batch completes).
         self._unchecked: list[asyncio.Future[object]] = []
 
     async def start(self) -> None:
         await _start(self._client, self._servers)
+        if self._transactional:
+            await self._client.begin_transaction()
+        self._open.set()
 
     async def stop(self) -> None:
         await _stop_quietly(self._client, "producer")
+
+    @property
+    def transactional(self) -> bool:
+        return self._transactional
+
+    async def commit_transaction(self, offsets: Mapping[TP, int], group_id: str) -> None:
+        self._open.clear()
+        try:
+            if offsets:
+                positions = {TopicPartition(tp.topic, tp.partition): at for tp, at in offsets.items()}
+                await self._client.send_offsets_to_transaction(positions, group_id)
+            await self._client.commit_transaction()
+            await self.flush()  # every record is acknowledged by now: this only checks them
+            await self._client.begin_transaction()
+        except KafkaError as exc:
+            raise DeliveryFailed(f"the transaction could not be committed: {exc}") from exc
+        finally:
+            self._open.set()
 
     async def send(
         self,
@@ -180,6 +220,8 @@ class KafkaProducer:
         headers: Headers | None = None,
         partition: int | None = None,
     ) -> asyncio.Future[object]:
+        if not self._open.is_set():
+            await self._open.wait()
         try:
             future: asyncio.Future[object] = await self._client.send(
                 topic, value, key=key, partition=partition,
@@ -272,8 +314,8 @@ class KafkaTransport:
         listener = _Listener(on_assigned, on_revoked)
         return KafkaConsumer(self.servers, self.options, group_id, listener, max_poll_records)
 
-    def producer(self) -> KafkaProducer:
-        return KafkaProducer(self.servers, self.options)
+    def producer(self, transactional_id: str | None = None) -> KafkaProducer:
+        return KafkaProducer(self.servers, self.options, transactional_id)
 
     def admin(self) -> KafkaAdmin:
         return KafkaAdmin(self.servers, self.options)

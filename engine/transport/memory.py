@@ -279,6 +279,13 @@ class MemoryProducer:
     async def flush(self) -> None:
         return None
 
+    @property
+    def transactional(self) -> bool:
+        return False  # in-process: a crash loses the broker too, so there is nothing to make atomic
+
+    async def commit_transaction(self, offsets: Mapping[TP, int], group_id: str) -> None:
+        raise NotImplementedError("memory:// producers are not transactional")
+
 
 class MemoryAdmin:
     def __init__(self, broker: MemoryBroker) -> None:
@@ -310,7 +317,7 @@ class MemoryTransport:
     ) -> MemoryConsumer:
         return MemoryConsumer(self.broker, group_id, on_assigned, on_revoked)
 
-    def producer(self) -> MemoryProducer:
+    def producer(self, transactional_id: str | None = None) -> MemoryProducer:
         return MemoryProducer(self.broker)
 
     def admin(self) -> MemoryAdmin:

@@ -91,10 +91,11 @@ async def produce(bootstrap: str, topic: str, items: Iterable[tuple[Any, Any]],
         await producer.stop()
 
 
-async def consume_until(bootstrap: str, topic: str, done: Any, timeout: float = 60.0) -> list[Any]:
+async def consume_until(bootstrap: str, topic: str, done: Any, timeout: float = 60.0,
+                        isolation_level: str = "read_uncommitted") -> list[Any]:
     """Read `topic` from the beginning until `done(records)` is true; returns the records."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                group_id=None, enable_auto_commit=False)
+                                group_id=None, enable_auto_commit=False, isolation_level=isolation_level)
     await consumer.start()
     records: list[Any] = []
     try:
