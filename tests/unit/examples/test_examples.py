@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 os.environ.setdefault("NOT_VIEWING_TICK_SECONDS", "0.05")
 
 from engine import testing
-from examples import fraud, inventory, not_viewing, wordcount
+from examples import fraud, inventory, not_viewing, notifications, retail, wordcount
 
 
 def gather(app, topic, name):
@@ -71,3 +72,33 @@ async def test_not_viewing_notifies_users_whose_status_is_close():
         await testing.eventually(lambda: len(sent) >= 2)
     assert {user for user, _ in sent} == {"ada"}
     assert all(note.message == "you are not viewing the app" for _, note in sent)
+
+
+T0 = 1_767_225_600  # a multiple of 600: window starts are T0 + multiples of the size
+
+
+async def test_retail_counts_sales_per_product_in_ten_minute_windows_on_event_time():
+    sales = [("a", 2, 10), ("b", 1, 20), ("a", 3, 590), ("a", 1, 610),
+             ("a", 4, 595),   # out of order, within the minute of grace: still [0, 600)
+             ("a", 5, 1300),  # stream time 1300 closes [0, 600) for good
+             ("a", 7, 500)]   # late: not applied
+    async with testing.running(retail.app, store="memory://"):
+        for sku, quantity, at in sales:
+            await retail.sales.send(key=sku, value=retail.Sale(sku, quantity, 2.5, T0 + at))
+        expected = {("a", T0 * 1000): 9, ("a", (T0 + 600) * 1000): 1, ("a", (T0 + 1200) * 1000): 5,
+                    ("b", T0 * 1000): 1}
+        await testing.eventually(lambda: dict(retail.units_sold.table.items()) == expected)
+        await testing.eventually(lambda: retail.units_sold.late_events == 1)
+        assert dict(retail.revenue.table.items())[("a", T0 * 1000)] == 9 * 2.5
+
+
+async def test_notifications_mutes_a_user_once_past_five_in_ten_minutes():
+    muted = gather(notifications.app, notifications.mutes, "test_mutes")
+    async with testing.running(notifications.app, store="memory://"):
+        for user, minutes in [("ada", range(7)), ("bob", range(0, 30, 10))]:
+            for minute in minutes:
+                note = notifications.Notification(user, "come back", T0 + minute * 60)
+                await notifications.sent.send(key=user, value=note)
+        await testing.eventually(lambda: len(muted) == 1)
+        await asyncio.sleep(0.1)
+    assert muted == [("ada", notifications.Mute("ada", 6))]  # at the 6th; the 7th does not repeat it

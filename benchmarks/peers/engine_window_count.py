@@ -1,0 +1,60 @@
+"""engine counting keyed events with event time, into a plain table or (BENCH_MODE=windowed) a tumbling
+1-minute windowed table that expires windows after 10 minutes. Reports, besides the rate, the live windows
+sampled as the run goes and the keys left in the stores at the end: bounded state shows as a plateau."""
+
+import asyncio
+import gc
+import json
+import os
+from pathlib import Path
+
+import engine
+from benchmarks.peers.harness import Job
+
+job = Job()
+WINDOWED = os.environ.get("BENCH_MODE") == "windowed"
+SAMPLE_EVERY = 100_000
+
+
+def add_to_report(extra: dict[str, object]) -> None:
+    """tick() reported the rate at the last record; the state sizes are added to that report."""
+    path = Path(job.out)
+    path.write_text(json.dumps({**json.loads(path.read_text()), **extra}))
+
+
+async def main() -> None:
+    app = engine.App(job.group, broker=f"kafka://{job.bootstrap}", data_dir=job.state_dir,
+                     commit_interval=1.0)
+    events = app.topic(job.topic, key_type=str, value_type=int, timestamp=lambda at: at)
+    table = app.Table("counts", default=int, key_type=str, value_type=int)
+    counts = table.tumbling(60, expires=600) if WINDOWED else table
+    samples: list[int] = []
+    done = asyncio.Event()
+
+    def live_windows() -> int:
+        if table.windowed is None:
+            return 0
+        return sum(len(keys) for state in table.windowed.states.values() for keys in state.live.values())
+
+    @app.agent(events)
+    async def count(stream):
+        async for key, _ in stream.items():
+            counts[key] += 1
+            if job.seen % SAMPLE_EVERY == 0:
+                samples.append(live_windows())
+            if job.tick():
+                done.set()
+
+    worker = engine.Worker(app, app.settings())
+    await worker.start()
+    gc.collect()
+    gc.freeze()
+    await done.wait()
+    await worker.conductor.checkpoint()
+    stored = sum(1 for part in table.active.values() for _ in part.store.items())
+    add_to_report({"live_windows": samples, "stored_keys": stored})
+    worker.request_stop()
+    await worker.run_until_stopped()
+
+
+asyncio.run(main())

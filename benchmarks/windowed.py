@@ -1,0 +1,73 @@
+"""Windowed counting with expiry against plain counting, 1M events, same broker, same run.
+
+    .venv/bin/python -m benchmarks.windowed [--messages 1000000] [--rounds 2] [--keys 1000]
+
+Events are keyed over `--keys` keys and carry their event time as the value: 100 events per second of event
+time, so 1M events span about 2.8 hours. The windowed table keeps 1-minute tumbling windows for 10 minutes:
+without expiry it would hold one entry per key per minute (up to 167k); with it, the live windows must
+plateau near keys x 11. Reports each contender's rate, the live-window samples, and the keys left in the
+stores at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+
+from aiokafka import AIOKafkaProducer
+
+from benchmarks.common import broker, create_topics, median, parser, run_job
+
+JOB = "benchmarks.peers.engine_window_count"
+
+
+async def preload_timed(bootstrap: str, topic: str, count: int, keys: int) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=512 * 1024)
+    await producer.start()
+    try:
+        for i in range(count):
+            await producer.send(topic, str(1_700_000_000 + i // 100).encode(), key=f"key-{i % keys}".encode())
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+def run(mode: str, bootstrap: str, topic: str, count: int) -> dict | None:  # type: ignore[type-arg]
+    os.environ["BENCH_MODE"] = mode
+    return run_job(JOB, bootstrap, topic, count)
+
+
+async def main() -> None:
+    p = parser(__doc__ or "")
+    p.set_defaults(messages=1_000_000)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--keys", type=int, default=1000)
+    args = p.parse_args()
+    with broker(args.broker) as bootstrap:
+        topic = f"windowed-{uuid.uuid4().hex[:6]}"
+        await create_topics(bootstrap, [topic], args.partitions)
+        await preload_timed(bootstrap, topic, args.messages, args.keys)
+        print(f"preloaded {args.messages:,} events over {args.keys} keys, {args.partitions} partitions, "
+              f"{args.messages // 100:,} s of event time")
+        rates: dict[str, list[float]] = {"plain": [], "windowed": []}
+        for round_ in range(args.rounds):
+            for mode in ("plain", "windowed"):
+                result = await asyncio.to_thread(run, mode, bootstrap, topic, args.messages)
+                if result is None:
+                    continue
+                rate = result["records"] / result["seconds"]
+                rates[mode].append(rate)
+                extra = ""
+                if mode == "windowed":
+                    extra = (f"; live windows every 100k events: {result['live_windows']}; "
+                             f"keys in the stores at the end: {result['stored_keys']:,}")
+                print(f"round {round_ + 1}: {mode:8} {rate:,.0f} events/s{extra}", flush=True)
+        if rates["plain"] and rates["windowed"]:
+            plain, windowed = median(rates["plain"]), median(rates["windowed"])
+            print(f"\nmedian: plain {plain:,.0f}/s, windowed {windowed:,.0f}/s; windowed/plain = "
+                  f"{windowed / plain:.2f}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
