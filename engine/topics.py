@@ -46,6 +46,14 @@ class Topic:
         self.internal = internal
         self._producer: Producer | None = None
 
+    def use_codecs(self, *, key: Codec | None = None, value: Codec | None = None) -> None:
+        """Replace codecs chosen from the types (a windowed table keys its topics by (key, window))."""
+        if key is not None:
+            self.key_codec = key
+            self._raw_key = key.name == "raw"
+        if value is not None:
+            self.value_codec = value
+
     def spec(self, default_partitions: int, default_replication: int) -> TopicSpec:
         return TopicSpec(
             self.name,

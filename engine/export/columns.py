@@ -89,7 +89,7 @@ class TableColumns:
         self.table = table
         self.window = table.window
         topic = table.changelog_topic
-        self.key_codec: Codec = getattr(table.key_codec, "inner", table.key_codec)
+        self.key_codec: Codec = table.plain_key_codec
         self.value_codec: Codec = table.value_codec
         value_type: Any = topic.value_type
         if value_type is None and table.default in (int, float, str, bool):

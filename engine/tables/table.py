@@ -79,6 +79,7 @@ class Table(MutableMapping[Any, Any]):
         )
         self.has_own_changelog = source_topic is None
         self.key_codec = self.changelog_topic.key_codec
+        self.plain_key_codec = self.key_codec  # of the key alone, also once windowing wraps key_codec
         self.value_codec = self.changelog_topic.value_codec
         self.partitions = partitions or self.changelog_topic.partitions
         self.active: dict[int, TablePartition] = {}
@@ -133,11 +134,9 @@ class Table(MutableMapping[Any, Any]):
             raise ConfigError(f"table {self.name!r} is already windowed")
         if not self.has_own_changelog:
             raise ConfigError(f"table {self.name!r} reads a source topic; it cannot be windowed")
-        base = self.key_codec
         self.window = window
-        self.key_codec = WindowKeyCodec(base)
-        self.changelog_topic.key_codec = WindowedChangelogKeyCodec(base, window.size_ms)
-        self.changelog_topic._raw_key = False
+        self.key_codec = WindowKeyCodec(self.plain_key_codec)
+        self.changelog_topic.use_codecs(key=WindowedChangelogKeyCodec(self.plain_key_codec, window.size_ms))
         late_topic = Topic(f"{self.app_id}-{self.name}-late", key_serializer="raw",
                            value_serializer="raw", internal=True) if late else None
         self.windowed = WindowedTable(self, window, timestamp=timestamp, late_topic=late_topic)
@@ -151,7 +150,7 @@ class Table(MutableMapping[Any, Any]):
         found = self._locations.get(key)
         if found is None:
             if self.window is not None:
-                inner = self.key_codec.inner.encode(key[0])  # type: ignore[attr-defined]
+                inner = self.plain_key_codec.encode(key[0])
                 if inner is None:
                     raise TableError(f"table {self.name!r}: keys cannot be None")
                 found = (window_key(inner, key[1]), partition_for(inner, self.partition_count))

@@ -151,10 +151,10 @@ class WindowedTable:
             from engine.topics import Topic
 
             self.closed_topic = Topic(f"{self.table.app_id}-{self.name}-closed", internal=True)
-            self.closed_topic.key_codec = WindowedChangelogKeyCodec(self.table.key_codec.inner,  # type: ignore[attr-defined]
-                                                                    self.window.size_ms)
-            self.closed_topic._raw_key = False
-            self.closed_topic.value_codec = self.table.value_codec
+            self.closed_topic.use_codecs(
+                key=WindowedChangelogKeyCodec(self.table.plain_key_codec, self.window.size_ms),
+                value=self.table.value_codec,
+            )
         return self.closed_topic
 
     # -- event time ---------------------------------------------------------------------------------
@@ -242,9 +242,8 @@ class WindowedTable:
         return self._default() if value is MISSING else value
 
     def windows(self, key: Any) -> Iterator[tuple[WindowRange, Any]]:
-        part, _ = self.table._for_read((key, 0))
-        key_bytes = self.table.key_codec.inner.encode(key)  # type: ignore[attr-defined]
-        low, high = key_prefix(key_bytes)
+        part, encoded = self.table._for_read((key, 0))
+        low, high = key_prefix(split_window_key(encoded)[0])
         values: dict[int, Any] = {}
         decode = self.table.value_codec.decode
         for raw_key, raw_value in part.store.items(low, high):
