@@ -26,6 +26,9 @@ class Quiesce:
         self._opened.set()
         self._idle = asyncio.Event()
 
+    def started(self) -> None:
+        self.busy += 1
+
     def finished(self) -> None:
         self.busy -= 1
         if self.closed and self.busy <= 0:

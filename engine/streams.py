@@ -261,6 +261,7 @@ class Stream(_Operators):
         return self
 
     async def __anext__(self) -> Any:
+        quiesce = self._quiesce  # None unless exactly-once: then checkpoints pause agents between events
         event = self._current
         if event is not None:
             self._current = None
@@ -268,16 +269,15 @@ class Stream(_Operators):
                 self._held.append(event)
             elif event._tracker is not None:  # Event.ack, inlined on the hottest path
                 event._tracker.ack(event.record.offset)
-            if self._quiesce is not None:
-                self._quiesce.finished()
-        quiesce = self._quiesce
+            if quiesce is not None:
+                quiesce.finished()
         if quiesce is not None and quiesce.closed:
             await quiesce.wait_open()
         event = self._mailbox.get_nowait()
         if event is None:
             event = await (self._next_forwarding() if self._upstream else self._next_waiting())
         if quiesce is not None:
-            quiesce.busy += 1
+            quiesce.started()
         self._current = event
         current_event.set(event)
         return event.value
