@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,6 +89,23 @@ async def produce(bootstrap: str, topic: str, items: Iterable[tuple[Any, Any]],
         await producer.flush()
     finally:
         await producer.stop()
+
+
+def latest(records: Iterable[Any], upto: Mapping[int, int | None] | None = None) -> dict[str, int]:
+    """A counting table's state from its changelog records (in log order per partition): the last value of
+    each key; with `upto`, only records at or before each partition's offset (None: none of it)."""
+    state: dict[str, int] = {}
+    for record in records:
+        if upto is not None:
+            limit = upto.get(record.partition)
+            if limit is None or record.offset > limit:
+                continue
+        key = record.key.decode()
+        if record.value is None:
+            state.pop(key, None)
+        else:
+            state[key] = int(record.value)
+    return state
 
 
 async def consume_until(bootstrap: str, topic: str, done: Any, timeout: float = 60.0,

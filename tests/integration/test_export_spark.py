@@ -18,24 +18,9 @@ from pyspark.sql.types import LongType, StringType, TimestampType
 from engine import export, testing
 from engine.codecs import dumps
 from tests.integration.export_apps import make_app
-from tests.integration.helpers import ROOT, create_topics, produce, read_all, unique
+from tests.integration.helpers import ROOT, create_topics, latest, produce, read_all, unique
 
 pytestmark = pytest.mark.kafka
-
-
-def fold(records, upto: dict[int, int | None]) -> dict[str, int]:
-    """A table's state from its changelog: the last value of each key up to each partition's offset."""
-    state: dict[str, int] = {}
-    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
-        limit = upto.get(record.partition)
-        if limit is None or record.offset > limit:
-            continue
-        key = record.key.decode()
-        if record.value is None:
-            state.pop(key, None)
-        else:
-            state[key] = int(record.value)
-    return state
 
 
 def hit(i: int, words: int) -> dict[str, object]:
@@ -80,7 +65,7 @@ async def test_live_export_while_writing_matches_its_offsets_exactly(kafka, tmp_
             stop.set()
             await writer
     changelog = await read_all(kafka.bootstrap, f"{app_id}-counts-changelog")
-    expected = fold(changelog, manifest.offsets)
+    expected = latest(changelog, upto=manifest.offsets)
     frame = export.read_export(spark, tmp_path / "live")
     got = {row["key"]: row["value"] for row in frame.collect()}
     assert got == expected

@@ -19,6 +19,7 @@ from tests.integration.helpers import (
     WorkerProcess,
     consume_until,
     create_topics,
+    latest,
     produce,
     read_all,
     unique,
@@ -26,17 +27,6 @@ from tests.integration.helpers import (
 from tests.integration.table_apps import make_app
 
 pytestmark = pytest.mark.kafka
-
-
-def latest(records) -> dict[str, int]:
-    state: dict[str, int] = {}
-    for r in records:
-        key = r.key.decode()
-        if r.value is None:
-            state.pop(key, None)
-        else:
-            state[key] = int(r.value)
-    return state
 
 
 def replayed(log: str) -> int:

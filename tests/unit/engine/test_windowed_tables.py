@@ -130,15 +130,8 @@ def test_windowing_a_table_twice_or_a_source_table_is_refused():
 
 def closing_app(make_window, url: str, **settings):
     """One partition, so one stream time: the closes below are computed by hand from the event times."""
-    app = engine.App("wc", broker=url, commit_interval=0.05, topic_partitions=1, **settings)
-    views = app.topic("views", key_type=str, value_type=dict, timestamp=lambda v: v["ts"])
-    table = make_window(app.Table("views", default=int, key_type=str, value_type=int))
+    app, views, table, _ = windowed_app(make_window, url, topic_partitions=1, **settings)
     closed: list = []
-
-    @app.agent(views)
-    async def count(stream):
-        async for page, _ in stream.items():
-            table[page] += 1
 
     @app.agent(table.closed())
     async def final(stream):
