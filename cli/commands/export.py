@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, TextIO
 
 from cli.loader import load_app
 from engine import export
-from engine.tables.inspect import table_named
 from engine.tables.recovery import Progress
 
 if TYPE_CHECKING:
@@ -71,16 +70,15 @@ async def _replay_progress(progress: Progress, bar: ProgressBar) -> None:
 
 async def _from_changelog(args: argparse.Namespace, app: App, settings: Settings,
                           bar: ProgressBar) -> ExportManifest:
+    """export_from_changelog, with a second bar for the replay that comes before the files."""
     replay = Progress()
     replay_bar = ProgressBar("replaying changelog")
     ticker = asyncio.ensure_future(_replay_progress(replay, replay_bar))
     try:
-        snapshot = await export.from_changelog(table_named(app, args.table), settings, progress=replay)
+        return await export.export_from_changelog(app, settings, args.table, args.to, bar, replay=replay)
     finally:
         ticker.cancel()
         replay_bar.finish()
-    with snapshot:
-        return export.write_snapshot(snapshot, args.to, bar)
 
 
 def run(args: argparse.Namespace) -> int:

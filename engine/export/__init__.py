@@ -37,11 +37,8 @@ async def export_table(
 ) -> ExportManifest:
     """Export a running worker's partitions of `table`. The snapshot is taken at once; files are written
     in a thread, so agents keep processing meanwhile."""
-    snapshot = from_worker(table)
-    try:
+    with from_worker(table) as snapshot:
         return await asyncio.to_thread(write_snapshot, snapshot, path, progress)
-    finally:
-        snapshot.close()
 
 
 def export_from_store(
@@ -58,11 +55,8 @@ async def export_from_changelog(
     progress: Callable[[int, int], None] | None = None, replay: Progress | None = None,
 ) -> ExportManifest:
     """Export table `name` rebuilt from its changelog topic on `settings.broker`: every partition."""
-    snapshot = await from_changelog(table_named(app, name), settings, progress=replay)
-    try:
+    with await from_changelog(table_named(app, name), settings, progress=replay) as snapshot:
         return await asyncio.to_thread(write_snapshot, snapshot, path, progress)
-    finally:
-        snapshot.close()
 
 
 __all__ = [

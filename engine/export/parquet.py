@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.export.columns import CHUNK, KEY, ExportError, TableColumns
+from engine.export.columns import KEY, ExportError, TableColumns
 from engine.export.optional import require
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from engine.stores import StoreView
 
 MANIFEST = "_engine_export.json"
+INFER_ROWS = 1024  # an undeclared type is inferred from this many rows (decoded again when written)
 WRITERS = 2
 FORMAT = "engine-table-export/1"
 KEY_LAYOUT = {
@@ -124,7 +125,7 @@ def _infer_schema(columns: TableColumns, views: list[StoreView]) -> None:
     for view in views:
         if columns.schema is not None:
             return
-        for _ in columns.batches(view, CHUNK):
+        for _ in columns.batches(view, INFER_ROWS):
             break  # the first batch fixes the schema
     columns.final_schema()
 
