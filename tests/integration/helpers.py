@@ -129,9 +129,12 @@ async def consume_until(bootstrap: str, topic: str, done: Any, timeout: float = 
     return records
 
 
-async def read_all(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Any]:
-    """Every record of `topic` up to its current end (all partitions)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+async def read_all(bootstrap: str, topic: str, timeout: float = 30.0,
+                   isolation_level: str = "read_uncommitted") -> list[Any]:
+    """Every record of `topic` up to its current end (all partitions); read_committed: up to the last
+    stable offset, without records of aborted or open transactions."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                                isolation_level=isolation_level)
     await consumer.start()
     records: list[Any] = []
     try:

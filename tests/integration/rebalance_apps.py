@@ -1,0 +1,31 @@
+"""The app of the rebalance and fault tests: a plain count and a 10-second tumbling count of the same
+words, with final results on `<app>-per-window-closed`. `engine worker -A tests.integration.rebalance_apps:app`
+runs it, configured by ITEST_APP, ITEST_TOPIC, ITEST_DELAY (seconds of work per event), ITEST_GUARANTEE, and
+ITEST_STUCK ("partition:offset:seconds": the one event the agent sits on, to test a stuck agent)."""
+
+import asyncio
+import os
+
+import engine
+
+app = engine.App(os.environ.get("ITEST_APP", "irebalance"), commit_interval=0.2,
+                 processing_guarantee=os.environ.get("ITEST_GUARANTEE", "at_least_once"))
+words = app.topic(os.environ.get("ITEST_TOPIC", "words"), key_type=str, value_type=dict,
+                  timestamp=lambda word: word["at"])
+counts = app.Table("counts", default=int, key_type=str, value_type=int)
+per_window = app.Table("per-window", default=int, key_type=str, value_type=int).tumbling(
+    10, grace=5, expires=3600)
+per_window.closed()
+DELAY = float(os.environ.get("ITEST_DELAY", "0"))
+STUCK = tuple(float(x) for x in os.environ["ITEST_STUCK"].split(":")) if os.environ.get("ITEST_STUCK") else None
+
+
+@app.agent(words, concurrency=2)
+async def count(stream):
+    async for event in stream.events():
+        if STUCK is not None and (event.partition, event.offset) == (STUCK[0], STUCK[1]):
+            await asyncio.sleep(STUCK[2])
+        counts[event.key] += 1
+        per_window[event.key] += 1
+        if DELAY:
+            await asyncio.sleep(DELAY)

@@ -1,0 +1,95 @@
+"""Ground truth and plumbing for the rebalance and fault tests (the app is rebalance_apps.py).
+
+The stream: words over 100 keys, 100 per second of event time in order, so 10-second windows hold about
+10 events per key; then one far-future word per key moves every partition's stream time past every window,
+so all of them close. Truth is counted here, from the events, never from what engine produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaProducer
+
+from engine.tables.windowed import split_window_key
+from tests.integration.helpers import latest, read_all
+
+KEYS = [f"w{n:03d}" for n in range(100)]
+START = 2_000_000  # seconds of event time
+CLOSE_AT = START + 1_000_000
+WINDOW = 10
+COMMITTED = "read_committed"  # what exactly-once outputs are read with; the same as uncommitted without
+
+
+def words(count: int) -> list[tuple[str, dict[str, Any]]]:
+    """`count` words in event-time order, then one closing word per key."""
+    events = [(KEYS[(i * 37) % len(KEYS)], {"at": START + i / 100, "i": i}) for i in range(count)]
+    return events + [(key, {"at": CLOSE_AT, "i": -1}) for key in KEYS]
+
+
+def truth_of(events: list[tuple[str, dict[str, Any]]]) -> tuple[dict[str, int], dict[tuple[str, int], int]]:
+    """(count per key, count per (key, window start in seconds)) of the windows that close."""
+    counts = Counter(key for key, _ in events)
+    windows = Counter((key, int(v["at"]) // WINDOW * WINDOW) for key, v in events if v["at"] < CLOSE_AT)
+    return dict(counts), dict(windows)
+
+
+async def paced_produce(bootstrap: str, topic: str, events: list[tuple[str, dict[str, Any]]], *,
+                        rate: float, at: Mapping[float, Callable[[], None]] | None = None) -> None:
+    """Produce at about `rate` events/s; call `at[f]` once a fraction f of the events was sent."""
+    marks = sorted((at or {}).items())
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
+    await producer.start()
+    try:
+        started = time.monotonic()
+        for index, (key, value) in enumerate(events):
+            while marks and index >= marks[0][0] * len(events):
+                marks.pop(0)[1]()
+            await producer.send(topic, orjson.dumps(value), key=key.encode())
+            if index % 50 == 0:
+                ahead = started + index / rate - time.monotonic()
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+def closed_windows(records: list[Any]) -> list[tuple[str, int, int]]:
+    """(key, window start in seconds, value) of each record of a `closed()` topic."""
+    out = []
+    for record in records:
+        key, start_ms = split_window_key(record.key)
+        out.append((key.decode(), start_ms // 1000, int(record.value)))
+    return out
+
+
+async def wait_until_complete(bootstrap: str, app_id: str, events: list[tuple[str, dict[str, Any]]], *,
+                              exact: bool, timeout: float = 120) -> tuple[dict[str, int],
+                                                                          list[tuple[str, int, int]]]:
+    """Read the counts' changelog and the closed windows (read_committed) until every count reached the
+    truth and every window closed; then once more after a few checkpoints, so that a late duplicate shows."""
+    truth_counts, truth_windows = truth_of(events)
+    deadline = time.monotonic() + timeout
+    counts: dict[str, int] = {}
+    closes: list[tuple[str, int, int]] = []
+    while time.monotonic() < deadline:
+        counts = latest(await read_all(bootstrap, f"{app_id}-counts-changelog", isolation_level=COMMITTED))
+        closes = closed_windows(await read_all(bootstrap, f"{app_id}-per-window-closed", isolation_level=COMMITTED))
+        done_counts = all(counts.get(k, 0) >= n for k, n in truth_counts.items())
+        done_windows = set(truth_windows) <= {(k, s) for k, s, _ in closes}
+        if done_counts and done_windows:
+            await asyncio.sleep(3)
+            counts = latest(await read_all(bootstrap, f"{app_id}-counts-changelog", isolation_level=COMMITTED))
+            closes = closed_windows(await read_all(bootstrap, f"{app_id}-per-window-closed", isolation_level=COMMITTED))
+            return counts, closes
+        await asyncio.sleep(1)
+    missing = len(set(truth_windows) - {(k, s) for k, s, _ in closes})
+    below = sum(1 for k, n in truth_counts.items() if counts.get(k, 0) < n)
+    raise AssertionError(f"not complete after {timeout}s: {below} counts below the truth, "
+                         f"{missing} of {len(truth_windows)} windows not closed")

@@ -1,0 +1,76 @@
+"""Partitions moving while events flow, on a real broker: one worker joins at ~30% of the stream and the
+other leaves (SIGTERM) at ~70%, with a plain count and a tumbling-window count of the same words. Checked
+against ground truth computed here: every count, and every window's final value on `closed()`.
+
+Under exactly_once (read_committed) every count and every closed window is exact and no window is closed
+twice; under at-least-once nothing is below the truth and no window is missing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from tests.integration.helpers import WorkerProcess, create_topics, read_all, unique
+from tests.integration.rebalance_run import (
+    paced_produce,
+    truth_of,
+    wait_until_complete,
+    words,
+)
+
+pytestmark = pytest.mark.kafka
+
+
+def worker(kafka, tmp_path, name: str, **env: str) -> WorkerProcess:
+    env = {"ENGINE_DATA_DIR": str(tmp_path / name), **env}
+    return WorkerProcess("tests.integration.rebalance_apps:app", kafka.url, env, tmp_path / f"{name}.log")
+
+
+@pytest.mark.parametrize(("guarantee", "delay"), [
+    ("exactly_once", "0"),
+    ("at_least_once", "0"),
+    ("exactly_once", "0.0005"),
+])
+async def test_a_worker_joins_and_another_leaves_mid_stream(kafka, tmp_path, guarantee, delay):
+    app_id, topic = unique("moves"), unique("words")
+    await create_topics(kafka.bootstrap, [topic])
+    events = words(24_000)
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_GUARANTEE": guarantee, "ITEST_DELAY": delay}
+    first = worker(kafka, tmp_path, "first", **env)
+    second: WorkerProcess | None = None
+    try:
+        await first.wait_for_output("tables ready", 90)
+
+        def join() -> None:
+            nonlocal second
+            second = worker(kafka, tmp_path, "second", **env)
+
+        def leave() -> None:
+            first.process.terminate()  # SIGTERM: a clean leave, partitions handed over
+
+        await paced_produce(kafka.bootstrap, topic, events, rate=4000, at={0.3: join, 0.7: leave})
+        assert second is not None
+        exact = guarantee == "exactly_once"
+        counts, closes = await wait_until_complete(kafka.bootstrap, app_id, events, exact=exact)
+        assert first.process.wait(30) == 0, first.output()[-3000:]
+    finally:
+        if first.process.poll() is None:
+            first.kill()
+        if second is not None:
+            assert second.terminate() == 0, second.output()[-3000:]
+    truth_counts, truth_windows = truth_of(events)
+    windows = Counter((key, start) for key, start, _ in closes)
+    values = {(key, start): value for key, start, value in closes}
+    assert set(truth_windows) - set(values) == set(), "windows never closed"
+    if exact:
+        assert counts == truth_counts
+        assert [w for w, n in windows.items() if n > 1] == [], "windows closed more than once"
+        assert {w: values[w] for w in truth_windows} == truth_windows
+    else:
+        assert [k for k, n in truth_counts.items() if counts.get(k, 0) < n] == []
+        assert [w for w, n in truth_windows.items() if values[w] < n] == []
+    assert "revoked" in first.output() and "assigned" in second.output()
+    changelog = await read_all(kafka.bootstrap, f"{app_id}-counts-changelog")
+    assert changelog, "the counts went through the changelog"
