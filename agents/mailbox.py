@@ -4,7 +4,8 @@ Why not asyncio.Queue: we need `put_many` (the fetcher hands over a whole partit
 `close` with precise semantics (getters drain what is left, then see MailboxClosed; putters fail at once),
 and `purge` (drop queued messages of a revoked partition). The bound gives backpressure: a producer awaits
 while the mailbox holds `maxsize` or more messages, so a slow actor slows whoever feeds it and memory stays
-bounded (by `maxsize` plus one batch).
+bounded (by `maxsize` plus one batch). A feeder that must not block (one fetch loop feeding many mailboxes)
+checks `full()`, hands over with `put_many_nowait`, and parks what does not fit until `room()`.
 """
 
 from __future__ import annotations
@@ -53,6 +54,17 @@ class Mailbox(Generic[T]):
         await self._wait_for_room()
         self._items.extend(items)
         self._wake(self._getters)
+
+    def put_many_nowait(self, items: Iterable[T]) -> None:
+        """Enqueue all of `items` now, whatever the bound (the caller checked `full()` first)."""
+        if self._closed:
+            raise MailboxClosed("mailbox is closed")
+        self._items.extend(items)
+        self._wake(self._getters)
+
+    async def room(self) -> None:
+        """Wait until the mailbox is below its bound; MailboxClosed if it is closed."""
+        await self._wait_for_room()
 
     async def get(self) -> T:
         items = self._items

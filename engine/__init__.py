@@ -12,6 +12,7 @@ from engine.errors import (
     EncodeError,
     EngineError,
     NotRunning,
+    PartitionMigrated,
     TransportError,
     WorkerFailed,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "EngineError",
     "Event",
     "NotRunning",
+    "PartitionMigrated",
     "Settings",
     "Stream",
     "Timer",

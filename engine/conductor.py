@@ -1,36 +1,38 @@
-"""The conductor: one consumer for the worker; fetches, decodes, routes to agents, and checkpoints.
+"""The conductor: one consumer for the worker; it fetches, decodes and hands events to agents. That is all.
 
-Offsets (the at-least-once rule): every dispatched record is tracked per partition and acked by each agent
-that received it; only the contiguous prefix of finished records may be committed. A checkpoint snapshots
-those offsets, flushes the producer (so every record sent while processing them is acknowledged), and only
-then commits: nothing is committed that was not processed, and nothing processed is lost if we crash before
-the commit (it is processed again).
+Checkpoints live in engine.checkpoint (one at a time), rebalances in engine.rebalance (revoked and lost
+apart), ownership in engine.leases; the conductor wires them to its consumer and runs the commit interval.
 
-Exactly-once (`processing_guarantee="exactly_once"`, Kafka): the producer is transactional and the same step
-becomes: pause agents between events (engine.quiesce), snapshot offsets and table buffers, send the buffers
-(and closed windows), commit the transaction with the source offsets in it, then write the stores. Every
-output, changelog record and offset of a checkpoint becomes visible together or not at all; readers use
-read_committed, so a worker killed mid-checkpoint leaves nothing behind, and its successor replays exactly
-the events whose effects were lost.
+Dispatch: each fetched batch of a partition is decoded once per reading topic's codecs and handed to the
+mailbox of the agent instance that owns the partition, only while the partition's lease is dispatching
+(records of a partition this worker no longer owns are never dispatched). The fetch loop never waits for an
+agent: when a mailbox is full, the batch is parked and only that partition is paused until the mailbox has
+room again, so one slow or stuck agent holds back its own partitions and no others (per-partition
+backpressure; memory stays bounded by the mailbox size plus one batch per parked partition).
+
+Offsets (the at-least-once rule): every dispatched record is tracked by its partition's lease and acked by
+each agent that received it; only the contiguous prefix of finished records is committed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
-from agents import Fatal, Service, ServiceState
-from engine.errors import DecodeError, TransportError
+from agents import Fatal, MailboxClosed, Service, ServiceState
+from engine.checkpoint import Checkpointer
+from engine.errors import DecodeError, MembershipLost
 from engine.events import TP, Event, RawRecord
-from engine.offsets import OffsetTracker
+from engine.leases import Lease, Leases
 from engine.quiesce import Quiesce
+from engine.rebalance import Pauses, Rebalancer
 from engine.topics import decode_error
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Coroutine
 
+    from agents import Mailbox
     from engine.runner import AgentRunner
     from engine.settings import Settings
     from engine.tables.manager import TableManager
@@ -38,6 +40,9 @@ if TYPE_CHECKING:
     from engine.transport.base import Admin, Producer, Transport
 
 log = logging.getLogger(__name__)
+
+BACKPRESSURE = "backpressure"
+Parked = list[tuple["Mailbox[Event]", list[Event]]]
 
 
 class Conductor(Service):
@@ -52,7 +57,6 @@ class Conductor(Service):
     ) -> None:
         super().__init__("conductor")
         self.tables = tables
-        self._recovery: asyncio.Task[None] | None = None
         self.settings = settings
         self.producer = producer
         self._admin_factory = admin_factory
@@ -60,24 +64,41 @@ class Conductor(Service):
             group_id=settings.app_id,
             on_assigned=self._on_assigned,
             on_revoked=self._on_revoked,
+            on_lost=self._on_lost,
             max_poll_records=settings.max_poll_records,
         )
         self.routes: dict[str, list[tuple[Topic, AgentRunner]]] = {}
-        self.trackers: dict[TP, OffsetTracker] = {}
+        self.leases = Leases()
+        self.pauses = Pauses(self.consumer)
+        self._parked: dict[TP, Parked] = {}
         self.failure: BaseException | None = None
         self.failed = asyncio.Event()
         self._fetcher: asyncio.Task[None] | None = None
         self._started = False
         self.exactly_once = settings.processing_guarantee == "exactly_once"
         self.quiesce = Quiesce() if self.exactly_once else None
-        self._warned_quiesce = False
+        self.checkpoints = Checkpointer(
+            leases=self.leases, consumer=self.consumer, producer=producer, tables=tables,
+            group_id=settings.app_id, quiesce=self.quiesce, busy=self.busy_events,
+        )
+        self.rebalancer = Rebalancer(
+            leases=self.leases, consumer=self.consumer, pauses=self.pauses, checkpoints=self.checkpoints,
+            tables=tables, drop_queued=self.drop_queued,
+            spawn=lambda coro, name: self.spawn(self._guard(coro), name),
+            revoke_wait=min(settings.shutdown_timeout.total_seconds(), 5.0),
+        )
+
+    @property
+    def pause_timeout(self) -> float:
+        """How long an exactly-once checkpoint waits for agents to reach a pause between events."""
+        return self.settings.commit_interval.total_seconds() * 2 + 1
 
     # -- wiring -------------------------------------------------------------------------------------
 
     def add_route(self, topic: Topic, runner: AgentRunner) -> None:
         self.routes.setdefault(topic.name, []).append((topic, runner))
         if self._started:
-            self.spawn(self._subscribe_new(topic), f"subscribe:{topic.name}")
+            self.spawn(self._guard(self._subscribe_new(topic)), f"subscribe:{topic.name}")
 
     async def _subscribe_new(self, topic: Topic) -> None:
         admin = self._admin_factory()
@@ -88,6 +109,13 @@ class Conductor(Service):
         finally:
             await admin.close()
         self.consumer.subscribe(sorted(self.routes))
+
+    def runners(self) -> list[AgentRunner]:
+        return list({id(r): r for rs in self.routes.values() for _, r in rs}.values())
+
+    def busy_events(self) -> list[tuple[str, Event]]:
+        """(agent, event) of every agent instance inside an event now."""
+        return [(runner.agent.name, event) for runner in self.runners() for event in runner.current_events()]
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -106,9 +134,10 @@ class Conductor(Service):
 
     async def on_stop(self) -> None:
         self.stop_fetching()
+        self.rebalancer.stopping = True
         if self.failure is None:
             try:
-                await self.checkpoint()
+                await self.checkpoints.run(0)
             except Exception as exc:
                 log.error("final checkpoint failed: %s", exc)
         await self.consumer.stop()
@@ -129,7 +158,7 @@ class Conductor(Service):
     async def _fetch_loop(self) -> None:
         consumer = self.consumer
         routes = self.routes
-        trackers = self.trackers
+        leases = self.leases.current
         max_records = self.settings.max_poll_records
         quiesce = self.quiesce
         while True:
@@ -137,25 +166,25 @@ class Conductor(Service):
             if quiesce is not None and quiesce.closed:
                 await quiesce.wait_open()  # a checkpoint is waiting for agents to be idle
             for tp, records in batches.items():
-                tracker = trackers.get(tp)
-                if tracker is None:
-                    tracker = trackers[TP(tp[0], tp[1])] = OffsetTracker()
+                lease = leases.get(tp)  # (aiokafka's TopicPartition is a tuple equal to our TP)
+                if lease is None or not lease.dispatching:
+                    continue  # not ours (any more): never dispatched
                 topic_routes = routes.get(tp[0])
                 if not topic_routes:
                     continue
                 if len(topic_routes) == 1:
                     topic, runner = topic_routes[0]
-                    await self._dispatch_one(topic, runner, tp[1], records, tracker)
+                    await self._dispatch_one(topic, runner, records, lease)
                 else:
-                    await self._dispatch_many(topic_routes, tp[1], records, tracker)
+                    await self._dispatch_many(topic_routes, records, lease)
 
-    async def _dispatch_one(self, topic: Topic, runner: AgentRunner, partition: int,
-                            records: list[RawRecord], tracker: OffsetTracker) -> None:
+    async def _dispatch_one(self, topic: Topic, runner: AgentRunner, records: list[RawRecord],
+                            lease: Lease) -> None:
         decode_key = None if topic.key_codec.name == "raw" else topic.key_codec.decode
         decode_value = topic.value_codec.decode
         events: list[Event] = []
         append = events.append
-        track = tracker.track
+        track = lease.track
         for record in records:
             try:
                 key = record.key if decode_key is None else decode_key(record.key)
@@ -163,16 +192,18 @@ class Conductor(Service):
             except DecodeError as exc:
                 track(record.offset)
                 await runner.handle_error(record, decode_error(record, exc))
-                tracker.ack(record.offset)
+                lease.ack(record.offset)
                 continue
             track(record.offset)
-            append(Event(record, key, value, tracker))
-        if events:
-            await runner.mailbox(topic.name, partition).put_many(events)
+            append(Event(record, key, value, lease))
+        if events and lease.dispatching:
+            self._deliver(lease, runner.mailbox(topic.name, lease.tp.partition), events)
 
-    async def _dispatch_many(self, topic_routes: list[tuple[Topic, AgentRunner]], partition: int,
-                             records: list[RawRecord], tracker: OffsetTracker) -> None:
+    async def _dispatch_many(self, topic_routes: list[tuple[Topic, AgentRunner]], records: list[RawRecord],
+                             lease: Lease) -> None:
         """Several agents read this topic: each gets the record decoded by its own Topic's codecs."""
+        partition = lease.tp.partition
+        outgoing: dict[int, tuple[Mailbox[Event], list[Event]]] = {}
         for record in records:
             decoded: dict[int, tuple[Any, Any] | DecodeError] = {}
             for topic, _ in topic_routes:
@@ -182,16 +213,74 @@ class Conductor(Service):
                     except DecodeError as exc:
                         decoded[id(topic)] = exc
             receivers = sum(1 for t, _ in topic_routes if not isinstance(decoded[id(t)], DecodeError))
-            tracker.track(record.offset, shares=max(receivers, 1))
+            lease.track(record.offset, shares=max(receivers, 1))
             for topic, runner in topic_routes:
                 outcome = decoded[id(topic)]
                 if isinstance(outcome, DecodeError):
                     await runner.handle_error(record, outcome)
                 else:
-                    event = Event(record, outcome[0], outcome[1], tracker)
-                    await runner.mailbox(topic.name, partition).put(event)
+                    mailbox = runner.mailbox(topic.name, partition)
+                    outgoing.setdefault(id(mailbox), (mailbox, []))[1].append(
+                        Event(record, outcome[0], outcome[1], lease))
             if receivers == 0:
-                tracker.ack(record.offset)
+                lease.ack(record.offset)
+        if lease.dispatching:
+            for mailbox, events in outgoing.values():
+                self._deliver(lease, mailbox, events)
+
+    def _deliver(self, lease: Lease, mailbox: Mailbox[Event], events: list[Event]) -> None:
+        """Hand `events` over now, or park them and pause their partition until the mailbox has room."""
+        tp = lease.tp
+        parked = self._parked.get(tp)
+        if parked is not None:
+            parked.append((mailbox, events))  # behind what is already parked: order is kept
+        elif mailbox.full():
+            parked = self._parked[tp] = [(mailbox, events)]
+            self.pauses.hold([tp], BACKPRESSURE)
+            self.spawn(self._guard(self._unpark(lease, parked)), f"unpark:{tp.topic}[{tp.partition}]")
+        else:
+            mailbox.put_many_nowait(events)
+
+    async def _unpark(self, lease: Lease, parked: Parked) -> None:
+        tp = lease.tp
+        try:
+            while parked:
+                mailbox, events = parked[0]
+                try:
+                    await mailbox.room()
+                except MailboxClosed:
+                    return
+                if not parked or not lease.dispatching:
+                    return  # dropped meanwhile (revoked or lost)
+                parked.pop(0)
+                mailbox.put_many_nowait(events)
+        finally:
+            parked.clear()
+            if self._parked.get(tp) is parked:
+                del self._parked[tp]
+            if lease.dispatching:
+                self.pauses.release([tp], BACKPRESSURE)
+
+    def drop_queued(self, tps: Collection[TP]) -> dict[TP, int]:
+        """Drop the events of `tps` that no agent has taken yet (parked or in mailboxes); counts per TP."""
+        dropped: dict[TP, int] = dict.fromkeys(tps, 0)
+        for tp in tps:
+            parked = self._parked.pop(tp, None)
+            if parked:
+                dropped[tp] += sum(len(events) for _, events in parked)
+                parked.clear()
+
+        def drop(event: Event) -> bool:
+            tp = TP(event.record.topic, event.record.partition)
+            if tp in dropped:
+                dropped[tp] += 1
+                return True
+            return False
+
+        for runner in self.runners():
+            for mailbox in runner.all_mailboxes():
+                mailbox.purge(drop)
+        return dropped
 
     # -- checkpoints and rebalances -----------------------------------------------------------------
 
@@ -199,117 +288,21 @@ class Conductor(Service):
         interval = self.settings.commit_interval.total_seconds()
         while True:
             await asyncio.sleep(interval)
-            await self.checkpoint()
-
-    async def checkpoint(self, only: Collection[TP] | None = None) -> None:
-        """Flush everything sent so far, then commit what is fully processed."""
-        quiesce = self.quiesce
-        if quiesce is None:
-            await self._checkpoint(only)
-            return
-        # Exactly-once: one transaction holds everything sent since the last one, so its offsets must cover
-        # every partition, not only `only`; and agents must be between events when the cut is taken.
-        if not await quiesce.pause(self.settings.commit_interval.total_seconds() * 2 + 1) \
-                and not self._warned_quiesce:
-            self._warned_quiesce = True
-            log.warning("agents did not reach a pause between events in time (an agent awaiting another "
-                        "agent, or holding events with take()?); this checkpoint is at-least-once")
-        try:
-            await self._checkpoint(None)
-        finally:
-            quiesce.resume()
-
-    async def _checkpoint(self, only: Collection[TP] | None) -> None:
-        offsets = {}
-        for tp, tracker in list(self.trackers.items()):
-            if only is not None and tp not in only:
-                continue
-            offset = tracker.committable()
-            if offset is not None:
-                offsets[tp] = offset
-        tables = self.tables
-        pending = tables.prepare() if tables is not None else []
-        transactional = self.producer.transactional
-        if not offsets and not pending and not transactional:
-            return  # (a transaction is committed anyway: timers and other sends may be in it)
-        try:
-            if tables is not None:
-                await tables.send(pending)
-            if transactional:
-                await self.producer.commit_transaction(offsets, self.settings.app_id)
-            else:
-                await self.producer.flush()  # DeliveryFailed propagates: never commit past a lost send
-        except BaseException:
-            if tables is not None:
-                tables.abort(pending)
-            raise
-        if tables is not None:
-            tables.complete(pending)
-        if not offsets:
-            return
-        if not transactional:
             try:
-                await self.consumer.commit(offsets)
-            except TransportError as exc:
-                log.warning("commit of %d partitions failed (%s); will retry", len(offsets), exc)
-                return
-        for tp, offset in offsets.items():
-            self.trackers[tp].mark_committed(offset)
+                await self.checkpoints.run(self.pause_timeout)
+            except MembershipLost as exc:
+                log.warning("checkpoint skipped: %s", exc)
+
+    async def checkpoint(self) -> None:
+        """Checkpoint now (tests and the final stop use it); one at a time with every other."""
+        await self.checkpoints.run(self.pause_timeout)
 
     async def _on_assigned(self, assigned: set[TP]) -> None:
-        log.info("assigned %d partitions: %s", len(assigned), _fmt(assigned))
-        for tp in assigned:
-            self.trackers[tp] = OffsetTracker()
-        if self.tables is not None and assigned:
-            # Tables of these partitions must be recovered before their events are processed.
-            self.consumer.pause(assigned)
-            self._recovery = self.spawn(self._guard(self._recover(assigned)), "recover")
-
-    async def _recover(self, assigned: set[TP]) -> None:
-        assert self.tables is not None
-        await self.tables.assign({tp.partition for tp in assigned})
-        still = assigned & self.consumer.assignment()
-        self.consumer.resume(still)
-        log.info("tables ready; processing %d partitions", len(still))
+        await self.rebalancer.assigned(assigned)
 
     async def _on_revoked(self, revoked: set[TP]) -> None:
-        """Drop queued events of revoked partitions, let in-flight ones finish, commit, forget."""
-        log.info("revoked %d partitions: %s", len(revoked), _fmt(revoked))
-        purged: dict[TP, int] = dict.fromkeys(revoked, 0)
+        self.rebalancer.stopping = self.state is not ServiceState.RUNNING
+        await self.rebalancer.revoked(revoked)
 
-        def drop(event: Event) -> bool:
-            tp = TP(event.record.topic, event.record.partition)
-            if tp in purged:
-                purged[tp] += 1
-                return True
-            return False
-
-        runners = {id(r): r for rs in self.routes.values() for _, r in rs}.values()
-        for runner in runners:
-            for mailbox in runner.all_mailboxes():
-                mailbox.purge(drop)
-        # While stopping, agents have already finished or abandoned their in-flight events: don't wait.
-        wait = self.settings.shutdown_timeout.total_seconds() if self.state is ServiceState.RUNNING else 0
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and any(  # noqa: ASYNC110  # acks come from many places; polling is simplest
-            tp in self.trackers and self.trackers[tp].in_flight > purged[tp] for tp in revoked
-        ):
-            await asyncio.sleep(0.01)
-        if self.failure is None:
-            try:
-                await self.checkpoint(only=revoked)
-            except Exception as exc:
-                log.warning("commit on revoke failed: %s", exc)
-        for tp in revoked:
-            self.trackers.pop(tp, None)
-        if self.tables is not None:
-            if self._recovery is not None and not self._recovery.done():
-                self._recovery.cancel()  # a rebalance during recovery: it resumes from the stores later
-            self.tables.revoke({tp.partition for tp in revoked})
-
-
-def _fmt(tps: Collection[TP]) -> str:
-    by_topic: dict[str, list[int]] = {}
-    for tp in tps:
-        by_topic.setdefault(tp.topic, []).append(tp.partition)
-    return ", ".join(f"{t}{sorted(p)}" for t, p in sorted(by_topic.items()))
+    async def _on_lost(self, lost: set[TP]) -> None:
+        await self.rebalancer.lost(lost)

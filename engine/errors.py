@@ -7,7 +7,9 @@
     │   └── EncodeError        a value could not be encoded for its topic
     ├── TransportError
     │   ├── BrokerUnavailable  no broker answered at the configured address
-    │   └── DeliveryFailed     a produced record was not acknowledged by the broker
+    │   ├── DeliveryFailed     a produced record was not acknowledged by the broker
+    │   └── MembershipLost     the group no longer counts this worker as a member (its session expired)
+    ├── PartitionMigrated      the event's partition moved to another worker while it was processed
     ├── NotRunning             a send/ask before the worker started, or after it stopped
     ├── AskTimeout             an agent did not reply in time
     └── WorkerFailed           an agent or timer failed past its policy; the worker stopped
@@ -46,6 +48,17 @@ class BrokerUnavailable(TransportError):
 
 class DeliveryFailed(TransportError):
     """The broker did not acknowledge a produced record; nothing after it is committed."""
+
+
+class PartitionMigrated(EngineError):
+    """The current event's partition is no longer owned by this worker (revoked or lost while the event was
+    processed): its effects must not be applied. The event is dropped without error handling; the partition's
+    new owner processes it (from the last committed offset)."""
+
+
+class MembershipLost(TransportError):
+    """The consumer group no longer counts this worker as a member: its partitions are (or soon will be)
+    another worker's. Nothing of them may be written or committed."""
 
 
 class NotRunning(EngineError):

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
-    from engine.offsets import OffsetTracker
+    from engine.leases import Lease
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -41,17 +41,18 @@ class RawRecord(Protocol):
 class Event:
     """A decoded record on its way through agents.
 
-    Each agent that receives the record gets its own Event and acks it once; the partition's tracker counts
-    the acks of a record several agents share (see OffsetTracker.track).
+    Each agent that receives the record gets its own Event and acks it once; the partition's lease (its
+    offset tracker) counts the acks of a record several agents share (see OffsetTracker.track). An event whose
+    lease ended belongs to a partition this worker no longer owns (engine.leases): it is never applied.
     """
 
-    __slots__ = ("_tracker", "key", "record", "value")
+    __slots__ = ("key", "lease", "record", "value")
 
-    def __init__(self, record: RawRecord, key: Any, value: Any, tracker: OffsetTracker | None) -> None:
+    def __init__(self, record: RawRecord, key: Any, value: Any, lease: Lease | None) -> None:
         self.record = record
         self.key = key
         self.value = value
-        self._tracker = tracker
+        self.lease = lease
 
     @property
     def topic(self) -> str:
@@ -81,8 +82,8 @@ class Event:
 
     def ack(self) -> None:
         """Mark this event processed by its agent."""
-        if self._tracker is not None:
-            self._tracker.ack(self.record.offset)
+        if self.lease is not None:
+            self.lease.ack(self.record.offset)
 
     def __repr__(self) -> str:
         return (

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from agents import ActorGroup, Fatal, Mailbox, RestartPolicy, Service
 from engine.agent import CORRELATION_ID, REPLY_TO, Agent
 from engine.codecs import dumps
-from engine.errors import EngineError
+from engine.errors import EngineError, PartitionMigrated
 from engine.streams import Stream, UpstreamError
 from engine.topics import Topic
 
@@ -111,6 +111,7 @@ class AgentRunner(Service):
             shutdown_timeout=settings.shutdown_timeout, drop_pending_on_stop=True,
         ))
         self._extra: dict[str, list[Mailbox[Event]]] = {}
+        self._contexts: dict[int, _InstanceContext] = {}  # the current run of each instance
 
     # -- routing ------------------------------------------------------------------------------------
 
@@ -130,6 +131,11 @@ class AgentRunner(Service):
             return self.group.mailboxes[partition % self.agent.concurrency]
         return boxes[partition % self.agent.concurrency]
 
+    def current_events(self) -> list[Event]:
+        """The event each instance is inside now (none for an idle instance)."""
+        return [event for context in self._contexts.values() for stream in context.streams
+                if (event := stream.current_event) is not None]
+
     def all_mailboxes(self) -> list[Mailbox[Event]]:
         return [*self.group.mailboxes, *(m for boxes in self._extra.values() for m in boxes)]
 
@@ -143,7 +149,7 @@ class AgentRunner(Service):
     async def _instance(self, mailbox: Mailbox[Event]) -> None:
         index = self.group.mailboxes.index(mailbox)
         while True:
-            context = _InstanceContext(self, index)
+            context = self._contexts[index] = _InstanceContext(self, index)
             stream = Stream(mailbox, context, self.agent.channel)
             try:
                 await self._run(stream, context)
@@ -193,15 +199,26 @@ class AgentRunner(Service):
         if event is None:
             context.abandon()
             raise error
+        if isinstance(error, PartitionMigrated) or (event.lease is not None and event.lease.ended):
+            # Not the record's fault: its partition moved. Dropped without an ack; the new owner has it.
+            log.info("agent %s dropped %s[%d]@%d: %s", self.agent.name, event.topic, event.partition,
+                     event.offset, error if isinstance(error, PartitionMigrated) else "its partition moved")
+            self._drop(context, source, event)
+            context.abandon()
+            return
+        self._drop(context, source, event)
+        await self.handle_error(event.record, error)
+        event.ack()
+        context.abandon()
+
+    @staticmethod
+    def _drop(context: _InstanceContext, source: Stream | None, event: Event) -> None:
         if source is not None and source.current_event is event:
             source.drop_current()
         else:
             for stream in context.streams:
                 if stream.current_event is event:
                     stream.drop_current()
-        await self.handle_error(event.record, error)
-        event.ack()
-        context.abandon()
 
     async def handle_error(self, record: RawRecord, error: BaseException) -> None:
         """Apply the error policy to a record this agent could not decode or process."""

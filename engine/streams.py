@@ -267,15 +267,20 @@ class Stream(_Operators):
             self._current = None
             if self._holding:
                 self._held.append(event)
-            elif event._tracker is not None:  # Event.ack, inlined on the hottest path
-                event._tracker.ack(event.record.offset)
+            elif event.lease is not None:  # Event.ack, inlined on the hottest path
+                event.lease.ack(event.record.offset)
             if quiesce is not None:
                 quiesce.finished()
         if quiesce is not None and quiesce.closed:
             await quiesce.wait_open()
-        event = self._mailbox.get_nowait()
-        if event is None:
-            event = await (self._next_forwarding() if self._upstream else self._next_waiting())
+        while True:
+            event = self._mailbox.get_nowait()
+            if event is None:
+                event = await (self._next_forwarding() if self._upstream else self._next_waiting())
+            lease = event.lease
+            if lease is None or not lease.ended:
+                break
+            # Its partition moved while it waited here: its new owner processes it. Dropped, never applied.
         if quiesce is not None:
             quiesce.started()
         self._current = event
@@ -314,7 +319,9 @@ class Stream(_Operators):
             self._mailbox.requeue(unfinished)
 
     def drop_current(self) -> None:
-        """The current event was dealt with elsewhere (dead-lettered and acked)."""
+        """The current event was dealt with elsewhere (dead-lettered and acked, or dropped)."""
+        if self._current is not None and self._quiesce is not None:
+            self._quiesce.finished()
         self._current = None
 
     # -- through / group_by -------------------------------------------------------------------------
@@ -344,7 +351,7 @@ class Stream(_Operators):
             raise UpstreamError(event, exc) from exc
         if event is not None and not root._holding:
             # Forwarded: the send is flushed before any commit, so the source event is done.
-            root._current = None
+            root.drop_current()
             event.ack()
         return True
 

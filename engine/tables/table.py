@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
-from engine.errors import ConfigError, EngineError
+from engine.errors import ConfigError, EngineError, PartitionMigrated
 from engine.partitioner import partition_for
 from engine.streams import current_event
 from engine.tables.partition import DELETED, META_PREFIX, MISSING, TablePartition
@@ -176,6 +176,11 @@ class Table(MutableMapping[Any, Any]):
     def _for_write(self, key: Any) -> tuple[TablePartition, bytes]:
         encoded, number = self.locate(key)
         event = current_event.get()
+        if event is not None and event.lease is not None and event.lease.ended:
+            raise PartitionMigrated(
+                f"table {self.name!r}: {event.topic}[{event.partition}] moved to another worker while "
+                f"offset {event.offset} was processed; its new owner processes it"
+            )
         own = key[0] if self.window is not None else key
         if event is not None and not self.is_global and number != event.partition:
             if own == event.key:

@@ -51,6 +51,10 @@ class Consumer(Protocol):
 
     async def commit(self, offsets: Mapping[TP, int]) -> None: ...
 
+    async def confirm_membership(self) -> None:
+        """Return if the group still counts this consumer as a member (asked of the broker now); raise
+        MembershipLost if it does not, or if that cannot be confirmed. A consumer outside a group returns."""
+
     def assignment(self) -> set[TP]: ...
 
 
@@ -101,8 +105,12 @@ class Transport(Protocol):
         group_id: str | None,
         on_assigned: PartitionsCallback | None = None,
         on_revoked: PartitionsCallback | None = None,
+        on_lost: PartitionsCallback | None = None,
         max_poll_records: int = 1000,
-    ) -> Consumer: ...
+    ) -> Consumer:
+        """A consumer; in a group, `on_revoked` is called with partitions taken back while this consumer is
+        still their owner, `on_lost` with partitions the group gave away after this member's session expired
+        (no `on_lost`: both go to `on_revoked`)."""
 
     def producer(self, transactional_id: str | None = None) -> Producer:
         """A producer; with `transactional_id`, a transactional one (a restarted worker passing the same id

@@ -17,8 +17,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.protocol.commit import OffsetCommitRequest
 
-from engine.errors import BrokerUnavailable, DeliveryFailed, TransportError
+from engine.errors import BrokerUnavailable, DeliveryFailed, MembershipLost, TransportError
 from engine.events import TP, Headers, RawRecord
 
 if TYPE_CHECKING:
@@ -56,14 +57,35 @@ def _unavailable(servers: str, exc: BaseException) -> BrokerUnavailable:
     return BrokerUnavailable(f"no Kafka broker answered at {servers!r} ({exc}); is Kafka running?")
 
 
+NO_GENERATION = OffsetCommitRequest.DEFAULT_GENERATION_ID
+CONFIRM_TIMEOUT = 5.0  # seconds a membership check may take before the checkpoint gives up on it
+REBALANCE_TIMEOUT_MS = 30_000  # how long the group waits for members to rejoin (revoke callbacks included)
+
+
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka's base is untyped
-    def __init__(self, on_assigned: PartitionsCallback | None, on_revoked: PartitionsCallback | None):
+    """aiokafka has no on_partitions_lost: it calls on_partitions_revoked before every re-join, also when the
+    coordinator no longer knew this member. In that case it has already reset the member's generation
+    (reset_generation) when the callback runs: that is how lost is told apart from revoked."""
+
+    def __init__(self, on_assigned: PartitionsCallback | None, on_revoked: PartitionsCallback | None,
+                 on_lost: PartitionsCallback | None):
         self._on_assigned = on_assigned
         self._on_revoked = on_revoked
+        self._on_lost = on_lost
+        self.consumer: AIOKafkaConsumer | None = None
+
+    def _expired(self) -> bool:
+        coordinator = getattr(self.consumer, "_coordinator", None)
+        return coordinator is not None and coordinator.generation == NO_GENERATION
 
     async def on_partitions_revoked(self, revoked: Collection[TopicPartition]) -> None:
-        if self._on_revoked is not None and revoked:
-            await self._on_revoked({TP(tp.topic, tp.partition) for tp in revoked})
+        if not revoked:
+            return
+        tps = {TP(tp.topic, tp.partition) for tp in revoked}
+        if self._on_lost is not None and self._expired():
+            await self._on_lost(tps)
+        elif self._on_revoked is not None:
+            await self._on_revoked(tps)
 
     async def on_partitions_assigned(self, assigned: Collection[TopicPartition]) -> None:
         if self._on_assigned is not None:
@@ -93,8 +115,10 @@ class KafkaConsumer:
             # Range assignment gives a member the same partition numbers of every co-partitioned topic,
             # which is what tables partitioned like their source topics rely on.
             partition_assignment_strategy=(RangePartitionAssignor,),
+            rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
             **options,
         )
+        listener.consumer = self._client
         self._topics: set[str] = set()
 
     async def start(self) -> None:
@@ -122,6 +146,24 @@ class KafkaConsumer:
             await self._client.commit({TopicPartition(*tp): o for tp, o in offsets.items()})
         except KafkaError as exc:
             raise TransportError(f"offset commit failed: {exc}") from exc
+
+    async def confirm_membership(self) -> None:
+        """One heartbeat, now: the coordinator answers with this member's standing. aiokafka's heartbeat
+        resets the generation when the member is unknown (its session expired), which is what we read."""
+        coordinator = getattr(self._client, "_coordinator", None)
+        if coordinator is None or not hasattr(coordinator, "_do_heartbeat"):
+            return  # outside a group
+        if coordinator.generation == NO_GENERATION:
+            raise MembershipLost("this worker is not a member of its group (its session expired)")
+        try:
+            answered = await asyncio.wait_for(coordinator._do_heartbeat(), CONFIRM_TIMEOUT)
+        except (TimeoutError, KafkaError) as exc:
+            raise MembershipLost(f"cannot confirm this worker's group membership: {exc!r}") from exc
+        if coordinator.generation == NO_GENERATION:
+            raise MembershipLost("the group no longer counts this worker as a member (its session expired)")
+        if not answered:
+            raise MembershipLost("cannot confirm this worker's group membership: the coordinator did not "
+                                 "answer")
 
     def assignment(self) -> set[TP]:
         return {TP(tp.topic, tp.partition) for tp in self._client.assignment()}
@@ -309,9 +351,10 @@ class KafkaTransport:
         group_id: str | None,
         on_assigned: PartitionsCallback | None = None,
         on_revoked: PartitionsCallback | None = None,
+        on_lost: PartitionsCallback | None = None,
         max_poll_records: int = 1000,
     ) -> KafkaConsumer:
-        listener = _Listener(on_assigned, on_revoked)
+        listener = _Listener(on_assigned, on_revoked, on_lost)
         return KafkaConsumer(self.servers, self.options, group_id, listener, max_poll_records)
 
     def producer(self, transactional_id: str | None = None) -> KafkaProducer:

@@ -242,6 +242,9 @@ class MemoryConsumer:
             out = self._poll(max_records)
         return out
 
+    async def confirm_membership(self) -> None:
+        return None  # in-process: a member leaves only by stopping
+
     async def commit(self, offsets: Mapping[TP, int]) -> None:
         if self.group_id is None:
             raise ValueError("commit needs a group_id")
@@ -313,6 +316,7 @@ class MemoryTransport:
         group_id: str | None,
         on_assigned: PartitionsCallback | None = None,
         on_revoked: PartitionsCallback | None = None,
+        on_lost: PartitionsCallback | None = None,
         max_poll_records: int = 1000,
     ) -> MemoryConsumer:
         return MemoryConsumer(self.broker, group_id, on_assigned, on_revoked)

@@ -1,7 +1,8 @@
 """The app of the rebalance and fault tests: a plain count and a 10-second tumbling count of the same
-words, with final results on `<app>-per-window-closed`. `engine worker -A tests.integration.rebalance_apps:app`
-runs it, configured by ITEST_APP, ITEST_TOPIC, ITEST_DELAY (seconds of work per event), ITEST_GUARANTEE, and
-ITEST_STUCK ("partition:offset:seconds": the one event the agent sits on, to test a stuck agent)."""
+words, with final results on `<app>-per-window-closed`. `engine worker -A
+tests.integration.rebalance_apps:app` runs it, configured by ITEST_APP, ITEST_TOPIC, ITEST_DELAY (seconds
+of work per event), ITEST_GUARANTEE, ITEST_CONCURRENCY, and ITEST_STUCK ("partition:offset:seconds": the one
+event the agent sits on, to test a stuck agent)."""
 
 import asyncio
 import os
@@ -17,10 +18,10 @@ per_window = app.Table("per-window", default=int, key_type=str, value_type=int).
     10, grace=5, expires=3600)
 per_window.closed()
 DELAY = float(os.environ.get("ITEST_DELAY", "0"))
-STUCK = tuple(float(x) for x in os.environ["ITEST_STUCK"].split(":")) if os.environ.get("ITEST_STUCK") else None
+STUCK = tuple(float(x) for x in os.environ.get("ITEST_STUCK", "").split(":") if x) or None
 
 
-@app.agent(words, concurrency=2)
+@app.agent(words, concurrency=int(os.environ.get("ITEST_CONCURRENCY", "2")))
 async def count(stream):
     async for event in stream.events():
         if STUCK is not None and (event.partition, event.offset) == (STUCK[0], STUCK[1]):

@@ -10,14 +10,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
 
 from engine.tables.windowed import split_window_key
 from tests.integration.helpers import latest, read_all
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+Events = list[tuple[str, dict[str, Any]]]
 
 KEYS = [f"w{n:03d}" for n in range(100)]
 START = 2_000_000  # seconds of event time
@@ -26,20 +30,20 @@ WINDOW = 10
 COMMITTED = "read_committed"  # what exactly-once outputs are read with; the same as uncommitted without
 
 
-def words(count: int) -> list[tuple[str, dict[str, Any]]]:
+def words(count: int) -> Events:
     """`count` words in event-time order, then one closing word per key."""
     events = [(KEYS[(i * 37) % len(KEYS)], {"at": START + i / 100, "i": i}) for i in range(count)]
     return events + [(key, {"at": CLOSE_AT, "i": -1}) for key in KEYS]
 
 
-def truth_of(events: list[tuple[str, dict[str, Any]]]) -> tuple[dict[str, int], dict[tuple[str, int], int]]:
+def truth_of(events: Events) -> tuple[dict[str, int], dict[tuple[str, int], int]]:
     """(count per key, count per (key, window start in seconds)) of the windows that close."""
     counts = Counter(key for key, _ in events)
     windows = Counter((key, int(v["at"]) // WINDOW * WINDOW) for key, v in events if v["at"] < CLOSE_AT)
     return dict(counts), dict(windows)
 
 
-async def paced_produce(bootstrap: str, topic: str, events: list[tuple[str, dict[str, Any]]], *,
+async def paced_produce(bootstrap: str, topic: str, events: Events, *,
                         rate: float, at: Mapping[float, Callable[[], None]] | None = None) -> None:
     """Produce at about `rate` events/s; call `at[f]` once a fraction f of the events was sent."""
     marks = sorted((at or {}).items())
@@ -69,9 +73,15 @@ def closed_windows(records: list[Any]) -> list[tuple[str, int, int]]:
     return out
 
 
-async def wait_until_complete(bootstrap: str, app_id: str, events: list[tuple[str, dict[str, Any]]], *,
-                              exact: bool, timeout: float = 120) -> tuple[dict[str, int],
-                                                                          list[tuple[str, int, int]]]:
+async def outputs(bootstrap: str, app_id: str) -> tuple[dict[str, int], list[tuple[str, int, int]]]:
+    """The counts (the changelog folded) and the closed windows, as read_committed readers see them."""
+    changelog = await read_all(bootstrap, f"{app_id}-counts-changelog", isolation_level=COMMITTED)
+    closed = await read_all(bootstrap, f"{app_id}-per-window-closed", isolation_level=COMMITTED)
+    return latest(changelog), closed_windows(closed)
+
+
+async def wait_until_complete(bootstrap: str, app_id: str, events: Events, *, timeout: float = 120
+                              ) -> tuple[dict[str, int], list[tuple[str, int, int]]]:
     """Read the counts' changelog and the closed windows (read_committed) until every count reached the
     truth and every window closed; then once more after a few checkpoints, so that a late duplicate shows."""
     truth_counts, truth_windows = truth_of(events)
@@ -79,14 +89,12 @@ async def wait_until_complete(bootstrap: str, app_id: str, events: list[tuple[st
     counts: dict[str, int] = {}
     closes: list[tuple[str, int, int]] = []
     while time.monotonic() < deadline:
-        counts = latest(await read_all(bootstrap, f"{app_id}-counts-changelog", isolation_level=COMMITTED))
-        closes = closed_windows(await read_all(bootstrap, f"{app_id}-per-window-closed", isolation_level=COMMITTED))
+        counts, closes = await outputs(bootstrap, app_id)
         done_counts = all(counts.get(k, 0) >= n for k, n in truth_counts.items())
         done_windows = set(truth_windows) <= {(k, s) for k, s, _ in closes}
         if done_counts and done_windows:
             await asyncio.sleep(3)
-            counts = latest(await read_all(bootstrap, f"{app_id}-counts-changelog", isolation_level=COMMITTED))
-            closes = closed_windows(await read_all(bootstrap, f"{app_id}-per-window-closed", isolation_level=COMMITTED))
+            counts, closes = await outputs(bootstrap, app_id)
             return counts, closes
         await asyncio.sleep(1)
     missing = len(set(truth_windows) - {(k, s) for k, s, _ in closes})

@@ -74,7 +74,7 @@ async def test_take_batches_by_size_and_by_time_and_commits_only_whole_batches()
         await testing.eventually(lambda: len(batches) == 2)
         assert batches == [[0, 1, 2], [3, 4]], "the short batch comes out after `within`"
         await asyncio.sleep(0.15)
-        tracker = worker.conductor.trackers[TP("t", 0)]
+        tracker = worker.conductor.leases.current[TP("t", 0)]
         assert tracker.committable() in (None, 3), "the second batch is still being processed"
         release.set()
         await topic.send(key="k", value=5)
@@ -182,7 +182,7 @@ async def test_agent_errors_go_to_the_dlq_and_the_agent_goes_on():
         testing.broker_for(url).append("in", b"k", b"not json", (), None)
         await topic.send(key="k", value=6)
         await testing.eventually(lambda: len(done) == 6)
-        await testing.eventually(lambda: worker.conductor.trackers[TP("in", _partition())]
+        await testing.eventually(lambda: worker.conductor.leases.current[TP("in", _partition())]
                                  .committed == 8)
     assert done == [0, 1, 2, 4, 5, 6]
     dlq = [r for p in testing.broker_for(url).topics["dl-fragile-dlq"] for r in p]
@@ -308,7 +308,7 @@ async def test_two_agents_on_one_topic_each_decode_with_their_own_codecs():
         await as_json.send(key="k", value={"a": 1})
         testing.broker_for(url).append("shared", b"k", b"not json", (), 0)
         await testing.eventually(lambda: len(raw) == 2 and len(parsed) == 1)
-        await testing.eventually(lambda: worker.conductor.trackers[TP("shared", 0)].committed == 2)
+        await testing.eventually(lambda: worker.conductor.leases.current[TP("shared", 0)].committed == 2)
     assert parsed == [{"a": 1}]
     assert raw == [b'{"a":1}', b"not json"]
     dlq = [r for p in testing.broker_for(url).topics["two-parse-dlq"] for r in p]

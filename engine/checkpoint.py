@@ -1,0 +1,176 @@
+"""Checkpoints: one at a time, each a cut through offsets, table buffers and sends, committed or aborted.
+
+The at-least-once rule: a partition's offset is committed only after everything the events before it caused
+is durable. A checkpoint therefore
+1. takes the cut (OPEN -> PREPARED): each live lease's committable offset, and every table partition's
+   buffered writes and closed windows, in one synchronous step, so no event lands half in and half out;
+2. confirms that this worker still belongs to the group (at-least-once: a frozen worker woken after its
+   session expired must not overwrite the changelog its partitions' new owners write), then sends the
+   buffers to the changelogs and flushes the producer, or, under exactly-once, commits the transaction that
+   holds them, everything agents sent, and the source offsets (-> SENT);
+3. writes the stores with the changelog offsets the records got, commits the offsets (at-least-once) and
+   marks them committed on the leases (-> COMMITTED).
+If step 2 fails the cut is ABORTED: its buffers go back under newer writes (nothing was committed past
+them), to be sent by the next checkpoint.
+
+Single flight, by construction: every checkpoint (the commit interval, a revoke, the final one on stop, a
+lost partition's clean-up) runs under one lock, so two can never interleave (two interleaved transactions
+were "Invalid state transition READY -> COMMITTING_TRANSACTION"; two interleaved flushes overwrote a
+partition's flushing buffer).
+
+Exactly-once needs agents between events when the cut is taken: the checkpoint closes the quiesce gate
+(engine.quiesce) and waits, bounded, for the agents inside an event. Past the bound it names them and goes
+on, and that one checkpoint is only at-least-once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from engine.errors import EngineError, TransportError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection
+
+    from engine.events import TP, Event
+    from engine.leases import Lease, Leases
+    from engine.quiesce import Quiesce
+    from engine.tables.manager import Pending, TableManager
+    from engine.transport.base import Consumer, Producer
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointState(enum.Enum):
+    OPEN = "open"
+    PREPARED = "prepared"
+    SENT = "sent"
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+
+
+_NEXT = {
+    CheckpointState.OPEN: {CheckpointState.PREPARED},
+    CheckpointState.PREPARED: {CheckpointState.SENT, CheckpointState.ABORTED},
+    CheckpointState.SENT: {CheckpointState.COMMITTED},
+    CheckpointState.COMMITTED: set(),
+    CheckpointState.ABORTED: set(),
+}
+
+
+class CheckpointError(EngineError):
+    """A checkpoint could not complete; its cut was aborted."""
+
+
+@dataclass
+class Checkpoint:
+    """One cut: the offsets it commits (with the lease each belongs to) and the table writes it flushes."""
+
+    offsets: dict[TP, tuple[Lease, int]] = field(default_factory=dict)
+    pending: list[Pending] = field(default_factory=list)
+    state: CheckpointState = CheckpointState.OPEN
+
+    def to(self, state: CheckpointState) -> None:
+        if state not in _NEXT[self.state]:
+            raise CheckpointError(f"checkpoint cannot go from {self.state.value} to {state.value}")
+        self.state = state
+
+    @property
+    def empty(self) -> bool:
+        return not self.offsets and not self.pending
+
+
+class Checkpointer:
+    def __init__(
+        self,
+        *,
+        leases: Leases,
+        consumer: Consumer,
+        producer: Producer,
+        tables: TableManager | None,
+        group_id: str,
+        quiesce: Quiesce | None,
+        busy: Callable[[], list[tuple[str, Event]]],
+    ) -> None:
+        self.leases = leases
+        self.consumer = consumer
+        self.producer = producer
+        self.tables = tables
+        self.group_id = group_id
+        self.quiesce = quiesce
+        self._busy = busy  # (agent, event) of every agent instance inside an event: for the warning
+        self.lock = asyncio.Lock()
+        self.last: Checkpoint | None = None
+
+    async def run(self, pause_timeout: float, only: Collection[TP] | None = None) -> Checkpoint:
+        """Checkpoint (the offsets of `only`, or of every live lease); one at a time."""
+        async with self.lock:
+            return await self.run_locked(pause_timeout, only)
+
+    async def run_locked(self, pause_timeout: float, only: Collection[TP] | None = None) -> Checkpoint:
+        """`run` for a caller that already holds `lock`."""
+        quiesce = self.quiesce
+        if quiesce is None:
+            return await self._once(only)
+        # Exactly-once: one transaction holds everything sent since the last one, so its offsets cover every
+        # partition, not only `only`; and agents must be between events when the cut is taken.
+        if not await quiesce.pause(pause_timeout):
+            busy = ", ".join(f"{agent} at {e.topic}[{e.partition}]@{e.offset}" for agent, e in self._busy())
+            log.warning("exactly-once checkpoint: agents still inside an event after %.1fs (%s), an agent "
+                        "awaiting another agent or holding events with take()?; this checkpoint is "
+                        "at-least-once", pause_timeout, busy or "none found")
+        try:
+            return await self._once(None)
+        finally:
+            quiesce.resume()
+
+    async def _once(self, only: Collection[TP] | None) -> Checkpoint:
+        cut = Checkpoint()
+        for lease in self.leases.live():
+            if only is None or lease.tp in only:
+                offset = lease.committable()
+                if offset is not None:
+                    cut.offsets[lease.tp] = (lease, offset)
+        tables = self.tables
+        if tables is not None:
+            cut.pending = tables.prepare()
+        cut.to(CheckpointState.PREPARED)
+        self.last = cut
+        transactional = self.producer.transactional
+        if cut.empty and not transactional:
+            cut.to(CheckpointState.SENT)
+            cut.to(CheckpointState.COMMITTED)
+            return cut  # (a transaction is committed anyway: timers and other sends may be in it)
+        offsets = {tp: offset for tp, (_, offset) in cut.offsets.items()}
+        try:
+            if not transactional:
+                await self.consumer.confirm_membership()
+            if tables is not None:
+                await tables.send(cut.pending)
+            if transactional:
+                await self.producer.commit_transaction(offsets, self.group_id)
+            else:
+                await self.producer.flush()  # DeliveryFailed propagates: never commit past a lost send
+        except BaseException:
+            cut.to(CheckpointState.ABORTED)
+            if tables is not None:
+                tables.abort(cut.pending)
+            raise
+        cut.to(CheckpointState.SENT)
+        if tables is not None:
+            tables.complete(cut.pending)
+        if offsets and not transactional:
+            try:
+                await self.consumer.commit(offsets)
+            except TransportError as exc:
+                log.warning("commit of %d partitions failed (%s); will retry", len(offsets), exc)
+                cut.to(CheckpointState.COMMITTED)  # the stores hold the data; only the offsets lag
+                return cut
+        for lease, offset in cut.offsets.values():
+            lease.mark_committed(offset)
+        cut.to(CheckpointState.COMMITTED)
+        return cut

@@ -1,0 +1,103 @@
+"""Leases: which partitions this worker owns now, each under the generation it was assigned in.
+
+Every assignment of a partition is a new Lease. Every event carries the lease it was dispatched under (as its
+offset tracker: a Lease is one), and once that lease is over the event is dropped wherever it is: at dispatch,
+when an agent takes it from its mailbox, and at the table write. So an event of a partition this worker no
+longer owns is never applied, even if the partition comes back to this worker in a later generation: the
+event's lease is not the new one.
+
+A lease goes ACTIVE -> REVOKING -> ENDED, or ACTIVE -> ENDED when the partition was lost:
+- ACTIVE: events are dispatched and applied.
+- REVOKING: the group wants the partition back and this worker is still its owner: nothing more is
+  dispatched, the events agents already hold may finish and write, then the partition is checkpointed.
+- ENDED: nothing of it is dispatched, applied, flushed or committed any more.
+The two states that matter on the per-event path are plain booleans (`dispatching`, `ended`).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING
+
+from engine.offsets import OffsetTracker
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
+    from engine.events import TP
+
+
+class LeaseState(enum.Enum):
+    ACTIVE = "active"
+    REVOKING = "revoking"
+    ENDED = "ended"
+
+
+class Lease(OffsetTracker):
+    """One partition's assignment: its generation, its state, and (inherited) its offsets."""
+
+    __slots__ = ("dispatching", "ended", "generation", "tp")
+
+    def __init__(self, tp: TP, generation: int) -> None:
+        super().__init__()
+        self.tp = tp
+        self.generation = generation
+        self.dispatching = True
+        self.ended = False
+
+    @property
+    def state(self) -> LeaseState:
+        if self.ended:
+            return LeaseState.ENDED
+        return LeaseState.ACTIVE if self.dispatching else LeaseState.REVOKING
+
+    def revoke(self) -> None:
+        """ACTIVE -> REVOKING: stop dispatching; events already taken may finish."""
+        self.dispatching = False
+
+    def end(self) -> None:
+        """-> ENDED: nothing of this generation is applied, flushed or committed any more."""
+        self.dispatching = False
+        self.ended = True
+
+    def __repr__(self) -> str:
+        return f"<Lease {self.tp.topic}[{self.tp.partition}] gen {self.generation} {self.state.value}>"
+
+
+class Leases:
+    """The leases of the partitions assigned to this worker, by partition. `current` is the plain dict,
+    read by the fetch loop for every batch."""
+
+    def __init__(self) -> None:
+        self.current: dict[TP, Lease] = {}
+        self._generation = 0
+
+    def grant(self, tps: Collection[TP]) -> list[Lease]:
+        """New leases for `tps` (a new generation), replacing and ending any older ones."""
+        self._generation += 1
+        granted = []
+        for tp in tps:
+            old = self.current.get(tp)
+            if old is not None:
+                old.end()
+            lease = self.current[tp] = Lease(tp, self._generation)
+            granted.append(lease)
+        return granted
+
+    def revoke(self, tps: Collection[TP]) -> list[Lease]:
+        """Stop dispatching `tps`; returns their leases (still current until `end`)."""
+        revoking = [lease for tp in tps if (lease := self.current.get(tp)) is not None]
+        for lease in revoking:
+            lease.revoke()
+        return revoking
+
+    def end(self, tps: Collection[TP]) -> list[Lease]:
+        """End the leases of `tps` and forget them."""
+        ended = [lease for tp in tps if (lease := self.current.pop(tp, None)) is not None]
+        for lease in ended:
+            lease.end()
+        return ended
+
+    def live(self) -> list[Lease]:
+        """Leases not ended (active or revoking): what a checkpoint may commit."""
+        return [lease for lease in self.current.values() if not lease.ended]
