@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from engine.errors import EngineError, TransportError
+from engine.transactions import TransactionsFailed
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
@@ -73,6 +74,7 @@ class Checkpoint:
     offsets: dict[TP, tuple[Lease, int]] = field(default_factory=dict)
     pending: list[Pending] = field(default_factory=list)
     state: CheckpointState = CheckpointState.OPEN
+    failed: dict[int, BaseException] = field(default_factory=dict)  # tasks whose transaction did not commit
 
     def to(self, state: CheckpointState) -> None:
         if state not in _NEXT[self.state]:
@@ -155,6 +157,10 @@ class Checkpointer:
                 await self.producer.commit_transaction(offsets, self.group_id)
             else:
                 await self.producer.flush()  # DeliveryFailed propagates: never commit past a lost send
+        except TransactionsFailed as exc:
+            # Exactly-once, per task: the tasks that committed are done; the failed ones roll back to their
+            # last commit (their writes are dropped, not retried: their events are processed again).
+            self._split(cut, exc.failed)
         except BaseException:
             cut.to(CheckpointState.ABORTED)
             if tables is not None:
@@ -173,4 +179,15 @@ class Checkpointer:
         for lease, offset in cut.offsets.values():
             lease.mark_committed(offset)
         cut.to(CheckpointState.COMMITTED)
+        if cut.failed:
+            raise TransactionsFailed(cut.failed)
         return cut
+
+    def _split(self, cut: Checkpoint, failed: dict[int, BaseException]) -> None:
+        """Take the failed tasks out of `cut`: their buffers are discarded, their offsets not marked."""
+        cut.failed = dict(failed)
+        for item in cut.pending:
+            if item.part.number in failed:
+                item.part.flushed()
+        cut.pending = [item for item in cut.pending if item.part.number not in failed]
+        cut.offsets = {tp: v for tp, v in cut.offsets.items() if tp.partition not in failed}

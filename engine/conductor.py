@@ -28,6 +28,7 @@ from engine.leases import Lease, Leases
 from engine.quiesce import Quiesce
 from engine.rebalance import Pauses, Rebalancer
 from engine.topics import decode_error
+from engine.transactions import TaskProducers, TransactionsFailed
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Coroutine
@@ -85,6 +86,7 @@ class Conductor(Service):
             leases=self.leases, consumer=self.consumer, pauses=self.pauses, checkpoints=self.checkpoints,
             tables=tables, drop_queued=self.drop_queued,
             spawn=lambda coro, name: self.spawn(self._guard(coro), name),
+            producers=producer if isinstance(producer, TaskProducers) else None,
             revoke_wait=min(settings.shutdown_timeout.total_seconds(), 5.0),
         )
 
@@ -292,6 +294,8 @@ class Conductor(Service):
                 await self.checkpoints.run(self.pause_timeout)
             except MembershipLost as exc:
                 log.warning("checkpoint skipped: %s", exc)
+            except TransactionsFailed as exc:
+                await self.rebalancer.tasks_failed(exc.failed)
 
     async def checkpoint(self) -> None:
         """Checkpoint now (tests and the final stop use it); one at a time with every other."""

@@ -8,6 +8,7 @@
     ├── TransportError
     │   ├── BrokerUnavailable  no broker answered at the configured address
     │   ├── DeliveryFailed     a produced record was not acknowledged by the broker
+    │   │   └── ProducerFenced a newer producer with the same transactional id took over
     │   └── MembershipLost     the group no longer counts this worker as a member (its session expired)
     ├── PartitionMigrated      the event's partition moved to another worker while it was processed
     ├── NotRunning             a send/ask before the worker started, or after it stopped
@@ -54,6 +55,11 @@ class PartitionMigrated(EngineError):
     """The current event's partition is no longer owned by this worker (revoked or lost while the event was
     processed): its effects must not be applied. The event is dropped without error handling; the partition's
     new owner processes it (from the last committed offset)."""
+
+
+class ProducerFenced(DeliveryFailed):
+    """A producer with the same transactional id was started elsewhere (the task's new owner): this one's
+    transaction is aborted and it can commit nothing any more."""
 
 
 class MembershipLost(TransportError):

@@ -9,8 +9,12 @@ Kafka takes partitions away in two ways, and they are handled apart:
 - lost: the group moved on without this worker (its session expired: a frozen process, a long pause, a
   network split); another worker may own the partitions and be writing already. Their leases end, queued
   events and table buffers are dropped, and nothing of them is written or committed.
-- assigned: new leases; tables of the partitions are recovered (the partitions stay paused meanwhile) before
-  any of their events is processed.
+- assigned: new leases; the partitions stay paused until they are set up: under exactly-once each task's
+  transactional producer is started first (fencing the previous owner, engine.transactions) and only then
+  are the committed offsets read and sought to; then the tables are recovered.
+- a task whose transaction did not commit is rewound: fenced (a newer owner exists) it is lost; otherwise
+  (the broker restarted, a timeout) its uncommitted work is dropped and it is set up again from its last
+  commit, as if newly assigned, while the worker goes on.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from engine.errors import ProducerFenced
+from engine.transactions import TransactionsFailed
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Coroutine
 
@@ -27,6 +34,7 @@ if TYPE_CHECKING:
     from engine.events import TP
     from engine.leases import Leases
     from engine.tables.manager import TableManager
+    from engine.transactions import TaskProducers
     from engine.transport.base import Consumer
 
 log = logging.getLogger(__name__)
@@ -75,8 +83,10 @@ class Rebalancer:
         tables: TableManager | None,
         drop_queued: Callable[[Collection[TP]], dict[TP, int]],
         spawn: Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]],
+        producers: TaskProducers | None = None,
         revoke_wait: float = REVOKE_WAIT,
     ) -> None:
+        self.producers = producers
         self.leases = leases
         self.consumer = consumer
         self.pauses = pauses
@@ -92,17 +102,28 @@ class Rebalancer:
         log.info("assigned %d partitions: %s", len(tps), fmt(tps))
         self.pauses.forget(tps)
         self.leases.grant(tps)
-        if self.tables is not None and tps:
-            # Tables of these partitions must be recovered before their events are processed.
+        if (self.tables is not None or self.producers is not None) and tps:
+            # Fenced and recovered before any of their events is processed.
             self.pauses.hold(tps, RECOVERING)
             self._recovery = self._spawn(self._recover(tps), "recover")
 
     async def _recover(self, tps: set[TP]) -> None:
-        assert self.tables is not None
-        await self.tables.assign({tp.partition for tp in tps})
+        numbers = {tp.partition for tp in tps}
+        if self.producers is not None:
+            await self.producers.assign(numbers)  # fences every earlier owner of these tasks ...
+            await self._seek_committed(tps)  # ... so what they committed is final when we read it
+        if self.tables is not None:
+            await self.tables.assign(numbers)
         still = {tp for tp in tps if (lease := self.leases.current.get(tp)) is not None and lease.dispatching}
         self.pauses.release(still, RECOVERING)
         log.info("tables ready; processing %d partitions", len(still))
+
+    async def _seek_committed(self, tps: set[TP]) -> None:
+        committed = await self.consumer.committed(tps)
+        fresh = [tp for tp, offset in committed.items() if offset is None]
+        firsts = await self.consumer.offsets(fresh) if fresh else {}
+        for tp, offset in committed.items():
+            self.consumer.seek(tp, firsts[tp][0] if offset is None else offset)
 
     async def revoked(self, tps: set[TP]) -> None:
         """Still the owner: finish what agents hold (bounded), checkpoint, let go."""
@@ -122,29 +143,64 @@ class Rebalancer:
         async with self.checkpoints.lock:
             try:
                 await self.checkpoints.run_locked(self.revoke_wait, only=tps)
+            except TransactionsFailed as exc:
+                log.warning("checkpoint on revoke: %s", exc)
+                others = {n: e for n, e in exc.failed.items() if n not in {tp.partition for tp in tps}}
+                if others:
+                    self._spawn(self.tasks_failed(others), "rewind")
             except Exception as exc:
                 log.warning("checkpoint on revoke failed (%s); the next owner reprocesses from the last "
                             "commit", exc)
             self._let_go(tps)
+        if self.producers is not None:
+            await self.producers.release({tp.partition for tp in tps})
         log.info("revoke of %d partitions done in %.2fs", len(tps), time.monotonic() - started)
 
-    async def lost(self, tps: set[TP]) -> None:
-        """No longer the owner (the session expired): drop everything of `tps`, write and commit nothing."""
-        log.warning("lost %d partitions (this worker's group session expired; another worker may own them "
-                    "now): %s; their uncommitted work is dropped", len(tps), fmt(tps))
+    async def lost(self, tps: set[TP], why: str = "this worker's group session expired") -> None:
+        """No longer the owner: drop everything of `tps`, write and commit nothing."""
+        log.warning("lost %d partitions (%s; another worker may own them now): %s; their uncommitted work "
+                    "is dropped", len(tps), why, fmt(tps))
         self.leases.end(tps)  # at once: nothing of them is applied from here on
         self._drop_queued(tps)
         async with self.checkpoints.lock:  # a checkpoint in flight finishes (or fails) first
-            if self.tables is not None:
-                self.tables.drop({tp.partition for tp in tps})
-            self._let_go(tps)
+            self._discard(tps)
+        if self.producers is not None:
+            await self.producers.release({tp.partition for tp in tps})
 
-    def _let_go(self, tps: Collection[TP]) -> None:
+    async def tasks_failed(self, failed: dict[int, BaseException]) -> None:
+        """Exactly-once: these tasks' transactions did not commit. Fenced: lost. Otherwise: rewound to their
+        last commit and set up again."""
+        fenced = {n for n, e in failed.items() if isinstance(e, ProducerFenced)}
+        owned = [tp for tp in self.leases.current if tp.partition in failed]
+        lost = {tp for tp in owned if tp.partition in fenced}
+        if lost:
+            await self.lost(lost, "their transactions were fenced by a newer producer")
+            self.pauses.hold(lost, "lost")  # the group takes them away at its next rebalance
+        retry = {tp for tp in owned if tp.partition not in fenced}
+        if not retry:
+            return
+        log.warning("rewinding %s to their last commit: their transactions did not commit (%s)", fmt(retry),
+                    "; ".join(f"task {n}: {e}" for n, e in sorted(failed.items()) if n not in fenced))
+        self._drop_queued(retry)
+        async with self.checkpoints.lock:
+            self._discard(retry, rebalancing=False)
+        if self.producers is not None:
+            await self.producers.release({tp.partition for tp in retry})
+        await self.assigned(retry)
+
+    def _discard(self, tps: Collection[TP], *, rebalancing: bool = True) -> None:
+        """Forget the uncommitted work of `tps` and let them go (under the checkpoint lock)."""
+        self.leases.end(tps)
+        if self.tables is not None:
+            self.tables.drop({tp.partition for tp in tps})
+        self._let_go(tps, rebalancing=rebalancing)
+
+    def _let_go(self, tps: Collection[TP], *, rebalancing: bool = True) -> None:
         """End the leases and close the tables of `tps`, in one step (no write can land between)."""
         self.leases.end(tps)
         self.pauses.forget(tps)
         if self.tables is not None:
-            if self._recovery is not None and not self._recovery.done():
+            if rebalancing and self._recovery is not None and not self._recovery.done():
                 self._recovery.cancel()  # a rebalance during recovery: it resumes from the stores later
             self.tables.revoke({tp.partition for tp in tps})
 

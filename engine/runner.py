@@ -233,5 +233,9 @@ class AgentRunner(Service):
         log.error("agent %s failed on %s: %s: %s; record sent to %s",
                   self.agent.name, where, type(error).__name__, error, self.dlq.name,
                   exc_info=error)
-        await self.producer.send(self.dlq.name, record.key, record.value,
-                                 headers=error_headers(record, error, self.agent.name))
+        try:
+            producer = self.producer.for_partition(record.partition)  # the task's transaction, if any
+        except PartitionMigrated:
+            return  # the partition moved meanwhile: its new owner meets the record again
+        await producer.send(self.dlq.name, record.key, record.value,
+                            headers=error_headers(record, error, self.agent.name))

@@ -22,6 +22,7 @@ from engine.replies import ReplyService
 from engine.runner import AgentRunner
 from engine.timers import timer_supervisor
 from engine.topics import Topic
+from engine.transactions import TaskProducers
 from engine.transport import Producer, open_transport
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 class _ProducerService(Service):
-    def __init__(self, producer: Producer) -> None:
+    def __init__(self, producer: Producer | TaskProducers) -> None:
         super().__init__("producer")
         self.producer = producer
 
@@ -47,8 +48,9 @@ class _ProducerService(Service):
 
 
 def worker_identity(settings: Settings) -> str:
-    """A transactional id that survives restarts: kept in the data dir, so a restarted worker fences its
-    predecessor's producer and aborts the transaction it left open, instead of waiting for it to time out."""
+    """The transactional id of the worker's own sends (timers, sends outside events; engine.transactions),
+    kept in the data dir so that a restarted worker fences its predecessor's producer and aborts the
+    transaction it left open, instead of waiting for it to time out."""
     folder = settings.data_dir / settings.app_id
     path = folder / "worker-id"
     try:
@@ -67,7 +69,10 @@ class Worker(Service):
         self.settings = settings
         self.transport = open_transport(settings.broker, settings.broker_options)
         exactly_once = settings.processing_guarantee == "exactly_once"
-        self.producer = self.transport.producer(worker_identity(settings) if exactly_once else None)
+        self.producer: Producer = (
+            TaskProducers(self.transport, app.id, worker_identity(settings)) if exactly_once
+            else self.transport.producer(None)
+        )
         self.add_child(_ProducerService(self.producer))
         self.replies = self.add_child(ReplyService(self.transport, f"{app.id}-replies"))
         self.tables = self.add_child(TableManager(

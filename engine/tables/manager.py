@@ -267,24 +267,25 @@ class TableManager(Service):
             table = item.table
             topic = table.changelog_topic.name
             encode_value = table.value_codec.encode
+            producer = self.producer.for_partition(item.part.number)  # the task's transaction
             for key, value in item.writes.items():
                 item.encoded[table.locate(key)[0]] = None if value is DELETED else encode_value(value)
             item.encoded.update(item.meta)
             for key_bytes, value_bytes in item.encoded.items():
-                item.last = await self.producer.send(topic, key_bytes, value_bytes,
-                                                     partition=item.part.number)
+                item.last = await producer.send(topic, key_bytes, value_bytes, partition=item.part.number)
             if item.closes:
                 closed = table.windowed.closed_topic.name  # type: ignore[union-attr]  # closes imply both
                 for key_bytes, value_bytes in item.closes:
-                    await self.producer.send(closed, key_bytes, value_bytes, partition=item.part.number)
+                    await producer.send(closed, key_bytes, value_bytes, partition=item.part.number)
 
         for table in self.tables.values():
             windowed = table.windowed
             if windowed is not None and windowed.late_topic is not None and windowed.late_records:
                 late, windowed.late_records = windowed.late_records, []
                 for record in late:
-                    await self.producer.send(windowed.late_topic.name, record.key, record.value,
-                                             headers=list(record.headers))
+                    if record.partition in table.active:
+                        await self.producer.for_partition(record.partition).send(
+                            windowed.late_topic.name, record.key, record.value, headers=list(record.headers))
 
     def complete(self, pending: list[Pending]) -> None:
         """After the producer flushed: write each batch to its store with the changelog offset it got."""

@@ -42,6 +42,9 @@ class Consumer(Protocol):
     async def offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
         """(first offset, end offset) of each partition: the log is [first, end)."""
 
+    async def committed(self, tps: Collection[TP]) -> dict[TP, int | None]:
+        """The group's committed offset of each partition (None: nothing committed), asked of the broker."""
+
     def pause(self, tps: Collection[TP]) -> None:
         """Stop returning records of `tps` until resumed (a partition whose table is recovering)."""
 
@@ -76,6 +79,10 @@ class Producer(Protocol):
 
     async def flush(self) -> None:
         """Wait until everything enqueued so far is acknowledged; raise DeliveryFailed if any was not."""
+
+    def for_partition(self, number: int) -> Producer:
+        """The producer whose transaction holds what task `number` (a partition number) sends; a producer
+        without per-task transactions returns itself."""
 
     @property
     def transactional(self) -> bool:

@@ -17,9 +17,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.errors import ProducerFenced as KafkaProducerFenced
 from aiokafka.protocol.commit import OffsetCommitRequest
 
-from engine.errors import BrokerUnavailable, DeliveryFailed, MembershipLost, TransportError
+from engine.errors import BrokerUnavailable, DeliveryFailed, MembershipLost, ProducerFenced, TransportError
 from engine.events import TP, Headers, RawRecord
 
 if TYPE_CHECKING:
@@ -189,6 +190,15 @@ class KafkaConsumer:
             raise TransportError(f"cannot read offsets of {sorted(tps)}: {exc}") from exc
         return {TP(tp.topic, tp.partition): (first[tp], end[tp]) for tp in partitions}
 
+    async def committed(self, tps: Collection[TP]) -> dict[TP, int | None]:
+        tps = list(tps)
+        try:
+            found = await asyncio.gather(*(self._client.committed(TopicPartition(*tp)) for tp in tps))
+        except KafkaError as exc:
+            raise TransportError(f"cannot read committed offsets of {sorted(tps)}: {exc}") from exc
+        pairs = zip(tps, found, strict=True)
+        return {tp: (None if offset is None or offset < 0 else offset) for tp, offset in pairs}
+
     def pause(self, tps: Collection[TP]) -> None:
         self._client.pause(*(TopicPartition(*tp) for tp in tps))
 
@@ -239,6 +249,9 @@ class KafkaProducer:
     def transactional(self) -> bool:
         return self._transactional
 
+    def for_partition(self, number: int) -> KafkaProducer:
+        return self
+
     async def commit_transaction(self, offsets: Mapping[TP, int], group_id: str) -> None:
         self._open.clear()
         try:
@@ -248,8 +261,10 @@ class KafkaProducer:
             await self._client.commit_transaction()
             await self.flush()  # every record is acknowledged by now: this only checks them
             await self._client.begin_transaction()
+        except KafkaProducerFenced as exc:
+            raise ProducerFenced(f"transaction fenced: a newer producer took over this id ({exc})") from exc
         except KafkaError as exc:
-            raise DeliveryFailed(f"the transaction could not be committed: {exc}") from exc
+            raise DeliveryFailed(f"the transaction could not be committed: {exc!r}") from exc
         finally:
             self._open.set()
 

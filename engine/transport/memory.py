@@ -195,6 +195,10 @@ class MemoryConsumer:
             out[tp] = (0, len(partitions[tp.partition]) if partitions else 0)
         return out
 
+    async def committed(self, tps: Collection[TP]) -> dict[TP, int | None]:
+        group = self.broker.groups.get(self.group_id or "")
+        return {tp: (group.committed.get(tp) if group else None) for tp in tps}
+
     def pause(self, tps: Collection[TP]) -> None:
         self._paused.update(tps)
 
@@ -281,6 +285,9 @@ class MemoryProducer:
 
     async def flush(self) -> None:
         return None
+
+    def for_partition(self, number: int) -> MemoryProducer:
+        return self
 
     @property
     def transactional(self) -> bool:

@@ -40,10 +40,10 @@ class WorkerProcess:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    async def wait_for_output(self, text: str, timeout: float = 60) -> None:
-        """Wait until the worker logged `text`; fail early, with its log, if it exited."""
+    async def wait_for_output(self, text: str, timeout: float = 60, count: int = 1) -> None:
+        """Wait until the worker logged `text` (`count` times); fail early, with its log, if it exited."""
         for _ in range(int(timeout * 10)):
-            if text in self.output():
+            if self.output().count(text) >= count:
                 return
             if self.process.poll() is not None:
                 raise AssertionError(f"worker exited:\n{self.output()[-3000:]}")

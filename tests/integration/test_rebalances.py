@@ -3,11 +3,14 @@ other leaves (SIGTERM) at ~70%, with a plain count and a tumbling-window count o
 against ground truth computed here: every count, and every window's final value on `closed()`.
 
 Under exactly_once (read_committed) every count and every closed window is exact and no window is closed
-twice; under at-least-once nothing is below the truth and no window is missing.
+twice; under at-least-once nothing is below the truth and no window is missing. The same holds when a
+worker freezes (SIGSTOP) past its session timeout and wakes up after its partitions moved.
 """
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from collections import Counter
 
 import pytest
@@ -21,6 +24,22 @@ from tests.integration.rebalance_run import (
 )
 
 pytestmark = pytest.mark.kafka
+
+
+def check(events, counts: dict[str, int], closes: list[tuple[str, int, int]], *, exact: bool) -> None:
+    """Exactly-once: every count and every window exact, each window closed once. At-least-once: nothing
+    below the truth, no window missing."""
+    truth_counts, truth_windows = truth_of(events)
+    windows = Counter((key, start) for key, start, _ in closes)
+    values = {(key, start): value for key, start, value in closes}
+    assert set(truth_windows) - set(values) == set(), "windows never closed"
+    if exact:
+        assert {k: n for k, n in counts.items() if counts[k] != truth_counts.get(k)} == {}
+        assert [w for w, n in windows.items() if n > 1] == [], "windows closed more than once"
+        assert {w: values[w] for w in truth_windows if values[w] != truth_windows[w]} == {}
+    else:
+        assert [k for k, n in truth_counts.items() if counts.get(k, 0) < n] == []
+        assert [w for w, n in truth_windows.items() if values[w] < n] == []
 
 
 def worker(kafka, tmp_path, name: str, **env: str) -> WorkerProcess:
@@ -60,18 +79,45 @@ async def test_a_worker_joins_and_another_leaves_mid_stream(kafka, tmp_path, gua
             first.kill()
         if second is not None:
             assert second.terminate() == 0, second.output()[-3000:]
-    truth_counts, truth_windows = truth_of(events)
-    windows = Counter((key, start) for key, start, _ in closes)
-    values = {(key, start): value for key, start, value in closes}
-    assert set(truth_windows) - set(values) == set(), "windows never closed"
-    if exact:
-        assert counts == truth_counts
-        assert [w for w, n in windows.items() if n > 1] == [], "windows closed more than once"
-        assert {w: values[w] for w in truth_windows} == truth_windows
-    else:
-        assert [k for k, n in truth_counts.items() if counts.get(k, 0) < n] == []
-        assert [w for w, n in truth_windows.items() if values[w] < n] == []
+    check(events, counts, closes, exact=exact)
     assert "revoked" in first.output()
     assert "assigned" in second.output()
     changelog = await read_all(kafka.bootstrap, f"{app_id}-counts-changelog")
     assert changelog, "the counts went through the changelog"
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+async def test_a_frozen_worker_writes_nothing_after_losing_its_partitions(kafka, tmp_path, guarantee):
+    """SIGSTOP a worker past its session timeout while both hold state: the group gives its partitions to the
+    other. On SIGCONT the zombie's stale buffers and open transaction must not reach readers."""
+    app_id, topic = unique("zombie"), unique("words")
+    await create_topics(kafka.bootstrap, [topic])
+    events = words(16_000)
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_GUARANTEE": guarantee}
+    first = worker(kafka, tmp_path, "first", **env)
+    second = worker(kafka, tmp_path, "second", **env)
+    try:
+        await first.wait_for_output("tables ready", 90)
+        await second.wait_for_output("tables ready", 90)
+
+        assignments = second.output().count("assigned")
+
+        def freeze() -> None:
+            first.process.send_signal(signal.SIGSTOP)
+
+        feeding = asyncio.ensure_future(
+            paced_produce(kafka.bootstrap, topic, events, rate=800, at={0.2: freeze}))
+        # The group gives up on the frozen one: the other worker is assigned everything.
+        await second.wait_for_output("assigned", 60, count=assignments + 1)
+        assert "assigned 4 partitions" in second.output().rsplit("revoked", 1)[-1]
+        await asyncio.sleep(8)  # ... and the other worker writes its partitions for a while
+        first.process.send_signal(signal.SIGCONT)
+        await feeding
+        exact = guarantee == "exactly_once"
+        counts, closes = await wait_until_complete(kafka.bootstrap, app_id, events)
+    finally:
+        first.process.send_signal(signal.SIGCONT)
+        assert first.terminate() == 0, first.output()[-3000:]
+        assert second.terminate() == 0, second.output()[-3000:]
+    assert "lost" in first.output()
+    check(events, counts, closes, exact=exact)

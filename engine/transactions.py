@@ -1,0 +1,167 @@
+"""Exactly-once producers: one transaction per task (partition number), so a reassignment fences for real.
+
+Why one transactional producer per task, and not one per worker: a worker frozen past its session timeout
+(SIGSTOP, a long GC pause, an agent blocking the loop) wakes up with an open transaction holding stale table
+writes and outputs, and the source offsets it would commit. aiokafka's `send_offsets_to_transaction` carries
+no group generation (no KIP-447), so the broker cannot refuse that commit on the grounds that the partitions
+moved, and one transactional id per worker is not fenced by a reassignment. A transactional id per input
+partition number, `<app>-task-<n>`, is (Kafka Streams' original exactly-once design): the new owner of task n
+calls `init_transactions` with that id before it reads a committed offset or a changelog record, which bumps
+the id's epoch, aborts whatever the old owner left open, and makes every later commit of the old owner fail
+with ProducerFenced. The old owner then drops the task as lost. The price is one producer per owned partition
+number, and one commit per task at each checkpoint (issued concurrently).
+
+Tasks are partition numbers, because tables are partitioned like the streams that write them: events of
+partition n of every source topic, their table writes (changelog partition n), their closed windows and
+everything agents send while processing them commit in task n's transaction, with the source offsets of
+partition n. Sends made outside any event (timers, asks from outside an agent) go to the worker's own
+transactional producer (`<data_dir>/<app>/worker-id`), committed at the same checkpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from engine.errors import EngineError, PartitionMigrated, ProducerFenced
+from engine.streams import current_event
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping
+
+    from engine.events import TP, Headers
+    from engine.transport.base import Producer, Transport
+
+log = logging.getLogger(__name__)
+
+
+class TransactionsFailed(EngineError):
+    """Some tasks' transactions did not commit (the others did); `failed` says which and why."""
+
+    def __init__(self, failed: dict[int, BaseException]) -> None:
+        super().__init__("transactions of tasks " + ", ".join(
+            f"{n} ({type(e).__name__}: {e})" for n, e in sorted(failed.items())) + " did not commit")
+        self.failed = failed
+
+    @property
+    def fenced(self) -> set[int]:
+        return {n for n, e in self.failed.items() if isinstance(e, ProducerFenced)}
+
+
+def task_transactional_id(app_id: str, number: int) -> str:
+    return f"{app_id}-task-{number}"
+
+
+class TaskProducers:
+    """A Producer that routes each send to the transaction of the task it belongs to."""
+
+    def __init__(self, transport: Transport, app_id: str, worker_id: str) -> None:
+        self._transport = transport
+        self._app_id = app_id
+        self._worker_id = worker_id
+        self.worker = transport.producer(worker_id)
+        self.tasks: dict[int, Producer] = {}
+        self._starting: dict[int, asyncio.Task[Producer]] = {}
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.worker.start()
+
+    async def stop(self) -> None:
+        await self.release(set(self.tasks))
+        await self.worker.stop()
+
+    async def assign(self, numbers: Collection[int]) -> None:
+        """Start (and so fence every earlier owner of) the transactions of tasks `numbers`."""
+        new = sorted(n for n in numbers if n not in self.tasks)
+        if not new:
+            return
+        producers = {n: self._transport.producer(task_transactional_id(self._app_id, n)) for n in new}
+        results = await asyncio.gather(*(p.start() for p in producers.values()), return_exceptions=True)
+        failure = None
+        for (number, producer), result in zip(producers.items(), results, strict=True):
+            if isinstance(result, BaseException):
+                failure = failure or result
+                await producer.stop()
+            else:
+                self.tasks[number] = producer
+        if failure is not None:
+            raise failure
+
+    async def release(self, numbers: Collection[int]) -> None:
+        """Stop the producers of tasks `numbers` (after their last commit, or after they were lost: an open
+        transaction is aborted by the next owner's fencing)."""
+        stopping = [self.tasks.pop(n) for n in numbers if n in self.tasks]
+        await asyncio.gather(*(p.stop() for p in stopping), return_exceptions=True)
+
+    # -- the Producer protocol ----------------------------------------------------------------------
+
+    @property
+    def transactional(self) -> bool:
+        return self.worker.transactional
+
+    def for_partition(self, number: int) -> Producer:
+        producer = self.tasks.get(number)
+        if producer is None:
+            raise PartitionMigrated(f"task {number} is not owned by this worker (any more)")
+        return producer
+
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        headers: Headers | None = None,
+        partition: int | None = None,
+    ) -> asyncio.Future[object]:
+        event = current_event.get()
+        if event is None:
+            producer = self.worker
+        else:
+            if event.lease is not None and event.lease.ended:
+                raise PartitionMigrated(f"{event.topic}[{event.partition}] moved while offset {event.offset} "
+                                        "was processed; its new owner processes it")
+            producer = self.for_partition(event.partition)
+        return await producer.send(topic, key, value, headers=headers, partition=partition)
+
+    async def flush(self) -> None:
+        await asyncio.gather(self.worker.flush(), *(p.flush() for p in self.tasks.values()))
+
+    async def commit_transaction(self, offsets: Mapping[TP, int], group_id: str) -> None:
+        """Commit every task's transaction with its partitions' offsets, and the worker's, concurrently.
+        Raises TransactionsFailed naming the tasks that did not commit (the others did)."""
+        by_task: dict[int, dict[TP, int]] = {n: {} for n in self.tasks}
+        for tp, offset in offsets.items():
+            by_task.setdefault(tp.partition, {})[tp] = offset
+        missing = {n for n in by_task if n not in self.tasks}
+        if missing:
+            raise TransactionsFailed(dict.fromkeys(missing, PartitionMigrated("no producer for the task")))
+        numbers = sorted(self.tasks)
+        results = await asyncio.gather(
+            self.worker.commit_transaction({}, group_id),
+            *(self.tasks[n].commit_transaction(by_task[n], group_id) for n in numbers),
+            return_exceptions=True,
+        )
+        if isinstance(results[0], BaseException):
+            if not isinstance(results[0], Exception):
+                raise results[0]
+            log.warning("the worker's own transaction (timers, sends outside events) did not commit (%s); "
+                        "its sends are lost, a new transaction starts", results[0])
+            await self.worker.stop()
+            self.worker = self._transport.producer(self._worker_id)
+            await self.worker.start()
+        failed = {n: r for n, r in zip(numbers, results[1:], strict=True) if isinstance(r, BaseException)}
+        if failed:
+            raise TransactionsFailed(failed)
+
+    async def restart(self, number: int) -> None:
+        """Replace task `number`'s producer after a failed commit: the new one's initialisation aborts the
+        old transaction (same transactional id, higher epoch)."""
+        old = self.tasks.pop(number, None)
+        if old is not None:
+            await old.stop()
+        await self.assign([number])
+
