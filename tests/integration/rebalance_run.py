@@ -47,7 +47,7 @@ async def paced_produce(bootstrap: str, topic: str, events: Events, *,
                         rate: float, at: Mapping[float, Callable[[], None]] | None = None) -> None:
     """Produce at about `rate` events/s; call `at[f]` once a fraction f of the events was sent."""
     marks = sorted((at or {}).items())
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all", enable_idempotence=True)
     await producer.start()
     try:
         started = time.monotonic()

@@ -1,0 +1,42 @@
+"""Fencing, on the real broker, without waiting for a rebalance: two workers' exactly-once producers both
+claim task 0. The second one's start fences the first: the first one's open transaction is aborted (a
+read_committed reader never sees its records) and its commit fails with ProducerFenced, which engine turns
+into "task 0 lost" (tests/integration/test_rebalances.py shows the whole path with a frozen worker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.errors import ProducerFenced
+from engine.events import TP
+from engine.transactions import TaskProducers, TransactionsFailed
+from engine.transport import open_transport
+from tests.integration.helpers import create_topics, read_all, unique
+
+pytestmark = pytest.mark.kafka
+
+
+async def test_a_new_owner_fences_the_old_ones_transaction(kafka):
+    app_id, topic = unique("fence"), unique("out")
+    await create_topics(kafka.bootstrap, [topic], partitions=1)
+    transport = open_transport(kafka.url, {})
+    old = TaskProducers(transport, app_id, f"{app_id}-old")
+    new = TaskProducers(transport, app_id, f"{app_id}-new")
+    await old.start()
+    await new.start()
+    try:
+        await old.assign([0])
+        await old.for_partition(0).send(topic, b"k", b"from the old owner", partition=0)
+        await new.assign([0])  # the new owner of task 0: fences the old one, aborts its transaction
+        await new.for_partition(0).send(topic, b"k", b"from the new owner", partition=0)
+        with pytest.raises(TransactionsFailed) as failed:
+            await old.commit_transaction({TP(topic, 0): 1}, app_id)
+        assert set(failed.value.failed) == {0}
+        assert failed.value.fenced == {0}
+        assert isinstance(failed.value.failed[0], ProducerFenced)
+        await new.commit_transaction({TP(topic, 0): 1}, app_id)
+    finally:
+        await old.stop()
+        await new.stop()
+    seen = [r.value for r in await read_all(kafka.bootstrap, topic, isolation_level="read_committed")]
+    assert seen == [b"from the new owner"]
