@@ -24,6 +24,7 @@ from engine.timers import timer_supervisor
 from engine.topics import Topic
 from engine.transactions import TaskProducers
 from engine.transport import Producer, open_transport
+from engine.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -94,6 +95,7 @@ class Worker(Service):
             self.conductor.add_route(runner.agent.channel, runner)
         self.timers = self.add_child(timer_supervisor(list(app.timers.values()), settings))
         self.add_child(self.conductor)
+        self.add_child(Watchdog(self.conductor.busy_events, settings.stuck_event_warning.total_seconds()))
         self._stopping = asyncio.Event()
 
     def _internal_topic(self, name: str, like: Topic | None) -> Topic:

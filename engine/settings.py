@@ -34,6 +34,7 @@ class Settings:
     data_dir: Path = Path("data")
     commit_interval: timedelta = timedelta(seconds=1)
     shutdown_timeout: timedelta = timedelta(seconds=10)
+    stuck_event_warning: timedelta = timedelta(seconds=10)
     topic_partitions: int = 4
     topic_replication: int = 1
     mailbox_size: int = 1000
@@ -68,7 +69,7 @@ def validate(s: Settings) -> None:
     if not isinstance(s.app_id, str) or not _APP_ID.match(s.app_id):
         _fail("app_id", s.app_id, "use 1-200 letters, digits, '.', '_' or '-' (it names Kafka topics)")
     _validate_broker(s.broker)
-    for name in ("commit_interval", "shutdown_timeout", "agent_restart_window"):
+    for name in ("commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning"):
         value = getattr(s, name)
         if not isinstance(value, timedelta) or value <= timedelta(0):
             _fail(name, value, "expected a positive duration (seconds or timedelta)")
@@ -106,7 +107,7 @@ def _validate_broker(url: object) -> None:
             _fail("broker", url, f"{hostport!r} is not host:port; {expected}")
 
 
-_DURATIONS = {"commit_interval", "shutdown_timeout", "agent_restart_window"}
+_DURATIONS = {"commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning"}
 _INTS = {"topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "agent_max_restarts",
          "standby_replicas"}
 ENV_PREFIX = "ENGINE_"

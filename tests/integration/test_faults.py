@@ -4,12 +4,14 @@ one event, corrupt stores and a recreated changelog. Each checked against ground
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING
 
 import pytest
 
+from engine.partitioner import partition_for
 from tests.integration.helpers import WorkerProcess, create_topics, unique
-from tests.integration.rebalance_run import paced_produce, wait_until_complete, words
+from tests.integration.rebalance_run import outputs, paced_produce, truth_of, wait_until_complete, words
 from tests.integration.test_rebalances import check
 from tests.kafka.broker import KafkaCluster
 
@@ -51,3 +53,36 @@ async def test_an_exactly_once_worker_rides_out_a_broker_restart(own_broker, tmp
     finally:
         assert one.terminate(timeout=60) == 0, one.output()[-3000:]
     check(events, counts, closes, exact=True)
+
+
+async def test_an_agent_stuck_on_one_event_holds_back_only_its_own_partition(kafka, tmp_path):
+    app_id, topic = unique("stuck"), unique("words")
+    await create_topics(kafka.bootstrap, [topic])
+    events = words(4_000)
+    stuck_for = 25
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_CONCURRENCY": "4",
+           "ITEST_STUCK": f"0:50:{stuck_for}", "ENGINE_STUCK_EVENT_WARNING": "4",
+           "ENGINE_MAILBOX_SIZE": "100"}  # partition 0 fills its mailbox long before the agent moves on
+    one = worker(kafka.url, tmp_path, "one", **env)
+    try:
+        await one.wait_for_output("tables ready", 90)
+        started = time.monotonic()
+        await paced_produce(kafka.bootstrap, topic, events, rate=1000)
+        truth_counts, _ = truth_of(events)
+        elsewhere = {k: n for k, n in truth_counts.items() if partition_for(k.encode(), 4) != 0}
+        stuck = {k: n for k, n in truth_counts.items() if k not in elsewhere}
+
+        async def others_done() -> bool:
+            counts, _ = await outputs(kafka.bootstrap, app_id)
+            return all(counts.get(k, 0) >= n for k, n in elsewhere.items())
+
+        while not await others_done():
+            assert time.monotonic() - started < stuck_for - 5, "the other partitions waited for the stuck one"
+            await asyncio.sleep(0.5)
+        counts, _ = await outputs(kafka.bootstrap, app_id)
+        assert any(counts.get(k, 0) < n for k, n in stuck.items()), "partition 0 is still held back"
+        await one.wait_for_output(f"agent count has been processing {topic}[0]@50 for", 10)
+        counts, closes = await wait_until_complete(kafka.bootstrap, app_id, events, timeout=90)
+    finally:
+        assert one.terminate(timeout=60) == 0, one.output()[-3000:]
+    check(events, counts, closes, exact=False)
