@@ -68,14 +68,6 @@ class ActorGroup(Service, Generic[M]):
     def _instance(self, mailbox: Mailbox[M]) -> Callable[[], Awaitable[None]]:
         return lambda: self.behaviour(mailbox)
 
-    @property
-    def failed(self) -> asyncio.Event:
-        return self.supervisor.failed
-
-    @property
-    def failure(self) -> BaseException | None:
-        return self.supervisor.failure
-
     def mailbox_for(self, instance: int | None) -> Mailbox[M]:
         index = next(self._round_robin) if instance is None else instance % self.concurrency
         return self.mailboxes[index]

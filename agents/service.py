@@ -6,6 +6,11 @@ stays private to this package; callers see `Service`, `ServiceState` and `spawn`
 
 `spawn` is the only way a service starts a background task: every task belongs to its service, and `stop`
 cancels and awaits whatever is still running (before `on_stop`), so nothing is orphaned.
+
+One failure path: a spawned task that raises fails its service (`fail`), and a failure climbs to the root,
+so whoever runs the tree (the worker) waits on the root's `failed` alone and never looks healthy while a
+background task is dead. Work that should be restarted instead runs under a Supervisor, which fails its
+service only past its restart limit. `Fatal` is a failure already explained to the user: not logged again.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import logging
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import mode
+
+from agents.errors import Fatal
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -83,12 +90,24 @@ class Service:
         self._children: list[Service] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._bridge = _ModeBridge(self)
+        self._parent: Service | None = None
+        self.failure: BaseException | None = None
+        self.failed = asyncio.Event()
 
     def add_child(self, child: S) -> S:
         """Start `child` after this service (in order of adding) and stop it before (in reverse)."""
         self._children.append(child)
+        child._parent = self
         self._bridge.add_dependency(child._bridge)
         return child
+
+    def fail(self, exc: BaseException) -> None:
+        """Record that this service failed (the first failure is kept) and pass it up to the root."""
+        if self.failure is None:
+            self.failure = exc
+        self.failed.set()
+        if self._parent is not None:
+            self._parent.fail(exc)
 
     async def start(self) -> None:
         if self.state is not ServiceState.INIT:
@@ -115,8 +134,18 @@ class Service:
         """Run `coro` as a task owned by this service; it is cancelled and awaited on stop."""
         task = asyncio.get_running_loop().create_task(coro, name=f"{self.name}:{name}")
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
         return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            if not isinstance(exc, Fatal):
+                log.error("%s failed: %s: %s", task.get_name(), type(exc).__name__, exc, exc_info=exc)
+            self.fail(exc)
 
     async def on_start(self) -> None:
         """Called before children start."""

@@ -55,8 +55,6 @@ class Supervisor(Service):
         super().__init__(name)
         self.policy = policy or RestartPolicy()
         self.restarts = 0
-        self.failure: BaseException | None = None
-        self.failed = asyncio.Event()
         self._clock = clock
         self._pending: list[tuple[str, ChildFactory]] = []
         self._children_tasks: list[asyncio.Task[Any]] = []
@@ -92,7 +90,7 @@ class Supervisor(Service):
                 raise
             except Fatal as exc:
                 log.error("%s: %s gave up: %s", self.name, name, exc)
-                self._fail(exc)
+                self.fail(exc)
                 return
             except Exception as exc:
                 now = self._clock()
@@ -102,7 +100,7 @@ class Supervisor(Service):
                 if len(crashes) > self.policy.max_restarts:
                     failure = MaxRestartsExceeded(name, self.policy.max_restarts, self.policy.within, exc)
                     log.error("%s: %s", self.name, failure, exc_info=exc)
-                    self._fail(failure)
+                    self.fail(failure)
                     return
                 self.restarts += 1
                 log.warning(
@@ -111,8 +109,3 @@ class Supervisor(Service):
                     self.policy.max_restarts, window, exc_info=exc,
                 )
                 await asyncio.sleep(self.policy.backoff.total_seconds())
-
-    def _fail(self, exc: BaseException) -> None:
-        if self.failure is None:
-            self.failure = exc
-        self.failed.set()

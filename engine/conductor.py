@@ -20,7 +20,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from agents import Fatal, MailboxClosed, Service, ServiceState
+from agents import MailboxClosed, Service, ServiceState
 from engine.checkpoint import Checkpointer
 from engine.errors import DecodeError, MembershipLost
 from engine.events import TP, Event, RawRecord
@@ -31,7 +31,7 @@ from engine.topics import decode_error
 from engine.transactions import TaskProducers, TransactionsFailed
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Coroutine
+    from collections.abc import Callable, Collection
 
     from agents import Mailbox
     from engine.runner import AgentRunner
@@ -72,8 +72,6 @@ class Conductor(Service):
         self.leases = Leases()
         self.pauses = Pauses(self.consumer)
         self._parked: dict[TP, Parked] = {}
-        self.failure: BaseException | None = None
-        self.failed = asyncio.Event()
         self._fetcher: asyncio.Task[None] | None = None
         self._started = False
         self.exactly_once = settings.processing_guarantee == "exactly_once"
@@ -85,7 +83,7 @@ class Conductor(Service):
         self.rebalancer = Rebalancer(
             leases=self.leases, consumer=self.consumer, pauses=self.pauses, checkpoints=self.checkpoints,
             tables=tables, drop_queued=self.drop_queued,
-            spawn=lambda coro, name: self.spawn(self._guard(coro), name),
+            spawn=lambda coro, name: self.spawn(coro, name),
             producers=producer if isinstance(producer, TaskProducers) else None,
             revoke_wait=min(settings.shutdown_timeout.total_seconds(), 5.0),
         )
@@ -100,7 +98,7 @@ class Conductor(Service):
     def add_route(self, topic: Topic, runner: AgentRunner) -> None:
         self.routes.setdefault(topic.name, []).append((topic, runner))
         if self._started:
-            self.spawn(self._guard(self._subscribe_new(topic)), f"subscribe:{topic.name}")
+            self.spawn(self._subscribe_new(topic), f"subscribe:{topic.name}")
 
     async def _subscribe_new(self, topic: Topic) -> None:
         admin = self._admin_factory()
@@ -127,8 +125,8 @@ class Conductor(Service):
         await self.consumer.start()
         self._started = True
         if self.routes:
-            self._fetcher = self.spawn(self._guard(self._fetch_loop()), "fetch")
-        self.spawn(self._guard(self._commit_loop()), "commit")
+            self._fetcher = self.spawn(self._fetch_loop(), "fetch")
+        self.spawn(self._commit_loop(), "commit")
 
     def stop_fetching(self) -> None:
         if self._fetcher is not None:
@@ -143,17 +141,6 @@ class Conductor(Service):
             except Exception as exc:
                 log.error("final checkpoint failed: %s", exc)
         await self.consumer.stop()
-
-    async def _guard(self, coro: Coroutine[Any, Any, None]) -> None:
-        try:
-            await coro
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            if not isinstance(exc, Fatal):
-                log.error("conductor failed: %s", exc, exc_info=exc)
-            self.failure = exc
-            self.failed.set()
 
     # -- the hot path -------------------------------------------------------------------------------
 
@@ -239,7 +226,7 @@ class Conductor(Service):
         elif mailbox.full():
             parked = self._parked[tp] = [(mailbox, events)]
             self.pauses.hold([tp], BACKPRESSURE)
-            self.spawn(self._guard(self._unpark(lease, parked)), f"unpark:{tp.topic}[{tp.partition}]")
+            self.spawn(self._unpark(lease, parked), f"unpark:{tp.topic}[{tp.partition}]")
         else:
             mailbox.put_many_nowait(events)
 

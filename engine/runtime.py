@@ -158,16 +158,9 @@ class Worker(Service):
     def request_stop(self) -> None:
         self._stopping.set()
 
-    def failure(self) -> BaseException | None:
-        for runner in self.runners:
-            if runner.group.failure is not None:
-                return runner.group.failure
-        return self.timers.failure or self.conductor.failure
-
     async def run_until_stopped(self) -> None:
         """Run until `request_stop` or a failure; a failure is raised as WorkerFailed after stopping."""
-        waiters = [self._stopping.wait(), self.conductor.failed.wait(), self.timers.failed.wait()]
-        waiters += [runner.group.failed.wait() for runner in self.runners]
+        waiters = [self._stopping.wait(), self.failed.wait()]  # any service's failure reaches the root
         tasks = [asyncio.ensure_future(w) for w in waiters]
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -178,7 +171,7 @@ class Worker(Service):
             await self.stop()
             for topic in self.all_topics():
                 topic.attach(None)
-        failure = self.failure()
+        failure = self.failure
         if failure is not None:
             raise WorkerFailed(f"worker {self.app.id!r} stopped: {failure}") from failure
 

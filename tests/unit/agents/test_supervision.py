@@ -162,3 +162,20 @@ def test_invalid_policy_and_concurrency_are_refused():
 
     with pytest.raises(ValueError, match="concurrency"):
         ActorGroup("x", noop, concurrency=0)
+
+
+async def test_a_crashed_background_task_fails_its_service_and_the_root():
+    class Child(Service):
+        async def on_start(self) -> None:
+            self.spawn(self._work(), "work")
+
+        async def _work(self) -> None:
+            await asyncio.sleep(0)
+            raise RuntimeError("follower died")
+
+    root = Service("root")
+    child = root.add_child(Child("child"))
+    async with root:
+        await asyncio.wait_for(root.failed.wait(), 1)
+    assert str(child.failure) == "follower died"
+    assert root.failure is child.failure

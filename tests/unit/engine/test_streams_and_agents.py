@@ -314,3 +314,17 @@ async def test_two_agents_on_one_topic_each_decode_with_their_own_codecs():
     dlq = [r for p in testing.broker_for(url).topics["two-parse-dlq"] for r in p]
     assert [r.value for r in dlq] == [b"not json"]
     assert dict(dlq[0].headers)["engine-error"].startswith(b"DecodeError: shared[0]@1: cannot decode")
+
+
+async def test_a_dead_background_task_stops_the_worker_with_its_error():
+    """The reply reader is a background task of the worker; if it dies the worker must not look healthy."""
+    app = engine.App("dead-task", broker=testing.memory_url())
+
+    async def broken(timeout: float, max_records: int) -> dict:
+        raise RuntimeError("reply reader broke")
+
+    worker = engine.Worker(app, app.settings({}))
+    worker.replies.consumer.getmany = broken  # type: ignore[method-assign]
+    await worker.start()
+    with pytest.raises(engine.WorkerFailed, match="reply reader broke"):
+        await asyncio.wait_for(worker.run_until_stopped(), 5)
