@@ -42,6 +42,12 @@ class StoreView(Protocol):
 class PartitionStore(StoreView, Protocol):
     def get(self, key: bytes) -> bytes | None: ...
 
+    def changelog_identity(self) -> bytes | None:
+        """The id of the changelog topic this store reflects (None: not recorded)."""
+
+    def set_changelog_identity(self, identity: bytes) -> None:
+        """Record which changelog topic this store reflects (a recreated topic has another id)."""
+
     def write(self, updates: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
         """Apply puts (bytes) and deletes (None), and record `changelog_offset` if given, atomically."""
 

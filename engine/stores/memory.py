@@ -3,7 +3,7 @@ one backend object, like files would, so the same contract holds as for RocksDB.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.stores.base import StoreError
 
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 class MemoryPartitionStore:
-    def __init__(self, data: dict[bytes, bytes], meta: dict[str, int]) -> None:
+    def __init__(self, data: dict[bytes, bytes], meta: dict[str, Any]) -> None:
         self._data = data
         self._meta = meta
         self._open = True
@@ -38,6 +38,12 @@ class MemoryPartitionStore:
 
     def changelog_offset(self) -> int | None:
         return self._meta.get("offset")
+
+    def changelog_identity(self) -> bytes | None:
+        return self._meta.get("identity")
+
+    def set_changelog_identity(self, identity: bytes) -> None:
+        self._meta["identity"] = identity
 
     def items(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         self._check()
@@ -65,7 +71,7 @@ class MemoryPartitionStore:
 class MemoryStoreBackend:
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
-        self._partitions: dict[tuple[str, int], tuple[dict[bytes, bytes], dict[str, int]]] = {}
+        self._partitions: dict[tuple[str, int], tuple[dict[bytes, bytes], dict[str, Any]]] = {}
 
     def open(self, table: str, partition: int) -> MemoryPartitionStore:
         data, meta = self._partitions.setdefault((table, partition), ({}, {}))

@@ -199,11 +199,16 @@ class TableManager(Service):
         }
         if not stores:
             return
+        admin = self._admin_factory()
+        try:
+            identities = await admin.topic_ids({tp.topic for tp in stores})
+        finally:
+            await admin.close()
         reader = self.transport.consumer(group_id=None)
         await reader.start()
         try:
             label = ", ".join(sorted({tp.topic for tp in stores}))
-            counts = await replay_to_end(reader, stores, self._rebuild, self.progress, label)
+            counts = await replay_to_end(reader, stores, self._rebuild, self.progress, label, identities)
         finally:
             await reader.stop()
         for tp, count in counts.items():

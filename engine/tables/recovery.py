@@ -1,9 +1,10 @@
 """Replaying changelogs into stores: for recovery (to the end, then stop) and for following (forever).
 
 Records go into the store as the raw bytes they are (the changelog key and value encodings are the store's),
-a batch per fetch, with the offset of the batch's last record written atomically alongside. A store whose
-offset does not fit the log (the topic was recreated, truncated or compacted past it) is rebuilt from the
-start, since it may hold keys the log has since deleted.
+a batch per fetch, with the offset of the batch's last record written atomically alongside. A store that
+does not reflect this log is rebuilt from the start, since it may hold keys the log never had or has since
+deleted: one recorded for another topic of the same name (deleted and recreated: its topic id differs), or
+whose offset does not fit the log (truncated, or compacted past it).
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ async def start_positions(
     reader: Consumer,
     stores: Mapping[TP, PartitionStore],
     rebuild: Callable[[TP], PartitionStore],
+    identities: Mapping[str, bytes],
 ) -> tuple[dict[TP, int], dict[TP, int], dict[TP, PartitionStore]]:
-    """Where each partition's replay starts and ends; rebuilds stores that do not fit their log."""
+    """Where each partition's replay starts and ends; rebuilds stores that do not fit their log, and records
+    in each store the id of the log it reflects (`identities`: topic ids, where the broker tells them)."""
     bounds = await reader.offsets(list(stores))
     starts: dict[TP, int] = {}
     ends: dict[TP, int] = {}
@@ -64,13 +67,21 @@ async def start_positions(
     for tp, store in stores.items():
         first, end = bounds[tp]
         stored = store.changelog_offset()
-        if stored is not None and not first - 1 <= stored < end:
+        identity, recorded = identities.get(tp.topic), store.changelog_identity()
+        if identity is not None and recorded is not None and identity != recorded:
+            log.warning("store of %s[%d] reflects another topic of that name (deleted and recreated since); "
+                        "rebuilding it", tp.topic, tp.partition)
+            store = fitted[tp] = rebuild(tp)
+            stored = None
+        elif stored is not None and not first - 1 <= stored < end:
             log.warning(
                 "store of %s[%d] is at changelog offset %d but the log holds [%d, %d); rebuilding it",
                 tp.topic, tp.partition, stored, first, end,
             )
-            fitted[tp] = rebuild(tp)
+            store = fitted[tp] = rebuild(tp)
             stored = None
+        if identity is not None and recorded != identity:
+            store.set_changelog_identity(identity)
         starts[tp] = first if stored is None else stored + 1
         ends[tp] = end
     return starts, ends, fitted
@@ -82,9 +93,10 @@ async def replay_to_end(
     rebuild: Callable[[TP], PartitionStore],
     progress: Progress,
     label: str,
+    identities: Mapping[str, bytes] | None = None,
 ) -> dict[TP, int]:
     """Replay each partition's changelog from its store's offset to the current end; returns counts."""
-    starts, ends, fitted = await start_positions(reader, stores, rebuild)
+    starts, ends, fitted = await start_positions(reader, stores, rebuild, identities or {})
     todo = {tp for tp in fitted if starts[tp] < ends[tp]}
     counts = dict.fromkeys(fitted, 0)
     if not todo:

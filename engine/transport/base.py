@@ -100,6 +100,10 @@ class Admin(Protocol):
     async def describe_topics(self) -> dict[str, int]:
         """Every topic's partition count."""
 
+    async def topic_ids(self, names: Collection[str]) -> dict[str, bytes]:
+        """The id of each existing topic of `names`: its identity, new when a topic is deleted and recreated
+        under the same name. ({} where the broker cannot tell.)"""
+
     async def close(self) -> None: ...
 
 

@@ -22,6 +22,7 @@ from aiokafka.protocol.commit import OffsetCommitRequest
 
 from engine.errors import BrokerUnavailable, DeliveryFailed, MembershipLost, ProducerFenced, TransportError
 from engine.events import TP, Headers, RawRecord
+from engine.transport.kafka_metadata import TopicIdsRequest, topic_ids
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
@@ -347,6 +348,16 @@ class KafkaAdmin:
         except KafkaConnectionError as exc:
             raise _unavailable(self._servers, exc) from exc
         return {t["topic"]: len(t["partitions"]) for t in described if not t.get("error_code")}
+
+    async def topic_ids(self, names: Collection[str]) -> dict[str, bytes]:
+        await self._ensure_started()
+        client = self._client._client  # aiokafka's AIOKafkaClient: sends a request of our own
+        try:
+            response = await client.send(client.get_random_node(), TopicIdsRequest(sorted(names)))
+        except KafkaError as exc:
+            log.warning("cannot read topic ids (%s); changelog identities are not checked", exc)
+            return {}
+        return topic_ids(response)
 
     async def close(self) -> None:
         if self._started:

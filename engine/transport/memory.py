@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -48,6 +49,7 @@ class MemoryBroker:
         self.default_partitions = default_partitions
         self.topics: dict[str, list[list[MemoryRecord]]] = {}
         self.configs: dict[str, Mapping[str, str]] = {}
+        self.ids: dict[str, bytes] = {}  # topic ids: a deleted and recreated topic gets a new one
         self.groups: dict[str, _Group] = {}
         self._waiters: set[asyncio.Future[None]] = set()
         self._sticky = itertools.count()
@@ -63,9 +65,15 @@ class MemoryBroker:
         if name not in self.topics:
             self.topics[name] = [[] for _ in range(partitions)]
             self.configs[name] = dict(config or {})
+            self.ids[name] = uuid.uuid4().bytes
             for group in self.groups.values():
                 if any(name in m.topics for m in group.members):
                     self.rebalance(group)
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and its records (tests: a changelog deleted and recreated)."""
+        for mapping in (self.topics, self.configs, self.ids):
+            mapping.pop(name, None)
 
     def append(
         self, topic: str, key: bytes | None, value: bytes | None, headers: Headers, partition: int | None
@@ -307,6 +315,9 @@ class MemoryAdmin:
 
     async def describe_topics(self) -> dict[str, int]:
         return {name: len(parts) for name, parts in self.broker.topics.items()}
+
+    async def topic_ids(self, names: Collection[str]) -> dict[str, bytes]:
+        return {name: self.broker.ids[name] for name in names if name in self.broker.ids}
 
     async def close(self) -> None:
         return None

@@ -100,6 +100,31 @@ def test_rocksdb_corrupt_store_is_reported_as_such(tmp_path):
     rebuilt.close()
 
 
+def test_rocksdb_garbled_sst_is_corrupt_at_open_not_at_the_first_read(tmp_path):
+    """A garbled data block opens without complaint in RocksDB and fails only when read ("block checksum
+    mismatch", which contains the word "lock": it was once taken for a store in use)."""
+    backend = open_store_backend("rocksdb://", tmp_path)
+    store = backend.open("garbled", 0)
+    store.write({f"key{i:06d}".encode(): b"x" * 40 for i in range(50_000)}, 7)
+    store.close()
+    sst = max((tmp_path / "garbled" / "0").glob("*.sst"), key=lambda f: f.stat().st_size)
+    data = bytearray(sst.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 64] = b"\0" * 64
+    sst.write_bytes(bytes(data))
+    with pytest.raises(StoreCorrupt, match="block checksum mismatch"):
+        backend.open("garbled", 0)
+
+
+def test_changelog_identity_survives_reopen(backend):
+    store = backend.open("ids", 0)
+    assert store.changelog_identity() is None
+    store.set_changelog_identity(b"\x01" * 16)
+    store.close()
+    again = backend.open("ids", 0)
+    assert again.changelog_identity() == b"\x01" * 16
+    again.close()
+
+
 def test_rocksdb_store_in_use_is_a_clear_error(tmp_path):
     backend = open_store_backend("rocksdb://", tmp_path)
     store = backend.open("busy", 0)

@@ -98,6 +98,27 @@ async def test_store_ahead_of_its_changelog_is_rebuilt(tmp_path):
         assert dict(counts2.items()) == {}
 
 
+async def test_store_of_a_recreated_changelog_is_rebuilt_even_once_the_new_log_is_longer(tmp_path):
+    """Offsets cannot tell: the new log has grown past the store's offset. The topic id can."""
+    url = testing.memory_url()
+    app, words, counts = count_app(url, data_dir=str(tmp_path))
+    async with testing.running(app):
+        for i in range(40):
+            await words.send(key=f"w{i % 4}", value=1)
+        await testing.eventually(lambda: sum(v for _, v in counts.items()) == 40)
+    broker = testing.broker_for(url)
+    changelog_topic = "tc-counts-changelog"
+    stored = max(r.offset for r in changelog(url, changelog_topic))
+    broker.delete_topic(changelog_topic)
+    broker.create_topic(changelog_topic, 4, {"cleanup.policy": "compact"})
+    for i in range(4 * (stored + 10)):  # every partition of the new log is longer than any old store
+        broker.append(changelog_topic, f"x{i % 8}".encode(), b"1", (), i % 4)
+    app2, _words2, counts2 = count_app(url, data_dir=str(tmp_path))
+    async with testing.running(app2):
+        await testing.eventually(lambda: len(counts2.active) == 4)
+        assert dict(counts2.items()) == {f"x{i}": 1 for i in range(8)}
+
+
 async def test_deletes_are_tombstones():
     url = testing.memory_url()
     app = engine.App("td", broker=url, store="memory://")
