@@ -77,6 +77,22 @@ async def create_topics(bootstrap: str, names: Iterable[str], partitions: int = 
         await admin.close()
 
 
+async def delete_topic(bootstrap: str, name: str, timeout: float = 30) -> None:
+    """Delete a topic and wait until the broker no longer lists it."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([name])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while name in await admin.list_topics():
+            if loop.time() > deadline:
+                raise AssertionError(f"topic {name!r} still listed {timeout}s after its deletion")
+            await asyncio.sleep(0.2)
+    finally:
+        await admin.close()
+
+
 async def produce(bootstrap: str, topic: str, items: Iterable[tuple[Any, Any]],
                   raw: bool = False) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")

@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import pytest
 
 from engine.partitioner import partition_for
-from tests.integration.helpers import WorkerProcess, create_topics, unique
+from tests.integration.helpers import (
+    WorkerProcess,
+    consume_until,
+    create_topics,
+    delete_topic,
+    latest,
+    produce,
+    unique,
+)
 from tests.integration.rebalance_run import outputs, paced_produce, truth_of, wait_until_complete, words
 from tests.integration.test_rebalances import check
 from tests.kafka.broker import KafkaCluster
@@ -86,3 +95,56 @@ async def test_an_agent_stuck_on_one_event_holds_back_only_its_own_partition(kaf
     finally:
         assert one.terminate(timeout=60) == 0, one.output()[-3000:]
     check(events, counts, closes, exact=False)
+
+
+async def count_through(kafka, tmp_path, app_id: str, topic: str, name: str, data_dir: str,
+                        words: list[str], expected: Counter[str]) -> WorkerProcess:
+    """Run a counting worker, feed it `words`, wait until its changelog holds `expected`, stop it."""
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / data_dir)}
+    process = WorkerProcess("tests.integration.table_apps:app", kafka.url, env, tmp_path / f"{name}.log")
+    try:
+        await process.wait_for_output("tables ready", 90)
+        await produce(kafka.bootstrap, topic, [(w, 1) for w in words])
+        changelog = f"{app_id}-counts-changelog"
+        await consume_until(kafka.bootstrap, changelog, lambda rs: latest(rs) == dict(expected), timeout=90)
+    finally:
+        assert process.terminate() == 0, process.output()[-3000:]
+    return process
+
+
+async def test_a_store_with_a_garbled_sst_is_rebuilt_and_counts_stay_exact(kafka, tmp_path):
+    app_id, topic = unique("garbled"), unique("words")
+    await create_topics(kafka.bootstrap, [topic])
+    first = [f"k{i % 300}" for i in range(6000)]
+    await count_through(kafka, tmp_path, app_id, topic, "first", "data", first, Counter(first))
+    garbled = 0
+    for store in (tmp_path / "data" / app_id / "counts").iterdir():
+        for sst in store.glob("*.sst"):
+            data = bytearray(sst.read_bytes())
+            if len(data) > 1000:
+                data[len(data) // 3:len(data) // 3 + 16] = b"\0" * 16
+                sst.write_bytes(bytes(data))
+                garbled += 1
+    assert garbled, "the stores were flushed to SST files on stop"
+    second = [f"k{i % 300}" for i in range(600)]
+    again = await count_through(kafka, tmp_path, app_id, topic, "again", "data", second,
+                                Counter(first + second))
+    assert "corrupt" in again.output()
+    assert "rebuilding" in again.output()
+
+
+async def test_a_store_of_a_deleted_and_recreated_changelog_is_rebuilt(kafka, tmp_path):
+    """The new changelog grows past the old store's offset before the old store's worker comes back: only
+    the topic id tells the logs apart."""
+    app_id, topic = unique("recreated"), unique("words")
+    await create_topics(kafka.bootstrap, [topic])
+    old = [f"a{i % 20}" for i in range(300)]
+    await count_through(kafka, tmp_path, app_id, topic, "old", "kept", old, Counter(old))
+    changelog = f"{app_id}-counts-changelog"
+    await delete_topic(kafka.bootstrap, changelog)
+    # Another worker, with no stores, starts over: a new changelog, longer than the old one ever was.
+    fresh = [f"b{i % 600}" for i in range(1800)]
+    await count_through(kafka, tmp_path, app_id, topic, "fresh", "other", fresh, Counter(fresh))
+    more = [f"b{i % 600}" for i in range(600)]
+    back = await count_through(kafka, tmp_path, app_id, topic, "back", "kept", more, Counter(fresh + more))
+    assert "reflects another topic of that name" in back.output()
