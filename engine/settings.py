@@ -36,7 +36,7 @@ class Settings:
     shutdown_timeout: timedelta = timedelta(seconds=10)
     stuck_event_warning: timedelta = timedelta(seconds=10)
     topic_partitions: int = 4
-    topic_replication: int = 1
+    topic_replication: int | None = None  # None: the broker's default.replication.factor
     mailbox_size: int = 1000
     max_poll_records: int = 1000
     store: str = "rocksdb://"
@@ -75,6 +75,8 @@ def validate(s: Settings) -> None:
             _fail(name, value, "expected a positive duration (seconds or timedelta)")
     for name in ("topic_partitions", "topic_replication", "mailbox_size", "max_poll_records"):
         value = getattr(s, name)
+        if name == "topic_replication" and value is None:
+            continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             _fail(name, value, "expected an integer of at least 1")
     if s.store.split("://", 1)[0] not in ("rocksdb", "memory") or "://" not in s.store:

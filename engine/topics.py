@@ -54,7 +54,7 @@ class Topic:
         if value is not None:
             self.value_codec = value
 
-    def spec(self, default_partitions: int, default_replication: int) -> TopicSpec:
+    def spec(self, default_partitions: int, default_replication: int | None) -> TopicSpec:
         return TopicSpec(
             self.name,
             self.partitions or default_partitions,

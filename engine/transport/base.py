@@ -18,7 +18,7 @@ PartitionsCallback = Callable[[set[TP]], Awaitable[None]]
 class TopicSpec:
     name: str
     partitions: int
-    replication: int = 1
+    replication: int | None = None  # None: the broker's default
     config: Mapping[str, str] = field(default_factory=dict)
 
 

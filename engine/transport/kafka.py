@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.errors import ProducerFenced as KafkaProducerFenced
@@ -22,7 +22,7 @@ from aiokafka.protocol.commit import OffsetCommitRequest
 
 from engine.errors import BrokerUnavailable, DeliveryFailed, MembershipLost, ProducerFenced, TransportError
 from engine.events import TP, Headers, RawRecord
-from engine.transport.kafka_metadata import TopicIdsRequest, topic_ids
+from engine.transport.kafka_protocol import BROKER_DEFAULT, CreateTopicsRequest, TopicIdsRequest, topic_ids
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TOPIC_ALREADY_EXISTS = 36
+CREATE_TIMEOUT_MS = 30_000
 
 
 async def _stop_quietly(client: Any, what: str) -> None:
@@ -321,19 +322,22 @@ class KafkaAdmin:
         await self._ensure_started()
         existing = await self.describe_topics()
         new = [
-            NewTopic(s.name, s.partitions, s.replication, topic_configs=dict(s.config))
+            (s.name, s.partitions, BROKER_DEFAULT if s.replication is None else s.replication, dict(s.config))
             for s in specs if s.name not in existing
         ]
         if not new:
             return
-        response = await self._client.create_topics(new)
+        try:
+            response = await self._client._send_to_controller(CreateTopicsRequest(new, CREATE_TIMEOUT_MS))
+        except KafkaError as exc:
+            raise TransportError(f"cannot create topics {sorted(t[0] for t in new)}: {exc}") from exc
         for topic, code, *rest in response.topic_errors:
             if code not in (0, TOPIC_ALREADY_EXISTS):
                 message = rest[0] if rest else ""
                 raise TransportError(f"cannot create topic {topic!r}: error {code} {message}")
         # Created is not yet visible: metadata reaches the brokers asynchronously. Return only once every
         # new topic can be described, so callers may rely on it (partition counts, assignment).
-        names = {t.name for t in new}
+        names = {t[0] for t in new}
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 30
         while not names <= (await self.describe_topics()).keys():

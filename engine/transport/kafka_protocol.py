@@ -1,10 +1,12 @@
-"""Topic ids, which aiokafka 0.14 cannot ask for: its Metadata requests stop at v5, and ids came with v10.
+"""Two Kafka requests aiokafka 0.14 cannot make, built on its own protocol classes. Part of the Kafka
+transport (with kafka.py, the only modules that import aiokafka).
 
-A topic id is the identity of a topic: deleting and recreating a topic keeps its name and gives it a new id.
-Stores remember the id of the changelog they reflect, so a store is never kept against a changelog that was
-deleted and recreated (once the new log grows past the store's offset, offsets alone cannot tell). This
-module is the one Metadata v12 request we need, built on aiokafka's own protocol classes; it is part of the
-Kafka transport (the only place aiokafka is imported).
+- Topic ids (Metadata v12; aiokafka's Metadata stops at v5, ids came with v10). A topic id is the identity of
+  a topic: deleting and recreating a topic keeps its name and gives it a new id. Stores remember the id of
+  the changelog they reflect, so a store is never kept against a changelog that was deleted and recreated
+  (once the new log grows past the store's offset, offsets alone cannot tell).
+- CreateTopics v4 (aiokafka's stops at v3), which accepts -1 for "the broker's default" replication factor
+  (KIP-464): internal topics get the cluster's own default, as Kafka Streams does, instead of 1.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from aiokafka.protocol.abstract import AbstractType
+from aiokafka.protocol.admin import CreateTopicsRequest_v3, CreateTopicsResponse_v3
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Boolean, CompactArray, CompactString, Int16, Int32, Schema, TaggedFields
 
@@ -82,3 +85,30 @@ def topic_ids(response: Any) -> dict[str, bytes]:
     """name -> id of each topic the response describes without error."""
     described = response.topics
     return {name: topic_id for error, name, topic_id, *_ in described if not error and topic_id != NO_ID}
+
+
+BROKER_DEFAULT = -1  # replication factor (and partition count): whatever the broker is configured with
+
+
+class CreateTopicsResponse_v4(CreateTopicsResponse_v3):  # type: ignore[misc]  # (as above)
+    API_VERSION = 4
+
+
+class CreateTopicsRequest_v4(CreateTopicsRequest_v3):  # type: ignore[misc]  # (as above): v3's layout, -1 allowed
+    API_VERSION = 4
+    RESPONSE_TYPE = CreateTopicsResponse_v4
+
+
+class CreateTopicsRequest(Request[CreateTopicsRequest_v4]):  # type: ignore[misc]  # (as above)
+    API_KEY = 19
+
+    def __init__(self, topics: list[tuple[str, int, int, dict[str, str]]], timeout_ms: int) -> None:
+        self._topics = topics  # (name, partitions, replication factor or BROKER_DEFAULT, config)
+        self._timeout_ms = timeout_ms
+
+    def build(self, request_struct_class: type[CreateTopicsRequest_v4]) -> CreateTopicsRequest_v4:
+        topics: list[tuple[Any, ...]] = [
+            (name, partitions, replication, [], list(config.items()))
+            for name, partitions, replication, config in self._topics
+        ]
+        return request_struct_class(topics, self._timeout_ms, False)
