@@ -1,13 +1,14 @@
 """Rebalance stall: how long partitions stop processing when a worker joins and when one leaves, and how
 many events are processed twice.
 
-    .venv/bin/python -m benchmarks.rebalance [--rate 2000] [--seconds 30] [--guarantee at_least_once]
+    .venv/bin/python -m benchmarks.rebalance [--rate 2000] [--seconds 30] [--guarantee both] [--delay 0.0005]
 
 A producer sends `rate` events/s for `seconds` to a 4-partition topic. Worker A (`engine worker`) runs from
 the start; worker B joins at 1/3 of the run; A leaves with SIGTERM at 2/3. The app sends every processed
 event on with its partition and processing time; read back (read_committed), each partition's longest gap
 between two processed events around the join and around the leave is its stall (at 2,000 events/s a
 partition normally goes about 2 ms without an event). Events seen more than once were processed twice.
+`--delay` gives the agent that many seconds of work per event (a slow agent, whose worker falls behind).
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ import uuid
 from pathlib import Path
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from benchmarks.common import broker, create_topics, median, parser
+from tests.integration.rebalance_run import paced_produce
 
-ROOT = Path(__file__).resolve().parents[1]
+# The engine the workers run: this checkout, or another one (BENCH_ENGINE_ROOT) to compare before and after.
+ROOT = Path(os.environ.get("BENCH_ENGINE_ROOT") or Path(__file__).resolve().parents[1])
 
 
 def start_worker(env: dict[str, str], data_dir: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -37,27 +40,6 @@ def start_worker(env: dict[str, str], data_dir: Path, log: Path) -> subprocess.P
             [sys.executable, "-m", "cli.main", "worker", "-A", "benchmarks.peers.engine_rebalance_app:app",
              "--data-dir", str(data_dir), "--loglevel", "INFO"],
             cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
-
-
-async def produce(bootstrap: str, topic: str, rate: float, seconds: float,
-                  marks: dict[float, object]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=2, acks="all", enable_idempotence=True)
-    await producer.start()
-    try:
-        started = time.monotonic()
-        total = int(rate * seconds)
-        pending = sorted(marks.items())
-        for i in range(total):
-            while pending and i >= pending[0][0] * total:
-                pending.pop(0)[1]()  # type: ignore[operator]
-            await producer.send(topic, orjson.dumps({"id": i}), key=f"k{i % 1000}".encode())
-            if i % 20 == 0:
-                ahead = started + i / rate - time.monotonic()
-                if ahead > 0:
-                    await asyncio.sleep(ahead)
-        await producer.flush()
-    finally:
-        await producer.stop()
 
 
 async def read_outputs(bootstrap: str, topic: str, expected: int, timeout: float = 120) -> list[dict]:
@@ -85,23 +67,23 @@ async def read_outputs(bootstrap: str, topic: str, expected: int, timeout: float
         await consumer.stop()
 
 
-def stalls(values: list[dict], around: float, span: float = 20.0) -> dict[int, float]:
-    """Each partition's longest gap between processed events in [around - 1, around + span]."""
+def stalls(values: list[dict], around: float, until: float) -> dict[int, float]:
+    """Each partition's longest gap between processed events in [around - 1, until)."""
     out = {}
     for partition in range(4):
         times = sorted(v["at"] for v in values
-                       if v["p"] == partition and around - 1 <= v["at"] <= around + span)
+                       if v["p"] == partition and around - 1 <= v["at"] < until)
         out[partition] = max((b - a for a, b in itertools.pairwise(times)), default=float("nan"))
     return out
 
 
-async def run(bootstrap: str, rate: float, seconds: float, guarantee: str) -> None:
+async def run(bootstrap: str, rate: float, seconds: float, guarantee: str, delay: float) -> None:
     app_id = f"rebalance-{uuid.uuid4().hex[:8]}"
     topic, out_topic = f"{app_id}-in", f"{app_id}-out"
     await create_topics(bootstrap, [topic, out_topic], 4)
     work = Path(tempfile.mkdtemp(prefix="bench-rebalance-"))
     env = {"BENCH_BOOTSTRAP": bootstrap, "BENCH_GROUP": app_id, "BENCH_TOPIC": topic,
-           "BENCH_OUT_TOPIC": out_topic, "BENCH_GUARANTEE": guarantee}
+           "BENCH_OUT_TOPIC": out_topic, "BENCH_GUARANTEE": guarantee, "BENCH_DELAY": str(delay)}
     first = start_worker(env, work / "a", work / "a.log")
     while "tables ready" not in (work / "a.log").read_text(errors="replace"):  # noqa: ASYNC110  # a log file
         await asyncio.sleep(0.2)
@@ -116,8 +98,9 @@ async def run(bootstrap: str, rate: float, seconds: float, guarantee: str) -> No
         moments["leave"] = time.time()
         first.send_signal(signal.SIGTERM)
 
-    await produce(bootstrap, topic, rate, seconds, {1 / 3: join, 2 / 3: leave})
     total = int(rate * seconds)
+    events = [(f"k{i % 1000}", {"id": i}) for i in range(total)]
+    await paced_produce(bootstrap, topic, events, rate=rate, at={1 / 3: join, 2 / 3: leave})
     values = await read_outputs(bootstrap, out_topic, total)
     for worker in workers:
         worker.send_signal(signal.SIGTERM)
@@ -125,9 +108,11 @@ async def run(bootstrap: str, rate: float, seconds: float, guarantee: str) -> No
     ids = [v["id"] for v in values]
     twice = len(ids) - len(set(ids))
     missing = total - len(set(ids))
-    print(f"{guarantee}: {total} events at {rate:g}/s; processed twice: {twice}; never processed: {missing}")
-    for moment in ("join", "leave"):
-        gaps = stalls(values, moments[moment])
+    print(f"{guarantee}: {total} events at {rate:g}/s, {delay * 1000:g} ms of work each; processed twice: "
+          f"{twice}; never processed: {missing}")
+    windows = {"join": (moments["join"], moments["leave"]), "leave": (moments["leave"], float("inf"))}
+    for moment, (around, until) in windows.items():
+        gaps = stalls(values, around, until)
         shown = ", ".join(f"p{p} {g:.2f}s" for p, g in gaps.items())
         print(f"  {moment}: longest stall per partition {shown}; max {max(gaps.values()):.2f}s, "
               f"median {median(list(gaps.values())):.2f}s")
@@ -139,11 +124,12 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=2000)
     p.add_argument("--seconds", type=float, default=30)
     p.add_argument("--guarantee", choices=["at_least_once", "exactly_once", "both"], default="both")
+    p.add_argument("--delay", type=float, default=0.0)
     args = p.parse_args()
     guarantees = ["at_least_once", "exactly_once"] if args.guarantee == "both" else [args.guarantee]
     with broker(args.broker) as bootstrap:
         for guarantee in guarantees:
-            asyncio.run(run(bootstrap, args.rate, args.seconds, guarantee))
+            asyncio.run(run(bootstrap, args.rate, args.seconds, guarantee, args.delay))
 
 
 if __name__ == "__main__":

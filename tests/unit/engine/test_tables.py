@@ -81,14 +81,20 @@ async def test_restart_without_stores_rebuilds_from_the_changelog(tmp_path):
         await testing.eventually(lambda: counts2["w0"] == before["w0"] + 5)
 
 
-async def test_store_ahead_of_its_changelog_is_rebuilt(tmp_path):
-    """A store whose offset the log does not have (the topic was recreated) is rebuilt, not trusted."""
+async def count_forty(tmp_path) -> str:
+    """Count 40 words into RocksDB stores in tmp_path on a new memory broker; returns its URL."""
     url = testing.memory_url()
     app, words, counts = count_app(url, data_dir=str(tmp_path))
     async with testing.running(app):
         for i in range(40):
             await words.send(key=f"w{i % 4}", value=1)
         await testing.eventually(lambda: sum(v for _, v in counts.items()) == 40)
+    return url
+
+
+async def test_store_ahead_of_its_changelog_is_rebuilt(tmp_path):
+    """A store whose offset the log does not have (the topic was recreated) is rebuilt, not trusted."""
+    url = await count_forty(tmp_path)
     broker = testing.broker_for(url)
     for log in broker.topics["tc-counts-changelog"]:
         log.clear()  # the changelog is gone: every store is now ahead of it
@@ -100,12 +106,7 @@ async def test_store_ahead_of_its_changelog_is_rebuilt(tmp_path):
 
 async def test_store_of_a_recreated_changelog_is_rebuilt_even_once_the_new_log_is_longer(tmp_path):
     """Offsets cannot tell: the new log has grown past the store's offset. The topic id can."""
-    url = testing.memory_url()
-    app, words, counts = count_app(url, data_dir=str(tmp_path))
-    async with testing.running(app):
-        for i in range(40):
-            await words.send(key=f"w{i % 4}", value=1)
-        await testing.eventually(lambda: sum(v for _, v in counts.items()) == 40)
+    url = await count_forty(tmp_path)
     broker = testing.broker_for(url)
     changelog_topic = "tc-counts-changelog"
     stored = max(r.offset for r in changelog(url, changelog_topic))
