@@ -4,10 +4,11 @@ The at-least-once rule: a partition's offset is committed only after everything 
 is durable. A checkpoint therefore
 1. takes the cut (OPEN -> PREPARED): each live lease's committable offset, and every table partition's
    buffered writes and closed windows, in one synchronous step, so no event lands half in and half out;
-2. confirms that this worker still belongs to the group (at-least-once: a frozen worker woken after its
-   session expired must not overwrite the changelog its partitions' new owners write), then sends the
-   buffers to the changelogs and flushes the producer, or, under exactly-once, commits the transaction that
-   holds them, everything agents sent, and the source offsets (-> SENT);
+2. sends the buffers to the changelogs in each task's transaction (engine.transactions) and commits those,
+   then flushes what agents sent (at-least-once: after asking the group whether this worker still belongs
+   to it), or, under exactly-once, commits each task's transaction with everything agents sent in it and
+   its source offsets (-> SENT). The changelog transactions are what fence a worker frozen mid-flush: the
+   partitions' new owner started the same tasks' producers, so its stale records are aborted, never read;
 3. writes the stores with the changelog offsets the records got, commits the offsets (at-least-once) and
    marks them committed on the leases (-> COMMITTED).
 If step 2 fails the cut is ABORTED: its buffers go back under newer writes (nothing was committed past
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from engine.leases import Lease, Leases
     from engine.quiesce import Quiesce
     from engine.tables.manager import Pending, TableManager
+    from engine.transactions import TaskProducers
     from engine.transport.base import Consumer, Producer
 
 log = logging.getLogger(__name__)
@@ -97,7 +99,9 @@ class Checkpointer:
         group_id: str,
         quiesce: Quiesce | None,
         busy: Callable[[], list[tuple[str, Event]]],
+        tasks: TaskProducers | None = None,
     ) -> None:
+        self.tasks = tasks  # the per-task transactions changelogs are written in (at-least-once too)
         self.leases = leases
         self.consumer = consumer
         self.producer = producer
@@ -156,7 +160,16 @@ class Checkpointer:
             if transactional:
                 await self.producer.commit_transaction(offsets, self.group_id)
             else:
+                failed: TransactionsFailed | None = None
+                tasks = self.tasks
+                if tasks is not None and tasks.transactional:
+                    try:
+                        await tasks.commit_transaction({}, self.group_id)  # the changelogs' transactions
+                    except TransactionsFailed as exc:
+                        failed = exc  # (after the flush: the other partitions' offsets need it)
                 await self.producer.flush()  # DeliveryFailed propagates: never commit past a lost send
+                if failed is not None:
+                    raise failed
         except TransactionsFailed as exc:
             # Exactly-once, per task: the tasks that committed are done; the failed ones roll back to their
             # last commit (their writes are dropped, not retried: their events are processed again).

@@ -60,6 +60,7 @@ class Conductor(Service):
         admin_factory: Callable[[], Admin],
         *,
         tables: TableManager | None = None,
+        tasks: TaskProducers | None = None,
     ) -> None:
         super().__init__("conductor")
         self.tables = tables
@@ -83,13 +84,13 @@ class Conductor(Service):
         self.quiesce = Quiesce() if self.exactly_once else None
         self.checkpoints = Checkpointer(
             leases=self.leases, consumer=self.consumer, producer=producer, tables=tables,
-            group_id=settings.app_id, quiesce=self.quiesce, busy=self.busy_events,
+            group_id=settings.app_id, quiesce=self.quiesce, busy=self.busy_events, tasks=tasks,
         )
         self.rebalancer = Rebalancer(
             leases=self.leases, consumer=self.consumer, pauses=self.pauses, checkpoints=self.checkpoints,
             tables=tables, drop_queued=self.drop_queued,
             spawn=lambda coro, name: self.spawn(coro, name),
-            producers=producer if isinstance(producer, TaskProducers) else None,
+            producers=tasks,
             revoke_wait=min(settings.shutdown_timeout.total_seconds(), 5.0),
         )
 

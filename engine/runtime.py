@@ -70,18 +70,25 @@ class Worker(Service):
         self.settings = settings
         self.transport = open_transport(settings.broker, settings.broker_options)
         exactly_once = settings.processing_guarantee == "exactly_once"
+        # Changelogs are written in per-task transactions under both guarantees, so that a worker that lost
+        # its partitions (frozen past its session timeout mid-flush) is fenced and its stale records are
+        # aborted: at-least-once may process an event twice, but must never let a stale value win.
+        # Exactly-once puts everything agents send into the same transactions.
+        tasks = (TaskProducers(self.transport, app.id, worker_identity(settings))
+                 if exactly_once or app.tables else None)
         self.producer: Producer = (
-            TaskProducers(self.transport, app.id, worker_identity(settings)) if exactly_once
-            else self.transport.producer(None)
+            tasks if exactly_once and tasks is not None else self.transport.producer(None)
         )
         self.add_child(_ProducerService(self.producer))
+        if tasks is not None and tasks is not self.producer:
+            self.add_child(_ProducerService(tasks))
         self.replies = self.add_child(ReplyService(self.transport, f"{app.id}-replies"))
         self.tables = self.add_child(TableManager(
-            app.tables.values(), transport=self.transport, settings=settings, producer=self.producer,
+            app.tables.values(), transport=self.transport, settings=settings, producer=tasks or self.producer,
             admin_factory=self.transport.admin,
         )) if app.tables else None
         self.conductor = Conductor(self.transport, settings, self.producer, self.transport.admin,
-                                   tables=self.tables)
+                                   tables=self.tables, tasks=tasks)
         self.internal_topics: dict[str, Topic] = {}
         self.runners = [
             self.add_child(AgentRunner(

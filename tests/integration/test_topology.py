@@ -1,0 +1,79 @@
+"""Repartitioning on a real broker: group_by re-keys a stream through `<app>-<name>-repartition`, with two
+workers sharing (and moving) the partitions, and the windows after it are on the orders' own event time,
+out-of-order arrivals included. Checked against ground truth computed from the orders."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+import pytest
+
+from tests.integration.helpers import WorkerProcess, create_topics, latest, read_all, unique
+from tests.integration.rebalance_run import CLOSE_AT, START, closed_windows, paced_produce
+
+pytestmark = pytest.mark.kafka
+
+CUSTOMERS = [f"c{n:02d}" for n in range(30)]
+
+
+def orders(count: int) -> list[tuple[str, dict]]:
+    """Keyed by order id; 100 per second of event time, each pair of neighbours swapped (out of order within
+    the 5 s grace); then one far-future order per customer so that every window closes."""
+    made = [{"id": i, "customer": CUSTOMERS[(i * 7) % len(CUSTOMERS)], "at": START + i / 100,
+             "amount": i % 13} for i in range(count)]
+    for i in range(0, count - 1, 2):
+        made[i], made[i + 1] = made[i + 1], made[i]
+    closing = [{"id": -n - 1, "customer": c, "at": CLOSE_AT, "amount": 0} for n, c in enumerate(CUSTOMERS)]
+    return [(f"order-{o['id']}", o) for o in made + closing]
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+async def test_group_by_re_keys_across_workers_and_windows_stay_on_event_time(kafka, tmp_path, guarantee):
+    app_id, topic = unique("topology"), unique("orders")
+    await create_topics(kafka.bootstrap, [topic])
+    events = orders(8_000)
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_GUARANTEE": guarantee}
+
+    def worker(name: str) -> WorkerProcess:
+        return WorkerProcess("tests.integration.topology_apps:app", kafka.url,
+                             {**env, "ENGINE_DATA_DIR": str(tmp_path / name)}, tmp_path / f"{name}.log")
+
+    first = worker("first")
+    joined: list[WorkerProcess] = []
+    truth_windows = Counter((o["customer"], int(o["at"]) // 10 * 10) for _, o in events if o["at"] < CLOSE_AT)
+    truth_spent: Counter[str] = Counter()
+    for _, o in events:
+        truth_spent[o["customer"]] += o["amount"]
+    try:
+        await first.wait_for_output("tables ready", 90)
+        await paced_produce(kafka.bootstrap, topic, events, rate=1000,
+                            at={0.4: lambda: joined.append(worker("second"))})
+        deadline = time.monotonic() + 120
+        while True:
+            closes = closed_windows(await read_all(kafka.bootstrap, f"{app_id}-per-customer-closed",
+                                                   isolation_level="read_committed"))
+            spent = latest(await read_all(kafka.bootstrap, f"{app_id}-spent-changelog",
+                                          isolation_level="read_committed"))
+            if set(truth_windows) <= {(k, s) for k, s, _ in closes} and all(
+                    spent.get(c, 0) >= n for c, n in truth_spent.items()):
+                break
+            assert time.monotonic() < deadline, (
+                f"{len(set(truth_windows) - {(k, s) for k, s, _ in closes})} windows never closed; "
+                f"log: {first.output()[-2000:]}")
+            await asyncio.sleep(1)
+    finally:
+        assert first.terminate() == 0, first.output()[-3000:]
+        for other in joined:
+            assert other.terminate() == 0, other.output()[-3000:]
+    assert joined
+    assert "assigned" in joined[0].output()
+    values = {(k, s): v for k, s, v in closes}
+    if guarantee == "exactly_once":
+        assert spent == dict(truth_spent)
+        assert Counter((k, s) for k, s, _ in closes) == Counter(dict.fromkeys(truth_windows, 1))
+        assert {w: values[w] for w in truth_windows} == dict(truth_windows)
+    else:
+        assert [c for c, n in truth_spent.items() if spent[c] < n] == []
+        assert [w for w, n in truth_windows.items() if values[w] < n] == []
