@@ -35,7 +35,7 @@ from engine.topics import decode_error
 from engine.transactions import TaskProducers, TransactionsFailed
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection
+    from collections.abc import Awaitable, Callable, Collection
 
     from agents import Mailbox
     from engine.runner import AgentRunner
@@ -61,8 +61,10 @@ class Conductor(Service):
         *,
         tables: TableManager | None = None,
         tasks: TaskProducers | None = None,
+        declared: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__("conductor")
+        self._declared = declared  # until the agents declared what they read
         self.tables = tables
         self.settings = settings
         self.producer = producer
@@ -79,7 +81,7 @@ class Conductor(Service):
         self.pauses = Pauses(self.consumer)
         self._parked: dict[TP, Parked] = {}
         self._fetcher: asyncio.Task[None] | None = None
-        self._started = False
+        self._subscribed = False
         self.exactly_once = settings.processing_guarantee == "exactly_once"
         self.quiesce = Quiesce() if self.exactly_once else None
         self.checkpoints = Checkpointer(
@@ -103,17 +105,22 @@ class Conductor(Service):
 
     def add_route(self, topic: Topic, runner: AgentRunner) -> None:
         self.routes.setdefault(topic.name, []).append((topic, runner))
-        if self._started:
+        if self._subscribed:  # a topic an agent reads only from now on: subscribed with the next rebalance
             self.spawn(self._subscribe_new(topic), f"subscribe:{topic.name}")
 
-    async def _subscribe_new(self, topic: Topic) -> None:
+    async def _create(self, topics: list[Topic]) -> None:
+        """Create the topics that do not exist yet (internal repartition topics, mostly), so that the broker
+        never auto-creates one with its own partition count when the first record is sent to it."""
         admin = self._admin_factory()
         try:
-            await admin.create_topics(
-                [topic.spec(self.settings.topic_partitions, self.settings.topic_replication)]
-            )
+            settings = self.settings
+            await admin.create_topics([t.spec(settings.topic_partitions, settings.topic_replication)
+                                       for t in topics])
         finally:
             await admin.close()
+
+    async def _subscribe_new(self, topic: Topic) -> None:
+        await self._create([topic])
         self.consumer.subscribe(sorted(self.routes))
 
     def runners(self) -> list[AgentRunner]:
@@ -126,10 +133,15 @@ class Conductor(Service):
     # -- lifecycle ----------------------------------------------------------------------------------
 
     async def on_start(self) -> None:
+        # Subscribe once, before the first fetch, to everything the agents read: their declared pipelines
+        # included (a group_by's repartition topic is known only once its agent started iterating).
+        if self._declared is not None:
+            await self._declared()
         if self.routes:
+            await self._create([topic for routes in self.routes.values() for topic, _ in routes])
             self.consumer.subscribe(sorted(self.routes))
+        self._subscribed = True
         await self.consumer.start()
-        self._started = True
         if self.routes:
             self._fetcher = self.spawn(self._fetch_loop(), "fetch")
         self.spawn(self._commit_loop(), "commit")

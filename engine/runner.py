@@ -9,6 +9,7 @@ crash with no current event goes to the supervisor, which restarts the instance 
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Callable
@@ -67,6 +68,9 @@ class _InstanceContext:
     def opened(self, stream: Stream) -> None:
         self.streams.append(stream)
 
+    def pulling(self) -> None:
+        self.runner.declared[self.index].set()
+
     @property
     def quiesce(self) -> Quiesce | None:
         return self.runner.quiesce
@@ -112,6 +116,8 @@ class AgentRunner(Service):
         ))
         self._extra: dict[str, list[Mailbox[Event]]] = {}
         self._contexts: dict[int, _InstanceContext] = {}  # the current run of each instance
+        # Set once each instance first pulls an event: its pipeline (group_by, through) is declared.
+        self.declared = [asyncio.Event() for _ in range(agent.concurrency)]
 
     # -- routing ------------------------------------------------------------------------------------
 
@@ -130,6 +136,17 @@ class AgentRunner(Service):
         if boxes is None:
             return self.group.mailboxes[partition % self.agent.concurrency]
         return boxes[partition % self.agent.concurrency]
+
+    async def wait_declared(self, timeout: float) -> None:
+        """Until every instance declared its pipeline (or `timeout`: an agent that awaits something else
+        before iterating subscribes its topics later, when it gets there)."""
+        try:
+            async with asyncio.timeout(timeout):
+                for declared in self.declared:
+                    await declared.wait()
+        except TimeoutError:
+            log.info("agent %s has not started iterating within %gs; topics it reads later are subscribed "
+                     "then", self.agent.name, timeout)
 
     def current_events(self) -> list[Event]:
         """The event each instance is inside now (none for an idle instance)."""

@@ -35,6 +35,8 @@ from engine.tables.manager import TableManager
 
 log = logging.getLogger(__name__)
 
+DECLARE_TIMEOUT = 2.0  # seconds agents get, at start, to reach their first event (declaring what they read)
+
 
 class _ProducerService(Service):
     def __init__(self, producer: Producer | TaskProducers) -> None:
@@ -88,7 +90,7 @@ class Worker(Service):
             admin_factory=self.transport.admin,
         )) if app.tables else None
         self.conductor = Conductor(self.transport, settings, self.producer, self.transport.admin,
-                                   tables=self.tables, tasks=tasks)
+                                   tables=self.tables, tasks=tasks, declared=self._agents_declared)
         self.internal_topics: dict[str, Topic] = {}
         self.runners = [
             self.add_child(AgentRunner(
@@ -104,6 +106,9 @@ class Worker(Service):
         self.add_child(self.conductor)
         self.add_child(Watchdog(self.conductor.busy_events, settings.stuck_event_warning.total_seconds()))
         self._stopping = asyncio.Event()
+
+    async def _agents_declared(self) -> None:
+        await asyncio.gather(*(runner.wait_declared(DECLARE_TIMEOUT) for runner in self.runners))
 
     def _internal_topic(self, name: str, like: Topic | None) -> Topic:
         full = f"{self.settings.app_id}-{name}"

@@ -5,8 +5,9 @@ an event counts as processed only after the agent's body finished with it (inclu
 to sinks). Operators wrap the root and keep that rule: a filtered-out event is acked when the next is pulled,
 `take` holds every event of a batch until the batch is done.
 
-`through(topic)` and `group_by(key, name=)` forward each value to a topic and continue from that topic. The
-forwarding runs on the agent's own task, inside `__anext__`: no background task to orphan, and an error
+`through(topic)` and `group_by(key, name=)` forward each value to a topic and continue from that topic, with
+the source record's headers and its event time as the record timestamp. The forwarding runs on the agent's
+own task, inside `__anext__`: no background task to orphan, and an error
 upstream (a failing key function, a poison value) surfaces in the agent body, where its error policy applies.
 """
 
@@ -45,6 +46,10 @@ class StreamContext(Protocol):
 
     def opened(self, stream: Stream) -> None:
         """Track a root stream so the worker can release what it holds if the agent crashes."""
+
+    def pulling(self) -> None:
+        """The agent asked for its first event: every operator of its pipeline (group_by, through) is
+        declared by now, so the worker knows every topic it must subscribe before it fetches."""
 
     @property
     def quiesce(self) -> Quiesce | None:
@@ -251,6 +256,7 @@ class Stream(_Operators):
         self._pump: asyncio.Task[Any] | None = None
         self._get: asyncio.Task[Event] | None = None
         self._quiesce = context.quiesce
+        self._pulled = False
         context.opened(self)
 
     @property
@@ -261,6 +267,9 @@ class Stream(_Operators):
         return self
 
     async def __anext__(self) -> Any:
+        if not self._pulled:
+            self._pulled = True
+            self.context.pulling()
         quiesce = self._quiesce  # None unless exactly-once: then checkpoints pause agents between events
         event = self._current
         if event is not None:
@@ -346,7 +355,13 @@ class Stream(_Operators):
         event = root.current_event
         try:
             key = self._key(value) if self._key is not None else (event.key if event else None)
-            await self._target.send(key=key, value=value)
+            if event is None:
+                await self._target.send(key=key, value=value)
+            else:
+                # The record keeps its event time (the source's extractor applied, as Kafka Streams does)
+                # and its headers: windows after a repartition are on event time, not on the clock.
+                at = root.topic.event_time_ms(event) if root.topic is not None else event.record.timestamp
+                await self._target.send(key=key, value=value, headers=event.headers, timestamp_ms=at)
         except Exception as exc:
             raise UpstreamError(event, exc) from exc
         if event is not None and not root._holding:

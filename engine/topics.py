@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from engine.codecs import Codec, codec_for
@@ -12,7 +13,7 @@ if TYPE_CHECKING:
     import asyncio
     from collections.abc import Awaitable, Callable, Mapping
 
-    from engine.events import Headers, RawRecord
+    from engine.events import Event, Headers, RawRecord
     from engine.transport.base import Producer
 
 
@@ -73,6 +74,7 @@ class Topic:
         value: Any = None,
         headers: Headers | None = None,
         partition: int | None = None,
+        timestamp_ms: int | None = None,
     ) -> Awaitable[asyncio.Future[object]]:
         """Encode a record and return the awaitable that enqueues it; `await topic.send(...)` returns once
         it is enqueued, with a future that resolves when the broker acknowledged it. (A plain function
@@ -88,8 +90,14 @@ class Topic:
         elif key is not None and not isinstance(key, bytes):
             key = self.key_codec.encode(key)  # raises a clear EncodeError
         return producer.send(
-            self.name, key, self.value_codec.encode(value), headers=headers, partition=partition
+            self.name, key, self.value_codec.encode(value), headers=headers, partition=partition,
+            timestamp_ms=timestamp_ms,
         )
+
+    def event_time_ms(self, event: Event) -> int:
+        """The event time of an event read from this topic: its `timestamp=` extractor applied to the value
+        (seconds or datetime), else the record's timestamp."""
+        return event_time_ms(self.timestamp, event)
 
     def decode(self, record: RawRecord) -> tuple[Any, Any]:
         try:
@@ -99,6 +107,17 @@ class Topic:
 
     def __repr__(self) -> str:
         return f"<Topic {self.name!r}>"
+
+
+def event_time_ms(extract: Callable[[Any], Any] | None, event: Event) -> int:
+    """Event time in ms: `extract(value)` (seconds or datetime), or the record's timestamp."""
+    if extract is None:
+        return event.record.timestamp
+    value = extract(event.value)
+    if isinstance(value, datetime):
+        return round(value.timestamp() * 1000)
+    seconds: float = value
+    return round(seconds * 1000)
 
 
 def decode_error(record: RawRecord, error: DecodeError) -> DecodeError:

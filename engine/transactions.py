@@ -116,6 +116,7 @@ class TaskProducers:
         *,
         headers: Headers | None = None,
         partition: int | None = None,
+        timestamp_ms: int | None = None,
     ) -> asyncio.Future[object]:
         event = current_event.get()
         if event is None:
@@ -125,7 +126,8 @@ class TaskProducers:
                 raise PartitionMigrated(f"{event.topic}[{event.partition}] moved while offset {event.offset} "
                                         "was processed; its new owner processes it")
             producer = self.for_partition(event.partition)
-        return await producer.send(topic, key, value, headers=headers, partition=partition)
+        return await producer.send(topic, key, value, headers=headers, partition=partition,
+                                   timestamp_ms=timestamp_ms)
 
     async def flush(self) -> None:
         await asyncio.gather(self.worker.flush(), *(p.flush() for p in self.tasks.values()))

@@ -32,15 +32,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineError
 from engine.streams import current_event
 from engine.tables.partition import DELETED, META_PREFIX, MISSING
+from engine.topics import event_time_ms
 from engine.windows import WindowRange
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from engine.codecs import Codec
     from engine.events import Event
     from engine.tables.partition import TablePartition
@@ -164,12 +166,7 @@ class WindowedTable:
         if extract is None:
             topic = self.topics.get(event.topic)
             extract = topic.timestamp if topic is not None else None
-        if extract is None:
-            return event.record.timestamp
-        value = extract(event.value)
-        if isinstance(value, datetime):
-            return round(value.timestamp() * 1000)
-        return round(value * 1000)
+        return event_time_ms(extract, event)
 
     def _state(self, part: TablePartition) -> WindowState:
         state = self.states.get(part.number)

@@ -74,8 +74,10 @@ class Producer(Protocol):
         *,
         headers: Headers | None = None,
         partition: int | None = None,
+        timestamp_ms: int | None = None,
     ) -> asyncio.Future[object]:
-        """Enqueue a record; the returned future resolves when the broker acknowledged it."""
+        """Enqueue a record; the returned future resolves when the broker acknowledged it. The record's
+        timestamp is `timestamp_ms` (event time carried across a repartition), or now."""
 
     async def flush(self) -> None:
         """Wait until everything enqueued so far is acknowledged; raise DeliveryFailed if any was not."""

@@ -278,13 +278,14 @@ class KafkaProducer:
         *,
         headers: Headers | None = None,
         partition: int | None = None,
+        timestamp_ms: int | None = None,
     ) -> asyncio.Future[object]:
         if not self._open.is_set():
             await self._open.wait()
         try:
             future: asyncio.Future[object] = await self._client.send(
                 topic, value, key=key, partition=partition,
-                headers=headers or None,
+                headers=headers or None, timestamp_ms=timestamp_ms,
             )
         except KafkaError as exc:
             raise DeliveryFailed(f"cannot send to {topic!r}: {exc}") from exc

@@ -76,7 +76,8 @@ class MemoryBroker:
             mapping.pop(name, None)
 
     def append(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers, partition: int | None
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers, partition: int | None,
+        timestamp_ms: int | None = None,
     ) -> MemoryRecord:
         if topic not in self.topics:
             self.create_topic(topic, self.default_partitions)
@@ -87,8 +88,8 @@ class MemoryBroker:
                 else next(self._sticky) % len(partitions)
             )
         log = partitions[partition]
-        record = MemoryRecord(topic, partition, len(log), int(time.time() * 1000), key, value,
-                              tuple(headers))
+        timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        record = MemoryRecord(topic, partition, len(log), timestamp, key, value, tuple(headers))
         log.append(record)
         return record
 
@@ -284,8 +285,9 @@ class MemoryProducer:
         *,
         headers: Headers | None = None,
         partition: int | None = None,
+        timestamp_ms: int | None = None,
     ) -> asyncio.Future[object]:
-        record = self.broker.append(topic, key, value, headers or (), partition)
+        record = self.broker.append(topic, key, value, headers or (), partition, timestamp_ms)
         self.broker.notify()
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         future.set_result(record)

@@ -1,5 +1,5 @@
 """The app of the topology tests: orders keyed by order id, re-keyed by customer with group_by, counted per
-customer in 10-second tumbling windows on the order's own time (closed windows on
+customer in 1-second tumbling windows (5 s of grace) on the order's own time (closed windows on
 `<app>-per-customer-closed`) and summed per customer (`<app>-spent-changelog`). Configured by ITEST_APP,
 ITEST_TOPIC and ITEST_GUARANTEE."""
 
@@ -12,7 +12,7 @@ app = engine.App(os.environ.get("ITEST_APP", "itopology"), commit_interval=0.2,
 orders = app.topic(os.environ.get("ITEST_TOPIC", "orders"), key_type=str, value_type=dict,
                    timestamp=lambda order: order["at"])
 per_customer = app.Table("per-customer", default=int, key_type=str, value_type=int).tumbling(
-    10, grace=5, expires=3600)
+    1, grace=5, expires=3600)
 per_customer.closed()
 spent = app.Table("spent", default=int, key_type=str, value_type=int)
 

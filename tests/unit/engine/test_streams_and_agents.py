@@ -82,6 +82,25 @@ async def test_take_batches_by_size_and_by_time_and_commits_only_whole_batches()
         await testing.eventually(lambda: tracker.committed == 6)  # [5] done once the next is asked for
 
 
+async def test_group_by_keeps_the_event_time_and_headers():
+    """The repartitioned record's timestamp is the source's event time (its extractor applied), and its
+    headers travel with it, so windows after a group_by are on event time."""
+    app, _url = app_on_memory("rpt")
+    orders = app.topic("orders", key_type=str, value_type=dict, timestamp=lambda o: o["at"])
+    seen: list[tuple[int, list]] = []
+
+    @app.agent(orders)
+    async def regroup(stream):
+        async for event in stream.group_by(lambda o: o["customer"], name="by-customer").events():
+            seen.append((event.record.timestamp, list(event.headers)))
+
+    async with testing.running(app):
+        await orders.send(key="o1", value={"customer": "c1", "at": 1_000_000.25},
+                          headers=[("trace", b"abc")])
+        await testing.eventually(lambda: len(seen) == 1)
+    assert seen == [(1_000_000_250, [("trace", b"abc")])]
+
+
 async def test_through_and_group_by_repartition():
     app, url = app_on_memory("rp")
     orders = app.topic("orders", key_type=str, value_type=dict)
