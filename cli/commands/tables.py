@@ -29,15 +29,18 @@ def run_tables(args: argparse.Namespace) -> int:
     app = load_app(args.app)
     settings = app.settings({"broker": args.broker, "data_dir": args.data_dir})
     infos = local_partitions(app, settings)
-    print(f"{'table':24} {'kind':7} {'changelog':40} {'partitions':>10} {'local keys':>10}")
+    print(f"{'table':24} {'kind':9} {'changelog':40} {'partitions':>10} {'local keys':>10}")
     for table in app.tables.values():
         mine = [i for i in infos if i.table == table.name]
-        kind = "global" if table.is_global else "table"
+        kind = "global" if table.is_global else "windowed" if table.window is not None else "table"
         partitions = table.partitions or settings.topic_partitions
-        print(f"{table.name:24} {kind:7} {table.changelog_topic.name:40} {partitions:>10} "
+        print(f"{table.name:24} {kind:9} {table.changelog_topic.name:40} {partitions:>10} "
               f"{sum(i.keys for i in mine):>10}")
+        if table.window is not None:
+            print(f"  windows: {table.window}")
         for info in mine:
-            print(f"  partition {info.partition}: {info.keys} keys, changelog offset "
+            windows = "" if info.windows is None else f" in {info.windows} windows"
+            print(f"  partition {info.partition}: {info.keys} keys{windows}, changelog offset "
                   f"{info.changelog_offset}")
     return 0
 
@@ -47,7 +50,7 @@ def run_table(args: argparse.Namespace) -> int:
     settings = app.settings({"broker": args.broker, "data_dir": args.data_dir})
     table = table_named(app, args.table)
     key = args.key
-    if table.key_codec.name == "json":
+    if table.plain_key_codec.name == "json":
         from engine.codecs import loads
 
         try:

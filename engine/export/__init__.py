@@ -21,6 +21,7 @@ from engine.export.parquet import ExportManifest, PartitionFile, read_manifest, 
 from engine.export.sources import TableSnapshot, from_changelog, from_store, from_worker
 from engine.export.spark import local_session, read_export, spark_schema, stop_session
 from engine.tables.inspect import table_named
+from engine.tables.windowed import WindowedTable
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -33,10 +34,12 @@ if TYPE_CHECKING:
 
 
 async def export_table(
-    table: Table, path: Path | str, progress: Callable[[int, int], None] | None = None
+    table: Table | WindowedTable, path: Path | str, progress: Callable[[int, int], None] | None = None
 ) -> ExportManifest:
-    """Export a running worker's partitions of `table`. The snapshot is taken at once; files are written
-    in a thread, so agents keep processing meanwhile."""
+    """Export a running worker's partitions of `table` (plain or windowed). The snapshot is taken at once;
+    files are written in a thread, so agents keep processing meanwhile."""
+    if isinstance(table, WindowedTable):
+        table = table.table
     with from_worker(table) as snapshot:
         return await asyncio.to_thread(write_snapshot, snapshot, path, progress)
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import ConfigError
 from engine.partitioner import partition_for
-from engine.tables.partition import MISSING
+from engine.tables.partition import META_PREFIX, MISSING
+from engine.tables.windowed import key_prefix, split_window_key
 
 if TYPE_CHECKING:
     from engine.app import App
@@ -25,6 +26,7 @@ class PartitionInfo:
     partition: int
     keys: int
     changelog_offset: int | None
+    windows: int | None = None  # a windowed table's stored (key, window) pairs; keys counts distinct keys
 
 
 def disk_backend(table: Table, settings: Settings) -> RocksDBStoreBackend:
@@ -54,18 +56,25 @@ def local_partitions(app: App, settings: Settings) -> list[PartitionInfo]:
             if store is None:
                 continue
             try:
-                keys = sum(1 for _ in store.items())
-                infos.append(PartitionInfo(table.name, number, keys, store.changelog_offset()))
+                stored = [k for k, _ in store.items() if not k.startswith(META_PREFIX)]
+                if table.window is None:
+                    infos.append(PartitionInfo(table.name, number, len(stored), store.changelog_offset()))
+                else:
+                    keys = len({split_window_key(k)[0] for k in stored})
+                    infos.append(PartitionInfo(table.name, number, keys, store.changelog_offset(),
+                                               windows=len(stored)))
             finally:
                 store.close()
     return infos
 
 
 def read_key(app: App, settings: Settings, name: str, key: Any) -> tuple[int, Any]:
-    """(partition, value) of `key` in the local stores; the key's hash partition is tried first."""
+    """(partition, value) of `key` in the local stores; the key's hash partition is tried first. For a
+    windowed table the value is every stored window of the key, oldest first:
+    [{"window_start": seconds, "window_end": seconds, "value": ...}, ...]."""
     table = table_named(app, name)
     backend = disk_backend(table, settings)
-    encoded = table.key_codec.encode(key)
+    encoded = table.plain_key_codec.encode(key)
     if encoded is None:
         raise ConfigError("a table key cannot be null")
     local = backend.local_partitions(table.name)
@@ -81,9 +90,24 @@ def read_key(app: App, settings: Settings, name: str, key: Any) -> tuple[int, An
         if store is None:
             continue
         try:
-            raw = store.get(encoded)
+            if table.window is None:
+                raw = store.get(encoded)
+                if raw is not None:
+                    return number, table.value_codec.decode(raw)
+            else:
+                windows = _windows(table, list(store.items(*key_prefix(encoded))))
+                if windows:
+                    return number, windows
         finally:
             store.close()
-        if raw is not None:
-            return number, table.value_codec.decode(raw)
     return first, MISSING
+
+
+def _windows(table: Table, stored: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
+    assert table.window is not None
+    size = table.window.size_ms
+    return [
+        {"window_start": start / 1000, "window_end": (start + size) / 1000,
+         "value": table.value_codec.decode(raw)}
+        for start, raw in ((split_window_key(k)[1], v) for k, v in stored)
+    ]

@@ -135,3 +135,33 @@ def test_export_progress_bar_draws_on_a_terminal():
     bar.finish()
     assert screen.getvalue().endswith("\rexporting t [##########] 100% 100/100 rows\n")
     assert "[#####.....]  50% 50/100 rows" in screen.getvalue()
+
+
+async def test_tables_and_table_get_on_a_windowed_table(capsys, tmp_path):
+    import orjson
+
+    from engine import export, testing
+    from examples import retail
+
+    url = testing.memory_url()
+    start = 1_767_225_600  # a 10-minute window boundary
+    async with testing.running(retail.app, broker=url, data_dir=str(tmp_path)) as worker:
+        await testing.eventually(lambda: len(retail.app.tables["units-sold"].active) == 4)
+        for quantity, at in [(2, start + 5), (3, start + 60), (4, start + 700)]:
+            await retail.sales.send(key="sku-1", value=retail.Sale("sku-1", quantity, 1.0, at))
+        await testing.eventually(lambda: len(retail.units_sold["sku-1"].items()) == 2)
+        await worker.conductor.checkpoint()  # an export reads the stores: the last checkpoint's state
+        manifest = await export.export_table(retail.units_sold, tmp_path / "export")  # windowed: unwrapped
+        assert manifest.rows == 2
+    code, out, _ = run(capsys, "tables", "-A", "examples.retail:app", "--broker", url,
+                       "--data-dir", str(tmp_path))
+    assert code == 0
+    assert "units-sold               windowed" in out
+    assert "1 keys in 2 windows" in out
+    code, out, _ = run(capsys, "table", "get", "-A", "examples.retail:app", "units-sold", "sku-1",
+                       "--data-dir", str(tmp_path))
+    assert code == 0
+    assert orjson.loads(out) == [
+        {"window_start": start, "window_end": start + 600, "value": 5},
+        {"window_start": start + 600, "window_end": start + 1200, "value": 4},
+    ]
