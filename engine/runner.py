@@ -194,11 +194,12 @@ class AgentRunner(Service):
             await self._emit(result, event)
 
     async def _emit(self, result: Any, event: Event | None) -> None:
+        key = event.key if event is not None else None  # a result keeps the key of the event it came from
         for sink in self.agent.sinks:
             if isinstance(sink, Topic):
-                await sink.send(value=result)
+                await sink.send(key=key, value=result)
             elif isinstance(sink, Agent):
-                await sink.send(result)
+                await sink.send(result, key=key)
             else:
                 outcome = sink(result)
                 if inspect.isawaitable(outcome):

@@ -6,7 +6,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from cli.loader import load_app
-from engine import App, DecodeError, Topic
+from engine import App, ConfigError, DecodeError, Topic
 from engine.transport import open_transport
 
 if TYPE_CHECKING:
@@ -40,13 +40,19 @@ async def _send(app: App, broker: str | None, args: argparse.Namespace) -> None:
     topic = app.topics.get(args.topic) or Topic(args.topic)
     key = _parse(topic, args.key, "key")
     value = _parse(topic, args.value, "value")
+    if settings.transport_scheme == "memory":
+        raise ConfigError(
+            f"engine send cannot use {settings.broker}: an in-memory broker lives inside one process, so the "
+            "record would be gone when this command exits; send to Kafka (--broker kafka://host:port), or "
+            "from inside the app (a timer, or engine.testing in a test)"
+        )
     producer = open_transport(settings.broker, settings.broker_options).producer()
     await producer.start()
     try:
         topic.attach(producer)
         future = await topic.send(key=key, value=value)
-        metadata = await future
-        print(f"sent to {args.topic}: {metadata}")
+        metadata: Any = await future
+        print(f"sent to {metadata.topic}[{metadata.partition}] at offset {metadata.offset}")
     finally:
         topic.attach(None)
         await producer.stop()

@@ -290,7 +290,8 @@ class TableManager(Service):
                 for record in late:
                     if record.partition in table.active:
                         await self.producer.for_partition(record.partition).send(
-                            windowed.late_topic.name, record.key, record.value, headers=list(record.headers))
+                            windowed.late_topic.name, record.key, record.value, headers=list(record.headers),
+                            timestamp_ms=record.timestamp)
 
     def complete(self, pending: list[Pending]) -> None:
         """After the producer flushed: write each batch to its store with the changelog offset it got."""

@@ -49,11 +49,11 @@ def test_listings(capsys):
     assert "json:AppEvent" in out
 
 
-def test_send_on_memory(capsys):
-    code, out, _ = run(capsys, "send", "-A", "examples.not_viewing:app", "--broker", "memory://cli",
+def test_send_checks_the_value_and_refuses_an_in_memory_broker(capsys):
+    code, _, err = run(capsys, "send", "-A", "examples.not_viewing:app", "--broker", "memory://cli",
                        "app-events", '{"user": "ada", "action": "Close"}', "--key", "ada")
-    assert code == 0
-    assert out.startswith("sent to app-events")
+    assert code == 1
+    assert "an in-memory broker lives inside one process" in err
     code, _, err = run(capsys, "send", "-A", "examples.not_viewing:app", "--broker", "memory://cli",
                        "app-events", '{"user": "ada"}')
     assert code == 1

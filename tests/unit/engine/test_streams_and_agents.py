@@ -163,6 +163,27 @@ async def test_ask_gets_the_yielded_answer_and_sinks_receive_it():
     assert sorted(called) == sorted(sunk)
 
 
+async def test_a_yielded_result_keeps_the_key_of_its_event():
+    app, _ = app_on_memory()
+    totals = app.topic("totals", key_type=str, value_type=int)
+    received: list[tuple[str, int]] = []
+
+    @app.agent(totals)
+    async def collect(stream):
+        async for key, value in stream.items():
+            received.append((key, value))
+
+    @app.agent(app.topic("amounts", key_type=str, value_type=int), sink=[totals])
+    async def double(stream):
+        async for value in stream:
+            yield value * 2
+
+    async with testing.running(app):
+        await double.send(3, key="ada")
+        await testing.eventually(lambda: len(received) == 1)
+    assert received == [("ada", 6)]
+
+
 async def test_ask_times_out_with_a_clear_error():
     app, _ = app_on_memory()
 

@@ -100,6 +100,8 @@ async def test_changelog_readers_get_key_and_window_and_late_records_go_to_the_l
     assert (("x", WindowRange(0, 10)), 1) in updates
     late = [r for p in testing.broker_for(url).topics["wl-views-late"] for r in p]
     assert late[0].value == b'{"ts":2}'
+    source = next(r for p in testing.broker_for(url).topics["views"] for r in p if r.value == late[0].value)
+    assert late[0].timestamp == source.timestamp  # the late record keeps its own time
 
 
 async def test_stream_time_survives_a_restart(tmp_path):
