@@ -17,7 +17,13 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from engine.export.columns import ExportError
-from engine.export.parquet import ExportManifest, PartitionFile, read_manifest, write_snapshot
+from engine.export.parquet import (
+    ExportManifest,
+    PartitionFile,
+    export_target,
+    read_manifest,
+    write_snapshot,
+)
 from engine.export.sources import TableSnapshot, from_changelog, from_store, from_worker
 from engine.export.spark import local_session, read_export, spark_schema, stop_session
 from engine.tables.inspect import table_named
@@ -40,6 +46,7 @@ async def export_table(
     files are written in a thread, so agents keep processing meanwhile."""
     if isinstance(table, WindowedTable):
         table = table.table
+    export_target(path)
     with from_worker(table) as snapshot:
         return await asyncio.to_thread(write_snapshot, snapshot, path, progress)
 
@@ -49,6 +56,7 @@ def export_from_store(
     progress: Callable[[int, int], None] | None = None,
 ) -> ExportManifest:
     """Export table `name` from a data directory (`settings.data_dir`), offline or beside a worker."""
+    export_target(path)
     with from_store(table_named(app, name), settings) as snapshot:
         return write_snapshot(snapshot, path, progress)
 
@@ -58,6 +66,7 @@ async def export_from_changelog(
     progress: Callable[[int, int], None] | None = None, replay: Progress | None = None,
 ) -> ExportManifest:
     """Export table `name` rebuilt from its changelog topic on `settings.broker`: every partition."""
+    export_target(path)
     with await from_changelog(table_named(app, name), settings, progress=replay) as snapshot:
         return await asyncio.to_thread(write_snapshot, snapshot, path, progress)
 

@@ -130,13 +130,22 @@ def _infer_schema(columns: TableColumns, views: list[StoreView]) -> None:
     columns.final_schema()
 
 
+def export_target(path: Path | str) -> Path:
+    """`path` as an export directory; an ExportError, before any work, if it cannot be one."""
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise ExportError(f"cannot export to {target}: it is a file; an export is a directory (give a new "
+                          "path, or an earlier export's directory to replace it)")
+    return target
+
+
 def write_snapshot(
     snapshot: TableSnapshot, path: Path | str, progress: Callable[[int, int], None] | None = None
 ) -> ExportManifest:
     """Write every partition of `snapshot` under `path` and return the manifest (also written there).
     `progress(rows written, rows expected)` is called after every batch."""
     parquet = require("pyarrow.parquet", "Parquet export")
-    target = Path(path)
+    target = export_target(path)
     target.mkdir(parents=True, exist_ok=True)
     columns = TableColumns(snapshot.table)
     views = dict(sorted(snapshot.views.items()))

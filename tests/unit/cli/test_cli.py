@@ -117,6 +117,13 @@ def test_export_errors_name_what_is_wrong(capsys, tmp_path):
     assert code == 1
     assert "no stores of table 'word-counts'" in err
     assert "export from the changelog instead" in err
+    existing = tmp_path / "a-file.txt"
+    existing.write_text("not an export")
+    code, _, err = run(capsys, "export", "-A", "examples.wordcount:app", "word-counts", "--to",
+                       str(existing), "--from-changelog", "--broker", "memory://export-file")
+    assert code == 1
+    assert err.strip() == f"engine: cannot export to {existing}: it is a file; an export is a directory " \
+        "(give a new path, or an earlier export's directory to replace it)"
 
 
 def test_export_progress_bar_draws_on_a_terminal():
