@@ -75,6 +75,7 @@ class Conductor(Service):
             on_revoked=self._on_revoked,
             on_lost=self._on_lost,
             max_poll_records=settings.max_poll_records,
+            auto_offset_reset=settings.auto_offset_reset,
         )
         self.routes: dict[str, list[tuple[Topic, AgentRunner]]] = {}
         self.leases = Leases()
@@ -93,6 +94,7 @@ class Conductor(Service):
             tables=tables, drop_queued=self.drop_queued,
             spawn=lambda coro, name: self.spawn(coro, name),
             producers=tasks,
+            reset_to_end=settings.auto_offset_reset == "latest",
             revoke_wait=min(settings.shutdown_timeout.total_seconds(), 5.0),
         )
 

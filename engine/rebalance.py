@@ -85,7 +85,9 @@ class Rebalancer:
         spawn: Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]],
         producers: TaskProducers | None = None,
         revoke_wait: float = REVOKE_WAIT,
+        reset_to_end: bool = False,
     ) -> None:
+        self.reset_to_end = reset_to_end  # auto_offset_reset="latest": never committed, start at the end
         self.producers = producers
         self.leases = leases
         self.consumer = consumer
@@ -121,9 +123,11 @@ class Rebalancer:
     async def _seek_committed(self, tps: set[TP]) -> None:
         committed = await self.consumer.committed(tps)
         fresh = [tp for tp, offset in committed.items() if offset is None]
-        firsts = await self.consumer.offsets(fresh) if fresh else {}
+        bounds = await self.consumer.offsets(fresh) if fresh else {}
         for tp, offset in committed.items():
-            self.consumer.seek(tp, firsts[tp][0] if offset is None else offset)
+            if offset is None:
+                offset = bounds[tp][1] if self.reset_to_end else bounds[tp][0]
+            self.consumer.seek(tp, offset)
 
     async def revoked(self, tps: set[TP]) -> None:
         """Still the owner: finish what agents hold (bounded), checkpoint, let go."""

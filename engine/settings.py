@@ -24,6 +24,8 @@ ErrorPolicy = Literal["dlq", "stop"]
 ERROR_POLICIES = ("dlq", "stop")
 Guarantee = Literal["at_least_once", "exactly_once"]
 GUARANTEES = ("at_least_once", "exactly_once")
+OffsetReset = Literal["earliest", "latest"]
+OFFSET_RESETS = ("earliest", "latest")
 _APP_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
@@ -43,6 +45,7 @@ class Settings:
     standby_replicas: int = 0
     agent_error_policy: ErrorPolicy = "dlq"
     processing_guarantee: Guarantee = "at_least_once"
+    auto_offset_reset: OffsetReset = "earliest"  # where a new group (no committed offset) starts reading
     agent_max_restarts: int = 10
     agent_restart_window: timedelta = timedelta(minutes=1)
     broker_options: Mapping[str, Any] = field(default_factory=dict)
@@ -89,6 +92,8 @@ def validate(s: Settings) -> None:
         _fail("agent_error_policy", s.agent_error_policy, f"expected one of {ERROR_POLICIES}")
     if s.processing_guarantee not in GUARANTEES:
         _fail("processing_guarantee", s.processing_guarantee, f"expected one of {GUARANTEES}")
+    if s.auto_offset_reset not in OFFSET_RESETS:
+        _fail("auto_offset_reset", s.auto_offset_reset, f"expected one of {OFFSET_RESETS}")
     if not isinstance(s.data_dir, Path):
         _fail("data_dir", s.data_dir, "expected a path")
 

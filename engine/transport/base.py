@@ -120,10 +120,12 @@ class Transport(Protocol):
         on_revoked: PartitionsCallback | None = None,
         on_lost: PartitionsCallback | None = None,
         max_poll_records: int = 1000,
+        auto_offset_reset: str = "earliest",
     ) -> Consumer:
         """A consumer; in a group, `on_revoked` is called with partitions taken back while this consumer is
         still their owner, `on_lost` with partitions the group gave away after this member's session expired
-        (no `on_lost`: both go to `on_revoked`)."""
+        (no `on_lost`: both go to `on_revoked`). A partition the group never committed is read from its
+        first offset ("earliest") or from its end ("latest")."""
 
     def producer(self, transactional_id: str | None = None) -> Producer:
         """A producer; with `transactional_id`, a transactional one (a restarted worker passing the same id

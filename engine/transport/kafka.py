@@ -103,6 +103,7 @@ class KafkaConsumer:
         group_id: str | None,
         listener: _Listener,
         max_poll_records: int,
+        auto_offset_reset: str = "earliest",
     ) -> None:
         self._servers = servers
         self._listener = listener
@@ -110,7 +111,7 @@ class KafkaConsumer:
             bootstrap_servers=servers,
             group_id=group_id,
             enable_auto_commit=False,
-            auto_offset_reset="earliest",
+            auto_offset_reset=auto_offset_reset,
             max_poll_records=max_poll_records,
             # Records of aborted transactions (a worker that died mid-checkpoint) are never seen, and
             # open ones only once committed; without transactions this reads like read_uncommitted.
@@ -384,9 +385,11 @@ class KafkaTransport:
         on_revoked: PartitionsCallback | None = None,
         on_lost: PartitionsCallback | None = None,
         max_poll_records: int = 1000,
+        auto_offset_reset: str = "earliest",
     ) -> KafkaConsumer:
         listener = _Listener(on_assigned, on_revoked, on_lost)
-        return KafkaConsumer(self.servers, self.options, group_id, listener, max_poll_records)
+        return KafkaConsumer(self.servers, self.options, group_id, listener, max_poll_records,
+                             auto_offset_reset)
 
     def producer(self, transactional_id: str | None = None) -> KafkaProducer:
         return KafkaProducer(self.servers, self.options, transactional_id)

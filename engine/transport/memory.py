@@ -144,8 +144,10 @@ class MemoryConsumer:
         group_id: str | None,
         on_assigned: PartitionsCallback | None,
         on_revoked: PartitionsCallback | None,
+        auto_offset_reset: str = "earliest",
     ) -> None:
         self.broker = broker
+        self._from_end = auto_offset_reset == "latest"
         self.group_id = group_id
         self.topics: set[str] = set()
         self._on_assigned = on_assigned
@@ -225,7 +227,8 @@ class MemoryConsumer:
         group = self.broker.groups[self.group_id]
         self._assigned = set(target)
         self._paused.clear()
-        self._positions = {tp: group.committed.get(tp, 0) for tp in target}
+        ends = {tp: len(self.broker.topics[tp.topic][tp.partition]) if self._from_end else 0 for tp in target}
+        self._positions = {tp: group.committed.get(tp, ends[tp]) for tp in target}
         if self._on_assigned is not None:
             await self._on_assigned(set(target))
 
@@ -338,8 +341,9 @@ class MemoryTransport:
         on_revoked: PartitionsCallback | None = None,
         on_lost: PartitionsCallback | None = None,
         max_poll_records: int = 1000,
+        auto_offset_reset: str = "earliest",
     ) -> MemoryConsumer:
-        return MemoryConsumer(self.broker, group_id, on_assigned, on_revoked)
+        return MemoryConsumer(self.broker, group_id, on_assigned, on_revoked, auto_offset_reset)
 
     def producer(self, transactional_id: str | None = None) -> MemoryProducer:
         return MemoryProducer(self.broker)

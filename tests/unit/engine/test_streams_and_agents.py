@@ -368,3 +368,24 @@ async def test_a_dead_background_task_stops_the_worker_with_its_error():
     await worker.start()
     with pytest.raises(engine.WorkerFailed, match="reply reader broke"):
         await asyncio.wait_for(worker.run_until_stopped(), 5)
+
+
+@pytest.mark.parametrize(("reset", "expected"), [("earliest", ["before", "after"]), ("latest", ["after"])])
+async def test_a_new_group_starts_where_auto_offset_reset_says(reset, expected):
+    app, url = app_on_memory(f"reset-{reset}")
+    notes = app.topic("notes", value_type=str)
+    seen: list[str] = []
+
+    @app.agent(notes)
+    async def read(stream):
+        async for note in stream:
+            seen.append(note)
+
+    broker = testing.broker_for(url)
+    broker.create_topic("notes", 4)
+    broker.append("notes", None, b"before", (), 0)  # on the topic before the group ever read it
+    async with testing.running(app, auto_offset_reset=reset) as worker:
+        await testing.eventually(lambda: len(worker.conductor.leases.current) == 4)
+        await notes.send(value="after")
+        await testing.eventually(lambda: "after" in seen)
+    assert seen == expected
