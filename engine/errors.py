@@ -11,6 +11,7 @@
     │   │   └── ProducerFenced a newer producer with the same transactional id took over
     │   └── MembershipLost     the group no longer counts this worker as a member (its session expired)
     ├── PartitionMigrated      the event's partition moved to another worker while it was processed
+    ├── InvalidTimestamp       an event's time is negative (no timestamp): it cannot be put in a window
     ├── NotRunning             a send/ask before the worker started, or after it stopped
     ├── AskTimeout             an agent did not reply in time
     └── WorkerFailed           an agent or timer failed past its policy; the worker stopped
@@ -65,6 +66,11 @@ class ProducerFenced(DeliveryFailed):
 class MembershipLost(TransportError):
     """The consumer group no longer counts this worker as a member: its partitions are (or soon will be)
     another worker's. Nothing of them may be written or committed."""
+
+
+class InvalidTimestamp(EngineError):
+    """An event has no valid event time (negative: a record written without a timestamp), so no window can
+    hold it. Like Kafka Streams' default, it is an error (the agent's error policy applies: the DLQ)."""
 
 
 class NotRunning(EngineError):

@@ -75,10 +75,11 @@ class HoppingWindow:
     # -- milliseconds (what tables use) -------------------------------------------------------------
 
     def starts_ms(self, ts_ms: int) -> list[int]:
-        """Starts of every window containing `ts_ms`, oldest first."""
+        """Starts of every window containing `ts_ms`, oldest first. No window starts before the epoch (as in
+        Kafka Streams' TimeWindows), so a time near 0 is in fewer hopping windows."""
         size, step = self.size_ms, self.step_ms
         last = ts_ms - ts_ms % step
-        first = last - ((size - 1) // step) * step
+        first = max(0, last - ((size - 1) // step) * step)
         return [s for s in range(first, last + 1, step) if s <= ts_ms < s + size]
 
     def current_start_ms(self, ts_ms: int) -> int:

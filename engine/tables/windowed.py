@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import EngineError
+from engine.errors import EngineError, InvalidTimestamp
 from engine.streams import current_event
 from engine.tables.partition import DELETED, META_PREFIX, MISSING
 from engine.topics import event_time_ms
@@ -203,6 +203,12 @@ class WindowedTable:
         """Apply `fun` to every open window of `key` containing the event's time; False if it was late."""
         event = self._event()
         ts = self.event_time_ms(event)
+        if ts < 0:
+            raise InvalidTimestamp(
+                f"windowed table {self.name!r}: {event.topic}[{event.partition}]@{event.offset} has no valid "
+                f"event time ({ts} ms): it was written without a timestamp; give the topic or the table a "
+                "timestamp= extractor"
+            )
         part, _ = self.table._for_write((key, 0))
         state = self._state(part)
         stream_time = ts if state.stream_time is None else max(state.stream_time, ts)

@@ -188,3 +188,20 @@ async def test_closes_are_neither_repeated_nor_lost_across_a_restart(tmp_path):
         await asyncio.sleep(0.3)
     assert closed == [("k", WindowRange(0, 10), 2)]
     assert closed_again == [("k", WindowRange(10, 20), 2)]
+
+
+async def test_an_event_without_a_valid_time_goes_to_the_dlq_naming_it():
+    """A negative event time (a record written without a timestamp) fits no window: an error with the
+    record's coordinates, under the agent's error policy, as Kafka Streams fails on it by default."""
+    url = testing.memory_url()
+    app, views, _table, seen = windowed_app(lambda t: t.tumbling(10), url, store="memory://")
+    async with testing.running(app):
+        await feed(views, "a", [-5, 3])
+        await testing.eventually(lambda: len(seen) == 1)
+        dlq = testing.broker_for(url).topics
+        await testing.eventually(lambda: sum(len(p) for p in dlq.get("w-count-dlq", [])) == 1)
+    record = next(r for p in dlq["w-count-dlq"] for r in p)
+    error = dict(record.headers)["engine-error"].decode()
+    assert error.startswith("InvalidTimestamp: windowed table 'views': views[")
+    assert "has no valid event time (-5000 ms)" in error
+    assert seen[0][0] == 3
