@@ -307,8 +307,16 @@ class Conductor(Service):
         interval = self.settings.commit_interval.total_seconds()
         while True:
             await asyncio.sleep(interval)
+            # Shielded: stopping the worker cancels this loop, and a checkpoint cancelled halfway would not
+            # know whether its transaction committed (aiokafka shields the commit itself), put its closed
+            # windows back, and the final checkpoint would emit them again. Cancelled, the loop leaves the
+            # checkpoint to finish; the final one waits for it on the checkpoint lock.
+            running = asyncio.ensure_future(self.checkpoints.run(self.pause_timeout))
             try:
-                await self.checkpoints.run(self.pause_timeout)
+                await asyncio.shield(running)
+            except asyncio.CancelledError:
+                running.add_done_callback(_log_failure)
+                raise
             except MembershipLost as exc:
                 log.warning("checkpoint skipped: %s", exc)
             except TransactionsFailed as exc:
@@ -327,3 +335,8 @@ class Conductor(Service):
 
     async def _on_lost(self, lost: set[TP]) -> None:
         await self.rebalancer.lost(lost)
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("the checkpoint in flight at stop failed: %s", task.exception())

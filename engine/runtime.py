@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents import Service
 from engine.conductor import Conductor
-from engine.errors import WorkerFailed
+from engine.errors import TransportError, WorkerFailed
 from engine.replies import ReplyService
 from engine.runner import AgentRunner
 from engine.timers import timer_supervisor
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from engine.app import App
     from engine.settings import Settings
+    from engine.transport.base import Admin
 from engine.tables.manager import TableManager
 
 log = logging.getLogger(__name__)
@@ -145,7 +146,7 @@ class Worker(Service):
             specs = [t.spec(self.settings.topic_partitions, self.settings.topic_replication)
                      for t in self.all_topics()]
             await admin.create_topics(specs)
-            self.replies.partitions = (await admin.describe_topics())[self.replies.topic]
+            self.replies.partitions = await _partition_count(admin, self.replies.topic)
         finally:
             await admin.close()
         for topic in self.all_topics():
@@ -186,6 +187,20 @@ class Worker(Service):
         failure = self.failure
         if failure is not None:
             raise WorkerFailed(f"worker {self.app.id!r} stopped: {failure}") from failure
+
+
+async def _partition_count(admin: Admin, topic: str, timeout: float = 30) -> int:
+    """A topic's partition count, waiting while metadata of a topic just created reaches every broker (on a
+    cluster, the broker that answers may not know it yet)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        counts = await admin.describe_topics()
+        if topic in counts:
+            return counts[topic]
+        if loop.time() > deadline:
+            raise TransportError(f"topic {topic!r} is not visible {timeout:g}s after it was created")
+        await asyncio.sleep(0.1)
 
 
 def settle_heap() -> None:

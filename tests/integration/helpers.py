@@ -125,8 +125,10 @@ def latest(records: Iterable[Any], upto: Mapping[int, int | None] | None = None)
 
 
 async def consume_until(bootstrap: str, topic: str, done: Any, timeout: float = 60.0,
-                        isolation_level: str = "read_uncommitted") -> list[Any]:
-    """Read `topic` from the beginning until `done(records)` is true; returns the records."""
+                        isolation_level: str = "read_committed") -> list[Any]:
+    """Read `topic` from the beginning until `done(records)` is true; returns the records. Committed only,
+    by default, as engine reads: changelogs are written in transactions (a killed worker's open one is
+    aborted by its successor), and without transactions this is the same as uncommitted."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                                 group_id=None, enable_auto_commit=False, isolation_level=isolation_level)
     await consumer.start()
@@ -146,9 +148,9 @@ async def consume_until(bootstrap: str, topic: str, done: Any, timeout: float = 
 
 
 async def read_all(bootstrap: str, topic: str, timeout: float = 30.0,
-                   isolation_level: str = "read_uncommitted") -> list[Any]:
-    """Every record of `topic` up to its current end (all partitions); read_committed: up to the last
-    stable offset, without records of aborted or open transactions."""
+                   isolation_level: str = "read_committed") -> list[Any]:
+    """Every record of `topic` up to its current end (all partitions); read_committed (the default, as
+    engine reads): up to the last stable offset, without records of aborted or open transactions."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                                 isolation_level=isolation_level)
     await consumer.start()
