@@ -118,6 +118,8 @@ _DURATIONS = {"commit_interval", "shutdown_timeout", "agent_restart_window", "st
 _INTS = {"topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "agent_max_restarts",
          "standby_replicas"}
 ENV_PREFIX = "ENGINE_"
+# Variables of engine's own tools that share the prefix but are not settings (the test suite's broker).
+NOT_SETTINGS = frozenset({"ENGINE_TEST_KAFKA", "ENGINE_KAFKA_CACHE"})
 
 
 def coerce(name: str, value: Any) -> Any:
@@ -149,6 +151,14 @@ def load_settings(
                 raise ConfigError(f"unknown setting {name!r} ({label}); known: {', '.join(sorted(known))}")
     values.update(given)
     env = os.environ if environ is None else environ
+    for variable in sorted(env):
+        name = variable[len(ENV_PREFIX):].lower()
+        if variable.startswith(ENV_PREFIX) and variable not in NOT_SETTINGS and (
+                name not in known or name == "broker_options"):
+            expected = ", ".join(ENV_PREFIX + n.upper() for n in sorted(known - {"broker_options"}))
+            why = ("broker_options can only be given to App(...)" if name == "broker_options"
+                   else f"known: {expected}")
+            raise ConfigError(f"unknown setting {variable!r} (environment variable); {why}")
     for name in known - {"broker_options"}:
         raw = env.get(ENV_PREFIX + name.upper())
         if raw is not None:

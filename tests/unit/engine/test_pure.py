@@ -126,6 +126,16 @@ def test_bad_env_setting_fails_naming_it():
         load_settings("app", {}, None, {"ENGINE_TOPIC_PARTITIONS": "four"})
 
 
+def test_a_misspelled_env_setting_is_refused_like_a_misspelled_argument():
+    with pytest.raises(ConfigError, match=r"unknown setting 'ENGINE_COMIT_INTERVAL' \(environment variable\); "
+                                          r"known: ENGINE_AGENT_ERROR_POLICY, "):
+        load_settings("app", {}, None, {"ENGINE_COMIT_INTERVAL": "1"})
+    with pytest.raises(ConfigError, match="broker_options can only be given to App"):
+        load_settings("app", {}, None, {"ENGINE_BROKER_OPTIONS": "{}"})
+    # engine's own tools' variables share the prefix and are not settings; other variables are not looked at
+    load_settings("app", {}, None, {"ENGINE_TEST_KAFKA": "127.0.0.1:9092", "PATH": "/bin"})
+
+
 def test_bad_app_id():
     with pytest.raises(ConfigError, match="setting 'app_id' is 'my app'"):
         load_settings("my app", {}, None, {})
