@@ -127,8 +127,8 @@ def test_bad_env_setting_fails_naming_it():
 
 
 def test_a_misspelled_env_setting_is_refused_like_a_misspelled_argument():
-    with pytest.raises(ConfigError, match=r"unknown setting 'ENGINE_COMIT_INTERVAL' \(environment variable\); "
-                                          r"known: ENGINE_AGENT_ERROR_POLICY, "):
+    expected = r"unknown setting 'ENGINE_COMIT_INTERVAL' \(environment variable\); known: ENGINE_AGENT_ERROR_"
+    with pytest.raises(ConfigError, match=expected):
         load_settings("app", {}, None, {"ENGINE_COMIT_INTERVAL": "1"})
     with pytest.raises(ConfigError, match="broker_options can only be given to App"):
         load_settings("app", {}, None, {"ENGINE_BROKER_OPTIONS": "{}"})
