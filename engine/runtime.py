@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents import Service
 from engine.conductor import Conductor
-from engine.errors import TransportError, WorkerFailed
+from engine.errors import ConfigError, TransportError, WorkerFailed
 from engine.replies import ReplyService
 from engine.runner import AgentRunner
 from engine.timers import timer_supervisor
@@ -71,6 +71,9 @@ class Worker(Service):
         super().__init__(f"worker:{app.id}")
         self.app = app
         self.settings = settings
+        if settings.data_dir.exists() and not settings.data_dir.is_dir():
+            raise ConfigError(f"setting 'data_dir' is {str(settings.data_dir)!r}, which is a file; expected "
+                              "a directory for the worker's stores (it is created if missing)")
         self.transport = open_transport(settings.broker, settings.broker_options)
         exactly_once = settings.processing_guarantee == "exactly_once"
         # Changelogs are written in per-task transactions under both guarantees, so that a worker that lost

@@ -172,3 +172,13 @@ async def test_tables_and_table_get_on_a_windowed_table(capsys, tmp_path):
         {"window_start": start, "window_end": start + 600, "value": 5},
         {"window_start": start + 600, "window_end": start + 1200, "value": 4},
     ]
+
+
+def test_a_data_dir_that_is_a_file_is_a_one_line_error_before_anything_connects(capsys, tmp_path):
+    not_a_dir = tmp_path / "data"
+    not_a_dir.write_text("")
+    code, _, err = run(capsys, "worker", "-A", "examples.wordcount:app", "--broker", "memory://dd",
+                       "--data-dir", str(not_a_dir))
+    assert code == 1
+    assert err.strip() == (f"engine: setting 'data_dir' is {str(not_a_dir)!r}, which is a file; expected "
+                           "a directory for the worker's stores (it is created if missing)")
