@@ -4,10 +4,10 @@ The at-least-once rule: a partition's offset is committed only after everything 
 is durable. A checkpoint therefore
 1. takes the cut (OPEN -> PREPARED): each live lease's committable offset, and every table partition's
    buffered writes and closed windows, in one synchronous step, so no event lands half in and half out;
-2. sends the buffers to the changelogs in each task's transaction (engine.transactions) and commits those,
-   then flushes what agents sent (at-least-once: after asking the group whether this worker still belongs
-   to it), or, under exactly-once, commits each task's transaction with everything agents sent in it and
-   its source offsets (-> SENT). The changelog transactions are what fence a worker frozen mid-flush: the
+2. sends the buffers to the changelogs in each task's transaction (engine.transactions), flushes what agents
+   sent and commits those transactions (at-least-once: after asking the group whether this worker still
+   belongs to it), or, under exactly-once, commits each task's transaction with everything agents sent in it
+   and its source offsets (-> SENT). The changelog transactions are what fence a worker frozen mid-flush: the
    partitions' new owner started the same tasks' producers, so its stale records are aborted, never read;
 3. writes the stores with the changelog offsets the records got, commits the offsets (at-least-once) and
    marks them committed on the leases (-> COMMITTED).
@@ -110,7 +110,6 @@ class Checkpointer:
         self.quiesce = quiesce
         self._busy = busy  # (agent, event) of every agent instance inside an event: for the warning
         self.lock = asyncio.Lock()
-        self.last: Checkpoint | None = None
 
     async def run(self, pause_timeout: float, only: Collection[TP] | None = None) -> Checkpoint:
         """Checkpoint (the offsets of `only`, or of every live lease); one at a time."""
@@ -145,7 +144,6 @@ class Checkpointer:
         if tables is not None:
             cut.pending = tables.prepare()
         cut.to(CheckpointState.PREPARED)
-        self.last = cut
         transactional = self.producer.transactional
         if cut.empty and not transactional:
             cut.to(CheckpointState.SENT)
@@ -160,16 +158,9 @@ class Checkpointer:
             if transactional:
                 await self.producer.commit_transaction(offsets, self.group_id)
             else:
-                failed: TransactionsFailed | None = None
-                tasks = self.tasks
-                if tasks is not None and tasks.transactional:
-                    try:
-                        await tasks.commit_transaction({}, self.group_id)  # the changelogs' transactions
-                    except TransactionsFailed as exc:
-                        failed = exc  # (after the flush: the other partitions' offsets need it)
                 await self.producer.flush()  # DeliveryFailed propagates: never commit past a lost send
-                if failed is not None:
-                    raise failed
+                if self.tasks is not None:
+                    await self.tasks.commit_transaction({}, self.group_id)  # the changelogs' transactions
         except TransactionsFailed as exc:
             # Exactly-once, per task: the tasks that committed are done; the failed ones roll back to their
             # last commit (their writes are dropped, not retried: their events are processed again).
@@ -182,15 +173,16 @@ class Checkpointer:
         cut.to(CheckpointState.SENT)
         if tables is not None:
             tables.complete(cut.pending)
-        if offsets and not transactional:
+        committed = True
+        if cut.offsets and not transactional:
             try:
-                await self.consumer.commit(offsets)
-            except TransportError as exc:
-                log.warning("commit of %d partitions failed (%s); will retry", len(offsets), exc)
-                cut.to(CheckpointState.COMMITTED)  # the stores hold the data; only the offsets lag
-                return cut
-        for lease, offset in cut.offsets.values():
-            lease.mark_committed(offset)
+                await self.consumer.commit({tp: offset for tp, (_, offset) in cut.offsets.items()})
+            except TransportError as exc:  # the stores hold the data; only the offsets lag: retried next time
+                log.warning("commit of %d partitions failed (%s); will retry", len(cut.offsets), exc)
+                committed = False
+        if committed:
+            for lease, offset in cut.offsets.values():
+                lease.mark_committed(offset)
         cut.to(CheckpointState.COMMITTED)
         if cut.failed:
             raise TransactionsFailed(cut.failed)

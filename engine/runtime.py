@@ -40,7 +40,7 @@ DECLARE_TIMEOUT = 2.0  # seconds agents get, at start, to reach their first even
 
 
 class _ProducerService(Service):
-    def __init__(self, producer: Producer | TaskProducers) -> None:
+    def __init__(self, producer: Producer) -> None:
         super().__init__("producer")
         self.producer = producer
 
@@ -80,7 +80,7 @@ class Worker(Service):
         # its partitions (frozen past its session timeout mid-flush) is fenced and its stale records are
         # aborted: at-least-once may process an event twice, but must never let a stale value win.
         # Exactly-once puts everything agents send into the same transactions.
-        tasks = (TaskProducers(self.transport, app.id, worker_identity(settings))
+        tasks = (TaskProducers(self.transport, app.id, worker_identity(settings) if exactly_once else None)
                  if exactly_once or app.tables else None)
         self.producer: Producer = (
             tasks if exactly_once and tasks is not None else self.transport.producer(None)

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from engine.errors import EngineError, PartitionMigrated, ProducerFenced
+from engine.errors import EngineError, NotRunning, PartitionMigrated, ProducerFenced
 from engine.streams import current_event
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping
+    from collections.abc import Collection, Coroutine, Mapping
 
     from engine.events import TP, Headers
     from engine.transport.base import Producer, Transport
@@ -54,24 +54,29 @@ def task_transactional_id(app_id: str, number: int) -> str:
 
 
 class TaskProducers:
-    """A Producer that routes each send to the transaction of the task it belongs to."""
+    """A Producer that routes each send to the transaction of the task it belongs to.
 
-    def __init__(self, transport: Transport, app_id: str, worker_id: str) -> None:
+    With a `worker_id` (exactly-once) it is the worker's producer: sends made inside an event go to its
+    task's transaction, the others to the worker's own. Without one (at-least-once), only the tables use it,
+    through `for_partition`, for their changelogs."""
+
+    def __init__(self, transport: Transport, app_id: str, worker_id: str | None) -> None:
         self._transport = transport
         self._app_id = app_id
         self._worker_id = worker_id
-        self.worker = transport.producer(worker_id)
+        self.worker = transport.producer(worker_id) if worker_id is not None else None
         self.tasks: dict[int, Producer] = {}
-        self._starting: dict[int, asyncio.Task[Producer]] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self.worker.start()
+        if self.worker is not None:
+            await self.worker.start()
 
     async def stop(self) -> None:
         await self.release(set(self.tasks))
-        await self.worker.stop()
+        if self.worker is not None:
+            await self.worker.stop()
 
     async def assign(self, numbers: Collection[int]) -> None:
         """Start (and so fence every earlier owner of) the transactions of tasks `numbers`."""
@@ -100,7 +105,8 @@ class TaskProducers:
 
     @property
     def transactional(self) -> bool:
-        return self.worker.transactional
+        """Whether it commits everything agents send (exactly-once on a broker with transactions)."""
+        return self.worker is not None and self.worker.transactional
 
     def for_partition(self, number: int) -> Producer:
         producer = self.tasks.get(number)
@@ -108,7 +114,7 @@ class TaskProducers:
             raise PartitionMigrated(f"task {number} is not owned by this worker (any more)")
         return producer
 
-    async def send(
+    def send(
         self,
         topic: str,
         key: bytes | None,
@@ -117,24 +123,29 @@ class TaskProducers:
         headers: Headers | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
-    ) -> asyncio.Future[object]:
+    ) -> Coroutine[Any, Any, asyncio.Future[object]]:
+        """The chosen producer's send (a plain function returning its awaitable: one frame less per send)."""
         event = current_event.get()
         if event is None:
+            if self.worker is None:
+                raise NotRunning("sends outside an event need the exactly-once worker producer")
             producer = self.worker
         else:
             if event.lease is not None and event.lease.ended:
                 raise PartitionMigrated(f"{event.topic}[{event.partition}] moved while offset {event.offset} "
                                         "was processed; its new owner processes it")
             producer = self.for_partition(event.partition)
-        return await producer.send(topic, key, value, headers=headers, partition=partition,
-                                   timestamp_ms=timestamp_ms)
+        return producer.send(topic, key, value, headers=headers, partition=partition,
+                             timestamp_ms=timestamp_ms)
 
     async def flush(self) -> None:
-        await asyncio.gather(self.worker.flush(), *(p.flush() for p in self.tasks.values()))
+        producers = [*self.tasks.values(), *([self.worker] if self.worker is not None else [])]
+        await asyncio.gather(*(p.flush() for p in producers))
 
     async def commit_transaction(self, offsets: Mapping[TP, int], group_id: str) -> None:
-        """Commit every task's transaction with its partitions' offsets, and the worker's, concurrently.
-        Raises TransactionsFailed naming the tasks that did not commit (the others did)."""
+        """Commit every task's transaction with its partitions' offsets, and the worker's, concurrently
+        (producers without transactions, memory://, only flush). Raises TransactionsFailed naming the tasks
+        that did not commit (the others did)."""
         by_task: dict[int, dict[TP, int]] = {n: {} for n in self.tasks}
         for tp, offset in offsets.items():
             by_task.setdefault(tp.partition, {})[tp] = offset
@@ -143,27 +154,28 @@ class TaskProducers:
             raise TransactionsFailed(dict.fromkeys(missing, PartitionMigrated("no producer for the task")))
         numbers = sorted(self.tasks)
         results = await asyncio.gather(
-            self.worker.commit_transaction({}, group_id),
-            *(self.tasks[n].commit_transaction(by_task[n], group_id) for n in numbers),
+            *(_commit(self.tasks[n], by_task[n], group_id) for n in numbers),
             return_exceptions=True,
         )
-        if isinstance(results[0], BaseException):
-            if not isinstance(results[0], Exception):
-                raise results[0]
-            log.warning("the worker's own transaction (timers, sends outside events) did not commit (%s); "
-                        "its sends are lost, a new transaction starts", results[0])
-            await self.worker.stop()
-            self.worker = self._transport.producer(self._worker_id)
-            await self.worker.start()
-        failed = {n: r for n, r in zip(numbers, results[1:], strict=True) if isinstance(r, BaseException)}
+        if self.worker is not None:
+            try:
+                await _commit(self.worker, {}, group_id)
+            except Exception as exc:
+                log.warning("the worker's own transaction (timers, sends outside events) did not commit "
+                            "(%s); its sends are lost, a new transaction starts", exc)
+                await self.worker.stop()
+                self.worker = self._transport.producer(self._worker_id)
+                await self.worker.start()
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result
+        failed = {n: r for n, r in zip(numbers, results, strict=True) if isinstance(r, BaseException)}
         if failed:
             raise TransactionsFailed(failed)
 
-    async def restart(self, number: int) -> None:
-        """Replace task `number`'s producer after a failed commit: the new one's initialisation aborts the
-        old transaction (same transactional id, higher epoch)."""
-        old = self.tasks.pop(number, None)
-        if old is not None:
-            await old.stop()
-        await self.assign([number])
 
+async def _commit(producer: Producer, offsets: Mapping[TP, int], group_id: str) -> None:
+    if producer.transactional:
+        await producer.commit_transaction(offsets, group_id)
+    else:
+        await producer.flush()
