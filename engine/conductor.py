@@ -92,7 +92,7 @@ class Conductor(Service):
         self.rebalancer = Rebalancer(
             leases=self.leases, consumer=self.consumer, pauses=self.pauses, checkpoints=self.checkpoints,
             tables=tables, drop_queued=self.drop_queued,
-            spawn=lambda coro, name: self.spawn(coro, name),
+            spawn=self.spawn,
             producers=tasks,
             reset_to_end=settings.auto_offset_reset == "latest",
             revoke_wait=min(settings.shutdown_timeout.total_seconds(), 5.0),
@@ -154,7 +154,6 @@ class Conductor(Service):
 
     async def on_stop(self) -> None:
         self.stop_fetching()
-        self.rebalancer.stopping = True
         if self.failure is None:
             try:
                 await self.checkpoints.run(0)

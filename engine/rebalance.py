@@ -164,16 +164,21 @@ class Rebalancer:
         """No longer the owner: drop everything of `tps`, write and commit nothing."""
         log.warning("lost %d partitions (%s; another worker may own them now): %s; their uncommitted work "
                     "is dropped", len(tps), why, fmt(tps))
+        await self._forget(tps)
+
+    async def _forget(self, tps: Collection[TP], *, rebalancing: bool = True) -> None:
+        """Drop the uncommitted work of `tps` (queued events, table buffers, the open transactions) and let
+        them go; nothing of it is written or committed."""
         self.leases.end(tps)  # at once: nothing of them is applied from here on
         self._drop_queued(tps)
         async with self.checkpoints.lock:  # a checkpoint in flight finishes (or fails) first
-            self._discard(tps)
+            self._let_go(tps, rebalancing=rebalancing)  # closing a table partition drops its buffers
         if self.producers is not None:
             await self.producers.release({tp.partition for tp in tps})
 
     async def tasks_failed(self, failed: dict[int, BaseException]) -> None:
-        """Exactly-once: these tasks' transactions did not commit. Fenced: lost. Otherwise: rewound to their
-        last commit and set up again."""
+        """These tasks' transactions did not commit. Fenced: lost. Otherwise: rewound to their last commit
+        and set up again."""
         fenced = {n for n, e in failed.items() if isinstance(e, ProducerFenced)}
         owned = [tp for tp in self.leases.current if tp.partition in failed]
         lost = {tp for tp in owned if tp.partition in fenced}
@@ -185,27 +190,17 @@ class Rebalancer:
             return
         log.warning("rewinding %s to their last commit: their transactions did not commit (%s)", fmt(retry),
                     "; ".join(f"task {n}: {e}" for n, e in sorted(failed.items()) if n not in fenced))
-        self._drop_queued(retry)
-        async with self.checkpoints.lock:
-            self._discard(retry, rebalancing=False)
-        if self.producers is not None:
-            await self.producers.release({tp.partition for tp in retry})
+        await self._forget(retry, rebalancing=False)
         await self.assigned(retry)
 
-    def _discard(self, tps: Collection[TP], *, rebalancing: bool = True) -> None:
-        """Forget the uncommitted work of `tps` and let them go (under the checkpoint lock)."""
-        self.leases.end(tps)
-        if self.tables is not None:
-            self.tables.drop({tp.partition for tp in tps})
-        self._let_go(tps, rebalancing=rebalancing)
-
     def _let_go(self, tps: Collection[TP], *, rebalancing: bool = True) -> None:
-        """End the leases and close the tables of `tps`, in one step (no write can land between)."""
+        """End the leases and close the tables of `tps`, in one step (no write can land between); their
+        unflushed table writes and window state go with the table partitions."""
         self.leases.end(tps)
         self.pauses.forget(tps)
+        if rebalancing and self._recovery is not None and not self._recovery.done():
+            self._recovery.cancel()  # a rebalance during set-up: it resumes from the stores later
         if self.tables is not None:
-            if rebalancing and self._recovery is not None and not self._recovery.done():
-                self._recovery.cancel()  # a rebalance during recovery: it resumes from the stores later
             self.tables.revoke({tp.partition for tp in tps})
 
 

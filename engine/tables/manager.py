@@ -159,7 +159,8 @@ class TableManager(Service):
             self._follow(standby)
 
     def revoke(self, numbers: set[int]) -> None:
-        """These partitions are no longer active here (their writes were flushed by the checkpoint)."""
+        """These partitions are no longer active here: their writes were flushed by the checkpoint, or (lost,
+        rewound) are dropped with the partitions, window state included."""
         for table in self.tables.values():
             if table.is_global:
                 continue
@@ -174,21 +175,6 @@ class TableManager(Service):
                 else:
                     self._unfollow({tp})
                     self._close(tp)
-
-    def drop(self, numbers: set[int]) -> None:
-        """These partitions were lost: forget their unflushed writes and window state, never send them.
-        (The stores hold the last checkpoint; the partitions' new owner has the changelog.)"""
-        for table in self.tables.values():
-            if table.is_global:
-                continue
-            for number in numbers:
-                part = table.active.get(number)
-                if part is not None:
-                    part.buffer = {}
-                    part.meta = {}
-                    part.flushed()
-                if table.windowed is not None:
-                    table.windowed.forget(number)
 
     def tables_by_changelog(self, topic: str) -> Table:
         return next(t for t in self.tables.values() if t.changelog_topic.name == topic)

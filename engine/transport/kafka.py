@@ -65,6 +65,17 @@ CONFIRM_TIMEOUT = 5.0  # seconds a membership check may take before the checkpoi
 REBALANCE_TIMEOUT_MS = 30_000  # how long the group waits for members to rejoin (revoke callbacks included)
 
 
+def _group_coordinator(client: AIOKafkaConsumer | None) -> Any:
+    """aiokafka's group coordinator of a consumer in a group (None outside one): private, read here only."""
+    coordinator = getattr(client, "_coordinator", None)
+    return coordinator if hasattr(coordinator, "_do_heartbeat") else None
+
+
+def _session_expired(coordinator: Any) -> bool:
+    """aiokafka resets the member's generation when the coordinator no longer knows it."""
+    return coordinator is not None and coordinator.generation == NO_GENERATION
+
+
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka's base is untyped
     """aiokafka has no on_partitions_lost: it calls on_partitions_revoked before every re-join, also when the
     coordinator no longer knew this member. In that case it has already reset the member's generation
@@ -77,15 +88,11 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka's 
         self._on_lost = on_lost
         self.consumer: AIOKafkaConsumer | None = None
 
-    def _expired(self) -> bool:
-        coordinator = getattr(self.consumer, "_coordinator", None)
-        return coordinator is not None and coordinator.generation == NO_GENERATION
-
     async def on_partitions_revoked(self, revoked: Collection[TopicPartition]) -> None:
         if not revoked:
             return
         tps = {TP(tp.topic, tp.partition) for tp in revoked}
-        if self._on_lost is not None and self._expired():
+        if self._on_lost is not None and _session_expired(_group_coordinator(self.consumer)):
             await self._on_lost(tps)
         elif self._on_revoked is not None:
             await self._on_revoked(tps)
@@ -154,16 +161,16 @@ class KafkaConsumer:
     async def confirm_membership(self) -> None:
         """One heartbeat, now: the coordinator answers with this member's standing. aiokafka's heartbeat
         resets the generation when the member is unknown (its session expired), which is what we read."""
-        coordinator = getattr(self._client, "_coordinator", None)
-        if coordinator is None or not hasattr(coordinator, "_do_heartbeat"):
+        coordinator = _group_coordinator(self._client)
+        if coordinator is None:
             return  # outside a group
-        if coordinator.generation == NO_GENERATION:
+        if _session_expired(coordinator):
             raise MembershipLost("this worker is not a member of its group (its session expired)")
         try:
             answered = await asyncio.wait_for(coordinator._do_heartbeat(), CONFIRM_TIMEOUT)
         except (TimeoutError, KafkaError) as exc:
             raise MembershipLost(f"cannot confirm this worker's group membership: {exc!r}") from exc
-        if coordinator.generation == NO_GENERATION:
+        if _session_expired(coordinator):
             raise MembershipLost("the group no longer counts this worker as a member (its session expired)")
         if not answered:
             raise MembershipLost("cannot confirm this worker's group membership: the coordinator did not "
