@@ -267,9 +267,6 @@ class Stream(_Operators):
         return self
 
     async def __anext__(self) -> Any:
-        if not self._pulled:
-            self._pulled = True
-            self.context.pulling()
         quiesce = self._quiesce  # None unless exactly-once: then checkpoints pause agents between events
         event = self._current
         if event is not None:
@@ -282,21 +279,26 @@ class Stream(_Operators):
                 quiesce.finished()
         if quiesce is not None and quiesce.closed:
             await quiesce.wait_open()
-        while True:
-            event = self._mailbox.get_nowait()
-            if event is None:
-                event = await (self._next_forwarding() if self._upstream else self._next_waiting())
-            lease = event.lease
-            if lease is None or not lease.ended:
-                break
-            # Its partition moved while it waited here: its new owner processes it. Dropped, never applied.
+        # A mailbox never holds an event of a partition no longer dispatched: the conductor purges them on
+        # revoke and loss, and `abandon` does not requeue them; so no per-event ownership check here.
+        event = self._mailbox.get_nowait()
+        if event is None:
+            event = await (self._next_forwarding() if self._upstream else self._next_waiting())
         if quiesce is not None:
             quiesce.started()
         self._current = event
         current_event.set(event)
         return event.value
 
+    def _declared(self) -> None:
+        """The first pull found an empty mailbox (nothing is dispatched before the worker subscribed): tell
+        the worker this agent's pipeline is declared. Here, on the waiting path, not per event."""
+        if not self._pulled:
+            self._pulled = True
+            self.context.pulling()
+
     async def _next_waiting(self) -> Event:
+        self._declared()
         try:
             return await self._mailbox.get()
         except MailboxClosed:
@@ -322,7 +324,8 @@ class Stream(_Operators):
         self._pump = self._get = None
         if self._current is not None and self._quiesce is not None:
             self._quiesce.finished()
-        unfinished = self._held + ([self._current] if self._current is not None else [])
+        unfinished = [e for e in [*self._held, *([self._current] if self._current is not None else [])]
+                      if e.lease is None or e.lease.dispatching]  # a moved partition's: its new owner's
         self._held, self._current = [], None
         if not self._mailbox.closed:
             self._mailbox.requeue(unfinished)
@@ -371,6 +374,7 @@ class Stream(_Operators):
         return True
 
     async def _next_forwarding(self) -> Event:
+        self._declared()
         loop = asyncio.get_running_loop()
         while True:
             if self._get is None:
