@@ -5,6 +5,7 @@ RocksDB stores are opened read-only, which needs no lock, so this works beside a
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -56,13 +57,13 @@ def local_partitions(app: App, settings: Settings) -> list[PartitionInfo]:
             if store is None:
                 continue
             try:
-                stored = [k for k, _ in store.items() if not k.startswith(META_PREFIX)]
+                stored = (k for k, _ in store.items() if not k.startswith(META_PREFIX))
                 if table.window is None:
-                    infos.append(PartitionInfo(table.name, number, len(stored), store.changelog_offset()))
+                    keys, windows = sum(1 for _ in stored), None
                 else:
-                    keys = len({split_window_key(k)[0] for k in stored})
-                    infos.append(PartitionInfo(table.name, number, keys, store.changelog_offset(),
-                                               windows=len(stored)))
+                    starts = Counter(split_window_key(k)[0] for k in stored)  # windows per key
+                    keys, windows = len(starts), sum(starts.values())
+                infos.append(PartitionInfo(table.name, number, keys, store.changelog_offset(), windows))
             finally:
                 store.close()
     return infos
