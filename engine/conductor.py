@@ -35,7 +35,7 @@ from engine.topics import decode_error
 from engine.transactions import TaskProducers, TransactionsFailed
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Collection
+    from collections.abc import Callable, Collection
 
     from agents import Mailbox
     from engine.runner import AgentRunner
@@ -61,10 +61,8 @@ class Conductor(Service):
         *,
         tables: TableManager | None = None,
         tasks: TaskProducers | None = None,
-        declared: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__("conductor")
-        self._declared = declared  # until the agents declared what they read
         self.tables = tables
         self.settings = settings
         self.producer = producer
@@ -111,8 +109,8 @@ class Conductor(Service):
             self.spawn(self._subscribe_new(topic), f"subscribe:{topic.name}")
 
     async def _create(self, topics: list[Topic]) -> None:
-        """Create the topics that do not exist yet (internal repartition topics, mostly), so that the broker
-        never auto-creates one with its own partition count when the first record is sent to it."""
+        """Create a topic an agent reads only from now on (its pipeline was not declared before start),
+        so that the broker never auto-creates it with its own partition count when a record is sent to it."""
         admin = self._admin_factory()
         try:
             settings = self.settings
@@ -135,12 +133,9 @@ class Conductor(Service):
     # -- lifecycle ----------------------------------------------------------------------------------
 
     async def on_start(self) -> None:
-        # Subscribe once, before the first fetch, to everything the agents read: their declared pipelines
-        # included (a group_by's repartition topic is known only once its agent started iterating).
-        if self._declared is not None:
-            await self._declared()
+        # Subscribe once, before the first fetch, to everything the agents read: their pipelines included,
+        # as the topology declared them (the worker created every topic of it before this).
         if self.routes:
-            await self._create([topic for routes in self.routes.values() for topic, _ in routes])
             self.consumer.subscribe(sorted(self.routes))
         self._subscribed = True
         await self.consumer.start()

@@ -2,6 +2,7 @@
 
     EngineError
     ├── ConfigError            a setting or a declaration is wrong; says which and what to fix
+    │   └── TopologyError      the topics on the broker do not fit the app (partition counts, compaction)
     ├── CodecError
     │   ├── DecodeError        bytes on a topic could not become the declared type
     │   └── EncodeError        a value could not be encoded for its topic
@@ -26,6 +27,11 @@ class EngineError(Exception):
 
 class ConfigError(EngineError, ValueError):
     """A setting or declaration is invalid; the message names it and says what is expected."""
+
+
+class TopologyError(ConfigError):
+    """The topics on the broker do not fit the app (co-partitioning, partition counts, cleanup policy); the
+    message names the topics, what was found and what to do."""
 
 
 class CodecError(EngineError):

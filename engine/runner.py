@@ -9,7 +9,6 @@ crash with no current event goes to the supervisor, which restarts the instance 
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 from collections.abc import Callable
@@ -18,14 +17,17 @@ from typing import TYPE_CHECKING, Any
 from agents import ActorGroup, Fatal, Mailbox, RestartPolicy, Service
 from engine.agent import CORRELATION_ID, REPLY_TO, Agent
 from engine.codecs import dumps
-from engine.errors import EngineError, PartitionMigrated
+from engine.errors import EngineError, PartitionMigrated, TopologyError
 from engine.streams import Stream, UpstreamError
 from engine.topics import Topic
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from engine.events import Event, RawRecord
     from engine.quiesce import Quiesce
     from engine.settings import Settings
+    from engine.streams import Lookup
     from engine.transport.base import Producer
 
 log = logging.getLogger(__name__)
@@ -69,7 +71,10 @@ class _InstanceContext:
         self.streams.append(stream)
 
     def pulling(self) -> None:
-        self.runner.declared[self.index].set()
+        return None  # the topology declared the pipeline before the worker started
+
+    def joined(self, topic: Topic | None, table: Lookup) -> None:
+        return None  # checked by the topology at start-up
 
     @property
     def quiesce(self) -> Quiesce | None:
@@ -95,6 +100,8 @@ class AgentRunner(Service):
         producer: Producer,
         subscribe: Subscribe,
         internal_topic: Callable[[str, Topic | None], Topic],
+        dlq: Topic,
+        reads: Sequence[Topic] = (),
         quiesce: Quiesce | None = None,
     ) -> None:
         super().__init__(f"agent:{agent.name}")
@@ -105,8 +112,7 @@ class AgentRunner(Service):
         self._subscribe = subscribe
         self._internal_topic = internal_topic
         self.policy = agent.on_error or settings.agent_error_policy
-        self.dlq = Topic(f"{settings.app_id}-{agent.dlq_suffix}", key_serializer="raw",
-                         value_serializer="raw", internal=True)
+        self.dlq = dlq
         restart = RestartPolicy(max_restarts=settings.agent_max_restarts,
                                 within=settings.agent_restart_window)
         self.group: ActorGroup[Event] = self.add_child(ActorGroup(
@@ -116,8 +122,8 @@ class AgentRunner(Service):
         ))
         self._extra: dict[str, list[Mailbox[Event]]] = {}
         self._contexts: dict[int, _InstanceContext] = {}  # the current run of each instance
-        # Set once each instance first pulls an event: its pipeline (group_by, through) is declared.
-        self.declared = [asyncio.Event() for _ in range(agent.concurrency)]
+        for topic in reads:  # what its pipeline reads besides its channel, as the topology declared it
+            self.subscribe(topic)
 
     # -- routing ------------------------------------------------------------------------------------
 
@@ -136,17 +142,6 @@ class AgentRunner(Service):
         if boxes is None:
             return self.group.mailboxes[partition % self.agent.concurrency]
         return boxes[partition % self.agent.concurrency]
-
-    async def wait_declared(self, timeout: float) -> None:
-        """Until every instance declared its pipeline (or `timeout`: an agent that awaits something else
-        before iterating subscribes its topics later, when it gets there)."""
-        try:
-            async with asyncio.timeout(timeout):
-                for declared in self.declared:
-                    await declared.wait()
-        except TimeoutError:
-            log.info("agent %s has not started iterating within %gs; topics it reads later are subscribed "
-                     "then", self.agent.name, timeout)
 
     def current_events(self) -> list[Event]:
         """The event each instance is inside now (none for an idle instance)."""
@@ -224,6 +219,11 @@ class AgentRunner(Service):
             self._drop(context, source, event)
             context.abandon()
             return
+        if isinstance(error, TopologyError):
+            # Not the record's fault either: every record of the topic would fail the same way. The worker
+            # stops, the record stays uncommitted, and the message says what to change.
+            context.abandon()
+            raise Fatal(f"agent {self.agent.name!r} cannot run: {error}") from error
         self._drop(context, source, event)
         await self.handle_error(event.record, error)
         event.ack()

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from agents import Service
 from engine.conductor import Conductor
-from engine.errors import ConfigError, TransportError, WorkerFailed
+from engine.errors import ConfigError, WorkerFailed
 from engine.replies import ReplyService
 from engine.runner import AgentRunner
 from engine.timers import timer_supervisor
-from engine.topics import Topic
+from engine.topology import build_topology
 from engine.transactions import TaskProducers
 from engine.transport import Producer, open_transport
 from engine.watchdog import Watchdog
@@ -31,12 +31,10 @@ if TYPE_CHECKING:
 
     from engine.app import App
     from engine.settings import Settings
-    from engine.transport.base import Admin
+    from engine.topics import Topic
 from engine.tables.manager import TableManager
 
 log = logging.getLogger(__name__)
-
-DECLARE_TIMEOUT = 2.0  # seconds agents get, at start, to reach their first event (declaring what they read)
 
 
 class _ProducerService(Service):
@@ -74,6 +72,7 @@ class Worker(Service):
         if settings.data_dir.exists() and not settings.data_dir.is_dir():
             raise ConfigError(f"setting 'data_dir' is {str(settings.data_dir)!r}, which is a file; expected "
                               "a directory for the worker's stores (it is created if missing)")
+        self.topology = build_topology(app, settings)
         self.transport = open_transport(settings.broker, settings.broker_options)
         exactly_once = settings.processing_guarantee == "exactly_once"
         # Changelogs are written in per-task transactions under both guarantees, so that a worker that lost
@@ -94,13 +93,14 @@ class Worker(Service):
             admin_factory=self.transport.admin,
         )) if app.tables else None
         self.conductor = Conductor(self.transport, settings, self.producer, self.transport.admin,
-                                   tables=self.tables, tasks=tasks, declared=self._agents_declared)
-        self.internal_topics: dict[str, Topic] = {}
+                                   tables=self.tables, tasks=tasks)
+        topics = self.topology.topics
         self.runners = [
             self.add_child(AgentRunner(
                 agent, settings=settings, producer=self.producer,
-                subscribe=self.conductor.add_route, internal_topic=self._internal_topic,
-                quiesce=self.conductor.quiesce,
+                subscribe=self.conductor.add_route, internal_topic=self.topology.internal_topic,
+                dlq=self.topology.dlq(agent.name), quiesce=self.conductor.quiesce,
+                reads=[topics[name].topic for name in self.topology.reads[agent.name][1:]],
             ))
             for agent in app.agents.values()
         ]
@@ -111,47 +111,22 @@ class Worker(Service):
         self.add_child(Watchdog(self.conductor.busy_events, settings.stuck_event_warning.total_seconds()))
         self._stopping = asyncio.Event()
 
-    async def _agents_declared(self) -> None:
-        await asyncio.gather(*(runner.wait_declared(DECLARE_TIMEOUT) for runner in self.runners))
-
-    def _internal_topic(self, name: str, like: Topic | None) -> Topic:
-        full = f"{self.settings.app_id}-{name}"
-        topic = self.internal_topics.get(full) or self.app.topics.get(full)
-        if topic is None:
-            topic = Topic(
-                full,
-                key_type=like.key_type if like else None,
-                value_type=like.value_type if like else None,
-                partitions=like.partitions if like else None,
-                internal=True,
-            )
-            topic.attach(self.producer)
-            self.internal_topics[full] = topic
-        return topic
-
     def all_topics(self) -> list[Topic]:
-        topics = dict(self.app.topics)
-        for runner in self.runners:
-            topics[runner.dlq.name] = runner.dlq
-        topics[self.replies.topic] = Topic(self.replies.topic, internal=True)
-        for table in self.app.tables.values():
-            topics.setdefault(table.changelog_topic.name, table.changelog_topic)
-            windowed = table.windowed
-            if windowed is not None:
-                for extra in (windowed.late_topic, windowed.closed_topic):
-                    if extra is not None:
-                        topics.setdefault(extra.name, extra)
-        return list(topics.values())
+        return [plan.topic for plan in self.topology.topics.values()]
 
     async def on_start(self) -> None:
         admin = self.transport.admin()
         try:
-            specs = [t.spec(self.settings.topic_partitions, self.settings.topic_replication)
-                     for t in self.all_topics()]
-            await admin.create_topics(specs)
-            self.replies.partitions = await _partition_count(admin, self.replies.topic)
+            await admin.create_topics(self.topology.specs())
+            counts = await admin.describe_topics()
+            sources = [p.name for p in self.topology.topics.values() if p.role == "table-source"]
+            self.topology.check(counts, await admin.topic_configs(sources) if sources else {})
+            self.replies.partitions = counts[self.replies.topic]
         finally:
             await admin.close()
+        for name in self.topology.undeclared:
+            log.info("agent %s awaits something before its first event (%s): topics its pipeline reads are "
+                     "subscribed when it gets there", name, self.topology.undeclared[name])
         for topic in self.all_topics():
             topic.attach(self.producer)
         for agent in self.app.agents.values():
@@ -190,20 +165,6 @@ class Worker(Service):
         failure = self.failure
         if failure is not None:
             raise WorkerFailed(f"worker {self.app.id!r} stopped: {failure}") from failure
-
-
-async def _partition_count(admin: Admin, topic: str, timeout: float = 30) -> int:
-    """A topic's partition count, waiting while metadata of a topic just created reaches every broker (on a
-    cluster, the broker that answers may not know it yet)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        counts = await admin.describe_topics()
-        if topic in counts:
-            return counts[topic]
-        if loop.time() > deadline:
-            raise TransportError(f"topic {topic!r} is not visible {timeout:g}s after it was created")
-        await asyncio.sleep(0.1)
 
 
 def settle_heap() -> None:

@@ -51,6 +51,9 @@ class StreamContext(Protocol):
         """The agent asked for its first event: every operator of its pipeline (group_by, through) is
         declared by now, so the worker knows every topic it must subscribe before it fetches."""
 
+    def joined(self, topic: Topic | None, table: Lookup) -> None:
+        """The stream of `topic` is joined with `table` (the topology checks they are co-partitioned)."""
+
     @property
     def quiesce(self) -> Quiesce | None:
         """The exactly-once checkpoint's gate between events (None: at-least-once, no pauses)."""
@@ -132,6 +135,7 @@ class _Operators:
 
     def _join(self, table: Lookup, key: Callable[[Any], Any] | None, *, inner: bool) -> Derived:
         root = self.root
+        root.context.joined(root.topic, table)
 
         async def gen() -> AsyncIterator[Any]:
             async for value in self:
@@ -155,7 +159,6 @@ class _Operators:
         upstream = self.__aiter__()
 
         async def gen() -> AsyncIterator[list[Any]]:
-            loop = asyncio.get_running_loop()
             pending: asyncio.Task[Any] | None = None
             try:
                 while True:
@@ -164,6 +167,16 @@ class _Operators:
                     batch: list[Any] = []
                     deadline: float | None = None
                     while len(batch) < n:
+                        if pending is None and deadline is None:
+                            # A batch's first value has no deadline: awaited directly (no task, and no
+                            # loop needed until there is one: the topology's declaration run has none).
+                            try:
+                                batch.append(await upstream.__anext__())
+                            except StopAsyncIteration:
+                                return
+                            loop = asyncio.get_running_loop()
+                            deadline = loop.time() + seconds
+                            continue
                         if pending is None:
                             pending = asyncio.ensure_future(upstream.__anext__())
                         timeout = None if deadline is None else max(0.0, deadline - loop.time())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cli.loader import load_app
+from engine.topology import build_topology
 
 if TYPE_CHECKING:
     import argparse
@@ -22,15 +23,23 @@ def _name(t: type | None) -> str:
 
 
 def run_topics(args: argparse.Namespace) -> int:
+    """Every topic the app reads, writes and keeps, as the worker will create it (engine.topology)."""
     app = load_app(args.app)
-    settings = app.settings({"broker": args.broker})
-    print(f"{'topic':40} {'partitions':>10}  {'key':10} {'value':10}")
-    for topic in app.topics.values():
-        partitions = topic.partitions or settings.topic_partitions
-        print(f"{topic.name:40} {partitions:>10}  "
-              f"{topic.key_codec.name + ':' + _name(topic.key_type):10} "
-              f"{topic.value_codec.name + ':' + _name(topic.value_type):10}")
+    topology = build_topology(app, app.settings({"broker": args.broker}))
+    print(f"{'topic':40} {'role':12} {'partitions':>10}  {'key':12} {'value':12} config")
+    for plan in sorted(topology.topics.values(), key=lambda p: (_ORDER.index(p.role), p.name)):
+        topic = plan.topic
+        config = ",".join(f"{k}={v}" for k, v in sorted(plan.config.items())) or "-"
+        print(f"{plan.name:40} {plan.role:12} {plan.partitions:>10}  "
+              f"{topic.key_codec.name + ':' + _name(topic.key_type):12} "
+              f"{topic.value_codec.name + ':' + _name(topic.value_type):12} {config}")
+    for agent, why in topology.undeclared.items():
+        print(f"(agent {agent} awaits before its first event ({why}): topics its pipeline reads are "
+              "known once it runs)")
     return 0
+
+
+_ORDER = ["source", "repartition", "table-source", "changelog", "closed", "late", "sink", "dlq", "replies"]
 
 
 def run_agents(args: argparse.Namespace) -> int:

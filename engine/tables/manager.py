@@ -119,7 +119,7 @@ class TableManager(Service):
             await admin.close()
         for table in self.tables.values():
             count = counts.get(table.changelog_topic.name) or table.partitions
-            table.bind(count or self.settings.topic_partitions)
+            table.bind(count or self.settings.topic_partitions, counts)
         globals_ = [t for t in self.tables.values() if t.is_global]
         if globals_:
             numbers = {t.name: set(range(t.partition_count)) for t in globals_}

@@ -12,10 +12,10 @@ key must hash to the same partition, or the write fails and says to `group_by` f
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
-from engine.errors import ConfigError, EngineError, PartitionMigrated
+from engine.errors import ConfigError, EngineError, PartitionMigrated, TopologyError
 from engine.partitioner import partition_for
 from engine.streams import current_event
 from engine.tables.partition import DELETED, META_PREFIX, MISSING, TablePartition
@@ -84,13 +84,33 @@ class Table(MutableMapping[Any, Any]):
         self.partitions = partitions or self.changelog_topic.partitions
         self.active: dict[int, TablePartition] = {}
         self._count: int | None = None
+        self._topic_counts: Mapping[str, int] = {}
+        self._copartitioned: set[str] = set()  # topics whose events may write this table (checked once)
         self._locations: dict[Any, tuple[bytes, int]] = {}
         self._warned_codec = False
 
     # -- wiring by the worker -----------------------------------------------------------------------
 
-    def bind(self, partition_count: int) -> None:
+    def bind(self, partition_count: int, topic_counts: Mapping[str, int]) -> None:
+        """Attach to a running worker: the table's partition count (its changelog's), and every topic's, to
+        check that the topics whose events write the table are co-partitioned with it."""
         self._count = partition_count
+        self._topic_counts = topic_counts
+        self._copartitioned = set()
+
+    def _check_copartitioned(self, topic: str) -> None:
+        """Once per topic whose events write this table: an event of partition p writes table partition p,
+        so the topic must have as many partitions as the table (else keys land where reads and recovery do
+        not look, or in partitions the table does not have)."""
+        found = self._topic_counts.get(topic)
+        if found is not None and found != self.partition_count:
+            raise TopologyError(
+                f"table {self.name!r} has {self.partition_count} partitions (topic "
+                f"{self.changelog_topic.name!r}) but is written from events of topic {topic!r}, which has "
+                f"{found}: a table and every topic whose events write it must have the same number of "
+                f"partitions; re-key the stream with group_by(...) (its repartition topic gets "
+                f"{self.partition_count}), or recreate {topic!r} with {self.partition_count} partitions")
+        self._copartitioned.add(topic)
 
     @property
     def partition_count(self) -> int:
@@ -182,6 +202,8 @@ class Table(MutableMapping[Any, Any]):
                 f"offset {event.offset} was processed; its new owner processes it"
             )
         own = key[0] if self.window is not None else key
+        if event is not None and not self.is_global and event.record.topic not in self._copartitioned:
+            self._check_copartitioned(event.record.topic)
         if event is not None and not self.is_global and number != event.partition:
             if own == event.key:
                 self._warn_codec_mismatch(event.topic)

@@ -102,6 +102,9 @@ class Admin(Protocol):
     async def describe_topics(self) -> dict[str, int]:
         """Every topic's partition count."""
 
+    async def topic_configs(self, names: Collection[str]) -> dict[str, dict[str, str]]:
+        """The configs (cleanup.policy, retention.ms, ...) of each existing topic of `names`."""
+
     async def topic_ids(self, names: Collection[str]) -> dict[str, bytes]:
         """The id of each existing topic of `names`: its identity, new when a topic is deleted and recreated
         under the same name. ({} where the broker cannot tell.)"""

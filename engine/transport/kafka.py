@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.errors import ProducerFenced as KafkaProducerFenced
@@ -361,6 +362,20 @@ class KafkaAdmin:
         except KafkaConnectionError as exc:
             raise _unavailable(self._servers, exc) from exc
         return {t["topic"]: len(t["partitions"]) for t in described if not t.get("error_code")}
+
+    async def topic_configs(self, names: Collection[str]) -> dict[str, dict[str, str]]:
+        await self._ensure_started()
+        resources = [ConfigResource(ConfigResourceType.TOPIC, name) for name in names]
+        try:
+            responses = await self._client.describe_configs(resources)
+        except KafkaError as exc:
+            raise TransportError(f"cannot read the configs of topics {sorted(names)}: {exc}") from exc
+        configs: dict[str, dict[str, str]] = {}
+        for response in responses:
+            for code, _message, _type, name, entries in response.resources:
+                if code == 0:
+                    configs[name] = {entry[0]: entry[1] for entry in entries}
+        return configs
 
     async def topic_ids(self, names: Collection[str]) -> dict[str, bytes]:
         await self._ensure_started()

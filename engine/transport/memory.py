@@ -321,6 +321,9 @@ class MemoryAdmin:
     async def describe_topics(self) -> dict[str, int]:
         return {name: len(parts) for name, parts in self.broker.topics.items()}
 
+    async def topic_configs(self, names: Collection[str]) -> dict[str, dict[str, str]]:
+        return {name: dict(self.broker.configs[name]) for name in names if name in self.broker.configs}
+
     async def topic_ids(self, names: Collection[str]) -> dict[str, bytes]:
         return {name: self.broker.ids[name] for name in names if name in self.broker.ids}
 

@@ -47,6 +47,12 @@ def test_listings(capsys):
     code, out, _ = run(capsys, "topics", "-A", "examples.not_viewing:app")
     assert "app-events" in out
     assert "json:AppEvent" in out
+    # The topology, pipelines included: the repartition topic of a group_by is known before any worker ran.
+    code, out, _ = run(capsys, "topics", "-A", "tests.integration.topology_apps:app")
+    rows = {line.split()[0]: line.split()[1:3] for line in out.splitlines()[1:]}
+    assert rows["itopology-by-customer-repartition"] == ["repartition", "4"]
+    assert rows["itopology-spent-changelog"] == ["changelog", "4"]
+    assert rows["itopology-per-customer-closed"] == ["closed", "4"]
 
 
 def test_send_checks_the_value_and_refuses_an_in_memory_broker(capsys):

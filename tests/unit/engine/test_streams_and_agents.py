@@ -273,6 +273,8 @@ async def test_crash_outside_a_record_restarts_then_gives_up_past_the_limit():
             pass
 
     worker = engine.Worker(app, app.settings())
+    assert len(starts) == 1, "the topology's declaration run calls the function once, up to its first pull"
+    starts.clear()
     await worker.start()
     with pytest.raises(engine.WorkerFailed, match="crashed more than 2 times"):
         await asyncio.wait_for(worker.run_until_stopped(), 5)

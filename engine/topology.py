@@ -1,0 +1,269 @@
+"""The topology: every topic an app reads, writes and keeps, with its partition count and config, and which
+topics must be co-partitioned; known before anything connects.
+
+Pure: built from an App and its Settings, no I/O. The worker creates what is missing from it, checks it
+against the broker (`check`) and subscribes once, before its first fetch; `engine topics` prints the same one.
+
+An agent's pipeline (`group_by`, `through`, `join`) is declared by the agent's own code before it first pulls
+an event. `build_topology` runs that code once, without events and without a loop: each agent function gets a
+stream that records what the pipeline declares and stops the function at its first pull. So the code of an
+agent before its `async for` must be free of side effects (it normally is: building the pipeline). An agent
+that awaits something else before iterating cannot be declared that way; `Topology.undeclared` names it,
+and what it reads is subscribed when it gets there, with the next rebalance.
+
+Partition counts (Kafka Streams' rules, see README "Topology"): a topic declared with `partitions=` must have
+that many; a table has its changelog's count; a repartition topic has its source's declared count (else
+`topic_partitions`); closed and late topics have their table's. Topics that must be co-partitioned (a
+stream and the non-global table it joins, a table and every topic whose events write it) must have equal
+counts, or keys would be looked up in, or written to, partitions that do not hold them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from agents import Mailbox
+from engine.errors import TopologyError
+from engine.streams import Stream
+from engine.tables.table import Table
+from engine.topics import Topic
+from engine.transport.base import TopicSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from engine.agent import Agent
+    from engine.app import App
+    from engine.events import Event
+    from engine.quiesce import Quiesce
+    from engine.settings import Settings
+
+log = logging.getLogger(__name__)
+
+Role = Literal["source", "sink", "repartition", "changelog", "table-source", "closed", "late", "dlq",
+               "replies"]
+COMPACTED = {"cleanup.policy": "compact"}
+
+
+@dataclass(frozen=True)
+class TopicPlan:
+    """One topic of the topology: what it is for, and what it must look like."""
+
+    topic: Topic
+    role: Role
+    partitions: int
+    pinned: bool  # the count was declared (partitions=): an existing topic with another count is an error
+    replication: int | None
+    config: Mapping[str, str]
+    users: tuple[str, ...] = ()  # agents or tables, for messages
+
+    @property
+    def name(self) -> str:
+        return self.topic.name
+
+    @property
+    def spec(self) -> TopicSpec:
+        return TopicSpec(self.name, self.partitions, self.replication, self.config)
+
+
+@dataclass(frozen=True)
+class CoPartitioned:
+    """Topics whose partition counts must be equal, and why."""
+
+    topics: tuple[str, ...]
+    why: str
+
+
+@dataclass
+class Topology:
+    app_id: str
+    settings: Settings
+    topics: dict[str, TopicPlan] = field(default_factory=dict)
+    reads: dict[str, list[str]] = field(default_factory=dict)  # agent -> topics it reads, channel first
+    copartitioned: list[CoPartitioned] = field(default_factory=list)
+    undeclared: dict[str, str] = field(default_factory=dict)  # agent -> why its pipeline is not known
+
+    # -- building -----------------------------------------------------------------------------------
+
+    def add(self, topic: Topic, role: Role, *, user: str | None = None, partitions: int | None = None,
+            config: Mapping[str, str] | None = None) -> TopicPlan:
+        """Record `topic` in `role` (the first role a topic gets is kept: a source is not also a sink)."""
+        existing = self.topics.get(topic.name)
+        if existing is not None:
+            if user is not None and user not in existing.users:
+                self.topics[topic.name] = existing = _with_user(existing, user)
+            return existing
+        count = topic.partitions or partitions or self.settings.topic_partitions
+        plan = TopicPlan(
+            topic, role, count, pinned=topic.partitions is not None,
+            replication=topic.replication or self.settings.topic_replication,
+            config={**(config or {}), **topic.config}, users=(user,) if user else (),
+        )
+        self.topics[topic.name] = plan
+        return plan
+
+    def internal_topic(self, name: str, like: Topic | None) -> Topic:
+        """The internal topic `<app>-<name>` (a repartition or `through` topic): the one the topology
+        declared, or a new one, typed and partitioned like the topic it repartitions."""
+        full = f"{self.app_id}-{name}"
+        plan = self.topics.get(full)
+        if plan is not None:
+            return plan.topic
+        topic = Topic(
+            full,
+            key_type=like.key_type if like else None,
+            value_type=like.value_type if like else None,
+            partitions=like.partitions if like else None,
+            internal=True,
+        )
+        self.add(topic, "repartition")
+        return topic
+
+    def dlq(self, agent: str) -> Topic:
+        return self.topics[f"{self.app_id}-{agent}-dlq"].topic
+
+    @property
+    def replies(self) -> Topic:
+        return self.topics[f"{self.app_id}-replies"].topic
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def specs(self) -> list[TopicSpec]:
+        return [plan.spec for plan in self.topics.values()]
+
+    def subscribed(self) -> list[str]:
+        """Every topic some agent reads (its channel and its declared pipeline)."""
+        return sorted({name for names in self.reads.values() for name in names})
+
+    def check(self, counts: Mapping[str, int], configs: Mapping[str, Mapping[str, str]]) -> None:
+        """Compare the topology with what the broker has (`counts`: partitions per topic, `configs`: the
+        configs of the topics tables read as their changelog); raise one TopologyError naming every
+        problem, its topics and counts, and what to do."""
+        problems: list[str] = []
+        for plan in self.topics.values():
+            found = counts.get(plan.name)
+            if plan.pinned and found is not None and found != plan.partitions:
+                problems.append(
+                    f"topic {plan.name!r} has {found} partitions, but the app declares partitions="
+                    f"{plan.partitions}: change the declaration, or recreate the topic with "
+                    f"{plan.partitions} partitions")
+            if plan.role == "table-source":
+                policy = configs.get(plan.name, {}).get("cleanup.policy", "")
+                if "compact" not in policy.split(","):
+                    tables = ", ".join(map(repr, plan.users))
+                    problems.append(
+                        f"topic {plan.name!r} is the source of table {tables} but its "
+                        f"cleanup.policy is {policy or 'unknown'!r}, not compact: old keys would be deleted "
+                        "by retention and the table would lose them on recovery; set cleanup.policy=compact "
+                        "on the topic")
+        for group in self.copartitioned:
+            found_counts = {name: counts.get(name, self.topics[name].partitions) for name in group.topics}
+            if len(set(found_counts.values())) > 1:
+                listed = ", ".join(f"{name!r} has {n}" for name, n in found_counts.items())
+                problems.append(
+                    f"{group.why}, so their topics must have the same number of partitions, but {listed}; "
+                    "declare the same partitions= on both, or recreate the smaller one (and re-key with "
+                    "group_by if the source cannot change)")
+        if problems:
+            raise TopologyError("the topology does not fit the broker: " + "; ".join(problems))
+
+
+def _with_user(plan: TopicPlan, user: str) -> TopicPlan:
+    return TopicPlan(plan.topic, plan.role, plan.partitions, plan.pinned, plan.replication, plan.config,
+                     (*plan.users, user))
+
+
+def table_topic(table: Table) -> Topic:
+    """The topic a table is rebuilt from: its changelog, or the source topic it reads."""
+    return table.changelog_topic
+
+
+def build_topology(app: App, settings: Settings) -> Topology:
+    """The topology of `app` under `settings`: pure, no I/O (see the module docstring)."""
+    topology = Topology(app.id, settings)
+    for table in app.tables.values():
+        _add_table(topology, table)
+    for agent in app.agents.values():
+        topology.add(agent.channel, "source", user=agent.name)
+        topology.reads[agent.name] = [agent.channel.name]
+    for agent in app.agents.values():
+        _declare(topology, agent)
+        for sink in agent.sinks:
+            target = sink if isinstance(sink, Topic) else getattr(sink, "channel", None)
+            if isinstance(target, Topic):
+                topology.add(target, "sink", user=agent.name)
+        dlq = Topic(f"{app.id}-{agent.dlq_suffix}", key_serializer="raw", value_serializer="raw",
+                    internal=True)
+        topology.add(dlq, "dlq", user=agent.name)
+    for topic in app.topics.values():
+        topology.add(topic, "sink")
+    topology.add(Topic(f"{app.id}-replies", internal=True), "replies")
+    return topology
+
+
+def _add_table(topology: Topology, table: Table) -> None:
+    count = table.partitions
+    role: Role = "changelog" if table.has_own_changelog else "table-source"
+    topology.add(table.changelog_topic, role, user=table.name, config=COMPACTED)
+    windowed = table.windowed
+    if windowed is not None:
+        if windowed.closed_topic is not None:
+            topology.add(windowed.closed_topic, "closed", user=table.name, partitions=count)
+        if windowed.late_topic is not None:
+            topology.add(windowed.late_topic, "late", user=table.name, partitions=count)
+
+
+class _Declared(BaseException):  # a signal, not an error; BaseException: agents do not catch it
+    """Raised at an agent's first pull during the declaration run: its pipeline is declared."""
+
+
+class _Declaring:
+    """The StreamContext of the declaration run: records what the pipeline declares."""
+
+    quiesce: Quiesce | None = None
+
+    def __init__(self, topology: Topology, agent: Agent) -> None:
+        self.topology = topology
+        self.agent = agent
+
+    def subscribe(self, topic: Topic) -> Mailbox[Event]:
+        self.topology.add(topic, "source", user=self.agent.name)
+        reads = self.topology.reads[self.agent.name]
+        if topic.name not in reads:
+            reads.append(topic.name)
+        return Mailbox(1)
+
+    def repartition_topic(self, name: str, like: Topic | None) -> Topic:
+        return self.topology.internal_topic(name, like)
+
+    def opened(self, stream: Stream) -> None:
+        return None
+
+    def pulling(self) -> None:
+        raise _Declared
+
+    def joined(self, topic: Topic | None, table: Any) -> None:
+        if isinstance(table, Table) and not table.is_global and topic is not None:
+            self.topology.copartitioned.append(CoPartitioned(
+                (topic.name, table_topic(table).name),
+                f"agent {self.agent.name!r} joins stream {topic.name!r} with table {table.name!r}"))
+
+
+def _declare(topology: Topology, agent: Agent) -> None:
+    """Run `agent`'s code up to its first pull, without a loop, recording its pipeline."""
+    stream = Stream(Mailbox(1), _Declaring(topology, agent), agent.channel)
+    started = agent.fun(stream)
+    step = started.__anext__() if agent.is_generator else started
+    try:
+        step.send(None)
+    except _Declared:
+        return
+    except (StopIteration, StopAsyncIteration):
+        return  # returned (or ended) before iterating: nothing more to declare
+    except Exception as exc:  # user code that needs a running worker: declared later
+        topology.undeclared[agent.name] = f"{type(exc).__name__}: {exc}"
+    else:
+        topology.undeclared[agent.name] = "it awaits something before its first event"
+        step.close()

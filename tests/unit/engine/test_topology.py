@@ -1,0 +1,151 @@
+"""The topology: what build_topology declares (pure, no broker), what `check` says about a broker whose topics
+do not fit, and the co-partitioning check at a table's first write from a topic."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import engine
+from engine import testing
+from engine.errors import TopologyError
+from engine.topology import build_topology
+
+
+def shop(**settings) -> engine.App:
+    app = engine.App("shop", broker="memory://x", topic_partitions=3, **settings)
+    orders = app.topic("orders", key_type=str, value_type=dict, partitions=6)
+    customers = app.Table("customers", key_type=str, value_type=dict, partitions=6)
+    regions = app.GlobalTable("regions", key_type=str)
+    totals = app.Table("totals", default=int, key_type=str, partitions=6).tumbling(60, expires=3600)
+    rates = app.Table("rates", source_topic="fx-rates", key_type=str, value_type=float)
+    alerts = app.topic("alerts", value_type=str)
+
+    @app.agent(orders)
+    async def by_customer(stream):
+        async for order in stream.group_by(lambda o: o["customer"], name="by-customer").join(customers):
+            totals[order[0]["customer"]] += 1
+
+    @app.agent(totals.closed(), sink=[alerts])
+    async def watch(stream):
+        async for total in stream:
+            yield f"{total}"
+
+    @app.agent(app.topic("quotes", key_type=str, value_type=float))
+    async def convert(stream):
+        async for batch in stream.left_join(rates).take(10, within=1):
+            print(batch, regions)
+
+    return app
+
+
+def test_every_topic_with_its_role_partitions_and_config():
+    app = shop()
+    topology = build_topology(app, app.settings())
+    roles = {name: (plan.role, plan.partitions, dict(plan.config)) for name, plan in topology.topics.items()}
+    compact = {"cleanup.policy": "compact"}
+    assert roles == {
+        "shop-customers-changelog": ("changelog", 6, compact),
+        "shop-regions-changelog": ("changelog", 3, compact),
+        "shop-totals-changelog": ("changelog", 6, compact),
+        "shop-totals-closed": ("closed", 6, {}),
+        "fx-rates": ("table-source", 3, compact),
+        "orders": ("source", 6, {}),
+        "shop-by-customer-repartition": ("repartition", 6, {}),
+        "quotes": ("source", 3, {}),
+        "alerts": ("sink", 3, {}),
+        "shop-by_customer-dlq": ("dlq", 3, {}),
+        "shop-watch-dlq": ("dlq", 3, {}),
+        "shop-convert-dlq": ("dlq", 3, {}),
+        "shop-replies": ("replies", 3, {}),
+    }
+    assert topology.reads == {
+        "by_customer": ["orders", "shop-by-customer-repartition"],
+        "watch": ["shop-totals-closed"],
+        "convert": ["quotes"],
+    }
+    assert topology.undeclared == {}
+    assert [(g.topics, g.why) for g in topology.copartitioned] == [
+        (("shop-by-customer-repartition", "shop-customers-changelog"),
+         "agent 'by_customer' joins stream 'shop-by-customer-repartition' with table 'customers'"),
+        (("quotes", "fx-rates"), "agent 'convert' joins stream 'quotes' with table 'rates'"),
+    ]
+    # The repartition topic is typed like its source, and a worker gets the very same Topic object.
+    repartition = topology.internal_topic("by-customer-repartition", None)
+    assert repartition is topology.topics["shop-by-customer-repartition"].topic
+    assert repartition.value_type is dict
+
+
+def test_an_agent_that_awaits_before_iterating_is_declared_later():
+    app = engine.App("late", broker="memory://x")
+
+    @app.agent(app.topic("in"))
+    async def waits(stream):
+        await asyncio.sleep(0)  # needs a running loop: the declaration run has none
+        async for _ in stream.group_by(lambda v: v, name="again"):
+            pass
+
+    topology = build_topology(app, app.settings())
+    assert "waits" in topology.undeclared
+    assert "late-again-repartition" not in topology.topics
+
+
+def test_check_names_each_mismatch_with_counts_and_what_to_do():
+    app = shop()
+    topology = build_topology(app, app.settings())
+    counts = {name: plan.partitions for name, plan in topology.topics.items()}
+    configs = {"fx-rates": {"cleanup.policy": "compact"}}
+    topology.check(counts, configs)  # as planned: fits
+
+    with pytest.raises(TopologyError) as raised:
+        topology.check({**counts, "orders": 2, "quotes": 1}, {"fx-rates": {"cleanup.policy": "delete"}})
+    assert str(raised.value) == (
+        "the topology does not fit the broker: "
+        "topic 'fx-rates' is the source of table 'rates' but its cleanup.policy is 'delete', not compact: "
+        "old keys would be deleted by retention and the table would lose them on recovery; set "
+        "cleanup.policy=compact on the topic; "
+        "topic 'orders' has 2 partitions, but the app declares partitions=6: change the declaration, or "
+        "recreate the topic with 6 partitions; "
+        "agent 'convert' joins stream 'quotes' with table 'rates', so their topics must have the same number "
+        "of partitions, but 'quotes' has 1, 'fx-rates' has 3; declare the same partitions= on both, or "
+        "recreate the smaller one (and re-key with group_by if the source cannot change)"
+    )
+
+
+async def test_a_table_written_from_a_topic_with_another_partition_count_stops_the_worker():
+    url = testing.memory_url()
+    testing.broker_for(url).create_topic("words", 1)  # made beforehand, like a broker's auto-creation
+    app = engine.App("cp", broker=url, topic_partitions=4)
+    counts = app.Table("counts", default=int, key_type=str)
+
+    @app.agent(app.topic("words", key_type=str))
+    async def count(stream):
+        async for word in stream:
+            counts[word] += 1
+
+    worker = engine.Worker(app, app.settings({"commit_interval": 0.05}))
+    await worker.start()
+    await app.topics["words"].send(key="a", value="a")
+    with pytest.raises(engine.WorkerFailed) as raised:
+        await asyncio.wait_for(worker.run_until_stopped(), 5)
+    assert str(raised.value).endswith(
+        "agent 'count' cannot run: table 'counts' has 4 partitions (topic 'cp-counts-changelog') but is "
+        "written from events of topic 'words', which has 1: a table and every topic whose events write it "
+        "must have the same number of partitions; re-key the stream with group_by(...) (its repartition "
+        "topic gets 4), or recreate 'words' with 4 partitions"
+    )
+    dlq = testing.broker_for(url).topics["cp-count-dlq"]
+    assert sum(len(p) for p in dlq) == 0, "a topology error is not the record's fault: no dead letter"
+
+
+async def test_a_source_table_over_a_topic_that_is_not_compacted_is_refused_at_start():
+    url = testing.memory_url()
+    testing.broker_for(url).create_topic("prices", 4, {"cleanup.policy": "delete"})
+    app = engine.App("st", broker=url)
+    app.Table("prices", source_topic="prices", key_type=str)
+    worker = engine.Worker(app, app.settings())
+    with pytest.raises(TopologyError, match=r"topic 'prices' is the source of table 'prices' but its "
+                                            r"cleanup\.policy is 'delete', not compact"):
+        await worker.start()
+    await worker.stop()
