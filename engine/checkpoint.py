@@ -142,7 +142,7 @@ class Checkpointer:
                     cut.offsets[lease.tp] = (lease, offset)
         tables = self.tables
         if tables is not None:
-            cut.pending = tables.prepare()
+            cut.pending = tables.prepare(self.leases.current)
         cut.to(CheckpointState.PREPARED)
         transactional = self.producer.transactional
         if cut.empty and not transactional:

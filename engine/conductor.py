@@ -76,6 +76,9 @@ class Conductor(Service):
             auto_offset_reset=settings.auto_offset_reset,
         )
         self.routes: dict[str, list[tuple[Topic, AgentRunner]]] = {}
+        # Topics whose events write windowed tables: their batches advance stream time (filled by the tables
+        # at their first write from a topic).
+        self.timed_topics: set[str] = tables.timed_topics if tables is not None else set()
         self.leases = Leases()
         self.pauses = Pauses(self.consumer)
         self._parked: dict[TP, Parked] = {}
@@ -199,6 +202,8 @@ class Conductor(Service):
                 continue
             track(record.offset)
             append(Event(record, key, value, lease))
+        if events and lease.tp[0] in self.timed_topics:
+            self._observe(lease, topic, events)
         if events and lease.dispatching:
             await self._deliver(lease, runner.mailbox(topic.name, lease.tp.partition), events)
 
@@ -227,9 +232,17 @@ class Conductor(Service):
                         Event(record, outcome[0], outcome[1], lease))
             if receivers == 0:
                 lease.ack(record.offset)
+        if outgoing and lease.tp[0] in self.timed_topics:
+            self._observe(lease, topic_routes[0][0], [e for _, events in outgoing.values() for e in events])
         if lease.dispatching:
             for mailbox, events in outgoing.values():
                 await self._deliver(lease, mailbox, events)
+
+    @staticmethod
+    def _observe(lease: Lease, topic: Topic, events: list[Event]) -> None:
+        """Stream time for windowed tables these events write: per batch, only for their topics."""
+        event_time = topic.event_time_ms
+        lease.observe(events[-1].record.offset, max(event_time(event) for event in events))
 
     async def _deliver(self, lease: Lease, mailbox: Mailbox[Event], events: list[Event]) -> None:
         """Hand `events` over (waiting up to PARK_AFTER for room), or park them and pause their partition

@@ -17,6 +17,7 @@ The two states that matter on the per-event path are plain booleans (`dispatchin
 from __future__ import annotations
 
 import enum
+from collections import deque
 from typing import TYPE_CHECKING
 
 from engine.offsets import OffsetTracker
@@ -36,7 +37,7 @@ class LeaseState(enum.Enum):
 class Lease(OffsetTracker):
     """One partition's assignment: its generation, its state, and (inherited) its offsets."""
 
-    __slots__ = ("dispatching", "ended", "generation", "tp")
+    __slots__ = ("_times", "dispatching", "ended", "generation", "stream_time", "tp")
 
     def __init__(self, tp: TP, generation: int) -> None:
         super().__init__()
@@ -44,6 +45,23 @@ class Lease(OffsetTracker):
         self.generation = generation
         self.dispatching = True
         self.ended = False
+        self._times: deque[tuple[int, int]] = deque()  # (last offset of a batch, its largest event time)
+        self.stream_time: int | None = None  # the largest event time of the records processed
+
+    def observe(self, last_offset: int, event_time_ms: int) -> None:
+        """A batch up to `last_offset` was dispatched; its largest event time is `event_time_ms`. It counts
+        towards stream time once every record of it is processed (filtered out included)."""
+        self._times.append((last_offset, event_time_ms))
+
+    def processed_time(self) -> int | None:
+        """Stream time: the largest event time of the batches processed to their end (Kafka Streams advances
+        it on every record the task processes, whatever the agent did with it)."""
+        times, position = self._times, self.position
+        while times and position is not None and times[0][0] < position:
+            _, at = times.popleft()
+            if self.stream_time is None or at > self.stream_time:
+                self.stream_time = at
+        return self.stream_time
 
     @property
     def state(self) -> LeaseState:

@@ -28,8 +28,9 @@ from engine.tables.partition import DELETED, TablePartition
 from engine.tables.recovery import Progress, apply_batch, replay_to_end
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection
+    from collections.abc import Callable, Collection, Mapping
 
+    from engine.leases import Lease
     from engine.settings import Settings
     from engine.tables.table import Table
     from engine.transport.base import Admin, Producer, Transport
@@ -73,6 +74,9 @@ class TableManager(Service):
         self.replayed: dict[TP, int] = {}
         self._follow_changed = asyncio.Event()
         self._follower: Any = None
+        # Topics whose events write windowed tables on their topic's time: the conductor records, per batch,
+        # the largest event time of these topics' partitions, and `prepare` advances stream time with it.
+        self.timed_topics: set[str] = set()
 
     # -- stores -------------------------------------------------------------------------------------
 
@@ -119,7 +123,9 @@ class TableManager(Service):
             await admin.close()
         for table in self.tables.values():
             count = counts.get(table.changelog_topic.name) or table.partitions
-            table.bind(count or self.settings.topic_partitions, counts)
+            timed = table.windowed is not None and table.windowed.timestamp is None
+            table.bind(count or self.settings.topic_partitions, counts,
+                       writers=self.timed_topics if timed else None)
         globals_ = [t for t in self.tables.values() if t.is_global]
         if globals_:
             numbers = {t.name: set(range(t.partition_count)) for t in globals_}
@@ -239,13 +245,19 @@ class TableManager(Service):
 
     # -- checkpoints --------------------------------------------------------------------------------
 
-    def prepare(self) -> list[Pending]:
-        """Take every partition's buffered writes (synchronously, with the offsets snapshot)."""
+    def prepare(self, leases: Mapping[TP, Lease]) -> list[Pending]:
+        """Take every partition's buffered writes (synchronously, with the offsets snapshot). Windowed
+        tables first advance stream time to what the partition's `leases` processed (also the events that
+        did not write the table), then close and expire windows."""
         pending = []
         for table in self.tables.values():
             for part in table.active.values():
                 closes = []
                 if table.windowed is not None:
+                    for topic in table.writers:
+                        lease = leases.get(TP(topic, part.number))
+                        if lease is not None:
+                            table.windowed.advance(part, lease.processed_time())
                     closes = table.windowed.close_windows(part)  # before expiry can delete them
                     table.windowed.expire(part)
                 if part.buffer or part.meta:

@@ -86,17 +86,26 @@ class Table(MutableMapping[Any, Any]):
         self._count: int | None = None
         self._topic_counts: Mapping[str, int] = {}
         self._copartitioned: set[str] = set()  # topics whose events may write this table (checked once)
+        self._writers_out: set[str] | None = None
         self._locations: dict[Any, tuple[bytes, int]] = {}
         self._warned_codec = False
 
     # -- wiring by the worker -----------------------------------------------------------------------
 
-    def bind(self, partition_count: int, topic_counts: Mapping[str, int]) -> None:
+    def bind(self, partition_count: int, topic_counts: Mapping[str, int],
+             writers: set[str] | None = None) -> None:
         """Attach to a running worker: the table's partition count (its changelog's), and every topic's, to
-        check that the topics whose events write the table are co-partitioned with it."""
+        check that the topics whose events write the table are co-partitioned with it; `writers` (if given)
+        gets each topic whose events write the table, from its first write on."""
         self._count = partition_count
         self._topic_counts = topic_counts
         self._copartitioned = set()
+        self._writers_out = writers
+
+    @property
+    def writers(self) -> set[str]:
+        """The topics whose events wrote this table since the worker started."""
+        return self._copartitioned
 
     def _check_copartitioned(self, topic: str) -> None:
         """Once per topic whose events write this table: an event of partition p writes table partition p,
@@ -111,6 +120,8 @@ class Table(MutableMapping[Any, Any]):
                 f"partitions; re-key the stream with group_by(...) (its repartition topic gets "
                 f"{self.partition_count}), or recreate {topic!r} with {self.partition_count} partitions")
         self._copartitioned.add(topic)
+        if self._writers_out is not None:
+            self._writers_out.add(topic)
 
     @property
     def partition_count(self) -> int:

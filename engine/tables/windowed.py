@@ -264,6 +264,16 @@ class WindowedTable:
 
     # -- closing and expiry (called at the checkpoint) ----------------------------------------------
 
+    def advance(self, part: TablePartition, processed: int | None) -> None:
+        """Advance the partition's stream time to `processed`, the largest event time of the records its
+        task processed, written or not (an event an agent filtered out also moves time on)."""
+        if processed is None:
+            return
+        state = self._state(part)
+        if state.stream_time is None or processed > state.stream_time:
+            state.stream_time = processed
+            part.meta[STREAM_TIME_KEY] = str(processed).encode()
+
     def close_windows(self, part: TablePartition) -> list[tuple[bytes, bytes]]:
         """The windows of this partition that closed since the last checkpoint, as (store key, value)
         records, oldest first; marks them emitted (an engine record in the same checkpoint)."""

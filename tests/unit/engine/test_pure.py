@@ -150,3 +150,23 @@ def test_a_record_shared_by_several_agents_is_done_when_all_acked():
     assert tracker.committable() is None, "one of the two agents still holds offset 0"
     tracker.ack(0)
     assert tracker.committable() == 2
+
+
+def test_stream_time_counts_a_batch_only_once_every_record_of_it_is_processed():
+    from engine.events import TP
+    from engine.leases import Lease
+
+    lease = Lease(TP("t", 0), 1)
+    for offset in range(6):
+        lease.track(offset)
+    lease.observe(2, 500)   # records 0-2, largest event time 500
+    lease.observe(5, 300)   # records 3-5: out of order, stream time never goes back
+    assert lease.processed_time() is None
+    lease.ack(0)
+    lease.ack(2)  # 1 is not done yet: the batch is not processed to its end
+    assert lease.processed_time() is None
+    lease.ack(1)
+    assert lease.processed_time() == 500
+    for offset in (3, 4, 5):
+        lease.ack(offset)
+    assert lease.processed_time() == 500

@@ -205,3 +205,34 @@ async def test_an_event_without_a_valid_time_goes_to_the_dlq_naming_it():
     assert error.startswith("InvalidTimestamp: windowed table 'views': views[")
     assert "has no valid event time (-5000 ms)" in error
     assert seen[0][0] == 3
+
+
+async def test_stream_time_moves_on_events_the_agent_filters_out():
+    """Kafka Streams advances stream time on every record of the task: a heartbeat the agent skips still
+    closes the windows of a quiet key (here one partition, so every record is in the same task)."""
+    url = testing.memory_url()
+    app = engine.App("wf", broker=url, commit_interval=0.05, topic_partitions=1, store="memory://")
+    views = app.topic("views", key_type=str, value_type=dict, timestamp=lambda v: v["ts"])
+    table = app.Table("views", default=int, key_type=str, value_type=int).tumbling(10, grace=5)
+    closed: list = []
+
+    @app.agent(views)
+    async def count(stream):
+        async for page, _ in stream.filter(lambda v: not v.get("heartbeat")).items():
+            table[page] += 1
+
+    @app.agent(table.closed())
+    async def finals(stream):
+        async for (page, window), value in stream.items():
+            closed.append((page, window, value))
+
+    async with testing.running(app):
+        for ts in (1, 4, 8):
+            await views.send(key="a", value={"ts": ts})
+        await asyncio.sleep(0.2)
+        assert closed == [], "stream time 8: [0, 10) is open until 15"
+        await views.send(key="beat", value={"ts": 40, "heartbeat": True})  # never written to the table
+        await testing.eventually(lambda: closed == [("a", WindowRange(0, 10), 3)])
+        await views.send(key="a", value={"ts": 12})  # stream time is 40: late, though no write said so
+        await asyncio.sleep(0.2)
+    assert table.late_events == 1
