@@ -1,4 +1,7 @@
-"""engine send -A module:app TOPIC VALUE [--key KEY]: produce one record through the topic's codecs."""
+"""engine send -A module:app TOPIC VALUE [--key KEY]: produce one record through the topic's codecs.
+
+A topic of the app's topology that does not exist yet is created as a worker would create it; any other
+missing topic is refused (a misspelled name), unless --create says to make it."""
 
 from __future__ import annotations
 
@@ -7,10 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from cli.loader import load_app
 from engine import App, ConfigError, DecodeError, Topic
+from engine.topology import Topology, build_topology
 from engine.transport import open_transport
+from engine.transport.base import TopicSpec
 
 if TYPE_CHECKING:
     import argparse
+
+    from engine.transport.base import Admin
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -18,6 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("topic")
     p.add_argument("value", help="JSON for JSON topics, text for str topics")
     p.add_argument("--key")
+    p.add_argument("--create", action="store_true",
+                   help="create the topic if it does not exist (with topic_partitions partitions)")
     p.set_defaults(run=run)
 
 
@@ -46,7 +55,9 @@ async def _send(app: App, broker: str | None, args: argparse.Namespace) -> None:
             "record would be gone when this command exits; send to Kafka (--broker kafka://host:port), or "
             "from inside the app (a timer, or engine.testing in a test)"
         )
-    producer = open_transport(settings.broker, settings.broker_options).producer()
+    transport = open_transport(settings.broker, settings.broker_options)
+    await _ensure_topic(transport.admin(), build_topology(app, settings), topic, args.create)
+    producer = transport.producer()
     await producer.start()
     try:
         topic.attach(producer)
@@ -56,6 +67,25 @@ async def _send(app: App, broker: str | None, args: argparse.Namespace) -> None:
     finally:
         topic.attach(None)
         await producer.stop()
+
+
+async def _ensure_topic(admin: Admin, topology: Topology, topic: Topic, create: bool) -> None:
+    try:
+        if topic.name in await admin.describe_topics():
+            return
+        plan = topology.topics.get(topic.name)
+        if plan is None and not create:
+            declared = ", ".join(sorted(p.name for p in topology.topics.values() if not p.topic.internal))
+            raise ConfigError(
+                f"topic {topic.name!r} does not exist on {topology.settings.broker} and app "
+                f"{topology.app_id!r} does not declare it (it declares {declared or 'no topics'}); check the "
+                "name, or pass --create to create it")
+        spec = plan.spec if plan is not None else TopicSpec(
+            topic.name, topology.settings.topic_partitions, topology.settings.topic_replication)
+        await admin.create_topics([spec])
+        print(f"created topic {spec.name} with {spec.partitions} partitions")
+    finally:
+        await admin.close()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,6 +5,11 @@ and topic partitions pass through unconverted: aiokafka's ConsumerRecord satisfi
 TopicPartition is a (topic, partition) tuple equal to our TP, so the hot path copies nothing.
 `broker_options` (security_protocol, sasl_mechanism, sasl_plain_username, ssl_context, ...) are passed to
 every aiokafka client as they are.
+
+No client of engine's lets the broker auto-create a topic: aiokafka asks for it in every metadata request
+(`allow_auto_topic_creation`, true unless told), and a topic the broker creates gets the broker's partition
+count and no config (a repartition topic with 1 partition, a changelog that is not compacted). The worker
+creates every topic of its topology itself; `_NoAutoCreate` makes aiokafka's metadata requests say no.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+import aiokafka.client
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -20,6 +26,7 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.errors import ProducerFenced as KafkaProducerFenced
 from aiokafka.protocol.commit import OffsetCommitRequest
+from aiokafka.protocol.metadata import MetadataRequest
 
 from engine.errors import BrokerUnavailable, DeliveryFailed, MembershipLost, ProducerFenced, TransportError
 from engine.events import TP, Headers, RawRecord
@@ -31,6 +38,17 @@ if TYPE_CHECKING:
     from engine.transport.base import PartitionsCallback, TopicSpec
 
 log = logging.getLogger(__name__)
+
+
+class _NoAutoCreate(MetadataRequest):  # type: ignore[misc]  # aiokafka's protocol classes are untyped
+    """A metadata request that never asks the broker to create the topics it names."""
+
+    def __init__(self, topics: list[str] | None = None, allow_auto_topic_creation: bool | None = None
+                 ) -> None:
+        super().__init__(topics, allow_auto_topic_creation=False)
+
+
+aiokafka.client.MetadataRequest = _NoAutoCreate  # the name aiokafka's clients build their requests with
 
 TOPIC_ALREADY_EXISTS = 36
 CREATE_TIMEOUT_MS = 30_000
