@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Subscribe = Callable[[Topic, "AgentRunner"], None]
+InternalTopic = Callable[[str, "Topic | None", "type | None", "type | None"], Topic]
 
 
 class AgentReturned(EngineError):
@@ -64,8 +65,9 @@ class _InstanceContext:
         self.runner.subscribe(topic)
         return self.runner.mailbox(topic.name, self.index)
 
-    def repartition_topic(self, name: str, like: Topic | None) -> Topic:
-        return self.runner.internal_topic(name, like)
+    def repartition_topic(self, name: str, like: Topic | None, key_type: type | None = None,
+                          value_type: type | None = None) -> Topic:
+        return self.runner.internal_topic(name, like, key_type, value_type)
 
     def opened(self, stream: Stream) -> None:
         self.streams.append(stream)
@@ -99,7 +101,7 @@ class AgentRunner(Service):
         settings: Settings,
         producer: Producer,
         subscribe: Subscribe,
-        internal_topic: Callable[[str, Topic | None], Topic],
+        internal_topic: InternalTopic,
         dlq: Topic,
         reads: Sequence[Topic] = (),
         quiesce: Quiesce | None = None,
@@ -133,8 +135,9 @@ class AgentRunner(Service):
             self._extra[topic.name] = [Mailbox(size) for _ in range(self.agent.concurrency)]
             self._subscribe(topic, self)
 
-    def internal_topic(self, name: str, like: Topic | None) -> Topic:
-        return self._internal_topic(name, like)
+    def internal_topic(self, name: str, like: Topic | None, key_type: type | None = None,
+                       value_type: type | None = None) -> Topic:
+        return self._internal_topic(name, like, key_type, value_type)
 
     def mailbox(self, topic: str, partition: int) -> Mailbox[Event]:
         """Events of one partition always go to the same instance: order per key is kept."""

@@ -41,8 +41,9 @@ class StreamContext(Protocol):
     def subscribe(self, topic: Topic) -> Mailbox[Event]:
         """Deliver `topic`'s events for this agent instance into the returned mailbox."""
 
-    def repartition_topic(self, name: str, like: Topic | None) -> Topic:
-        """The internal topic `<app>-<name>-repartition`, created if missing."""
+    def repartition_topic(self, name: str, like: Topic | None, key_type: type | None = None,
+                          value_type: type | None = None) -> Topic:
+        """The internal topic `<app>-<name>`: typed like `like` unless `key_type`/`value_type` say."""
 
     def opened(self, stream: Stream) -> None:
         """Track a root stream so the worker can release what it holds if the agent crashes."""
@@ -200,14 +201,21 @@ class _Operators:
 
         return Derived(root, gen())
 
-    def through(self, topic: Topic | str) -> Stream:
-        """Send every value to `topic` (keeping its key) and continue from that topic."""
-        target = self.root.context.repartition_topic(topic, None) if isinstance(topic, str) else topic
-        return self._forward(target, None)
+    def through(self, topic: Topic | str, *, key_type: type | None = None,
+                value_type: type | None = None) -> Stream:
+        """Send every value to `topic` (keeping its key) and continue from that topic; a name is the internal
+        topic `<app>-<name>`, with the stream's key and value types unless `key_type`/`value_type` say."""
+        if isinstance(topic, str):
+            topic = self.root.context.repartition_topic(topic, self.root.topic, key_type, value_type)
+        return self._forward(topic, None)
 
-    def group_by(self, key: Callable[[Any], Any], *, name: str) -> Stream:
-        """Re-key by `key(value)` through the internal topic `<app>-<name>-repartition`."""
-        target = self.root.context.repartition_topic(f"{name}-repartition", self.root.topic)
+    def group_by(self, key: Callable[[Any], Any], *, name: str, key_type: type | None = None,
+                 value_type: type | None = None) -> Stream:
+        """Re-key by `key(value)` through the internal topic `<app>-<name>-repartition`, with the stream's
+        key and value types unless `key_type`/`value_type` say (the key a table is written with should have
+        the table's key type, so that both put a key in the same partition)."""
+        target = self.root.context.repartition_topic(f"{name}-repartition", self.root.topic, key_type,
+                                                     value_type)
         return self._forward(target, key)
 
     def _forward(self, topic: Topic, key: Callable[[Any], Any] | None) -> Stream:

@@ -104,17 +104,19 @@ class Topology:
         self.topics[topic.name] = plan
         return plan
 
-    def internal_topic(self, name: str, like: Topic | None) -> Topic:
+    def internal_topic(self, name: str, like: Topic | None, key_type: type | None = None,
+                       value_type: type | None = None) -> Topic:
         """The internal topic `<app>-<name>` (a repartition or `through` topic): the one the topology
-        declared, or a new one, typed and partitioned like the topic it repartitions."""
+        declared, or a new one, partitioned like the topic it repartitions and typed like it unless
+        `key_type`/`value_type` say."""
         full = f"{self.app_id}-{name}"
         plan = self.topics.get(full)
         if plan is not None:
             return plan.topic
         topic = Topic(
             full,
-            key_type=like.key_type if like else None,
-            value_type=like.value_type if like else None,
+            key_type=key_type or (like.key_type if like else None),
+            value_type=value_type or (like.value_type if like else None),
             partitions=like.partitions if like else None,
             internal=True,
         )
@@ -235,8 +237,9 @@ class _Declaring:
             reads.append(topic.name)
         return Mailbox(1)
 
-    def repartition_topic(self, name: str, like: Topic | None) -> Topic:
-        return self.topology.internal_topic(name, like)
+    def repartition_topic(self, name: str, like: Topic | None, key_type: type | None = None,
+                          value_type: type | None = None) -> Topic:
+        return self.topology.internal_topic(name, like, key_type, value_type)
 
     def opened(self, stream: Stream) -> None:
         return None

@@ -68,11 +68,12 @@ class WorkerProcess:
 
 
 async def create_topics(bootstrap: str, names: Iterable[str], partitions: int = 4,
-                        replication: int = 1) -> None:
+                        replication: int = 1, config: Mapping[str, str] | None = None) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(n, partitions, replication) for n in names])
+        await admin.create_topics([NewTopic(n, partitions, replication, topic_configs=dict(config or {}))
+                                   for n in names])
     finally:
         await admin.close()
 

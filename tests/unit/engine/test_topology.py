@@ -149,3 +149,18 @@ async def test_a_source_table_over_a_topic_that_is_not_compacted_is_refused_at_s
                                             r"cleanup\.policy is 'delete', not compact"):
         await worker.start()
     await worker.stop()
+
+
+def test_internal_topics_are_typed_like_their_stream_unless_told():
+    app = engine.App("typed", broker="memory://x")
+    orders = app.topic("orders", key_type=str, value_type=dict)
+
+    @app.agent(orders)
+    async def route(stream):
+        async for _ in stream.through("passed").group_by(lambda o: o["n"], name="by-n", key_type=int):
+            pass
+
+    topics = build_topology(app, app.settings()).topics
+    passed, by_n = topics["typed-passed"].topic, topics["typed-by-n-repartition"].topic
+    assert (passed.key_type, passed.value_type) == (str, dict)  # a through keeps the key's codec
+    assert (by_n.key_type, by_n.value_type) == (int, dict)
