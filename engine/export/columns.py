@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 from engine.codecs import loads_many
 from engine.errors import EngineError
 from engine.export.optional import require
-from engine.tables.partition import META_PREFIX
-from engine.tables.windowed import OFFSET
+from engine.tables.keys import META_PREFIX, window_inner_key, window_start
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -146,8 +145,8 @@ class TableColumns:
             columns.append(self._decode(self.key_codec, keys, self.key_type, "key"))
         else:
             compute = require("pyarrow.compute", "table export")
-            inner = [raw[4:-8] for raw in keys]
-            starts = pa.array([int.from_bytes(raw[-8:], "big") - OFFSET for raw in keys], pa.int64())
+            inner = [window_inner_key(raw) for raw in keys]
+            starts = pa.array([window_start(raw) for raw in keys], pa.int64())
             stamp = pa.timestamp("ms", tz="UTC")
             columns += [self._decode(self.key_codec, inner, self.key_type, "key"), starts.cast(stamp),
                         compute.add(starts, self.window.size_ms).cast(stamp)]

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import ConfigError
 from engine.partitioner import partition_for
-from engine.tables.partition import META_PREFIX, MISSING
-from engine.tables.windowed import key_prefix, split_window_key
+from engine.tables.keys import META_PREFIX, key_prefix, split_window_key
+from engine.tables.partition import MISSING
 
 if TYPE_CHECKING:
     from engine.app import App

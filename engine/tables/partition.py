@@ -17,9 +17,6 @@ if TYPE_CHECKING:
 MISSING: Any = object()
 DELETED: Any = object()
 
-# Engine's own records in a table's store and changelog start with this (a windowed key's 4-byte length
-# prefix is never 0xffffffff); readers of table keys skip them.
-META_PREFIX = b"\xff\xff\xff\xff"
 
 
 class TablePartition:

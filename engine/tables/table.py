@@ -18,14 +18,9 @@ from typing import Any
 from engine.errors import ConfigError, EngineError, PartitionMigrated, TopologyError
 from engine.partitioner import partition_for
 from engine.streams import current_event
-from engine.tables.partition import DELETED, META_PREFIX, MISSING, TablePartition
-from engine.tables.windowed import (
-    Timestamp,
-    WindowedChangelogKeyCodec,
-    WindowedTable,
-    WindowKeyCodec,
-    window_key,
-)
+from engine.tables.keys import META_PREFIX, WindowedChangelogKeyCodec, WindowKeyCodec, window_key
+from engine.tables.partition import DELETED, MISSING, TablePartition
+from engine.tables.windowed import Timestamp, WindowedTable
 from engine.topics import Topic
 from engine.windows import HoppingWindow, Seconds, TumblingWindow
 

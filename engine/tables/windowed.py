@@ -4,16 +4,10 @@
     views[page] += 1                 # every window that contains the event's time
     views[page].current()            # the newest window containing the event's time
 
-Key layout in the store and the changelog (readers such as the Spark bridge depend on it):
-
-    4 bytes   big-endian length of the encoded key
-    n bytes   the key, encoded by the table's key codec
-    8 bytes   big-endian window start in milliseconds, plus 2**63 (so that negative starts sort first)
-
-One key's windows are contiguous and ordered by start. The partition of a windowed key is the partition of
-its key alone, so every window of a key lives with the key. Each partition also keeps its stream time (the
-largest event time it has seen) as an engine record (key META_PREFIX + b"stream-time", carried by the
-partition's `meta` buffer), so that late events stay late across restarts.
+The store and changelog key layout is in engine.tables.keys: one key's windows are contiguous and ordered by
+start, and the partition of a windowed key is the partition of its key alone, so every window of a key lives
+with the key. Each partition also keeps its stream time (the largest event time processed) as an engine
+record carried by the partition's `meta` buffer, so that late events stay late across restarts.
 
 An event updates every window containing its time unless stream time already passed that window's end plus
 grace; if no window is left to update, the event is late: it is counted and, if the table asks for it, sent
@@ -36,73 +30,28 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineError, InvalidTimestamp
 from engine.streams import current_event
-from engine.tables.partition import DELETED, META_PREFIX, MISSING
+from engine.tables.keys import (
+    CLOSED_KEY,
+    META_PREFIX,
+    STREAM_TIME_KEY,
+    WindowedChangelogKeyCodec,
+    key_prefix,
+    split_window_key,
+)
+from engine.tables.partition import DELETED, MISSING
 from engine.topics import event_time_ms
 from engine.windows import WindowRange
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from engine.codecs import Codec
     from engine.events import Event
     from engine.tables.partition import TablePartition
     from engine.tables.table import Table
     from engine.topics import Topic
     from engine.windows import HoppingWindow
 
-OFFSET = 2**63
-STREAM_TIME_KEY = META_PREFIX + b"stream-time"
-CLOSED_KEY = META_PREFIX + b"closed-upto"
 Timestamp = Callable[[Any], "float | int | datetime"]
-
-
-def window_key(key_bytes: bytes, start_ms: int) -> bytes:
-    return len(key_bytes).to_bytes(4, "big") + key_bytes + (start_ms + OFFSET).to_bytes(8, "big")
-
-
-def split_window_key(raw: bytes) -> tuple[bytes, int]:
-    length = int.from_bytes(raw[:4], "big")
-    return raw[4:4 + length], int.from_bytes(raw[4 + length:12 + length], "big") - OFFSET
-
-
-def key_prefix(key_bytes: bytes) -> tuple[bytes, bytes]:
-    """[start, end) of every stored window of one key."""
-    head = len(key_bytes).to_bytes(4, "big") + key_bytes
-    return head, head + b"\xff" * 9
-
-
-class WindowKeyCodec:
-    """Store keys of a windowed table: (key, window start in ms) <-> the layout above."""
-
-    name = "windowed"
-
-    def __init__(self, key_codec: Codec) -> None:
-        self.inner = key_codec
-
-    def encode(self, value: Any) -> bytes | None:
-        key, start_ms = value
-        encoded = self.inner.encode(key)
-        assert encoded is not None
-        return window_key(encoded, start_ms)
-
-    def decode(self, data: bytes | None) -> Any:
-        assert data is not None
-        key_bytes, start_ms = split_window_key(data)
-        return self.inner.decode(key_bytes), start_ms
-
-
-class WindowedChangelogKeyCodec(WindowKeyCodec):
-    """What readers of `table.changelog()` get as keys: (key, WindowRange)."""
-
-    def __init__(self, key_codec: Codec, size_ms: int) -> None:
-        super().__init__(key_codec)
-        self.size_ms = size_ms
-
-    def decode(self, data: bytes | None) -> Any:
-        if data is None or data.startswith(META_PREFIX):
-            return None  # engine's own record (stream time), not a window
-        key, start_ms = super().decode(data)
-        return key, WindowRange.from_ms(start_ms, start_ms + self.size_ms)
 
 
 class WindowState:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiokafka import AIOKafkaProducer
 
-from engine.tables.windowed import split_window_key
+from engine.tables.keys import split_window_key
 from tests.integration.helpers import latest, read_all
 
 if TYPE_CHECKING:

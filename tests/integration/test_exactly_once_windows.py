@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from engine.tables.windowed import split_window_key
+from engine.tables.keys import split_window_key
 from tests.integration.helpers import WorkerProcess, consume_until, create_topics, produce, unique
 
 pytestmark = pytest.mark.kafka
