@@ -32,7 +32,8 @@ def run_tables(args: argparse.Namespace) -> int:
     print(f"{'table':24} {'kind':9} {'changelog':40} {'partitions':>10} {'local keys':>10}")
     for table in app.tables.values():
         mine = [i for i in infos if i.table == table.name]
-        kind = "global" if table.is_global else "windowed" if table.window is not None else "table"
+        kind = ("global" if table.is_global else "windowed" if table.window is not None
+                else "table" if table.has_own_changelog else "source")
         partitions = table.partitions or settings.topic_partitions
         print(f"{table.name:24} {kind:9} {table.changelog_topic.name:40} {partitions:>10} "
               f"{sum(i.keys for i in mine):>10}")

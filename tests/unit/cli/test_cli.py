@@ -188,3 +188,35 @@ def test_a_data_dir_that_is_a_file_is_a_one_line_error_before_anything_connects(
     assert code == 1
     assert err.strip() == (f"engine: setting 'data_dir' is {str(not_a_dir)!r}, which is a file; expected "
                            "a directory for the worker's stores (it is created if missing)")
+
+
+async def test_tables_table_get_and_export_on_global_and_source_tables(capsys, tmp_path):
+    import orjson
+
+    from engine import export, testing
+    from tests.unit.cli import kinds_app
+
+    url = testing.memory_url()
+    async with testing.running(kinds_app.app, broker=url, data_dir=str(tmp_path)) as worker:
+        for code, name in [("r1", "north"), ("r2", "south")]:
+            await kinds_app.region_updates.send(key=code, value=name)
+        feed = kinds_app.app.topics["price-feed"]
+        for sku, price in [("a", 1.5), ("b", 2.0), ("a", 1.75)]:
+            await feed.send(key=sku, value=price)  # others write a source table's topic
+        await testing.eventually(lambda: dict(kinds_app.regions.items()) == {"r1": "north", "r2": "south"})
+        await testing.eventually(lambda: dict(kinds_app.prices.items()) == {"a": 1.75, "b": 2.0})
+        await worker.conductor.checkpoint()
+        for table in (kinds_app.regions, kinds_app.prices):
+            manifest = await export.export_table(table, tmp_path / "export" / table.name)
+            assert manifest.rows == 2
+    code, out, _ = run(capsys, "tables", "-A", "tests.unit.cli.kinds_app:app", "--broker", url,
+                       "--data-dir", str(tmp_path))
+    assert code == 0
+    lines = {line.split()[0]: line.split()[1:] for line in out.splitlines()[1:] if not line.startswith(" ")}
+    assert lines["regions"] == ["global", "kinds-regions-changelog", "4", "2"]
+    assert lines["prices"] == ["source", "price-feed", "4", "2"]
+    for table, key, value in [("regions", "r2", "south"), ("prices", "a", 1.75)]:
+        code, out, _ = run(capsys, "table", "get", "-A", "tests.unit.cli.kinds_app:app", table, key,
+                           "--data-dir", str(tmp_path))
+        assert code == 0
+        assert orjson.loads(out) == value
