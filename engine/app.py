@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     from engine.streams import AgentFun
+    from engine.tables.base import BaseTable
+from engine.tables.global_table import GlobalTable as _GlobalTable
+from engine.tables.source_table import SourceTable as _SourceTable
 from engine.tables.table import Table as _Table
 
 
@@ -40,7 +43,7 @@ class App:
         self.topics: dict[str, Topic] = {}
         self.agents: dict[str, Agent] = {}
         self.timers: dict[str, Timer] = {}
-        self.tables: dict[str, _Table] = {}
+        self.tables: dict[str, BaseTable] = {}
 
     def settings(self, overrides: Mapping[str, Any] | None = None) -> Settings:
         """The validated settings: App arguments < ENGINE_* environment < `overrides`."""
@@ -104,19 +107,29 @@ class App:
                            partitions=partitions, store=store, source_topic=source_topic,
                            **options)
 
-    def GlobalTable(self, name: str, **options: Any) -> _Table:
+    def GlobalTable(self, name: str, *, source_topic: Topic | str | None = None,
+                    **options: Any) -> _GlobalTable:
         """Like Table, but every worker holds the whole table (all partitions): reference data for joins."""
-        return self._table(name, is_global=True, **options)
+        if name in self.tables:
+            raise ConfigError(f"table {name!r} is declared twice")
+        source = self._source(source_topic)
+        table = self.tables[name] = _GlobalTable(name, app_id=self.id, source_topic=source, **options)
+        return table
 
     def _table(self, name: str, *, source_topic: Topic | str | None = None, **options: Any) -> _Table:
         if name in self.tables:
             raise ConfigError(f"table {name!r} is declared twice")
+        source = self._source(source_topic)
+        table = (_Table(name, app_id=self.id, **options) if source is None
+                 else _SourceTable(name, app_id=self.id, source_topic=source, **options))
+        self.tables[name] = table
+        return table
+
+    def _source(self, source_topic: Topic | str | None) -> Topic | None:
         source = self.topic(source_topic) if isinstance(source_topic, str) else source_topic
         if source is not None:
             self.topics.setdefault(source.name, source)
-        table = _Table(name, app_id=self.id, source_topic=source, **options)
-        self.tables[name] = table
-        return table
+        return source
 
     def timer(self, interval: float | timedelta, *, name: str | None = None) -> Callable[
         [Callable[[], Awaitable[None]]], Callable[[], Awaitable[None]]

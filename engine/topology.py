@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agents import Mailbox
 from engine.errors import TopologyError
 from engine.streams import Stream
-from engine.tables.table import Table
+from engine.tables.base import BaseTable
 from engine.topics import Topic
 from engine.transport.base import TopicSpec
 
@@ -177,7 +177,7 @@ def _with_user(plan: TopicPlan, user: str) -> TopicPlan:
                      (*plan.users, user))
 
 
-def table_topic(table: Table) -> Topic:
+def table_topic(table: BaseTable) -> Topic:
     """The topic a table is rebuilt from: its changelog, or the source topic it reads."""
     return table.changelog_topic
 
@@ -205,7 +205,7 @@ def build_topology(app: App, settings: Settings) -> Topology:
     return topology
 
 
-def _add_table(topology: Topology, table: Table) -> None:
+def _add_table(topology: Topology, table: BaseTable) -> None:
     count = table.partitions
     role: Role = "changelog" if table.has_own_changelog else "table-source"
     topology.add(table.changelog_topic, role, user=table.name, config=COMPACTED)
@@ -248,7 +248,7 @@ class _Declaring:
         raise _Declared
 
     def joined(self, topic: Topic | None, table: Any) -> None:
-        if isinstance(table, Table) and not table.is_global and topic is not None:
+        if isinstance(table, BaseTable) and not table.is_global and topic is not None:
             self.topology.copartitioned.append(CoPartitioned(
                 (topic.name, table_topic(table).name),
                 f"agent {self.agent.name!r} joins stream {topic.name!r} with table {table.name!r}"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Protocol
 
 from engine.errors import ConfigError
 
@@ -40,6 +41,29 @@ class WindowRange:
 
 def _seconds(ms: int) -> float:
     return ms // 1000 if ms % 1000 == 0 else ms / 1000
+
+
+class Window(Protocol):
+    """What a windowed table needs of a kind of window (tumbling and hopping today; sliding and session
+    next): which windows an event time falls in, and when a window closes and expires. Exact ms."""
+
+    @property
+    def size_ms(self) -> int: ...
+
+    def spec(self) -> dict[str, int]:
+        """The window's parameters in ms, as exports record them (size_ms, step_ms, grace_ms, expires_ms)."""
+
+    def starts_ms(self, ts_ms: int) -> list[int]:
+        """The start of every window containing `ts_ms`, oldest first; none starts before the epoch."""
+
+    def current_start_ms(self, ts_ms: int) -> int:
+        """The start of the newest window containing `ts_ms`."""
+
+    def closed(self, start_ms: int, stream_time_ms: int) -> bool:
+        """Whether the window starting at `start_ms` is final at `stream_time_ms` (its end plus grace)."""
+
+    def expired(self, start_ms: int, stream_time_ms: int) -> bool:
+        """Whether the window starting at `start_ms` may be deleted at `stream_time_ms`."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +97,10 @@ class HoppingWindow:
             object.__setattr__(self, name, value)  # a frozen dataclass sets derived fields this way
 
     # -- milliseconds (what tables use) -------------------------------------------------------------
+
+    def spec(self) -> dict[str, int]:
+        return {"size_ms": self.size_ms, "step_ms": self.step_ms, "grace_ms": self.grace_ms,
+                "expires_ms": self.expires_ms}
 
     def starts_ms(self, ts_ms: int) -> list[int]:
         """Starts of every window containing `ts_ms`, oldest first. No window starts before the epoch (as in

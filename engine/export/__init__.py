@@ -35,12 +35,12 @@ if TYPE_CHECKING:
 
     from engine.app import App
     from engine.settings import Settings
+    from engine.tables.base import BaseTable
     from engine.tables.recovery import Progress
-    from engine.tables.table import Table
 
 
 async def export_table(
-    table: Table | WindowedTable, path: Path | str, progress: Callable[[int, int], None] | None = None
+    table: BaseTable | WindowedTable, path: Path | str, progress: Callable[[int, int], None] | None = None
 ) -> ExportManifest:
     """Export a running worker's partitions of `table` (plain or windowed). The snapshot is taken at once;
     files are written in a thread, so agents keep processing meanwhile."""

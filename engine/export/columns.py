@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from engine.codecs import Codec
     from engine.stores import StoreView
-    from engine.tables.table import Table
+    from engine.tables.base import BaseTable
 
 KEY, WINDOW_START, WINDOW_END, VALUE = "key", "window_start", "window_end", "value"
 CHUNK = 65_536
@@ -83,7 +83,7 @@ def _codec_type(codec: Codec, declared: Any) -> pa.DataType | None:
 class TableColumns:
     """Decodes one table's raw store pairs into record batches of a schema that stays fixed."""
 
-    def __init__(self, table: Table) -> None:
+    def __init__(self, table: BaseTable) -> None:
         self.pa = require("pyarrow", "table export")
         self.table = table
         self.window = table.window

@@ -113,10 +113,7 @@ def _describe(snapshot: TableSnapshot, columns: TableColumns) -> dict[str, Any]:
             "value_codec": columns.value_codec.name,
             "store_key": KEY_LAYOUT["windowed" if table.window is not None else "plain"],
         },
-        "window": None if table.window is None else {
-            "size_ms": table.window.size_ms, "step_ms": table.window.step_ms,
-            "grace_ms": table.window.grace_ms, "expires_ms": table.window.expires_ms,
-        },
+        "window": None if table.window is None else table.window.spec(),
     }
 
 

@@ -28,14 +28,14 @@ if TYPE_CHECKING:
 
     from engine.settings import Settings
     from engine.stores import PartitionStore, StoreView
-    from engine.tables.table import Table
+    from engine.tables.base import BaseTable
 
 
 @dataclass
 class TableSnapshot:
     """Fixed views of a table's partitions. Close it (or use `with`) to release them."""
 
-    table: Table
+    table: BaseTable
     origin: str  # "worker", "store" or "changelog": recorded in the export's manifest
     partitions: int  # the table's partition count (views may cover fewer: a worker's own)
     views: dict[int, StoreView]
@@ -59,7 +59,7 @@ class TableSnapshot:
         self.close()
 
 
-def from_worker(table: Table) -> TableSnapshot:
+def from_worker(table: BaseTable) -> TableSnapshot:
     """Snapshot the partitions active on this (running) worker. Writes buffered since the last checkpoint
     are not in it: a snapshot is exactly the state at a checkpoint, matching its changelog offsets."""
     if not table.active:
@@ -76,7 +76,7 @@ def from_worker(table: Table) -> TableSnapshot:
     return TableSnapshot(table, "worker", table.partition_count, views)
 
 
-def from_store(table: Table, settings: Settings) -> TableSnapshot:
+def from_store(table: BaseTable, settings: Settings) -> TableSnapshot:
     """Open a data directory's stores of `table` read-only."""
     backend = disk_backend(table, settings)
     views: dict[int, StoreView] = {}
@@ -92,7 +92,7 @@ def from_store(table: Table, settings: Settings) -> TableSnapshot:
 
 
 async def from_changelog(
-    table: Table, settings: Settings, *, workdir: Path | None = None, progress: Progress | None = None
+    table: BaseTable, settings: Settings, *, workdir: Path | None = None, progress: Progress | None = None
 ) -> TableSnapshot:
     """Rebuild every partition from the changelog topic (to its current end) into temporary RocksDB stores."""
     from engine.stores.rocksdb import RocksDBStoreBackend

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from engine.app import App
     from engine.settings import Settings
     from engine.stores.rocksdb import RocksDBStoreBackend
-    from engine.tables.table import Table
+    from engine.tables.base import BaseTable
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class PartitionInfo:
     windows: int | None = None  # a windowed table's stored (key, window) pairs; keys counts distinct keys
 
 
-def disk_backend(table: Table, settings: Settings) -> RocksDBStoreBackend:
+def disk_backend(table: BaseTable, settings: Settings) -> RocksDBStoreBackend:
     """The table's on-disk store backend under the settings' data dir (memory stores have no files)."""
     url = table.store_url or settings.store
     if not url.startswith("rocksdb://"):
@@ -40,7 +40,7 @@ def disk_backend(table: Table, settings: Settings) -> RocksDBStoreBackend:
     return RocksDBStoreBackend(url, settings.data_dir / settings.app_id)
 
 
-def table_named(app: App, name: str) -> Table:
+def table_named(app: App, name: str) -> BaseTable:
     table = app.tables.get(name)
     if table is None:
         known = ", ".join(sorted(app.tables)) or "none"
@@ -104,7 +104,7 @@ def read_key(app: App, settings: Settings, name: str, key: Any) -> tuple[int, An
     return first, MISSING
 
 
-def _windows(table: Table, stored: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
+def _windows(table: BaseTable, stored: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
     assert table.window is not None
     size = table.window.size_ms
     return [

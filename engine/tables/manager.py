@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from engine.leases import Lease
     from engine.settings import Settings
-    from engine.tables.table import Table
+    from engine.tables.base import BaseTable
     from engine.transport.base import Admin, Producer, Transport
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 class Pending:
     """One partition's writes in flight in a checkpoint."""
 
-    table: Table
+    table: BaseTable
     part: TablePartition
     writes: dict[Any, Any]
     meta: dict[bytes, bytes]
@@ -54,7 +54,7 @@ class Pending:
 class TableManager(Service):
     def __init__(
         self,
-        tables: Collection[Table],
+        tables: Collection[BaseTable],
         *,
         transport: Transport,
         settings: Settings,
@@ -68,7 +68,7 @@ class TableManager(Service):
         self.producer = producer
         self._admin_factory = admin_factory
         self._backends: dict[str, StoreBackend] = {}
-        self.stores: dict[TP, tuple[Table, PartitionStore]] = {}  # keyed by changelog partition
+        self.stores: dict[TP, tuple[BaseTable, PartitionStore]] = {}  # keyed by changelog partition
         self.followed: set[TP] = set()
         self.progress = Progress()
         self.replayed: dict[TP, int] = {}
@@ -80,7 +80,7 @@ class TableManager(Service):
 
     # -- stores -------------------------------------------------------------------------------------
 
-    def _backend(self, table: Table) -> StoreBackend:
+    def _backend(self, table: BaseTable) -> StoreBackend:
         url = table.store_url or self.settings.store
         backend = self._backends.get(url)
         if backend is None:
@@ -88,7 +88,7 @@ class TableManager(Service):
             backend = self._backends[url] = open_store_backend(url, root)
         return backend
 
-    def _open(self, table: Table, number: int) -> PartitionStore:
+    def _open(self, table: BaseTable, number: int) -> PartitionStore:
         tp = TP(table.changelog_topic.name, number)
         if tp in self.stores:
             return self.stores[tp][1]
@@ -182,10 +182,10 @@ class TableManager(Service):
                     self._unfollow({tp})
                     self._close(tp)
 
-    def tables_by_changelog(self, topic: str) -> Table:
+    def tables_by_changelog(self, topic: str) -> BaseTable:
         return next(t for t in self.tables.values() if t.changelog_topic.name == topic)
 
-    async def _recover_and_activate(self, tables: list[Table], numbers: dict[str, set[int]]) -> None:
+    async def _recover_and_activate(self, tables: list[BaseTable], numbers: dict[str, set[int]]) -> None:
         stores = {
             TP(t.changelog_topic.name, n): self._open(t, n) for t in tables for n in sorted(numbers[t.name])
         }

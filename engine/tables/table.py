@@ -1,132 +1,29 @@
-"""Tables: dict-like state, partitioned like the stream that writes it, backed by a compacted changelog.
+"""Tables: dict-like state, partitioned like the stream that writes it, backed by a compacted changelog
+`<app>-<name>-changelog`; `tumbling(...)`/`hopping(...)` make it windowed (engine.tables.windowed).
 
     counts = app.Table("word-counts", default=int, key_type=str)
-    counts[word] += 1
-
-A write lands in the partition of the current event. Writing the event's own key is always right; another
-key must hash to the same partition, or the write fails and says to `group_by` first. Outside an agent
-(a timer), a key's partition is its hash. Reads and writes need the partition to be active on this worker
-(and recovered); iteration (`items`, `keys`, `len`) covers the local active partitions.
+    views = app.Table("views", default=int).hopping(size=600, step=60, expires=3600)
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING
 
-from engine.errors import ConfigError, EngineError, PartitionMigrated, TopologyError
-from engine.partitioner import partition_for
-from engine.streams import current_event
-from engine.tables.keys import META_PREFIX, WindowedChangelogKeyCodec, WindowKeyCodec, window_key
-from engine.tables.partition import DELETED, MISSING, TablePartition
+from engine.errors import ConfigError
+from engine.tables.base import BaseTable, KeyNotInPartition, PartitionNotLocal, TableError
+from engine.tables.keys import WindowedChangelogKeyCodec, WindowKeyCodec
 from engine.tables.windowed import Timestamp, WindowedTable
 from engine.topics import Topic
 from engine.windows import HoppingWindow, Seconds, TumblingWindow
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from engine.windows import Window
+
+__all__ = ["KeyNotInPartition", "PartitionNotLocal", "Table", "TableError"]
 
 
-class TableError(EngineError):
-    """A table operation that cannot be done here."""
-
-
-class KeyNotInPartition(TableError):
-    """A write to a key that belongs to another partition than the current event's."""
-
-
-class PartitionNotLocal(TableError):
-    """The key's partition is not active on this worker (another worker owns it, or it is recovering)."""
-
-
-class Table(MutableMapping[Any, Any]):
-    def __init__(
-        self,
-        name: str,
-        *,
-        app_id: str,
-        default: Callable[[], Any] | None = None,
-        key_type: type | None = None,
-        value_type: type | None = None,
-        key_serializer: str | None = None,
-        value_serializer: str | None = None,
-        partitions: int | None = None,
-        store: str | None = None,
-        source_topic: Topic | None = None,
-        is_global: bool = False,
-    ) -> None:
-        if default is not None and not callable(default):
-            raise ConfigError(f"table {name!r}: default must be callable (e.g. default=int), not {default!r}")
-        if store is not None and store.split("://", 1)[0] not in ("memory", "rocksdb"):
-            raise ConfigError(f"table {name!r}: store {store!r} is not rocksdb:// or memory://")
-        self.name = name
-        self.app_id = app_id
-        self.default = default
-        self.window: HoppingWindow | None = None
-        self.windowed: WindowedTable | None = None
-        self.is_global = is_global
-        self.store_url = store
-        self.changelog_topic = source_topic or Topic(
-            f"{app_id}-{name}-changelog",
-            key_type=key_type, value_type=value_type,
-            key_serializer=key_serializer, value_serializer=value_serializer,
-            partitions=partitions, config={"cleanup.policy": "compact"}, internal=True,
-        )
-        self.has_own_changelog = source_topic is None
-        self.key_codec = self.changelog_topic.key_codec
-        self.plain_key_codec = self.key_codec  # of the key alone, also once windowing wraps key_codec
-        self.value_codec = self.changelog_topic.value_codec
-        self.partitions = partitions or self.changelog_topic.partitions
-        self.active: dict[int, TablePartition] = {}
-        self._count: int | None = None
-        self._topic_counts: Mapping[str, int] = {}
-        self._copartitioned: set[str] = set()  # topics whose events may write this table (checked once)
-        self._writers_out: set[str] | None = None
-        self._locations: dict[Any, tuple[bytes, int]] = {}
-        self._warned_codec = False
-
-    # -- wiring by the worker -----------------------------------------------------------------------
-
-    def bind(self, partition_count: int, topic_counts: Mapping[str, int],
-             writers: set[str] | None = None) -> None:
-        """Attach to a running worker: the table's partition count (its changelog's), and every topic's, to
-        check that the topics whose events write the table are co-partitioned with it; `writers` (if given)
-        gets each topic whose events write the table, from its first write on."""
-        self._count = partition_count
-        self._topic_counts = topic_counts
-        self._copartitioned = set()
-        self._writers_out = writers
-
-    @property
-    def writers(self) -> set[str]:
-        """The topics whose events wrote this table since the worker started."""
-        return self._copartitioned
-
-    def _check_copartitioned(self, topic: str) -> None:
-        """Once per topic whose events write this table: an event of partition p writes table partition p,
-        so the topic must have as many partitions as the table (else keys land where reads and recovery do
-        not look, or in partitions the table does not have)."""
-        found = self._topic_counts.get(topic)
-        if found is not None and found != self.partition_count:
-            raise TopologyError(
-                f"table {self.name!r} has {self.partition_count} partitions (topic "
-                f"{self.changelog_topic.name!r}) but is written from events of topic {topic!r}, which has "
-                f"{found}: a table and every topic whose events write it must have the same number of "
-                f"partitions; re-key the stream with group_by(...) (its repartition topic gets "
-                f"{self.partition_count}), or recreate {topic!r} with {self.partition_count} partitions")
-        self._copartitioned.add(topic)
-        if self._writers_out is not None:
-            self._writers_out.add(topic)
-
-    @property
-    def partition_count(self) -> int:
-        if self._count is None:
-            raise TableError(f"table {self.name!r} is not attached to a running worker")
-        return self._count
-
-    def changelog(self) -> Topic:
-        """The stream of this table's updates, as a topic an agent can read."""
-        return self.changelog_topic
+class Table(BaseTable):
+    """A table partitioned like the stream that writes it, with its own compacted changelog."""
 
     # -- windows ------------------------------------------------------------------------------------
 
@@ -155,11 +52,9 @@ class Table(MutableMapping[Any, Any]):
         """Make this a table of windows of `size` starting every `step`."""
         return self._windowed(HoppingWindow(size, step, expires, grace), timestamp, late_topic)
 
-    def _windowed(self, window: HoppingWindow, timestamp: Timestamp | None, late: bool) -> WindowedTable:
+    def _windowed(self, window: Window, timestamp: Timestamp | None, late: bool) -> WindowedTable:
         if self.window is not None:
             raise ConfigError(f"table {self.name!r} is already windowed")
-        if not self.has_own_changelog:
-            raise ConfigError(f"table {self.name!r} reads a source topic; it cannot be windowed")
         self.window = window
         self.key_codec = WindowKeyCodec(self.plain_key_codec)
         self.changelog_topic.use_codecs(key=WindowedChangelogKeyCodec(self.plain_key_codec, window.size_ms))
@@ -167,143 +62,3 @@ class Table(MutableMapping[Any, Any]):
                            value_serializer="raw", internal=True) if late else None
         self.windowed = WindowedTable(self, window, timestamp=timestamp, late_topic=late_topic)
         return self.windowed
-
-    # -- locating keys ------------------------------------------------------------------------------
-
-    def locate(self, key: Any) -> tuple[bytes, int]:
-        """(encoded key, partition by hash); cached, since the same keys come back all the time.
-        A windowed key (key, start) lives in the partition of its key alone."""
-        found = self._locations.get(key)
-        if found is None:
-            if self.window is not None:
-                inner = self.plain_key_codec.encode(key[0])
-                if inner is None:
-                    raise TableError(f"table {self.name!r}: keys cannot be None")
-                found = (window_key(inner, key[1]), partition_for(inner, self.partition_count))
-            else:
-                encoded = self.key_codec.encode(key)
-                if encoded is None:
-                    raise TableError(f"table {self.name!r}: keys cannot be None")
-                found = (encoded, partition_for(encoded, self.partition_count))
-            if len(self._locations) > 100_000:
-                self._locations.clear()
-            self._locations[key] = found
-        return found
-
-    def _partition(self, number: int, key: Any) -> TablePartition:
-        part = self.active.get(number)
-        if part is None:
-            raise PartitionNotLocal(
-                f"table {self.name!r}: key {key!r} is in partition {number}, which is not active on this "
-                "worker (another worker owns it, or it is still recovering)"
-            )
-        return part
-
-    def _for_write(self, key: Any) -> tuple[TablePartition, bytes]:
-        encoded, number = self.locate(key)
-        event = current_event.get()
-        if event is not None and event.lease is not None and event.lease.ended:
-            raise PartitionMigrated(
-                f"table {self.name!r}: {event.topic}[{event.partition}] moved to another worker while "
-                f"offset {event.offset} was processed; its new owner processes it"
-            )
-        own = key[0] if self.window is not None else key
-        if event is not None and not self.is_global and event.record.topic not in self._copartitioned:
-            self._check_copartitioned(event.record.topic)
-        if event is not None and not self.is_global and number != event.partition:
-            if own == event.key:
-                self._warn_codec_mismatch(event.topic)
-                number = event.partition
-            else:
-                raise KeyNotInPartition(
-                    f"table {self.name!r}: key {own!r} belongs to partition {number}, but the current "
-                    f"event is from {event.topic}[{event.partition}]; re-key the stream with "
-                    "group_by(...) so that events arrive in the partition of the key they write"
-                )
-        return self._partition(number, key), encoded
-
-    def _for_read(self, key: Any) -> tuple[TablePartition, bytes]:
-        encoded, number = self.locate(key)
-        if not self.is_global:
-            event = current_event.get()
-            own = key[0] if self.window is not None else key
-            if event is not None and own == event.key:
-                number = event.partition
-        return self._partition(number, key), encoded
-
-    def _warn_codec_mismatch(self, topic: str) -> None:
-        if not self._warned_codec:
-            self._warned_codec = True
-            log.warning(
-                "table %r encodes keys with %s and lands them in other partitions than topic %r does; "
-                "declare the table with the same key_type as the topic, or reads outside agents "
-                "(timers, engine table get) will look in the wrong partition",
-                self.name, self.key_codec.name, topic,
-            )
-
-    # -- the mapping --------------------------------------------------------------------------------
-
-    def __getitem__(self, key: Any) -> Any:
-        part, encoded = self._for_read(key)
-        value = part.get(key, encoded)
-        if value is MISSING:
-            if self.default is None:
-                raise KeyError(key)
-            return self.default()
-        return value
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        part, _ = self._for_write(key)
-        part.set(key, value)
-
-    def __delitem__(self, key: Any) -> None:
-        part, encoded = self._for_write(key)
-        if part.get(key, encoded) is MISSING:
-            raise KeyError(key)
-        part.delete(key)
-
-    def find(self, key: Any) -> tuple[bool, Any]:
-        """(True, value) or (False, None), ignoring `default`: what stream-table joins use."""
-        part, encoded = self._for_read(key)
-        value = part.get(key, encoded)
-        return (False, None) if value is MISSING else (True, value)
-
-    def __contains__(self, key: object) -> bool:
-        try:
-            part, encoded = self._for_read(key)
-        except PartitionNotLocal:
-            return False
-        return part.get(key, encoded) is not MISSING
-
-    def _merged(self, part: TablePartition) -> Iterator[tuple[Any, Any]]:
-        overlay: dict[Any, Any] = {}
-        if part.flushing:
-            overlay.update(part.flushing)
-        overlay.update(part.buffer)
-        decode_key, decode_value = self.key_codec.decode, self.value_codec.decode
-        for raw_key, raw_value in part.store.items():
-            if self.window is not None and raw_key.startswith(META_PREFIX):
-                continue
-            key = decode_key(raw_key)
-            if key in overlay:
-                continue
-            yield key, decode_value(raw_value)
-        for key, value in overlay.items():
-            if value is not DELETED:
-                yield key, value
-
-    def __iter__(self) -> Iterator[Any]:
-        for number in sorted(self.active):
-            for key, _ in self._merged(self.active[number]):
-                yield key
-
-    def items(self) -> Iterator[tuple[Any, Any]]:  # type: ignore[override]  # a generator, not a view
-        for number in sorted(self.active):
-            yield from self._merged(self.active[number])
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def __repr__(self) -> str:
-        kind = "GlobalTable" if self.is_global else "Table"
-        return f"<{kind} {self.name!r}: {len(self.active)} local partitions>"

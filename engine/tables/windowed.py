@@ -46,10 +46,10 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from engine.events import Event
+    from engine.tables.base import BaseTable
     from engine.tables.partition import TablePartition
-    from engine.tables.table import Table
     from engine.topics import Topic
-    from engine.windows import HoppingWindow
+    from engine.windows import Window
 
 Timestamp = Callable[[Any], "float | int | datetime"]
 
@@ -70,8 +70,8 @@ class WindowedTable:
 
     def __init__(
         self,
-        table: Table,
-        window: HoppingWindow,
+        table: BaseTable,
+        window: Window,
         *,
         timestamp: Timestamp | None = None,
         late_topic: Topic | None = None,

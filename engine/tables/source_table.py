@@ -1,0 +1,30 @@
+"""Source tables: a table over an existing compacted topic that others write (`app.Table(name,
+source_topic=...)`): its partitions follow this worker's active partitions, replayed from that topic, and
+it has no changelog of its own. It cannot be windowed (its records are not engine's window layout).
+
+    prices = app.Table("prices", source_topic=app.topic("price-feed", key_type=str, value_type=float))
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from engine.errors import ConfigError
+from engine.tables.table import Table
+
+if TYPE_CHECKING:
+    from engine.tables.windowed import Timestamp, WindowedTable
+    from engine.topics import Topic
+    from engine.windows import Window
+
+
+class SourceTable(Table):
+    """A table rebuilt from `source_topic`, partitioned like it."""
+
+    kind: ClassVar[str] = "source"
+
+    def __init__(self, name: str, *, app_id: str, source_topic: Topic, **options: Any) -> None:
+        super().__init__(name, app_id=app_id, source_topic=source_topic, **options)
+
+    def _windowed(self, window: Window, timestamp: Timestamp | None, late: bool) -> WindowedTable:
+        raise ConfigError(f"table {self.name!r} reads a source topic; it cannot be windowed")
