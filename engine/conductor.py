@@ -31,7 +31,7 @@ from engine.events import TP, Event, RawRecord
 from engine.leases import Lease, Leases
 from engine.quiesce import Quiesce
 from engine.rebalance import Pauses, Rebalancer
-from engine.topics import decode_error
+from engine.topics import decode_error, event_time_ms
 from engine.transactions import TaskProducers, TransactionsFailed
 
 if TYPE_CHECKING:
@@ -240,9 +240,18 @@ class Conductor(Service):
 
     @staticmethod
     def _observe(lease: Lease, topic: Topic, events: list[Event]) -> None:
-        """Stream time for windowed tables these events write: per batch, only for their topics."""
-        event_time = topic.event_time_ms
-        lease.observe(events[-1].record.offset, max(event_time(event) for event in events))
+        """Stream time for windowed tables these events write: per batch, only for their topics. An event
+        time extracted from the value is kept on the event, so the windowed table does not extract again."""
+        extract = topic.timestamp
+        if extract is None:
+            high = max(event.record.timestamp for event in events)
+        else:
+            high = -1
+            for event in events:
+                at = event.time_ms = event_time_ms(extract, event)
+                if at > high:
+                    high = at
+        lease.observe(events[-1].record.offset, high)
 
     async def _deliver(self, lease: Lease, mailbox: Mailbox[Event], events: list[Event]) -> None:
         """Hand `events` over (waiting up to PARK_AFTER for room), or park them and pause their partition

@@ -46,13 +46,16 @@ class Event:
     lease ended belongs to a partition this worker no longer owns (engine.leases): it is never applied.
     """
 
-    __slots__ = ("key", "lease", "record", "value")
+    __slots__ = ("key", "lease", "record", "time_ms", "value")
 
     def __init__(self, record: RawRecord, key: Any, value: Any, lease: Lease | None) -> None:
         self.record = record
         self.key = key
         self.value = value
         self.lease = lease
+        # The topic's `timestamp=` extractor applied, once, where stream time needs it (engine.conductor):
+        # windowed tables reuse it instead of extracting again. None: not computed.
+        self.time_ms: int | None = None
 
     @property
     def topic(self) -> str:

@@ -113,6 +113,9 @@ class WindowedTable:
     def event_time_ms(self, event: Event) -> int:
         extract = self.timestamp
         if extract is None:
+            known = event.time_ms  # the topic's extractor, already applied at dispatch
+            if known is not None:
+                return known
             topic = self.topics.get(event.topic)
             extract = topic.timestamp if topic is not None else None
         return event_time_ms(extract, event)
