@@ -95,7 +95,7 @@ class Topology:
             if user is not None and user not in existing.users:
                 self.topics[topic.name] = existing = _with_user(existing, user)
             return existing
-        count = topic.partitions or partitions or self.settings.topic_partitions
+        count = planned_partitions(topic, self.settings, partitions)
         plan = TopicPlan(
             topic, role, count, pinned=topic.partitions is not None,
             replication=topic.replication or self.settings.topic_replication,
@@ -170,6 +170,12 @@ class Topology:
                     "group_by if the source cannot change)")
         if problems:
             raise TopologyError("the topology does not fit the broker: " + "; ".join(problems))
+
+
+def planned_partitions(topic: Topic, settings: Settings, like: int | None = None) -> int:
+    """The partition count the worker creates `topic` with: its declared count, else `like` (the count of
+    the topic it follows), else `topic_partitions`. (An existing topic keeps its own.)"""
+    return topic.partitions or like or settings.topic_partitions
 
 
 def _with_user(plan: TopicPlan, user: str) -> TopicPlan:

@@ -8,6 +8,7 @@ from cli.loader import load_app
 from engine.codecs import dumps
 from engine.tables.inspect import local_partitions, read_key, table_named
 from engine.tables.partition import MISSING
+from engine.topology import planned_partitions
 
 if TYPE_CHECKING:
     import argparse
@@ -32,9 +33,8 @@ def run_tables(args: argparse.Namespace) -> int:
     print(f"{'table':24} {'kind':9} {'changelog':40} {'partitions':>10} {'local keys':>10}")
     for table in app.tables.values():
         mine = [i for i in infos if i.table == table.name]
-        kind = ("global" if table.is_global else "windowed" if table.window is not None
-                else "table" if table.has_own_changelog else "source")
-        partitions = table.partitions or settings.topic_partitions
+        kind = "windowed" if table.window is not None else table.kind
+        partitions = planned_partitions(table.changelog_topic, settings)
         print(f"{table.name:24} {kind:9} {table.changelog_topic.name:40} {partitions:>10} "
               f"{sum(i.keys for i in mine):>10}")
         if table.window is not None:

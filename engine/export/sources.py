@@ -21,6 +21,7 @@ from engine.events import TP
 from engine.export.columns import ExportError
 from engine.tables.inspect import disk_backend
 from engine.tables.recovery import Progress, replay_to_end
+from engine.topology import planned_partitions
 from engine.transport import open_transport
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def from_store(table: BaseTable, settings: Settings) -> TableSnapshot:
     if not views:
         raise ExportError(f"no stores of table {table.name!r} under {backend.root}; pass the worker's "
                           "--data-dir, or export from the changelog instead")
-    partitions = max(table.partitions or settings.topic_partitions, max(views) + 1)
+    partitions = max(planned_partitions(table.changelog_topic, settings), max(views) + 1)
     return TableSnapshot(table, "store", partitions, views)
 
 

@@ -13,6 +13,7 @@ from engine.errors import ConfigError
 from engine.partitioner import partition_for
 from engine.tables.keys import META_PREFIX, key_prefix, split_window_key
 from engine.tables.partition import MISSING
+from engine.topology import planned_partitions
 
 if TYPE_CHECKING:
     from engine.app import App
@@ -84,7 +85,7 @@ def read_key(app: App, settings: Settings, name: str, key: Any) -> tuple[int, An
             f"no local stores of table {name!r} under {settings.data_dir / settings.app_id}; "
             "pass the worker's --data-dir"
         )
-    count = table.partitions or settings.topic_partitions
+    count = planned_partitions(table.changelog_topic, settings)
     first = partition_for(encoded, count)
     for number in [first] + [p for p in local if p != first]:
         store = backend.open_read_only(table.name, number)
