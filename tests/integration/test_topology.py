@@ -8,6 +8,7 @@ import asyncio
 import time
 from collections import Counter
 
+import orjson
 import pytest
 
 from tests.integration.helpers import WorkerProcess, create_topics, latest, read_all, unique
@@ -56,6 +57,8 @@ async def test_group_by_re_keys_across_workers_and_windows_stay_on_event_time(ka
     first = worker("first")
     joined: list[WorkerProcess] = []
     truth_windows = Counter((o["customer"], int(o["at"])) for _, o in events if o["at"] < CLOSE_AT)
+    truth_hops = Counter((o["customer"], start) for _, o in events if o["at"] < CLOSE_AT
+                         for start in (int(o["at"]) - 1, int(o["at"])))  # [start, start + 2) holds at
     truth_spent: Counter[str] = Counter()
     for _, o in events:
         truth_spent[o["customer"]] += o["amount"]
@@ -71,15 +74,30 @@ async def test_group_by_re_keys_across_workers_and_windows_stay_on_event_time(ka
         while True:
             closes = closed_windows(await read_all(kafka.bootstrap, f"{app_id}-per-customer-closed",
                                                    isolation_level="read_committed"))
+            hops = closed_windows(await read_all(kafka.bootstrap, f"{app_id}-per-customer-hop-closed"))
             spent = latest(await read_all(kafka.bootstrap, f"{app_id}-spent-changelog",
                                           isolation_level="read_committed"))
             if set(truth_windows) <= {(k, s) for k, s, _ in closes} and all(
-                    spent.get(c, 0) >= n for c, n in truth_spent.items()):
+                    spent.get(c, 0) >= n for c, n in truth_spent.items()) and set(truth_hops) <= {
+                    (k, s) for k, s, _ in hops}:
                 break
             assert time.monotonic() < deadline, (
                 f"{len(set(truth_windows) - {(k, s) for k, s, _ in closes})} windows never closed; "
                 f"log: {first.output()[-2000:]}")
             await asyncio.sleep(1)
+        # Every window is closed now: orders of the first second are late, for every table of windows.
+        late = [(f"order-late-{c}", {"id": -100 - n, "customer": c, "at": START + 0.5, "amount": 0})
+                for n, c in enumerate(CUSTOMERS[:6])]
+        await paced_produce(kafka.bootstrap, topic, late, rate=1000)
+        while True:
+            late_ids = [orjson.loads(r.value)["id"] for r in await read_all(
+                kafka.bootstrap, f"{app_id}-per-customer-hop-late")]
+            if set(late_ids) >= {o["id"] for _, o in late}:
+                break
+            assert time.monotonic() < deadline, f"late orders not on the late topic: {late_ids}"
+            await asyncio.sleep(0.5)
+        closes = closed_windows(await read_all(kafka.bootstrap, f"{app_id}-per-customer-closed"))
+        hops = closed_windows(await read_all(kafka.bootstrap, f"{app_id}-per-customer-hop-closed"))
     finally:
         assert first.terminate() == 0, first.output()[-3000:]
         for other in joined:
@@ -87,10 +105,16 @@ async def test_group_by_re_keys_across_workers_and_windows_stay_on_event_time(ka
     assert joined
     assert "assigned" in joined[0].output()
     values = {(k, s): v for k, s, v in closes}
+    hop_values = {(k, s): v for k, s, v in hops}
+    assert sorted(set(late_ids)) == sorted(o["id"] for _, o in late)  # late: only those, none applied
     if guarantee == "exactly_once":
         assert spent == dict(truth_spent)
         assert Counter((k, s) for k, s, _ in closes) == Counter(dict.fromkeys(truth_windows, 1))
         assert {w: values[w] for w in truth_windows} == dict(truth_windows)
+        assert Counter((k, s) for k, s, _ in hops) == Counter(dict.fromkeys(truth_hops, 1))
+        assert hop_values == dict(truth_hops)
+        assert len(late_ids) == len(late)
     else:
         assert [c for c, n in truth_spent.items() if spent[c] < n] == []
         assert [w for w, n in truth_windows.items() if values[w] < n] == []
+        assert [w for w, n in truth_hops.items() if hop_values[w] < n] == []

@@ -1,7 +1,8 @@
 """The topology matrix on a real broker, through `engine worker`: `through`, a join with a co-partitioned
 table, a left join with a source table, a join with a GlobalTable, a generator agent's sink with keys, `ask`
 and a timer, with a second worker joining while orders flow (partitions and tables moving). Every output is
-checked against ground truth computed from the inputs. (group_by into a windowed table and `closed()` are
+checked against ground truth computed from the inputs. A second agent on the orders runs filter, map and
+take. (group_by into a windowed table and `closed()` are
 in test_topology.py.)"""
 
 from __future__ import annotations
@@ -69,7 +70,9 @@ async def test_joins_through_sinks_ask_and_timer_with_two_workers(kafka, tmp_pat
         while True:
             out = await read_all(kafka.bootstrap, f"{prefix}enriched")
             asks = await read_all(kafka.bootstrap, f"{prefix}asked")
-            if {orjson.loads(r.value)["id"] for r in out} >= set(truth) and len({r.key for r in asks}) == 2:
+            batches = [orjson.loads(r.value) for r in await read_all(kafka.bootstrap, f"{prefix}batched")]
+            if {orjson.loads(r.value)["id"] for r in out} >= set(truth) and len({r.key for r in asks}) == 2 \
+                    and {n for batch in batches for n in batch} >= set(truth):
                 break
             assert time.monotonic() < deadline, (
                 f"{len(set(truth) - {orjson.loads(r.value)['id'] for r in out})} orders missing; "
@@ -86,6 +89,9 @@ async def test_joins_through_sinks_ask_and_timer_with_two_workers(kafka, tmp_pat
     got = [(r.key.decode(), orjson.loads(r.value)) for r in out]
     assert {value["id"] for _, value in got} == set(truth)
     assert [(key, value) for key, value in got if truth[value["id"]] != (key, value)] == []
+    # filter, map and take: every order of a known region in some batch, no other, none over 50.
+    assert {n for batch in batches for n in batch} == set(truth)
+    assert max(len(batch) for batch in batches) <= 50
     # Every ask answered with its double, from both workers (a reply reaches the worker that asked).
     answers = [orjson.loads(r.value) for r in asks]
     assert answers

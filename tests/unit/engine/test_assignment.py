@@ -1,0 +1,112 @@
+"""The pure assignor: balance, stickiness, standbys, warm-up, determinism and its wire format."""
+
+from __future__ import annotations
+
+import random
+
+from engine.assignment import (
+    Assignment,
+    Member,
+    assign,
+    decode_assignment,
+    decode_member,
+    encode_assignment,
+    encode_member,
+)
+
+
+def actives(result: dict[str, Assignment]) -> dict[str, set[int]]:
+    return {member: set(a.active) for member, a in result.items()}
+
+
+def members_owning(result: dict[str, Assignment], lags: dict[str, dict[int, int]] | None = None,
+                   extra: tuple[str, ...] = ()) -> list[Member]:
+    """The members of `result` telling the group what they own now (and `extra` new ones)."""
+    lags = lags or {}
+    return [Member(m, f"{m}:80", frozenset(a.active), lags.get(m, {})) for m, a in result.items()] + [
+        Member(m, f"{m}:80", frozenset(), lags.get(m, {})) for m in extra]
+
+
+def test_balanced_and_every_task_once():
+    result = assign([Member(f"m{i}") for i in range(3)], 10, stateful=False)
+    owned = actives(result)
+    assert sorted(len(tasks) for tasks in owned.values()) == [3, 3, 4]
+    assert sorted(t for tasks in owned.values() for t in tasks) == list(range(10))
+
+
+def test_a_fourth_member_joining_three_with_twelve_tasks_moves_exactly_three():
+    first = assign([Member(f"m{i}") for i in range(3)], 12, stateful=False)
+    second = assign(members_owning(first, extra=("m3",)), 12, stateful=False)
+    moved = sum(len(first[m].active - second[m].active) for m in first)
+    assert moved == 3
+    assert len(second["m3"].active) == 3
+    assert all(len(a.active) == 3 for a in second.values())
+
+
+def test_a_leave_moves_only_the_leavers_tasks():
+    first = assign([Member(f"m{i}") for i in range(4)], 12, stateful=False)
+    staying = {m: a for m, a in first.items() if m != "m1"}
+    second = assign(members_owning(staying), 12, stateful=False)
+    for member, before in staying.items():
+        assert before.active <= second[member].active  # nobody loses a task
+    assert set().union(*(a.active for a in second.values())) == set(range(12))
+
+
+def test_exactly_n_standbys_never_on_the_owner_preferring_stores():
+    lags = {"m0": {5: 0}, "m2": {5: 50_000}}
+    result = assign([Member(f"m{i}", lags=lags.get(f"m{i}", {})) for i in range(4)], 8, standby_replicas=2,
+                    stateful=True, acceptable_lag=10_000)
+    for task in range(8):
+        holders = [m for m, a in result.items() if task in a.standby]
+        owner = next(m for m, a in result.items() if task in a.active)
+        assert len(holders) == 2
+        assert owner not in holders
+    owner5 = next(m for m, a in result.items() if 5 in a.active)
+    assert owner5 == "m0", "a caught-up store takes the task"
+    assert "m2" in [m for m, a in result.items() if 5 in a.standby], "then the next store is a standby"
+
+
+def test_standbys_are_capped_by_the_other_members():
+    result = assign([Member("a"), Member("b")], 4, standby_replicas=3)
+    assert all(len(a.standby) == 2 for a in result.values())
+
+
+def test_warm_up_keeps_a_task_with_its_owner_until_the_new_member_caught_up():
+    first = assign([Member(f"m{i}") for i in range(2)], 4, standby_replicas=0)
+    behind = {"m2": {t: 1_000_000 for t in range(4)}}
+    second = assign(members_owning(first, behind, extra=("m2",)), 4, acceptable_lag=10_000)
+    assert second["m2"].active == frozenset()
+    assert len(second["m2"].warming) == 1
+    assert second["m2"].warming <= second["m2"].standby
+    assert actives(second)["m0"] | actives(second)["m1"] == set(range(4))
+    warming = next(iter(second["m2"].warming))
+    caught_up = {"m2": {warming: 5}}
+    third = assign(members_owning(second, caught_up), 4, acceptable_lag=10_000)
+    assert warming in third["m2"].active
+    assert third["m2"].warming == frozenset()
+
+
+def test_the_owners_map_gives_every_task_its_endpoint():
+    result = assign([Member("a", "h1:1"), Member("b", "h2:2")], 4, stateful=False)
+    owners = result["a"].owners
+    assert owners == result["b"].owners
+    assert {owners[t] for t in result["a"].active} == {"h1:1"}
+    assert {owners[t] for t in result["b"].active} == {"h2:2"}
+
+
+def test_same_input_same_output_whatever_the_order():
+    rng = random.Random(7)
+    members = [Member(f"m{i}", owned=frozenset(rng.sample(range(16), 3)),
+                      lags={t: rng.randrange(0, 30_000) for t in rng.sample(range(16), 5)}) for i in range(5)]
+    expected = assign(members, 16, standby_replicas=1)
+    for _ in range(5):
+        rng.shuffle(members)
+        assert assign(members, 16, standby_replicas=1) == expected
+
+
+def test_user_data_round_trips():
+    member = Member("x", "host:8080", frozenset({1, 7}), {1: 0, 3: 12_345_678_901})
+    assert decode_member("x", encode_member(member)) == member
+    assert decode_member("y", None) == Member("y")
+    assignment = Assignment(frozenset({0}), frozenset({2, 3}), {0: "a:1", 1: "b:2", 2: "a:1"}, frozenset({3}))
+    assert decode_assignment(frozenset({0}), encode_assignment(assignment)) == assignment
