@@ -10,12 +10,15 @@ Rules, in order (Kafka Streams' StreamsPartitionAssignor, simplified):
 2. Sticky: a task stays with its previous owner while that owner is within its quota, so a join or a leave
    moves only the tasks that must move (a 4th member joining 3 with 12 tasks takes exactly 3).
 3. A task that must move goes first to a member whose store of it is caught up (lag within
-   `acceptable_lag`), then to the member with the least lag, then to the least loaded.
+   `acceptable_lag`), then to the member with the least lag, then to the least loaded. A member's lag on a
+   task is how far its stores of the task have read their changelogs behind the member that read furthest
+   (each member reports its stores' changelog positions when it joins; no store is position 0, so a small
+   table is caught up at once).
 4. Warm-up (KIP-441): a task that would move only for balance, to a member whose store is further behind
    than `acceptable_lag`, stays with its current owner; the new member follows it as a warm-up standby, and
    moves it once caught up (at the next rebalance, which that member asks for: `Assignment.warming`).
 5. Standbys: exactly `standby_replicas` per task (at most members - 1), never on the active owner,
-   preferring members that hold the store with the least lag, then the fewest standbys.
+   preferring members that hold the store furthest read, then the fewest standbys.
 Every choice breaks ties by member id, so the same input always gives the same output.
 """
 
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 VERSION = 1
 
@@ -38,7 +41,8 @@ class Member:
     id: str
     endpoint: str = ""  # host:port where it answers table queries ("" if it serves none)
     owned: frozenset[int] = frozenset()  # tasks it processed before this rebalance
-    lags: Mapping[int, int] = field(default_factory=dict)  # task -> changelog lag of the store it has on disk
+    # task -> how far its stores of the task have read their changelogs (records, summed over the tables)
+    positions: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -51,14 +55,48 @@ class Assignment:
     warming: frozenset[int] = frozenset()  # standbys that are to become active once caught up
 
 
+@dataclass
+class Placement:
+    """A worker's side of the assignor: what it tells the group when it joins, and where it hears its share.
+    Given to a transport's consumer; the consumer keeps `owned` (its last active tasks) itself."""
+
+    standby_replicas: int = 0
+    acceptable_lag: int = 10_000
+    stateful: bool = False
+    endpoint: str = ""
+    positions: Callable[[], Mapping[int, int]] = dict  # task -> its stores' changelog positions
+    placed: Callable[[Assignment], None] = lambda assignment: None
+    owned: frozenset[int] = frozenset()
+    current: Assignment | None = None  # the last assignment heard
+
+    def member(self, member_id: str) -> Member:
+        return Member(member_id, self.endpoint, self.owned, dict(self.positions()))
+
+    def assign(self, members: Sequence[Member], tasks: int) -> dict[str, Assignment]:
+        return assign(members, tasks, standby_replicas=self.standby_replicas,
+                      acceptable_lag=self.acceptable_lag, stateful=self.stateful)
+
+    def heard(self, assignment: Assignment) -> None:
+        self.owned = assignment.active
+        self.current = assignment
+        self.placed(assignment)
+
+
 def assign(members: Sequence[Member], tasks: int, *, standby_replicas: int = 0,
            acceptable_lag: int = 10_000, stateful: bool = True) -> dict[str, Assignment]:
     """Place `tasks` tasks (0..tasks-1) on `members` (see the module docstring). Without state (`stateful`
     false: the app has no tables) a task moves freely: nothing needs warming up, and no standbys."""
     if not stateful:
         members = [Member(m.id, m.endpoint, m.owned) for m in members]
-        acceptable_lag, standby_replicas = 2**62, 0
+        standby_replicas = 0
     ordered = sorted(members, key=lambda m: m.id)
+    furthest = {t: max((m.positions.get(t, 0) for m in ordered), default=0) for t in range(tasks)}
+
+    def lag(member: Member, task: int) -> int:
+        """0 within the acceptable lag, else 1 plus the lag: the sort key of "who should get it"."""
+        behind = furthest[task] - member.positions.get(task, 0)
+        return 0 if behind <= acceptable_lag else 1 + behind
+
     if not ordered:
         return {}
     base, extra = divmod(tasks, len(ordered))
@@ -80,14 +118,13 @@ def assign(members: Sequence[Member], tasks: int, *, standby_replicas: int = 0,
                 load[member.id] += 1
     # 3 and 4: the rest, to the best member with room.
     warming: dict[str, set[int]] = {m.id: set() for m in ordered}
-    # Tasks some member has a store of go first, so that member still has room for them.
-    unplaced = sorted((t for t in range(tasks) if t not in owner),
-                      key=lambda t: (min(_lag(m, t, acceptable_lag) for m in ordered), t))
+    # Tasks with the most state go first, so that the member holding it still has room for them.
+    unplaced = sorted((t for t in range(tasks) if t not in owner), key=lambda t: (-furthest[t], t))
     for task in unplaced:
         previous = next((m.id for m in ordered if task in m.owned), None)
         room = [m for m in ordered if load[m.id] < quota(m.id)]
-        best = min(room, key=lambda m: (_lag(m, task, acceptable_lag), load[m.id], m.id))
-        if previous is not None and previous != best.id and _lag(best, task, acceptable_lag) > 0:
+        best = min(room, key=lambda m: (lag(m, task), load[m.id], m.id))
+        if previous is not None and previous != best.id and lag(best, task) > 0:
             # Moving only for balance to a member that would have to rebuild the store: warm it up first.
             owner[task] = previous
             load[previous] += 1
@@ -108,20 +145,13 @@ def assign(members: Sequence[Member], tasks: int, *, standby_replicas: int = 0,
     }
 
 
-def _lag(member: Member, task: int, acceptable: int) -> int:
-    """0 for a store within the acceptable lag, else 1 plus its lag (no store: 2**62, or 0 when any lag is
-    acceptable)."""
-    lag = member.lags.get(task, 2**62)
-    return 0 if lag <= acceptable else 1 + lag
-
-
 def _standbys(ordered: list[Member], owner: Mapping[int, str], tasks: int, replicas: int,
               warming: Mapping[str, set[int]]) -> dict[str, set[int]]:
     placed: dict[str, set[int]] = {m.id: set() for m in ordered}
     for task in range(tasks):
         candidates = [m for m in ordered if m.id != owner[task] and task not in warming[m.id]]
         wanted = replicas - sum(1 for m in ordered if task in warming[m.id])
-        ranked = sorted(candidates, key=lambda m: (m.lags.get(task, 2**62), len(placed[m.id]), m.id))
+        ranked = sorted(candidates, key=lambda m: (-m.positions.get(task, -1), len(placed[m.id]), m.id))
         for member in ranked[:max(wanted, 0)]:
             placed[member.id].add(task)
     return placed
@@ -130,12 +160,12 @@ def _standbys(ordered: list[Member], owner: Mapping[int, str], tasks: int, repli
 # -- user data: what travels in the group protocol ---------------------------------------------------------
 
 def encode_member(member: Member) -> bytes:
-    """A member's subscription user data: version, endpoint, owned tasks, store lags."""
+    """A member's subscription user data: version, endpoint, owned tasks, store positions."""
     endpoint = member.endpoint.encode()
     out = [struct.pack(">BH", VERSION, len(endpoint)), endpoint, struct.pack(">H", len(member.owned))]
     out += [struct.pack(">H", task) for task in sorted(member.owned)]
-    out.append(struct.pack(">H", len(member.lags)))
-    out += [struct.pack(">Hq", task, lag) for task, lag in sorted(member.lags.items())]
+    out.append(struct.pack(">H", len(member.positions)))
+    out += [struct.pack(">Hq", task, at) for task, at in sorted(member.positions.items())]
     return b"".join(out)
 
 
@@ -150,11 +180,11 @@ def decode_member(member_id: str, data: bytes | None) -> Member:
     owned = frozenset(struct.unpack_from(f">{count}H", data, at + 2))
     at += 2 + 2 * count
     (count,) = struct.unpack_from(">H", data, at)
-    lags = {}
+    positions = {}
     for index in range(count):
-        task, lag = struct.unpack_from(">Hq", data, at + 2 + index * 10)
-        lags[task] = lag
-    return Member(member_id, endpoint, owned, lags)
+        task, position = struct.unpack_from(">Hq", data, at + 2 + index * 10)
+        positions[task] = position
+    return Member(member_id, endpoint, owned, positions)
 
 
 def encode_assignment(assignment: Assignment) -> bytes:

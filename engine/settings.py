@@ -43,6 +43,7 @@ class Settings:
     max_poll_records: int = 1000
     store: str = "rocksdb://"
     standby_replicas: int = 0
+    acceptable_recovery_lag: int = 10_000  # records: a partition moves only to a store this close to its end
     agent_error_policy: ErrorPolicy = "dlq"
     processing_guarantee: Guarantee = "at_least_once"
     auto_offset_reset: OffsetReset = "earliest"  # where a new group (no committed offset) starts reading
@@ -84,8 +85,10 @@ def validate(s: Settings) -> None:
             _fail(name, value, "expected an integer of at least 1")
     if s.store.split("://", 1)[0] not in ("rocksdb", "memory") or "://" not in s.store:
         _fail("store", s.store, "expected rocksdb:// or memory://")
-    if not isinstance(s.standby_replicas, int) or s.standby_replicas < 0:
-        _fail("standby_replicas", s.standby_replicas, "expected an integer of at least 0")
+    for name in ("standby_replicas", "acceptable_recovery_lag"):
+        value = getattr(s, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            _fail(name, value, "expected an integer of at least 0")
     if not isinstance(s.agent_max_restarts, int) or s.agent_max_restarts < 0:
         _fail("agent_max_restarts", s.agent_max_restarts, "expected an integer of at least 0")
     if s.agent_error_policy not in ERROR_POLICIES:
@@ -116,7 +119,7 @@ def _validate_broker(url: object) -> None:
 
 _DURATIONS = {"commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning"}
 _INTS = {"topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "agent_max_restarts",
-         "standby_replicas"}
+         "standby_replicas", "acceptable_recovery_lag"}
 ENV_PREFIX = "ENGINE_"
 # Variables of engine's own tools that share the prefix but are not settings (the test suite's broker).
 NOT_SETTINGS = frozenset({"ENGINE_TEST_KAFKA", "ENGINE_KAFKA_CACHE"})

@@ -4,8 +4,10 @@ Roles of a partition on this worker:
 - active: its source partitions are assigned here; agents read and write it. On assignment the store is
   opened (rebuilt if missing or corrupt) and its changelog replayed from the store's offset to the end
   before the source partitions are resumed (the conductor pauses them meanwhile).
-- standby (`standby_replicas >= 1`): another worker owns it; we follow its changelog to keep a warm copy,
-  so that on failover only the tail is replayed.
+- standby: the group's assignment (engine.assignment) names it a standby of this worker (`standby_replicas`
+  per partition, or a warm-up before the partition moves here): we follow its changelog to keep a warm
+  copy, so that on failover only the tail is replayed. The lag of each store is reported at the next
+  join; once every warm-up caught up, the worker asks for a rebalance so that the partitions move.
 - global tables hold every partition, recovered before the worker starts and followed from then on; tables
   over a source topic follow their active partitions, since others write that topic.
 
@@ -30,12 +32,15 @@ from engine.tables.recovery import Progress, apply_batch, replay_to_end
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping
 
+    from engine.assignment import Assignment
     from engine.leases import Lease
     from engine.settings import Settings
     from engine.tables.base import BaseTable
     from engine.transport.base import Admin, Producer, Transport
 
 log = logging.getLogger(__name__)
+
+LAG_EVERY = 1.0  # seconds between measurements of the standby stores' lag
 
 
 @dataclass
@@ -73,10 +78,13 @@ class TableManager(Service):
         self.progress = Progress()
         self.replayed: dict[TP, int] = {}
         self._follow_changed = asyncio.Event()
+        self._next_lag = 0.0
         self._follower: Any = None
         # Topics whose events write windowed tables on their topic's time: the conductor records, per batch,
         # the largest event time of these topics' partitions, and `prepare` advances stream time with it.
         self.timed_topics: set[str] = set()
+        self.assignment: Assignment | None = None  # the group's last word on this worker
+        self.request_rebalance: Callable[[], None] = lambda: None  # set by the conductor
 
     # -- stores -------------------------------------------------------------------------------------
 
@@ -154,15 +162,37 @@ class TableManager(Service):
         for table in partitioned:
             if not table.has_own_changelog:
                 self._follow({TP(table.changelog_topic.name, n) for n in wanted[table.name]})
-        if self.settings.standby_replicas > 0:
-            standby = {
-                TP(t.changelog_topic.name, n)
-                for t in partitioned if t.has_own_changelog
-                for n in range(t.partition_count) if n not in wanted[t.name]
-            }
-            for tp in standby:
-                self._open(self.tables_by_changelog(tp.topic), tp.partition)
-            self._follow(standby)
+        self._standbys(partitioned, numbers)
+
+    def placed(self, assignment: Assignment) -> None:
+        """The group's assignment for this worker (heard before its partitions are assigned)."""
+        self.assignment = assignment
+
+    def _standbys(self, partitioned: list[BaseTable], active: set[int]) -> None:
+        """Follow exactly the standby partitions the assignment names; stop following (and close) the
+        others that are not active here."""
+        tasks = set(self.assignment.standby) if self.assignment is not None else set()
+        standby = {TP(t.changelog_topic.name, n) for t in partitioned if t.has_own_changelog
+                   for n in tasks - active if n < t.partition_count}
+        for tp in standby:
+            self._open(self.tables_by_changelog(tp.topic), tp.partition)
+        self._follow(standby)
+        dropped = {TP(t.changelog_topic.name, n) for t in partitioned if t.has_own_changelog
+                   for n in range(t.partition_count) if n not in active} - standby
+        self._unfollow(dropped)
+        for tp in dropped:
+            self._close(tp)
+
+    def positions(self) -> dict[int, int]:
+        """Per task this worker has open stores of (active or standby): how far they have read their
+        changelogs, summed over the tables (what the assignor compares to find who is caught up)."""
+        positions: dict[int, int] = {}
+        for tp, (table, store) in self.stores.items():
+            if not table.is_global:
+                applied = store.changelog_offset()
+                read = 0 if applied is None else applied + 1
+                positions[tp.partition] = positions.get(tp.partition, 0) + read
+        return positions
 
     def revoke(self, numbers: set[int]) -> None:
         """These partitions are no longer active here: their writes were flushed by the checkpoint, or (lost,
@@ -175,7 +205,7 @@ class TableManager(Service):
                 if table.windowed is not None:
                     table.windowed.forget(number)
                 tp = TP(table.changelog_topic.name, number)
-                keep = self.settings.standby_replicas > 0 and table.has_own_changelog
+                keep = self.settings.standby_replicas > 0 and table.has_own_changelog  # until reassigned
                 if keep:
                     self._follow({tp})
                 else:
@@ -242,6 +272,30 @@ class TableManager(Service):
                 key = TP(tp[0], tp[1])
                 if key in self.followed and key in self.stores and records:
                     apply_batch(self.stores[key][1], records)
+            await self._measure_lag(reader, following)
+
+    async def _measure_lag(self, reader: Any, following: set[TP]) -> None:
+        """Every LAG_EVERY seconds, while the assignment has warm-ups: their stores' lag and, once every
+        warm-up is within the acceptable lag, a request for a rebalance (KIP-441's probing rebalance,
+        asked for by the member that caught up)."""
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._next_lag:
+            return
+        self._next_lag = loop.time() + LAG_EVERY
+        warming = self.assignment.warming if self.assignment is not None else frozenset()
+        standby = {tp for tp in following if tp.partition in warming}
+        if not standby:
+            return
+        ends = await reader.offsets(standby)
+        behind = 0
+        for tp in standby:
+            applied = self.stores[tp][1].changelog_offset() if tp in self.stores else None
+            behind = max(behind, ends[tp][1] - (0 if applied is None else applied + 1))
+        if behind <= self.settings.acceptable_recovery_lag:
+            log.info("warm-up replicas of partitions %s caught up; asking the group to rebalance",
+                     sorted(warming))
+            self.assignment = None  # asked once per assignment
+            self.request_rebalance()
 
     # -- checkpoints --------------------------------------------------------------------------------
 

@@ -11,6 +11,8 @@ from engine.events import TP, Headers, RawRecord
 if TYPE_CHECKING:
     import asyncio
 
+    from engine.assignment import Placement
+
 PartitionsCallback = Callable[[set[TP]], Awaitable[None]]
 
 
@@ -59,6 +61,9 @@ class Consumer(Protocol):
         MembershipLost if it does not, or if that cannot be confirmed. A consumer outside a group returns."""
 
     def assignment(self) -> set[TP]: ...
+
+    def request_rebalance(self) -> None:
+        """Ask the group to rebalance (a warm-up replica caught up: its partition may move now)."""
 
 
 class Producer(Protocol):
@@ -124,11 +129,13 @@ class Transport(Protocol):
         on_lost: PartitionsCallback | None = None,
         max_poll_records: int = 1000,
         auto_offset_reset: str = "earliest",
+        placement: Placement | None = None,
     ) -> Consumer:
         """A consumer; in a group, `on_revoked` is called with partitions taken back while this consumer is
         still their owner, `on_lost` with partitions the group gave away after this member's session expired
         (no `on_lost`: both go to `on_revoked`). A partition the group never committed is read from its
-        first offset ("earliest") or from its end ("latest")."""
+        first offset ("earliest") or from its end ("latest"). A group's partitions are placed by
+        engine.assignment (the same on every transport), with what `placement` brings and hears."""
 
     def producer(self, transactional_id: str | None = None) -> Producer:
         """A producer; with `transactional_id`, a transactional one (a restarted worker passing the same id

@@ -22,12 +22,21 @@ import aiokafka.client
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.errors import ProducerFenced as KafkaProducerFenced
 from aiokafka.protocol.commit import OffsetCommitRequest
 from aiokafka.protocol.metadata import MetadataRequest
 
+from engine.assignment import (
+    VERSION,
+    Placement,
+    decode_assignment,
+    decode_member,
+    encode_assignment,
+    encode_member,
+)
 from engine.errors import BrokerUnavailable, DeliveryFailed, MembershipLost, ProducerFenced, TransportError
 from engine.events import TP, Headers, RawRecord
 from engine.transport.kafka_protocol import BROKER_DEFAULT, CreateTopicsRequest, TopicIdsRequest, topic_ids
@@ -121,6 +130,43 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka's 
             await self._on_assigned({TP(tp.topic, tp.partition) for tp in assigned})
 
 
+class _EngineAssignor(AbstractPartitionAssignor):  # type: ignore[misc]  # aiokafka's base is untyped
+    """engine.assignment through aiokafka's assignor interface. aiokafka declares the methods as class
+    methods; an instance serves as well (it calls them on the objects it is given) and carries the worker's
+    Placement. Tasks are partition numbers: the task count is the largest partition count subscribed."""
+
+    name = "engine"
+
+    def __init__(self, placement: Placement) -> None:
+        self.placement = placement
+
+    def metadata(self, topics: Collection[str]) -> ConsumerProtocolMemberMetadata:
+        user_data = encode_member(self.placement.member(""))
+        return ConsumerProtocolMemberMetadata(VERSION, sorted(topics), user_data)
+
+    def assign(self, cluster: Any, members: Mapping[str, Any]) -> dict[str, ConsumerProtocolMemberAssignment]:
+        counts: dict[str, int] = {}
+        for metadata in members.values():
+            for topic in metadata.subscription:
+                partitions = cluster.partitions_for_topic(topic)
+                if partitions:
+                    counts[topic] = len(partitions)
+        placed = self.placement.assign(
+            [decode_member(member_id, metadata.user_data) for member_id, metadata in members.items()],
+            max(counts.values(), default=0))
+        out = {}
+        for member_id, metadata in members.items():
+            share = placed[member_id]
+            topics = [(topic, sorted(p for p in share.active if p < counts[topic]))
+                      for topic in sorted(metadata.subscription) if topic in counts]
+            out[member_id] = ConsumerProtocolMemberAssignment(VERSION, topics, encode_assignment(share))
+        return out
+
+    def on_assignment(self, assignment: Any) -> None:
+        active = frozenset(p for _, partitions in assignment.assignment for p in partitions)
+        self.placement.heard(decode_assignment(active, assignment.user_data))
+
+
 class KafkaConsumer:
     def __init__(
         self,
@@ -130,6 +176,7 @@ class KafkaConsumer:
         listener: _Listener,
         max_poll_records: int,
         auto_offset_reset: str = "earliest",
+        placement: Placement | None = None,
     ) -> None:
         self._servers = servers
         self._listener = listener
@@ -142,9 +189,9 @@ class KafkaConsumer:
             # Records of aborted transactions (a worker that died mid-checkpoint) are never seen, and
             # open ones only once committed; without transactions this reads like read_uncommitted.
             isolation_level="read_committed",
-            # Range assignment gives a member the same partition numbers of every co-partitioned topic,
-            # which is what tables partitioned like their source topics rely on.
-            partition_assignment_strategy=(RangePartitionAssignor,),
+            # engine's assignor: partition p of every topic goes with task p (co-partitioned), sticky,
+            # with standbys and warm-up (engine.assignment).
+            partition_assignment_strategy=(_EngineAssignor(placement or Placement()),),
             rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
             **options,
         )
@@ -194,6 +241,11 @@ class KafkaConsumer:
         if not answered:
             raise MembershipLost("cannot confirm this worker's group membership: the coordinator did not "
                                  "answer")
+
+    def request_rebalance(self) -> None:
+        coordinator = _group_coordinator(self._client)
+        if coordinator is not None:
+            coordinator.request_rejoin()
 
     def assignment(self) -> set[TP]:
         return {TP(tp.topic, tp.partition) for tp in self._client.assignment()}
@@ -426,10 +478,11 @@ class KafkaTransport:
         on_lost: PartitionsCallback | None = None,
         max_poll_records: int = 1000,
         auto_offset_reset: str = "earliest",
+        placement: Placement | None = None,
     ) -> KafkaConsumer:
         listener = _Listener(on_assigned, on_revoked, on_lost)
         return KafkaConsumer(self.servers, self.options, group_id, listener, max_poll_records,
-                             auto_offset_reset)
+                             auto_offset_reset, placement)
 
     def producer(self, transactional_id: str | None = None) -> KafkaProducer:
         return KafkaProducer(self.servers, self.options, transactional_id)

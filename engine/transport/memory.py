@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from engine.assignment import Assignment, Placement
 from engine.events import TP, Headers, RawRecord
 from engine.partitioner import partition_for
 
@@ -122,18 +123,19 @@ class MemoryBroker:
             self.rebalance(group)
 
     def rebalance(self, group: _Group) -> None:
-        """Range-assign each topic's partitions over the members subscribed to it."""
+        """Assign with engine's assignor (engine.assignment, the same placement as on Kafka): partition p
+        of every topic a member reads goes with task p."""
         group.generation += 1
-        targets: dict[int, set[TP]] = {id(m): set() for m in group.members}
         topics = sorted({t for m in group.members for t in m.topics if t in self.topics})
-        for topic in topics:
-            members = [m for m in group.members if topic in m.topics]
-            count = len(self.topics[topic])
-            for index, member in enumerate(members):
-                share = range(index * count // len(members), (index + 1) * count // len(members))
-                targets[id(member)].update(TP(topic, p) for p in share)
+        tasks = max((len(self.topics[t]) for t in topics), default=0)
+        members = [m.placement.member(m.member_id) for m in group.members]
+        leader = group.members[0].placement if group.members else Placement()
+        placed = leader.assign(members, tasks)
         for member in group.members:
-            member._target = (group.generation, targets[id(member)])
+            share = placed[member.member_id]
+            targets = {TP(t, p) for t in member.topics if t in self.topics
+                       for p in share.active if p < len(self.topics[t])}
+            member._target = (group.generation, targets, share)
         self.notify()
 
 
@@ -145,8 +147,11 @@ class MemoryConsumer:
         on_assigned: PartitionsCallback | None,
         on_revoked: PartitionsCallback | None,
         auto_offset_reset: str = "earliest",
+        placement: Placement | None = None,
     ) -> None:
         self.broker = broker
+        self.member_id = uuid.uuid4().hex
+        self.placement = placement or Placement()
         self._from_end = auto_offset_reset == "latest"
         self.group_id = group_id
         self.topics: set[str] = set()
@@ -155,7 +160,7 @@ class MemoryConsumer:
         self._assigned: set[TP] = set()
         self._positions: dict[TP, int] = {}
         self._generation = 0
-        self._target: tuple[int, set[TP]] = (0, set())
+        self._target: tuple[int, set[TP], Assignment | None] = (0, set(), None)
         self._paused: set[TP] = set()
         self._running = False
 
@@ -180,6 +185,11 @@ class MemoryConsumer:
         self.topics = set(topics)
         if self._running:
             self.broker.join(self.group_id, self)
+
+    def request_rebalance(self) -> None:
+        group = self.broker.groups.get(self.group_id) if self.group_id is not None else None
+        if group is not None:
+            self.broker.rebalance(group)
 
     def assignment(self) -> set[TP]:
         return set(self._assigned)
@@ -218,10 +228,12 @@ class MemoryConsumer:
         self.broker.notify()  # a fetch waiting for data should look again
 
     async def _sync_group(self) -> None:
-        generation, target = self._target
+        generation, target, share = self._target
         if self.group_id is None or generation == self._generation:
             return
         self._generation = generation
+        if share is not None:
+            self.placement.heard(share)
         if self._assigned and self._on_revoked is not None:
             await self._on_revoked(set(self._assigned))
         group = self.broker.groups[self.group_id]
@@ -345,8 +357,9 @@ class MemoryTransport:
         on_lost: PartitionsCallback | None = None,
         max_poll_records: int = 1000,
         auto_offset_reset: str = "earliest",
+        placement: Placement | None = None,
     ) -> MemoryConsumer:
-        return MemoryConsumer(self.broker, group_id, on_assigned, on_revoked, auto_offset_reset)
+        return MemoryConsumer(self.broker, group_id, on_assigned, on_revoked, auto_offset_reset, placement)
 
     def producer(self, transactional_id: str | None = None) -> MemoryProducer:
         return MemoryProducer(self.broker)

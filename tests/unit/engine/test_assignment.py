@@ -19,12 +19,13 @@ def actives(result: dict[str, Assignment]) -> dict[str, set[int]]:
     return {member: set(a.active) for member, a in result.items()}
 
 
-def members_owning(result: dict[str, Assignment], lags: dict[str, dict[int, int]] | None = None,
+def members_owning(result: dict[str, Assignment], positions: dict[str, dict[int, int]] | None = None,
                    extra: tuple[str, ...] = ()) -> list[Member]:
-    """The members of `result` telling the group what they own now (and `extra` new ones)."""
-    lags = lags or {}
-    return [Member(m, f"{m}:80", frozenset(a.active), lags.get(m, {})) for m, a in result.items()] + [
-        Member(m, f"{m}:80", frozenset(), lags.get(m, {})) for m in extra]
+    """The members of `result` telling the group what they own now and how far their stores read (and
+    `extra` new ones)."""
+    positions = positions or {}
+    return [Member(m, f"{m}:80", frozenset(a.active), positions.get(m, {})) for m, a in result.items()] + [
+        Member(m, f"{m}:80", frozenset(), positions.get(m, {})) for m in extra]
 
 
 def test_balanced_and_every_task_once():
@@ -53,9 +54,9 @@ def test_a_leave_moves_only_the_leavers_tasks():
 
 
 def test_exactly_n_standbys_never_on_the_owner_preferring_stores():
-    lags = {"m0": {5: 0}, "m2": {5: 50_000}}
-    result = assign([Member(f"m{i}", lags=lags.get(f"m{i}", {})) for i in range(4)], 8, standby_replicas=2,
-                    stateful=True, acceptable_lag=10_000)
+    positions = {"m0": {5: 100_000}, "m2": {5: 50_000}}
+    result = assign([Member(f"m{i}", positions=positions.get(f"m{i}", {})) for i in range(4)], 8,
+                    standby_replicas=2, stateful=True, acceptable_lag=10_000)
     for task in range(8):
         holders = [m for m, a in result.items() if task in a.standby]
         owner = next(m for m, a in result.items() if task in a.active)
@@ -73,17 +74,25 @@ def test_standbys_are_capped_by_the_other_members():
 
 def test_warm_up_keeps_a_task_with_its_owner_until_the_new_member_caught_up():
     first = assign([Member(f"m{i}") for i in range(2)], 4, standby_replicas=0)
-    behind = {"m2": {t: 1_000_000 for t in range(4)}}
-    second = assign(members_owning(first, behind, extra=("m2",)), 4, acceptable_lag=10_000)
+    read = {m: {t: 1_000_000 for t in a.active} for m, a in first.items()}  # the owners' stores: at the end
+    second = assign(members_owning(first, read, extra=("m2",)), 4, acceptable_lag=10_000)
     assert second["m2"].active == frozenset()
     assert len(second["m2"].warming) == 1
     assert second["m2"].warming <= second["m2"].standby
     assert actives(second)["m0"] | actives(second)["m1"] == set(range(4))
     warming = next(iter(second["m2"].warming))
-    caught_up = {"m2": {warming: 5}}
+    caught_up = {**read, "m2": {warming: 995_000}}
     third = assign(members_owning(second, caught_up), 4, acceptable_lag=10_000)
     assert warming in third["m2"].active
     assert third["m2"].warming == frozenset()
+
+
+def test_a_small_table_moves_at_once_without_warming_up():
+    first = assign([Member(f"m{i}") for i in range(2)], 4)
+    read = {m: {t: 500 for t in a.active} for m, a in first.items()}  # 500 records: within 10,000
+    second = assign(members_owning(first, read, extra=("m2",)), 4, acceptable_lag=10_000)
+    assert len(second["m2"].active) == 1
+    assert second["m2"].warming == frozenset()
 
 
 def test_the_owners_map_gives_every_task_its_endpoint():
@@ -97,7 +106,8 @@ def test_the_owners_map_gives_every_task_its_endpoint():
 def test_same_input_same_output_whatever_the_order():
     rng = random.Random(7)
     members = [Member(f"m{i}", owned=frozenset(rng.sample(range(16), 3)),
-                      lags={t: rng.randrange(0, 30_000) for t in rng.sample(range(16), 5)}) for i in range(5)]
+                      positions={t: rng.randrange(0, 30_000) for t in rng.sample(range(16), 5)})
+               for i in range(5)]
     expected = assign(members, 16, standby_replicas=1)
     for _ in range(5):
         rng.shuffle(members)

@@ -127,7 +127,7 @@ def test_bad_env_setting_fails_naming_it():
 
 
 def test_a_misspelled_env_setting_is_refused_like_a_misspelled_argument():
-    expected = r"unknown setting 'ENGINE_COMIT_INTERVAL' \(environment variable\); known: ENGINE_AGENT_ERROR_"
+    expected = r"unknown setting 'ENGINE_COMIT_INTERVAL' \(environment variable\); known: ENGINE_ACCEPTABLE_"
     with pytest.raises(ConfigError, match=expected):
         load_settings("app", {}, None, {"ENGINE_COMIT_INTERVAL": "1"})
     with pytest.raises(ConfigError, match="broker_options can only be given to App"):

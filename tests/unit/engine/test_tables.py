@@ -4,6 +4,7 @@ tables, standbys. RocksDB stores live in tmp_path where persistence matters."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from dataclasses import dataclass
 
@@ -250,6 +251,29 @@ async def test_standby_keeps_a_warm_copy_and_takes_over_with_only_the_tail(tmp_p
         await testing.eventually(lambda: len(counts_a.active) == 4)
         assert sum(v for _, v in counts_a.items()) == 400
         assert sum(worker_a.tables.replayed.values()) - replayed_before < 40, "only the tail"
+
+
+async def test_three_workers_keep_exactly_one_standby_per_partition_never_on_its_owner(tmp_path):
+    url = testing.memory_url()
+    apps = [count_app(url, data_dir=str(tmp_path / name), standby_replicas=1) for name in "abc"]
+    async with contextlib.AsyncExitStack() as stack:
+        workers = [await stack.enter_async_context(testing.running(app)) for app, _, _ in apps]
+        tables = [counts for _, _, counts in apps]
+
+        def placed() -> bool:  # every partition active once, the warm-ups done (2 workers get 1, one 2)
+            return sorted(len(t.active) for t in tables) == [1, 1, 2] and sorted(
+                p for t in tables for p in t.active) == [0, 1, 2, 3]
+
+        await testing.eventually(placed, 10)
+        await testing.eventually(lambda: all(
+            {tp.partition for tp in w.tables.followed} == set(w.tables.assignment.standby)
+            for w in workers if w.tables is not None and w.tables.assignment is not None), 10)
+        for number in range(4):
+            owner = next(i for i, t in enumerate(tables) if number in t.active)
+            changelog = TP("tc-counts-changelog", number)
+            holders = [i for i, w in enumerate(workers) if changelog in w.tables.followed]
+            assert len(holders) == 1, (number, holders)
+            assert holders != [owner]
 
 
 async def test_table_settings_are_checked():
