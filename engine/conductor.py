@@ -62,6 +62,7 @@ class Conductor(Service):
         *,
         tables: TableManager | None = None,
         tasks: TaskProducers | None = None,
+        instance_id: str | None = None,
     ) -> None:
         super().__init__("conductor")
         self.tables = tables
@@ -70,6 +71,7 @@ class Conductor(Service):
         self._admin_factory = admin_factory
         self.consumer = transport.consumer(
             group_id=settings.app_id,
+            instance_id=instance_id,
             on_assigned=self._on_assigned,
             on_revoked=self._on_revoked,
             on_lost=self._on_lost,

@@ -92,8 +92,10 @@ class Worker(Service):
             app.tables.values(), transport=self.transport, settings=settings, producer=tasks or self.producer,
             admin_factory=self.transport.admin,
         )) if app.tables else None
+        instance = settings.group_instance_id
         self.conductor = Conductor(self.transport, settings, self.producer, self.transport.admin,
-                                   tables=self.tables, tasks=tasks)
+                                   tables=self.tables, tasks=tasks,
+                                   instance_id=worker_identity(settings) if instance == "auto" else instance)
         topics = self.topology.topics
         self.runners = [
             self.add_child(AgentRunner(

@@ -43,6 +43,9 @@ class Settings:
     max_poll_records: int = 1000
     store: str = "rocksdb://"
     standby_replicas: int = 0
+    # Static membership (KIP-345): "auto" (the worker id kept in the data dir) or a name unique in the group;
+    # None: dynamic membership (a leave rebalances at once; a restart rebalances twice).
+    group_instance_id: str | None = None
     acceptable_recovery_lag: int = 10_000  # records: a partition moves only to a store this close to its end
     agent_error_policy: ErrorPolicy = "dlq"
     processing_guarantee: Guarantee = "at_least_once"
@@ -97,6 +100,10 @@ def validate(s: Settings) -> None:
         _fail("processing_guarantee", s.processing_guarantee, f"expected one of {GUARANTEES}")
     if s.auto_offset_reset not in OFFSET_RESETS:
         _fail("auto_offset_reset", s.auto_offset_reset, f"expected one of {OFFSET_RESETS}")
+    if s.group_instance_id is not None and (not isinstance(s.group_instance_id, str)
+                                            or not _APP_ID.match(s.group_instance_id)):
+        _fail("group_instance_id", s.group_instance_id,
+              "expected 'auto' or 1-200 letters, digits, '.', '_' or '-'")
     if not isinstance(s.data_dir, Path):
         _fail("data_dir", s.data_dir, "expected a path")
 

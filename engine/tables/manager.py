@@ -167,6 +167,8 @@ class TableManager(Service):
     def placed(self, assignment: Assignment) -> None:
         """The group's assignment for this worker (heard before its partitions are assigned)."""
         self.assignment = assignment
+        log.info("assignment: active %s, standby %s, warming up %s", sorted(assignment.active),
+                 sorted(assignment.standby - assignment.warming), sorted(assignment.warming))
 
     def _standbys(self, partitioned: list[BaseTable], active: set[int]) -> None:
         """Follow exactly the standby partitions the assignment names; stop following (and close) the

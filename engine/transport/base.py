@@ -130,12 +130,15 @@ class Transport(Protocol):
         max_poll_records: int = 1000,
         auto_offset_reset: str = "earliest",
         placement: Placement | None = None,
+        instance_id: str | None = None,
     ) -> Consumer:
         """A consumer; in a group, `on_revoked` is called with partitions taken back while this consumer is
         still their owner, `on_lost` with partitions the group gave away after this member's session expired
         (no `on_lost`: both go to `on_revoked`). A partition the group never committed is read from its
         first offset ("earliest") or from its end ("latest"). A group's partitions are placed by
-        engine.assignment (the same on every transport), with what `placement` brings and hears."""
+        engine.assignment (the same on every transport), with what `placement` brings and hears. With
+        `instance_id` the member is static (KIP-345): it does not leave the group when it stops, and if it
+        comes back within the session timeout it gets its partitions back without a rebalance."""
 
     def producer(self, transactional_id: str | None = None) -> Producer:
         """A producer; with `transactional_id`, a transactional one (a restarted worker passing the same id

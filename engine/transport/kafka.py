@@ -177,6 +177,7 @@ class KafkaConsumer:
         max_poll_records: int,
         auto_offset_reset: str = "earliest",
         placement: Placement | None = None,
+        instance_id: str | None = None,
     ) -> None:
         self._servers = servers
         self._listener = listener
@@ -193,6 +194,7 @@ class KafkaConsumer:
             # with standbys and warm-up (engine.assignment).
             partition_assignment_strategy=(_EngineAssignor(placement or Placement()),),
             rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
+            group_instance_id=instance_id,
             **options,
         )
         listener.consumer = self._client
@@ -479,10 +481,11 @@ class KafkaTransport:
         max_poll_records: int = 1000,
         auto_offset_reset: str = "earliest",
         placement: Placement | None = None,
+        instance_id: str | None = None,
     ) -> KafkaConsumer:
         listener = _Listener(on_assigned, on_revoked, on_lost)
         return KafkaConsumer(self.servers, self.options, group_id, listener, max_poll_records,
-                             auto_offset_reset, placement)
+                             auto_offset_reset, placement, instance_id)
 
     def producer(self, transactional_id: str | None = None) -> KafkaProducer:
         return KafkaProducer(self.servers, self.options, transactional_id)

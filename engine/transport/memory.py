@@ -358,6 +358,7 @@ class MemoryTransport:
         max_poll_records: int = 1000,
         auto_offset_reset: str = "earliest",
         placement: Placement | None = None,
+        instance_id: str | None = None,  # a memory group has no sessions: every member is dynamic
     ) -> MemoryConsumer:
         return MemoryConsumer(self.broker, group_id, on_assigned, on_revoked, auto_offset_reset, placement)
 

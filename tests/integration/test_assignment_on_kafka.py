@@ -1,0 +1,141 @@
+"""engine's assignor on a real broker, through `engine worker`: three workers with standby_replicas=1 keep
+exactly one standby per partition, never on its owner; when one is killed, its partitions go to the workers
+that held their standbys, which replay only the tail; counts stay exact (the kill comes after a
+checkpoint)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections import Counter
+
+import pytest
+
+from tests.integration.helpers import WorkerProcess, consume_until, create_topics, latest, produce, unique
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 6
+ASSIGNMENT = re.compile(r"assignment: active \[([\d, ]*)\], standby \[([\d, ]*)\], warming up \[([\d, ]*)\]")
+
+
+def numbers(text: str) -> set[int]:
+    return {int(n) for n in text.split(",") if n.strip()}
+
+
+def last_assignment(worker: WorkerProcess) -> tuple[set[int], set[int], set[int]] | None:
+    found = ASSIGNMENT.findall(worker.output())
+    if not found:
+        return None
+    active, standby, warming = found[-1]
+    return numbers(active), numbers(standby), numbers(warming)
+
+
+def replayed(log: str) -> int:
+    return sum(int(n) for n in re.findall(r"recovered \S+: replayed (\d+) records", log))
+
+
+def placed(workers: dict[str, WorkerProcess]) -> dict[str, tuple[set[int], set[int], set[int]]] | None:
+    """Each worker's last assignment, if together they are a settled placement: every partition active
+    once, exactly one standby each, never on its owner, no warm-up pending."""
+    found = {name: last_assignment(w) for name, w in workers.items()}
+    if any(a is None for a in found.values()):
+        return None
+    settled = {name: a for name, a in found.items() if a is not None}
+    actives = sorted(p for a, _, _ in settled.values() for p in a)
+    standbys = Counter(p for _, s, _ in settled.values() for p in s)
+    if actives != list(range(PARTITIONS)) or any(w for _, _, w in settled.values()):
+        return None
+    if standbys != Counter(range(PARTITIONS)) or any(a & s for a, s, _ in settled.values()):
+        return None
+    return settled
+
+
+async def test_one_standby_per_partition_and_failover_to_it(kafka, tmp_path):
+    app_id, topic = unique("assign"), unique("words")
+    changelog = f"{app_id}-counts-changelog"
+    await create_topics(kafka.bootstrap, [topic], partitions=PARTITIONS)
+
+    def worker(name: str) -> WorkerProcess:
+        env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / name),
+               "ENGINE_STANDBY_REPLICAS": "1", "ENGINE_TOPIC_PARTITIONS": str(PARTITIONS)}
+        return WorkerProcess("tests.integration.table_apps:app", kafka.url, env, tmp_path / f"{name}.log")
+
+    workers = {name: worker(name) for name in "abc"}
+    first = [f"w{i % 60}" for i in range(3000)]
+    second = [f"w{i % 60}" for i in range(1500)]
+    try:
+        deadline = time.monotonic() + 120
+        while (before := placed(workers)) is None:
+            assert time.monotonic() < deadline, {n: last_assignment(w) for n, w in workers.items()}
+            await asyncio.sleep(0.5)
+        await produce(kafka.bootstrap, topic, [(w, 1) for w in first])
+        await consume_until(kafka.bootstrap, changelog, lambda rs: sum(latest(rs).values()) == len(first))
+        await asyncio.sleep(1.5)  # the checkpoint that flushed the changelog commits, standbys follow it
+        killed, survivors = workers["a"], {n: w for n, w in workers.items() if n != "a"}
+        replayed_before = {n: replayed(w.output()) for n, w in survivors.items()}
+        killed.kill()
+        await produce(kafka.bootstrap, topic, [(w, 1) for w in second])
+        truth = Counter(first + second)
+        records = await consume_until(kafka.bootstrap, changelog, lambda rs: latest(rs) == dict(truth),
+                                      timeout=120)
+        assert latest(records) == dict(truth)
+        after = {n: last_assignment(w) for n, w in survivors.items()}
+    finally:
+        if workers["a"].process.poll() is None:
+            workers["a"].kill()
+        for w in list(workers.values())[1:]:
+            assert w.terminate() == 0, w.output()[-3000:]
+    moved = before["a"][0]
+    for partition in moved:
+        holder = next(name for name, (_, standby, _) in before.items() if partition in standby)
+        assignment = after[holder]
+        assert assignment is not None
+        assert partition in assignment[0], f"partition {partition} went elsewhere than its standby"
+    tail = sum(replayed(w.output()) - replayed_before[n] for n, w in survivors.items())
+    assert tail < 60, f"the standbys replayed {tail} records on failover, not just the tail"
+
+
+async def test_a_rolling_restart_of_static_members_moves_no_partition(kafka, tmp_path):
+    """group_instance_id="auto": each worker, stopped and started again within the session timeout, gets its
+    own partitions back; nobody else's assignment changes and no store is rebuilt."""
+    app_id, topic = unique("rolling"), unique("words")
+    changelog = f"{app_id}-counts-changelog"
+    await create_topics(kafka.bootstrap, [topic], partitions=PARTITIONS)
+
+    def worker(name: str) -> WorkerProcess:
+        env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / name),
+               "ENGINE_GROUP_INSTANCE_ID": "auto", "ENGINE_TOPIC_PARTITIONS": str(PARTITIONS)}
+        return WorkerProcess("tests.integration.table_apps:app", kafka.url, env, tmp_path / f"{name}.log")
+
+    workers = {name: worker(name) for name in "abc"}
+    words = [f"w{i % 60}" for i in range(3000)]
+    try:
+        deadline = time.monotonic() + 120
+        while (before := {n: last_assignment(w) for n, w in workers.items()}) and not (
+                all(before.values()) and sorted(p for a in before.values() if a for p in a[0])
+                == list(range(PARTITIONS)) and not any(a[2] for a in before.values() if a)):
+            assert time.monotonic() < deadline, before
+            await asyncio.sleep(0.5)
+        await produce(kafka.bootstrap, topic, [(w, 1) for w in words[:1500]])
+        await consume_until(kafka.bootstrap, changelog, lambda rs: sum(latest(rs).values()) == 1500)
+        assignments = {n: len(ASSIGNMENT.findall(w.output())) for n, w in workers.items()}
+        for name in "abc":
+            assert workers[name].terminate() == 0, workers[name].output()[-3000:]
+            workers[name] = worker(name)
+            await workers[name].wait_for_output("tables ready", 60)
+        await produce(kafka.bootstrap, topic, [(w, 1) for w in words[1500:]])
+        records = await consume_until(kafka.bootstrap, changelog,
+                                      lambda rs: latest(rs) == dict(Counter(words)), timeout=120)
+        assert latest(records) == dict(Counter(words))
+    finally:
+        for w in workers.values():
+            if w.process.poll() is None:
+                assert w.terminate() == 0, w.output()[-3000:]
+    for name, w in workers.items():
+        log = w.output()
+        # The restarted worker's own log (appended to the first one's): the assignment it got back.
+        assert last_assignment(w) == before[name], (name, last_assignment(w), before[name])
+        assert len(ASSIGNMENT.findall(log)) == assignments[name] + 1, f"{name} saw another rebalance"
+        assert replayed(log.split("worker " + app_id + " starting")[-1]) < 100, "a store was rebuilt"
