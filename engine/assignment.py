@@ -10,15 +10,18 @@ Rules, in order (Kafka Streams' StreamsPartitionAssignor, simplified):
 2. Sticky: a task stays with its previous owner while that owner is within its quota, so a join or a leave
    moves only the tasks that must move (a 4th member joining 3 with 12 tasks takes exactly 3).
 3. A task that must move goes first to a member whose store of it is caught up (lag within
-   `acceptable_lag`), then to the member with the least lag, then to the least loaded. A member's lag on a
+   `acceptable_lag`; among those, the one that read furthest: its standby), then to the member with the
+   least lag, then to the least loaded. A member's lag on a
    task is how far its stores of the task have read their changelogs behind the member that read furthest
    (each member reports its stores' changelog positions when it joins; no store is position 0, so a small
    table is caught up at once).
 4. Warm-up (KIP-441): a task that would move only for balance, to a member whose store is further behind
    than `acceptable_lag`, stays with its current owner; the new member follows it as a warm-up standby, and
    moves it once caught up (at the next rebalance, which that member asks for: `Assignment.warming`).
-5. Standbys: exactly `standby_replicas` per task (at most members - 1), never on the active owner,
-   preferring members that hold the store furthest read, then the fewest standbys.
+5. Standbys: exactly `standby_replicas` per task (at most members - 1), never on the active owner, on the
+   member with the fewest standbys so far, then spread so that one member's tasks have their standbys on as
+   many other members as possible (when it leaves, each survivor takes over a share it already holds, and
+   balance does not force a task elsewhere), then on the member whose store read furthest.
 Every choice breaks ties by member id, so the same input always gives the same output.
 """
 
@@ -123,7 +126,7 @@ def assign(members: Sequence[Member], tasks: int, *, standby_replicas: int = 0,
     for task in unplaced:
         previous = next((m.id for m in ordered if task in m.owned), None)
         room = [m for m in ordered if load[m.id] < quota(m.id)]
-        best = min(room, key=lambda m: (lag(m, task), load[m.id], m.id))
+        best = min(room, key=lambda m: (lag(m, task), -m.positions.get(task, -1), load[m.id], m.id))
         if previous is not None and previous != best.id and lag(best, task) > 0:
             # Moving only for balance to a member that would have to rebuild the store: warm it up first.
             owner[task] = previous
@@ -148,12 +151,15 @@ def assign(members: Sequence[Member], tasks: int, *, standby_replicas: int = 0,
 def _standbys(ordered: list[Member], owner: Mapping[int, str], tasks: int, replicas: int,
               warming: Mapping[str, set[int]]) -> dict[str, set[int]]:
     placed: dict[str, set[int]] = {m.id: set() for m in ordered}
+    pairs: dict[tuple[str, str], int] = {}  # (owner, member): standbys of the owner's tasks on the member
     for task in range(tasks):
         candidates = [m for m in ordered if m.id != owner[task] and task not in warming[m.id]]
         wanted = replicas - sum(1 for m in ordered if task in warming[m.id])
-        ranked = sorted(candidates, key=lambda m: (-m.positions.get(task, -1), len(placed[m.id]), m.id))
+        ranked = sorted(candidates, key=lambda m: (len(placed[m.id]), pairs.get((owner[task], m.id), 0),
+                                                   -m.positions.get(task, -1), m.id))
         for member in ranked[:max(wanted, 0)]:
             placed[member.id].add(task)
+            pairs[owner[task], member.id] = pairs.get((owner[task], member.id), 0) + 1
     return placed
 
 

@@ -64,7 +64,21 @@ def test_exactly_n_standbys_never_on_the_owner_preferring_stores():
         assert owner not in holders
     owner5 = next(m for m, a in result.items() if 5 in a.active)
     assert owner5 == "m0", "a caught-up store takes the task"
-    assert "m2" in [m for m, a in result.items() if 5 in a.standby], "then the next store is a standby"
+    counts = [len(a.standby) for a in result.values()]
+    assert sum(counts) == 16
+    assert max(counts) - min(counts) <= 2, f"standbys spread, as far as never-on-the-owner allows: {counts}"
+
+
+def test_a_members_standbys_are_spread_so_that_its_leave_keeps_the_balance():
+    first = assign([Member(f"m{i}") for i in range(3)], 6, standby_replicas=1)
+    read = {m: {t: 100 for t in a.active | a.standby} for m, a in first.items()}
+    for leaver in first:
+        holders = [next(m for m, a in first.items() if t in a.standby) for t in first[leaver].active]
+        assert len(set(holders)) == len(holders), f"{leaver}'s standbys are not spread: {holders}"
+        staying = {m: a for m, a in first.items() if m != leaver}
+        second = assign(members_owning(staying, read), 6, standby_replicas=1)
+        for task, holder in zip(sorted(first[leaver].active), holders, strict=True):
+            assert task in second[holder].active
 
 
 def test_standbys_are_capped_by_the_other_members():
@@ -85,6 +99,16 @@ def test_warm_up_keeps_a_task_with_its_owner_until_the_new_member_caught_up():
     third = assign(members_owning(second, caught_up), 4, acceptable_lag=10_000)
     assert warming in third["m2"].active
     assert third["m2"].warming == frozenset()
+
+
+def test_a_leavers_tasks_go_to_their_standbys_even_when_any_member_would_be_acceptable():
+    # The leaver owned tasks 2 and 3; m2 kept a standby of 2, m1 of 3; both stores are small, so either
+    # member would be within the acceptable lag: the standby still wins (by id, m1 would take task 2).
+    members = [Member("m1", owned=frozenset({0}), positions={0: 100, 3: 100}),
+               Member("m2", owned=frozenset({1}), positions={1: 100, 2: 100})]
+    result = assign(members, 4, standby_replicas=1)
+    assert result["m1"].active == {0, 3}
+    assert result["m2"].active == {1, 2}
 
 
 def test_a_small_table_moves_at_once_without_warming_up():
