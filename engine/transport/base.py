@@ -11,7 +11,7 @@ from engine.events import TP, Headers, RawRecord
 if TYPE_CHECKING:
     import asyncio
 
-    from engine.assignment import Placement
+    from engine.assignment import Assignment, Placement
 
 PartitionsCallback = Callable[[set[TP]], Awaitable[None]]
 
@@ -22,6 +22,22 @@ class TopicSpec:
     partitions: int
     replication: int | None = None  # None: the broker's default
     config: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """One member of a consumer group, as the group coordinator describes it."""
+
+    member_id: str
+    host: str
+    assignment: Assignment  # what engine's assignor gave it (active, standby, warming, the owners map)
+    positions: Mapping[int, int]  # what it reported when it joined: its stores' changelog positions per task
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    state: str  # Stable, PreparingRebalance, CompletingRebalance, Empty, Dead
+    members: list[GroupMember]
 
 
 class Consumer(Protocol):
@@ -106,6 +122,12 @@ class Admin(Protocol):
 
     async def describe_topics(self) -> dict[str, int]:
         """Every topic's partition count."""
+
+    async def describe_group(self, group_id: str) -> GroupDescription:
+        """The group's state and members, with what engine's assignor gave each."""
+
+    async def committed(self, group_id: str) -> dict[TP, int]:
+        """The group's committed offset of every partition it committed."""
 
     async def topic_configs(self, names: Collection[str]) -> dict[str, dict[str, str]]:
         """The configs (cleanup.policy, retention.ms, ...) of each existing topic of `names`."""

@@ -23,7 +23,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
-from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocol,
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.errors import ProducerFenced as KafkaProducerFenced
 from aiokafka.protocol.commit import OffsetCommitRequest
@@ -45,6 +49,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
 
     from engine.transport.base import PartitionsCallback, TopicSpec
+from engine.transport.base import GroupDescription, GroupMember
 
 log = logging.getLogger(__name__)
 
@@ -434,6 +439,35 @@ class KafkaAdmin:
         except KafkaConnectionError as exc:
             raise _unavailable(self._servers, exc) from exc
         return {t["topic"]: len(t["partitions"]) for t in described if not t.get("error_code")}
+
+    async def describe_group(self, group_id: str) -> GroupDescription:
+        await self._ensure_started()
+        try:
+            responses = await self._client.describe_consumer_groups([group_id])
+        except KafkaError as exc:
+            raise TransportError(f"cannot describe group {group_id!r}: {exc}") from exc
+        group = responses[0].groups[0]
+        error, state, members = group[0], group[2], group[5]
+        if error:
+            raise TransportError(f"cannot describe group {group_id!r}: error {error}")
+        described = []
+        for member_id, _client_id, host, metadata, assignment in (m[:5] for m in members):
+            joined = ConsumerProtocol.METADATA.decode(metadata) if metadata else None
+            given = ConsumerProtocol.ASSIGNMENT.decode(assignment) if assignment else None
+            active = frozenset(p for _, ps in (given.assignment if given is not None else []) for p in ps)
+            member = decode_member(member_id, joined.user_data if joined is not None else None)
+            described.append(GroupMember(
+                member_id, host, decode_assignment(active, given.user_data if given is not None else None),
+                member.positions))
+        return GroupDescription(state, described)
+
+    async def committed(self, group_id: str) -> dict[TP, int]:
+        await self._ensure_started()
+        try:
+            offsets = await self._client.list_consumer_group_offsets(group_id)
+        except KafkaError as exc:
+            raise TransportError(f"cannot read the offsets of group {group_id!r}: {exc}") from exc
+        return {TP(tp.topic, tp.partition): meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
 
     async def topic_configs(self, names: Collection[str]) -> dict[str, dict[str, str]]:
         await self._ensure_started()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, ClassVar
 from engine.assignment import Assignment, Placement
 from engine.events import TP, Headers, RawRecord
 from engine.partitioner import partition_for
+from engine.transport.base import GroupDescription, GroupMember
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
@@ -332,6 +333,19 @@ class MemoryAdmin:
 
     async def describe_topics(self) -> dict[str, int]:
         return {name: len(parts) for name, parts in self.broker.topics.items()}
+
+    async def describe_group(self, group_id: str) -> GroupDescription:
+        group = self.broker.groups.get(group_id)
+        if group is None or not group.members:
+            return GroupDescription("Empty" if group is not None else "Dead", [])
+        nothing = Assignment(frozenset(), frozenset(), {})
+        members = [GroupMember(m.member_id, "memory", m.placement.current or nothing,
+                               dict(m.placement.positions())) for m in group.members]
+        return GroupDescription("Stable", members)
+
+    async def committed(self, group_id: str) -> dict[TP, int]:
+        group = self.broker.groups.get(group_id)
+        return dict(group.committed) if group is not None else {}
 
     async def topic_configs(self, names: Collection[str]) -> dict[str, dict[str, str]]:
         return {name: dict(self.broker.configs[name]) for name in names if name in self.broker.configs}

@@ -6,13 +6,24 @@ checkpoint)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import subprocess
+import sys
 import time
 from collections import Counter
 
 import pytest
 
-from tests.integration.helpers import WorkerProcess, consume_until, create_topics, latest, produce, unique
+from tests.integration.helpers import (
+    ROOT,
+    WorkerProcess,
+    consume_until,
+    create_topics,
+    latest,
+    produce,
+    unique,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -73,6 +84,20 @@ async def test_one_standby_per_partition_and_failover_to_it(kafka, tmp_path):
         await produce(kafka.bootstrap, topic, [(w, 1) for w in first])
         await consume_until(kafka.bootstrap, changelog, lambda rs: sum(latest(rs).values()) == len(first))
         await asyncio.sleep(1.5)  # the checkpoint that flushed the changelog commits, standbys follow it
+        # engine status shows the same placement, asked of the broker.
+        command = [sys.executable, "-m", "cli.main", "status", "-A", "tests.integration.table_apps:app",
+                   "--broker", kafka.url]
+        shown = await asyncio.to_thread(subprocess.run, command, cwd=ROOT, capture_output=True, text=True,
+                                        env={**os.environ, "ITEST_APP": app_id, "ITEST_TOPIC": topic})
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        assert lines[0] == f"group {app_id}: Stable, 3 members", shown.stdout
+        members = [line.split() for line in lines[2:5]]
+        assert sorted(tuple(sorted(numbers(m[3]))) for m in members) == sorted(
+            tuple(sorted(a[0])) for a in before.values())
+        rows = [line.split() for line in lines[6:]]
+        assert [int(r[0]) for r in rows] == list(range(PARTITIONS))
+        assert all(r[-1] == "0" for r in rows), shown.stdout  # everything produced was processed
         killed, survivors = workers["a"], {n: w for n, w in workers.items() if n != "a"}
         replayed_before = {n: replayed(w.output()) for n, w in survivors.items()}
         killed.kill()

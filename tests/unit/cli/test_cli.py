@@ -220,3 +220,9 @@ async def test_tables_table_get_and_export_on_global_and_source_tables(capsys, t
                            "--data-dir", str(tmp_path))
         assert code == 0
         assert orjson.loads(out) == value
+
+
+def test_status_refuses_an_in_memory_broker(capsys):
+    code, _, err = run(capsys, "status", "-A", "examples.wordcount:app", "--broker", "memory://cli")
+    assert code == 1
+    assert err.startswith("engine: engine status cannot see memory://cli: an in-memory broker lives inside")

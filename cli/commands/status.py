@@ -1,0 +1,82 @@
+"""engine status -A module:app: the group as engine's assignor placed it, asked of the broker.
+
+Members (host, active, standby and warming-up partitions, and the store positions each reported when it
+joined), then per partition: its owner, its standbys, and how far the group is behind on the topics it reads
+(end offset minus committed offset, summed over them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from cli.loader import load_app
+from engine import ConfigError
+from engine.events import TP
+from engine.topology import build_topology
+from engine.transport import open_transport
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Iterable
+
+    from engine.app import App
+    from engine.transport.base import GroupDescription
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    status = sub.add_parser("status", help="the group's members, their partitions and the lag")
+    status.set_defaults(run=run)
+
+
+def _numbers(values: Iterable[int]) -> str:
+    return ",".join(str(n) for n in sorted(values)) or "-"
+
+
+async def _status(app: App, broker: str | None) -> tuple[GroupDescription, dict[int, int]]:
+    settings = app.settings({"broker": broker})
+    if settings.transport_scheme == "memory":
+        raise ConfigError(f"engine status cannot see {settings.broker}: an in-memory broker lives inside the "
+                          "worker's process; run it against Kafka (--broker kafka://host:port)")
+    topology = build_topology(app, settings)
+    transport = open_transport(settings.broker, settings.broker_options)
+    admin = transport.admin()
+    try:
+        group = await admin.describe_group(app.id)
+        committed = await admin.committed(app.id)
+        counts = await admin.describe_topics()
+    finally:
+        await admin.close()
+    tps = [TP(t, p) for t in topology.subscribed() if t in counts for p in range(counts[t])]
+    reader = transport.consumer(group_id=None)
+    await reader.start()
+    try:
+        bounds = await reader.offsets(tps) if tps else {}
+    finally:
+        await reader.stop()
+    lag: dict[int, int] = {}
+    for tp, (first, end) in bounds.items():
+        lag[tp.partition] = lag.get(tp.partition, 0) + end - max(committed.get(tp, first), first)
+    return group, lag
+
+
+def run(args: argparse.Namespace) -> int:
+    app = load_app(args.app)
+    group, lag = asyncio.run(_status(app, args.broker))
+    print(f"group {app.id}: {group.state}, {len(group.members)} members")
+    if group.members:
+        print(f"  {'member':14} {'host':16} {'active':14} {'standby':14} {'warming':10} "
+              "stores (partition:position)")
+    names = {}
+    for index, member in enumerate(sorted(group.members, key=lambda m: sorted(m.assignment.active))):
+        name = names[member.member_id] = f"#{index + 1} {member.member_id[-8:]}"
+        a = member.assignment
+        stores = " ".join(f"{p}:{n}" for p, n in sorted(member.positions.items())) or "-"
+        print(f"  {name:14} {member.host:16} {_numbers(a.active):14} {_numbers(a.standby - a.warming):14} "
+              f"{_numbers(a.warming):10} {stores}")
+    print(f"{'partition':>9}  {'owner':14} {'standbys':24} {'lag':>8}")
+    for partition in sorted(lag):
+        owner = next((names[m.member_id] for m in group.members if partition in m.assignment.active), "-")
+        standbys = ", ".join(names[m.member_id] for m in group.members if partition in m.assignment.standby)
+        print(f"{partition:>9}  {owner:14} {standbys or '-':24} {lag[partition]:>8}")
+    return 0
