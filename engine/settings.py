@@ -47,6 +47,7 @@ class Settings:
     # None: dynamic membership (a leave rebalances at once; a restart rebalances twice).
     group_instance_id: str | None = None
     acceptable_recovery_lag: int = 10_000  # records: a partition moves only to a store this close to its end
+    state_cleanup_delay: timedelta = timedelta(minutes=10)  # a store not assigned here this long is deleted
     agent_error_policy: ErrorPolicy = "dlq"
     processing_guarantee: Guarantee = "at_least_once"
     auto_offset_reset: OffsetReset = "earliest"  # where a new group (no committed offset) starts reading
@@ -76,7 +77,8 @@ def validate(s: Settings) -> None:
     if not isinstance(s.app_id, str) or not _APP_ID.match(s.app_id):
         _fail("app_id", s.app_id, "use 1-200 letters, digits, '.', '_' or '-' (it names Kafka topics)")
     _validate_broker(s.broker)
-    for name in ("commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning"):
+    for name in ("commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning",
+                 "state_cleanup_delay"):
         value = getattr(s, name)
         if not isinstance(value, timedelta) or value <= timedelta(0):
             _fail(name, value, "expected a positive duration (seconds or timedelta)")
@@ -124,7 +126,8 @@ def _validate_broker(url: object) -> None:
             _fail("broker", url, f"{hostport!r} is not host:port; {expected}")
 
 
-_DURATIONS = {"commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning"}
+_DURATIONS = {"commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning",
+              "state_cleanup_delay"}
 _INTS = {"topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "agent_max_restarts",
          "standby_replicas", "acceptable_recovery_lag"}
 ENV_PREFIX = "ENGINE_"

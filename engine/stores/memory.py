@@ -3,6 +3,7 @@ one backend object, like files would, so the same contract holds as for RocksDB.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from engine.stores.base import StoreError
@@ -79,3 +80,7 @@ class MemoryStoreBackend:
 
     def destroy(self, table: str, partition: int) -> None:
         self._partitions.pop((table, partition), None)
+
+    def kept(self, table: str) -> dict[int, tuple[int | None, float]]:
+        return {number: (meta.get("offset"), time.time())
+                for (name, number), (_, meta) in self._partitions.items() if name == table}

@@ -182,6 +182,23 @@ class RocksDBStoreBackend:
             return None
         return RocksDBPartitionStore(path, read_only=True)
 
+    def kept(self, table: str) -> dict[int, tuple[int | None, float]]:
+        kept: dict[int, tuple[int | None, float]] = {}
+        for number in self.local_partitions(table):
+            path = self.path(table, number)
+            try:
+                store = self.open_read_only(table, number)
+            except StoreError:
+                continue  # unreadable: opened for real, it is rebuilt
+            if store is None:
+                continue
+            try:
+                offset = store.changelog_offset()
+            finally:
+                store.close()
+            kept[number] = (offset, max((f.stat().st_mtime for f in path.iterdir()), default=0.0))
+        return kept
+
     def local_partitions(self, table: str) -> list[int]:
         folder = self.root / table
         if not folder.is_dir():

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +79,8 @@ class TableManager(Service):
         self.progress = Progress()
         self.replayed: dict[TP, int] = {}
         self._follow_changed = asyncio.Event()
+        # Stores on disk that are not open: their changelog offset and when they were last written.
+        self.kept: dict[TP, tuple[int | None, float]] = {}
         self._next_lag = 0.0
         self._follower: Any = None
         # Topics whose events write windowed tables on their topic's time: the conductor records, per batch,
@@ -100,6 +103,7 @@ class TableManager(Service):
         tp = TP(table.changelog_topic.name, number)
         if tp in self.stores:
             return self.stores[tp][1]
+        self.kept.pop(tp, None)
         backend = self._backend(table)
         try:
             store = backend.open(table.name, number)
@@ -119,7 +123,10 @@ class TableManager(Service):
     def _close(self, tp: TP) -> None:
         entry = self.stores.pop(tp, None)
         if entry is not None:
-            entry[1].close()
+            table, store = entry
+            if not table.is_global:
+                self.kept[tp] = (store.changelog_offset(), time.time())
+            store.close()
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -130,6 +137,9 @@ class TableManager(Service):
         finally:
             await admin.close()
         for table in self.tables.values():
+            if not table.is_global:  # what a restarted worker holds: the assignor prefers it for these
+                for number, kept in self._backend(table).kept(table.name).items():
+                    self.kept[TP(table.changelog_topic.name, number)] = kept
             count = counts.get(table.changelog_topic.name) or table.partitions
             timed = table.windowed is not None and table.windowed.timestamp is None
             table.bind(count or self.settings.topic_partitions, counts,
@@ -184,17 +194,32 @@ class TableManager(Service):
         self._unfollow(dropped)
         for tp in dropped:
             self._close(tp)
+        self._clean_up(standby | {TP(t.changelog_topic.name, n) for t in partitioned for n in active})
 
     def positions(self) -> dict[int, int]:
         """Per task this worker has open stores of (active or standby): how far they have read their
         changelogs, summed over the tables (what the assignor compares to find who is caught up)."""
         positions: dict[int, int] = {}
-        for tp, (table, store) in self.stores.items():
-            if not table.is_global:
-                applied = store.changelog_offset()
-                read = 0 if applied is None else applied + 1
-                positions[tp.partition] = positions.get(tp.partition, 0) + read
+        opened = [(tp, store.changelog_offset()) for tp, (table, store) in self.stores.items()
+                  if not table.is_global]
+        for tp, applied in [*opened, *((tp, offset) for tp, (offset, _) in self.kept.items())]:
+            read = 0 if applied is None else applied + 1
+            positions[tp.partition] = positions.get(tp.partition, 0) + read
         return positions
+
+    def _clean_up(self, keep: set[TP]) -> None:
+        """Delete the stores kept here of partitions that are neither active nor standby here and were not
+        written for `state_cleanup_delay` (Kafka Streams' state.cleanup.delay.ms): state stays bounded when
+        partitions move for good, and a partition that comes back soon still finds its store."""
+        idle = self.settings.state_cleanup_delay.total_seconds()
+        now = time.time()
+        for tp, (_, written) in list(self.kept.items()):
+            if tp not in keep and tp not in self.stores and now - written > idle:
+                table = self.tables_by_changelog(tp.topic)
+                self._backend(table).destroy(table.name, tp.partition)
+                del self.kept[tp]
+                log.info("deleted the store of %s[%d]: not assigned here for %.0fs", tp.topic, tp.partition,
+                         now - written)
 
     def revoke(self, numbers: set[int]) -> None:
         """These partitions are no longer active here: their writes were flushed by the checkpoint, or (lost,

@@ -276,6 +276,27 @@ async def test_three_workers_keep_exactly_one_standby_per_partition_never_on_its
             assert holders != [owner]
 
 
+async def test_stores_of_partitions_that_moved_away_are_deleted_after_the_cleanup_delay(tmp_path):
+    url = testing.memory_url()
+    first, words, counts_a = count_app(url, data_dir=str(tmp_path / "a"), state_cleanup_delay=0.2)
+    second, _, counts_b = count_app(url, data_dir=str(tmp_path / "b"), state_cleanup_delay=0.2)
+    stores = tmp_path / "a" / "tc" / "counts"
+    async with testing.running(first) as worker_a:
+        for i in range(40):
+            await words.send(key=f"w{i}", value=1)
+        await testing.eventually(lambda: sum(v for _, v in counts_a.items()) == 40)
+        await worker_a.conductor.checkpoint()
+        assert sorted(p.name for p in stores.iterdir()) == ["0", "1", "2", "3"]
+        async with testing.running(second):
+            await testing.eventually(lambda: len(counts_a.active) == 2 and len(counts_b.active) == 2)
+            kept = {tp.partition for tp in worker_a.tables.kept}
+            assert kept == {0, 1, 2, 3} - set(counts_a.active), "moved away: closed, kept for a while"
+            await asyncio.sleep(0.3)
+            worker_a.conductor.consumer.request_rebalance()  # the next assignment cleans up
+            await testing.eventually(lambda: sorted(int(p.name) for p in stores.iterdir())
+                                     == sorted(counts_a.active), 5)
+
+
 async def test_table_settings_are_checked():
     with pytest.raises(engine.ConfigError, match="default must be callable"):
         engine.App("x", broker="memory://").Table("t", default=0)
