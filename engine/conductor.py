@@ -216,7 +216,7 @@ class Conductor(Service):
             append(Event(record, key, value, lease))
         if events and lease.tp[0] in self.timed_topics:
             self._observe(lease, topic, events)
-        if events and lease.dispatching:
+        if events:
             await self._deliver(lease, runner.mailbox(topic.name, lease.tp.partition), events)
 
     async def _dispatch_many(self, topic_routes: list[tuple[Topic, AgentRunner]], records: list[RawRecord],
@@ -246,9 +246,8 @@ class Conductor(Service):
                 lease.ack(record.offset)
         if outgoing and lease.tp[0] in self.timed_topics:
             self._observe(lease, topic_routes[0][0], [e for _, events in outgoing.values() for e in events])
-        if lease.dispatching:
-            for mailbox, events in outgoing.values():
-                await self._deliver(lease, mailbox, events)
+        for mailbox, events in outgoing.values():
+            await self._deliver(lease, mailbox, events)
 
     @staticmethod
     def _observe(lease: Lease, topic: Topic, events: list[Event]) -> None:
@@ -269,6 +268,9 @@ class Conductor(Service):
         """Hand `events` over (waiting up to PARK_AFTER for room), or park them and pause their partition
         until the mailbox has room."""
         tp = lease.tp
+        if not lease.dispatching:
+            lease.abandoned += len(events)
+            return
         parked = self._parked.get(tp)
         if parked is not None:
             parked.append((mailbox, events))  # behind what is already parked: order is kept
@@ -283,8 +285,10 @@ class Conductor(Service):
                 self.spawn(self._unpark(lease, parked), f"unpark:{tp.topic}[{tp.partition}]")
                 return
             except MailboxClosed:
+                lease.abandoned += len(events)
                 return
             if not lease.dispatching:
+                lease.abandoned += len(events)  # revoked while we waited: never handed over
                 return
         mailbox.put_many_nowait(events)
 

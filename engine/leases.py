@@ -37,7 +37,7 @@ class LeaseState(enum.Enum):
 class Lease(OffsetTracker):
     """One partition's assignment: its generation, its state, and (inherited) its offsets."""
 
-    __slots__ = ("_times", "dispatching", "ended", "generation", "stream_time", "tp")
+    __slots__ = ("_times", "abandoned", "dispatching", "ended", "generation", "stream_time", "tp")
 
     def __init__(self, tp: TP, generation: int) -> None:
         super().__init__()
@@ -47,6 +47,9 @@ class Lease(OffsetTracker):
         self.ended = False
         self._times: deque[tuple[int, int]] = deque()  # (last offset of a batch, its largest event time)
         self.stream_time: int | None = None  # the largest event time of the records processed
+        # Records fetched and tracked but never handed to an agent, because the lease stopped dispatching
+        # meanwhile (the fetch loop was waiting for room in a mailbox): a revoke does not wait for them.
+        self.abandoned = 0
 
     def observe(self, last_offset: int, event_time_ms: int) -> None:
         """A batch up to `last_offset` was dispatched; its largest event time is `event_time_ms`. It counts

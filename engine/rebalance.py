@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from engine.checkpoint import Checkpointer
     from engine.events import TP
-    from engine.leases import Leases
+    from engine.leases import Lease, Leases
     from engine.tables.manager import TableManager
     from engine.transactions import TaskProducers
     from engine.transport.base import Consumer
@@ -136,14 +136,17 @@ class Rebalancer:
         leases = self.leases.revoke(tps)
         dropped = self._drop_queued(tps)
         deadline = started + (0 if self.stopping else self.revoke_wait)
+        def unfinished(lease: Lease) -> bool:  # agents hold events of it (not dropped, not abandoned)
+            return lease.in_flight > dropped.get(lease.tp, 0) + lease.abandoned
+
         while time.monotonic() < deadline and any(  # noqa: ASYNC110  # acks come from many places; polling is simplest
-            lease.in_flight > dropped.get(lease.tp, 0) for lease in leases
+            unfinished(lease) for lease in leases
         ):
             await asyncio.sleep(0.01)
-        unfinished = [lease.tp for lease in leases if lease.in_flight > dropped.get(lease.tp, 0)]
-        if unfinished:
+        held = [lease.tp for lease in leases if unfinished(lease)]
+        if held:
             log.warning("agents did not finish their events of %s within %.1fs of the revoke; those events "
-                        "are left to the partitions' next owner", fmt(unfinished), self.revoke_wait)
+                        "are left to the partitions' next owner", fmt(held), self.revoke_wait)
         async with self.checkpoints.lock:
             try:
                 await self.checkpoints.run_locked(self.revoke_wait, only=tps)
