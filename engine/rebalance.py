@@ -143,10 +143,14 @@ class Rebalancer:
             unfinished(lease) for lease in leases
         ):
             await asyncio.sleep(0.01)
-        held = [lease.tp for lease in leases if unfinished(lease)]
+        held = [lease for lease in leases if unfinished(lease)]
         if held:
-            log.warning("agents did not finish their events of %s within %.1fs of the revoke; those events "
-                        "are left to the partitions' next owner", fmt(held), self.revoke_wait)
+            counts = "; ".join(f"{lease.tp.topic}[{lease.tp.partition}]: {lease.in_flight} in flight, "
+                               f"{dropped.get(lease.tp, 0)} dropped, {lease.abandoned} never handed over"
+                               for lease in held)
+            log.warning("agents did not finish their events of %s within %.1fs of the revoke (%s); those "
+                        "events are left to the partitions' next owner", fmt([lease.tp for lease in held]),
+                        self.revoke_wait, counts)
         async with self.checkpoints.lock:
             try:
                 await self.checkpoints.run_locked(self.revoke_wait, only=tps)
