@@ -66,11 +66,14 @@ async def test_a_worker_joins_and_another_leaves_mid_stream(kafka, tmp_path, gua
             nonlocal second
             second = worker(kafka, tmp_path, "second", **env)
 
-        def leave() -> None:
-            first.process.terminate()  # SIGTERM: a clean leave, partitions handed over
-
-        await paced_produce(kafka.bootstrap, topic, events, rate=4000, at={0.3: join, 0.7: leave})
+        # The first leaves once the second took its share (on a loaded machine a worker's start can take
+        # longer than the gap between join and leave, and the leave would then hand nothing over).
+        cut = len(events) * 7 // 10
+        await paced_produce(kafka.bootstrap, topic, events[:cut], rate=4000, at={0.3 / 0.7: join})
         assert second is not None
+        await second.wait_for_output("tables ready", 90)
+        first.process.terminate()  # SIGTERM: a clean leave, partitions handed over
+        await paced_produce(kafka.bootstrap, topic, events[cut:], rate=4000)
         exact = guarantee == "exactly_once"
         counts, closes = await wait_until_complete(kafka.bootstrap, app_id, events)
         assert first.process.wait(30) == 0, first.output()[-3000:]
