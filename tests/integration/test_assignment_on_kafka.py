@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -24,6 +25,9 @@ from tests.integration.helpers import (
     produce,
     unique,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 pytestmark = pytest.mark.kafka
 
@@ -63,16 +67,24 @@ def placed(workers: dict[str, WorkerProcess]) -> dict[str, tuple[set[int], set[i
     return settled
 
 
+def counting_workers(kafka, tmp_path, app_id: str, topic: str, **env: str) -> Callable[[str], WorkerProcess]:
+    """A factory of `engine worker`s of the counting app (tests/integration/table_apps.py), each with its
+    own data dir and log under tmp_path, named by `name`."""
+
+    def worker(name: str) -> WorkerProcess:
+        settings = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / name),
+                    "ENGINE_TOPIC_PARTITIONS": str(PARTITIONS), **env}
+        log = tmp_path / f"{name}.log"
+        return WorkerProcess("tests.integration.table_apps:app", kafka.url, settings, log)
+
+    return worker
+
+
 async def test_one_standby_per_partition_and_failover_to_it(kafka, tmp_path):
     app_id, topic = unique("assign"), unique("words")
     changelog = f"{app_id}-counts-changelog"
     await create_topics(kafka.bootstrap, [topic], partitions=PARTITIONS)
-
-    def worker(name: str) -> WorkerProcess:
-        env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / name),
-               "ENGINE_STANDBY_REPLICAS": "1", "ENGINE_TOPIC_PARTITIONS": str(PARTITIONS)}
-        return WorkerProcess("tests.integration.table_apps:app", kafka.url, env, tmp_path / f"{name}.log")
-
+    worker = counting_workers(kafka, tmp_path, app_id, topic, ENGINE_STANDBY_REPLICAS="1")
     workers = {name: worker(name) for name in "abc"}
     first = [f"w{i % 60}" for i in range(3000)]
     second = [f"w{i % 60}" for i in range(1500)]
@@ -128,12 +140,7 @@ async def test_a_rolling_restart_of_static_members_moves_no_partition(kafka, tmp
     app_id, topic = unique("rolling"), unique("words")
     changelog = f"{app_id}-counts-changelog"
     await create_topics(kafka.bootstrap, [topic], partitions=PARTITIONS)
-
-    def worker(name: str) -> WorkerProcess:
-        env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / name),
-               "ENGINE_GROUP_INSTANCE_ID": "auto", "ENGINE_TOPIC_PARTITIONS": str(PARTITIONS)}
-        return WorkerProcess("tests.integration.table_apps:app", kafka.url, env, tmp_path / f"{name}.log")
-
+    worker = counting_workers(kafka, tmp_path, app_id, topic, ENGINE_GROUP_INSTANCE_ID="auto")
     workers = {name: worker(name) for name in "abc"}
     words = [f"w{i % 60}" for i in range(3000)]
     try:

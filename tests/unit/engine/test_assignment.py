@@ -144,3 +144,34 @@ def test_user_data_round_trips():
     assert decode_member("y", None) == Member("y")
     assignment = Assignment(frozenset({0}), frozenset({2, 3}), {0: "a:1", 1: "b:2", 2: "a:1"}, frozenset({3}))
     assert decode_assignment(frozenset({0}), encode_assignment(assignment)) == assignment
+
+
+async def test_a_member_gets_the_same_partition_numbers_of_every_topic_it_reads():
+    """Co-partitioned by construction, through a transport: partition p of every topic is task p."""
+    from engine.transport import open_transport
+    from engine.transport.base import TopicSpec
+
+    transport = open_transport("memory://assign-copartitioned", {})
+    admin = transport.admin()
+    await admin.create_topics([TopicSpec("orders", 6), TopicSpec("customers", 6), TopicSpec("small", 2)])
+    got: dict[int, set] = {0: set(), 1: set()}
+    consumers = []
+    for index in range(2):
+        async def assigned(tps, index=index):
+            got[index] = set(tps)
+
+        consumer = transport.consumer(group_id="g", on_assigned=assigned)
+        consumer.subscribe(["orders", "customers", "small"])
+        await consumer.start()
+        consumers.append(consumer)
+    for _ in range(3):
+        for consumer in consumers:
+            await consumer.getmany(0.01, 10)
+    for tps in got.values():
+        numbers = {topic: {tp.partition for tp in tps if tp.topic == topic}
+                   for topic in ("orders", "customers")}
+        assert numbers["orders"] == numbers["customers"]
+        assert len(numbers["orders"]) == 3
+        assert {tp.partition for tp in tps if tp.topic == "small"} <= numbers["orders"]
+    for consumer in consumers:
+        await consumer.stop()
