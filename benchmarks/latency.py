@@ -1,0 +1,153 @@
+"""End-to-end latency: from an input record's send to its output record's arrival, at fixed rates.
+
+    .venv/bin/python -m benchmarks.latency [--rates 500,2000,10000] [--seconds 30] [--warmup 5]
+
+For each rate and each contender (benchmarks/peers/latency_job.py, a subprocess on its own 4-partition
+topics): a producer sends `rate` events/s, each carrying the wall-clock time it was sent, for `warmup`
+seconds and then `seconds` more; a separate consumer (read_committed) reads the output and takes, for each
+event of the measured part, the time it arrived minus the time it was sent. Contenders: a raw aiokafka
+consume-produce loop; an engine passthrough agent; an engine agent counting into a table; both engine
+agents under exactly_once with a 100 ms commit interval (their output is visible when the transaction
+commits). Reported per contender and rate: p50, p99, p99.9 and max in ms, the events measured, and each
+engine contender's p99 minus raw's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from benchmarks.common import broker, create_topics, parser
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTENDERS = {
+    "raw aiokafka": {"BENCH_MODE": "raw"},
+    "engine": {"BENCH_MODE": "engine"},
+    "engine + table": {"BENCH_MODE": "engine-table"},
+    "engine, exactly_once": {"BENCH_MODE": "engine", "BENCH_GUARANTEE": "exactly_once",
+                             "BENCH_COMMIT": "0.1"},
+    "engine + table, exactly_once": {"BENCH_MODE": "engine-table", "BENCH_GUARANTEE": "exactly_once",
+                                     "BENCH_COMMIT": "0.1"},
+}
+PARTITIONS = 4
+
+
+def percentile(ordered: list[float], fraction: float) -> float:
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+async def produce(bootstrap: str, topic: str, rate: float, seconds: float, measured: bool, start: int) -> int:
+    """Send `rate` events/s for `seconds`, each stamped with the time it is sent; returns how many."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
+    await producer.start()
+    sent = 0
+    try:
+        began = time.monotonic()
+        while (elapsed := time.monotonic() - began) < seconds:
+            due = int(elapsed * rate) + 1
+            while sent < due:
+                i = start + sent
+                value = orjson.dumps({"id": i, "t": time.time(), "m": measured})
+                await producer.send(topic, value, key=f"k{i % 1000}".encode())
+                sent += 1
+            await asyncio.sleep(0.001)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return sent
+
+
+async def collect(bootstrap: str, topic: str, latencies: list[float], stop: asyncio.Event) -> None:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False, fetch_max_wait_ms=5)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        while not stop.is_set():
+            for records in (await consumer.getmany(timeout_ms=50)).values():
+                now = time.time()
+                for record in records:
+                    value = orjson.loads(record.value)
+                    if value["m"]:
+                        latencies.append((now - value["t"]) * 1000)
+    finally:
+        await consumer.stop()
+
+
+def start_job(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "benchmarks.peers.latency_job"], cwd=ROOT, env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+
+
+async def run_one(bootstrap: str, name: str, env: dict[str, str], rate: float, seconds: float,
+                  warmup: float) -> tuple[list[float], int]:
+    app_id = f"latency-{uuid.uuid4().hex[:8]}"
+    source, out = f"{app_id}-in", f"{app_id}-out"
+    await create_topics(bootstrap, [source, out], PARTITIONS)
+    work = Path(tempfile.mkdtemp(prefix="bench-latency-"))
+    job_env = {**os.environ, "BENCH_BOOTSTRAP": bootstrap, "BENCH_GROUP": app_id, "BENCH_TOPIC": source,
+               "BENCH_OUT_TOPIC": out, "BENCH_STATE_DIR": str(work), **env}
+    process = start_job(job_env, work / "job.log")
+    latencies: list[float] = []
+    stop = asyncio.Event()
+    collector = asyncio.ensure_future(collect(bootstrap, out, latencies, stop))
+    try:
+        warm = await produce(bootstrap, source, rate, warmup, False, 0)
+        sent = await produce(bootstrap, source, rate, seconds, True, warm)
+        deadline = time.monotonic() + 30
+        while len(latencies) < sent and time.monotonic() < deadline:  # noqa: ASYNC110  # a list filling up
+            await asyncio.sleep(0.2)
+    finally:
+        stop.set()
+        await collector
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+    return latencies, sent
+
+
+async def run(bootstrap: str, rates: list[float], seconds: float, warmup: float) -> None:
+    for rate in rates:
+        print(f"\n{rate:g} events/s for {seconds:g} s (after {warmup:g} s of warm-up):")
+        raw_p99 = None
+        for name, env in CONTENDERS.items():
+            latencies, sent = await run_one(bootstrap, name, env, rate, seconds, warmup)
+            ordered = sorted(latencies)
+            if not ordered:
+                print(f"  {name:30} nothing arrived of {sent} events")
+                continue
+            p99 = percentile(ordered, 0.99)
+            raw_p99 = p99 if name == "raw aiokafka" else raw_p99
+            versus = ("" if raw_p99 is None or name == "raw aiokafka"
+                      else f"; p99 - raw's: {p99 - raw_p99:+.1f} ms")
+            print(f"  {name:30} p50 {percentile(ordered, 0.5):7.1f} ms  p99 {p99:7.1f} ms  "
+                  f"p99.9 {percentile(ordered, 0.999):7.1f} ms  max {ordered[-1]:7.1f} ms  "
+                  f"({len(ordered)}/{sent} measured){versus}")
+
+
+def main() -> None:
+    p = parser(__doc__ or "")
+    p.add_argument("--rates", default="500,2000,10000")
+    p.add_argument("--seconds", type=float, default=30)
+    p.add_argument("--warmup", type=float, default=5)
+    args = p.parse_args()
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # a new topic's first requests retry: not news
+    with broker(args.broker) as bootstrap:
+        asyncio.run(run(bootstrap, [float(r) for r in args.rates.split(",")], args.seconds, args.warmup))
+
+
+if __name__ == "__main__":
+    main()
