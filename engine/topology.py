@@ -183,11 +183,6 @@ def _with_user(plan: TopicPlan, user: str) -> TopicPlan:
                      (*plan.users, user))
 
 
-def table_topic(table: BaseTable) -> Topic:
-    """The topic a table is rebuilt from: its changelog, or the source topic it reads."""
-    return table.changelog_topic
-
-
 def build_topology(app: App, settings: Settings) -> Topology:
     """The topology of `app` under `settings`: pure, no I/O (see the module docstring)."""
     topology = Topology(app.id, settings)
@@ -256,7 +251,7 @@ class _Declaring:
     def joined(self, topic: Topic | None, table: Any) -> None:
         if isinstance(table, BaseTable) and not table.is_global and topic is not None:
             self.topology.copartitioned.append(CoPartitioned(
-                (topic.name, table_topic(table).name),
+                (topic.name, table.changelog_topic.name),  # its changelog, or the topic it is a table of
                 f"agent {self.agent.name!r} joins stream {topic.name!r} with table {table.name!r}"))
 
 
