@@ -1,6 +1,6 @@
 """End-to-end latency: from an input record's send to its output record's arrival, at fixed rates.
 
-    .venv/bin/python -m benchmarks.latency [--rates 500,2000,10000] [--seconds 30] [--warmup 5]
+    .venv/bin/python -m benchmarks.latency [--rates 500,2000,10000] [--seconds 30] [--warmup 5] [--linger 0]
 
 For each rate and each contender (benchmarks/peers/latency_job.py, a subprocess on its own 4-partition
 topics): a producer sends `rate` events/s, each carrying the wall-clock time it was sent, for `warmup`
@@ -143,7 +143,10 @@ def main() -> None:
     p.add_argument("--rates", default="500,2000,10000")
     p.add_argument("--seconds", type=float, default=30)
     p.add_argument("--warmup", type=float, default=5)
+    p.add_argument("--linger", type=float, help="engine's producer_linger in seconds (default: 5 ms)")
     args = p.parse_args()
+    if args.linger is not None:
+        os.environ["ENGINE_PRODUCER_LINGER"] = str(args.linger)  # read by the engine contenders
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # a new topic's first requests retry: not news
     with broker(args.broker) as bootstrap:
         asyncio.run(run(bootstrap, [float(r) for r in args.rates.split(",")], args.seconds, args.warmup))

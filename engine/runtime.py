@@ -73,7 +73,8 @@ class Worker(Service):
             raise ConfigError(f"setting 'data_dir' is {str(settings.data_dir)!r}, which is a file; expected "
                               "a directory for the worker's stores (it is created if missing)")
         self.topology = build_topology(app, settings)
-        self.transport = open_transport(settings.broker, settings.broker_options)
+        self.transport = open_transport(settings.broker, settings.broker_options,
+                                        linger=settings.producer_linger.total_seconds())
         exactly_once = settings.processing_guarantee == "exactly_once"
         # Changelogs are written in per-task transactions under both guarantees, so that a worker that lost
         # its partitions (frozen past its session timeout mid-flush) is fenced and its stale records are

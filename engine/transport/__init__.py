@@ -11,8 +11,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 
-def open_transport(url: str, options: Mapping[str, Any] | None = None) -> Transport:
-    """The transport for a broker URL; aiokafka is imported only when a kafka:// URL is used."""
+def open_transport(url: str, options: Mapping[str, Any] | None = None, *, linger: float = 0.005) -> Transport:
+    """The transport for a broker URL; aiokafka is imported only when a kafka:// URL is used. `linger`:
+    seconds a producer waits to fill a batch (the worker's `producer_linger`)."""
     scheme = url.split("://", 1)[0]
     if scheme == "memory":
         from engine.transport.memory import MemoryTransport
@@ -21,7 +22,7 @@ def open_transport(url: str, options: Mapping[str, Any] | None = None) -> Transp
     if scheme == "kafka":
         from engine.transport.kafka import KafkaTransport
 
-        return KafkaTransport(url, options or {})
+        return KafkaTransport(url, options or {}, linger=linger)
     raise ConfigError(f"unknown broker scheme {scheme!r} in {url!r}; use kafka:// or memory://")
 
 

@@ -302,7 +302,8 @@ class KafkaProducer:
     with the source offsets and opens the next, and sends made meanwhile wait for the next one (a gate),
     since aiokafka refuses sends while a transaction is committing."""
 
-    def __init__(self, servers: str, options: Mapping[str, Any], transactional_id: str | None = None) -> None:
+    def __init__(self, servers: str, options: Mapping[str, Any], transactional_id: str | None = None,
+                 linger: float = 0.005) -> None:
         self._servers = servers
         transactions: dict[str, Any] = {}
         if transactional_id is not None:
@@ -311,7 +312,7 @@ class KafkaProducer:
         self._client = AIOKafkaProducer(
             bootstrap_servers=servers,
             acks="all",
-            linger_ms=5,
+            linger_ms=round(linger * 1000),
             max_batch_size=256 * 1024,
             **transactions,
             **options,
@@ -500,10 +501,11 @@ class KafkaAdmin:
 
 
 class KafkaTransport:
-    def __init__(self, url: str, options: Mapping[str, Any]) -> None:
+    def __init__(self, url: str, options: Mapping[str, Any], *, linger: float = 0.005) -> None:
         self.url = url
         self.servers = url.split("://", 1)[1]
         self.options = dict(options)
+        self.linger = linger
 
     def consumer(
         self,
@@ -522,7 +524,7 @@ class KafkaTransport:
                              auto_offset_reset, placement, instance_id)
 
     def producer(self, transactional_id: str | None = None) -> KafkaProducer:
-        return KafkaProducer(self.servers, self.options, transactional_id)
+        return KafkaProducer(self.servers, self.options, transactional_id, self.linger)
 
     def admin(self) -> KafkaAdmin:
         return KafkaAdmin(self.servers, self.options)

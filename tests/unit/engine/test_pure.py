@@ -170,3 +170,11 @@ def test_stream_time_counts_a_batch_only_once_every_record_of_it_is_processed():
     for offset in (3, 4, 5):
         lease.ack(offset)
     assert lease.processed_time() == 500
+
+
+def test_producer_linger_may_be_zero_but_not_negative():
+    assert load_settings("a", {"producer_linger": 0}).producer_linger == timedelta(0)
+    assert load_settings("a", {}, environ={"ENGINE_PRODUCER_LINGER": "0.02"}).producer_linger == timedelta(
+        milliseconds=20)
+    with pytest.raises(ConfigError, match=r"setting 'producer_linger' is -0\.001s; expected at least 0"):
+        load_settings("a", {"producer_linger": -0.001})
