@@ -143,7 +143,7 @@ def main() -> None:
     p.add_argument("--rates", default="500,2000,10000")
     p.add_argument("--seconds", type=float, default=30)
     p.add_argument("--warmup", type=float, default=5)
-    p.add_argument("--linger", type=float, help="engine's producer_linger in seconds (default: 5 ms)")
+    p.add_argument("--linger", type=float, help="engine's producer_linger in seconds (default: its own, 0)")
     args = p.parse_args()
     if args.linger is not None:
         os.environ["ENGINE_PRODUCER_LINGER"] = str(args.linger)  # read by the engine contenders

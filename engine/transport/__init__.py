@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 
-def open_transport(url: str, options: Mapping[str, Any] | None = None, *, linger: float = 0.005) -> Transport:
+def open_transport(url: str, options: Mapping[str, Any] | None = None, *, linger: float = 0.0) -> Transport:
     """The transport for a broker URL; aiokafka is imported only when a kafka:// URL is used. `linger`:
     seconds a producer waits to fill a batch (the worker's `producer_linger`)."""
     scheme = url.split("://", 1)[0]
