@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from engine.settings import Settings
     from engine.tables.manager import TableManager
     from engine.topics import Topic
-    from engine.transport.base import Admin, Producer, Transport
+    from engine.transport.base import Admin, Producer, TopicSpec, Transport
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +63,10 @@ class Conductor(Service):
         tables: TableManager | None = None,
         tasks: TaskProducers | None = None,
         instance_id: str | None = None,
+        plan: Callable[[Topic], TopicSpec] | None = None,
     ) -> None:
         super().__init__("conductor")
+        self._plan = plan  # how the topology creates a topic an agent starts reading at run time
         self.tables = tables
         self.settings = settings
         self.producer = producer
@@ -123,19 +125,16 @@ class Conductor(Service):
         if self._subscribed:  # a topic an agent reads only from now on: subscribed with the next rebalance
             self.spawn(self._subscribe_new(topic), f"subscribe:{topic.name}")
 
-    async def _create(self, topics: list[Topic]) -> None:
-        """Create a topic an agent reads only from now on (its pipeline was not declared before start),
-        so that the broker never auto-creates it with its own partition count when a record is sent to it."""
-        admin = self._admin_factory()
-        try:
-            settings = self.settings
-            await admin.create_topics([t.spec(settings.topic_partitions, settings.topic_replication)
-                                       for t in topics])
-        finally:
-            await admin.close()
-
     async def _subscribe_new(self, topic: Topic) -> None:
-        await self._create([topic])
+        """A topic an agent reads only from now on (its pipeline was not declared before start): created as
+        the topology plans it, so the broker never auto-creates it when a record is sent to it, then
+        subscribed (with the next rebalance)."""
+        if self._plan is not None:
+            admin = self._admin_factory()
+            try:
+                await admin.create_topics([self._plan(topic)])
+            finally:
+                await admin.close()
         self.consumer.subscribe(sorted(self.routes))
 
     def runners(self) -> list[AgentRunner]:

@@ -88,7 +88,7 @@ class Worker(Service):
         self.add_child(_ProducerService(self.producer))
         if tasks is not None and tasks is not self.producer:
             self.add_child(_ProducerService(tasks))
-        self.replies = self.add_child(ReplyService(self.transport, f"{app.id}-replies"))
+        self.replies = self.add_child(ReplyService(self.transport, self.topology.replies.name))
         self.tables = self.add_child(TableManager(
             app.tables.values(), transport=self.transport, settings=settings, producer=tasks or self.producer,
             admin_factory=self.transport.admin,
@@ -96,13 +96,14 @@ class Worker(Service):
         instance = settings.group_instance_id
         self.conductor = Conductor(self.transport, settings, self.producer, self.transport.admin,
                                    tables=self.tables, tasks=tasks,
-                                   instance_id=worker_identity(settings) if instance == "auto" else instance)
+                                   instance_id=worker_identity(settings) if instance == "auto" else instance,
+                                   plan=lambda topic: self.topology.add(topic, "source").spec)
         topics = self.topology.topics
         self.runners = [
             self.add_child(AgentRunner(
                 agent, settings=settings, producer=self.producer,
-                subscribe=self.conductor.add_route, internal_topic=self.topology.internal_topic,
-                dlq=self.topology.dlq(agent.name), quiesce=self.conductor.quiesce,
+                subscribe=self.conductor.add_route, internal_topic=self._internal_topic,
+                dlq=self.topology.dlq(agent), quiesce=self.conductor.quiesce,
                 reads=[topics[name].topic for name in self.topology.reads[agent.name][1:]],
             ))
             for agent in app.agents.values()
@@ -113,6 +114,14 @@ class Worker(Service):
         self.add_child(self.conductor)
         self.add_child(Watchdog(self.conductor.busy_events, settings.stuck_event_warning.total_seconds()))
         self._stopping = asyncio.Event()
+
+    def _internal_topic(self, name: str, like: Topic | None, key_type: type | None = None,
+                        value_type: type | None = None) -> Topic:
+        """A pipeline's internal topic, as the topology has it (or adds it: an agent that awaited before
+        iterating declares its pipeline only now), attached for sending."""
+        topic = self.topology.internal_topic(name, like, key_type, value_type)
+        topic.attach(self.producer)
+        return topic
 
     def all_topics(self) -> list[Topic]:
         return [plan.topic for plan in self.topology.topics.values()]

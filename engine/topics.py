@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from engine.codecs import Codec, codec_for
 from engine.errors import DecodeError, NotRunning
-from engine.transport.base import TopicSpec
 
 if TYPE_CHECKING:
     import asyncio
@@ -54,14 +53,6 @@ class Topic:
             self._raw_key = key.name == "raw"
         if value is not None:
             self.value_codec = value
-
-    def spec(self, default_partitions: int, default_replication: int | None) -> TopicSpec:
-        return TopicSpec(
-            self.name,
-            self.partitions or default_partitions,
-            self.replication or default_replication,
-            self.config,
-        )
 
     def attach(self, producer: Producer | None) -> None:
         """Called by the worker: sends go through `producer` (None detaches at shutdown)."""

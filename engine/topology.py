@@ -123,8 +123,8 @@ class Topology:
         self.add(topic, "repartition")
         return topic
 
-    def dlq(self, agent: str) -> Topic:
-        return self.topics[f"{self.app_id}-{agent}-dlq"].topic
+    def dlq(self, agent: Agent) -> Topic:
+        return self.topics[dlq_name(self.app_id, agent)].topic
 
     @property
     def replies(self) -> Topic:
@@ -172,6 +172,10 @@ class Topology:
             raise TopologyError("the topology does not fit the broker: " + "; ".join(problems))
 
 
+def dlq_name(app_id: str, agent: Agent) -> str:
+    return f"{app_id}-{agent.dlq_suffix}"
+
+
 def planned_partitions(topic: Topic, settings: Settings, like: int | None = None) -> int:
     """The partition count the worker creates `topic` with: its declared count, else `like` (the count of
     the topic it follows), else `topic_partitions`. (An existing topic keeps its own.)"""
@@ -197,8 +201,7 @@ def build_topology(app: App, settings: Settings) -> Topology:
             target = sink if isinstance(sink, Topic) else getattr(sink, "channel", None)
             if isinstance(target, Topic):
                 topology.add(target, "sink", user=agent.name)
-        dlq = Topic(f"{app.id}-{agent.dlq_suffix}", key_serializer="raw", value_serializer="raw",
-                    internal=True)
+        dlq = Topic(dlq_name(app.id, agent), key_serializer="raw", value_serializer="raw", internal=True)
         topology.add(dlq, "dlq", user=agent.name)
     for topic in app.topics.values():
         topology.add(topic, "sink")

@@ -164,3 +164,25 @@ def test_internal_topics_are_typed_like_their_stream_unless_told():
     passed, by_n = topics["typed-passed"].topic, topics["typed-by-n-repartition"].topic
     assert (passed.key_type, passed.value_type) == (str, dict)  # a through keeps the key's codec
     assert (by_n.key_type, by_n.value_type) == (int, dict)
+
+
+async def test_a_pipeline_declared_only_at_run_time_still_delivers():
+    """An agent that awaits before iterating: its group_by topic is created, routed and sent to when it
+    gets there (the topology could not declare it)."""
+    url = testing.memory_url()
+    app = engine.App("late-run", broker=url)
+    orders = app.topic("orders", key_type=str, value_type=dict)
+    seen: list = []
+
+    @app.agent(orders)
+    async def regroup(stream):
+        await asyncio.sleep(0)
+        async for customer, order in stream.group_by(lambda o: o["customer"], name="by-customer").items():
+            seen.append((customer, order["id"]))
+
+    async with testing.running(app):
+        for n in range(6):
+            await orders.send(key=f"order-{n}", value={"id": n, "customer": f"c{n % 2}"})
+        await testing.eventually(lambda: len(seen) == 6, 10)
+    assert sorted(seen) == sorted((f"c{n % 2}", n) for n in range(6))
+    assert testing.broker_for(url).topics["late-run-by-customer-repartition"], "created, not auto-created"
