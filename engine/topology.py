@@ -210,7 +210,7 @@ def build_topology(app: App, settings: Settings) -> Topology:
 
 
 def _add_table(topology: Topology, table: BaseTable) -> None:
-    count = table.partitions
+    count = table.changelog_topic.partitions  # closed and late topics are partitioned like the table
     role: Role = "changelog" if table.has_own_changelog else "table-source"
     topology.add(table.changelog_topic, role, user=table.name, config=COMPACTED)
     windowed = table.windowed

@@ -86,12 +86,11 @@ class BaseTable(MutableMapping[Any, Any]):
         self.key_codec = self.changelog_topic.key_codec
         self.plain_key_codec = self.key_codec  # of the key alone, also once windowing wraps key_codec
         self.value_codec = self.changelog_topic.value_codec
-        self.partitions = partitions or self.changelog_topic.partitions
         self.active: dict[int, TablePartition] = {}
         self._count: int | None = None
         self._topic_counts: Mapping[str, int] = {}
-        self._copartitioned: set[str] = set()  # topics whose events may write this table (checked once)
-        self._writers_out: set[str] | None = None
+        self._writers: set[str] = set()  # topics whose events wrote this table (each checked once)
+        self._writers_out: set[str] | None = None  # a registry told of each (the worker's timed topics)
         self._locations: dict[Any, tuple[bytes, int]] = {}
         self._warned_codec = False
 
@@ -104,15 +103,15 @@ class BaseTable(MutableMapping[Any, Any]):
         gets each topic whose events write the table, from its first write on."""
         self._count = partition_count
         self._topic_counts = topic_counts
-        self._copartitioned = set()
+        self._writers = set()
         self._writers_out = writers
 
     @property
     def writers(self) -> set[str]:
         """The topics whose events wrote this table since the worker started."""
-        return self._copartitioned
+        return self._writers
 
-    def _check_copartitioned(self, topic: str) -> None:
+    def _new_writer(self, topic: str) -> None:
         """Once per topic whose events write this table: an event of partition p writes table partition p,
         so the topic must have as many partitions as the table (else keys land where reads and recovery do
         not look, or in partitions the table does not have)."""
@@ -124,7 +123,7 @@ class BaseTable(MutableMapping[Any, Any]):
                 f"{found}: a table and every topic whose events write it must have the same number of "
                 f"partitions; re-key the stream with group_by(...) (its repartition topic gets "
                 f"{self.partition_count}), or recreate {topic!r} with {self.partition_count} partitions")
-        self._copartitioned.add(topic)
+        self._writers.add(topic)
         if self._writers_out is not None:
             self._writers_out.add(topic)
 
@@ -177,10 +176,12 @@ class BaseTable(MutableMapping[Any, Any]):
                 f"table {self.name!r}: {event.topic}[{event.partition}] moved to another worker while "
                 f"offset {event.offset} was processed; its new owner processes it"
             )
-        own = key[0] if self.window is not None else key
-        if event is not None and not self.is_global and event.record.topic not in self._copartitioned:
-            self._check_copartitioned(event.record.topic)
-        if event is not None and not self.is_global and number != event.partition:
+        if event is None or self.is_global:
+            return self._partition(number, key), encoded
+        if event.record.topic not in self._writers:
+            self._new_writer(event.record.topic)
+        if number != event.partition:
+            own = key[0] if self.window is not None else key
             if own == event.key:
                 self._warn_codec_mismatch(event.topic)
                 number = event.partition

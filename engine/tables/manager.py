@@ -29,6 +29,7 @@ from engine.events import TP
 from engine.stores import PartitionStore, StoreBackend, StoreCorrupt, open_store_backend
 from engine.tables.partition import DELETED, TablePartition
 from engine.tables.recovery import Progress, apply_batch, replay_to_end
+from engine.topology import planned_partitions
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping
@@ -140,10 +141,10 @@ class TableManager(Service):
             if not table.is_global:  # what a restarted worker holds: the assignor prefers it for these
                 for number, kept in self._backend(table).kept(table.name).items():
                     self.kept[TP(table.changelog_topic.name, number)] = kept
-            count = counts.get(table.changelog_topic.name) or table.partitions
+            count = counts.get(table.changelog_topic.name) or planned_partitions(table.changelog_topic,
+                                                                                  self.settings)
             timed = table.windowed is not None and table.windowed.timestamp is None
-            table.bind(count or self.settings.topic_partitions, counts,
-                       writers=self.timed_topics if timed else None)
+            table.bind(count, counts, writers=self.timed_topics if timed else None)
         globals_ = [t for t in self.tables.values() if t.is_global]
         if globals_:
             numbers = {t.name: set(range(t.partition_count)) for t in globals_}
