@@ -21,7 +21,7 @@ counts, or keys would be looked up in, or written to, partitions that do not hol
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from agents import Mailbox
@@ -93,7 +93,7 @@ class Topology:
         existing = self.topics.get(topic.name)
         if existing is not None:
             if user is not None and user not in existing.users:
-                self.topics[topic.name] = existing = _with_user(existing, user)
+                self.topics[topic.name] = existing = replace(existing, users=(*existing.users, user))
             return existing
         count = planned_partitions(topic, self.settings, partitions)
         plan = TopicPlan(
@@ -180,11 +180,6 @@ def planned_partitions(topic: Topic, settings: Settings, like: int | None = None
     """The partition count the worker creates `topic` with: its declared count, else `like` (the count of
     the topic it follows), else `topic_partitions`. (An existing topic keeps its own.)"""
     return topic.partitions or like or settings.topic_partitions
-
-
-def _with_user(plan: TopicPlan, user: str) -> TopicPlan:
-    return TopicPlan(plan.topic, plan.role, plan.partitions, plan.pinned, plan.replication, plan.config,
-                     (*plan.users, user))
 
 
 def build_topology(app: App, settings: Settings) -> Topology:

@@ -65,6 +65,16 @@ class WindowState:
         self.live: dict[int, set[Any]] = {}
 
 
+def _advance(part: TablePartition, state: WindowState, ts: int) -> int:
+    """Stream time is the largest event time seen: raise it to `ts`, recording a change in the partition's
+    next checkpoint (so late events stay late across restarts); returns it."""
+    current = state.stream_time
+    if current is None or ts > current:
+        state.stream_time = current = ts
+        part.meta[STREAM_TIME_KEY] = str(ts).encode()
+    return current
+
+
 class WindowedTable:
     """The windowed face of a Table: `table[key]` is that key's WindowSet."""
 
@@ -163,7 +173,7 @@ class WindowedTable:
             )
         part, _ = self.table._for_write((key, 0))
         state = self._state(part)
-        stream_time = ts if state.stream_time is None else max(state.stream_time, ts)
+        stream_time = _advance(part, state, ts)
         applied = False
         for start in self.window.starts_ms(ts):
             if self.window.closed(start, stream_time):
@@ -173,9 +183,6 @@ class WindowedTable:
             part.set(window_key_, fun(self._default() if current is MISSING else current))
             state.live.setdefault(start, set()).add(key)
             applied = True
-        if stream_time != state.stream_time:
-            state.stream_time = stream_time
-            part.meta[STREAM_TIME_KEY] = str(stream_time).encode()
         if not applied:
             self.late_events += 1
             if self.late_topic is not None:
@@ -219,12 +226,8 @@ class WindowedTable:
     def advance(self, part: TablePartition, processed: int | None) -> None:
         """Advance the partition's stream time to `processed`, the largest event time of the records its
         task processed, written or not (an event an agent filtered out also moves time on)."""
-        if processed is None:
-            return
-        state = self._state(part)
-        if state.stream_time is None or processed > state.stream_time:
-            state.stream_time = processed
-            part.meta[STREAM_TIME_KEY] = str(processed).encode()
+        if processed is not None:
+            _advance(part, self._state(part), processed)
 
     def close_windows(self, part: TablePartition) -> list[tuple[bytes, bytes]]:
         """The windows of this partition that closed since the last checkpoint, as (store key, value)
