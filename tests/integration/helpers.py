@@ -54,6 +54,12 @@ class WorkerProcess:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait()
 
+    def stop(self) -> None:
+        """SIGTERM, and assert a clean exit (code 0), showing the end of the log if not. Once stopped,
+        stopping again checks the same exit code."""
+        code = self.terminate()
+        assert code == 0, f"worker exited with {code}:\n{self.output()[-3000:]}"
+
     def terminate(self, timeout: float = 30) -> int:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)

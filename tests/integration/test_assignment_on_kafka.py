@@ -51,9 +51,10 @@ def replayed(log: str) -> int:
     return sum(int(n) for n in re.findall(r"recovered \S+: replayed (\d+) records", log))
 
 
-def placed(workers: dict[str, WorkerProcess]) -> dict[str, tuple[set[int], set[int], set[int]]] | None:
+def placed(workers: dict[str, WorkerProcess], standbys_each: int
+           ) -> dict[str, tuple[set[int], set[int], set[int]]] | None:
     """Each worker's last assignment, if together they are a settled placement: every partition active
-    once, exactly one standby each, never on its owner, no warm-up pending."""
+    once, `standbys_each` standbys each, never on its owner, no warm-up pending."""
     found = {name: last_assignment(w) for name, w in workers.items()}
     if any(a is None for a in found.values()):
         return None
@@ -62,14 +63,29 @@ def placed(workers: dict[str, WorkerProcess]) -> dict[str, tuple[set[int], set[i
     standbys = Counter(p for _, s, _ in settled.values() for p in s)
     if actives != list(range(PARTITIONS)) or any(w for _, _, w in settled.values()):
         return None
-    if standbys != Counter(range(PARTITIONS)) or any(a & s for a, s, _ in settled.values()):
+    if standbys != Counter({p: standbys_each for p in range(PARTITIONS) if standbys_each}) or any(
+            a & s for a, s, _ in settled.values()):
         return None
     return settled
 
 
-def counting_workers(kafka, tmp_path, app_id: str, topic: str, **env: str) -> Callable[[str], WorkerProcess]:
-    """A factory of `engine worker`s of the counting app (tests/integration/table_apps.py), each with its
-    own data dir and log under tmp_path, named by `name`."""
+async def settled(workers: dict[str, WorkerProcess], standbys_each: int
+                  ) -> dict[str, tuple[set[int], set[int], set[int]]]:
+    """Wait (at most 120 s) until the workers' assignments are a settled placement; return it."""
+    deadline = time.monotonic() + 120
+    while (placement := placed(workers, standbys_each)) is None:
+        assert time.monotonic() < deadline, {n: last_assignment(w) for n, w in workers.items()}
+        await asyncio.sleep(0.5)
+    return placement
+
+
+async def counting_group(kafka, tmp_path, prefix: str, **env: str
+                         ) -> tuple[str, str, Callable[[str], WorkerProcess], dict[str, WorkerProcess]]:
+    """A new app id and source topic, a factory of `engine worker`s of the counting app
+    (tests/integration/table_apps.py), each with its own data dir and log under tmp_path, and three of
+    them started: (app id, topic, factory, workers a, b, c)."""
+    app_id, topic = unique(prefix), unique("words")
+    await create_topics(kafka.bootstrap, [topic], partitions=PARTITIONS)
 
     def worker(name: str) -> WorkerProcess:
         settings = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / name),
@@ -77,22 +93,16 @@ def counting_workers(kafka, tmp_path, app_id: str, topic: str, **env: str) -> Ca
         log = tmp_path / f"{name}.log"
         return WorkerProcess("tests.integration.table_apps:app", kafka.url, settings, log)
 
-    return worker
+    return app_id, topic, worker, {name: worker(name) for name in "abc"}
 
 
 async def test_one_standby_per_partition_and_failover_to_it(kafka, tmp_path):
-    app_id, topic = unique("assign"), unique("words")
+    app_id, topic, _, workers = await counting_group(kafka, tmp_path, "assign", ENGINE_STANDBY_REPLICAS="1")
     changelog = f"{app_id}-counts-changelog"
-    await create_topics(kafka.bootstrap, [topic], partitions=PARTITIONS)
-    worker = counting_workers(kafka, tmp_path, app_id, topic, ENGINE_STANDBY_REPLICAS="1")
-    workers = {name: worker(name) for name in "abc"}
     first = [f"w{i % 60}" for i in range(3000)]
     second = [f"w{i % 60}" for i in range(1500)]
     try:
-        deadline = time.monotonic() + 120
-        while (before := placed(workers)) is None:
-            assert time.monotonic() < deadline, {n: last_assignment(w) for n, w in workers.items()}
-            await asyncio.sleep(0.5)
+        before = await settled(workers, 1)
         await produce(kafka.bootstrap, topic, [(w, 1) for w in first])
         await consume_until(kafka.bootstrap, changelog, lambda rs: sum(latest(rs).values()) == len(first))
         await asyncio.sleep(1.5)  # the checkpoint that flushed the changelog commits, standbys follow it
@@ -123,7 +133,7 @@ async def test_one_standby_per_partition_and_failover_to_it(kafka, tmp_path):
         if workers["a"].process.poll() is None:
             workers["a"].kill()
         for w in list(workers.values())[1:]:
-            assert w.terminate() == 0, w.output()[-3000:]
+            w.stop()
     moved = before["a"][0]
     for partition in moved:
         holder = next(name for name, (_, standby, _) in before.items() if partition in standby)
@@ -137,24 +147,17 @@ async def test_one_standby_per_partition_and_failover_to_it(kafka, tmp_path):
 async def test_a_rolling_restart_of_static_members_moves_no_partition(kafka, tmp_path):
     """group_instance_id="auto": each worker, stopped and started again within the session timeout, gets its
     own partitions back; nobody else's assignment changes and no store is rebuilt."""
-    app_id, topic = unique("rolling"), unique("words")
+    app_id, topic, worker, workers = await counting_group(kafka, tmp_path, "rolling",
+                                                          ENGINE_GROUP_INSTANCE_ID="auto")
     changelog = f"{app_id}-counts-changelog"
-    await create_topics(kafka.bootstrap, [topic], partitions=PARTITIONS)
-    worker = counting_workers(kafka, tmp_path, app_id, topic, ENGINE_GROUP_INSTANCE_ID="auto")
-    workers = {name: worker(name) for name in "abc"}
     words = [f"w{i % 60}" for i in range(3000)]
     try:
-        deadline = time.monotonic() + 120
-        while (before := {n: last_assignment(w) for n, w in workers.items()}) and not (
-                all(before.values()) and sorted(p for a in before.values() if a for p in a[0])
-                == list(range(PARTITIONS)) and not any(a[2] for a in before.values() if a)):
-            assert time.monotonic() < deadline, before
-            await asyncio.sleep(0.5)
+        before = await settled(workers, 0)
         await produce(kafka.bootstrap, topic, [(w, 1) for w in words[:1500]])
         await consume_until(kafka.bootstrap, changelog, lambda rs: sum(latest(rs).values()) == 1500)
         assignments = {n: len(ASSIGNMENT.findall(w.output())) for n, w in workers.items()}
         for name in "abc":
-            assert workers[name].terminate() == 0, workers[name].output()[-3000:]
+            workers[name].stop()
             workers[name] = worker(name)
             await workers[name].wait_for_output("tables ready", 60)
         await produce(kafka.bootstrap, topic, [(w, 1) for w in words[1500:]])
@@ -164,7 +167,7 @@ async def test_a_rolling_restart_of_static_members_moves_no_partition(kafka, tmp
     finally:
         for w in workers.values():
             if w.process.poll() is None:
-                assert w.terminate() == 0, w.output()[-3000:]
+                w.stop()
     for name, w in workers.items():
         log = w.output()
         # The restarted worker's own log (appended to the first one's): the assignment it got back.

@@ -79,9 +79,8 @@ async def test_joins_through_sinks_ask_and_timer_with_two_workers(kafka, tmp_pat
                 f"{first.output()[-2000:]}")
             await asyncio.sleep(1)
     finally:
-        assert first.terminate() == 0, first.output()[-3000:]
-        for other in joined:
-            assert other.terminate() == 0, other.output()[-3000:]
+        for process in [first, *joined]:
+            process.stop()
     assert joined
     assert "assigned" in joined[0].output()
     # Every order of a known region, once or (at-least-once, across the rebalance) more, each time equal to
