@@ -61,7 +61,7 @@ class Assignment:
 @dataclass
 class Placement:
     """A worker's side of the assignor: what it tells the group when it joins, and where it hears its share.
-    Given to a transport's consumer; the consumer keeps `owned` (its last active tasks) itself."""
+    Given to a transport's consumer, which tells it each assignment it hears (`heard`)."""
 
     standby_replicas: int = 0
     acceptable_lag: int = 10_000
@@ -69,8 +69,12 @@ class Placement:
     endpoint: str = ""
     positions: Callable[[], Mapping[int, int]] = dict  # task -> its stores' changelog positions
     placed: Callable[[Assignment], None] = lambda assignment: None
-    owned: frozenset[int] = frozenset()
     current: Assignment | None = None  # the last assignment heard
+
+    @property
+    def owned(self) -> frozenset[int]:
+        """The tasks this worker processed before this rebalance (what stickiness keeps)."""
+        return self.current.active if self.current is not None else frozenset()
 
     def member(self, member_id: str) -> Member:
         return Member(member_id, self.endpoint, self.owned, dict(self.positions()))
@@ -80,7 +84,6 @@ class Placement:
                       acceptable_lag=self.acceptable_lag, stateful=self.stateful)
 
     def heard(self, assignment: Assignment) -> None:
-        self.owned = assignment.active
         self.current = assignment
         self.placed(assignment)
 

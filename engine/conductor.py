@@ -25,7 +25,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from agents import MailboxClosed, Service, ServiceState
-from engine.assignment import Assignment, Placement
+from engine.assignment import Placement
 from engine.checkpoint import Checkpointer
 from engine.errors import DecodeError, MembershipLost
 from engine.events import TP, Event, RawRecord
@@ -79,13 +79,7 @@ class Conductor(Service):
             on_lost=self._on_lost,
             max_poll_records=settings.max_poll_records,
             auto_offset_reset=settings.auto_offset_reset,
-            placement=Placement(
-                standby_replicas=settings.standby_replicas,
-                acceptable_lag=settings.acceptable_recovery_lag,
-                stateful=tables is not None and any(not t.is_global for t in tables.tables.values()),
-                positions=tables.positions if tables is not None else dict,
-                placed=tables.placed if tables is not None else _ignore,
-            ),
+            placement=tables.placement() if tables is not None else Placement(),
         )
         if tables is not None:
             tables.request_rebalance = self.consumer.request_rebalance
@@ -366,10 +360,6 @@ class Conductor(Service):
 
     async def _on_lost(self, lost: set[TP]) -> None:
         await self.rebalancer.lost(lost)
-
-
-def _ignore(assignment: Assignment) -> None:
-    return None
 
 
 def _log_failure(task: asyncio.Future[Any]) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agents import Service
+from engine.assignment import Placement
 from engine.events import TP
 from engine.stores import PartitionStore, StoreBackend, StoreCorrupt, open_store_backend
 from engine.tables.partition import DELETED, TablePartition
@@ -174,6 +175,16 @@ class TableManager(Service):
             if not table.has_own_changelog:
                 self._follow({TP(table.changelog_topic.name, n) for n in wanted[table.name]})
         self._standbys(partitioned, numbers)
+
+    def placement(self) -> Placement:
+        """What this worker brings to the group's assignor, and where it hears its share."""
+        return Placement(
+            standby_replicas=self.settings.standby_replicas,
+            acceptable_lag=self.settings.acceptable_recovery_lag,
+            stateful=any(not t.is_global for t in self.tables.values()),
+            positions=self.positions,
+            placed=self.placed,
+        )
 
     def placed(self, assignment: Assignment) -> None:
         """The group's assignment for this worker (heard before its partitions are assigned)."""
