@@ -235,7 +235,8 @@ class TableManager(Service):
 
     def revoke(self, numbers: set[int]) -> None:
         """These partitions are no longer active here: their writes were flushed by the checkpoint, or (lost,
-        rewound) are dropped with the partitions, window state included."""
+        rewound) are dropped with the partitions, window state included. Their stores stay open and follow
+        their changelogs until the next assignment says whether they are standbys here (`_standbys`)."""
         for table in self.tables.values():
             if table.is_global:
                 continue
@@ -244,8 +245,7 @@ class TableManager(Service):
                 if table.windowed is not None:
                     table.windowed.forget(number)
                 tp = TP(table.changelog_topic.name, number)
-                keep = self.settings.standby_replicas > 0 and table.has_own_changelog  # until reassigned
-                if keep:
+                if table.has_own_changelog:  # kept warm until the next assignment says (_standbys)
                     self._follow({tp})
                 else:
                     self._unfollow({tp})
