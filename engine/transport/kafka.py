@@ -43,6 +43,8 @@ from engine.assignment import (
 )
 from engine.errors import BrokerUnavailable, DeliveryFailed, MembershipLost, ProducerFenced, TransportError
 from engine.events import TP, Headers, RawRecord
+from engine.partitioner import KeyHashes
+from engine.transport.deliveries import Deliveries, first_failure
 from engine.transport.kafka_protocol import BROKER_DEFAULT, CreateTopicsRequest, TopicIdsRequest, topic_ids
 
 if TYPE_CHECKING:
@@ -322,9 +324,12 @@ class KafkaProducer:
         self._open = asyncio.Event()
         if not self._transactional:
             self._open.set()
-        # Sends since the last flush; checked there. A list append is far cheaper per record than a
-        # done-callback (which costs a call_soon per record when the batch completes).
-        self._unchecked: list[asyncio.Future[object]] = []
+        self._deliveries = Deliveries()  # sends since the last flush, checked there
+        # A keyed record's partition is picked here, from the topic's partition count in the client's
+        # metadata (forgotten whenever the metadata changes) and a cache of key hashes (engine.partitioner).
+        self._hashes = KeyHashes()
+        self._counts: dict[str, int] = {}
+        self._client.client.cluster.add_listener(self._metadata_changed)
 
     async def start(self) -> None:
         await _start(self._client, self._servers)
@@ -370,6 +375,10 @@ class KafkaProducer:
     ) -> asyncio.Future[object]:
         if not self._open.is_set():
             await self._open.wait()
+        if partition is None and key is not None:
+            count = self._counts.get(topic) or self._partition_count(topic)
+            if count:  # else the metadata is not there yet: aiokafka waits for it and partitions
+                partition = self._hashes.partition(key, count)
         try:
             future: asyncio.Future[object] = await self._client.send(
                 topic, value, key=key, partition=partition,
@@ -377,19 +386,28 @@ class KafkaProducer:
             )
         except KafkaError as exc:
             raise DeliveryFailed(f"cannot send to {topic!r}: {exc}") from exc
-        self._unchecked.append(future)
+        self._deliveries.add(future)
         return future
 
+    def _partition_count(self, topic: str) -> int:
+        partitions = self._client.client.cluster.partitions_for_topic(topic)
+        if not partitions:
+            return 0
+        count = self._counts[topic] = len(partitions)
+        return count
+
+    def _metadata_changed(self, _cluster: object) -> None:
+        self._counts.clear()
+
     async def flush(self) -> None:
-        sent, self._unchecked = self._unchecked, []
+        sent, failure = self._deliveries.take()
         await self._client.flush()
         pending = [future for future in sent if not future.done()]
         if pending:
             await asyncio.wait(pending)
-        for future in sent:
-            if future.cancelled() or future.exception() is not None:
-                failure = future.exception() if not future.cancelled() else "cancelled"
-                raise DeliveryFailed(f"the broker did not acknowledge a record: {failure}")
+        failure = failure or first_failure(sent)
+        if failure is not None:
+            raise DeliveryFailed(f"the broker did not acknowledge a record: {failure}")
 
 
 class KafkaAdmin:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from engine.assignment import Assignment, Placement
 from engine.events import TP, Headers, RawRecord
-from engine.partitioner import partition_for
+from engine.partitioner import KeyHashes
 from engine.transport.base import GroupDescription, GroupMember
 
 if TYPE_CHECKING:
@@ -55,6 +55,7 @@ class MemoryBroker:
         self.groups: dict[str, _Group] = {}
         self._waiters: set[asyncio.Future[None]] = set()
         self._sticky = itertools.count()
+        self._hashes = KeyHashes()
 
     @classmethod
     def named(cls, name: str) -> MemoryBroker:
@@ -86,7 +87,7 @@ class MemoryBroker:
         partitions = self.topics[topic]
         if partition is None:
             partition = (
-                partition_for(key, len(partitions)) if key is not None
+                self._hashes.partition(key, len(partitions)) if key is not None
                 else next(self._sticky) % len(partitions)
             )
         log = partitions[partition]

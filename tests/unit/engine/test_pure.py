@@ -8,7 +8,7 @@ import pytest
 from engine import ConfigError, DecodeError, EncodeError
 from engine.codecs import codec_for
 from engine.offsets import OffsetTracker
-from engine.partitioner import murmur2, partition_for
+from engine.partitioner import KeyHashes, murmur2, partition_for
 from engine.settings import load_settings
 
 
@@ -45,6 +45,16 @@ def test_kafka_partitioner_vectors():
     assert murmur2(b"foobar") == -790332482
     assert murmur2(b"a-little-bit-long-string") == -985981536
     assert partition_for(b"foobar", 4) == (-790332482 & 0x7FFFFFFF) % 4
+
+
+def test_cached_key_hashes_pick_the_same_partitions_as_kafka(monkeypatch):
+    monkeypatch.setattr("engine.partitioner.CACHED_KEYS", 50)
+    hashes = KeyHashes()
+    keys = [f"key-{i}".encode() for i in range(120)]
+    for count in (1, 3, 4, 12):
+        for key in keys * 2:  # past the bound, and again from the cache
+            assert hashes.partition(key, count) == partition_for(key, count)
+    assert len(hashes._hashes) <= 50
 
 
 @dataclass
