@@ -137,3 +137,9 @@ class TumblingWindow(HoppingWindow):
 
     def __init__(self, size: Seconds, expires: Seconds | None = None, grace: Seconds = 0) -> None:
         super().__init__(size, size, expires, grace)
+
+    def starts_ms(self, ts_ms: int) -> list[int]:
+        """The one window containing `ts_ms` (what every windowed update asks: no range to filter)."""
+        if ts_ms < 0:
+            return super().starts_ms(ts_ms)
+        return [ts_ms - ts_ms % self.size_ms]

@@ -140,23 +140,24 @@ class BaseTable(MutableMapping[Any, Any]):
     # -- locating keys ------------------------------------------------------------------------------
 
     def locate(self, key: Any) -> tuple[bytes, int]:
-        """(encoded key, partition by hash); cached, since the same keys come back all the time.
-        A windowed key (key, start) lives in the partition of its key alone."""
-        found = self._locations.get(key)
-        if found is None:
-            if self.window is not None:
-                inner = self.plain_key_codec.encode(key[0])
-                if inner is None:
-                    raise TableError(f"table {self.name!r}: keys cannot be None")
-                found = (window_key(inner, key[1]), partition_for(inner, self.partition_count))
-            else:
-                encoded = self.key_codec.encode(key)
-                if encoded is None:
-                    raise TableError(f"table {self.name!r}: keys cannot be None")
-                found = (encoded, partition_for(encoded, self.partition_count))
-            if len(self._locations) > 100_000:
-                self._locations.clear()
-            self._locations[key] = found
+        """(store key, partition by hash). A windowed key (key, start) lives in the partition of its key
+        alone: the key is located (cached) and the window start appended to its bytes."""
+        if self.window is None:
+            return self._locations.get(key) or self._locate_new(key)
+        inner, number = self._locations.get(key[0]) or self._locate_new(key[0])
+        return window_key(inner, key[1]), number
+
+    def _locate_new(self, key: Any) -> tuple[bytes, int]:
+        """Encode a key (without its window) and hash it to its partition; cached, since the same keys come
+        back all the time (and only keys: a windowed table's windows would fill the cache with one entry per
+        window, each encoded and hashed anew)."""
+        encoded = self.plain_key_codec.encode(key)
+        if encoded is None:
+            raise TableError(f"table {self.name!r}: keys cannot be None")
+        found = (encoded, partition_for(encoded, self.partition_count))
+        if len(self._locations) > 100_000:
+            self._locations.clear()
+        self._locations[key] = found
         return found
 
     def _partition(self, number: int, key: Any) -> TablePartition:
@@ -168,8 +169,11 @@ class BaseTable(MutableMapping[Any, Any]):
             )
         return part
 
-    def _for_write(self, key: Any) -> tuple[TablePartition, bytes]:
-        encoded, number = self.locate(key)
+    # The two routes take a key without its window (`own`) and return its partition here with the key's
+    # bytes: a plain table's store key, or what a windowed table appends window starts to.
+
+    def _route_write(self, own: Any) -> tuple[TablePartition, bytes]:
+        encoded, number = self._locations.get(own) or self._locate_new(own)
         event = current_event.get()
         if event is not None and event.lease is not None and event.lease.ended:
             raise PartitionMigrated(
@@ -177,30 +181,42 @@ class BaseTable(MutableMapping[Any, Any]):
                 f"offset {event.offset} was processed; its new owner processes it"
             )
         if event is None or self.is_global:
-            return self._partition(number, key), encoded
-        if event.record.topic not in self._writers:
-            self._new_writer(event.record.topic)
-        if number != event.partition:
-            own = key[0] if self.window is not None else key
+            return self._partition(number, own), encoded
+        record = event.record
+        if record.topic not in self._writers:
+            self._new_writer(record.topic)
+        if number != record.partition:
             if own == event.key:
-                self._warn_codec_mismatch(event.topic)
-                number = event.partition
+                self._warn_codec_mismatch(record.topic)
+                number = record.partition
             else:
                 raise KeyNotInPartition(
                     f"table {self.name!r}: key {own!r} belongs to partition {number}, but the current "
-                    f"event is from {event.topic}[{event.partition}]; re-key the stream with "
+                    f"event is from {record.topic}[{record.partition}]; re-key the stream with "
                     "group_by(...) so that events arrive in the partition of the key they write"
                 )
-        return self._partition(number, key), encoded
+        return self._partition(number, own), encoded
 
-    def _for_read(self, key: Any) -> tuple[TablePartition, bytes]:
-        encoded, number = self.locate(key)
+    def _route_read(self, own: Any) -> tuple[TablePartition, bytes]:
+        encoded, number = self._locations.get(own) or self._locate_new(own)
         if not self.is_global:
             event = current_event.get()
-            own = key[0] if self.window is not None else key
             if event is not None and own == event.key:
-                number = event.partition
-        return self._partition(number, key), encoded
+                number = event.record.partition
+        return self._partition(number, own), encoded
+
+    def _for_write(self, key: Any) -> tuple[TablePartition, bytes]:
+        """The partition a write of `key` goes to, and its store key."""
+        if self.window is None:
+            return self._route_write(key)
+        part, inner = self._route_write(key[0])
+        return part, window_key(inner, key[1])
+
+    def _for_read(self, key: Any) -> tuple[TablePartition, bytes]:
+        if self.window is None:
+            return self._route_read(key)
+        part, inner = self._route_read(key[0])
+        return part, window_key(inner, key[1])
 
     def _warn_codec_mismatch(self, topic: str) -> None:
         if not self._warned_codec:
@@ -215,7 +231,8 @@ class BaseTable(MutableMapping[Any, Any]):
     # -- the mapping --------------------------------------------------------------------------------
 
     def __getitem__(self, key: Any) -> Any:
-        part, encoded = self._for_read(key)
+        # A plain table's route called directly: `table[key] += 1` is the hottest use (one call less each)
+        part, encoded = self._route_read(key) if self.window is None else self._for_read(key)
         value = part.get(key, encoded)
         if value is MISSING:
             if self.default is None:
@@ -224,7 +241,7 @@ class BaseTable(MutableMapping[Any, Any]):
         return value
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        part, _ = self._for_write(key)
+        part, _ = self._route_write(key) if self.window is None else self._for_write(key)
         part.set(key, value)
 
     def __delitem__(self, key: Any) -> None:

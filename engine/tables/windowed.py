@@ -24,6 +24,7 @@ the source offsets commit in one Kafka transaction; at-least-once, a crash betwe
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,7 @@ from engine.tables.keys import (
     WindowedChangelogKeyCodec,
     key_prefix,
     split_window_key,
+    window_key,
 )
 from engine.tables.partition import DELETED, MISSING
 from engine.topics import event_time_ms
@@ -161,27 +163,46 @@ class WindowedTable:
             raise EngineError(f"windowed table {self.name!r}: updates need an event (write from an agent)")
         return event
 
-    def update(self, key: Any, fun: Callable[[Any], Any]) -> bool:
-        """Apply `fun` to every open window of `key` containing the event's time; False if it was late."""
-        event = self._event()
-        ts = self.event_time_ms(event)
+    def update(self, key: Any, fun: Callable[[Any, Any], Any], arg: Any) -> bool:
+        """Set every open window of `key` containing the event's time to `fun(old, arg)`; False if it was
+        late. (`fun` with an argument, not a closure: `+=` passes operator.add, made once, not a lambda per
+        event.)
+
+        The per-event path of every windowed table, so it avoids what cost most in `benchmarks.windowed`
+        (py-spy): the key is routed once, by its own cached location, not once per window; a window's store
+        key is built only to read the store; and the store is read only for a window the partition's live
+        index has (every window stored or written since activation is in it), so a new window costs no
+        RocksDB read."""
+        event = current_event.get()
+        if event is None:
+            raise EngineError(f"windowed table {self.name!r}: updates need an event (write from an agent)")
+        ts = event.time_ms
+        if ts is None or self.timestamp is not None:
+            ts = self.event_time_ms(event)
         if ts < 0:
             raise InvalidTimestamp(
                 f"windowed table {self.name!r}: {event.topic}[{event.partition}]@{event.offset} has no valid "
                 f"event time ({ts} ms): it was written without a timestamp; give the topic or the table a "
                 "timestamp= extractor"
             )
-        part, _ = self.table._for_write((key, 0))
-        state = self._state(part)
+        part, inner = self.table._route_write(key)
+        state = self.states.get(part.number) or self._state(part)
         stream_time = _advance(part, state, ts)
         applied = False
         for start in self.window.starts_ms(ts):
             if self.window.closed(start, stream_time):
                 continue
             window_key_ = (key, start)
-            current = self._get(part, window_key_)
-            part.set(window_key_, fun(self._default() if current is MISSING else current))
-            state.live.setdefault(start, set()).add(key)
+            live = state.live.get(start)
+            if live is None:
+                live = state.live[start] = set()
+            current = part.cached(window_key_)
+            if current is MISSING:
+                current = part.stored(window_key(inner, start)) if key in live else MISSING
+            elif current is DELETED:
+                current = MISSING
+            part.set(window_key_, fun(self._default() if current is MISSING else current, arg))
+            live.add(key)
             applied = True
         if not applied:
             self.late_events += 1
@@ -199,13 +220,14 @@ class WindowedTable:
 
     def value_at(self, key: Any, ts_ms: int) -> Any:
         """The value of the newest window of `key` containing `ts_ms` (the default if none)."""
-        part, _ = self.table._for_read((key, 0))
-        value = self._get(part, (key, self.window.current_start_ms(ts_ms)))
+        part, inner = self.table._route_read(key)
+        start = self.window.current_start_ms(ts_ms)
+        value = part.get((key, start), window_key(inner, start))
         return self._default() if value is MISSING else value
 
     def windows(self, key: Any) -> Iterator[tuple[WindowRange, Any]]:
-        part, encoded = self.table._for_read((key, 0))
-        low, high = key_prefix(split_window_key(encoded)[0])
+        part, inner = self.table._route_read(key)
+        low, high = key_prefix(inner)
         values: dict[int, Any] = {}
         decode = self.table.value_codec.decode
         for raw_key, raw_value in part.store.items(low, high):
@@ -277,10 +299,18 @@ class WindowedTable:
     def __setitem__(self, key: Any, value: Any) -> None:
         if isinstance(value, WindowSet):
             return  # `table[key] += n` already updated the windows in WindowSet.__iadd__
-        self.update(key, lambda _: value)
+        self.update(key, _replace, value)
 
     def __repr__(self) -> str:
         return f"<WindowedTable {self.name!r} {self.window}>"
+
+
+def _replace(_old: Any, new: Any) -> Any:
+    return new
+
+
+def _call(old: Any, fun: Callable[[Any], Any]) -> Any:
+    return fun(old)
 
 
 class WindowSet:
@@ -293,16 +323,16 @@ class WindowSet:
         self.key = key
 
     def __iadd__(self, other: Any) -> WindowSet:
-        self.table.update(self.key, lambda value: value + other)
+        self.table.update(self.key, operator.add, other)
         return self
 
     def __isub__(self, other: Any) -> WindowSet:
-        self.table.update(self.key, lambda value: value - other)
+        self.table.update(self.key, operator.sub, other)
         return self
 
     def apply(self, fun: Callable[[Any], Any]) -> bool:
         """Update every open window containing the event's time with `fun(old)`; False if late."""
-        return self.table.update(self.key, fun)
+        return self.table.update(self.key, _call, fun)
 
     def current(self) -> Any:
         """The newest window containing the current event's time."""
