@@ -236,3 +236,28 @@ async def test_stream_time_moves_on_events_the_agent_filters_out():
         await views.send(key="a", value={"ts": 12})  # stream time is 40: late, though no write said so
         await asyncio.sleep(0.2)
     assert table.late_events == 1
+
+
+@pytest.mark.parametrize("store", ["memory://", "rocksdb://"])
+async def test_windows_counted_across_checkpoints_read_back_what_was_stored(store, tmp_path):
+    """Updates of one window on both sides of checkpoints: the second reads what the first flushed to the
+    store (a window only the live index knows is stored), a new window starts from the default; every
+    window's count equals one computed here."""
+    url = testing.memory_url()
+    app, views, table, seen = windowed_app(
+        lambda t: t.hopping(10, 5, expires=1000), url, store=store, data_dir=str(tmp_path))
+    events = [(key, ts) for ts in range(0, 40, 3) for key in ("a", "b", "c")[: 1 + ts % 3]]
+    expected: dict[str, dict[WindowRange, int]] = {}
+    for key, ts in events:
+        for start in (s for s in range(0, ts + 1, 5) if s <= ts < s + 10):
+            window = WindowRange(start, start + 10)
+            expected.setdefault(key, {})[window] = expected.setdefault(key, {}).get(window, 0) + 1
+    async with testing.running(app):
+        for i, (key, ts) in enumerate(events):
+            await views.send(key=key, value={"ts": ts})
+            if i % 4 == 3:
+                await testing.eventually(lambda n=i + 1: len(seen) == n)
+                await asyncio.sleep(0.12)  # past the 50 ms commit interval: the windows so far are stored
+        await testing.eventually(lambda: len(seen) == len(events))
+        for key, windows in expected.items():
+            assert dict(table[key].items()) == windows
