@@ -8,7 +8,8 @@ Each contender is `benchmarks.peers.engine_guarantee_job` in its own process and
 on), each under both guarantees, alternating within a round. Runs hold dozens of commits (1M events at the
 default 100 ms commit interval, Kafka Streams' default under exactly-once), so the figure prices the
 transactions rather than start-up; each job reports how many checkpoints ran while it processed. The ratio
-printed is exactly_once / at_least_once by median rate.
+printed is exactly_once / at_least_once by median rate. Then `--asks` events are each handled by an agent
+that asks another agent and waits for the answer, under both guarantees: the asks' p50/p99/max latency.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ async def main() -> None:
     p.set_defaults(messages=1_000_000)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--commit-interval", type=float, default=0.1)
+    p.add_argument("--asks", type=int, default=1000, help="asks, one at a time, under each guarantee")
     args = p.parse_args()
     with broker(args.broker) as bootstrap:
         suffix = uuid.uuid4().hex[:6]
@@ -59,6 +61,13 @@ async def main() -> None:
                     print(f"round {round_ + 1}: {mode:<11} {guarantee:<13} {rate:>9,.0f} events/s over "
                           f"{result['seconds']:.1f}s, {result['commits']} commits, "
                           f"{result['cpu'] / result['records'] * 1e6:.1f} CPU µs/event")
+        for guarantee in GUARANTEES:
+            result = await asyncio.to_thread(run, "ask", guarantee, bootstrap, words, args.asks,
+                                             args.commit_interval, sink)
+            if result is not None:
+                print(f"ask {guarantee:<13}: {args.asks} asks from inside events, one at a time: p50 "
+                      f"{result['ask_p50'] * 1000:.1f} ms, p99 {result['ask_p99'] * 1000:.1f} ms, max "
+                      f"{result['ask_max'] * 1000:.1f} ms ({result['commits']} commits meanwhile)")
         print()
         for mode in topics:
             at_least, exactly = (median(rates[mode, g]) if rates[mode, g] else 0.0 for g in GUARANTEES)

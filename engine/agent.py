@@ -18,6 +18,7 @@ from engine.settings import ERROR_POLICIES, ErrorPolicy
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Sequence
+    from contextlib import AbstractContextManager
 
     from engine.streams import AgentFun
     from engine.topics import Topic
@@ -29,13 +30,19 @@ Sink = Any  # a Topic, an Agent, or a callable (sync or async) taking the yielde
 
 
 class Replies(Protocol):
-    """Where asks wait for answers: provided by the worker."""
+    """How asks are sent and answered, and where they wait: provided by the worker (engine.replies)."""
 
     topic: str
 
     def expect(self, correlation_id: str) -> asyncio.Future[Any]: ...
 
     def forget(self, correlation_id: str) -> None: ...
+
+    async def request(self, channel: Topic, key: Any, value: Any, correlation_id: str) -> None: ...
+
+    async def reply(self, reply_to: str, correlation_id: bytes, value: bytes | None) -> None: ...
+
+    def asking(self) -> AbstractContextManager[None]: ...
 
 
 class Agent:
@@ -74,6 +81,10 @@ class Agent:
     def attach(self, replies: Replies | None) -> None:
         self._replies = replies
 
+    @property
+    def replies(self) -> Replies | None:
+        return self._replies
+
     def send(self, value: Any = None, *, key: Any = None) -> Awaitable[asyncio.Future[object]]:
         """Send `value` to this agent's topic (fire and forget once awaited)."""
         return self.channel.send(key=key, value=value)
@@ -86,9 +97,9 @@ class Agent:
         correlation_id = uuid.uuid4().hex
         future = replies.expect(correlation_id)
         try:
-            headers = [(REPLY_TO, replies.topic.encode()), (CORRELATION_ID, correlation_id.encode())]
-            await self.channel.send(key=key, value=value, headers=headers)
-            return await asyncio.wait_for(future, timeout)
+            with replies.asking():
+                await replies.request(self.channel, key, value, correlation_id)
+                return await asyncio.wait_for(future, timeout)
         except TimeoutError:
             raise AskTimeout(f"agent {self.name!r} did not reply within {timeout:g}s") from None
         finally:

@@ -6,9 +6,13 @@ event, so with `processing_guarantee="exactly_once"` the checkpoint closes this 
 handing out events, the conductor stops dispatching, and the checkpoint waits until no agent is inside an
 event. Then it snapshots offsets and table buffers, commits the Kafka transaction, and opens the gate.
 
-An agent that cannot finish its event while others are paused (one that `ask`s another agent, which waits
-at the gate) would stall the checkpoint, so the wait is bounded: past it the checkpoint goes ahead and logs
-that this one is only at-least-once.
+An agent inside an event may `ask` another agent, which must run to answer: with the gate closed it
+never would, and the checkpoint would wait for the asker until its timeout. So an ask from inside an event
+holds the gate open: a checkpoint first waits for the asks in flight to be answered, and if one starts
+while the gate is closed, it reopens the gate until that one is answered too (nothing was snapshot yet: the
+cut is taken only once the gate is closed and no agent is inside an event). The wait stays bounded: past
+its timeout the checkpoint goes ahead and logs that this one is only at-least-once. (The request and the
+reply themselves travel outside transactions: engine.replies.)
 """
 
 from __future__ import annotations
@@ -17,14 +21,16 @@ import asyncio
 
 
 class Quiesce:
-    __slots__ = ("_idle", "_opened", "busy", "closed")
+    __slots__ = ("_changed", "_opened", "asks", "busy", "closed", "pausing")
 
     def __init__(self) -> None:
         self.closed = False
+        self.pausing = False  # a checkpoint is waiting for its cut
         self.busy = 0  # agent instances inside an event (pulled, not finished)
+        self.asks = 0  # asks from inside an event waiting for their answer
         self._opened = asyncio.Event()
         self._opened.set()
-        self._idle = asyncio.Event()
+        self._changed = asyncio.Event()  # what a pause waits on: the last event finished, or an ask changed
 
     def started(self) -> None:
         self.busy += 1
@@ -32,23 +38,47 @@ class Quiesce:
     def finished(self) -> None:
         self.busy -= 1
         if self.closed and self.busy <= 0:
-            self._idle.set()
+            self._changed.set()
+
+    def ask_started(self) -> None:
+        self.asks += 1
+        self._changed.set()
+
+    def ask_finished(self) -> None:
+        self.asks -= 1
+        if self.pausing and self.asks <= 0:
+            # Closed here, not when the pause wakes up: an agent asking event after event would otherwise
+            # have its next ask out before then, every time, and starve the checkpoint.
+            self._close()
+        self._changed.set()
 
     async def wait_open(self) -> None:
         await self._opened.wait()
 
     async def pause(self, timeout: float) -> bool:
-        """Close the gate; True once no agent is inside an event, False if that took over `timeout`."""
+        """Close the gate; True once no agent is inside an event, False if that took over `timeout` (the
+        gate is closed either way)."""
+        self.pausing = True
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    if self.asks <= 0:
+                        self._close()
+                        if self.busy <= 0:
+                            return True
+                    self._changed.clear()
+                    await self._changed.wait()
+                    if self.asks > 0 and self.closed:  # an agent inside an event asked another agent:
+                        self.resume()  # the answer needs the gate open
+        except TimeoutError:
+            self._close()
+            return False
+        finally:
+            self.pausing = False
+
+    def _close(self) -> None:
         self.closed = True
         self._opened.clear()
-        if self.busy <= 0:
-            return True
-        self._idle.clear()
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
 
     def resume(self) -> None:
         self.closed = False

@@ -88,7 +88,11 @@ class Worker(Service):
         self.add_child(_ProducerService(self.producer))
         if tasks is not None and tasks is not self.producer:
             self.add_child(_ProducerService(tasks))
-        self.replies = self.add_child(ReplyService(self.transport, self.topology.replies.name))
+        # Asks travel outside transactions (engine.replies): under exactly-once on a producer of their own.
+        ask_producer = self.transport.producer(None) if exactly_once else self.producer
+        if ask_producer is not self.producer:
+            self.add_child(_ProducerService(ask_producer))
+        self.replies = self.add_child(ReplyService(self.transport, self.topology.replies.name, ask_producer))
         self.tables = self.add_child(TableManager(
             app.tables.values(), transport=self.transport, settings=settings, producer=tasks or self.producer,
             admin_factory=self.transport.admin,
@@ -98,6 +102,7 @@ class Worker(Service):
                                    tables=self.tables, tasks=tasks,
                                    instance_id=worker_identity(settings) if instance == "auto" else instance,
                                    plan=lambda topic: self.topology.add(topic, "source").spec)
+        self.replies.quiesce = self.conductor.quiesce
         topics = self.topology.topics
         self.runners = [
             self.add_child(AgentRunner(

@@ -1,6 +1,7 @@
 """engine under a processing guarantee (BENCH_GUARANTEE), for benchmarks/exactly_once.py: BENCH_MODE=count
 counts keyed events into a RocksDB table with a changelog; BENCH_MODE=passthrough decodes JSON, adds a field
-and sends it to BENCH_SINK. Reports the rate and how many checkpoints (commits) ran from the first record to
+and sends it to BENCH_SINK; BENCH_MODE=ask has an agent ask another agent for each event, one at a time, and
+reports the asks' latency. Reports the rate and how many checkpoints (commits) ran from the first record to
 the last one processed."""
 
 import asyncio
@@ -14,6 +15,12 @@ from benchmarks.peers.harness import Job
 
 job = Job()
 MODE = os.environ.get("BENCH_MODE", "count")
+
+
+def add_commits(commits: int) -> None:
+    """tick() reported the rate at the last record; the commits are added to that report."""
+    path = Path(job.out)
+    path.write_text(json.dumps({**json.loads(path.read_text()), **job.extra, "commits": commits}))
 
 
 async def main() -> None:
@@ -30,6 +37,27 @@ async def main() -> None:
             async for word, n in stream.items():
                 counts[word] += n
                 if job.tick():
+                    done.set()
+    elif MODE == "ask":
+        words = app.topic(job.topic, key_type=str, value_type=int)
+        took: list[float] = []
+
+        @app.agent(app.topic(f"{job.group}-questions", value_type=int))
+        async def double(stream):
+            async for n in stream:
+                yield 2 * n
+
+        @app.agent(words)
+        async def asker(stream):
+            loop = asyncio.get_running_loop()
+            async for n in stream:
+                asked = loop.time()
+                assert await double.ask(n, timeout=60) == 2 * n
+                took.append(loop.time() - asked)
+                if job.tick():
+                    ordered = sorted(took)
+                    job.extra.update(ask_p50=ordered[len(ordered) // 2],
+                                     ask_p99=ordered[len(ordered) * 99 // 100], ask_max=ordered[-1])
                     done.set()
     else:
         source = app.topic(job.topic, key_serializer="raw", value_type=dict)
@@ -59,8 +87,7 @@ async def main() -> None:
     gc.collect()
     gc.freeze()  # as engine worker does (engine.runtime.settle_heap)
     await done.wait()
-    path = Path(job.out)  # tick() reported the rate at the last record; the commits are added to it
-    path.write_text(json.dumps({**json.loads(path.read_text()), "commits": commits}))
+    add_commits(commits)
     worker.request_stop()
     await worker.run_until_stopped()
 

@@ -135,3 +135,54 @@ async def test_ask_gets_its_answer_through_the_reply_topic(kafka):
     finally:
         worker.request_stop()
         await worker.run_until_stopped()
+
+
+async def test_ask_from_inside_an_event_under_exactly_once_is_answered_without_stalling_checkpoints(
+        kafka, caplog):
+    """An agent asks another from inside its event, under exactly_once with 100 ms commits. Before, the
+    request sat in the asker's open transaction and the checkpoint waited for the asker: each ask took the
+    pause timeout and every such checkpoint fell back to at-least-once. Now the request and the reply go
+    outside transactions and the gate stays open for the replier: every answer is right, the asker's table
+    counts each event once, and no checkpoint falls back."""
+    import engine
+    from engine import testing
+
+    app = engine.App(unique("ask-eos"), broker=kafka.url, processing_guarantee="exactly_once",
+                     commit_interval=0.1)
+    numbers = app.topic(unique("numbers"), key_type=str, value_type=int)
+    totals = app.Table("totals", default=int, key_type=str, value_type=int)
+    answers: list[tuple[int, int, float]] = []
+
+    @app.agent(app.topic(unique("questions"), value_type=int))
+    async def square(stream):
+        async for n in stream:
+            yield n * n
+
+    @app.agent(numbers)
+    async def asker(stream):
+        async for key, n in stream.items():
+            asked = asyncio.get_running_loop().time()
+            answer = await square.ask(n, timeout=30)
+            answers.append((n, answer, asyncio.get_running_loop().time() - asked))
+            totals[key] += answer
+
+    worker = engine.Worker(app, app.settings())
+    await worker.start()
+    try:
+        with caplog.at_level("WARNING"):
+            for n in range(20):
+                await numbers.send(key=f"k{n % 3}", value=n)
+                await asyncio.sleep(0.05)  # spread over many checkpoints
+            await testing.eventually(lambda: len(answers) == 20, timeout=60)
+            await asyncio.sleep(0.3)  # a few more checkpoints
+        assert [(n, a) for n, a, _ in answers] == [(n, n * n) for n in range(20)]
+        slowest = max(took for _, _, took in answers)
+        assert "only at-least-once" not in caplog.text, caplog.text
+        assert "this checkpoint is at-least-once" not in caplog.text, caplog.text
+        expected = Counter()
+        for n in range(20):
+            expected[f"k{n % 3}"] += n * n
+        assert {k: totals[k] for k in expected} == dict(expected), f"slowest ask {slowest:.2f}s"
+    finally:
+        worker.request_stop()
+        await worker.run_until_stopped()
