@@ -28,7 +28,7 @@ from engine.errors import EngineError, NotRunning, PartitionMigrated, ProducerFe
 from engine.streams import current_event
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Coroutine, Mapping
+    from collections.abc import Collection, Coroutine, Mapping, Sequence
 
     from engine.events import TP, Headers
     from engine.transport.base import Producer, Transport
@@ -137,6 +137,11 @@ class TaskProducers:
             producer = self.for_partition(event.partition)
         return producer.send(topic, key, value, headers=headers, partition=partition,
                              timestamp_ms=timestamp_ms)
+
+    async def send_batch(self, topic: str, partition: int,
+                         records: Sequence[tuple[bytes | None, bytes | None]]) -> asyncio.Future[int]:
+        """Into task `partition`'s transaction (the batches of a checkpoint belong to their partition's)."""
+        return await self.for_partition(partition).send_batch(topic, partition, records)
 
     async def flush(self) -> None:
         producers = [*self.tasks.values(), *([self.worker] if self.worker is not None else [])]

@@ -56,7 +56,7 @@ class Pending:
     meta: dict[bytes, bytes]
     closes: list[tuple[bytes, bytes]] = field(default_factory=list)  # windows closed at this checkpoint
     encoded: dict[bytes, bytes | None] = field(default_factory=dict)
-    last: asyncio.Future[Any] | None = None
+    last: asyncio.Future[int] | None = None  # the offset of the changelog's last record
 
 
 class TableManager(Service):
@@ -367,12 +367,11 @@ class TableManager(Service):
             for key, value in item.writes.items():
                 item.encoded[table.locate(key)[0]] = None if value is DELETED else encode_value(value)
             item.encoded.update(item.meta)
-            for key_bytes, value_bytes in item.encoded.items():
-                item.last = await producer.send(topic, key_bytes, value_bytes, partition=item.part.number)
+            if item.encoded:
+                item.last = await producer.send_batch(topic, item.part.number, list(item.encoded.items()))
             if item.closes:
                 closed = table.windowed.closed_topic.name  # type: ignore[union-attr]  # closes imply both
-                for key_bytes, value_bytes in item.closes:
-                    await producer.send(closed, key_bytes, value_bytes, partition=item.part.number)
+                await producer.send_batch(closed, item.part.number, item.closes)
 
         for table in self.tables.values():
             windowed = table.windowed
@@ -389,8 +388,7 @@ class TableManager(Service):
         for item in pending:
             assert item.last is not None
             assert item.last.done()
-            offset = item.last.result().offset
-            item.part.store.write(item.encoded, offset)
+            item.part.store.write(item.encoded, item.last.result())
             item.part.flushed()
 
     def abort(self, pending: list[Pending]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -99,6 +99,12 @@ class Producer(Protocol):
     ) -> asyncio.Future[object]:
         """Enqueue a record; the returned future resolves when the broker acknowledged it. The record's
         timestamp is `timestamp_ms` (event time carried across a repartition), or now."""
+
+    async def send_batch(self, topic: str, partition: int,
+                         records: Sequence[tuple[bytes | None, bytes | None]]) -> asyncio.Future[int]:
+        """Enqueue (key, value) records for one partition, stamped now, as whole batches (a changelog's
+        writes at a checkpoint): none of `send`'s per-record partitioning and futures. The returned future
+        resolves to the offset of the last record once the broker acknowledged it; `records` is not empty."""
 
     async def flush(self) -> None:
         """Wait until everything enqueued so far is acknowledged; raise DeliveryFailed if any was not."""

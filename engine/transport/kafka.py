@@ -15,6 +15,7 @@ creates every topic of its topology itself; `_NoAutoCreate` makes aiokafka's met
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +49,7 @@ from engine.transport.deliveries import Deliveries, first_failure
 from engine.transport.kafka_protocol import BROKER_DEFAULT, CreateTopicsRequest, TopicIdsRequest, topic_ids
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping
+    from collections.abc import Collection, Mapping, Sequence
 
     from engine.transport.base import PartitionsCallback, TopicSpec
 from engine.transport.base import GroupDescription, GroupMember
@@ -389,6 +390,34 @@ class KafkaProducer:
         self._deliveries.add(future)
         return future
 
+    async def send_batch(self, topic: str, partition: int,
+                         records: Sequence[tuple[bytes | None, bytes | None]]) -> asyncio.Future[int]:
+        if not self._open.is_set():
+            await self._open.wait()
+        batch, relative = self._client.create_batch(), -1
+        for key, value in records:
+            appended = batch.append(key=key, value=value, timestamp=None)
+            if appended is None:  # full: send it and go on in a new one
+                await self._send_batch(batch, topic, partition)
+                batch = self._client.create_batch()
+                appended = batch.append(key=key, value=value, timestamp=None)
+                if appended is None:
+                    raise DeliveryFailed(f"a record for {topic!r} of {len(value or b'')} bytes does not fit "
+                                         "in a batch (max_batch_size)")
+            relative = appended.offset  # within the batch
+        sent = await self._send_batch(batch, topic, partition)
+        last: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        sent.add_done_callback(functools.partial(_last_offset, last, relative))
+        return last
+
+    async def _send_batch(self, batch: Any, topic: str, partition: int) -> asyncio.Future[Any]:
+        try:
+            sent: asyncio.Future[Any] = await self._client.send_batch(batch, topic, partition=partition)
+        except KafkaError as exc:
+            raise DeliveryFailed(f"cannot send to {topic!r}: {exc}") from exc
+        self._deliveries.add(sent)
+        return sent
+
     def _partition_count(self, topic: str) -> int:
         partitions = self._client.client.cluster.partitions_for_topic(topic)
         if not partitions:
@@ -408,6 +437,18 @@ class KafkaProducer:
         failure = failure or first_failure(sent)
         if failure is not None:
             raise DeliveryFailed(f"the broker did not acknowledge a record: {failure}")
+
+
+def _last_offset(last: asyncio.Future[int], relative: int, batch: asyncio.Future[Any]) -> None:
+    """A batch was acknowledged (or failed): its last record's offset is its base offset plus `relative`."""
+    if last.done():
+        return
+    if batch.cancelled():
+        last.cancel()
+    elif (failure := batch.exception()) is not None:
+        last.set_exception(failure)
+    else:
+        last.set_result(batch.result().offset + relative)
 
 
 class KafkaAdmin:

@@ -21,7 +21,7 @@ from engine.partitioner import KeyHashes
 from engine.transport.base import GroupDescription, GroupMember
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping
+    from collections.abc import Collection, Mapping, Sequence
 
     from engine.transport.base import PartitionsCallback, TopicSpec
 
@@ -308,6 +308,16 @@ class MemoryProducer:
         self.broker.notify()
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         future.set_result(record)
+        return future
+
+    async def send_batch(self, topic: str, partition: int,
+                         records: Sequence[tuple[bytes | None, bytes | None]]) -> asyncio.Future[int]:
+        offset = -1
+        for key, value in records:
+            offset = self.broker.append(topic, key, value, (), partition).offset
+        self.broker.notify()
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        future.set_result(offset)
         return future
 
     async def flush(self) -> None:

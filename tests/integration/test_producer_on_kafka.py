@@ -1,0 +1,48 @@
+"""engine's Kafka producer on a real broker: batches sent whole; keyed records where aiokafka puts them."""
+
+from __future__ import annotations
+
+from aiokafka import AIOKafkaProducer
+
+from engine.transport import open_transport
+from tests.integration.helpers import create_topics, read_all, unique
+
+
+async def test_a_batch_larger_than_a_request_arrives_whole_in_order_and_reports_its_last_offset(kafka):
+    topic = unique("batches")
+    await create_topics(kafka.bootstrap, [topic], partitions=2)
+    producer = open_transport(kafka.url).producer("batch-test")  # transactional, like a task's
+    await producer.start()
+    try:
+        first = [(b"before", b"0")]
+        await producer.send_batch(topic, 1, first)
+        records = [(f"k{i}".encode(), b"x" * 1000) for i in range(600)]  # 600 kB: past one 256 kB batch
+        last = await producer.send_batch(topic, 1, records)
+        await producer.commit_transaction({}, "batch-test-group")
+        assert last.result() == len(first) + len(records) - 1
+    finally:
+        await producer.stop()
+    stored = [r for r in await read_all(kafka.bootstrap, topic) if r.partition == 1]
+    assert [(r.key, r.value) for r in stored] == first + records
+    assert [r.offset for r in stored][-1] == len(first) + len(records) - 1
+
+
+async def test_keyed_records_land_where_aiokafkas_default_partitioner_puts_them(kafka):
+    topic = unique("keyed")
+    await create_topics(kafka.bootstrap, [topic], partitions=5)
+    keys = [f"key-{i}".encode() for i in range(200)]
+    engine_producer = open_transport(kafka.url).producer(None)
+    await engine_producer.start()
+    reference = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap)
+    await reference.start()
+    try:
+        expected = {}
+        for key in keys:
+            expected[key] = (await (await reference.send(topic, b"ref", key=key))).partition
+            await engine_producer.send(topic, key, b"engine")
+        await engine_producer.flush()
+    finally:
+        await reference.stop()
+        await engine_producer.stop()
+    placed = {r.key: r.partition for r in await read_all(kafka.bootstrap, topic) if r.value == b"engine"}
+    assert placed == expected
