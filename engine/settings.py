@@ -42,6 +42,10 @@ class Settings:
     mailbox_size: int = 1000
     max_poll_records: int = 1000
     store: str = "rocksdb://"
+    # Bytes of memory every RocksDB store of a worker shares: one block cache, with the memtables charged to
+    # it (up to half), as Kafka Streams' BoundedMemoryRocksDBConfig. Unbounded, each store's memtables grew
+    # until 64 MB before their first flush: RSS rose with every write (benchmarks/soak.py).
+    store_memory: int = 64 * 1024 * 1024
     standby_replicas: int = 0
     # Static membership (KIP-345): "auto" (the worker id kept in the data dir) or a name unique in the group;
     # None: dynamic membership (a leave rebalances at once; a restart rebalances twice).
@@ -90,7 +94,7 @@ def validate(s: Settings) -> None:
             _fail(name, value, "expected a positive duration (seconds or timedelta)")
     if not isinstance(s.producer_linger, timedelta) or s.producer_linger < timedelta(0):
         _fail("producer_linger", s.producer_linger, "expected at least 0 (seconds or a timedelta)")
-    for name in ("topic_partitions", "topic_replication", "mailbox_size", "max_poll_records"):
+    for name in ("topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "store_memory"):
         value = getattr(s, name)
         if name == "topic_replication" and value is None:
             continue
@@ -137,7 +141,7 @@ def _validate_broker(url: object) -> None:
 _DURATIONS = {"commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning",
               "state_cleanup_delay", "producer_linger"}
 _INTS = {"topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "agent_max_restarts",
-         "standby_replicas", "acceptable_recovery_lag"}
+         "standby_replicas", "acceptable_recovery_lag", "store_memory"}
 ENV_PREFIX = "ENGINE_"
 # Variables of engine's own tools that share the prefix but are not settings (the test suite's broker).
 NOT_SETTINGS = frozenset({"ENGINE_TEST_KAFKA", "ENGINE_KAFKA_CACHE"})

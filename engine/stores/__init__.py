@@ -11,7 +11,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
-def open_store_backend(url: str, data_dir: Path) -> StoreBackend:
+def open_store_backend(url: str, data_dir: Path, memory: int | None = None) -> StoreBackend:
+    """`memory`: bytes a RocksDB backend's stores share (None: RocksDB's defaults, per store; for short-lived
+    readers such as the CLI's)."""
     scheme = url.split("://", 1)[0]
     if scheme == "memory":
         from engine.stores.memory import MemoryStoreBackend
@@ -20,7 +22,7 @@ def open_store_backend(url: str, data_dir: Path) -> StoreBackend:
     if scheme == "rocksdb":
         from engine.stores.rocksdb import RocksDBStoreBackend
 
-        return RocksDBStoreBackend(url, data_dir)
+        return RocksDBStoreBackend(url, data_dir, memory)
     raise ConfigError(f"unknown store {url!r}; use rocksdb:// or memory://")
 
 

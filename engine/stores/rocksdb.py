@@ -19,7 +19,18 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import (
+    AccessType,
+    BlockBasedOptions,
+    Cache,
+    Checkpoint,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBatch,
+    WriteBufferManager,
+    WriteOptions,
+)
 
 from engine.stores.base import StoreCorrupt, StoreError
 
@@ -36,21 +47,46 @@ OFFSET_KEY = b"changelog-offset"
 IDENTITY_KEY = b"changelog-id"
 
 
-def _options() -> Options:
+def _options(memory: SharedMemory | None = None) -> Options:
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
+    if memory is not None:
+        memory.apply(options)
     return options
 
 
+class SharedMemory:
+    """One memory budget for every store of a backend (so of a worker): a block cache of `size` bytes, and
+    memtables charged to it, flushed once they hold half of it together. Without it each store had its own
+    cache and memtables of up to 64 MB each (RocksDB's defaults): a worker's RSS grew with every write until
+    then, times its number of stores (benchmarks/soak.py). A single memtable stays small too, so that one
+    busy store flushes before it takes the whole budget."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.cache = Cache(size)
+        self.write_buffers = WriteBufferManager.new_write_buffer_manager_with_cache(
+            size // 2, False, self.cache)
+
+    def apply(self, options: Options) -> None:
+        options.set_write_buffer_manager(self.write_buffers)
+        options.set_write_buffer_size(max(1 << 20, min(8 << 20, self.size // 8)))
+        table = BlockBasedOptions()
+        table.set_block_cache(self.cache)
+        table.set_cache_index_and_filter_blocks(True)  # index and filters count against the budget too
+        options.set_block_based_table_factory(table)
+
+
 class RocksDBPartitionStore:
-    def __init__(self, path: Path, *, read_only: bool = False, remove_on_close: bool = False) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False, remove_on_close: bool = False,
+                 memory: SharedMemory | None = None) -> None:
         self.path = path
         self.read_only = read_only
         self._remove_on_close = remove_on_close
         access = AccessType.read_only() if read_only else AccessType.read_write()
         try:
-            self._db = Rdict(str(path), _options(), column_families={META: Options(raw_mode=True)},
+            self._db = Rdict(str(path), _options(memory), column_families={META: _options(memory)},
                              access_type=access)
         except Exception as exc:  # rocksdict raises plain Exceptions for IO and corruption errors
             message = str(exc)
@@ -160,9 +196,10 @@ class RocksDBPartitionStore:
 
 
 class RocksDBStoreBackend:
-    def __init__(self, url: str, data_dir: Path) -> None:
+    def __init__(self, url: str, data_dir: Path, memory: int | None = None) -> None:
         self.url = url
         self.root = Path(data_dir)
+        self.memory = SharedMemory(memory) if memory is not None else None
 
     def path(self, table: str, partition: int) -> Path:
         return self.root / table / str(partition)
@@ -170,7 +207,7 @@ class RocksDBStoreBackend:
     def open(self, table: str, partition: int) -> RocksDBPartitionStore:
         path = self.path(table, partition)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return RocksDBPartitionStore(path)
+        return RocksDBPartitionStore(path, memory=self.memory)
 
     def destroy(self, table: str, partition: int) -> None:
         shutil.rmtree(self.path(table, partition), ignore_errors=True)

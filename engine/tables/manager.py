@@ -98,7 +98,7 @@ class TableManager(Service):
         backend = self._backends.get(url)
         if backend is None:
             root = self.settings.data_dir / self.settings.app_id
-            backend = self._backends[url] = open_store_backend(url, root)
+            backend = self._backends[url] = open_store_backend(url, root, self.settings.store_memory)
         return backend
 
     def _open(self, table: BaseTable, number: int) -> PartitionStore:

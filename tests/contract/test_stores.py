@@ -163,3 +163,25 @@ def test_rocksdb_snapshot_leaves_nothing_behind(tmp_path):
     assert [p.name for p in (tmp_path / "snap").iterdir()] == ["3"]
     assert backend.local_partitions("snap") == [3]
     store.close()
+
+
+def test_rocksdb_stores_of_a_backend_share_one_bounded_memory_budget(tmp_path):
+    """Four stores written five times past their budget: their memtables are charged to the shared cache and
+    flushed as they fill it (RocksDB's limit is soft: a memtable is counted by whole arena blocks), so
+    memory stays near the budget however much is written, and every value reads back."""
+    budget = 16 << 20
+    backend = open_store_backend("rocksdb://", tmp_path, memory=budget)
+    stores = [backend.open("bounded", n) for n in range(4)]
+    memory = backend.memory  # type: ignore[attr-defined]  # the RocksDB backend's
+    value = b"v" * 100
+    peak = 0
+    for round_ in range(40):  # 40 x 4 x 5,000 x ~110 bytes: ~88 MB written
+        for number, store in enumerate(stores):
+            store.write({f"{number}-{round_}-{i}".encode(): value for i in range(5000)}, round_)
+        peak = max(peak, memory.write_buffers.get_usage())
+    assert 0 < peak <= budget * 3 // 2
+    assert memory.cache.get_usage() <= budget * 3 // 2
+    assert stores[3].get(b"3-39-4999") == value
+    assert stores[0].get(b"0-0-0") == value
+    for store in stores:
+        store.close()

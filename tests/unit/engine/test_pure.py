@@ -188,3 +188,9 @@ def test_producer_linger_may_be_zero_but_not_negative():
         milliseconds=20)
     with pytest.raises(ConfigError, match=r"setting 'producer_linger' is -0\.001s; expected at least 0"):
         load_settings("a", {"producer_linger": -0.001})
+
+
+def test_store_memory_is_a_positive_number_of_bytes():
+    assert load_settings("a", {}, environ={"ENGINE_STORE_MEMORY": "1048576"}).store_memory == 1 << 20
+    with pytest.raises(ConfigError, match="'store_memory'"):
+        load_settings("a", {"store_memory": 0}, environ={})
