@@ -20,7 +20,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
 
 @contextlib.contextmanager
@@ -81,14 +81,15 @@ async def preload(bootstrap: str, topic: str, count: int) -> float:
 
 
 def run_job(module: str, bootstrap: str, topic: str, count: int, *, group: str | None = None,
-            timeout: float = 600) -> dict[str, Any] | None:
-    """Run a benchmarks.peers job as a subprocess; its report, or None (with its log) if it failed."""
+            timeout: float = 600, env: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """Run a benchmarks.peers job as a subprocess (`env`: its own variables, such as BENCH_MODE); its report,
+    or None (with its log) if it failed."""
     name = module.rsplit(".", 1)[-1]
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
     out = workdir / "result.json"
-    env = {**os.environ, "BENCH_BOOTSTRAP": bootstrap, "BENCH_TOPIC": topic, "BENCH_COUNT": str(count),
-           "BENCH_GROUP": group or f"{name}-{uuid.uuid4().hex[:8]}", "BENCH_OUT": str(out),
-           "BENCH_STATE_DIR": str(workdir / "state")}
+    env = {**os.environ, **(env or {}), "BENCH_BOOTSTRAP": bootstrap, "BENCH_TOPIC": topic,
+           "BENCH_COUNT": str(count), "BENCH_GROUP": group or f"{name}-{uuid.uuid4().hex[:8]}",
+           "BENCH_OUT": str(out), "BENCH_STATE_DIR": str(workdir / "state")}
     started = time.perf_counter()
     with (workdir / "log.txt").open("wb") as log:
         process = subprocess.Popen([sys.executable, "-m", module], env=env, stdout=log,

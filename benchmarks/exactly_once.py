@@ -15,7 +15,6 @@ that asks another agent and waits for the answer, under both guarantees: the ask
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 
 from benchmarks.common import broker, create_topics, median, parser, preload, run_job
@@ -23,13 +22,6 @@ from benchmarks.stateful_count import preload_words
 
 JOB = "benchmarks.peers.engine_guarantee_job"
 GUARANTEES = ("at_least_once", "exactly_once")
-
-
-def run(mode: str, guarantee: str, bootstrap: str, topic: str, count: int, commit_interval: float,
-        sink: str) -> dict | None:  # type: ignore[type-arg]
-    os.environ.update(BENCH_MODE=mode, BENCH_GUARANTEE=guarantee, BENCH_SINK=sink,
-                      BENCH_COMMIT_INTERVAL=str(commit_interval))
-    return run_job(JOB, bootstrap, topic, count)
 
 
 async def main() -> None:
@@ -48,12 +40,16 @@ async def main() -> None:
         print(f"preloaded {args.messages:,} records per topic, {args.partitions} partitions; commit interval "
               f"{args.commit_interval:g}s")
         topics = {"count": words, "passthrough": json_in}
+
+        def job_env(mode: str, guarantee: str) -> dict[str, str]:
+            return {"BENCH_MODE": mode, "BENCH_GUARANTEE": guarantee, "BENCH_SINK": sink,
+                    "BENCH_COMMIT_INTERVAL": str(args.commit_interval)}
         rates: dict[tuple[str, str], list[float]] = {(m, g): [] for m in topics for g in GUARANTEES}
         for round_ in range(args.rounds):
             for mode, topic in topics.items():
                 for guarantee in GUARANTEES:
-                    result = await asyncio.to_thread(run, mode, guarantee, bootstrap, topic, args.messages,
-                                                     args.commit_interval, sink)
+                    result = await asyncio.to_thread(run_job, JOB, bootstrap, topic, args.messages,
+                                                     env=job_env(mode, guarantee))
                     if result is None:
                         continue
                     rate = result["records"] / result["seconds"]
@@ -62,8 +58,8 @@ async def main() -> None:
                           f"{result['seconds']:.1f}s, {result['commits']} commits, "
                           f"{result['cpu'] / result['records'] * 1e6:.1f} CPU µs/event")
         for guarantee in GUARANTEES:
-            result = await asyncio.to_thread(run, "ask", guarantee, bootstrap, words, args.asks,
-                                             args.commit_interval, sink)
+            result = await asyncio.to_thread(run_job, JOB, bootstrap, words, args.asks,
+                                             env=job_env("ask", guarantee))
             if result is not None:
                 print(f"ask {guarantee:<13}: {args.asks} asks from inside events, one at a time: p50 "
                       f"{result['ask_p50'] * 1000:.1f} ms, p99 {result['ask_p99'] * 1000:.1f} ms, max "

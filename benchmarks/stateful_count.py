@@ -19,7 +19,7 @@ from benchmarks.common import available, broker, create_topics, median, parser, 
 from benchmarks.passthrough import raw_aiokafka
 
 PEERS = {  # name: (job module, framework that must be importable)
-    "engine": ("benchmarks.peers.engine_count", "engine"),
+    "engine": ("benchmarks.peers.engine_guarantee_job", "engine"),  # BENCH_MODE=count, at_least_once
     "faust": ("benchmarks.peers.faust_count", "faust"),
     "quixstreams": ("benchmarks.peers.quix_count", "quixstreams"),
 }

@@ -12,7 +12,6 @@ stores at the end.
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 
 from aiokafka import AIOKafkaProducer
@@ -33,11 +32,6 @@ async def preload_timed(bootstrap: str, topic: str, count: int, keys: int) -> No
         await producer.stop()
 
 
-def run(mode: str, bootstrap: str, topic: str, count: int) -> dict | None:  # type: ignore[type-arg]
-    os.environ["BENCH_MODE"] = mode
-    return run_job(JOB, bootstrap, topic, count)
-
-
 async def main() -> None:
     p = parser(__doc__ or "")
     p.set_defaults(messages=1_000_000)
@@ -53,7 +47,8 @@ async def main() -> None:
         rates: dict[str, list[float]] = {"plain": [], "windowed": []}
         for round_ in range(args.rounds):
             for mode in ("plain", "windowed"):
-                result = await asyncio.to_thread(run, mode, bootstrap, topic, args.messages)
+                result = await asyncio.to_thread(run_job, JOB, bootstrap, topic, args.messages,
+                                                 env={"BENCH_MODE": mode})
                 if result is None:
                     continue
                 rate = result["records"] / result["seconds"]

@@ -25,7 +25,7 @@ def add_commits(commits: int) -> None:
 
 async def main() -> None:
     app = engine.App(job.group, broker=f"kafka://{job.bootstrap}", data_dir=job.state_dir,
-                     commit_interval=float(os.environ.get("BENCH_COMMIT_INTERVAL", "0.1")),
+                     commit_interval=float(os.environ.get("BENCH_COMMIT_INTERVAL", "1.0")),
                      processing_guarantee=os.environ.get("BENCH_GUARANTEE", "at_least_once"))
     done = asyncio.Event()
     if MODE == "count":
