@@ -259,8 +259,8 @@ VALUE, PAIR, EVENT = 0, 1, 2
 
 class _Shaped:
     """items() or events() of a root stream: its own __anext__, told what to return. A plain method, not a
-    coroutine awaiting the root's: the agent awaits one coroutine per event instead of two (measured on the
-    stateful count, `benchmarks.stateful_count`; see the issue 12 notes)."""
+    coroutine awaiting the root's: the agent awaits one coroutine per event instead of two (a coroutine
+    frame less per event; on `benchmarks.stateful_count` its effect is within this machine's drift)."""
 
     __slots__ = ("_root", "_shape")
 
