@@ -172,8 +172,9 @@ class WindowedTable:
         (py-spy): the key is routed once, by its own cached location, not once per window; a window's store
         key is built only to read the store; and the store is read only for a window the partition's live
         index has (every window stored or written since activation is in it), so a new window costs no
-        RocksDB read. Windowed/plain went from 0.38-0.47 to 0.67-0.87 over three runs (`benchmarks.windowed
-        --messages 500000`); the update's share of the job's samples from 36% to 22%."""
+        RocksDB read. Windowed/plain went from 0.38-0.47 to 0.54-0.87 over five runs (`benchmarks.windowed
+        --messages 500000`, on a machine whose speed drifts); the update's share of the job's samples from 36%
+        to 22%."""
         event = self._event()
         ts = self.event_time_ms(event)
         if ts < 0:
