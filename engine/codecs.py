@@ -58,6 +58,16 @@ class StrCodec:
             raise DecodeError(f"not valid UTF-8: {exc}") from exc
 
 
+def _right_sized(encoded: bytes) -> bytes:
+    """A copy of `encoded` that owns exactly its length. orjson (since 3.12) returns bytes that keep the whole
+    buffer it serialized into: 4 KB behind a 10-byte document. Wherever encoded bytes are kept (a memory
+    store's values, a checkpoint's pending changelog, the tables' key caches) that multiplied memory by up
+    to 400: the soak's memory-store worker held 459 MB for 100k counts. The copy costs ~45 ns per encode
+    (timeit, a 4-field dict: 112 -> 160 ns), 0.5% of the passthrough's per-event CPU. `bytes.join` of two
+    parts always copies; `bytes(b)` and `b[:]` return `b` itself."""
+    return b"".join((encoded, b""))
+
+
 class JsonCodec:
     """JSON through orjson, optionally into a declared type."""
 
@@ -73,7 +83,7 @@ class JsonCodec:
         if value is None:
             return None
         try:
-            return orjson.dumps(value)
+            return _right_sized(orjson.dumps(value))
         except TypeError as exc:
             raise EncodeError(f"cannot encode {type(value).__name__} as JSON: {exc}") from exc
 
@@ -127,7 +137,7 @@ def codec_for(type_: type | None, serializer: str | None = None) -> Codec:
 
 def dumps(value: Any) -> bytes:
     """JSON for engine's own metadata (headers, replies, CLI output)."""
-    return orjson.dumps(value)
+    return _right_sized(orjson.dumps(value))
 
 
 def loads(data: bytes | str) -> Any:

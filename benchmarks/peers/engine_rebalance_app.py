@@ -9,7 +9,9 @@ import time
 import engine
 
 app = engine.App(os.environ["BENCH_GROUP"], broker="kafka://" + os.environ["BENCH_BOOTSTRAP"],
-                 commit_interval=0.2, processing_guarantee=os.environ.get("BENCH_GUARANTEE", "at_least_once"))
+                 commit_interval=0.2, processing_guarantee=os.environ.get("BENCH_GUARANTEE", "at_least_once"),
+                 store=os.environ.get("BENCH_STORE", "rocksdb://"),
+                 store_memory=int(os.environ.get("BENCH_STORE_MEMORY", 64 << 20)))
 source = app.topic(os.environ["BENCH_TOPIC"], key_type=str, value_type=dict)
 out = app.topic(os.environ["BENCH_OUT_TOPIC"], key_type=str, value_type=dict)
 counts = app.Table("counts", default=int, key_type=str, value_type=int)
