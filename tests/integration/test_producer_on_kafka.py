@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from aiokafka import AIOKafkaProducer
 
+from engine.errors import DeliveryFailed
 from engine.transport import open_transport
 from tests.integration.helpers import create_topics, read_all, unique
 
@@ -46,3 +48,41 @@ async def test_keyed_records_land_where_aiokafkas_default_partitioner_puts_them(
         await engine_producer.stop()
     placed = {r.key: r.partition for r in await read_all(kafka.bootstrap, topic) if r.value == b"engine"}
     assert placed == expected
+
+
+async def test_every_kind_of_record_arrives_as_sent_and_only_with_its_transaction(kafka):
+    """Sends take aiokafka's accumulator directly when they can, its full send otherwise: either way every
+    field arrives, the partition joins the open transaction, and a record too large fails clearly."""
+    topic = unique("kinds")
+    await create_topics(kafka.bootstrap, [topic], partitions=3)
+    producer = open_transport(kafka.url).producer("kinds-test")  # transactional, like a task's
+    await producer.start()
+    sent = [  # key, value, headers, partition, timestamp
+        (b"timed", b"v", None, None, 1_234),
+        (b"tombstone", None, None, None, None),
+        (None, b"unkeyed", None, None, None),
+        (b"placed", b"on 2", None, 2, None),
+        (b"headed", b"v", [("trace", b"1")], None, None),
+        (b"big", b"x" * 900_000, None, None, None),
+    ]
+    try:
+        for key, value, headers, partition, timestamp in sent:
+            await producer.send(topic, key, value, headers=headers, partition=partition,
+                                timestamp_ms=timestamp)
+        await producer.flush()
+        assert await read_all(kafka.bootstrap, topic) == []  # not committed yet
+        await producer.commit_transaction({}, "kinds-group")
+        with pytest.raises(DeliveryFailed, match=repr(topic)):
+            await producer.send(topic, b"huge", b"x" * 2_000_000)
+    finally:
+        await producer.stop()
+    stored = {r.key: r for r in await read_all(kafka.bootstrap, topic)}
+    assert len(stored) == len(sent)
+    for key, value, headers, partition, timestamp in sent:
+        record = stored[key]
+        assert record.value == value
+        assert list(record.headers) == (headers or [])
+        if partition is not None:
+            assert record.partition == partition
+        if timestamp is not None:
+            assert record.timestamp == timestamp
