@@ -389,6 +389,8 @@ class TableManager(Service):
             assert item.last is not None
             assert item.last.done()
             item.part.store.write(item.encoded, item.last.result())
+            if item.table.windowed is not None:
+                item.table.windowed.stored(item.part, item.writes)
             item.part.flushed()
 
     def abort(self, pending: list[Pending]) -> None:

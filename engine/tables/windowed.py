@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import operator
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineError, InvalidTimestamp
@@ -57,14 +57,18 @@ Timestamp = Callable[[Any], "float | int | datetime"]
 
 
 class WindowState:
-    """Per partition: stream time, which windows are alive (for expiry), and the newest one emitted closed."""
+    """Per partition: stream time, which windows are alive (for expiry), and the newest one emitted closed.
+
+    `live` maps a window start to its keys, each with whether the store has that window (True) or it was
+    only written since the last checkpoint (False): expiring one the store never had needs no tombstone.
+    """
 
     __slots__ = ("closed_upto", "live", "stream_time")
 
     def __init__(self) -> None:
         self.stream_time: int | None = None
         self.closed_upto: int | None = None
-        self.live: dict[int, set[Any]] = {}
+        self.live: dict[int, dict[Any, bool]] = {}
 
 
 def _advance(part: TablePartition, state: WindowState, ts: int) -> int:
@@ -152,7 +156,7 @@ class WindowedTable:
             if raw_key.startswith(META_PREFIX):
                 continue
             key, start = decode(raw_key)
-            state.live.setdefault(start, set()).add(key)
+            state.live.setdefault(start, {})[key] = True
         return state
 
     # -- updates ------------------------------------------------------------------------------------
@@ -193,14 +197,15 @@ class WindowedTable:
             window_key_ = (key, start)
             live = state.live.get(start)
             if live is None:
-                live = state.live[start] = set()
+                live = state.live[start] = {}
             current = part.cached(window_key_)
             if current is MISSING:
-                current = part.stored(window_key(inner, start)) if key in live else MISSING
+                current = part.stored(window_key(inner, start)) if live.get(key) else MISSING
             elif current is DELETED:
                 current = MISSING
             part.set(window_key_, fun(self._default() if current is MISSING else current, arg))
-            live.add(key)
+            if key not in live:
+                live[key] = False  # not in the store until a checkpoint writes it (`stored`)
             applied = True
         if not applied:
             self.late_events += 1
@@ -274,16 +279,37 @@ class WindowedTable:
         return records
 
     def expire(self, part: TablePartition) -> int:
-        """Delete this partition's windows older than `expires`; returns how many were deleted."""
+        """Delete this partition's windows older than `expires` (called as a checkpoint takes the buffer);
+        returns how many were deleted. A window the store has gets a tombstone (store and changelog); one
+        written only since the last checkpoint is dropped from the buffer, never sent: when event time
+        runs ahead of the checkpoints (catching up, reprocessing), most windows open and expire between
+        two of them, and their writes and tombstones were most of a checkpoint's records (Kafka Streams'
+        window stores likewise drop writes to expired segments)."""
         state = self.states.get(part.number)
         if state is None or state.stream_time is None:
             return 0
         deleted = 0
         for start in [s for s in state.live if self.window.expired(s, state.stream_time)]:
-            for key in state.live.pop(start):
-                part.delete((key, start))
+            for key, in_store in state.live.pop(start).items():
+                if in_store:
+                    part.delete((key, start))
+                else:
+                    part.buffer.pop((key, start), None)
                 deleted += 1
         return deleted
+
+    def stored(self, part: TablePartition, writes: Mapping[Any, Any]) -> None:
+        """A checkpoint wrote `writes` (window key -> value or DELETED) to the partition's store: those
+        windows now need a tombstone when they expire."""
+        state = self.states.get(part.number)
+        if state is None:
+            return
+        live = state.live
+        for (key, start), value in writes.items():
+            if value is not DELETED:
+                keys = live.get(start)
+                if keys is not None and key in keys:
+                    keys[key] = True
 
     def forget(self, number: int) -> None:
         self.states.pop(number, None)

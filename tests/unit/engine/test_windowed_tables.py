@@ -8,6 +8,7 @@ import pytest
 
 import engine
 from engine import testing
+from engine.tables.keys import META_PREFIX
 from engine.windows import WindowRange
 
 
@@ -59,17 +60,30 @@ async def test_hopping_updates_only_the_open_windows_of_a_late_event():
         assert table.late_events == 0
 
 
-async def test_expired_windows_are_deleted_and_tombstoned():
+@pytest.mark.parametrize("store", ["memory://", "rocksdb://"])
+async def test_expired_windows_are_tombstoned_if_stored_and_never_sent_if_not(store, tmp_path):
+    """Tumbling 10 s windows expiring 10 s after they end: [s, s+10) expires at stream time s+20."""
     url = testing.memory_url()
-    app, views, table, seen = windowed_app(lambda t: t.tumbling(10, expires=10), url, store="memory://")
-    async with testing.running(app):
-        await feed(views, "k", [1, 15, 35])  # stream time 35: [0,10) expired at 20, [10,20) at 30
-        await testing.eventually(lambda: len(seen) == 3)
-        await testing.eventually(lambda: table["k"].items() == [(WindowRange(30, 40), 1)])
+    app, views, table, seen = windowed_app(
+        lambda t: t.tumbling(10, expires=10), url, store=store, data_dir=str(tmp_path))
+    async with testing.running(app, commit_interval=3600) as worker:  # checkpoints only when told here
+        await feed(views, "k", [1, 15])
+        await testing.eventually(lambda: len(seen) == 2)
+        await worker.conductor.checkpoint()  # [0,10) and [10,20) are stored
+        # 35 expires both; 52 opens [50,60) and expires [30,40), which opened at 35 and was never stored
+        await feed(views, "k", [35, 52])
+        await testing.eventually(lambda: len(seen) == 4)
+        await worker.conductor.checkpoint()
+        assert table["k"].items() == [(WindowRange(50, 60), 1)]
+        stored = [key for p in app.tables["views"].active.values() for key, _ in p.store.items()
+                  if not key.startswith(META_PREFIX)]
     records = [r for p in testing.broker_for(url).topics["w-views-changelog"] for r in p]
     codec = app.tables["views"].changelog_topic.key_codec
-    tombstoned = {codec.decode(r.key)[1] for r in records if r.value is None}
-    assert tombstoned == {WindowRange(0, 10), WindowRange(10, 20)}
+    windows = [(codec.decode(r.key)[1], r.value) for r in records if not r.key.startswith(META_PREFIX)]
+    assert sorted(windows[:2]) == [(WindowRange(0, 10), b"1"), (WindowRange(10, 20), b"1")]  # checkpoint 1
+    assert sorted(windows[2:], key=repr) == [  # checkpoint 2: nothing of [30,40)
+        (WindowRange(0, 10), None), (WindowRange(10, 20), None), (WindowRange(50, 60), b"1")]
+    assert [codec.decode(key)[1] for key in stored] == [WindowRange(50, 60)]
 
 
 async def test_changelog_readers_get_key_and_window_and_late_records_go_to_the_late_topic():
