@@ -28,6 +28,7 @@ from engine.tables.partition import DELETED, MISSING, TablePartition
 from engine.topics import Topic
 
 if TYPE_CHECKING:
+    from engine.events import Event
     from engine.tables.windowed import WindowedTable
     from engine.windows import Window
 
@@ -172,9 +173,9 @@ class BaseTable(MutableMapping[Any, Any]):
     # The two routes take a key without its window (`own`) and return its partition here with the key's
     # bytes: a plain table's store key, or what a windowed table appends window starts to.
 
-    def _route_write(self, own: Any) -> tuple[TablePartition, bytes]:
+    def _route_write(self, own: Any, event: Event | None) -> tuple[TablePartition, bytes]:
+        """(`event`: the current event, which the caller has at hand.)"""
         encoded, number = self._locations.get(own) or self._locate_new(own)
-        event = current_event.get()
         if event is not None and event.lease is not None and event.lease.ended:
             raise PartitionMigrated(
                 f"table {self.name!r}: {event.topic}[{event.partition}] moved to another worker while "
@@ -208,8 +209,8 @@ class BaseTable(MutableMapping[Any, Any]):
     def _for_write(self, key: Any) -> tuple[TablePartition, bytes]:
         """The partition a write of `key` goes to, and its store key."""
         if self.window is None:
-            return self._route_write(key)
-        part, inner = self._route_write(key[0])
+            return self._route_write(key, current_event.get())
+        part, inner = self._route_write(key[0], current_event.get())
         return part, window_key(inner, key[1])
 
     def _for_read(self, key: Any) -> tuple[TablePartition, bytes]:
@@ -242,7 +243,8 @@ class BaseTable(MutableMapping[Any, Any]):
         return value
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        part, _ = self._route_write(key) if self.window is None else self._for_write(key)
+        part, _ = (self._route_write(key, current_event.get()) if self.window is None
+                   else self._for_write(key))
         part.set(key, value)
 
     def __delitem__(self, key: Any) -> None:

@@ -174,36 +174,46 @@ class WindowedTable:
 
         The per-event path of every windowed table, so it avoids what cost most in `benchmarks.windowed`
         (py-spy): the key is routed once, by its own cached location, not once per window; a window's store
-        key is built only to read the store; and the store is read only for a window the partition's live
-        index has (every window stored or written since activation is in it), so a new window costs no
-        RocksDB read. Windowed/plain went from 0.38-0.47 to 0.54-0.87 over five runs (`benchmarks.windowed
-        --messages 500000`, on a machine whose speed drifts); the update's share of the job's samples from 36%
-        to 22%."""
-        event = self._event()
-        ts = self.event_time_ms(event)
+        key is built only to read the store; and the store is read only for a window the live index says
+        the store has, so a new window costs no RocksDB read. The event, its time, the partition's state and
+        stream time, and the buffer (`TablePartition.cached`/`set`) are inlined: 1,585 -> 1,410 ns per
+        `table[key] += 1` against a plain table's 755 (in-process on the memory store, fastest of 6 x 200k
+        updates, two runs each)."""
+        event = current_event.get()
+        if event is None:
+            event = self._event()  # raises, naming the table
+        ts = event.time_ms  # the topic's extractor, applied at dispatch
+        if ts is None or self.timestamp is not None:
+            ts = self.event_time_ms(event)
         if ts < 0:
             raise InvalidTimestamp(
                 f"windowed table {self.name!r}: {event.topic}[{event.partition}]@{event.offset} has no valid "
                 f"event time ({ts} ms): it was written without a timestamp; give the topic or the table a "
                 "timestamp= extractor"
             )
-        part, inner = self.table._route_write(key)
-        state = self._state(part)
-        stream_time = _advance(part, state, ts)
+        part, inner = self.table._route_write(key, event)
+        state = self.states.get(part.number) or self._state(part)
+        stream_time = state.stream_time
+        if stream_time is None or ts > stream_time:
+            stream_time = _advance(part, state, ts)
+        buffer, flushing, closed = part.buffer, part.flushing, self.window.closed
         applied = False
         for start in self.window.starts_ms(ts):
-            if self.window.closed(start, stream_time):
+            if closed(start, stream_time):
                 continue
             window_key_ = (key, start)
             live = state.live.get(start)
             if live is None:
                 live = state.live[start] = {}
-            current = part.cached(window_key_)
+            current = buffer.get(window_key_, MISSING)
             if current is MISSING:
-                current = part.stored(window_key(inner, start)) if live.get(key) else MISSING
-            elif current is DELETED:
-                current = MISSING
-            part.set(window_key_, fun(self._default() if current is MISSING else current, arg))
+                if flushing is not None:
+                    current = flushing.get(window_key_, MISSING)
+                if current is MISSING and live.get(key):
+                    current = part.stored(window_key(inner, start))
+            if current is MISSING or current is DELETED:
+                current = self._default()
+            buffer[window_key_] = fun(current, arg)
             if key not in live:
                 live[key] = False  # not in the store until a checkpoint writes it (`stored`)
             applied = True
