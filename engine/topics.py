@@ -111,6 +111,8 @@ def event_time_ms(extract: Callable[[Any], Any] | None, event: Event) -> int:
     if extract is None:
         return event.record.timestamp
     value = extract(event.value)
+    if type(value) is int:  # whole seconds, the usual case: no float maths (per event of a windowed topic)
+        return value * 1000
     if isinstance(value, datetime):
         return round(value.timestamp() * 1000)
     seconds: float = value

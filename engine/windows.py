@@ -56,6 +56,10 @@ class Window(Protocol):
     def starts_ms(self, ts_ms: int) -> list[int]:
         """The start of every window containing `ts_ms`, oldest first; none starts before the epoch."""
 
+    def open_starts_ms(self, ts_ms: int, stream_time_ms: int) -> list[int]:
+        """`starts_ms(ts_ms)` without the windows already closed at `stream_time_ms`: those an event at
+        `ts_ms` updates (one call per event: the windowed update's hot path)."""
+
     def current_start_ms(self, ts_ms: int) -> int:
         """The start of the newest window containing `ts_ms`."""
 
@@ -114,6 +118,10 @@ class HoppingWindow:
         """The newest window containing `ts_ms` (the one that started last)."""
         return ts_ms - ts_ms % self.step_ms
 
+    def open_starts_ms(self, ts_ms: int, stream_time_ms: int) -> list[int]:
+        final = self.size_ms + self.grace_ms
+        return [start for start in self.starts_ms(ts_ms) if stream_time_ms < start + final]
+
     def closed(self, start_ms: int, stream_time_ms: int) -> bool:
         """Whether the window can no longer change: stream time reached its end plus grace."""
         return stream_time_ms >= start_ms + self.size_ms + self.grace_ms
@@ -143,3 +151,10 @@ class TumblingWindow(HoppingWindow):
         if ts_ms < 0:
             return super().starts_ms(ts_ms)
         return [ts_ms - ts_ms % self.size_ms]
+
+    def open_starts_ms(self, ts_ms: int, stream_time_ms: int) -> list[int]:
+        """The one window, if still open (no list of starts built and filtered)."""
+        if ts_ms < 0:
+            return super().open_starts_ms(ts_ms, stream_time_ms)
+        start = ts_ms - ts_ms % self.size_ms
+        return [start] if stream_time_ms < start + self.size_ms + self.grace_ms else []

@@ -104,6 +104,7 @@ class WindowedTable:
         self.topics: dict[str, Topic] = {}
         self.closed_topic: Topic | None = None
         self.unsent: dict[int, list[tuple[bytes, bytes]]] = {}  # closes of a checkpoint that failed
+        self._sets: dict[Any, WindowSet] = {}
 
     @property
     def name(self) -> str:
@@ -196,11 +197,9 @@ class WindowedTable:
         stream_time = state.stream_time
         if stream_time is None or ts > stream_time:
             stream_time = _advance(part, state, ts)
-        buffer, flushing, closed = part.buffer, part.flushing, self.window.closed
+        buffer, flushing = part.buffer, part.flushing
         applied = False
-        for start in self.window.starts_ms(ts):
-            if closed(start, stream_time):
-                continue
+        for start in self.window.open_starts_ms(ts, stream_time):
             window_key_ = (key, start)
             live = state.live.get(start)
             if live is None:
@@ -328,7 +327,14 @@ class WindowedTable:
     # -- the mapping face ---------------------------------------------------------------------------
 
     def __getitem__(self, key: Any) -> WindowSet:
-        return WindowSet(self, key)
+        """(Cached per key, bounded like the table's key locations: `table[key] += n` asks for one per event,
+        and a new object cost ~100 ns of the update's ~1.4 µs.)"""
+        found = self._sets.get(key)
+        if found is None:
+            if len(self._sets) > 100_000:
+                self._sets.clear()
+            found = self._sets[key] = WindowSet(self, key)
+        return found
 
     def __setitem__(self, key: Any, value: Any) -> None:
         if isinstance(value, WindowSet):

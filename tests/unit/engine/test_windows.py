@@ -39,6 +39,20 @@ def test_current_is_the_newest_window_and_fractions_are_exact():
     assert TumblingWindow(timedelta(minutes=1)).ranges(61) == [WindowRange(60, 120)]
 
 
+@pytest.mark.parametrize("window", [TumblingWindow(10, grace=3), HoppingWindow(10, 4, grace=2),
+                                    HoppingWindow(7, 3)])
+def test_open_starts_are_the_windows_of_a_time_not_yet_closed(window):
+    """The update's one call per event against its definition: every start containing the time (counted
+    here from the size and step), less those closed at stream time (end plus grace reached)."""
+    size, step, grace = window.size_ms, window.step_ms, window.grace_ms
+    for ts in [*range(0, 40_000, 997), 9_999, 10_000, 10_001]:
+        containing = [s for s in range(0, ts + 1, step) if s <= ts < s + size]
+        assert window.starts_ms(ts) == containing
+        for stream_time in (ts, ts + 1_500, ts + 4_000, ts + 12_000):
+            expected = [s for s in containing if stream_time < s + size + grace]
+            assert window.open_starts_ms(ts, stream_time) == expected
+
+
 def test_closed_after_end_plus_grace_and_expired_after_end_plus_expires():
     window = TumblingWindow(10, grace=3, expires=20)
     start = 20_000
