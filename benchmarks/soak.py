@@ -98,6 +98,11 @@ async def soak(bootstrap: str, minutes: float, rate: float, keys: int, every: fl
           f"{after[-1][1]:.1f} MB at the end, max {max(m for _, m in samples):.1f} MB")
     print(f"slope after warm-up: {slope_per_minute(after):+.2f} MB/min over {len(after)} samples "
           f"({(after[-1][0] - after[0][0]) / 60:.1f} min)")
+    # Levelling shows at the end: the stores' memtables fill towards their budget (store_memory) at the rate
+    # keys are written, which at 1,000 writes/s takes ~15 min with the default 64 MiB.
+    last = samples[-max(3, len(samples) // 3):]
+    print(f"slope over the last third: {slope_per_minute(last):+.2f} MB/min "
+          f"({(last[-1][0] - last[0][0]) / 60:.1f} min)")
     print(f"file-backed RSS (libraries, mapped files): {files[0]:.1f} MB at start, "
           f"{files[-1]:.1f} MB at the end")
     print("samples (min: MB): " + ", ".join(f"{t / 60:.1f}: {m:.1f}" for t, m in samples[::6]))
