@@ -1,6 +1,6 @@
 """Memory over a long run: does a worker's RSS level off, with a table of many keys and periodic rebalances?
 
-    .venv/bin/python -m benchmarks.soak [--minutes 10] [--rate 1000] [--keys 100000] [--every 60]
+    .venv/bin/python -m benchmarks.soak [--minutes 20] [--rate 1000] [--keys 100000] [--every 60]
                                         [--warmup 2] [--store rocksdb://] [--store-memory 64]
 
 A producer sends `rate` events/s over `keys` keys for `minutes`. Worker A (`engine worker`, the app of
@@ -111,7 +111,7 @@ async def soak(bootstrap: str, minutes: float, rate: float, keys: int, every: fl
 
 def main() -> None:
     p = parser(__doc__ or "")
-    p.add_argument("--minutes", type=float, default=10)
+    p.add_argument("--minutes", type=float, default=20, help="enough for the stores to fill their budget")
     p.add_argument("--rate", type=float, default=1000)
     p.add_argument("--keys", type=int, default=100_000)
     p.add_argument("--every", type=float, default=60, help="seconds between two joins of worker B")
