@@ -134,8 +134,7 @@ class Worker(Service):
     async def on_start(self) -> None:
         admin = self.transport.admin()
         try:
-            await admin.create_topics(self.topology.specs())
-            counts = await admin.describe_topics()
+            counts = await admin.create_topics(self.topology.specs())
             sources = [p.name for p in self.topology.topics.values() if p.role == "table-source"]
             self.topology.check(counts, await admin.topic_configs(sources) if sources else {})
             self.replies.partitions = counts[self.replies.topic]

@@ -123,8 +123,10 @@ class Producer(Protocol):
 
 
 class Admin(Protocol):
-    async def create_topics(self, specs: Collection[TopicSpec]) -> None:
-        """Create the topics that do not exist yet; existing ones are left as they are."""
+    async def create_topics(self, specs: Collection[TopicSpec]) -> dict[str, int]:
+        """Create the topics that do not exist yet (existing ones are left as they are); returns every
+        topic's partition count as described once all of `specs` are visible. (Use these counts: on a
+        cluster, a second `describe_topics` may ask a broker that has not heard of a new topic yet.)"""
 
     async def describe_topics(self) -> dict[str, int]:
         """Every topic's partition count."""

@@ -490,7 +490,7 @@ class KafkaAdmin:
                 raise _unavailable(self._servers, exc) from exc
             self._started = True
 
-    async def create_topics(self, specs: Collection[TopicSpec]) -> None:
+    async def create_topics(self, specs: Collection[TopicSpec]) -> dict[str, int]:
         await self._ensure_started()
         existing = await self.describe_topics()
         new = [
@@ -498,7 +498,7 @@ class KafkaAdmin:
             for s in specs if s.name not in existing
         ]
         if not new:
-            return
+            return existing
         try:
             response = await self._client._send_to_controller(CreateTopicsRequest(new, CREATE_TIMEOUT_MS))
         except KafkaError as exc:
@@ -507,15 +507,17 @@ class KafkaAdmin:
             if code not in (0, TOPIC_ALREADY_EXISTS):
                 message = rest[0] if rest else ""
                 raise TransportError(f"cannot create topic {topic!r}: error {code} {message}")
-        # Created is not yet visible: metadata reaches the brokers asynchronously. Return only once every
-        # new topic can be described, so callers may rely on it (partition counts, assignment).
+        # Created is not yet visible: metadata reaches the brokers asynchronously, each on its own. Return
+        # the first description that has every new topic: a later one may come from a broker that has not
+        # heard of them yet (a worker once failed to start on a 3-broker cluster that way).
         names = {t[0] for t in new}
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 30
-        while not names <= (await self.describe_topics()).keys():
+        while not names <= (described := await self.describe_topics()).keys():
             if loop.time() > deadline:
                 raise TransportError(f"topics {sorted(names)} were created but are not visible after 30s")
             await asyncio.sleep(0.05)
+        return described
 
     async def describe_topics(self) -> dict[str, int]:
         await self._ensure_started()

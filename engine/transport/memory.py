@@ -338,9 +338,10 @@ class MemoryAdmin:
     def __init__(self, broker: MemoryBroker) -> None:
         self.broker = broker
 
-    async def create_topics(self, specs: Collection[TopicSpec]) -> None:
+    async def create_topics(self, specs: Collection[TopicSpec]) -> dict[str, int]:
         for spec in specs:
             self.broker.create_topic(spec.name, spec.partitions, spec.config)
+        return await self.describe_topics()
 
     async def describe_topics(self) -> dict[str, int]:
         return {name: len(parts) for name, parts in self.broker.topics.items()}

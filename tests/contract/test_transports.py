@@ -23,9 +23,8 @@ async def make_topic(transport: Transport, partitions: int = 2) -> str:
     name = f"contract-{uuid.uuid4().hex[:8]}"
     admin = transport.admin()
     try:
-        await admin.create_topics([TopicSpec(name, partitions)])
-        await admin.create_topics([TopicSpec(name, partitions)])  # idempotent
-        assert (await admin.describe_topics())[name] == partitions
+        assert (await admin.create_topics([TopicSpec(name, partitions)]))[name] == partitions
+        assert (await admin.create_topics([TopicSpec(name, partitions)]))[name] == partitions  # idempotent
     finally:
         await admin.close()
     return name
