@@ -46,7 +46,9 @@ def partition_for(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
-CACHED_KEYS = 100_000  # the cache starts afresh past this many keys (a bound, not an LRU: keys repeat)
+# Per-key caches (key hashes here, tables' key locations and window sets) start afresh past this many keys:
+# a bound, not an LRU, since keys repeat.
+CACHED_KEYS = 100_000
 
 
 class KeyHashes:

@@ -158,25 +158,23 @@ class TaskProducers:
         if missing:
             raise TransactionsFailed(dict.fromkeys(missing, PartitionMigrated("no producer for the task")))
         numbers = sorted(self.tasks)
-        worker = self.worker
+        commits = [_commit(self.tasks[n], by_task[n], group_id) for n in numbers]
         # The worker's own transaction commits alongside the tasks' (nothing orders them: it holds no
         # offsets), not after them: one round of broker round trips per checkpoint, not two.
-        *results, worker_result = await asyncio.gather(
-            *(_commit(self.tasks[n], by_task[n], group_id) for n in numbers),
-            _commit(worker, {}, group_id) if worker is not None else asyncio.sleep(0),
-            return_exceptions=True,
-        )
+        worker = self.worker
+        if worker is not None:
+            commits.append(_commit(worker, {}, group_id))
+        results = await asyncio.gather(*commits, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result
+        worker_result = results.pop() if worker is not None else None  # the worker's is last
         if worker is not None and isinstance(worker_result, Exception):
             log.warning("the worker's own transaction (timers, sends outside events) did not commit "
                         "(%s); its sends are lost, a new transaction starts", worker_result)
             await worker.stop()
             self.worker = self._transport.producer(self._worker_id)
             await self.worker.start()
-        if isinstance(worker_result, BaseException) and not isinstance(worker_result, Exception):
-            raise worker_result
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, Exception):
-                raise result
         failed = {n: r for n, r in zip(numbers, results, strict=True) if isinstance(r, BaseException)}
         if failed:
             raise TransactionsFailed(failed)

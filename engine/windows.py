@@ -83,6 +83,8 @@ class HoppingWindow:
     step_ms: int = field(init=False, repr=False, compare=False)
     grace_ms: int = field(init=False, repr=False, compare=False)
     expires_ms: int = field(init=False, repr=False, compare=False)
+    # A window is final (closed) once stream time reaches its start plus this: its end plus grace.
+    closes_after_ms: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         size, step, grace = to_ms(self.size, "size"), to_ms(self.step, "step"), to_ms(self.grace, "grace")
@@ -97,7 +99,7 @@ class HoppingWindow:
             raise ConfigError("window expires must be at least its grace, or late events would "
                               "update windows already deleted")
         for name, value in (("size_ms", size), ("step_ms", step), ("grace_ms", grace),
-                            ("expires_ms", expires)):
+                            ("expires_ms", expires), ("closes_after_ms", size + grace)):
             object.__setattr__(self, name, value)  # a frozen dataclass sets derived fields this way
 
     # -- milliseconds (what tables use) -------------------------------------------------------------
@@ -119,12 +121,12 @@ class HoppingWindow:
         return ts_ms - ts_ms % self.step_ms
 
     def open_starts_ms(self, ts_ms: int, stream_time_ms: int) -> list[int]:
-        final = self.size_ms + self.grace_ms
-        return [start for start in self.starts_ms(ts_ms) if stream_time_ms < start + final]
+        closes_after = self.closes_after_ms
+        return [start for start in self.starts_ms(ts_ms) if stream_time_ms < start + closes_after]
 
     def closed(self, start_ms: int, stream_time_ms: int) -> bool:
         """Whether the window can no longer change: stream time reached its end plus grace."""
-        return stream_time_ms >= start_ms + self.size_ms + self.grace_ms
+        return stream_time_ms >= start_ms + self.closes_after_ms
 
     def expired(self, start_ms: int, stream_time_ms: int) -> bool:
         return stream_time_ms >= start_ms + self.size_ms + self.expires_ms
@@ -157,4 +159,4 @@ class TumblingWindow(HoppingWindow):
         if ts_ms < 0:
             return super().open_starts_ms(ts_ms, stream_time_ms)
         start = ts_ms - ts_ms % self.size_ms
-        return [start] if stream_time_ms < start + self.size_ms + self.grace_ms else []
+        return [start] if stream_time_ms < start + self.closes_after_ms else []

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from engine.errors import ConfigError, EngineError, PartitionMigrated, TopologyError
-from engine.partitioner import partition_for
+from engine.partitioner import CACHED_KEYS, partition_for
 from engine.streams import current_event
 from engine.tables.keys import META_PREFIX, window_key
 from engine.tables.partition import DELETED, MISSING, TablePartition
@@ -156,7 +156,7 @@ class BaseTable(MutableMapping[Any, Any]):
         if encoded is None:
             raise TableError(f"table {self.name!r}: keys cannot be None")
         found = (encoded, partition_for(encoded, self.partition_count))
-        if len(self._locations) > 100_000:
+        if len(self._locations) >= CACHED_KEYS:
             self._locations.clear()
         self._locations[key] = found
         return found

@@ -61,6 +61,11 @@ class TablePartition:
     def delete(self, key: Any) -> None:
         self.buffer[key] = DELETED
 
+    def discard(self, key: Any) -> None:
+        """Forget a write not yet flushed, as if never made (for a key the store does not have: a delete
+        would only send a tombstone for nothing)."""
+        self.buffer.pop(key, None)
+
     def take_buffer(self) -> dict[Any, Any]:
         """Start a flush: the buffer becomes `flushing` (still readable) and a new buffer starts."""
         taken, self.buffer = self.buffer, {}

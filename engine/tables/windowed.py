@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineError, InvalidTimestamp
+from engine.partitioner import CACHED_KEYS
 from engine.streams import current_event
 from engine.tables.keys import (
     CLOSED_KEY,
@@ -306,7 +307,7 @@ class WindowedTable:
                 if in_store:
                     part.delete((key, start))
                 else:
-                    part.buffer.pop((key, start), None)
+                    part.discard((key, start))
                 deleted += 1
         return deleted
 
@@ -334,7 +335,7 @@ class WindowedTable:
         and a new object cost ~100 ns of the update's ~1.4 µs.)"""
         found = self._sets.get(key)
         if found is None:
-            if len(self._sets) > 100_000:
+            if len(self._sets) >= CACHED_KEYS:
                 self._sets.clear()
             found = self._sets[key] = WindowSet(self, key)
         return found
