@@ -20,8 +20,13 @@ were "Invalid state transition READY -> COMMITTING_TRANSACTION"; two interleaved
 partition's flushing buffer).
 
 Exactly-once needs agents between events when the cut is taken: the checkpoint closes the quiesce gate
-(engine.quiesce) and waits, bounded, for the agents inside an event. Past the bound it names them and goes
-on, and that one checkpoint is only at-least-once.
+(engine.quiesce) and waits, bounded, for the agents inside an event. Past the bound it goes on without the
+tasks those events belong to: their offsets, buffered writes and closed windows stay out of the cut and
+their transactions stay open (whatever the event sent so far is in there), while every other task commits.
+The guarantee never weakens: a task commits only at a point where none of its events is half done. Later
+checkpoints do not wait for an event already found stuck; they skip its task again until it finishes. If
+the broker aborts the open transaction meanwhile (its transaction timeout), the task's next commit fails and
+the task is rewound to its last commit (engine.rebalance).
 """
 
 from __future__ import annotations
@@ -108,7 +113,8 @@ class Checkpointer:
         self.tables = tables
         self.group_id = group_id
         self.quiesce = quiesce
-        self._busy = busy  # (agent, event) of every agent instance inside an event: for the warning
+        self._busy = busy  # (agent, event) of every agent instance inside an event
+        self._stuck: set[int] = set()  # ids of the events a checkpoint went on without (exactly-once)
         self.lock = asyncio.Lock()
 
     async def run(self, pause_timeout: float, only: Collection[TP] | None = None) -> Checkpoint:
@@ -120,29 +126,39 @@ class Checkpointer:
         """`run` for a caller that already holds `lock`."""
         quiesce = self.quiesce
         if quiesce is None:
-            return await self._once(only)
-        # Exactly-once: one transaction holds everything sent since the last one, so its offsets cover every
-        # partition, not only `only`; and agents must be between events when the cut is taken.
-        if not await quiesce.pause(pause_timeout):
-            busy = ", ".join(f"{agent} at {e.topic}[{e.partition}]@{e.offset}" for agent, e in self._busy())
-            log.warning("exactly-once checkpoint: agents still inside an event after %.1fs (%s), an agent "
-                        "awaiting another agent or holding events with take()?; this checkpoint is "
-                        "at-least-once", pause_timeout, busy or "none found")
+            return await self._once(only, frozenset())
+        # Exactly-once: each task's transaction holds everything its events sent since its last commit, so
+        # every task is committed, not only those of `only`; and only tasks none of whose events is half done.
+        known = sum(1 for _, event in self._busy() if id(event) in self._stuck)
+        await quiesce.pause(pause_timeout, stuck=known)
         try:
-            return await self._once(None)
+            return await self._once(None, self._held_tasks())
         finally:
             quiesce.resume()
 
-    async def _once(self, only: Collection[TP] | None) -> Checkpoint:
+    def _held_tasks(self) -> frozenset[int]:
+        """The tasks an agent is inside an event of now (the gate is closed: no event starts meanwhile), which
+        this cut leaves out; each newly stuck event is logged once."""
+        busy = self._busy()
+        new = [(agent, event) for agent, event in busy if id(event) not in self._stuck]
+        if new:
+            log.warning("exactly-once checkpoint: agents inside an event (%s); their tasks' transactions "
+                        "stay open until the events finish, the other tasks commit",
+                        ", ".join(f"{agent} at {e.topic}[{e.partition}]@{e.offset}" for agent, e in new))
+        self._stuck = {id(event) for _, event in busy}
+        return frozenset(event.partition for _, event in busy)
+
+    async def _once(self, only: Collection[TP] | None, held: frozenset[int]) -> Checkpoint:
+        """One cut; the tasks `held` (exactly-once: an event of theirs is in progress) stay out of it."""
         cut = Checkpoint()
         for lease in self.leases.live():
-            if only is None or lease.tp in only:
+            if (only is None or lease.tp in only) and lease.tp.partition not in held:
                 offset = lease.committable()
                 if offset is not None:
                     cut.offsets[lease.tp] = (lease, offset)
         tables = self.tables
         if tables is not None:
-            cut.pending = tables.prepare(self.leases.current)
+            cut.pending = tables.prepare(self.leases.current, held)
         cut.to(CheckpointState.PREPARED)
         transactional = self.producer.transactional
         if cut.empty and not transactional:
@@ -154,9 +170,10 @@ class Checkpointer:
             if not transactional:
                 await self.consumer.confirm_membership()
             if tables is not None:
-                await tables.send(cut.pending)
+                await tables.send(cut.pending, held)
             if transactional:
-                await self.producer.commit_transaction(offsets, self.group_id)
+                assert self.tasks is not None  # exactly-once sends through the tasks' producers
+                await self.tasks.commit_transaction(offsets, self.group_id, held)
             else:
                 await self.producer.flush()  # DeliveryFailed propagates: never commit past a lost send
                 if self.tasks is not None:

@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Any
 from agents import MailboxClosed, Service, ServiceState
 from engine.assignment import Placement
 from engine.checkpoint import Checkpointer
-from engine.errors import DecodeError, MembershipLost
+from engine.errors import DecodeError, EngineError, MembershipLost
 from engine.events import TP, Event, RawRecord
 from engine.leases import Lease, Leases
 from engine.quiesce import Quiesce
 from engine.rebalance import Pauses, Rebalancer
+from engine.streams import current_event
 from engine.topics import decode_error, event_time_ms
 from engine.transactions import TaskProducers, TransactionsFailed
 
@@ -83,6 +84,7 @@ class Conductor(Service):
         )
         if tables is not None:
             tables.request_rebalance = self.consumer.request_rebalance
+            tables.checkpoint = self.checkpoint
         self.routes: dict[str, list[tuple[Topic, AgentRunner]]] = {}
         # Topics whose events write windowed tables: their batches advance stream time (filled by the tables
         # at their first write from a topic).
@@ -348,7 +350,14 @@ class Conductor(Service):
                 await self.rebalancer.tasks_failed(exc.failed)
 
     async def checkpoint(self) -> None:
-        """Checkpoint now (tests and the final stop use it); one at a time with every other."""
+        """Checkpoint now (live exports, tests and the final stop use it); one at a time with every other.
+
+        Under exactly-once a checkpoint waits for every agent to be between events, so one asked for from
+        inside an event would wait for its own caller: refused, with the way out."""
+        if self.quiesce is not None and current_event.get() is not None:
+            raise EngineError("a checkpoint cannot be run from inside an event under exactly_once (it waits "
+                              "for every agent to finish its event, this one included); run it from a timer "
+                              "or outside the agents")
         await self.checkpoints.run(self.pause_timeout)
 
     async def _on_assigned(self, assigned: set[TP]) -> None:

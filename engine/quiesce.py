@@ -11,8 +11,9 @@ never would, and the checkpoint would wait for the asker until its timeout. So a
 holds the gate open: a checkpoint first waits for the asks in flight to be answered, and if one starts
 while the gate is closed, it reopens the gate until that one is answered too (nothing was snapshot yet: the
 cut is taken only once the gate is closed and no agent is inside an event). The wait stays bounded: past
-its timeout the checkpoint goes ahead and logs that this one is only at-least-once. (The request and the
-reply themselves travel outside transactions: engine.replies.)
+its timeout the checkpoint goes ahead without the tasks whose events are still in progress (their
+transactions stay open, engine.checkpoint). (The request and the reply themselves travel outside
+transactions: engine.replies.)
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ class Quiesce:
     async def wait_open(self) -> None:
         await self._opened.wait()
 
-    async def pause(self, timeout: float) -> bool:
-        """Close the gate; True once no agent is inside an event, False if that took over `timeout` (the
+    async def pause(self, timeout: float, stuck: int = 0) -> bool:
+        """Close the gate; True once at most `stuck` agents are inside an event (those the checkpoint already
+        knows are stuck in one: it does not wait for them again), False if that took over `timeout` (the
         gate is closed either way)."""
         self.pausing = True
         try:
@@ -64,7 +66,7 @@ class Quiesce:
                 while True:
                     if self.asks <= 0:
                         self._close()
-                        if self.busy <= 0:
+                        if self.busy <= stuck:
                             return True
                     self._changed.clear()
                     await self._changed.wait()

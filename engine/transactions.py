@@ -147,17 +147,18 @@ class TaskProducers:
         producers = [*self.tasks.values(), *([self.worker] if self.worker is not None else [])]
         await asyncio.gather(*(p.flush() for p in producers))
 
-    async def commit_transaction(self, offsets: Mapping[TP, int], group_id: str) -> None:
+    async def commit_transaction(self, offsets: Mapping[TP, int], group_id: str,
+                                 held: Collection[int] = ()) -> None:
         """Commit every task's transaction with its partitions' offsets, and the worker's, concurrently
-        (producers without transactions, memory://, only flush). Raises TransactionsFailed naming the tasks
-        that did not commit (the others did)."""
-        by_task: dict[int, dict[TP, int]] = {n: {} for n in self.tasks}
+        (producers without transactions, memory://, only flush); the transactions of the tasks `held` stay
+        open. Raises TransactionsFailed naming the tasks that did not commit (the others did)."""
+        by_task: dict[int, dict[TP, int]] = {n: {} for n in self.tasks if n not in held}
         for tp, offset in offsets.items():
             by_task.setdefault(tp.partition, {})[tp] = offset
         missing = {n for n in by_task if n not in self.tasks}
         if missing:
             raise TransactionsFailed(dict.fromkeys(missing, PartitionMigrated("no producer for the task")))
-        numbers = sorted(self.tasks)
+        numbers = sorted(by_task)
         commits = [_commit(self.tasks[n], by_task[n], group_id) for n in numbers]
         # The worker's own transaction commits alongside the tasks' (nothing orders them: it holds no
         # offsets), not after them: one round of broker round trips per checkpoint, not two.

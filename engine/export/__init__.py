@@ -1,6 +1,6 @@
 """The Spark bridge: consistent table snapshots exported to Parquet and loaded into PySpark.
 
-    # inside a worker (a timer, an agent): no pause, the state at the last checkpoint
+    # inside a worker (a timer, an agent): the state at a checkpoint run for the export
     manifest = await export.export_table(counts, "exports/counts")
 
     # batch side, no worker needed
@@ -24,7 +24,7 @@ from engine.export.parquet import (
     read_manifest,
     write_snapshot,
 )
-from engine.export.sources import TableSnapshot, from_changelog, from_store, from_worker
+from engine.export.sources import TableSnapshot, from_changelog, from_store, from_worker, require_active
 from engine.export.spark import local_session, read_export, spark_schema, stop_session
 from engine.tables.inspect import table_named
 from engine.tables.windowed import WindowedTable
@@ -42,12 +42,16 @@ if TYPE_CHECKING:
 async def export_table(
     table: BaseTable | WindowedTable, path: Path | str, progress: Callable[[int, int], None] | None = None
 ) -> ExportManifest:
-    """Export a running worker's partitions of `table` (plain or windowed). The snapshot is taken at once;
-    files are written in a thread, so agents keep processing meanwhile."""
+    """Export a running worker's partitions of `table` (plain or windowed): the state of a checkpoint run for
+    the export, so every write made before the call is in it. The snapshot is taken as that checkpoint
+    completes; files are written in a thread, so agents keep processing meanwhile. (Under exactly-once, call
+    it from a timer or from outside the agents: a checkpoint waits for agents to finish their events.)"""
     if isinstance(table, WindowedTable):
         table = table.table
     export_target(path)
-    with from_worker(table) as snapshot:
+    require_active(table)
+    await table.checkpoint()
+    with from_worker(table) as snapshot:  # synchronously after it: no later store write can come between
         return await asyncio.to_thread(write_snapshot, snapshot, path, progress)
 
 

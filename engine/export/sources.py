@@ -60,12 +60,17 @@ class TableSnapshot:
         self.close()
 
 
-def from_worker(table: BaseTable) -> TableSnapshot:
-    """Snapshot the partitions active on this (running) worker. Writes buffered since the last checkpoint
-    are not in it: a snapshot is exactly the state at a checkpoint, matching its changelog offsets."""
+def require_active(table: BaseTable) -> None:
+    """A worker export needs partitions of the table active here."""
     if not table.active:
         raise ExportError(f"table {table.name!r} has no active partitions on this worker (not started yet, "
                           "or another worker owns them all)")
+
+
+def from_worker(table: BaseTable) -> TableSnapshot:
+    """Snapshot the partitions active on this (running) worker. Writes buffered since the last checkpoint
+    are not in it: a snapshot is exactly the state at a checkpoint, matching its changelog offsets."""
+    require_active(table)
     views: dict[int, StoreView] = {}
     try:
         for number, part in sorted(table.active.items()):

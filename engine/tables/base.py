@@ -17,7 +17,7 @@ how a key is routed. The key layout is engine.tables.keys.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from engine.errors import ConfigError, EngineError, PartitionMigrated, TopologyError
@@ -92,20 +92,32 @@ class BaseTable(MutableMapping[Any, Any]):
         self._topic_counts: Mapping[str, int] = {}
         self._writers: set[str] = set()  # topics whose events wrote this table (each checked once)
         self._writers_out: set[str] | None = None  # a registry told of each (the worker's timed topics)
+        self._checkpoint: Callable[[], Awaitable[None]] | None = None  # the running worker's
         self._locations: dict[Any, tuple[bytes, int]] = {}
         self._warned_codec = False
 
     # -- wiring by the worker -----------------------------------------------------------------------
 
     def bind(self, partition_count: int, topic_counts: Mapping[str, int],
-             writers: set[str] | None = None) -> None:
+             writers: set[str] | None = None,
+             checkpoint: Callable[[], Awaitable[None]] | None = None) -> None:
         """Attach to a running worker: the table's partition count (its changelog's), and every topic's, to
         check that the topics whose events write the table are co-partitioned with it; `writers` (if given)
-        gets each topic whose events write the table, from its first write on."""
+        gets each topic whose events write the table, from its first write on; `checkpoint` runs one of the
+        worker's checkpoints."""
         self._count = partition_count
         self._topic_counts = topic_counts
         self._writers = set()
         self._writers_out = writers
+        self._checkpoint = checkpoint
+
+    async def checkpoint(self) -> None:
+        """Run a checkpoint of the worker this table is attached to, and return once it completed: from
+        then on the stores hold every write made before the call (what a live export needs, since a store
+        holds exactly the state of the last checkpoint)."""
+        if self._checkpoint is None:
+            raise TableError(f"table {self.name!r} is not attached to a running worker")
+        await self._checkpoint()
 
     @property
     def writers(self) -> set[str]:
@@ -116,6 +128,12 @@ class BaseTable(MutableMapping[Any, Any]):
         """Once per topic whose events write this table: an event of partition p writes table partition p,
         so the topic must have as many partitions as the table (else keys land where reads and recovery do
         not look, or in partitions the table does not have)."""
+        self._check_copartitioned(topic)
+        self._writers.add(topic)
+        if self._writers_out is not None:
+            self._writers_out.add(topic)
+
+    def _check_copartitioned(self, topic: str) -> None:
         found = self._topic_counts.get(topic)
         if found is not None and found != self.partition_count:
             raise TopologyError(
@@ -124,9 +142,6 @@ class BaseTable(MutableMapping[Any, Any]):
                 f"{found}: a table and every topic whose events write it must have the same number of "
                 f"partitions; re-key the stream with group_by(...) (its repartition topic gets "
                 f"{self.partition_count}), or recreate {topic!r} with {self.partition_count} partitions")
-        self._writers.add(topic)
-        if self._writers_out is not None:
-            self._writers_out.add(topic)
 
     @property
     def partition_count(self) -> int:
@@ -164,6 +179,11 @@ class BaseTable(MutableMapping[Any, Any]):
     def _partition(self, number: int, key: Any) -> TablePartition:
         part = self.active.get(number)
         if part is None:
+            event = current_event.get()
+            if event is not None and not self.is_global:
+                # The event's own partition may not exist in the table at all: a topology error that stops
+                # the worker with the record uncommitted, never a dead letter per record.
+                self._check_copartitioned(event.record.topic)
             raise PartitionNotLocal(
                 f"table {self.name!r}: key {key!r} is in partition {number}, which is not active on this "
                 "worker (another worker owns it, or it is still recovering)"

@@ -33,7 +33,7 @@ from engine.tables.recovery import Progress, apply_batch, replay_to_end
 from engine.topology import planned_partitions
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Mapping
+    from collections.abc import Awaitable, Callable, Collection, Mapping
 
     from engine.assignment import Assignment
     from engine.leases import Lease
@@ -90,6 +90,7 @@ class TableManager(Service):
         self.timed_topics: set[str] = set()
         self.assignment: Assignment | None = None  # the group's last word on this worker
         self.request_rebalance: Callable[[], None] = lambda: None  # set by the conductor
+        self.checkpoint: Callable[[], Awaitable[None]] | None = None  # set by the conductor
 
     # -- stores -------------------------------------------------------------------------------------
 
@@ -145,7 +146,8 @@ class TableManager(Service):
             count = counts.get(table.changelog_topic.name) or planned_partitions(table.changelog_topic,
                                                                                   self.settings)
             timed = table.windowed is not None and table.windowed.timestamp is None
-            table.bind(count, counts, writers=self.timed_topics if timed else None)
+            table.bind(count, counts, writers=self.timed_topics if timed else None,
+                       checkpoint=self.checkpoint)
         globals_ = [t for t in self.tables.values() if t.is_global]
         if globals_:
             numbers = {t.name: set(range(t.partition_count)) for t in globals_}
@@ -338,13 +340,15 @@ class TableManager(Service):
 
     # -- checkpoints --------------------------------------------------------------------------------
 
-    def prepare(self, leases: Mapping[TP, Lease]) -> list[Pending]:
-        """Take every partition's buffered writes (synchronously, with the offsets snapshot). Windowed
-        tables first advance stream time to what the partition's `leases` processed (also the events that
-        did not write the table), then close and expire windows."""
+    def prepare(self, leases: Mapping[TP, Lease], held: Collection[int] = ()) -> list[Pending]:
+        """Take every partition's buffered writes (synchronously, with the offsets snapshot), but those of
+        the tasks `held`. Windowed tables first advance stream time to what the partition's `leases`
+        processed (also the events that did not write the table), then close and expire windows."""
         pending = []
         for table in self.tables.values():
             for part in table.active.values():
+                if part.number in held:
+                    continue
                 closes = []
                 if table.windowed is not None:
                     for topic in table.writers:
@@ -357,7 +361,7 @@ class TableManager(Service):
                     pending.append(Pending(table, part, part.take_buffer(), part.take_meta(), closes))
         return pending
 
-    async def send(self, pending: list[Pending]) -> None:
+    async def send(self, pending: list[Pending], held: Collection[int] = ()) -> None:
         """Put the writes on the changelogs (deletes as tombstones)."""
         for item in pending:
             table = item.table
@@ -376,7 +380,8 @@ class TableManager(Service):
         for table in self.tables.values():
             windowed = table.windowed
             if windowed is not None and windowed.late_topic is not None and windowed.late_records:
-                late, windowed.late_records = windowed.late_records, []
+                late = [r for r in windowed.late_records if r.partition not in held]
+                windowed.late_records = [r for r in windowed.late_records if r.partition in held]
                 for record in late:
                     if record.partition in table.active:
                         await self.producer.for_partition(record.partition).send(

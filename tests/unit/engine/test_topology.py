@@ -10,6 +10,7 @@ import pytest
 import engine
 from engine import testing
 from engine.errors import TopologyError
+from engine.events import TP
 from engine.topology import build_topology
 
 
@@ -137,6 +138,30 @@ async def test_a_table_written_from_a_topic_with_another_partition_count_stops_t
     )
     dlq = testing.broker_for(url).topics["cp-count-dlq"]
     assert sum(len(p) for p in dlq) == 0, "a topology error is not the record's fault: no dead letter"
+
+
+async def test_a_record_of_a_partition_the_table_does_not_have_stops_the_worker_and_stays_uncommitted():
+    url = testing.memory_url()
+    broker = testing.broker_for(url)
+    broker.create_topic("words", 6)
+    app = engine.App("cp6", broker=url, topic_partitions=4)
+    counts = app.Table("counts", default=int, key_type=str)
+
+    @app.agent(app.topic("words", key_type=str))
+    async def count(stream):
+        async for word in stream:
+            counts[word] += 1
+
+    worker = engine.Worker(app, app.settings({"commit_interval": 0.05}))
+    await worker.start()
+    for _ in range(20):  # partition 5 first: its reads meet a table partition that does not exist
+        await app.topics["words"].send(key="a", value="a", partition=5)
+    with pytest.raises(engine.WorkerFailed) as raised:
+        await asyncio.wait_for(worker.run_until_stopped(), 5)
+    assert "table 'counts' has 4 partitions" in str(raised.value)
+    assert "written from events of topic 'words', which has 6" in str(raised.value)
+    assert sum(len(p) for p in broker.topics["cp6-count-dlq"]) == 0, "nothing sent to the dead letters"
+    assert broker.groups["cp6"].committed.get(TP("words", 5)) is None, "the records stay uncommitted"
 
 
 async def test_a_source_table_over_a_topic_that_is_not_compacted_is_refused_at_start():
