@@ -169,15 +169,20 @@ class Checkpointer:
         try:
             if not transactional:
                 await self.consumer.confirm_membership()
-            if tables is not None:
-                await tables.send(cut.pending, held)
-            if transactional:
-                assert self.tasks is not None  # exactly-once sends through the tasks' producers
-                await self.tasks.commit_transaction(offsets, self.group_id, held)
-            else:
-                await self.producer.flush()  # DeliveryFailed propagates: never commit past a lost send
-                if self.tasks is not None:
-                    await self.tasks.commit_transaction({}, self.group_id)  # the changelogs' transactions
+            # Tasks whose transactions the broker aborted take no more records: not committed, failed.
+            failed = await tables.send(cut.pending) if tables is not None else {}
+            try:
+                if transactional:
+                    assert self.tasks is not None  # exactly-once sends through the tasks' producers
+                    await self.tasks.commit_transaction(offsets, self.group_id, held | set(failed))
+                else:
+                    await self.producer.flush()  # DeliveryFailed propagates: never commit past a lost send
+                    if self.tasks is not None:  # the changelogs' transactions
+                        await self.tasks.commit_transaction({}, self.group_id, set(failed))
+            except TransactionsFailed as exc:
+                failed = {**failed, **exc.failed}
+            if failed:
+                raise TransactionsFailed(failed)
         except TransactionsFailed as exc:
             # Exactly-once, per task: the tasks that committed are done; the failed ones roll back to their
             # last commit (their writes are dropped, not retried: their events are processed again).

@@ -64,6 +64,13 @@ class PartitionMigrated(EngineError):
     new owner processes it (from the last committed offset)."""
 
 
+class TransactionAborted(PartitionMigrated):
+    """The transaction of the current event's task can take no more records: the broker aborted it (it was
+    open longer than the transaction timeout) or fenced it. Handled as a migration: the event is dropped
+    without error handling, and the task is rewound to its last commit (or given up if another worker owns
+    it now), so the event is processed again."""
+
+
 class ProducerFenced(DeliveryFailed):
     """A producer with the same transactional id was started elsewhere (the task's new owner): this one's
     transaction is aborted and it can commit nothing any more."""

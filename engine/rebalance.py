@@ -24,7 +24,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import ProducerFenced
+from engine.errors import MembershipLost, ProducerFenced
 from engine.transactions import TransactionsFailed
 
 if TYPE_CHECKING:
@@ -184,9 +184,25 @@ class Rebalancer:
             await self.producers.release({tp.partition for tp in tps})
 
     async def tasks_failed(self, failed: dict[int, BaseException]) -> None:
-        """These tasks' transactions did not commit. Fenced: lost. Otherwise: rewound to their last commit
-        and set up again."""
+        """These tasks' transactions did not commit. Fenced by a newer owner: lost. Otherwise: rewound to
+        their last commit and set up again.
+
+        The broker fences a producer both when a newer one starts with its id (a new owner of the task) and
+        when it aborts a transaction open longer than the transaction timeout (an agent stuck in an event).
+        Only the group tells them apart: while this worker is still a member of the group's current
+        generation, no other member has been given its tasks, so the fence was the timeout's."""
         fenced = {n for n, e in failed.items() if isinstance(e, ProducerFenced)}
+        if fenced:
+            try:
+                await self.consumer.confirm_membership()
+            except MembershipLost as exc:
+                log.info("tasks %s were fenced and this worker is not a member of the group (%s)",
+                         sorted(fenced), exc)
+            else:
+                log.warning("tasks %s were fenced while this worker still owns them: the broker aborted "
+                            "their open transactions (an event took longer than the transaction timeout)",
+                            sorted(fenced))
+                fenced = set()
         owned = [tp for tp in self.leases.current if tp.partition in failed]
         lost = {tp for tp in owned if tp.partition in fenced}
         if lost:

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from agents import Service
 from engine.assignment import Placement
-from engine.events import TP
+from engine.errors import TransactionAborted
+from engine.events import TP, RawRecord
 from engine.stores import PartitionStore, StoreBackend, StoreCorrupt, open_store_backend
 from engine.tables.partition import DELETED, TablePartition
 from engine.tables.recovery import Progress, apply_batch, replay_to_end
@@ -55,6 +56,7 @@ class Pending:
     writes: dict[Any, Any]
     meta: dict[bytes, bytes]
     closes: list[tuple[bytes, bytes]] = field(default_factory=list)  # windows closed at this checkpoint
+    late: list[RawRecord] = field(default_factory=list)  # records too late for their windows
     encoded: dict[bytes, bytes | None] = field(default_factory=dict)
     last: asyncio.Future[int] | None = None  # the offset of the changelog's last record
 
@@ -349,7 +351,8 @@ class TableManager(Service):
             for part in table.active.values():
                 if part.number in held:
                     continue
-                closes = []
+                closes: list[tuple[bytes, bytes]] = []
+                late: list[RawRecord] = []
                 if table.windowed is not None:
                     for topic in table.writers:
                         lease = leases.get(TP(topic, part.number))
@@ -357,43 +360,50 @@ class TableManager(Service):
                             table.windowed.advance(part, lease.processed_time())
                     closes = table.windowed.close_windows(part)  # before expiry can delete them
                     table.windowed.expire(part)
-                if part.buffer or part.meta:
-                    pending.append(Pending(table, part, part.take_buffer(), part.take_meta(), closes))
+                    if table.windowed.late_topic is not None:
+                        late = table.windowed.late_records.pop(part.number, [])
+                if part.buffer or part.meta or closes or late:
+                    pending.append(Pending(table, part, part.take_buffer(), part.take_meta(), closes, late))
         return pending
 
-    async def send(self, pending: list[Pending], held: Collection[int] = ()) -> None:
-        """Put the writes on the changelogs (deletes as tombstones)."""
+    async def send(self, pending: list[Pending]) -> dict[int, BaseException]:
+        """Put the writes on the changelogs (deletes as tombstones); returns the tasks whose transactions
+        took no more records (aborted by the broker), whose other writes are not sent."""
+        failed: dict[int, BaseException] = {}
         for item in pending:
-            table = item.table
-            topic = table.changelog_topic.name
-            encode_value = table.value_codec.encode
-            producer = self.producer.for_partition(item.part.number)  # the task's transaction
-            for key, value in item.writes.items():
-                item.encoded[table.locate(key)[0]] = None if value is DELETED else encode_value(value)
-            item.encoded.update(item.meta)
-            if item.encoded:
-                item.last = await producer.send_batch(topic, item.part.number, list(item.encoded.items()))
-            if item.closes:
-                closed = table.windowed.closed_topic.name  # type: ignore[union-attr]  # closes imply both
-                await producer.send_batch(closed, item.part.number, item.closes)
+            if item.part.number in failed:
+                continue
+            try:
+                await self._send(item)
+            except TransactionAborted as exc:
+                failed[item.part.number] = exc
+        return failed
 
-        for table in self.tables.values():
-            windowed = table.windowed
-            if windowed is not None and windowed.late_topic is not None and windowed.late_records:
-                late = [r for r in windowed.late_records if r.partition not in held]
-                windowed.late_records = [r for r in windowed.late_records if r.partition in held]
-                for record in late:
-                    if record.partition in table.active:
-                        await self.producer.for_partition(record.partition).send(
-                            windowed.late_topic.name, record.key, record.value, headers=list(record.headers),
-                            timestamp_ms=record.timestamp)
+    async def _send(self, item: Pending) -> None:
+        table = item.table
+        topic = table.changelog_topic.name
+        encode_value = table.value_codec.encode
+        producer = self.producer.for_partition(item.part.number)  # the task's transaction
+        for key, value in item.writes.items():
+            item.encoded[table.locate(key)[0]] = None if value is DELETED else encode_value(value)
+        item.encoded.update(item.meta)
+        if item.encoded:
+            item.last = await producer.send_batch(topic, item.part.number, list(item.encoded.items()))
+        if item.closes:
+            closed = table.windowed.closed_topic.name  # type: ignore[union-attr]  # closes imply both
+            await producer.send_batch(closed, item.part.number, item.closes)
+        if item.late:
+            late = table.windowed.late_topic.name  # type: ignore[union-attr]  # late implies both
+            for record in item.late:
+                await producer.send(late, record.key, record.value, headers=list(record.headers),
+                                    timestamp_ms=record.timestamp)
 
     def complete(self, pending: list[Pending]) -> None:
         """After the producer flushed: write each batch to its store with the changelog offset it got."""
         for item in pending:
-            assert item.last is not None
-            assert item.last.done()
-            item.part.store.write(item.encoded, item.last.result())
+            if item.last is not None:  # (else only closed windows or late records were sent)
+                assert item.last.done()
+                item.part.store.write(item.encoded, item.last.result())
             if item.table.windowed is not None:
                 item.table.windowed.stored(item.part, item.writes)
             item.part.flushed()
@@ -406,5 +416,10 @@ class TableManager(Service):
             item.part.buffer = merged
             item.part.meta = {**item.meta, **item.part.meta}
             item.part.flushed()
-            if item.closes and item.table.windowed is not None:
-                item.table.windowed.unsent.setdefault(item.part.number, []).extend(item.closes)
+            windowed = item.table.windowed
+            if windowed is not None:
+                if item.closes:
+                    windowed.unsent.setdefault(item.part.number, []).extend(item.closes)
+                if item.late:
+                    windowed.late_records[item.part.number] = [
+                        *item.late, *windowed.late_records.get(item.part.number, [])]

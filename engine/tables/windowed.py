@@ -100,7 +100,9 @@ class WindowedTable:
         self.late_topic = late_topic
         self.clock = clock
         self.late_events = 0
-        self.late_records: list[Any] = []  # sent to the late topic at the next checkpoint
+        # Per partition, late records to send to the late topic at the next checkpoint (with the partition's
+        # other writes: in its task's transaction, dropped with them when the partition goes).
+        self.late_records: dict[int, list[Any]] = {}
         self.states: dict[int, WindowState] = {}
         self.topics: dict[str, Topic] = {}
         self.closed_topic: Topic | None = None
@@ -223,7 +225,7 @@ class WindowedTable:
         if not applied:
             self.late_events += 1
             if self.late_topic is not None:
-                self.late_records.append(event.record)
+                self.late_records.setdefault(part.number, []).append(event.record)
         return applied
 
     def _default(self) -> Any:
@@ -327,6 +329,7 @@ class WindowedTable:
     def forget(self, number: int) -> None:
         self.states.pop(number, None)
         self.unsent.pop(number, None)  # the new owner emits them: its closed-upto record does not have them
+        self.late_records.pop(number, None)  # the events are processed again (here or by the new owner)
 
     # -- the mapping face ---------------------------------------------------------------------------
 

@@ -1,8 +1,10 @@
 """The app of the rebalance and fault tests: a plain count and a 10-second tumbling count of the same
 words, with final results on `<app>-per-window-closed`. `engine worker -A
 tests.integration.rebalance_apps:app` runs it, configured by ITEST_APP, ITEST_TOPIC, ITEST_DELAY (seconds
-of work per event), ITEST_GUARANTEE, ITEST_CONCURRENCY, and ITEST_STUCK ("partition:offset:seconds": the one
-event the agent sits on, to test a stuck agent)."""
+of work per event), ITEST_GUARANTEE, ITEST_CONCURRENCY, ITEST_STUCK ("partition:offset:seconds": the one
+event the agent sits on, once per process, to test a stuck agent), and ITEST_ECHO (if set, every event's
+"i" is sent to `<app>-echo` first, so that a transaction holds the outputs of the events before a stuck
+one)."""
 
 import asyncio
 import os
@@ -19,12 +21,17 @@ per_window = app.Table("per-window", default=int, key_type=str, value_type=int).
 per_window.closed()
 DELAY = float(os.environ.get("ITEST_DELAY", "0"))
 STUCK = tuple(float(x) for x in os.environ.get("ITEST_STUCK", "").split(":") if x) or None
+stuck_once: list[bool] = []
+echo = app.topic(f"{app.id}-echo", key_type=str, value_type=int) if os.environ.get("ITEST_ECHO") else None
 
 
 @app.agent(words, concurrency=int(os.environ.get("ITEST_CONCURRENCY", "2")))
 async def count(stream):
     async for event in stream.events():
-        if STUCK is not None and (event.partition, event.offset) == (STUCK[0], STUCK[1]):
+        if echo is not None:
+            await echo.send(key=event.key, value=event.value["i"])
+        if STUCK is not None and (event.partition, event.offset) == (STUCK[0], STUCK[1]) and not stuck_once:
+            stuck_once.append(True)
             await asyncio.sleep(STUCK[2])
         counts[event.key] += 1
         per_window[event.key] += 1
