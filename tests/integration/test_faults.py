@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
+import orjson
 import pytest
 
 from engine.partitioner import partition_for
@@ -96,6 +97,14 @@ async def test_an_agent_stuck_on_one_event_holds_back_only_its_own_partition(kaf
         counts, _ = await outputs(kafka.bootstrap, app_id)
         assert any(counts.get(k, 0) < n for k, n in stuck.items()), "partition 0 is still held back"
         await one.wait_for_output(f"agent count has been processing {topic}[0]@50 for", 10)
+        if guarantee == "exactly_once":  # the stuck event sent its output before it sat down
+            stuck_record = next(r for r in await read_all(kafka.bootstrap, topic) if (r.partition, r.offset)
+                                == (0, 50))
+            stuck_output = (stuck_record.key.decode(), orjson.loads(stuck_record.value)["i"])
+            echoed = await read_all(kafka.bootstrap, f"{app_id}-echo")
+            assert time.monotonic() - started < stuck_for, "still inside the stuck event"
+            assert stuck_output not in {(r.key.decode(), int(r.value)) for r in echoed}, (
+                "the output of an unfinished event was committed (the checkpoint went at-least-once)")
         counts, closes = await wait_until_complete(kafka.bootstrap, app_id, events, timeout=90)
     finally:
         assert one.terminate(timeout=60) == 0, one.output()[-3000:]
