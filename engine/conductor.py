@@ -30,6 +30,7 @@ from engine.checkpoint import Checkpointer
 from engine.errors import DecodeError, EngineError, MembershipLost
 from engine.events import TP, Event, RawRecord
 from engine.leases import Lease, Leases
+from engine.poison import PoisonRecords
 from engine.quiesce import Quiesce
 from engine.rebalance import Pauses, Rebalancer
 from engine.streams import current_event
@@ -65,8 +66,10 @@ class Conductor(Service):
         tasks: TaskProducers | None = None,
         instance_id: str | None = None,
         plan: Callable[[Topic], TopicSpec] | None = None,
+        poison: PoisonRecords | None = None,
     ) -> None:
         super().__init__("conductor")
+        self.poison = poison if poison is not None else PoisonRecords(settings.poison_after_losses)
         self._plan = plan  # how the topology creates a topic an agent starts reading at run time
         self.tables = tables
         self.settings = settings
@@ -105,6 +108,7 @@ class Conductor(Service):
             tables=tables, drop_queued=self.drop_queued,
             spawn=self.spawn,
             producers=tasks,
+            poison=self.poison,
             reset_to_end=settings.auto_offset_reset == "latest",
             revoke_wait=min(settings.shutdown_timeout.total_seconds(), 5.0),
         )
@@ -174,6 +178,7 @@ class Conductor(Service):
         leases = self.leases.current
         max_records = self.settings.max_poll_records
         quiesce = self.quiesce
+        buried = self.poison.buried  # partitions with a poison record (engine.poison): usually none
         while True:
             batches = await consumer.getmany(0.5, max_records)
             if quiesce is not None and quiesce.closed:
@@ -185,6 +190,8 @@ class Conductor(Service):
                 topic_routes = routes.get(tp[0])
                 if not topic_routes:
                     continue
+                if buried and tp in buried:
+                    records = await self._set_aside(topic_routes, records, lease)
                 if len(topic_routes) == 1:
                     topic, runner = topic_routes[0]
                     await self._dispatch_one(topic, runner, records, lease)
@@ -243,6 +250,23 @@ class Conductor(Service):
             self._observe(lease, topic_routes[0][0], [e for _, events in outgoing.values() for e in events])
         for mailbox, events in outgoing.values():
             await self._deliver(lease, mailbox, events)
+
+    async def _set_aside(self, topic_routes: list[tuple[Topic, AgentRunner]], records: list[RawRecord],
+                         lease: Lease) -> list[RawRecord]:
+        """Dead-letter the poison records of a batch (by the error policy of the agent they blocked);
+        returns the others."""
+        kept = []
+        for record in records:
+            verdict = self.poison.verdict(lease.tp, record.offset)
+            if verdict is None:
+                kept.append(record)
+                continue
+            agent, error = verdict
+            runner = next((r for _, r in topic_routes if r.agent.name == agent), topic_routes[0][1])
+            lease.track(record.offset)
+            await runner.handle_error(record, error)
+            lease.ack(record.offset)
+        return kept
 
     @staticmethod
     def _observe(lease: Lease, topic: Topic, events: list[Event]) -> None:

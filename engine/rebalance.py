@@ -25,6 +25,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import MembershipLost, ProducerFenced
+from engine.poison import PoisonRecords
 from engine.transactions import TransactionsFailed
 
 if TYPE_CHECKING:
@@ -86,7 +87,9 @@ class Rebalancer:
         producers: TaskProducers | None = None,
         revoke_wait: float = REVOKE_WAIT,
         reset_to_end: bool = False,
+        poison: PoisonRecords | None = None,
     ) -> None:
+        self.poison = poison if poison is not None else PoisonRecords()
         self.reset_to_end = reset_to_end  # auto_offset_reset="latest": never committed, start at the end
         self.producers = producers
         self.leases = leases
@@ -132,6 +135,7 @@ class Rebalancer:
     async def revoked(self, tps: set[TP]) -> None:
         """Still the owner: finish what agents hold (bounded), checkpoint, let go."""
         log.info("revoked %d partitions: %s", len(tps), fmt(tps))
+        self._count_losses(tps)
         started = time.monotonic()
         leases = self.leases.revoke(tps)
         dropped = self._drop_queued(tps)
@@ -171,7 +175,15 @@ class Rebalancer:
         """No longer the owner: drop everything of `tps`, write and commit nothing."""
         log.warning("lost %d partitions (%s; another worker may own them now): %s; their uncommitted work "
                     "is dropped", len(tps), why, fmt(tps))
+        self._count_losses(tps)
         await self._forget(tps)
+
+    def _count_losses(self, tps: Collection[TP]) -> None:
+        """Records in progress while the loop was blocked lose their partition once more (engine.poison)."""
+        for tp, offset, losses in self.poison.lost(tps):
+            log.warning("%s[%d] was taken from this worker while offset %d, which blocked the event loop, "
+                        "was processed (%d of %d times before it is set aside)", tp.topic, tp.partition,
+                        offset, losses, self.poison.limit)
 
     async def _forget(self, tps: Collection[TP], *, rebalancing: bool = True) -> None:
         """Drop the uncommitted work of `tps` (queued events, table buffers, the open transactions) and let

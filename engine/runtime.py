@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from agents import Service
 from engine.conductor import Conductor
 from engine.errors import ConfigError, WorkerFailed
+from engine.events import TP
+from engine.loopwatch import LoopMonitor
 from engine.replies import ReplyService
 from engine.runner import AgentRunner
 from engine.timers import timer_supervisor
@@ -118,6 +120,12 @@ class Worker(Service):
         self.timers = self.add_child(timer_supervisor(list(app.timers.values()), settings))
         self.add_child(self.conductor)
         self.add_child(Watchdog(self.conductor.busy_events, settings.stuck_event_warning.total_seconds()))
+        poison = self.conductor.poison
+        self.add_child(LoopMonitor(
+            self.conductor.busy_events, settings.blocked_loop_warning.total_seconds(),
+            blocked=lambda agent, event, seconds: poison.suspect(TP(event.topic, event.partition),
+                                                                 event.offset, agent, seconds),
+        ))
         self._stopping = asyncio.Event()
 
     def _internal_topic(self, name: str, like: Topic | None, key_type: type | None = None,

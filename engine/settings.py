@@ -37,6 +37,12 @@ class Settings:
     commit_interval: timedelta = timedelta(seconds=1)
     shutdown_timeout: timedelta = timedelta(seconds=10)
     stuck_event_warning: timedelta = timedelta(seconds=10)
+    # How long the event loop may stand still (an agent blocking it) before the loop monitor names the agent,
+    # the record and the blocking stack (engine.loopwatch).
+    blocked_loop_warning: timedelta = timedelta(seconds=2)
+    # A record during which its partition was taken from this worker this many times is dead-lettered
+    # (engine.poison): it blocks the loop past the session timeout, and would cycle for ever.
+    poison_after_losses: int = 3
     topic_partitions: int = 4
     topic_replication: int | None = None  # None: the broker's default.replication.factor
     mailbox_size: int = 1000
@@ -88,13 +94,14 @@ def validate(s: Settings) -> None:
         _fail("app_id", s.app_id, "use 1-200 letters, digits, '.', '_' or '-' (it names Kafka topics)")
     _validate_broker(s.broker)
     for name in ("commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning",
-                 "state_cleanup_delay"):
+                 "state_cleanup_delay", "blocked_loop_warning"):
         value = getattr(s, name)
         if not isinstance(value, timedelta) or value <= timedelta(0):
             _fail(name, value, "expected a positive duration (seconds or timedelta)")
     if not isinstance(s.producer_linger, timedelta) or s.producer_linger < timedelta(0):
         _fail("producer_linger", s.producer_linger, "expected at least 0 (seconds or a timedelta)")
-    for name in ("topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "store_memory"):
+    for name in ("topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "store_memory",
+                 "poison_after_losses"):
         value = getattr(s, name)
         if name == "topic_replication" and value is None:
             continue
@@ -139,9 +146,9 @@ def _validate_broker(url: object) -> None:
 
 
 _DURATIONS = {"commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning",
-              "state_cleanup_delay", "producer_linger"}
+              "state_cleanup_delay", "producer_linger", "blocked_loop_warning"}
 _INTS = {"topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "agent_max_restarts",
-         "standby_replicas", "acceptable_recovery_lag", "store_memory"}
+         "standby_replicas", "acceptable_recovery_lag", "store_memory", "poison_after_losses"}
 ENV_PREFIX = "ENGINE_"
 # Variables of engine's own tools that share the prefix but are not settings (the test suite's broker).
 NOT_SETTINGS = frozenset({"ENGINE_TEST_KAFKA", "ENGINE_KAFKA_CACHE"})

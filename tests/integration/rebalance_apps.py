@@ -4,10 +4,12 @@ tests.integration.rebalance_apps:app` runs it, configured by ITEST_APP, ITEST_TO
 of work per event), ITEST_GUARANTEE, ITEST_CONCURRENCY, ITEST_STUCK ("partition:offset:seconds": the one
 event the agent sits on, once per process, to test a stuck agent), and ITEST_ECHO (if set, every event's
 "i" is sent to `<app>-echo` first, so that a transaction holds the outputs of the events before a stuck
-one)."""
+one), and ITEST_BLOCK ("partition:offset:seconds": the event during which the agent blocks the event loop,
+every time it meets it, as a blocking client library would)."""
 
 import asyncio
 import os
+import time
 
 import engine
 
@@ -22,6 +24,7 @@ per_window.closed()
 DELAY = float(os.environ.get("ITEST_DELAY", "0"))
 STUCK = tuple(float(x) for x in os.environ.get("ITEST_STUCK", "").split(":") if x) or None
 stuck_once: list[bool] = []
+BLOCK = tuple(float(x) for x in os.environ.get("ITEST_BLOCK", "").split(":") if x) or None
 echo = app.topic(f"{app.id}-echo", key_type=str, value_type=int) if os.environ.get("ITEST_ECHO") else None
 
 
@@ -33,6 +36,8 @@ async def count(stream):
         if STUCK is not None and (event.partition, event.offset) == (STUCK[0], STUCK[1]) and not stuck_once:
             stuck_once.append(True)
             await asyncio.sleep(STUCK[2])
+        if BLOCK is not None and (event.partition, event.offset) == (BLOCK[0], BLOCK[1]):
+            time.sleep(BLOCK[2])  # noqa: ASYNC251  # the point: a blocking call in an agent
         counts[event.key] += 1
         per_window[event.key] += 1
         if DELAY:

@@ -116,6 +116,49 @@ async def test_an_agent_stuck_on_one_event_holds_back_only_its_own_partition(kaf
         assert {e: n for e, n in echoes.items() if n > 1} == {}, "exactly once"
 
 
+async def test_a_record_that_blocks_the_loop_is_named_and_set_aside_after_its_partition_was_lost(
+        kafka, tmp_path):
+    """The agent blocks the event loop (time.sleep past the group's session timeout) on one record, every
+    time: the loop monitor names the record and the blocking line; the worker loses the partition, the
+    record comes back (here or on the other worker), and once one worker lost the partition twice during it,
+    it goes to the DLQ saying why; everything else is processed."""
+    app_id, topic = unique("poison"), unique("words")
+    await create_topics(kafka.bootstrap, [topic])
+    events = words(2_000)
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_CONCURRENCY": "4", "ITEST_BLOCK": "1:40:13",
+           "ENGINE_POISON_AFTER_LOSSES": "2"}
+    one, two = worker(kafka.url, tmp_path, "one", **env), worker(kafka.url, tmp_path, "two", **env)
+    try:
+        await one.wait_for_output("tables ready", 90)
+        await two.wait_for_output("tables ready", 90)
+        await paced_produce(kafka.bootstrap, topic, events, rate=1000)
+        dead = await consume_until(kafka.bootstrap, f"{app_id}-count-dlq", lambda rs: len(rs) >= 1,
+                                   timeout=240)
+        truth_counts, _ = truth_of(events)
+        source = await read_all(kafka.bootstrap, topic)
+        blocked = next(r for r in source if (r.partition, r.offset) == (1, 40))
+        expected = {**truth_counts, blocked.key.decode(): truth_counts[blocked.key.decode()] - 1}
+        deadline = time.monotonic() + 90
+        while True:
+            counts, _ = await outputs(kafka.bootstrap, app_id)
+            if all(counts.get(k, 0) >= n for k, n in expected.items()):
+                break
+            assert time.monotonic() < deadline, "the other records were not all processed"
+            await asyncio.sleep(1)
+    finally:
+        for process in (one, two):
+            assert process.terminate(timeout=60) == 0, process.output()[-3000:]
+    headers = dict(dead[0].headers)
+    assert (dead[0].key, dead[0].value) == (blocked.key, blocked.value)
+    assert headers["engine-error-type"] == b"PoisonRecord"
+    assert headers["engine-offset"] == b"40"
+    assert (b"was taken from this worker 2 times while agent 'count' processed offset 40"
+            in headers["engine-error"])
+    logs = one.output() + two.output()
+    assert f"agent count at {topic}[1]@40" in logs
+    assert "time.sleep(BLOCK[2])" in logs, "the blocking line is named"
+
+
 async def count_through(kafka, tmp_path, app_id: str, topic: str, name: str, data_dir: str,
                         words: list[str], expected: Counter[str]) -> WorkerProcess:
     """Run a counting worker, feed it `words`, wait until its changelog holds `expected`, stop it."""
