@@ -251,12 +251,14 @@ class AgentRunner(Service):
                 f"agent {self.agent.name!r} failed on {where} ({type(error).__name__}: {error}); "
                 "the worker stops because the agent's on_error policy is 'stop'"
             ) from error
+        try:
+            producer = self.producer.for_partition(record.partition)  # the task's transaction, if any
+            await producer.send(self.dlq.name, record.key, record.value,
+                                headers=error_headers(record, error, self.agent.name))
+        except PartitionMigrated as moved:  # the new owner, or this task rewound, meets the record again
+            log.error("agent %s failed on %s: %s: %s; not sent to %s: %s", self.agent.name, where,
+                      type(error).__name__, error, self.dlq.name, moved, exc_info=error)
+            return
         log.error("agent %s failed on %s: %s: %s; record sent to %s",
                   self.agent.name, where, type(error).__name__, error, self.dlq.name,
                   exc_info=error)
-        try:
-            producer = self.producer.for_partition(record.partition)  # the task's transaction, if any
-        except PartitionMigrated:
-            return  # the partition moved meanwhile: its new owner meets the record again
-        await producer.send(self.dlq.name, record.key, record.value,
-                            headers=error_headers(record, error, self.agent.name))

@@ -391,3 +391,44 @@ async def test_a_new_group_starts_where_auto_offset_reset_says(reset, expected):
         await notes.send(value="after")
         await testing.eventually(lambda: "after" in seen)
     assert seen == expected
+
+
+async def test_a_record_whose_dead_letter_cannot_be_sent_is_not_logged_as_sent(caplog):
+    """A dead letter into a transaction the broker aborted (or a partition that moved) never arrives: the log
+    says so, not "record sent to" the DLQ."""
+    from engine.errors import TransactionAborted
+    from engine.runner import AgentRunner
+
+    class Aborted:
+        def for_partition(self, number: int) -> "Aborted":
+            return self
+
+        async def send(self, *args: object, **kwargs: object) -> None:
+            raise TransactionAborted("cannot send to 'x-count-dlq': the transaction was aborted")
+
+    app, _ = app_on_memory("dlqlog")
+
+    @app.agent(app.topic("words"))
+    async def count(stream):
+        async for _ in stream:
+            pass
+
+    runner = AgentRunner(count, settings=app.settings(), producer=Aborted(),  # type: ignore[arg-type]
+                         subscribe=lambda *_: None, internal_topic=None,  # type: ignore[arg-type]
+                         dlq=app.topic("dlqlog-count-dlq"))
+
+    @dataclass
+    class Record:
+        topic: str = "words"
+        partition: int = 0
+        offset: int = 7
+        key: bytes | None = None
+        value: bytes | None = b"1"
+        headers: tuple[tuple[str, bytes], ...] = ()
+        timestamp: int = 0
+
+    await runner.handle_error(Record(), ValueError("bad"))  # type: ignore[arg-type]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("not sent to dlqlog-count-dlq: cannot send to 'x-count-dlq': the transaction was aborted"
+               in m for m in messages), messages
+    assert not any("record sent to" in m for m in messages)
