@@ -12,9 +12,10 @@ Kafka takes partitions away in two ways, and they are handled apart:
 - assigned: new leases; the partitions stay paused until they are set up: under exactly-once each task's
   transactional producer is started first (fencing the previous owner, engine.transactions) and only then
   are the committed offsets read and sought to; then the tables are recovered.
-- a task whose transaction did not commit is rewound: fenced (a newer owner exists) it is lost; otherwise
-  (the broker restarted, a timeout) its uncommitted work is dropped and it is set up again from its last
-  commit, as if newly assigned, while the worker goes on.
+- a task whose transaction did not commit is rewound: if this worker is no longer a member of the group's
+  generation (a newer owner may exist) it is lost; otherwise (the broker restarted, the transaction timed
+  out, a fence by the broker's transaction timeout) its uncommitted work is dropped and it is set up again
+  from its last commit, as if newly assigned, while the worker goes on.
 """
 
 from __future__ import annotations
@@ -196,29 +197,32 @@ class Rebalancer:
             await self.producers.release({tp.partition for tp in tps})
 
     async def tasks_failed(self, failed: dict[int, BaseException]) -> None:
-        """These tasks' transactions did not commit. Fenced by a newer owner: lost. Otherwise: rewound to
-        their last commit and set up again.
+        """These tasks' transactions did not commit. If another worker owns them now: lost. Otherwise:
+        rewound to their last commit and set up again.
 
-        The broker fences a producer both when a newer one starts with its id (a new owner of the task) and
-        when it aborts a transaction open longer than the transaction timeout (an agent stuck in an event).
-        Only the group tells them apart: while this worker is still a member of the group's current
-        generation, no other member has been given its tasks, so the fence was the timeout's."""
-        fenced = {n for n, e in failed.items() if isinstance(e, ProducerFenced)}
-        if fenced:
-            try:
-                await self.consumer.confirm_membership()
-            except MembershipLost as exc:
-                log.info("tasks %s were fenced and this worker is not a member of the group (%s)",
-                         sorted(fenced), exc)
-            else:
+        Setting a task up again starts its transactional producer anew, which fences whoever else holds its
+        id: that must never be a newer owner. The broker fences a producer both when a newer one starts with
+        its id and when it aborts a transaction open longer than the transaction timeout (an agent stuck in
+        an event), and a commit can fail because this worker was frozen past its session. Only the group
+        tells these apart: while this worker is still a member of the group's current generation, no other
+        member has been given its tasks."""
+        try:
+            await self.consumer.confirm_membership()
+        except MembershipLost as exc:
+            fenced = set(failed)
+            log.info("tasks %s did not commit and this worker is not a member of the group (%s)",
+                     sorted(fenced), exc)
+        else:
+            fenced = set()
+            timed_out = sorted(n for n, e in failed.items() if isinstance(e, ProducerFenced))
+            if timed_out:
                 log.warning("tasks %s were fenced while this worker still owns them: the broker aborted "
                             "their open transactions (an event took longer than the transaction timeout)",
-                            sorted(fenced))
-                fenced = set()
+                            timed_out)
         owned = [tp for tp in self.leases.current if tp.partition in failed]
         lost = {tp for tp in owned if tp.partition in fenced}
         if lost:
-            await self.lost(lost, "their transactions were fenced by a newer producer")
+            await self.lost(lost, "their transactions did not commit and this worker left the group")
             self.pauses.hold(lost, "lost")  # the group takes them away at its next rebalance
         retry = {tp for tp in owned if tp.partition not in fenced}
         if not retry:

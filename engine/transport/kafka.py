@@ -371,11 +371,14 @@ class KafkaProducer:
     async def commit_transaction(self, offsets: Mapping[TP, int], group_id: str) -> None:
         self._open.clear()
         try:
+            # Every record of the transaction acknowledged first: aiokafka sends EndTxn as soon as it is
+            # asked to, with batches still in flight or waiting to be retried (NotEnoughReplicas), which
+            # then land after the commit marker, outside the transaction that holds their offsets.
+            await self.flush()
             if offsets:
                 positions = {TopicPartition(tp.topic, tp.partition): at for tp, at in offsets.items()}
                 await self._client.send_offsets_to_transaction(positions, group_id)
             await self._client.commit_transaction()
-            await self.flush()  # every record is acknowledged by now: this only checks them
             await self._client.begin_transaction()
         except KafkaProducerFenced as exc:
             raise ProducerFenced(f"transaction fenced: a newer producer took over this id ({exc})") from exc
@@ -483,6 +486,8 @@ class KafkaProducer:
         if pending:
             await asyncio.wait(pending)
         failure = failure or first_failure(sent)
+        if isinstance(failure, KafkaProducerFenced):
+            raise ProducerFenced(f"transaction fenced: a newer producer took over this id ({failure})")
         if failure is not None:
             raise DeliveryFailed(f"the broker did not acknowledge a record: {failure}")
 

@@ -1,7 +1,8 @@
 """Fencing, on the real broker, without waiting for a rebalance: two workers' exactly-once producers both
 claim task 0. The second one's start fences the first: the first one's open transaction is aborted (a
 read_committed reader never sees its records) and its commit fails with ProducerFenced, which engine turns
-into "task 0 lost" (tests/integration/test_rebalances.py shows the whole path with a frozen worker)."""
+into "task 0 lost" once the group confirms this worker is no longer its member (tests/integration/
+test_rebalances.py shows the whole path with a frozen worker)."""
 
 from __future__ import annotations
 
