@@ -86,3 +86,4 @@ async def test_every_kind_of_record_arrives_as_sent_and_only_with_its_transactio
             assert record.partition == partition
         if timestamp is not None:
             assert record.timestamp == timestamp
+
