@@ -9,7 +9,10 @@ every aiokafka client as they are.
 No client of engine's lets the broker auto-create a topic: aiokafka asks for it in every metadata request
 (`allow_auto_topic_creation`, true unless told), and a topic the broker creates gets the broker's partition
 count and no config (a repartition topic with 1 partition, a changelog that is not compacted). The worker
-creates every topic of its topology itself; `_NoAutoCreate` makes aiokafka's metadata requests say no.
+creates every topic of its topology itself; each engine client's metadata requests say no
+(`aiokafka_private.refuse_auto_create`), while other aiokafka clients in the process keep aiokafka's ways.
+
+Every use of aiokafka's private parts goes through engine.transport.aiokafka_private.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
-import aiokafka.client
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -31,8 +33,6 @@ from aiokafka.coordinator.protocol import (
 )
 from aiokafka.errors import IllegalOperation, KafkaConnectionError, KafkaError
 from aiokafka.errors import ProducerFenced as KafkaProducerFenced
-from aiokafka.protocol.commit import OffsetCommitRequest
-from aiokafka.protocol.metadata import MetadataRequest
 
 from engine.assignment import (
     VERSION,
@@ -52,6 +52,7 @@ from engine.errors import (
 )
 from engine.events import TP, Headers, RawRecord
 from engine.partitioner import KeyHashes
+from engine.transport import aiokafka_private as private
 from engine.transport.deliveries import Deliveries, first_failure
 from engine.transport.kafka_protocol import BROKER_DEFAULT, CreateTopicsRequest, TopicIdsRequest, topic_ids
 
@@ -64,15 +65,6 @@ from engine.transport.base import GroupDescription, GroupMember
 log = logging.getLogger(__name__)
 
 
-class _NoAutoCreate(MetadataRequest):  # type: ignore[misc]  # aiokafka's protocol classes are untyped
-    """A metadata request that never asks the broker to create the topics it names."""
-
-    def __init__(self, topics: list[str] | None = None, allow_auto_topic_creation: bool | None = None
-                 ) -> None:
-        super().__init__(topics, allow_auto_topic_creation=False)
-
-
-aiokafka.client.MetadataRequest = _NoAutoCreate  # the name aiokafka's clients build their requests with
 
 TOPIC_ALREADY_EXISTS = 36
 CREATE_TIMEOUT_MS = 30_000
@@ -103,21 +95,9 @@ def _unavailable(servers: str, exc: BaseException) -> BrokerUnavailable:
     return BrokerUnavailable(f"no Kafka broker answered at {servers!r} ({exc}); is Kafka running?")
 
 
-NO_GENERATION = OffsetCommitRequest.DEFAULT_GENERATION_ID
 CONFIRM_TIMEOUT = 5.0  # seconds a membership check may take before the checkpoint gives up on it
 TRANSACTIONAL_LINGER = 0.005  # seconds; see KafkaTransport.producer
 REBALANCE_TIMEOUT_MS = 30_000  # how long the group waits for members to rejoin (revoke callbacks included)
-
-
-def _group_coordinator(client: AIOKafkaConsumer | None) -> Any:
-    """aiokafka's group coordinator of a consumer in a group (None outside one): private, read here only."""
-    coordinator = getattr(client, "_coordinator", None)
-    return coordinator if hasattr(coordinator, "_do_heartbeat") else None
-
-
-def _session_expired(coordinator: Any) -> bool:
-    """aiokafka resets the member's generation when the coordinator no longer knows it."""
-    return coordinator is not None and coordinator.generation == NO_GENERATION
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka's base is untyped
@@ -136,7 +116,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka's 
         if not revoked:
             return
         tps = {TP(tp.topic, tp.partition) for tp in revoked}
-        if self._on_lost is not None and _session_expired(_group_coordinator(self.consumer)):
+        if self._on_lost is not None and private.session_expired(private.group_coordinator(self.consumer)):
             await self._on_lost(tps)
         elif self._on_revoked is not None:
             await self._on_revoked(tps)
@@ -213,6 +193,7 @@ class KafkaConsumer:
             group_instance_id=instance_id,
             **options,
         )
+        private.refuse_auto_create(private.consumer_client(self._client))
         listener.consumer = self._client
         self._topics: set[str] = set()
 
@@ -245,25 +226,25 @@ class KafkaConsumer:
     async def confirm_membership(self) -> None:
         """One heartbeat, now: the coordinator answers with this member's standing. aiokafka's heartbeat
         resets the generation when the member is unknown (its session expired), which is what we read."""
-        coordinator = _group_coordinator(self._client)
+        coordinator = private.group_coordinator(self._client)
         if coordinator is None:
             return  # outside a group
-        if _session_expired(coordinator):
+        if private.session_expired(coordinator):
             raise MembershipLost("this worker is not a member of its group (its session expired)")
         try:
-            answered = await asyncio.wait_for(coordinator._do_heartbeat(), CONFIRM_TIMEOUT)
+            answered = await asyncio.wait_for(private.heartbeat(coordinator), CONFIRM_TIMEOUT)
         except (TimeoutError, KafkaError) as exc:
             raise MembershipLost(f"cannot confirm this worker's group membership: {exc!r}") from exc
-        if _session_expired(coordinator):
+        if private.session_expired(coordinator):
             raise MembershipLost("the group no longer counts this worker as a member (its session expired)")
         if not answered:
             raise MembershipLost("cannot confirm this worker's group membership: the coordinator did not "
                                  "answer")
 
     def request_rebalance(self) -> None:
-        coordinator = _group_coordinator(self._client)
+        coordinator = private.group_coordinator(self._client)
         if coordinator is not None:
-            coordinator.request_rejoin()
+            private.request_rejoin(coordinator)
 
     def assignment(self) -> set[TP]:
         return {TP(tp.topic, tp.partition) for tp in self._client.assignment()}
@@ -340,9 +321,10 @@ class KafkaProducer:
         self._partitions: dict[str, list[TopicPartition]] = {}
         self._client.client.cluster.add_listener(self._metadata_changed)
         # Records bound for a known partition go straight into aiokafka's accumulator (see `send`).
-        self._accumulator = self._client._message_accumulator
-        self._timeout = self._client._request_timeout_ms / 1000
-        self._direct_size = self._client._max_request_size - DIRECT_MARGIN
+        self._accumulator = private.message_accumulator(self._client)
+        self._timeout = private.request_timeout(self._client)
+        self._direct_size = private.max_request_size(self._client) - DIRECT_MARGIN
+        private.refuse_auto_create(self._client.client)
 
     async def start(self) -> None:
         await _start(self._client, self._servers)
@@ -413,7 +395,7 @@ class KafkaProducer:
             size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
             if (partition is not None and partition < len(tps) and not headers
                     and 0 < size < self._direct_size
-                    and (not self._transactional or self._client._txn_manager.is_in_transaction())):
+                    and (not self._transactional or private.in_transaction(self._client))):
                 try:
                     future: asyncio.Future[object] = await self._accumulator.add_message(
                         tps[partition], key, value, self._timeout, timestamp_ms=timestamp_ms)
@@ -508,6 +490,7 @@ class KafkaAdmin:
     def __init__(self, servers: str, options: Mapping[str, Any]) -> None:
         self._servers = servers
         self._client = AIOKafkaAdminClient(bootstrap_servers=servers, **options)
+        private.refuse_auto_create(private.network_client(self._client))
         self._started = False
 
     async def _ensure_started(self) -> None:
@@ -529,7 +512,8 @@ class KafkaAdmin:
         if not new:
             return existing
         try:
-            response = await self._client._send_to_controller(CreateTopicsRequest(new, CREATE_TIMEOUT_MS))
+            request = CreateTopicsRequest(new, CREATE_TIMEOUT_MS)
+            response = await private.send_to_controller(self._client, request)
         except KafkaError as exc:
             raise TransportError(f"cannot create topics {sorted(t[0] for t in new)}: {exc}") from exc
         for topic, code, *rest in response.topic_errors:
@@ -601,7 +585,7 @@ class KafkaAdmin:
 
     async def topic_ids(self, names: Collection[str]) -> dict[str, bytes]:
         await self._ensure_started()
-        client = self._client._client  # aiokafka's AIOKafkaClient: sends a request of our own
+        client = private.network_client(self._client)  # sends a request of our own
         try:
             response = await client.send(client.get_random_node(), TopicIdsRequest(sorted(names)))
         except KafkaError as exc:

@@ -1,0 +1,131 @@
+"""Every use engine makes of aiokafka's private parts, in one room, each saying why the public API cannot do
+it. Part of the Kafka transport (with kafka.py and kafka_protocol.py, the only modules that import aiokafka).
+
+aiokafka is pinned (>=0.14,<0.15): each use below is checked against the installed release by
+tests/contract/test_aiokafka_private.py, which names the use that broke when a release changes it.
+
+- The group coordinator (`AIOKafkaConsumer._coordinator`): whether this member still belongs to the group,
+  asked now (one heartbeat) and read (its generation), and a rejoin asked for. aiokafka's public API has no
+  membership check: a checkpoint must not commit, and a failed task must not be set up again, for a worker
+  the group has moved on from; and warm-up replicas that caught up ask for the rebalance that moves them.
+- The message accumulator, the request timeout, the maximum request size and the transaction state of a
+  producer: the hot path puts a record for a known partition straight into the accumulator, skipping what
+  `AIOKafkaProducer.send` checks when engine knows it holds (metadata read twice, size estimate, logging, two
+  coroutine frames: 10% of the passthrough's samples).
+- The admin client's controller and network client: CreateTopics v4 (the broker's default replication factor)
+  goes to the controller, and Metadata v12 (topic ids) to any broker; aiokafka's admin has neither request.
+- Metadata requests that never ask the broker to create a topic: aiokafka asks for auto-creation in every
+  metadata request, with no option to say no. `refuse_auto_create` makes the requests of one client (engine's
+  own) say no; the requests of every other aiokafka client in the process are built as aiokafka builds them.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+import aiokafka.client
+from aiokafka.protocol.commit import OffsetCommitRequest
+from aiokafka.protocol.metadata import MetadataRequest
+
+NO_GENERATION = OffsetCommitRequest.DEFAULT_GENERATION_ID  # a member the coordinator no longer knows
+
+# -- the group coordinator ------------------------------------------------------------------------------
+
+
+def group_coordinator(consumer: Any) -> Any:
+    """aiokafka's group coordinator of a started consumer in a group; None outside one (or not started)."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    return coordinator if hasattr(coordinator, "_do_heartbeat") else None
+
+
+def session_expired(coordinator: Any) -> bool:
+    """aiokafka resets the member's generation when the coordinator no longer knows it."""
+    return coordinator is not None and coordinator.generation == NO_GENERATION
+
+
+async def heartbeat(coordinator: Any) -> bool:
+    """One heartbeat now; True if the coordinator answered (aiokafka resets the generation itself when the
+    answer is that the member is unknown)."""
+    answered: bool = await coordinator._do_heartbeat()
+    return answered
+
+
+def request_rejoin(coordinator: Any) -> None:
+    coordinator.request_rejoin()
+
+
+# -- the producer's hot path ----------------------------------------------------------------------------
+
+
+def message_accumulator(producer: Any) -> Any:
+    """Where `add_message(tp, key, value, timeout, timestamp_ms=)` puts a record in its partition's batch."""
+    return producer._message_accumulator
+
+
+def request_timeout(producer: Any) -> float:
+    """Seconds a record may wait in the accumulator (what aiokafka's send passes it)."""
+    return float(producer._request_timeout_ms) / 1000
+
+
+def max_request_size(producer: Any) -> int:
+    return int(producer._max_request_size)
+
+
+def in_transaction(producer: Any) -> bool:
+    """Whether a transactional producer has a transaction open (aiokafka's send refuses records otherwise)."""
+    return bool(producer._txn_manager.is_in_transaction())
+
+
+# -- requests of our own --------------------------------------------------------------------------------
+
+
+async def send_to_controller(admin: Any, request: Any) -> Any:
+    """Send a request to the cluster's controller (CreateTopics must go there)."""
+    return await admin._send_to_controller(request)
+
+
+def network_client(admin: Any) -> Any:
+    """The admin's AIOKafkaClient, which sends a request to a broker (`send(node, request)`)."""
+    return admin._client
+
+
+# -- no auto-creation, for engine's clients only ---------------------------------------------------------
+
+_REFUSE = contextvars.ContextVar("engine_refuse_auto_create", default=False)
+
+
+class _MetadataRequest(MetadataRequest):  # type: ignore[misc]  # aiokafka's protocol classes are untyped
+    """aiokafka's metadata request, but for a request built inside an engine client's metadata update: that
+    one never asks the broker to create the topics it names. Outside one, it is aiokafka's own, unchanged."""
+
+    def __init__(self, topics: list[str] | None = None, allow_auto_topic_creation: bool | None = None
+                 ) -> None:
+        if _REFUSE.get():
+            allow_auto_topic_creation = False
+        super().__init__(topics, allow_auto_topic_creation=allow_auto_topic_creation)
+
+
+# aiokafka's client builds its metadata requests with the name `MetadataRequest` of its module: the class
+# above stands there, and behaves as aiokafka's for every client that `refuse_auto_create` was not given.
+aiokafka.client.MetadataRequest = _MetadataRequest
+
+
+def refuse_auto_create(client: Any) -> None:
+    """Make every metadata request of `client` (an AIOKafkaClient: a producer's `client`, a consumer's or an
+    admin's `_client`) say no to auto-creation: its metadata update runs with the flag set."""
+    update = client._metadata_update
+
+    async def metadata_update(cluster_metadata: Any, topics: Any) -> Any:
+        token = _REFUSE.set(True)
+        try:
+            return await update(cluster_metadata, topics)
+        finally:
+            _REFUSE.reset(token)
+
+    client._metadata_update = metadata_update
+
+
+def consumer_client(consumer: Any) -> Any:
+    """A consumer's AIOKafkaClient (for `refuse_auto_create`)."""
+    return consumer._client

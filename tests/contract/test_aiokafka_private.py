@@ -1,0 +1,123 @@
+"""The contract between engine and the private parts of the installed aiokafka it uses
+(engine.transport.aiokafka_private): one test per use, each failing with a message that names the use, so
+that an aiokafka release that changes one is found here and not in production. On the real broker: engine's
+clients never auto-create a topic, while a user's own aiokafka clients in the same process still do."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import uuid
+from typing import Any
+
+import aiokafka.client
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import AIOKafkaClient
+from aiokafka.consumer.group_coordinator import GroupCoordinator
+from aiokafka.producer.message_accumulator import MessageAccumulator
+from aiokafka.producer.transaction_manager import TransactionManager
+
+from engine.transport import aiokafka_private as private
+from engine.transport import open_transport
+
+CHANGED = "aiokafka changed what engine.transport.aiokafka_private relies on for "
+
+
+def has_method(owner: Any, name: str, *params: str, coroutine: bool = False) -> None:
+    """`owner.name` exists, takes `params` (in that order, first ones), and is a coroutine if said."""
+    method = getattr(owner, name, None)
+    assert callable(method), f"{CHANGED}{owner.__name__}.{name}: gone"
+    found = [p for p in inspect.signature(method).parameters if p != "self"]
+    assert found[:len(params)] == list(params), f"{CHANGED}{owner.__name__}.{name}: takes {found}"
+    if coroutine:
+        assert inspect.iscoroutinefunction(method), f"{CHANGED}{owner.__name__}.{name}: not a coroutine"
+
+
+def test_the_group_coordinator_answers_a_heartbeat_and_keeps_the_generation():
+    has_method(GroupCoordinator, "_do_heartbeat", coroutine=True)
+    has_method(GroupCoordinator, "request_rejoin")
+    source = inspect.getsource(GroupCoordinator)
+    assert "self.generation" in source, f"{CHANGED}GroupCoordinator.generation"
+    assert "def reset_generation" in source, f"{CHANGED}the generation reset of an unknown member"
+    assert private.NO_GENERATION == -1, f"{CHANGED}the generation of an unknown member"
+
+
+async def test_a_started_consumer_in_a_group_has_its_coordinator_where_engine_reads_it():
+    consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:9", group_id="g")
+    assert hasattr(consumer, "_coordinator"), f"{CHANGED}AIOKafkaConsumer._coordinator"
+    assert private.group_coordinator(consumer) is None, "not started: no coordinator"
+    assert isinstance(private.consumer_client(consumer), AIOKafkaClient), f"{CHANGED}AIOKafkaConsumer._client"
+
+
+async def test_the_producer_hot_path_finds_the_accumulator_timeouts_and_the_transaction_state():
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:9", transactional_id="t",
+                                enable_idempotence=True, request_timeout_ms=1234, max_request_size=5678)
+    accumulator = private.message_accumulator(producer)
+    assert isinstance(accumulator, MessageAccumulator), f"{CHANGED}AIOKafkaProducer._message_accumulator"
+    has_method(MessageAccumulator, "add_message", "tp", "key", "value", "timeout", "timestamp_ms",
+               coroutine=True)
+    assert private.request_timeout(producer) == 1.234, f"{CHANGED}AIOKafkaProducer._request_timeout_ms"
+    assert private.max_request_size(producer) == 5678, f"{CHANGED}AIOKafkaProducer._max_request_size"
+    assert isinstance(producer._txn_manager, TransactionManager), f"{CHANGED}AIOKafkaProducer._txn_manager"
+    has_method(TransactionManager, "is_in_transaction")
+    assert private.in_transaction(producer) is False, "no transaction begun"
+    assert isinstance(producer.client, AIOKafkaClient), "AIOKafkaProducer.client"
+
+
+async def test_the_admin_sends_requests_of_its_own_to_the_controller_and_to_a_broker():
+    admin = AIOKafkaAdminClient(bootstrap_servers="127.0.0.1:9")
+    has_method(AIOKafkaAdminClient, "_send_to_controller", "request", coroutine=True)
+    client = private.network_client(admin)
+    assert isinstance(client, AIOKafkaClient), f"{CHANGED}AIOKafkaAdminClient._client"
+    has_method(AIOKafkaClient, "send", "node_id", "request", coroutine=True)
+    has_method(AIOKafkaClient, "get_random_node")
+
+
+def test_metadata_requests_are_built_where_engine_says_no_to_auto_creation():
+    has_method(AIOKafkaClient, "_metadata_update", "cluster_metadata", "topics", coroutine=True)
+    source = inspect.getsource(AIOKafkaClient._metadata_update)
+    assert "MetadataRequest(" in source, f"{CHANGED}how AIOKafkaClient builds its metadata requests"
+    assert aiokafka.client.MetadataRequest is private._MetadataRequest, "engine's request stands there"
+    built = aiokafka.client.MetadataRequest(["t"])
+    assert built._allow_auto_topic_creation is None, "outside an engine client: aiokafka's own default"
+
+
+async def test_an_engine_client_refuses_auto_creation_and_other_clients_are_left_alone():
+    seen: list[bool | None] = []
+
+    class Recording:
+        async def _metadata_update(self, cluster_metadata: Any, topics: Any) -> None:
+            seen.append(aiokafka.client.MetadataRequest(list(topics))._allow_auto_topic_creation)
+
+    engines, users = Recording(), Recording()
+    private.refuse_auto_create(engines)
+    await engines._metadata_update(None, ["t"])
+    await users._metadata_update(None, ["t"])
+    await asyncio.gather(engines._metadata_update(None, ["t"]), users._metadata_update(None, ["t"]))
+    assert seen == [False, None, False, None]
+
+
+@pytest.mark.kafka
+async def test_a_users_own_aiokafka_producer_still_auto_creates_topics_beside_engines_clients(kafka):
+    transport = open_transport(kafka.url, {})
+    engine_producer = transport.producer()
+    await engine_producer.start()
+    refused, created = f"refused-{uuid.uuid4().hex[:8]}", f"created-{uuid.uuid4().hex[:8]}"
+    users = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap)
+    await users.start()
+    try:
+        with pytest.raises(Exception):  # noqa: B017, PT011  # aiokafka's timeout: the topic never appears
+            await asyncio.wait_for(engine_producer.send(refused, None, b"x"), 5)
+        await users.send_and_wait(created, b"x")  # the broker creates it (auto.create.topics.enable)
+    finally:
+        await users.stop()
+        await engine_producer.stop()
+    admin = transport.admin()
+    try:
+        topics = await admin.describe_topics()
+    finally:
+        await admin.close()
+    assert created in topics
+    assert refused not in topics
