@@ -4,11 +4,12 @@ The at-least-once rule: a partition's offset is committed only after everything 
 is durable. A checkpoint therefore
 1. takes the cut (OPEN -> PREPARED): each live lease's committable offset, and every table partition's
    buffered writes and closed windows, in one synchronous step, so no event lands half in and half out;
-2. sends the buffers to the changelogs in each task's transaction (engine.transactions), flushes what agents
-   sent and commits those transactions (at-least-once: after asking the group whether this worker still
-   belongs to it), or, under exactly-once, commits each task's transaction with everything agents sent in it
-   and its source offsets (-> SENT). The changelog transactions are what fence a worker frozen mid-flush: the
-   partitions' new owner started the same tasks' producers, so its stale records are aborted, never read;
+2. sends the buffers to the changelogs in each task's transaction (engine.transactions) and makes the cut
+   durable as the guarantee says (engine.guarantee): at-least-once flushes what agents sent and commits those
+   transactions, after asking the group whether this worker still belongs to it; exactly-once commits each
+   task's transaction with everything agents sent in it and its source offsets (-> SENT). The changelog
+   transactions are what fence a worker frozen mid-flush: the partitions' new owner started the same tasks'
+   producers, so its stale records are aborted, never read;
 3. writes the stores with the changelog offsets the records got, commits the offsets (at-least-once) and
    marks them committed on the leases (-> COMMITTED).
 If step 2 fails the cut is ABORTED: its buffers go back under newer writes (nothing was committed past
@@ -44,11 +45,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
     from engine.events import TP, Event
+    from engine.guarantee import Guarantee
     from engine.leases import Lease, Leases
-    from engine.quiesce import Quiesce
     from engine.tables.manager import Pending, TableManager
-    from engine.transactions import TaskProducers
-    from engine.transport.base import Consumer, Producer
+    from engine.transport.base import Consumer
 
 log = logging.getLogger(__name__)
 
@@ -99,22 +99,15 @@ class Checkpointer:
         *,
         leases: Leases,
         consumer: Consumer,
-        producer: Producer,
+        guarantee: Guarantee,
         tables: TableManager | None,
-        group_id: str,
-        quiesce: Quiesce | None,
         busy: Callable[[], list[tuple[str, Event]]],
-        tasks: TaskProducers | None = None,
     ) -> None:
-        self.tasks = tasks  # the per-task transactions changelogs are written in (at-least-once too)
         self.leases = leases
         self.consumer = consumer
-        self.producer = producer
+        self.guarantee = guarantee
         self.tables = tables
-        self.group_id = group_id
-        self.quiesce = quiesce
         self._busy = busy  # (agent, event) of every agent instance inside an event
-        self._stuck: set[int] = set()  # ids of the events a checkpoint went on without (exactly-once)
         self.lock = asyncio.Lock()
 
     async def run(self, pause_timeout: float, only: Collection[TP] | None = None) -> Checkpoint:
@@ -124,29 +117,14 @@ class Checkpointer:
 
     async def run_locked(self, pause_timeout: float, only: Collection[TP] | None = None) -> Checkpoint:
         """`run` for a caller that already holds `lock`."""
-        quiesce = self.quiesce
-        if quiesce is None:
-            return await self._once(only, frozenset())
-        # Exactly-once: each task's transaction holds everything its events sent since its last commit, so
-        # every task is committed, not only those of `only`; and only tasks none of whose events is half done.
-        known = sum(1 for _, event in self._busy() if id(event) in self._stuck)
-        await quiesce.pause(pause_timeout, stuck=known)
+        guarantee = self.guarantee
+        if guarantee.commits_every_task:
+            only = None
+        held = await guarantee.pause(pause_timeout, self._busy)
         try:
-            return await self._once(None, self._held_tasks())
+            return await self._once(only, held)
         finally:
-            quiesce.resume()
-
-    def _held_tasks(self) -> frozenset[int]:
-        """The tasks an agent is inside an event of now (the gate is closed: no event starts meanwhile), which
-        this cut leaves out; each newly stuck event is logged once."""
-        busy = self._busy()
-        new = [(agent, event) for agent, event in busy if id(event) not in self._stuck]
-        if new:
-            log.warning("exactly-once checkpoint: agents inside an event (%s); their tasks' transactions "
-                        "stay open until the events finish, the other tasks commit",
-                        ", ".join(f"{agent} at {e.topic}[{e.partition}]@{e.offset}" for agent, e in new))
-        self._stuck = {id(event) for _, event in busy}
-        return frozenset(event.partition for _, event in busy)
+            guarantee.resume()
 
     async def _once(self, only: Collection[TP] | None, held: frozenset[int]) -> Checkpoint:
         """One cut; the tasks `held` (exactly-once: an event of theirs is in progress) stay out of it."""
@@ -160,32 +138,22 @@ class Checkpointer:
         if tables is not None:
             cut.pending = tables.prepare(self.leases.current, held)
         cut.to(CheckpointState.PREPARED)
-        transactional = self.producer.transactional
-        if cut.empty and not transactional:
+        guarantee = self.guarantee
+        if cut.empty and not guarantee.commits_empty_cuts:
             cut.to(CheckpointState.SENT)
             cut.to(CheckpointState.COMMITTED)
-            return cut  # (a transaction is committed anyway: timers and other sends may be in it)
+            return cut
         offsets = {tp: offset for tp, (_, offset) in cut.offsets.items()}
         try:
-            if not transactional:
-                await self.consumer.confirm_membership()
+            await guarantee.before_send(self.consumer)
             # Tasks whose transactions the broker aborted take no more records: not committed, failed.
             failed = await tables.send(cut.pending) if tables is not None else {}
-            try:
-                if transactional:
-                    assert self.tasks is not None  # exactly-once sends through the tasks' producers
-                    await self.tasks.commit_transaction(offsets, self.group_id, held | set(failed))
-                else:
-                    await self.producer.flush()  # DeliveryFailed propagates: never commit past a lost send
-                    if self.tasks is not None:  # the changelogs' transactions
-                        await self.tasks.commit_transaction({}, self.group_id, set(failed))
-            except TransactionsFailed as exc:
-                failed = {**failed, **exc.failed}
+            failed = await guarantee.commit(self.consumer, offsets, held, failed)
             if failed:
                 raise TransactionsFailed(failed)
         except TransactionsFailed as exc:
-            # Exactly-once, per task: the tasks that committed are done; the failed ones roll back to their
-            # last commit (their writes are dropped, not retried: their events are processed again).
+            # Per task: the tasks that committed are done; the failed ones roll back to their last commit
+            # (their writes are dropped, not retried: their events are processed again).
             self._split(cut, exc.failed)
         except BaseException:
             cut.to(CheckpointState.ABORTED)
@@ -196,12 +164,11 @@ class Checkpointer:
         if tables is not None:
             tables.complete(cut.pending)
         committed = True
-        if cut.offsets and not transactional:
-            try:
-                await self.consumer.commit({tp: offset for tp, (_, offset) in cut.offsets.items()})
-            except TransportError as exc:  # the stores hold the data; only the offsets lag: retried next time
-                log.warning("commit of %d partitions failed (%s); will retry", len(cut.offsets), exc)
-                committed = False
+        try:  # the stores hold the data; only the offsets may lag: retried next time
+            await guarantee.commit_offsets(self.consumer, {tp: o for tp, (_, o) in cut.offsets.items()})
+        except TransportError as exc:
+            log.warning("commit of %d partitions failed (%s); will retry", len(cut.offsets), exc)
+            committed = False
         if committed:
             for lease, offset in cut.offsets.values():
                 lease.mark_committed(offset)
@@ -213,8 +180,6 @@ class Checkpointer:
     def _split(self, cut: Checkpoint, failed: dict[int, BaseException]) -> None:
         """Take the failed tasks out of `cut`: their buffers are discarded, their offsets not marked."""
         cut.failed = dict(failed)
-        for item in cut.pending:
-            if item.part.number in failed:
-                item.part.flushed()
-        cut.pending = [item for item in cut.pending if item.part.number not in failed]
+        if self.tables is not None:
+            cut.pending = self.tables.drop(cut.pending, set(failed))
         cut.offsets = {tp: v for tp, v in cut.offsets.items() if tp.partition not in failed}

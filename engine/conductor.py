@@ -31,21 +31,21 @@ from engine.errors import DecodeError, EngineError, MembershipLost
 from engine.events import TP, Event, RawRecord
 from engine.leases import Lease, Leases
 from engine.poison import PoisonRecords
-from engine.quiesce import Quiesce
 from engine.rebalance import Pauses, Rebalancer
 from engine.streams import current_event
 from engine.topics import decode_error, event_time_ms
-from engine.transactions import TaskProducers, TransactionsFailed
+from engine.transactions import TransactionsFailed
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
     from agents import Mailbox
+    from engine.guarantee import Guarantee
     from engine.runner import AgentRunner
     from engine.settings import Settings
     from engine.tables.manager import TableManager
     from engine.topics import Topic
-    from engine.transport.base import Admin, Producer, TopicSpec, Transport
+    from engine.transport.base import Admin, TopicSpec, Transport
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +59,10 @@ class Conductor(Service):
         self,
         transport: Transport,
         settings: Settings,
-        producer: Producer,
+        guarantee: Guarantee,
         admin_factory: Callable[[], Admin],
         *,
         tables: TableManager | None = None,
-        tasks: TaskProducers | None = None,
         instance_id: str | None = None,
         plan: Callable[[Topic], TopicSpec] | None = None,
         poison: PoisonRecords | None = None,
@@ -73,7 +72,7 @@ class Conductor(Service):
         self._plan = plan  # how the topology creates a topic an agent starts reading at run time
         self.tables = tables
         self.settings = settings
-        self.producer = producer
+        self.guarantee = guarantee
         self._admin_factory = admin_factory
         self.consumer = transport.consumer(
             group_id=settings.app_id,
@@ -97,17 +96,16 @@ class Conductor(Service):
         self._parked: dict[TP, Parked] = {}
         self._fetcher: asyncio.Task[None] | None = None
         self._subscribed = False
-        self.exactly_once = settings.processing_guarantee == "exactly_once"
-        self.quiesce = Quiesce() if self.exactly_once else None
+        self.quiesce = guarantee.quiesce
         self.checkpoints = Checkpointer(
-            leases=self.leases, consumer=self.consumer, producer=producer, tables=tables,
-            group_id=settings.app_id, quiesce=self.quiesce, busy=self.busy_events, tasks=tasks,
+            leases=self.leases, consumer=self.consumer, guarantee=guarantee, tables=tables,
+            busy=self.busy_events,
         )
         self.rebalancer = Rebalancer(
             leases=self.leases, consumer=self.consumer, pauses=self.pauses, checkpoints=self.checkpoints,
             tables=tables, drop_queued=self.drop_queued,
             spawn=self.spawn,
-            producers=tasks,
+            producers=guarantee.tasks,
             poison=self.poison,
             reset_to_end=settings.auto_offset_reset == "latest",
             revoke_wait=min(settings.shutdown_timeout.total_seconds(), 5.0),

@@ -19,12 +19,12 @@ from agents import Service
 from engine.conductor import Conductor
 from engine.errors import ConfigError, WorkerFailed
 from engine.events import TP
+from engine.guarantee import choose
 from engine.loopwatch import LoopMonitor
 from engine.replies import ReplyService
 from engine.runner import AgentRunner
 from engine.timers import timer_supervisor
 from engine.topology import build_topology
-from engine.transactions import TaskProducers
 from engine.transport import Producer, open_transport
 from engine.watchdog import Watchdog
 
@@ -77,31 +77,21 @@ class Worker(Service):
         self.topology = build_topology(app, settings)
         self.transport = open_transport(settings.broker, settings.broker_options,
                                         linger=settings.producer_linger.total_seconds())
-        exactly_once = settings.processing_guarantee == "exactly_once"
-        # Changelogs are written in per-task transactions under both guarantees, so that a worker that lost
-        # its partitions (frozen past its session timeout mid-flush) is fenced and its stale records are
-        # aborted: at-least-once may process an event twice, but must never let a stale value win.
-        # Exactly-once puts everything agents send into the same transactions.
-        tasks = (TaskProducers(self.transport, app.id, worker_identity(settings) if exactly_once else None)
-                 if exactly_once or app.tables else None)
-        self.producer: Producer = (
-            tasks if exactly_once and tasks is not None else self.transport.producer(None)
-        )
-        self.add_child(_ProducerService(self.producer))
-        if tasks is not None and tasks is not self.producer:
-            self.add_child(_ProducerService(tasks))
-        # Asks travel outside transactions (engine.replies): under exactly-once on a producer of their own.
-        ask_producer = self.transport.producer(None) if exactly_once else self.producer
-        if ask_producer is not self.producer:
-            self.add_child(_ProducerService(ask_producer))
+        self.guarantee = choose(settings.processing_guarantee, self.transport, app.id,
+                                tables=bool(app.tables), worker_id=lambda: worker_identity(settings))
+        self.producer = self.guarantee.producer
+        for producer in self.guarantee.producers:
+            self.add_child(_ProducerService(producer))
+        ask_producer = self.guarantee.ask_producer
         self.replies = self.add_child(ReplyService(self.transport, self.topology.replies.name, ask_producer))
         self.tables = self.add_child(TableManager(
-            app.tables.values(), transport=self.transport, settings=settings, producer=tasks or self.producer,
+            app.tables.values(), transport=self.transport, settings=settings,
+            producer=self.guarantee.tasks or self.producer,
             admin_factory=self.transport.admin,
         )) if app.tables else None
         instance = settings.group_instance_id
-        self.conductor = Conductor(self.transport, settings, self.producer, self.transport.admin,
-                                   tables=self.tables, tasks=tasks,
+        self.conductor = Conductor(self.transport, settings, self.guarantee, self.transport.admin,
+                                   tables=self.tables,
                                    instance_id=worker_identity(settings) if instance == "auto" else instance,
                                    plan=lambda topic: self.topology.add(topic, "source").spec)
         self.replies.quiesce = self.conductor.quiesce

@@ -154,7 +154,8 @@ class TaskProducers:
         open. Raises TransactionsFailed naming the tasks that did not commit (the others did)."""
         by_task: dict[int, dict[TP, int]] = {n: {} for n in self.tasks if n not in held}
         for tp, offset in offsets.items():
-            by_task.setdefault(tp.partition, {})[tp] = offset
+            if tp.partition not in held:
+                by_task.setdefault(tp.partition, {})[tp] = offset
         missing = {n for n in by_task if n not in self.tasks}
         if missing:
             raise TransactionsFailed(dict.fromkeys(missing, PartitionMigrated("no producer for the task")))

@@ -408,6 +408,14 @@ class TableManager(Service):
                 item.table.windowed.stored(item.part, item.writes)
             item.part.flushed()
 
+    def drop(self, pending: list[Pending], numbers: Collection[int]) -> list[Pending]:
+        """The writes of partitions `numbers` did not commit and are dropped (their events are processed
+        again); returns the others."""
+        for item in pending:
+            if item.part.number in numbers:
+                item.part.flushed()
+        return [item for item in pending if item.part.number not in numbers]
+
     def abort(self, pending: list[Pending]) -> None:
         """The flush failed: put the writes back under newer ones, to be sent at the next checkpoint."""
         for item in pending:

@@ -1,0 +1,208 @@
+"""The processing guarantee: at-least-once or exactly-once, one strategy chosen once by the worker.
+
+It decides everything that differs between the two, so that nothing else asks which one is in force:
+- which producer agents send with (exactly-once: the tasks' transactions, engine.transactions; at-least-once:
+  a plain producer), and which one `ask` uses (always outside transactions, engine.replies);
+- whether checkpoints pause agents between events (exactly-once: the quiesce gate, engine.quiesce), and
+  which tasks a cut leaves out because one of their events is still in progress;
+- how a checkpoint commits: at-least-once confirms the group membership, flushes what agents sent, commits
+  the changelogs' transactions, then commits the offsets through the group; exactly-once commits each task's
+  transaction with its offsets (on a transport without transactions, memory://, it flushes and commits the
+  offsets through the group, like at-least-once, at a cut where agents are paused).
+
+Changelogs are written in per-task transactions under both guarantees: a worker that lost its partitions
+(frozen past its session timeout mid-flush) is fenced and its stale records are aborted, so at-least-once may
+process an event twice, but never lets a stale value win.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from engine.quiesce import Quiesce
+from engine.transactions import TaskProducers, TransactionsFailed
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from engine.events import TP, Event
+    from engine.transport.base import Consumer, Producer, Transport
+
+log = logging.getLogger(__name__)
+
+Busy = Callable[[], list[tuple[str, "Event"]]]
+
+
+class Guarantee(Protocol):
+    name: str
+
+    @property
+    def quiesce(self) -> Quiesce | None:
+        """The gate that pauses agents between events, if checkpoints need it."""
+
+    @property
+    def producer(self) -> Producer:
+        """What agents send with."""
+
+    @property
+    def ask_producer(self) -> Producer:
+        """What asks and replies travel on (never in a transaction)."""
+
+    @property
+    def tasks(self) -> TaskProducers | None:
+        """The tasks' transactional producers (changelogs; under exactly-once every send of an event)."""
+
+    @property
+    def producers(self) -> list[Producer]:
+        """Every producer to start and stop, each once."""
+
+    @property
+    def commits_empty_cuts(self) -> bool:
+        """Whether a cut with no offsets and no table writes still commits (open transactions may hold
+        sends of timers and agents)."""
+
+    @property
+    def commits_every_task(self) -> bool:
+        """Whether a checkpoint asked for some partitions (a revoke) commits every task anyway: each task's
+        transaction holds everything its events sent since its last commit."""
+
+    async def pause(self, timeout: float, busy: Busy) -> frozenset[int]:
+        """Before a cut: the tasks it must leave out."""
+
+    def resume(self) -> None:
+        """After a cut."""
+
+    async def before_send(self, consumer: Consumer) -> None:
+        """Before the cut's writes are sent."""
+
+    async def commit(self, consumer: Consumer, offsets: Mapping[TP, int], held: frozenset[int],
+                     failed: Mapping[int, BaseException]) -> dict[int, BaseException]:
+        """Make the cut durable but for the tasks `held` and `failed`; returns every task that failed."""
+
+    async def commit_offsets(self, consumer: Consumer, offsets: Mapping[TP, int]) -> None:
+        """Commit what the transactions did not."""
+
+
+class AtLeastOnce:
+    """Offsets are committed once everything the events before them caused is durable."""
+
+    name = "at_least_once"
+
+    def __init__(self, transport: Transport, app_id: str, *, tables: bool) -> None:
+        self.group_id = app_id
+        self.quiesce: Quiesce | None = None
+        self.producer: Producer = transport.producer(None)
+        self.ask_producer: Producer = self.producer
+        self.tasks = TaskProducers(transport, app_id, None) if tables else None  # the changelogs'
+
+    @property
+    def producers(self) -> list[Producer]:
+        return [self.producer, *([self.tasks] if self.tasks is not None else [])]
+
+    @property
+    def commits_empty_cuts(self) -> bool:
+        return False
+
+    @property
+    def commits_every_task(self) -> bool:
+        return False
+
+    async def pause(self, timeout: float, busy: Busy) -> frozenset[int]:
+        return frozenset()  # agents are not paused: every task is in the cut
+
+    def resume(self) -> None:
+        pass
+
+    async def commit(self, consumer: Consumer, offsets: Mapping[TP, int], held: frozenset[int],
+                     failed: Mapping[int, BaseException]) -> dict[int, BaseException]:
+        """The cut's sends made durable (its offsets are committed by `commit_offsets`, once the stores
+        hold its writes)."""
+        failures = dict(failed)
+        await self.producer.flush()  # DeliveryFailed propagates: never commit past a lost send
+        if self.tasks is not None:
+            try:
+                await self.tasks.commit_transaction({}, self.group_id, held | set(failed))
+            except TransactionsFailed as exc:
+                failures.update(exc.failed)
+        return failures
+
+    async def before_send(self, consumer: Consumer) -> None:
+        """A worker the group has moved on from must not flush: its partitions are another's."""
+        await consumer.confirm_membership()
+
+    async def commit_offsets(self, consumer: Consumer, offsets: Mapping[TP, int]) -> None:
+        if offsets:
+            await consumer.commit(offsets)
+
+
+class ExactlyOnce:
+    """Each task commits its events' outputs, table writes and offsets in one transaction, at a cut where
+    none of its events is half done."""
+
+    name = "exactly_once"
+
+    def __init__(self, transport: Transport, app_id: str, worker_id: str) -> None:
+        self.group_id = app_id
+        self.tasks: TaskProducers = TaskProducers(transport, app_id, worker_id)
+        self.producer: Producer = self.tasks  # agents' sends go to their event's task's transaction
+        # Asks travel outside transactions (engine.replies), on a producer of their own.
+        self.ask_producer: Producer = transport.producer(None)
+        self.quiesce: Quiesce = Quiesce()
+        self._stuck: set[int] = set()  # ids of the events a cut went on without
+
+    @property
+    def producers(self) -> list[Producer]:
+        return [self.tasks, self.ask_producer]
+
+    @property
+    def commits_empty_cuts(self) -> bool:
+        return self.tasks.transactional
+
+    @property
+    def commits_every_task(self) -> bool:
+        return True
+
+    async def pause(self, timeout: float, busy: Busy) -> frozenset[int]:
+        """Close the gate and wait (bounded, and not again for an event already found stuck) for agents to be
+        between events; returns the tasks an agent is still inside an event of, which the cut leaves out:
+        their transactions stay open (whatever the event sent so far is in there), the others commit."""
+        known = sum(1 for _, event in busy() if id(event) in self._stuck)
+        await self.quiesce.pause(timeout, stuck=known)
+        inside = busy()  # the gate is closed: no event starts meanwhile
+        new = [(agent, event) for agent, event in inside if id(event) not in self._stuck]
+        if new:
+            log.warning("exactly-once checkpoint: agents inside an event (%s); their tasks' transactions "
+                        "stay open until the events finish, the other tasks commit",
+                        ", ".join(f"{agent} at {e.topic}[{e.partition}]@{e.offset}" for agent, e in new))
+        self._stuck = {id(event) for _, event in inside}
+        return frozenset(event.partition for _, event in inside)
+
+    def resume(self) -> None:
+        self.quiesce.resume()
+
+    async def before_send(self, consumer: Consumer) -> None:
+        """Fencing guards the transactions: a worker the group moved on from fails its commits."""
+
+    async def commit(self, consumer: Consumer, offsets: Mapping[TP, int], held: frozenset[int],
+                     failed: Mapping[int, BaseException]) -> dict[int, BaseException]:
+        failures = dict(failed)
+        try:
+            await self.tasks.commit_transaction(offsets if self.tasks.transactional else {}, self.group_id,
+                                                held | set(failed))
+        except TransactionsFailed as exc:
+            failures.update(exc.failed)
+        return failures
+
+    async def commit_offsets(self, consumer: Consumer, offsets: Mapping[TP, int]) -> None:
+        if not self.tasks.transactional and offsets:  # memory://: no transactions to hold them
+            await consumer.commit(offsets)
+
+
+def choose(name: str, transport: Transport, app_id: str, *, tables: bool,
+           worker_id: Callable[[], str]) -> Guarantee:
+    """The strategy for the `processing_guarantee` setting."""
+    if name == "exactly_once":
+        return ExactlyOnce(transport, app_id, worker_id())
+    return AtLeastOnce(transport, app_id, tables=tables)
