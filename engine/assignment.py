@@ -61,14 +61,14 @@ class Assignment:
 @dataclass
 class Placement:
     """A worker's side of the assignor: what it tells the group when it joins, and where it hears its share.
-    Given to a transport's consumer, which tells it each assignment it hears (`heard`)."""
+    Given to a transport's consumer, which tells it each assignment it hears (`assignment_received`)."""
 
     standby_replicas: int = 0
     acceptable_lag: int = 10_000
     stateful: bool = False
     endpoint: str = ""
     positions: Callable[[], Mapping[int, int]] = dict  # task -> its stores' changelog positions
-    placed: Callable[[Assignment], None] = lambda assignment: None
+    on_assignment: Callable[[Assignment], None] = lambda assignment: None
     current: Assignment | None = None  # the last assignment heard
 
     @property
@@ -83,9 +83,9 @@ class Placement:
         return assign(members, tasks, standby_replicas=self.standby_replicas,
                       acceptable_lag=self.acceptable_lag, stateful=self.stateful)
 
-    def heard(self, assignment: Assignment) -> None:
+    def assignment_received(self, assignment: Assignment) -> None:
         self.current = assignment
-        self.placed(assignment)
+        self.on_assignment(assignment)
 
 
 def assign(members: Sequence[Member], tasks: int, *, standby_replicas: int = 0,

@@ -122,11 +122,11 @@ class Checkpointer:
             only = None
         held = await guarantee.pause(pause_timeout, self._busy)
         try:
-            return await self._once(only, held)
+            return await self._checkpoint(only, held)
         finally:
             guarantee.resume()
 
-    async def _once(self, only: Collection[TP] | None, held: frozenset[int]) -> Checkpoint:
+    async def _checkpoint(self, only: Collection[TP] | None, held: frozenset[int]) -> Checkpoint:
         """One cut; the tasks `held` (exactly-once: an event of theirs is in progress) stay out of it."""
         cut = Checkpoint()
         for lease in self.leases.live():

@@ -78,17 +78,17 @@ class LoopMonitor(Service):
         next_report = 0.0
         while not self._stop.wait(interval):
             beat = self._beat
-            still = time.monotonic() - beat
-            if still < self.threshold:
+            stood_for = time.monotonic() - beat
+            if stood_for < self.threshold:
                 continue
             first = beat != reported_at
             if first:
                 reported_at, next_report = beat, 0.0
-            if still >= next_report:
-                next_report = still + self.threshold
-                self.report(still, first)
+            if stood_for >= next_report:
+                next_report = stood_for + self.threshold
+                self.report(stood_for, first)
 
-    def report(self, still: float, first: bool = True) -> None:
+    def report(self, stood_for: float, first: bool = True) -> None:
         """Log the blocked loop: what is being processed, and (first time) where the loop's thread is."""
         busy = self._busy()
         events = ", ".join(f"agent {agent} at {e.topic}[{e.partition}]@{e.offset}" for agent, e in busy)
@@ -98,11 +98,11 @@ class LoopMonitor(Service):
             log.warning("the event loop has been blocked for %.1fs (%s): nothing else runs meanwhile, "
                         "heartbeats included, and past the group's session timeout this worker loses its "
                         "partitions; the loop's thread is in:\n%s",
-                        still, events or "no agent inside an event", stack)
+                        stood_for, events or "no agent inside an event", stack)
         else:
-            log.warning("the event loop is still blocked, for %.1fs now (%s)", still,
+            log.warning("the event loop is still blocked, for %.1fs now (%s)", stood_for,
                         events or "no agent inside an event")
         loop = self._loop
         if loop is not None and not loop.is_closed():
             for agent, event in busy:
-                loop.call_soon_threadsafe(self._blocked, agent, event, still)
+                loop.call_soon_threadsafe(self._blocked, agent, event, stood_for)

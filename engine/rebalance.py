@@ -105,7 +105,7 @@ class Rebalancer:
         self.stopping = False  # while the worker stops, agents have let go of their events: don't wait
 
     async def assigned(self, tps: set[TP]) -> None:
-        log.info("assigned %d partitions: %s", len(tps), fmt(tps))
+        log.info("assigned %d partitions: %s", len(tps), describe(tps))
         self.pauses.forget(tps)
         self.leases.grant(tps)
         if (self.tables is not None or self.producers is not None) and tps:
@@ -120,9 +120,10 @@ class Rebalancer:
             await self._seek_committed(tps)  # ... so what they committed is final when we read it
         if self.tables is not None:
             await self.tables.assign(numbers)
-        still = {tp for tp in tps if (lease := self.leases.current.get(tp)) is not None and lease.dispatching}
-        self.pauses.release(still, RECOVERING)
-        log.info("tables ready; processing %d partitions", len(still))
+        resumable = {tp for tp in tps
+                     if (lease := self.leases.current.get(tp)) is not None and lease.dispatching}
+        self.pauses.release(resumable, RECOVERING)
+        log.info("tables ready; processing %d partitions", len(resumable))
 
     async def _seek_committed(self, tps: set[TP]) -> None:
         committed = await self.consumer.committed(tps)
@@ -135,7 +136,7 @@ class Rebalancer:
 
     async def revoked(self, tps: set[TP]) -> None:
         """Still the owner: finish what agents hold (bounded), checkpoint, let go."""
-        log.info("revoked %d partitions: %s", len(tps), fmt(tps))
+        log.info("revoked %d partitions: %s", len(tps), describe(tps))
         self._count_losses(tps)
         started = time.monotonic()
         leases = self.leases.revoke(tps)
@@ -154,8 +155,8 @@ class Rebalancer:
                                f"{dropped.get(lease.tp, 0)} dropped, {lease.abandoned} never handed over"
                                for lease in held)
             log.warning("agents did not finish their events of %s within %.1fs of the revoke (%s); those "
-                        "events are left to the partitions' next owner", fmt([lease.tp for lease in held]),
-                        self.revoke_wait, counts)
+                        "events are left to the partitions' next owner",
+                        describe([lease.tp for lease in held]), self.revoke_wait, counts)
         async with self.checkpoints.lock:
             try:
                 await self.checkpoints.run_locked(self.revoke_wait, only=tps)
@@ -175,7 +176,7 @@ class Rebalancer:
     async def lost(self, tps: set[TP], why: str = "this worker's group session expired") -> None:
         """No longer the owner: drop everything of `tps`, write and commit nothing."""
         log.warning("lost %d partitions (%s; another worker may own them now): %s; their uncommitted work "
-                    "is dropped", len(tps), why, fmt(tps))
+                    "is dropped", len(tps), why, describe(tps))
         self._count_losses(tps)
         await self._forget(tps)
 
@@ -227,7 +228,8 @@ class Rebalancer:
         retry = {tp for tp in owned if tp.partition not in fenced}
         if not retry:
             return
-        log.warning("rewinding %s to their last commit: their transactions did not commit (%s)", fmt(retry),
+        log.warning("rewinding %s to their last commit: their transactions did not commit (%s)",
+                    describe(retry),
                     "; ".join(f"task {n}: {e}" for n, e in sorted(failed.items()) if n not in fenced))
         await self._forget(retry, rebalancing=False)
         await self.assigned(retry)
@@ -243,7 +245,7 @@ class Rebalancer:
             self.tables.revoke({tp.partition for tp in tps})
 
 
-def fmt(tps: Collection[TP]) -> str:
+def describe(tps: Collection[TP]) -> str:
     by_topic: dict[str, list[int]] = {}
     for tp in tps:
         by_topic.setdefault(tp.topic, []).append(tp.partition)

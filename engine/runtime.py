@@ -55,7 +55,7 @@ def worker_identity(settings: Settings) -> str:
     """The transactional id of the worker's own sends (timers, sends outside events; engine.transactions),
     kept in the data dir so that a restarted worker fences its predecessor's producer and aborts the
     transaction it left open, instead of waiting for it to time out."""
-    folder = settings.data_dir / settings.app_id
+    folder = settings.app_dir
     path = folder / "worker-id"
     try:
         return path.read_text().strip()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from engine.errors import ConfigError
+from engine.stores import store_scheme
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -79,6 +80,12 @@ class Settings:
         return urlsplit(self.broker).scheme
 
     @property
+    def app_dir(self) -> Path:
+        """Where this app's worker keeps what it keeps locally (stores, its worker id): one folder per app
+        id under `data_dir`."""
+        return self.data_dir / self.app_id
+
+    @property
     def bootstrap_servers(self) -> list[str]:
         """host:port pairs of a kafka:// URL."""
         return self.broker.split("://", 1)[1].split(",")
@@ -107,7 +114,7 @@ def validate(s: Settings) -> None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             _fail(name, value, "expected an integer of at least 1")
-    if s.store.split("://", 1)[0] not in ("rocksdb", "memory") or "://" not in s.store:
+    if store_scheme(s.store) is None:
         _fail("store", s.store, "expected rocksdb:// or memory://")
     for name in ("standby_replicas", "acceptable_recovery_lag"):
         value = getattr(s, name)

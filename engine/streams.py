@@ -88,7 +88,7 @@ class _Operators:
     def current_event(self) -> Event | None:
         return self.root.current_event
 
-    def filter(self, predicate: Callable[[Any], bool | Awaitable[bool]]) -> Derived:
+    def filter(self, predicate: Callable[[Any], bool | Awaitable[bool]]) -> DerivedStream:
         is_async = inspect.iscoroutinefunction(predicate)
 
         async def gen() -> AsyncIterator[Any]:
@@ -97,48 +97,48 @@ class _Operators:
                 if keep:
                     yield value
 
-        return Derived(self.root, gen())
+        return DerivedStream(self.root, gen())
 
-    def map(self, fun: Callable[[Any], Any]) -> Derived:
+    def map(self, fun: Callable[[Any], Any]) -> DerivedStream:
         is_async = inspect.iscoroutinefunction(fun)
 
         async def gen() -> AsyncIterator[Any]:
             async for value in self:
                 yield (await fun(value)) if is_async else fun(value)
 
-        return Derived(self.root, gen())
+        return DerivedStream(self.root, gen())
 
-    def items(self) -> Derived:
+    def items(self) -> DerivedStream:
         """(key, value) pairs."""
         if self is self.root:
-            return Derived(self.root, _Shaped(self.root, PAIR))
-        return Derived(self.root, _Items(self.__aiter__(), self.root))
+            return DerivedStream(self.root, _RootShaped(self.root, PAIR))
+        return DerivedStream(self.root, _Items(self.__aiter__(), self.root))
 
-    def events(self) -> Derived:
+    def events(self) -> DerivedStream:
         """The Event objects (key, value, headers, timestamp, topic, partition, offset)."""
         if self is self.root:
-            return Derived(self.root, _Shaped(self.root, EVENT))
-        return Derived(self.root, _Events(self.__aiter__(), self.root))
+            return DerivedStream(self.root, _RootShaped(self.root, EVENT))
+        return DerivedStream(self.root, _Events(self.__aiter__(), self.root))
 
-    def enumerate(self, start: int = 0) -> Derived:
+    def enumerate(self, start: int = 0) -> DerivedStream:
         async def gen() -> AsyncIterator[Any]:
             index = start
             async for value in self:
                 yield index, value
                 index += 1
 
-        return Derived(self.root, gen())
+        return DerivedStream(self.root, gen())
 
-    def join(self, table: Lookup, *, key: Callable[[Any], Any] | None = None) -> Derived:
+    def join(self, table: Lookup, *, key: Callable[[Any], Any] | None = None) -> DerivedStream:
         """(value, table value) for events whose key (the event key, or `key(value)`) is in `table`;
         events with no match are skipped."""
         return self._join(table, key, inner=True)
 
-    def left_join(self, table: Lookup, *, key: Callable[[Any], Any] | None = None) -> Derived:
+    def left_join(self, table: Lookup, *, key: Callable[[Any], Any] | None = None) -> DerivedStream:
         """(value, table value or None) for every event."""
         return self._join(table, key, inner=False)
 
-    def _join(self, table: Lookup, key: Callable[[Any], Any] | None, *, inner: bool) -> Derived:
+    def _join(self, table: Lookup, key: Callable[[Any], Any] | None, *, inner: bool) -> DerivedStream:
         root = self.root
         root.context.joined(root.topic, table)
 
@@ -153,9 +153,9 @@ class _Operators:
                 if found or not inner:
                     yield value, other
 
-        return Derived(root, gen())
+        return DerivedStream(root, gen())
 
-    def take(self, n: int, within: float | timedelta) -> Derived:
+    def take(self, n: int, within: float | timedelta) -> DerivedStream:
         """Lists of up to `n` values; a shorter list when `within` passed since its first value."""
         if n < 1:
             raise ValueError(f"take(n): n must be at least 1, not {n}")
@@ -203,7 +203,7 @@ class _Operators:
                 if pending is not None:
                     pending.cancel()
 
-        return Derived(root, gen())
+        return DerivedStream(root, gen())
 
     def through(self, topic: Topic | str, *, key_type: type | None = None,
                 value_type: type | None = None) -> Stream:
@@ -257,7 +257,7 @@ class _Events(_Items):
 VALUE, PAIR, EVENT = 0, 1, 2
 
 
-class _Shaped:
+class _RootShaped:
     """items() or events() of a root stream: its own __anext__, told what to return. A plain method, not a
     coroutine awaiting the root's: the agent awaits one coroutine per event instead of two (a coroutine
     frame less per event; on `benchmarks.stateful_count` its effect is within this machine's drift)."""
@@ -268,14 +268,14 @@ class _Shaped:
         self._root = root
         self._shape = shape
 
-    def __aiter__(self) -> _Shaped:
+    def __aiter__(self) -> _RootShaped:
         return self
 
     def __anext__(self) -> Awaitable[Any]:
         return self._root.__anext__(self._shape)
 
 
-class Derived(_Operators):
+class DerivedStream(_Operators):
     """A stream made by an operator: iterates its generator, shares the root's current event."""
 
     __slots__ = ("_iterator", "root")

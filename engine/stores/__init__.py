@@ -11,10 +11,22 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
+STORE_SCHEMES = ("rocksdb", "memory")
+
+
+def store_scheme(url: object) -> str | None:
+    """The kind of store a store URL names (`rocksdb` or `memory`), None if it names none: the one rule,
+    used where settings and tables are checked and where a backend is opened."""
+    if not isinstance(url, str) or "://" not in url:
+        return None
+    scheme = url.split("://", 1)[0]
+    return scheme if scheme in STORE_SCHEMES else None
+
+
 def open_store_backend(url: str, data_dir: Path, memory: int | None = None) -> StoreBackend:
     """`memory`: bytes a RocksDB backend's stores share (None: RocksDB's defaults, per store; for short-lived
     readers such as the CLI's)."""
-    scheme = url.split("://", 1)[0]
+    scheme = store_scheme(url)
     if scheme == "memory":
         from engine.stores.memory import MemoryStoreBackend
 
@@ -27,5 +39,6 @@ def open_store_backend(url: str, data_dir: Path, memory: int | None = None) -> S
 
 
 __all__ = [
-    "PartitionStore", "StoreBackend", "StoreCorrupt", "StoreError", "StoreView", "open_store_backend",
+    "STORE_SCHEMES", "PartitionStore", "StoreBackend", "StoreCorrupt", "StoreError", "StoreView",
+    "open_store_backend", "store_scheme",
 ]

@@ -63,6 +63,6 @@ class StoreBackend(Protocol):
     def destroy(self, table: str, partition: int) -> None:
         """Delete a partition's data (the store must be closed): it is rebuilt from the changelog."""
 
-    def kept(self, table: str) -> dict[int, tuple[int | None, float]]:
+    def stored_partitions(self, table: str) -> dict[int, tuple[int | None, float]]:
         """The partitions of `table` with a store kept here (none open): each store's changelog offset and
         when it was last written (epoch seconds). What a restarted worker tells the assignor it holds."""

@@ -81,6 +81,6 @@ class MemoryStoreBackend:
     def destroy(self, table: str, partition: int) -> None:
         self._partitions.pop((table, partition), None)
 
-    def kept(self, table: str) -> dict[int, tuple[int | None, float]]:
+    def stored_partitions(self, table: str) -> dict[int, tuple[int | None, float]]:
         return {number: (meta.get("offset"), time.time())
                 for (name, number), (_, meta) in self._partitions.items() if name == table}

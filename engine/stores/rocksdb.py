@@ -220,7 +220,7 @@ class RocksDBStoreBackend:
             return None
         return RocksDBPartitionStore(path, read_only=True)
 
-    def kept(self, table: str) -> dict[int, tuple[int | None, float]]:
+    def stored_partitions(self, table: str) -> dict[int, tuple[int | None, float]]:
         kept: dict[int, tuple[int | None, float]] = {}
         for number in self.local_partitions(table):
             path = self.path(table, number)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from engine.errors import ConfigError, EngineError, PartitionMigrated, TopologyError
 from engine.partitioner import CACHED_KEYS, partition_for
+from engine.stores import store_scheme
 from engine.streams import current_event
 from engine.tables.keys import META_PREFIX, window_key
 from engine.tables.partition import DELETED, MISSING, TablePartition
@@ -69,7 +70,7 @@ class BaseTable(MutableMapping[Any, Any]):
     ) -> None:
         if default is not None and not callable(default):
             raise ConfigError(f"table {name!r}: default must be callable (e.g. default=int), not {default!r}")
-        if store is not None and store.split("://", 1)[0] not in ("memory", "rocksdb"):
+        if store is not None and store_scheme(store) is None:
             raise ConfigError(f"table {name!r}: store {store!r} is not rocksdb:// or memory://")
         self.name = name
         self.app_id = app_id

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import ConfigError
 from engine.partitioner import partition_for
+from engine.stores import store_scheme
 from engine.tables.keys import META_PREFIX, key_prefix, split_window_key
 from engine.tables.partition import MISSING
 from engine.topology import planned_partitions
@@ -34,11 +35,11 @@ class PartitionInfo:
 def disk_backend(table: BaseTable, settings: Settings) -> RocksDBStoreBackend:
     """The table's on-disk store backend under the settings' data dir (memory stores have no files)."""
     url = table.store_url or settings.store
-    if not url.startswith("rocksdb://"):
+    if store_scheme(url) != "rocksdb":
         raise ConfigError(f"table {table.name!r} lives in {url}: only rocksdb:// stores are on disk")
     from engine.stores.rocksdb import RocksDBStoreBackend
 
-    return RocksDBStoreBackend(url, settings.data_dir / settings.app_id)
+    return RocksDBStoreBackend(url, settings.app_dir)
 
 
 def table_named(app: App, name: str) -> BaseTable:
@@ -82,7 +83,7 @@ def read_key(app: App, settings: Settings, name: str, key: Any) -> tuple[int, An
     local = backend.local_partitions(table.name)
     if not local:
         raise ConfigError(
-            f"no local stores of table {name!r} under {settings.data_dir / settings.app_id}; "
+            f"no local stores of table {name!r} under {settings.app_dir}; "
             "pass the worker's --data-dir"
         )
     count = planned_partitions(table.changelog_topic, settings)

@@ -84,7 +84,7 @@ class TableManager(Service):
         self.replayed: dict[TP, int] = {}
         self._follow_changed = asyncio.Event()
         # Stores on disk that are not open: their changelog offset and when they were last written.
-        self.kept: dict[TP, tuple[int | None, float]] = {}
+        self.on_disk: dict[TP, tuple[int | None, float]] = {}
         self._next_lag = 0.0
         self._follower: Any = None
         # Topics whose events write windowed tables on their topic's time: the conductor records, per batch,
@@ -100,7 +100,7 @@ class TableManager(Service):
         url = table.store_url or self.settings.store
         backend = self._backends.get(url)
         if backend is None:
-            root = self.settings.data_dir / self.settings.app_id
+            root = self.settings.app_dir
             backend = self._backends[url] = open_store_backend(url, root, self.settings.store_memory)
         return backend
 
@@ -108,7 +108,7 @@ class TableManager(Service):
         tp = TP(table.changelog_topic.name, number)
         if tp in self.stores:
             return self.stores[tp][1]
-        self.kept.pop(tp, None)
+        self.on_disk.pop(tp, None)
         backend = self._backend(table)
         try:
             store = backend.open(table.name, number)
@@ -130,7 +130,7 @@ class TableManager(Service):
         if entry is not None:
             table, store = entry
             if not table.is_global:
-                self.kept[tp] = (store.changelog_offset(), time.time())
+                self.on_disk[tp] = (store.changelog_offset(), time.time())
             store.close()
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -143,8 +143,8 @@ class TableManager(Service):
             await admin.close()
         for table in self.tables.values():
             if not table.is_global:  # what a restarted worker holds: the assignor prefers it for these
-                for number, kept in self._backend(table).kept(table.name).items():
-                    self.kept[TP(table.changelog_topic.name, number)] = kept
+                for number, kept in self._backend(table).stored_partitions(table.name).items():
+                    self.on_disk[TP(table.changelog_topic.name, number)] = kept
             count = counts.get(table.changelog_topic.name) or planned_partitions(table.changelog_topic,
                                                                                   self.settings)
             timed = table.windowed is not None and table.windowed.timestamp is None
@@ -187,10 +187,10 @@ class TableManager(Service):
             acceptable_lag=self.settings.acceptable_recovery_lag,
             stateful=any(not t.is_global for t in self.tables.values()),
             positions=self.positions,
-            placed=self.placed,
+            on_assignment=self.on_assignment,
         )
 
-    def placed(self, assignment: Assignment) -> None:
+    def on_assignment(self, assignment: Assignment) -> None:
         """The group's assignment for this worker (heard before its partitions are assigned)."""
         self.assignment = assignment
         log.info("assignment: active %s, standby %s, warming up %s", sorted(assignment.active),
@@ -218,7 +218,7 @@ class TableManager(Service):
         positions: dict[int, int] = {}
         opened = [(tp, store.changelog_offset()) for tp, (table, store) in self.stores.items()
                   if not table.is_global]
-        for tp, applied in [*opened, *((tp, offset) for tp, (offset, _) in self.kept.items())]:
+        for tp, applied in [*opened, *((tp, offset) for tp, (offset, _) in self.on_disk.items())]:
             read = 0 if applied is None else applied + 1
             positions[tp.partition] = positions.get(tp.partition, 0) + read
         return positions
@@ -229,11 +229,11 @@ class TableManager(Service):
         partitions move for good, and a partition that comes back soon still finds its store."""
         idle = self.settings.state_cleanup_delay.total_seconds()
         now = time.time()
-        for tp, (_, written) in list(self.kept.items()):
+        for tp, (_, written) in list(self.on_disk.items()):
             if tp not in keep and tp not in self.stores and now - written > idle:
                 table = self.tables_by_changelog(tp.topic)
                 self._backend(table).destroy(table.name, tp.partition)
-                del self.kept[tp]
+                del self.on_disk[tp]
                 log.info("deleted the store of %s[%d]: not assigned here for %.0fs", tp.topic, tp.partition,
                          now - written)
 

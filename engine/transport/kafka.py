@@ -160,7 +160,7 @@ class _EngineAssignor(AbstractPartitionAssignor):  # type: ignore[misc]  # aioka
 
     def on_assignment(self, assignment: Any) -> None:
         active = frozenset(p for _, partitions in assignment.assignment for p in partitions)
-        self.placement.heard(decode_assignment(active, assignment.user_data))
+        self.placement.assignment_received(decode_assignment(active, assignment.user_data))
 
 
 class KafkaConsumer:

@@ -235,7 +235,7 @@ class MemoryConsumer:
             return
         self._generation = generation
         if share is not None:
-            self.placement.heard(share)
+            self.placement.assignment_received(share)
         if self._assigned and self._on_revoked is not None:
             await self._on_revoked(set(self._assigned))
         group = self.broker.groups[self.group_id]
