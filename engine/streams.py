@@ -324,13 +324,18 @@ class Stream(_Operators):
                 event.lease.ack(event.record.offset)
             if quiesce is not None:
                 quiesce.finished()
-        if quiesce is not None and quiesce.closed:
+        while quiesce is not None and quiesce.closed:
             await quiesce.wait_open()
         # A mailbox never holds an event of a partition no longer dispatched: the conductor purges them on
         # revoke and loss, and `abandon` does not requeue them; so no per-event ownership check here.
         event = self._mailbox.get_nowait()
         if event is None:
             event = await (self._next_forwarding() if self._upstream else self._next_waiting())
+            # A checkpoint may have closed the gate while this agent waited for an event (it was not inside
+            # one, so the checkpoint did not wait for it): the event must not start inside the cut, or what
+            # it sends would commit with the cut while its offset does not.
+            while quiesce is not None and quiesce.closed:
+                await quiesce.wait_open()
         if quiesce is not None:
             quiesce.started()
         self._current = event

@@ -432,3 +432,37 @@ async def test_a_record_whose_dead_letter_cannot_be_sent_is_not_logged_as_sent(c
     assert any("not sent to dlqlog-count-dlq: cannot send to 'x-count-dlq': the transaction was aborted"
                in m for m in messages), messages
     assert not any("record sent to" in m for m in messages)
+
+
+async def test_an_event_that_arrives_while_the_checkpoint_gate_is_closed_waits_for_it_to_open():
+    """Exactly-once: an agent waiting on an empty mailbox is not inside an event, so a checkpoint does not
+    wait for it; an event handed to it while the cut is taken (the fetch loop was past its own look at the
+    gate, waiting for room in another agent's mailbox) must not start before the gate opens, or what it
+    sends would commit with the cut while its offset does not (a duplicate after a crash)."""
+    from engine.events import Event
+    from engine.transport.memory import MemoryRecord
+
+    app, _ = app_on_memory("gate", processing_guarantee="exactly_once")
+    started: list[bool] = []
+    worker_box: list[engine.Worker] = []
+
+    @app.agent(app.topic("words"))
+    async def count(stream):
+        async for _ in stream:
+            started.append(worker_box[0].guarantee.quiesce.closed)
+
+    async with testing.running(app, commit_interval=3600) as worker:
+        worker_box.append(worker)
+        gate = worker.guarantee.quiesce
+        await app.topics["words"].send(value="first", partition=0)
+        await testing.eventually(lambda: len(started) == 1)
+        assert await gate.pause(1.0) is True  # the agent waits on its mailbox: not inside an event
+        lease = worker.conductor.leases.current[TP("words", 0)]
+        lease.track(1)
+        record = MemoryRecord("words", 0, 1, 0, None, b'"during the cut"', ())
+        worker.runners[0].mailbox("words", 0).put_many_nowait([Event(record, None, "during the cut", lease)])
+        await asyncio.sleep(0.1)
+        assert len(started) == 1, "the agent started an event inside the cut"
+        gate.resume()
+        await testing.eventually(lambda: len(started) == 2)
+    assert started == [False, False]
