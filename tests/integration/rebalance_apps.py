@@ -5,7 +5,8 @@ of work per event), ITEST_GUARANTEE, ITEST_CONCURRENCY, ITEST_STUCK ("partition:
 event the agent sits on, once per process, to test a stuck agent), and ITEST_ECHO (if set, every event's
 "i" is sent to `<app>-echo` first, so that a transaction holds the outputs of the events before a stuck
 one), and ITEST_BLOCK ("partition:offset:seconds": the event during which the agent blocks the event loop,
-every time it meets it, as a blocking client library would)."""
+every time it meets it, as a blocking client library would), and ITEST_LATE (if set, records too late for
+their window go to `<app>-per-window-late`)."""
 
 import asyncio
 import os
@@ -19,7 +20,7 @@ words = app.topic(os.environ.get("ITEST_TOPIC", "words"), key_type=str, value_ty
                   timestamp=lambda word: word["at"])
 counts = app.Table("counts", default=int, key_type=str, value_type=int)
 per_window = app.Table("per-window", default=int, key_type=str, value_type=int).tumbling(
-    10, grace=5, expires=3600)
+    10, grace=5, expires=3600, late_topic=bool(os.environ.get("ITEST_LATE")))
 per_window.closed()
 DELAY = float(os.environ.get("ITEST_DELAY", "0"))
 STUCK = tuple(float(x) for x in os.environ.get("ITEST_STUCK", "").split(":") if x) or None
