@@ -1,0 +1,102 @@
+"""Recovery's replay of a changelog into stores (`replay_to_end`, on the in-memory broker) and the reasons a
+partition is paused for (`Pauses`), on their own."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from engine.events import TP
+from engine.rebalance import Pauses
+from engine.stores.memory import MemoryStoreBackend
+from engine.tables.recovery import Progress, replay_to_end
+from engine.transport import TopicSpec, open_transport
+
+
+async def changelog(records: dict[int, list[tuple[bytes, bytes | None]]]) -> tuple[Any, str]:
+    transport = open_transport(f"memory://{uuid.uuid4().hex}")
+    topic = "app-counts-changelog"
+    producer = transport.producer()
+    await producer.start()
+    admin = transport.admin()
+    await admin.create_topics([TopicSpec(topic, 2)])
+    await admin.close()
+    for partition, pairs in records.items():
+        for key, value in pairs:
+            await producer.send(topic, key, value, partition=partition)
+    await producer.flush()
+    await producer.stop()
+    return transport, topic
+
+
+async def test_replay_applies_each_partition_from_its_stores_offset_to_the_end():
+    transport, topic = await changelog({
+        0: [(b"a", b"1"), (b"b", b"1"), (b"a", b"2"), (b"b", None)],
+        1: [(b"c", b"1"), (b"c", b"2")],
+    })
+    backend = MemoryStoreBackend(f"memory://{uuid.uuid4().hex}")
+    stores = {TP(topic, 0): backend.open("counts", 0), TP(topic, 1): backend.open("counts", 1)}
+    stores[TP(topic, 1)].write({b"c": b"1"}, 0)  # this store already holds offset 0
+    reader = transport.consumer(group_id=None)
+    await reader.start()
+    progress = Progress()
+    try:
+        counts = await replay_to_end(reader, stores, lambda tp: stores[tp], progress, "test")
+    finally:
+        await reader.stop()
+    assert counts == {TP(topic, 0): 4, TP(topic, 1): 1}
+    assert dict(stores[TP(topic, 0)].items()) == {b"a": b"2"}, "the tombstone deleted b"
+    assert dict(stores[TP(topic, 1)].items()) == {b"c": b"2"}
+    assert [s.changelog_offset() for s in stores.values()] == [3, 1]
+    assert (progress.applied, progress.remaining) == (5, 0)
+
+
+async def test_a_store_ahead_of_its_log_is_rebuilt_from_the_start():
+    transport, topic = await changelog({0: [(b"a", b"1")], 1: []})
+    backend = MemoryStoreBackend(f"memory://{uuid.uuid4().hex}")
+    stale = backend.open("counts", 0)
+    stale.write({b"gone": b"9"}, 41)  # a log that was truncated, or another one
+    stores = {TP(topic, 0): stale}
+    rebuilt: list[TP] = []
+
+    def rebuild(tp: TP) -> Any:
+        rebuilt.append(tp)
+        backend.destroy("counts", 0)
+        stores[tp] = backend.open("counts", 0)
+        return stores[tp]
+
+    reader = transport.consumer(group_id=None)
+    await reader.start()
+    try:
+        await replay_to_end(reader, dict(stores), rebuild, Progress(), "test")
+    finally:
+        await reader.stop()
+    assert rebuilt == [TP(topic, 0)]
+    assert dict(stores[TP(topic, 0)].items()) == {b"a": b"1"}
+
+
+class RecordingConsumer:
+    def __init__(self) -> None:
+        self.paused: set[TP] = set()
+
+    def pause(self, tps: Any) -> None:
+        self.paused |= set(tps)
+
+    def resume(self, tps: Any) -> None:
+        self.paused -= set(tps)
+
+
+def test_a_partition_resumes_only_once_every_reason_to_pause_it_is_gone():
+    consumer = RecordingConsumer()
+    pauses = Pauses(consumer)  # type: ignore[arg-type]
+    words0, words1 = TP("words", 0), TP("words", 1)
+    pauses.hold([words0, words1], "recovering")
+    pauses.hold([words0], "backpressure")  # a full mailbox: parked
+    pauses.release([words0, words1], "recovering")
+    assert consumer.paused == {words0}, "still parked"
+    pauses.release([words0], "backpressure")
+    assert consumer.paused == set()
+    pauses.hold([words1], "backpressure")
+    pauses.forget([words1])  # revoked: its reasons go with it
+    pauses.release([words1], "backpressure")
+    assert consumer.paused == {words1}, "forgotten reasons do not resume it (the next assignment does)"
