@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, TextIO
 
 from cli.loader import load_app
 from engine import export
-from engine.tables.recovery import Progress
+from engine.tools import Progress
 
 if TYPE_CHECKING:
     import argparse
 
-    from engine import App
+    from engine import App, Settings
     from engine.export import ExportManifest
-    from engine.settings import Settings
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cli.loader import load_app
-from engine.topology import build_topology
+from engine.tools import build_topology
 
 if TYPE_CHECKING:
     import argparse

@@ -10,14 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from cli.loader import load_app
 from engine import App, ConfigError, DecodeError, Topic
-from engine.topology import Topology, build_topology
-from engine.transport import open_transport
-from engine.transport.base import TopicSpec
+from engine.tools import TopicSpec, Topology, build_topology, open_transport
 
 if TYPE_CHECKING:
     import argparse
 
-    from engine.transport.base import Admin
+    from engine.tools import Admin
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -11,17 +11,15 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from cli.loader import load_app
-from engine import ConfigError
-from engine.events import TP
-from engine.topology import build_topology
-from engine.transport import open_transport
+from engine import TP, ConfigError
+from engine.tools import build_topology, open_transport
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Iterable
 
-    from engine.app import App
-    from engine.transport.base import GroupDescription
+    from engine import App
+    from engine.tools import GroupDescription
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -5,10 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cli.loader import load_app
-from engine.codecs import dumps
-from engine.tables.inspect import local_partitions, read_key, table_named
-from engine.tables.partition import MISSING
-from engine.topology import planned_partitions
+from engine.tools import MISSING, dumps, local_partitions, planned_partitions, read_key, table_named
 
 if TYPE_CHECKING:
     import argparse
@@ -52,7 +49,7 @@ def run_table(args: argparse.Namespace) -> int:
     table = table_named(app, args.table)
     key = args.key
     if table.plain_key_codec.name == "json":
-        from engine.codecs import loads
+        from engine.tools import loads
 
         try:
             key = loads(args.key)

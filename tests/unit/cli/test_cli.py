@@ -71,7 +71,7 @@ def test_loglevel_is_checked(capsys):
     assert run(capsys, "agents", "-A", "examples.wordcount:app", "--loglevel", "LOUD")[0] == 2
 
 
-@pytest.mark.parametrize("package", ["engine", "agents"])
+@pytest.mark.parametrize("package", ["engine", "agents", "engine.tools"])
 def test_public_api_is_sorted_and_complete(package):
     import importlib
 
@@ -82,6 +82,25 @@ def test_public_api_is_sorted_and_complete(package):
     public = {n for n, v in vars(module).items()
               if not n.startswith("_") and not isinstance(v, type(module))}
     assert public <= set(module.__all__) | {"annotations"}
+
+
+def test_the_cli_imports_only_engines_public_api():
+    """cli is a thin shell: it uses what users can use (the engine package, engine.export, engine.tools)."""
+    import ast
+    from pathlib import Path
+
+    public = {"engine", "engine.export", "engine.tools"}
+    found = {}
+    for path in Path(__file__).resolve().parents[3].joinpath("cli").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("engine"):
+                found.setdefault(node.module, set()).add(path.name)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("engine"):
+                        found.setdefault(alias.name, set()).add(path.name)
+    assert found, "the cli imports engine"
+    assert {m: files for m, files in found.items() if m not in public} == {}
 
 
 async def test_tables_and_table_get_read_the_local_rocksdb_stores(capsys, tmp_path, monkeypatch):
