@@ -3,7 +3,7 @@
 Knows nothing of Kafka, tables or codecs; mode-streaming is used here and only here.
 """
 
-from agents.actor import ActorGroup, Behaviour, Request
+from agents.actor import ActorGroup, Behaviour
 from agents.errors import AgentsError, Fatal, MailboxClosed, MaxRestartsExceeded
 from agents.mailbox import Mailbox
 from agents.service import Service, ServiceState, cancel_and_wait
@@ -17,7 +17,6 @@ __all__ = [
     "Mailbox",
     "MailboxClosed",
     "MaxRestartsExceeded",
-    "Request",
     "RestartPolicy",
     "Service",
     "ServiceState",

@@ -2,17 +2,16 @@
 
 A behaviour is `async def behaviour(mailbox)`: it takes messages from its own mailbox until the mailbox is
 closed. The mailbox outlives a crash, so a restarted instance resumes with the messages still queued.
-`tell` puts a message (waiting while the mailbox is full); `ask` puts a `Request` and awaits its reply.
+`tell` puts a message (waiting while the mailbox is full). (engine's agents ask each other through Kafka,
+engine.replies: an answer must survive a worker and cross workers.)
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from agents.mailbox import Mailbox
 from agents.service import Service
@@ -20,22 +19,6 @@ from agents.supervisor import RestartPolicy, Supervisor
 
 M = TypeVar("M")
 Behaviour = Callable[[Mailbox[M]], Awaitable[None]]
-
-
-@dataclass(slots=True)
-class Request:
-    """A message that wants an answer: the actor calls `reply` (or `fail`) exactly once."""
-
-    payload: Any
-    future: asyncio.Future[Any] = field(repr=False)
-
-    def reply(self, value: Any) -> None:
-        if not self.future.done():
-            self.future.set_result(value)
-
-    def fail(self, exc: BaseException) -> None:
-        if not self.future.done():
-            self.future.set_exception(exc)
 
 
 class ActorGroup(Service, Generic[M]):
@@ -74,11 +57,6 @@ class ActorGroup(Service, Generic[M]):
 
     async def tell(self, message: M, *, instance: int | None = None) -> None:
         await self.mailbox_for(instance).put(message)
-
-    async def ask(self, payload: Any, *, instance: int | None = None, timeout: float | None = None) -> Any:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        await self.mailbox_for(instance).put(Request(payload, future))  # type: ignore[arg-type]  # M admits Request by contract
-        return await asyncio.wait_for(future, timeout)
 
     async def on_stop(self) -> None:
         """Close the mailboxes, then give the instances `shutdown_timeout` to finish what they hold."""

@@ -8,7 +8,6 @@ from agents import (
     Fatal,
     Mailbox,
     MaxRestartsExceeded,
-    Request,
     RestartPolicy,
     Service,
     ServiceState,
@@ -90,17 +89,6 @@ async def test_fatal_escalates_without_restart():
         await asyncio.wait_for(group.failed.wait(), 1)
     assert group.supervisor.restarts == 0
     assert str(group.failure) == "cannot continue"
-
-
-async def test_ask_gets_a_reply_from_one_of_n_instances():
-    async def doubler(mailbox: Mailbox[Request]) -> None:
-        async for request in mailbox:
-            request.reply(request.payload * 2)
-
-    group: ActorGroup[Request] = ActorGroup("doubler", doubler, concurrency=3)
-    async with group:
-        replies = await asyncio.gather(*(group.ask(n, timeout=1) for n in range(9)))
-    assert replies == [n * 2 for n in range(9)]
 
 
 async def test_instances_run_concurrently():
