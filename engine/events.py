@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
-
-if TYPE_CHECKING:
-    from engine.leases import Lease
+from typing import Any, NamedTuple, Protocol
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -17,6 +14,16 @@ class TP(NamedTuple):
 
     topic: str
     partition: int
+
+
+class EventLease(Protocol):
+    """What an event needs of the assignment it was fetched under (engine.leases.Lease is one): whether it is
+    still dispatched and whether it ended, and where to ack its record."""
+
+    dispatching: bool
+    ended: bool
+
+    def ack(self, offset: int) -> None: ...
 
 
 class RawRecord(Protocol):
@@ -48,7 +55,7 @@ class Event:
 
     __slots__ = ("key", "lease", "record", "time_ms", "value")
 
-    def __init__(self, record: RawRecord, key: Any, value: Any, lease: Lease | None) -> None:
+    def __init__(self, record: RawRecord, key: Any, value: Any, lease: EventLease | None) -> None:
         self.record = record
         self.key = key
         self.value = value
