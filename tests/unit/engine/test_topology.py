@@ -114,10 +114,12 @@ def test_check_names_each_mismatch_with_counts_and_what_to_do():
     )
 
 
-async def test_a_table_written_from_a_topic_with_another_partition_count_stops_the_worker():
+async def counting_worker(app_id: str, words_partitions: int) -> tuple[engine.App, engine.Worker, str]:
+    """A started worker counting words into a 4-partition table, over a `words` topic made beforehand (like
+    a broker's auto-creation) with `words_partitions`."""
     url = testing.memory_url()
-    testing.broker_for(url).create_topic("words", 1)  # made beforehand, like a broker's auto-creation
-    app = engine.App("cp", broker=url, topic_partitions=4)
+    testing.broker_for(url).create_topic("words", words_partitions)
+    app = engine.App(app_id, broker=url, topic_partitions=4)
     counts = app.Table("counts", default=int, key_type=str)
 
     @app.agent(app.topic("words", key_type=str))
@@ -127,6 +129,11 @@ async def test_a_table_written_from_a_topic_with_another_partition_count_stops_t
 
     worker = engine.Worker(app, app.settings({"commit_interval": 0.05}))
     await worker.start()
+    return app, worker, url
+
+
+async def test_a_table_written_from_a_topic_with_another_partition_count_stops_the_worker():
+    app, worker, url = await counting_worker("cp", 1)
     await app.topics["words"].send(key="a", value="a")
     with pytest.raises(engine.WorkerFailed) as raised:
         await asyncio.wait_for(worker.run_until_stopped(), 5)
@@ -141,19 +148,8 @@ async def test_a_table_written_from_a_topic_with_another_partition_count_stops_t
 
 
 async def test_a_record_of_a_partition_the_table_does_not_have_stops_the_worker_and_stays_uncommitted():
-    url = testing.memory_url()
+    app, worker, url = await counting_worker("cp6", 6)
     broker = testing.broker_for(url)
-    broker.create_topic("words", 6)
-    app = engine.App("cp6", broker=url, topic_partitions=4)
-    counts = app.Table("counts", default=int, key_type=str)
-
-    @app.agent(app.topic("words", key_type=str))
-    async def count(stream):
-        async for word in stream:
-            counts[word] += 1
-
-    worker = engine.Worker(app, app.settings({"commit_interval": 0.05}))
-    await worker.start()
     for _ in range(20):  # partition 5 first: its reads meet a table partition that does not exist
         await app.topics["words"].send(key="a", value="a", partition=5)
     with pytest.raises(engine.WorkerFailed) as raised:
