@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents import Service
 from engine.conductor import Conductor
+from engine.declaration import internal_topic
 from engine.errors import ConfigError, WorkerFailed
 from engine.events import TP
 from engine.guarantee import choose
@@ -93,7 +94,7 @@ class Worker(Service):
         self.conductor = Conductor(self.transport, settings, self.guarantee, self.transport.admin,
                                    tables=self.tables,
                                    instance_id=worker_identity(settings) if instance == "auto" else instance,
-                                   plan=lambda topic: self.topology.add(topic, "source").spec)
+                                   plan=lambda topic: self.topology.declare_late(topic, "source").spec)
         self.replies.quiesce = self.conductor.quiesce
         topics = self.topology.topics
         self.runners = [
@@ -122,9 +123,12 @@ class Worker(Service):
                         value_type: type | None = None) -> Topic:
         """A pipeline's internal topic, as the topology has it (or adds it: an agent that awaited before
         iterating declares its pipeline only now), attached for sending."""
-        topic = self.topology.internal_topic(name, like, key_type, value_type)
-        topic.attach(self.producer)
-        return topic
+        plan = self.topology.topics.get(f"{self.app.id}-{name}")
+        if plan is None:
+            plan = self.topology.declare_late(
+                internal_topic(self.app.id, name, like, key_type, value_type), "repartition")
+        plan.topic.attach(self.producer)
+        return plan.topic
 
     def all_topics(self) -> list[Topic]:
         return [plan.topic for plan in self.topology.topics.values()]

@@ -4,12 +4,9 @@ topics must be co-partitioned; known before anything connects.
 Pure: built from an App and its Settings, no I/O. The worker creates what is missing from it, checks it
 against the broker (`check`) and subscribes once, before its first fetch; `engine topics` prints the same one.
 
-An agent's pipeline (`group_by`, `through`, `join`) is declared by the agent's own code before it first pulls
-an event. `build_topology` runs that code once, without events and without a loop: each agent function gets a
-stream that records what the pipeline declares and stops the function at its first pull. So the code of an
-agent before its `async for` must be free of side effects (it normally is: building the pipeline). An agent
-that awaits something else before iterating cannot be declared that way; `Topology.undeclared` names it,
-and what it reads is subscribed when it gets there, with the next rebalance.
+An agent's pipeline (`group_by`, `through`, `join`) is learnt by the declaration run (engine.declaration), a
+step of its own; the topology consumes its result. The one change to a topology at run time is
+`declare_late`, for what an agent that awaited something before its first event declares when it gets there.
 
 Partition counts (Kafka Streams' rules, see README "Topology"): a topic declared with `partitions=` must have
 that many; a table has its changelog's count; a repartition topic has its source's declared count (else
@@ -22,12 +19,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from agents import Mailbox
+from engine.declaration import Declaration, declare
 from engine.errors import TopologyError
-from engine.streams import Stream
-from engine.tables.base import BaseTable
 from engine.topics import Topic
 from engine.transport.base import TopicSpec
 
@@ -36,9 +31,8 @@ if TYPE_CHECKING:
 
     from engine.agent import Agent
     from engine.app import App
-    from engine.events import Event
-    from engine.quiesce import Quiesce
     from engine.settings import Settings
+    from engine.tables.base import BaseTable
 
 log = logging.getLogger(__name__)
 
@@ -104,24 +98,11 @@ class Topology:
         self.topics[topic.name] = plan
         return plan
 
-    def internal_topic(self, name: str, like: Topic | None, key_type: type | None = None,
-                       value_type: type | None = None) -> Topic:
-        """The internal topic `<app>-<name>` (a repartition or `through` topic): the one the topology
-        declared, or a new one, partitioned like the topic it repartitions and typed like it unless
-        `key_type`/`value_type` say."""
-        full = f"{self.app_id}-{name}"
-        plan = self.topics.get(full)
-        if plan is not None:
-            return plan.topic
-        topic = Topic(
-            full,
-            key_type=key_type or (like.key_type if like else None),
-            value_type=value_type or (like.value_type if like else None),
-            partitions=like.partitions if like else None,
-            internal=True,
-        )
-        self.add(topic, "repartition")
-        return topic
+    def declare_late(self, topic: Topic, role: Role) -> TopicPlan:
+        """The one change a topology takes at run time: a topic that an agent which awaited something before
+        its first event declares when it gets there (a topic it reads, or an internal topic it writes);
+        a topic the topology has already is returned as it is."""
+        return self.add(topic, role)
 
     def dlq(self, agent: Agent) -> Topic:
         return self.topics[dlq_name(self.app_id, agent)].topic
@@ -182,8 +163,10 @@ def planned_partitions(topic: Topic, settings: Settings, like: int | None = None
     return topic.partitions or like or settings.topic_partitions
 
 
-def build_topology(app: App, settings: Settings) -> Topology:
-    """The topology of `app` under `settings`: pure, no I/O (see the module docstring)."""
+def build_topology(app: App, settings: Settings, declaration: Declaration | None = None) -> Topology:
+    """The topology of `app` under `settings`, from what its agents declared (`declaration`; the declaration
+    run, engine.declaration, if none is given): pure, no I/O."""
+    declared = declaration if declaration is not None else declare(app)
     topology = Topology(app.id, settings)
     for table in app.tables.values():
         _add_table(topology, table)
@@ -191,7 +174,19 @@ def build_topology(app: App, settings: Settings) -> Topology:
         topology.add(agent.channel, "source", user=agent.name)
         topology.reads[agent.name] = [agent.channel.name]
     for agent in app.agents.values():
-        _declare(topology, agent)
+        pipeline = declared.agents.get(agent.name)
+        if pipeline is not None:
+            for topic in pipeline.internal:
+                topology.add(topic, "repartition")
+            for topic in pipeline.reads:
+                topology.add(topic, "source", user=agent.name)
+                topology.reads[agent.name].append(topic.name)
+            for topic, table in pipeline.joins:
+                topology.copartitioned.append(CoPartitioned(
+                    (topic.name, table.changelog_topic.name),  # its changelog, or the topic it is a table of
+                    f"agent {agent.name!r} joins stream {topic.name!r} with table {table.name!r}"))
+            if pipeline.undeclared is not None:
+                topology.undeclared[agent.name] = pipeline.undeclared
         for sink in agent.sinks:
             target = sink if isinstance(sink, Topic) else getattr(sink, "channel", None)
             if isinstance(target, Topic):
@@ -214,58 +209,3 @@ def _add_table(topology: Topology, table: BaseTable) -> None:
             topology.add(windowed.closed_topic, "closed", user=table.name, partitions=count)
         if windowed.late_topic is not None:
             topology.add(windowed.late_topic, "late", user=table.name, partitions=count)
-
-
-class _Declared(BaseException):  # a signal, not an error; BaseException: agents do not catch it
-    """Raised at an agent's first pull during the declaration run: its pipeline is declared."""
-
-
-class _Declaring:
-    """The StreamContext of the declaration run: records what the pipeline declares."""
-
-    quiesce: Quiesce | None = None
-
-    def __init__(self, topology: Topology, agent: Agent) -> None:
-        self.topology = topology
-        self.agent = agent
-
-    def subscribe(self, topic: Topic) -> Mailbox[Event]:
-        self.topology.add(topic, "source", user=self.agent.name)
-        reads = self.topology.reads[self.agent.name]
-        if topic.name not in reads:
-            reads.append(topic.name)
-        return Mailbox(1)
-
-    def repartition_topic(self, name: str, like: Topic | None, key_type: type | None = None,
-                          value_type: type | None = None) -> Topic:
-        return self.topology.internal_topic(name, like, key_type, value_type)
-
-    def opened(self, stream: Stream) -> None:
-        return None
-
-    def pulling(self) -> None:
-        raise _Declared
-
-    def joined(self, topic: Topic | None, table: Any) -> None:
-        if isinstance(table, BaseTable) and not table.is_global and topic is not None:
-            self.topology.copartitioned.append(CoPartitioned(
-                (topic.name, table.changelog_topic.name),  # its changelog, or the topic it is a table of
-                f"agent {self.agent.name!r} joins stream {topic.name!r} with table {table.name!r}"))
-
-
-def _declare(topology: Topology, agent: Agent) -> None:
-    """Run `agent`'s code up to its first pull, without a loop, recording its pipeline."""
-    stream = Stream(Mailbox(1), _Declaring(topology, agent), agent.channel)
-    started = agent.fun(stream)
-    step = started.__anext__() if agent.is_generator else started
-    try:
-        step.send(None)
-    except _Declared:
-        return
-    except (StopIteration, StopAsyncIteration):
-        return  # returned (or ended) before iterating: nothing more to declare
-    except Exception as exc:  # user code that needs a running worker: declared later
-        topology.undeclared[agent.name] = f"{type(exc).__name__}: {exc}"
-    else:
-        topology.undeclared[agent.name] = "it awaits something before its first event"
-        step.close()

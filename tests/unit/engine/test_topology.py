@@ -9,6 +9,7 @@ import pytest
 
 import engine
 from engine import testing
+from engine.declaration import declare
 from engine.errors import TopologyError
 from engine.events import TP
 from engine.topology import build_topology
@@ -73,9 +74,26 @@ def test_every_topic_with_its_role_partitions_and_config():
         (("quotes", "fx-rates"), "agent 'convert' joins stream 'quotes' with table 'rates'"),
     ]
     # The repartition topic is typed like its source, and a worker gets the very same Topic object.
-    repartition = topology.internal_topic("by-customer-repartition", None)
-    assert repartition is topology.topics["shop-by-customer-repartition"].topic
+    worker = engine.Worker(app, app.settings())
+    repartition = worker._internal_topic("by-customer-repartition", None)
+    assert repartition is worker.topology.topics["shop-by-customer-repartition"].topic
     assert repartition.value_type is dict
+
+
+def test_the_declaration_run_is_a_step_of_its_own_and_the_topology_consumes_it():
+    app = shop()
+    declared = declare(app)
+    pipeline = declared.agents["by_customer"]
+    assert [t.name for t in pipeline.internal] == ["shop-by-customer-repartition"]
+    assert [t.name for t in pipeline.reads] == ["shop-by-customer-repartition"]
+    assert [(t.name, table.name) for t, table in pipeline.joins] == [
+        ("shop-by-customer-repartition", "customers")]
+    assert declared.agents["watch"].internal == declared.agents["watch"].reads == []
+    built = build_topology(app, app.settings(), declared)
+    again = build_topology(app, app.settings())
+    assert {n: (p.role, p.partitions) for n, p in built.topics.items()} == {
+        n: (p.role, p.partitions) for n, p in again.topics.items()}
+    assert built.reads == again.reads
 
 
 def test_an_agent_that_awaits_before_iterating_is_declared_later():

@@ -1,0 +1,129 @@
+"""The declaration run: what each agent's pipeline declares (`group_by`, `through`, `join`), learnt by running
+the agent's own code once, without events and without a loop, up to its first pull.
+
+Each agent function gets a stream that records what the pipeline declares and stops the function at its
+first pull. So the code of an agent before its `async for` must be free of side effects (it normally is:
+building the pipeline). An agent that awaits something else before iterating cannot be declared that way:
+its declaration says why (`undeclared`), and what it reads is subscribed when it gets there, at run time.
+
+The result is plain data (`Declaration`) that the topology (engine.topology) consumes: declaring is a step of
+its own, and building the topology from it stays pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agents import Mailbox
+from engine.streams import Stream
+from engine.tables.base import BaseTable
+from engine.topics import Topic
+
+if TYPE_CHECKING:
+    from engine.agent import Agent
+    from engine.app import App
+    from engine.events import Event
+    from engine.quiesce import Quiesce
+
+
+def internal_topic(app_id: str, name: str, like: Topic | None, key_type: type | None = None,
+                   value_type: type | None = None) -> Topic:
+    """The internal topic `<app>-<name>` (a repartition or `through` topic): partitioned like the topic it
+    repartitions and typed like it unless `key_type`/`value_type` say. The one rule for such a topic."""
+    return Topic(
+        f"{app_id}-{name}",
+        key_type=key_type or (like.key_type if like else None),
+        value_type=value_type or (like.value_type if like else None),
+        partitions=like.partitions if like else None,
+        internal=True,
+    )
+
+
+@dataclass
+class AgentDeclaration:
+    """What one agent's pipeline declared before its first pull."""
+
+    internal: list[Topic] = field(default_factory=list)  # repartition and `through` topics it writes
+    reads: list[Topic] = field(default_factory=list)  # topics it reads besides its channel, in order
+    joins: list[tuple[Topic, BaseTable]] = field(default_factory=list)  # (stream topic, non-global table)
+    undeclared: str | None = None  # why its pipeline is not known yet, if it is not
+
+
+@dataclass
+class Declaration:
+    app_id: str
+    agents: dict[str, AgentDeclaration] = field(default_factory=dict)
+    internal: dict[str, Topic] = field(default_factory=dict)  # by name: one Topic per internal topic
+
+    def internal_topic(self, name: str, like: Topic | None, key_type: type | None = None,
+                       value_type: type | None = None) -> Topic:
+        """The internal topic of that name, the same object for every agent that names it."""
+        full = f"{self.app_id}-{name}"
+        topic = self.internal.get(full)
+        if topic is None:
+            topic = self.internal[full] = internal_topic(self.app_id, name, like, key_type, value_type)
+        return topic
+
+
+def declare(app: App) -> Declaration:
+    """Run each agent of `app` up to its first pull and record what its pipeline declares."""
+    declaration = Declaration(app.id)
+    for agent in app.agents.values():
+        declaration.agents[agent.name] = _declare(declaration, agent)
+    return declaration
+
+
+class _Declared(BaseException):  # a signal, not an error; BaseException: agents do not catch it
+    """Raised at an agent's first pull during the declaration run: its pipeline is declared."""
+
+
+class _Declaring:
+    """The StreamContext of the declaration run: records what the pipeline declares."""
+
+    quiesce: Quiesce | None = None
+
+    def __init__(self, declaration: Declaration, agent: Agent, declared: AgentDeclaration) -> None:
+        self.declaration = declaration
+        self.agent = agent
+        self.declared = declared
+
+    def subscribe(self, topic: Topic) -> Mailbox[Event]:
+        if topic.name != self.agent.channel.name and all(t.name != topic.name for t in self.declared.reads):
+            self.declared.reads.append(topic)
+        return Mailbox(1)
+
+    def repartition_topic(self, name: str, like: Topic | None, key_type: type | None = None,
+                          value_type: type | None = None) -> Topic:
+        topic = self.declaration.internal_topic(name, like, key_type, value_type)
+        self.declared.internal.append(topic)
+        return topic
+
+    def opened(self, stream: Stream) -> None:
+        return None
+
+    def pulling(self) -> None:
+        raise _Declared
+
+    def joined(self, topic: Topic | None, table: Any) -> None:
+        if isinstance(table, BaseTable) and not table.is_global and topic is not None:
+            self.declared.joins.append((topic, table))
+
+
+def _declare(declaration: Declaration, agent: Agent) -> AgentDeclaration:
+    declared = AgentDeclaration()
+    stream = Stream(Mailbox(1), _Declaring(declaration, agent, declared), agent.channel)
+    started = agent.fun(stream)
+    step = started.__anext__() if agent.is_generator else started
+    try:
+        step.send(None)
+    except _Declared:
+        return declared
+    except (StopIteration, StopAsyncIteration):
+        return declared  # returned (or ended) before iterating: nothing more to declare
+    except Exception as exc:  # user code that needs a running worker: declared later
+        declared.undeclared = f"{type(exc).__name__}: {exc}"
+    else:
+        declared.undeclared = "it awaits something before its first event"
+        step.close()
+    return declared
