@@ -95,6 +95,7 @@ def _unavailable(servers: str, exc: BaseException) -> BrokerUnavailable:
     return BrokerUnavailable(f"no Kafka broker answered at {servers!r} ({exc}); is Kafka running?")
 
 
+ADMIN_RETRY = 20.0  # seconds a retriable admin failure (a broker restarting) is retried
 CONFIRM_TIMEOUT = 5.0  # seconds a membership check may take before the checkpoint gives up on it
 TRANSACTIONAL_LINGER = 0.005  # seconds; see KafkaTransport.producer
 REBALANCE_TIMEOUT_MS = 30_000  # how long the group waits for members to rejoin (revoke callbacks included)
@@ -533,11 +534,21 @@ class KafkaAdmin:
         return described
 
     async def describe_topics(self) -> dict[str, int]:
+        """Partitions per topic. The admin asks one broker; one that is restarting (not ready, its connection
+        refused) is retried a while (ADMIN_RETRY seconds), as a worker starting during a broker's restart
+        must not fail for it."""
         await self._ensure_started()
-        try:
-            described = await self._client.describe_topics()
-        except KafkaConnectionError as exc:
-            raise _unavailable(self._servers, exc) from exc
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ADMIN_RETRY
+        while True:
+            try:
+                described = await self._client.describe_topics()
+                break
+            except KafkaError as exc:
+                if not exc.retriable or loop.time() > deadline:
+                    raise _unavailable(self._servers, exc) from exc
+                log.info("describing topics failed (%s); retrying", exc)
+                await asyncio.sleep(0.2)
         return {t["topic"]: len(t["partitions"]) for t in described if not t.get("error_code")}
 
     async def describe_group(self, group_id: str) -> GroupDescription:
