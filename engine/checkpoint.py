@@ -2,9 +2,10 @@
 
 The at-least-once rule: a partition's offset is committed only after everything the events before it caused
 is durable. A checkpoint therefore
-1. takes the cut (OPEN -> PREPARED): each live lease's committable offset, and every table partition's
-   buffered writes and closed windows, in one synchronous step, so no event lands half in and half out;
-2. sends the buffers to the changelogs in each task's transaction (engine.transactions) and makes the cut
+1. takes the cut (OPEN -> PREPARED): each active task's (engine.tasks) committable offsets and its table
+   partitions' buffered writes and closed windows, in one synchronous step, so no event lands half in and
+   half out;
+2. has each task send its writes to the changelogs in its transaction (engine.transactions) and makes the cut
    durable as the guarantee says (engine.guarantee): at-least-once flushes what agents sent and commits those
    transactions, after asking the group whether this worker still belongs to it; exactly-once commits each
    task's transaction with everything agents sent in it and its source offsets (-> SENT). The changelog
@@ -27,7 +28,7 @@ their transactions stay open (whatever the event sent so far is in there), while
 The guarantee never weakens: a task commits only at a point where none of its events is half done. Later
 checkpoints do not wait for an event already found stuck; they skip its task again until it finishes. If
 the broker aborts the open transaction meanwhile (its transaction timeout), the task's next commit fails and
-the task is rewound to its last commit (engine.rebalance).
+the task is rewound to its last commit (engine.tasks.manager).
 """
 
 from __future__ import annotations
@@ -38,16 +39,16 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from engine.errors import EngineError, TransportError
+from engine.errors import EngineError, TransactionAborted, TransportError
 from engine.transactions import TransactionsFailed
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection
+    from collections.abc import Callable, Collection, Mapping
 
     from engine.events import TP, Event
     from engine.guarantee import Guarantee
-    from engine.leases import Lease, Leases
-    from engine.tables.manager import Pending, TableManager
+    from engine.tables.base import BaseTable
+    from engine.tasks.active import ActiveTask, TaskCut
     from engine.transport.base import Consumer
 
 log = logging.getLogger(__name__)
@@ -76,10 +77,9 @@ class CheckpointError(EngineError):
 
 @dataclass
 class Checkpoint:
-    """One cut: the offsets it commits (with the lease each belongs to) and the table writes it flushes."""
+    """One cut: each task's part (offsets with their leases, table writes)."""
 
-    offsets: dict[TP, tuple[Lease, int]] = field(default_factory=dict)
-    pending: list[Pending] = field(default_factory=list)
+    cuts: list[TaskCut] = field(default_factory=list)
     state: CheckpointState = CheckpointState.OPEN
     failed: dict[int, BaseException] = field(default_factory=dict)  # tasks whose transaction did not commit
 
@@ -90,28 +90,31 @@ class Checkpoint:
 
     @property
     def empty(self) -> bool:
-        return not self.offsets and not self.pending
+        return all(cut.empty for cut in self.cuts)
+
+    def offsets(self) -> dict[TP, int]:
+        return {tp: offset for cut in self.cuts for tp, (_, offset) in cut.offsets.items()}
 
 
 class Checkpointer:
     def __init__(
         self,
         *,
-        leases: Leases,
+        tasks: Mapping[int, ActiveTask],
         consumer: Consumer,
         guarantee: Guarantee,
-        tables: TableManager | None,
         busy: Callable[[], list[tuple[str, Event]]],
+        global_tables: Collection[BaseTable] = (),
     ) -> None:
-        self.leases = leases
+        self.tasks = tasks  # the task manager's active tasks
+        self.global_tables = [t for t in global_tables if t.has_own_changelog]
         self.consumer = consumer
         self.guarantee = guarantee
-        self.tables = tables
         self._busy = busy  # (agent, event) of every agent instance inside an event
         self.lock = asyncio.Lock()
 
     async def run(self, pause_timeout: float, only: Collection[TP] | None = None) -> Checkpoint:
-        """Checkpoint (the offsets of `only`, or of every live lease); one at a time."""
+        """Checkpoint (the offsets of `only`, or of every task); one at a time."""
         async with self.lock:
             return await self.run_locked(pause_timeout, only)
 
@@ -128,27 +131,25 @@ class Checkpointer:
 
     async def _checkpoint(self, only: Collection[TP] | None, held: frozenset[int]) -> Checkpoint:
         """One cut; the tasks `held` (exactly-once: an event of theirs is in progress) stay out of it."""
-        cut = Checkpoint()
-        for lease in self.leases.live():
-            if (only is None or lease.tp in only) and lease.tp.partition not in held:
-                offset = lease.committable()
-                if offset is not None:
-                    cut.offsets[lease.tp] = (lease, offset)
-        tables = self.tables
-        if tables is not None:
-            cut.pending = tables.prepare(self.leases.current, held)
+        cut = Checkpoint([task.cut(only) for number, task in sorted(self.tasks.items())
+                          if number not in held and task.ready])
+        if cut.cuts:
+            self._adopt_global_writes(cut)
         cut.to(CheckpointState.PREPARED)
         guarantee = self.guarantee
         if cut.empty and not guarantee.commits_empty_cuts:
             cut.to(CheckpointState.SENT)
             cut.to(CheckpointState.COMMITTED)
             return cut
-        offsets = {tp: offset for tp, (_, offset) in cut.offsets.items()}
         try:
             await guarantee.before_send(self.consumer)
-            # Tasks whose transactions the broker aborted take no more records: not committed, failed.
-            failed = await tables.send(cut.pending) if tables is not None else {}
-            failed = await guarantee.commit(self.consumer, offsets, held, failed)
+            failed: dict[int, BaseException] = {}
+            for part in cut.cuts:
+                try:
+                    await part.task.send(part)
+                except TransactionAborted as exc:  # its transaction takes no more records: failed
+                    failed[part.task.number] = exc
+            failed = await guarantee.commit(self.consumer, cut.cuts, failed)
             if failed:
                 raise TransactionsFailed(failed)
         except TransactionsFailed as exc:
@@ -157,29 +158,44 @@ class Checkpointer:
             self._split(cut, exc.failed)
         except BaseException:
             cut.to(CheckpointState.ABORTED)
-            if tables is not None:
-                tables.abort(cut.pending)
+            for part in cut.cuts:
+                part.task.abort(part)
             raise
         cut.to(CheckpointState.SENT)
-        if tables is not None:
-            tables.complete(cut.pending)
+        for part in cut.cuts:
+            part.task.complete(part)
         committed = True
+        offsets = cut.offsets()
         try:  # the stores hold the data; only the offsets may lag: retried next time
-            await guarantee.commit_offsets(self.consumer, {tp: o for tp, (_, o) in cut.offsets.items()})
+            await guarantee.commit_offsets(self.consumer, offsets)
         except TransportError as exc:
-            log.warning("commit of %d partitions failed (%s); will retry", len(cut.offsets), exc)
+            log.warning("commit of %d partitions failed (%s); will retry", len(offsets), exc)
             committed = False
         if committed:
-            for lease, offset in cut.offsets.values():
-                lease.mark_committed(offset)
+            for part in cut.cuts:
+                part.task.offsets_committed(part)
         cut.to(CheckpointState.COMMITTED)
         if cut.failed:
             raise TransactionsFailed(cut.failed)
         return cut
 
-    def _split(self, cut: Checkpoint, failed: dict[int, BaseException]) -> None:
-        """Take the failed tasks out of `cut`: their buffers are discarded, their offsets not marked."""
+    def _adopt_global_writes(self, cut: Checkpoint) -> None:
+        """Writes agents made to global tables (any key, from any task's event) belong to no task: each
+        partition's go with the task of its number if it is in this cut, else with the first task that is.
+        Under exactly-once they therefore commit with that task's offsets, not necessarily with those of
+        the events that made them (README: global tables)."""
+        by_number = {part.task.number: part for part in cut.cuts}
+        first = cut.cuts[0]
+        for table in self.global_tables:
+            for number, part in table.active.items():
+                owner = by_number.get(number, first)
+                owner.task.take(owner, table, part)
+
+    @staticmethod
+    def _split(cut: Checkpoint, failed: dict[int, BaseException]) -> None:
+        """Take the failed tasks out of `cut`: their writes are discarded, their offsets not marked."""
         cut.failed = dict(failed)
-        if self.tables is not None:
-            cut.pending = self.tables.drop(cut.pending, set(failed))
-        cut.offsets = {tp: v for tp, v in cut.offsets.items() if tp.partition not in failed}
+        for part in cut.cuts:
+            if part.task.number in failed:
+                part.task.drop(part)
+        cut.cuts = [part for part in cut.cuts if part.task.number not in failed]

@@ -1,7 +1,9 @@
 """The conductor: one consumer for the worker; it fetches, decodes and hands events to agents. That is all.
 
-Checkpoints live in engine.checkpoint (one at a time), rebalances in engine.rebalance (revoked and lost
-apart), ownership in engine.leases; the conductor wires them to its consumer and runs the commit interval.
+Everything else about a partition lives with its task (engine.tasks: leases, tables, producer, its part of
+each checkpoint), which the task manager creates and closes as the group assigns, revokes and loses
+partitions; the conductor only reads the leases to know what is dispatched, and drops what is queued for a
+partition the task manager lets go of.
 
 Dispatch: each fetched batch of a partition is decoded once per reading topic's codecs and handed to the
 mailbox of the agent instance that owns the partition, only while the partition's lease is dispatching
@@ -24,28 +26,22 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from agents import MailboxClosed, Service, ServiceState
-from engine.assignment import Placement
-from engine.checkpoint import Checkpointer
-from engine.errors import DecodeError, EngineError, MembershipLost
+from agents import MailboxClosed, Service
+from engine.errors import DecodeError
 from engine.events import TP, Event, RawRecord
-from engine.leases import Lease, Leases
 from engine.poison import PoisonRecords
-from engine.rebalance import Pauses, Rebalancer
-from engine.streams import current_event
 from engine.topics import decode_error, event_time_ms
-from engine.transactions import TransactionsFailed
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
     from agents import Mailbox
-    from engine.guarantee import Guarantee
+    from engine.leases import Lease, Leases
+    from engine.pauses import Pauses
+    from engine.quiesce import Quiesce
     from engine.runner import AgentRunner
-    from engine.settings import Settings
-    from engine.tables.manager import TableManager
     from engine.topics import Topic
-    from engine.transport.base import Admin, TopicSpec, Transport
+    from engine.transport.base import Admin, Consumer, TopicSpec
 
 log = logging.getLogger(__name__)
 
@@ -57,64 +53,33 @@ Parked = list[tuple["Mailbox[Event]", list[Event]]]
 class Conductor(Service):
     def __init__(
         self,
-        transport: Transport,
-        settings: Settings,
-        guarantee: Guarantee,
-        admin_factory: Callable[[], Admin],
+        consumer: Consumer,
         *,
-        tables: TableManager | None = None,
-        instance_id: str | None = None,
+        leases: Leases,
+        pauses: Pauses,
+        max_poll_records: int,
+        admin_factory: Callable[[], Admin],
+        quiesce: Quiesce | None = None,
+        timed_topics: set[str] | None = None,
         plan: Callable[[Topic], TopicSpec] | None = None,
         poison: PoisonRecords | None = None,
     ) -> None:
         super().__init__("conductor")
-        self.poison = poison if poison is not None else PoisonRecords(settings.poison_after_losses)
+        self.consumer = consumer
+        self.leases = leases
+        self.pauses = pauses
+        self.quiesce = quiesce
+        self.poison = poison if poison is not None else PoisonRecords()
         self._plan = plan  # how the topology creates a topic an agent starts reading at run time
-        self.tables = tables
-        self.settings = settings
-        self.guarantee = guarantee
+        self._max_poll_records = max_poll_records
         self._admin_factory = admin_factory
-        self.consumer = transport.consumer(
-            group_id=settings.app_id,
-            instance_id=instance_id,
-            on_assigned=self._on_assigned,
-            on_revoked=self._on_revoked,
-            on_lost=self._on_lost,
-            max_poll_records=settings.max_poll_records,
-            auto_offset_reset=settings.auto_offset_reset,
-            placement=tables.placement() if tables is not None else Placement(),
-        )
-        if tables is not None:
-            tables.request_rebalance = self.consumer.request_rebalance
-            tables.checkpoint = self.checkpoint
         self.routes: dict[str, list[tuple[Topic, AgentRunner]]] = {}
         # Topics whose events write windowed tables: their batches advance stream time (filled by the tables
         # at their first write from a topic).
-        self.timed_topics: set[str] = tables.timed_topics if tables is not None else set()
-        self.leases = Leases()
-        self.pauses = Pauses(self.consumer)
+        self.timed_topics: set[str] = timed_topics if timed_topics is not None else set()
         self._parked: dict[TP, Parked] = {}
         self._fetcher: asyncio.Task[None] | None = None
         self._subscribed = False
-        self.quiesce = guarantee.quiesce
-        self.checkpoints = Checkpointer(
-            leases=self.leases, consumer=self.consumer, guarantee=guarantee, tables=tables,
-            busy=self.busy_events,
-        )
-        self.rebalancer = Rebalancer(
-            leases=self.leases, consumer=self.consumer, pauses=self.pauses, checkpoints=self.checkpoints,
-            tables=tables, drop_queued=self.drop_queued,
-            spawn=self.spawn,
-            producers=guarantee.tasks,
-            poison=self.poison,
-            reset_to_end=settings.auto_offset_reset == "latest",
-            revoke_wait=min(settings.shutdown_timeout.total_seconds(), 5.0),
-        )
-
-    @property
-    def pause_timeout(self) -> float:
-        """How long an exactly-once checkpoint waits for agents to reach a pause between events."""
-        return self.settings.commit_interval.total_seconds() * 2 + 1
 
     # -- wiring -------------------------------------------------------------------------------------
 
@@ -153,7 +118,6 @@ class Conductor(Service):
         await self.consumer.start()
         if self.routes:
             self._fetcher = self.spawn(self._fetch_loop(), "fetch")
-        self.spawn(self._commit_loop(), "commit")
 
     def stop_fetching(self) -> None:
         if self._fetcher is not None:
@@ -161,12 +125,7 @@ class Conductor(Service):
 
     async def on_stop(self) -> None:
         self.stop_fetching()
-        if self.failure is None:
-            try:
-                await self.checkpoints.run(0)
-            except Exception as exc:
-                log.error("final checkpoint failed: %s", exc)
-        await self.consumer.stop()
+        await self.consumer.stop()  # leaves the group (the tasks closed after their final checkpoint)
 
     # -- the hot path -------------------------------------------------------------------------------
 
@@ -174,7 +133,7 @@ class Conductor(Service):
         consumer = self.consumer
         routes = self.routes
         leases = self.leases.current
-        max_records = self.settings.max_poll_records
+        max_records = self._max_poll_records
         quiesce = self.quiesce
         buried = self.poison.buried  # partitions with a poison record (engine.poison): usually none
         while True:
@@ -349,50 +308,3 @@ class Conductor(Service):
             for mailbox in runner.all_mailboxes():
                 mailbox.purge(drop)
         return dropped
-
-    # -- checkpoints and rebalances -----------------------------------------------------------------
-
-    async def _commit_loop(self) -> None:
-        interval = self.settings.commit_interval.total_seconds()
-        while True:
-            await asyncio.sleep(interval)
-            # Shielded: stopping the worker cancels this loop, and a checkpoint cancelled halfway would not
-            # know whether its transaction committed (aiokafka shields the commit itself), put its closed
-            # windows back, and the final checkpoint would emit them again. Cancelled, the loop leaves the
-            # checkpoint to finish; the final one waits for it on the checkpoint lock.
-            running = asyncio.ensure_future(self.checkpoints.run(self.pause_timeout))
-            try:
-                await asyncio.shield(running)
-            except asyncio.CancelledError:
-                running.add_done_callback(_log_failure)
-                raise
-            except MembershipLost as exc:
-                log.warning("checkpoint skipped: %s", exc)
-            except TransactionsFailed as exc:
-                await self.rebalancer.tasks_failed(exc.failed)
-
-    async def checkpoint(self) -> None:
-        """Checkpoint now (live exports, tests and the final stop use it); one at a time with every other.
-
-        Under exactly-once a checkpoint waits for every agent to be between events, so one asked for from
-        inside an event would wait for its own caller: refused, with the way out."""
-        if self.quiesce is not None and current_event.get() is not None:
-            raise EngineError("a checkpoint cannot be run from inside an event under exactly_once (it waits "
-                              "for every agent to finish its event, this one included); run it from a timer "
-                              "or outside the agents")
-        await self.checkpoints.run(self.pause_timeout)
-
-    async def _on_assigned(self, assigned: set[TP]) -> None:
-        await self.rebalancer.assigned(assigned)
-
-    async def _on_revoked(self, revoked: set[TP]) -> None:
-        self.rebalancer.stopping = self.state is not ServiceState.RUNNING
-        await self.rebalancer.revoked(revoked)
-
-    async def _on_lost(self, lost: set[TP]) -> None:
-        await self.rebalancer.lost(lost)
-
-
-def _log_failure(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.warning("the checkpoint in flight at stop failed: %s", task.exception())

@@ -17,17 +17,20 @@ process an event twice, but never lets a stale value win.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from engine.errors import PartitionMigrated
 from engine.quiesce import Quiesce
-from engine.transactions import TaskProducers, TransactionsFailed
+from engine.transactions import EventProducer, HasProducer, commit_transactions, task_transactional_id
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from engine.events import TP, Event
+    from engine.tasks.active import TaskCut
     from engine.transport.base import Consumer, Producer, Transport
 
 log = logging.getLogger(__name__)
@@ -51,8 +54,12 @@ class Guarantee(Protocol):
         """What asks and replies travel on (never in a transaction)."""
 
     @property
-    def tasks(self) -> TaskProducers | None:
-        """The tasks' transactional producers (changelogs; under exactly-once every send of an event)."""
+    def task_producer(self) -> Callable[[int], Producer] | None:
+        """A new producer for task n (its changelogs; under exactly-once every send of its events), if tasks
+        need one."""
+
+    def route_to(self, tasks: Mapping[int, HasProducer]) -> None:
+        """The active tasks, whose producers take what agents send inside their events."""
 
     @property
     def producers(self) -> list[Producer]:
@@ -77,9 +84,9 @@ class Guarantee(Protocol):
     async def before_send(self, consumer: Consumer) -> None:
         """Before the cut's writes are sent."""
 
-    async def commit(self, consumer: Consumer, offsets: Mapping[TP, int], held: frozenset[int],
+    async def commit(self, consumer: Consumer, cuts: Sequence[TaskCut],
                      failed: Mapping[int, BaseException]) -> dict[int, BaseException]:
-        """Make the cut durable but for the tasks `held` and `failed`; returns every task that failed."""
+        """Make the tasks' cuts durable but those `failed` already; returns every task that failed."""
 
     async def commit_offsets(self, consumer: Consumer, offsets: Mapping[TP, int]) -> None:
         """Commit what the transactions did not."""
@@ -95,11 +102,15 @@ class AtLeastOnce:
         self.quiesce: Quiesce | None = None
         self.producer: Producer = transport.producer(None)
         self.ask_producer: Producer = self.producer
-        self.tasks = TaskProducers(transport, app_id, None) if tables else None  # the changelogs'
+        self.task_producer: Callable[[int], Producer] | None = (  # the changelogs' transactions
+            (lambda n: transport.producer(task_transactional_id(app_id, n))) if tables else None)
 
     @property
     def producers(self) -> list[Producer]:
-        return [self.producer, *([self.tasks] if self.tasks is not None else [])]
+        return [self.producer]
+
+    def route_to(self, tasks: Mapping[int, HasProducer]) -> None:
+        pass  # agents send with the plain producer
 
     @property
     def commits_empty_cuts(self) -> bool:
@@ -115,18 +126,15 @@ class AtLeastOnce:
     def resume(self) -> None:
         pass
 
-    async def commit(self, consumer: Consumer, offsets: Mapping[TP, int], held: frozenset[int],
+    async def commit(self, consumer: Consumer, cuts: Sequence[TaskCut],
                      failed: Mapping[int, BaseException]) -> dict[int, BaseException]:
-        """The cut's sends made durable (its offsets are committed by `commit_offsets`, once the stores
-        hold its writes)."""
-        failures = dict(failed)
+        """The cut's sends made durable: what agents sent, and the changelogs' transactions (its offsets are
+        committed by `commit_offsets`, once the stores hold its writes)."""
         await self.producer.flush()  # DeliveryFailed propagates: never commit past a lost send
-        if self.tasks is not None:
-            try:
-                await self.tasks.commit_transaction({}, self.group_id, held | set(failed))
-            except TransactionsFailed as exc:
-                failures.update(exc.failed)
-        return failures
+        commits: dict[int, tuple[Producer, Mapping[TP, int]]] = {
+            cut.task.number: (cut.task.producer, {}) for cut in cuts
+            if cut.task.producer is not None and cut.task.number not in failed}
+        return {**failed, **await commit_transactions(commits, self.group_id)}
 
     async def before_send(self, consumer: Consumer) -> None:
         """A worker the group has moved on from must not flush: its partitions are another's."""
@@ -145,8 +153,10 @@ class ExactlyOnce:
 
     def __init__(self, transport: Transport, app_id: str, worker_id: str) -> None:
         self.group_id = app_id
-        self.tasks: TaskProducers = TaskProducers(transport, app_id, worker_id)
-        self.producer: Producer = self.tasks  # agents' sends go to their event's task's transaction
+        self.events = EventProducer(transport, worker_id)
+        self.producer: Producer = self.events  # agents' sends go to their event's task's transaction
+        self.task_producer: Callable[[int], Producer] = (
+            lambda n: transport.producer(task_transactional_id(app_id, n)))
         # Asks travel outside transactions (engine.replies), on a producer of their own.
         self.ask_producer: Producer = transport.producer(None)
         self.quiesce: Quiesce = Quiesce()
@@ -154,11 +164,14 @@ class ExactlyOnce:
 
     @property
     def producers(self) -> list[Producer]:
-        return [self.tasks, self.ask_producer]
+        return [self.events, self.ask_producer]
+
+    def route_to(self, tasks: Mapping[int, HasProducer]) -> None:
+        self.events.tasks = tasks
 
     @property
     def commits_empty_cuts(self) -> bool:
-        return self.tasks.transactional
+        return self.events.transactional
 
     @property
     def commits_every_task(self) -> bool:
@@ -185,18 +198,22 @@ class ExactlyOnce:
     async def before_send(self, consumer: Consumer) -> None:
         """Fencing guards the transactions: a worker the group moved on from fails its commits."""
 
-    async def commit(self, consumer: Consumer, offsets: Mapping[TP, int], held: frozenset[int],
+    async def commit(self, consumer: Consumer, cuts: Sequence[TaskCut],
                      failed: Mapping[int, BaseException]) -> dict[int, BaseException]:
-        failures = dict(failed)
-        try:
-            await self.tasks.commit_transaction(offsets if self.tasks.transactional else {}, self.group_id,
-                                                held | set(failed))
-        except TransactionsFailed as exc:
-            failures.update(exc.failed)
-        return failures
+        """Each task's transaction with its offsets, and the worker's own (it holds no offsets, so nothing
+        orders it after the tasks': one round of broker round trips per checkpoint, not two)."""
+        with_offsets = self.events.transactional
+        commits: dict[int, tuple[Producer, Mapping[TP, int]]] = {
+            cut.task.number: (cut.task.producer, cut.committable() if with_offsets else {}) for cut in cuts
+            if cut.task.producer is not None and cut.task.number not in failed}
+        missing = {cut.task.number: PartitionMigrated(f"task {cut.task.number} has no producer")
+                   for cut in cuts if cut.task.producer is None and cut.task.number not in failed}
+        tasks, _ = await asyncio.gather(commit_transactions(commits, self.group_id),
+                                        self.events.commit_transaction({}, self.group_id))
+        return {**failed, **missing, **tasks}
 
     async def commit_offsets(self, consumer: Consumer, offsets: Mapping[TP, int]) -> None:
-        if not self.tasks.transactional and offsets:  # memory://: no transactions to hold them
+        if not self.events.transactional and offsets:  # memory://: no transactions to hold them
             await consumer.commit(offsets)
 
 

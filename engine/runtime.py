@@ -1,9 +1,10 @@
 """The worker: the one composition root. Builds transport clients, runners and services from an App and
 its Settings, wires them together (dependencies passed in, nothing reaches back to the app), and runs them.
 
-Start order: producer, replies, agents, timers, then the conductor (so nothing is fetched before agents can
-take it). Stop order: stop fetching, stop timers and agents (in-flight events finish, queued ones are dropped
-uncommitted), final checkpoint, leave the group, stop the producer.
+Start order: producer, replies, agents, timers, the task manager, then the conductor (so nothing is fetched
+before agents can take it). Stop order: stop fetching, stop timers and agents (in-flight events finish,
+queued ones are dropped uncommitted), final checkpoint and every task closed, leave the group, stop the
+producers.
 """
 
 from __future__ import annotations
@@ -16,14 +17,20 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from agents import Service
+from engine.assignment import Placement
 from engine.conductor import Conductor
 from engine.declaration import internal_topic
 from engine.errors import ConfigError, WorkerFailed
 from engine.events import TP
 from engine.guarantee import choose
+from engine.leases import Leases
 from engine.loopwatch import LoopMonitor
+from engine.pauses import Pauses
+from engine.poison import PoisonRecords
 from engine.replies import ReplyService
 from engine.runner import AgentRunner
+from engine.tables.manager import TableManager
+from engine.tasks.manager import TaskManager
 from engine.timers import timer_supervisor
 from engine.topology import build_topology
 from engine.transport import Producer, open_transport
@@ -35,7 +42,6 @@ if TYPE_CHECKING:
     from engine.app import App
     from engine.settings import Settings
     from engine.topics import Topic
-from engine.tables.manager import TableManager
 
 log = logging.getLogger(__name__)
 
@@ -87,21 +93,53 @@ class Worker(Service):
         self.replies = self.add_child(ReplyService(self.transport, self.topology.replies.name, ask_producer))
         self.tables = self.add_child(TableManager(
             app.tables.values(), transport=self.transport, settings=settings,
-            producer=self.guarantee.tasks or self.producer,
             admin_factory=self.transport.admin,
         )) if app.tables else None
+        tables = self.tables
         instance = settings.group_instance_id
-        self.conductor = Conductor(self.transport, settings, self.guarantee, self.transport.admin,
-                                   tables=self.tables,
-                                   instance_id=worker_identity(settings) if instance == "auto" else instance,
-                                   plan=lambda topic: self.topology.declare_late(topic, "source").spec)
-        self.replies.quiesce = self.conductor.quiesce
+        leases = Leases()
+        self.consumer = self.transport.consumer(
+            group_id=settings.app_id,
+            instance_id=worker_identity(settings) if instance == "auto" else instance,
+            on_assigned=lambda tps: self.tasks.assigned(tps),
+            on_revoked=lambda tps: self.tasks.revoked(tps),
+            on_lost=lambda tps: self.tasks.lost(tps),
+            max_poll_records=settings.max_poll_records,
+            auto_offset_reset=settings.auto_offset_reset,
+            placement=Placement(
+                standby_replicas=settings.standby_replicas,
+                acceptable_lag=settings.acceptable_recovery_lag,
+                stateful=tables is not None and any(not t.is_global for t in tables.tables.values()),
+                positions=tables.positions if tables is not None else dict,
+                on_assignment=lambda assignment: self.tasks.on_assignment(assignment),
+            ),
+        )
+        pauses = Pauses(self.consumer)
+        poison = PoisonRecords(settings.poison_after_losses)
+        self.conductor = Conductor(
+            self.consumer, leases=leases, pauses=pauses, max_poll_records=settings.max_poll_records,
+            admin_factory=self.transport.admin, quiesce=self.guarantee.quiesce, poison=poison,
+            timed_topics=tables.timed_topics if tables is not None else None,
+            plan=lambda topic: self.topology.declare_late(topic, "source").spec,
+        )
+        self.tasks = TaskManager(
+            leases=leases, consumer=self.consumer, pauses=pauses, guarantee=self.guarantee, tables=tables,
+            drop_queued=self.conductor.drop_queued, busy=self.conductor.busy_events,
+            commit_interval=settings.commit_interval.total_seconds(),
+            revoke_wait=min(settings.shutdown_timeout.total_seconds(), 5.0),
+            reset_to_end=settings.auto_offset_reset == "latest", poison=poison,
+        )
+        self.guarantee.route_to(self.tasks.active)
+        if tables is not None:
+            tables.request_rebalance = self.consumer.request_rebalance
+            tables.checkpoint = self.tasks.checkpoint
+        self.replies.quiesce = self.guarantee.quiesce
         topics = self.topology.topics
         self.runners = [
             self.add_child(AgentRunner(
                 agent, settings=settings, producer=self.producer,
                 subscribe=self.conductor.add_route, internal_topic=self._internal_topic,
-                dlq=self.topology.dlq(agent), quiesce=self.conductor.quiesce,
+                dlq=self.topology.dlq(agent), quiesce=self.guarantee.quiesce,
                 reads=[topics[name].topic for name in self.topology.reads[agent.name][1:]],
             ))
             for agent in app.agents.values()
@@ -109,9 +147,9 @@ class Worker(Service):
         for runner in self.runners:
             self.conductor.add_route(runner.agent.channel, runner)
         self.timers = self.add_child(timer_supervisor(list(app.timers.values()), settings))
+        self.add_child(self.tasks)
         self.add_child(self.conductor)
         self.add_child(Watchdog(self.conductor.busy_events, settings.stuck_event_warning.total_seconds()))
-        poison = self.conductor.poison
         self.add_child(LoopMonitor(
             self.conductor.busy_events, settings.blocked_loop_warning.total_seconds(),
             blocked=lambda agent, event, seconds: poison.suspect(TP(event.topic, event.partition),
@@ -159,7 +197,12 @@ class Worker(Service):
         self.conductor.stop_fetching()
         await self.timers.stop()
         await asyncio.gather(*(runner.stop() for runner in self.runners))
+        await self.tasks.stop()  # the final checkpoint, then every task closes
         await self.conductor.stop()
+
+    async def checkpoint(self) -> None:
+        """Run a checkpoint now and return once it completed (tests, live exports)."""
+        await self.tasks.checkpoint()
 
     async def on_started(self) -> None:
         log.info("worker %s running", self.app.id)

@@ -73,7 +73,7 @@ async def main() -> None:
 
     worker = engine.Worker(app, app.settings())
     await worker.start()
-    checkpoints = worker.conductor.checkpoints
+    checkpoints = worker.tasks.checkpoints
     commits = 0
     run = checkpoints.run
 

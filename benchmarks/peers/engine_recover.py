@@ -2,6 +2,8 @@
 
 import asyncio
 import time
+from collections.abc import Collection
+from typing import Any
 
 import engine
 from benchmarks.peers.harness import Job
@@ -21,16 +23,18 @@ async def main() -> None:
             pass
 
     worker = engine.Worker(app, app.settings())
-    assign = worker.tables.assign
+    assert worker.tables is not None
+    activate = worker.tables.activate
     done = asyncio.Event()
 
-    async def timed_assign(numbers: set[int]) -> None:
-        await assign(numbers)
-        job.extra["replayed"] = sum(worker.tables.replayed.values())
+    async def timed_activate(numbers: Collection[int]) -> dict[int, list[tuple[Any, Any]]]:
+        parts = await activate(numbers)
+        job.extra["replayed"] = sum(worker.tables.replayed.values())  # type: ignore[union-attr]
         job.report(time.perf_counter() - started)
         done.set()
+        return parts
 
-    worker.tables.assign = timed_assign
+    worker.tables.activate = timed_activate  # type: ignore[method-assign]
     await worker.start()
     await done.wait()
     worker.request_stop()

@@ -50,7 +50,7 @@ async def main() -> None:
     gc.collect()
     gc.freeze()
     await done.wait()
-    await worker.conductor.checkpoint()
+    await worker.checkpoint()
     stored = sum(1 for part in table.active.values() for _ in part.store.items())
     add_to_report({"live_windows": samples, "stored_keys": stored})
     worker.request_stop()

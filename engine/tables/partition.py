@@ -12,15 +12,36 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from engine.codecs import Codec
+    from engine.events import RawRecord
     from engine.stores import PartitionStore
 
 MISSING: Any = object()
 DELETED: Any = object()
 
 
+class WindowState:
+    """A windowed table partition's stream time, the windows alive (for expiry), and the newest one emitted
+    closed.
+
+    `live` maps a window start to its keys, each with whether the store has that window (True) or it was
+    only written since the last checkpoint (False): expiring one the store never had needs no tombstone.
+    """
+
+    __slots__ = ("closed_upto", "live", "stream_time")
+
+    def __init__(self) -> None:
+        self.stream_time: int | None = None
+        self.closed_upto: int | None = None
+        self.live: dict[int, dict[Any, bool]] = {}
+
 
 class TablePartition:
-    __slots__ = ("_decode", "buffer", "flushing", "meta", "number", "store")
+    """One table partition of an active task: its store, buffers and, for a windowed table, its window state,
+    late records and closed windows not yet sent. All of it goes with the partition when its task closes
+    (nothing per partition is kept anywhere else, so nothing is left behind for a later owner to trip on)."""
+
+    __slots__ = ("_decode", "buffer", "flushing", "late", "meta", "number", "store", "unsent_closes",
+                 "windows")
 
     def __init__(self, number: int, store: PartitionStore, value_codec: Codec) -> None:
         self.number = number
@@ -30,6 +51,9 @@ class TablePartition:
         # Engine's own records, already encoded (key starts with META_PREFIX), sent with the next checkpoint.
         self.meta: dict[bytes, bytes] = {}
         self._decode = value_codec.decode
+        self.windows: WindowState | None = None  # loaded from the store at the first windowed use
+        self.late: list[RawRecord] = []  # records too late for their windows, for the late topic
+        self.unsent_closes: list[tuple[bytes, bytes]] = []  # closed windows of a checkpoint that failed
 
     def get(self, key: Any, key_bytes: bytes) -> Any:
         """The value, or MISSING. (`cached`, then `stored`, inlined: this is every table read, and the

@@ -41,7 +41,7 @@ from engine.tables.keys import (
     split_window_key,
     window_key,
 )
-from engine.tables.partition import DELETED, MISSING
+from engine.tables.partition import DELETED, MISSING, WindowState
 from engine.topics import event_time_ms
 from engine.windows import WindowRange
 
@@ -55,21 +55,6 @@ if TYPE_CHECKING:
     from engine.windows import Window
 
 Timestamp = Callable[[Any], "float | int | datetime"]
-
-
-class WindowState:
-    """Per partition: stream time, which windows are alive (for expiry), and the newest one emitted closed.
-
-    `live` maps a window start to its keys, each with whether the store has that window (True) or it was
-    only written since the last checkpoint (False): expiring one the store never had needs no tombstone.
-    """
-
-    __slots__ = ("closed_upto", "live", "stream_time")
-
-    def __init__(self) -> None:
-        self.stream_time: int | None = None
-        self.closed_upto: int | None = None
-        self.live: dict[int, dict[Any, bool]] = {}
 
 
 def _advance(part: TablePartition, state: WindowState, ts: int) -> int:
@@ -100,13 +85,8 @@ class WindowedTable:
         self.late_topic = late_topic
         self.clock = clock
         self.late_events = 0
-        # Per partition, late records to send to the late topic at the next checkpoint (with the partition's
-        # other writes: in its task's transaction, dropped with them when the partition goes).
-        self.late_records: dict[int, list[Any]] = {}
-        self.states: dict[int, WindowState] = {}
         self.topics: dict[str, Topic] = {}
         self.closed_topic: Topic | None = None
-        self.unsent: dict[int, list[tuple[bytes, bytes]]] = {}  # closes of a checkpoint that failed
         self._sets: dict[Any, WindowSet] = {}
 
     @property
@@ -141,9 +121,9 @@ class WindowedTable:
         return event_time_ms(extract, event)
 
     def _state(self, part: TablePartition) -> WindowState:
-        state = self.states.get(part.number)
+        state = part.windows
         if state is None:
-            state = self.states[part.number] = self._load_state(part)
+            state = part.windows = self._load_state(part)
         return state
 
     def _load_state(self, part: TablePartition) -> WindowState:
@@ -196,7 +176,7 @@ class WindowedTable:
                 "timestamp= extractor"
             )
         part, inner = self.table._route_write(key, event)
-        state = self.states.get(part.number) or self._state(part)
+        state = part.windows or self._state(part)
         stream_time = state.stream_time
         if stream_time is None or ts > stream_time:
             stream_time = _advance(part, state, ts)
@@ -225,7 +205,7 @@ class WindowedTable:
         if not applied:
             self.late_events += 1
             if self.late_topic is not None:
-                self.late_records.setdefault(part.number, []).append(event.record)
+                part.late.append(event.record)
         return applied
 
     def _default(self) -> Any:
@@ -272,8 +252,8 @@ class WindowedTable:
     def close_windows(self, part: TablePartition) -> list[tuple[bytes, bytes]]:
         """The windows of this partition that closed since the last checkpoint, as (store key, value)
         records, oldest first; marks them emitted (an engine record in the same checkpoint)."""
-        state = self.states.get(part.number)
-        records = self.unsent.pop(part.number, [])
+        state = part.windows
+        records, part.unsent_closes = part.unsent_closes, []
         if self.closed_topic is None or state is None or state.stream_time is None:
             return records
         done = state.closed_upto
@@ -300,7 +280,7 @@ class WindowedTable:
         runs ahead of the checkpoints (catching up, reprocessing), most windows open and expire between
         two of them, and their writes and tombstones were most of a checkpoint's records (Kafka Streams'
         window stores likewise drop writes to expired segments)."""
-        state = self.states.get(part.number)
+        state = part.windows
         if state is None or state.stream_time is None:
             return 0
         deleted = 0
@@ -316,7 +296,7 @@ class WindowedTable:
     def stored(self, part: TablePartition, writes: Mapping[Any, Any]) -> None:
         """A checkpoint wrote `writes` (window key -> value or DELETED) to the partition's store: those
         windows now need a tombstone when they expire."""
-        state = self.states.get(part.number)
+        state = part.windows
         if state is None:
             return
         live = state.live
@@ -325,11 +305,6 @@ class WindowedTable:
                 keys = live.get(start)
                 if keys is not None and key in keys:
                     keys[key] = True
-
-    def forget(self, number: int) -> None:
-        self.states.pop(number, None)
-        self.unsent.pop(number, None)  # the new owner emits them: its closed-upto record does not have them
-        self.late_records.pop(number, None)  # the events are processed again (here or by the new owner)
 
     # -- the mapping face ---------------------------------------------------------------------------
 

@@ -103,7 +103,7 @@ async def test_offline_and_changelog_exports_equal_the_live_one_in_spark(kafka, 
     data_dir = tmp_path / "data"
     async with testing.running(app, broker=kafka.url, store="rocksdb://", data_dir=data_dir) as worker:
         await testing.eventually(lambda: sum(v for _, v in counts.items()) == len(hits), 60)
-        await worker.conductor.checkpoint()
+        await worker.checkpoint()
         for name in ("counts", "per-minute"):
             await export.export_table(app.tables[name], tmp_path / "live" / name)
 

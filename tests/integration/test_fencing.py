@@ -10,7 +10,7 @@ import pytest
 
 from engine.errors import ProducerFenced
 from engine.events import TP
-from engine.transactions import TaskProducers, TransactionsFailed
+from engine.transactions import commit_transactions, task_transactional_id
 from engine.transport import open_transport
 from tests.integration.helpers import create_topics, read_all, unique
 
@@ -21,23 +21,21 @@ async def test_a_new_owner_fences_the_old_ones_transaction(kafka):
     app_id, topic = unique("fence"), unique("out")
     await create_topics(kafka.bootstrap, [topic], partitions=1)
     transport = open_transport(kafka.url, {})
-    old = TaskProducers(transport, app_id, f"{app_id}-old")
-    new = TaskProducers(transport, app_id, f"{app_id}-new")
+    old = transport.producer(task_transactional_id(app_id, 0))  # task 0's producer on the old owner
+    new = transport.producer(task_transactional_id(app_id, 0))  # ... and on its new owner
     await old.start()
-    await new.start()
     try:
-        await old.assign([0])
-        await old.for_partition(0).send(topic, b"k", b"from the old owner", partition=0)
-        await new.assign([0])  # the new owner of task 0: fences the old one, aborts its transaction
-        await new.for_partition(0).send(topic, b"k", b"from the new owner", partition=0)
-        with pytest.raises(TransactionsFailed) as failed:
-            await old.commit_transaction({TP(topic, 0): 1}, app_id)
-        assert set(failed.value.failed) == {0}
-        assert failed.value.fenced == {0}
-        assert isinstance(failed.value.failed[0], ProducerFenced)
-        await new.commit_transaction({TP(topic, 0): 1}, app_id)
+        await old.send(topic, b"k", b"from the old owner", partition=0)
+        await new.start()  # the new owner of task 0: fences the old one, aborts its transaction
+        try:
+            await new.send(topic, b"k", b"from the new owner", partition=0)
+            failed = await commit_transactions({0: (old, {TP(topic, 0): 1})}, app_id)
+            assert set(failed) == {0}
+            assert isinstance(failed[0], ProducerFenced)
+            assert await commit_transactions({0: (new, {TP(topic, 0): 1})}, app_id) == {}
+        finally:
+            await new.stop()
     finally:
         await old.stop()
-        await new.stop()
     seen = [r.value for r in await read_all(kafka.bootstrap, topic, isolation_level="read_committed")]
     assert seen == [b"from the new owner"]

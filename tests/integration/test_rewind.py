@@ -20,7 +20,7 @@ pytestmark = pytest.mark.kafka
 
 
 async def test_a_failed_task_commit_is_rewound_and_counts_stay_exact(kafka, tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="engine.rebalance")
+    caplog.set_level(logging.INFO, logger="engine.tasks.manager")
     app_id, topic = unique("rewind"), unique("words")
     await create_topics(kafka.bootstrap, [topic])
     app = make_app(app_id, topic=topic, processing_guarantee="exactly_once")
@@ -31,7 +31,8 @@ async def test_a_failed_task_commit_is_rewound_and_counts_stay_exact(kafka, tmp_
     await worker.start()
     try:
         await testing.eventually(lambda: "tables ready" in caplog.text, 60)
-        task = worker.producer.tasks[0]  # type: ignore[attr-defined]  # exactly-once: TaskProducers
+        task = worker.tasks.active[0].producer
+        assert task is not None
         commit = task.commit_transaction
 
         async def fail_once(offsets, group_id):
@@ -87,7 +88,7 @@ class FailingCommits:
 async def test_partitions_whose_revoke_checkpoint_fails_and_come_back_stay_exact(kafka, tmp_path, caplog):
     """The checkpoint on revoke fails (every task's commit refused) and the same worker gets the partitions
     back: their uncommitted work must be dropped and processed again once, not applied on top."""
-    caplog.set_level(logging.INFO, logger="engine.rebalance")
+    caplog.set_level(logging.INFO, logger="engine.tasks.manager")
     app_id, topic = unique("comeback"), unique("words")
     await create_topics(kafka.bootstrap, [topic])
     app = make_app(app_id, topic=topic, processing_guarantee="exactly_once")

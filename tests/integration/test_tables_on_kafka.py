@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import Counter
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 import engine
 from engine import testing
+from engine.tables.keys import META_PREFIX
 from tests.integration.helpers import (
     WorkerProcess,
     consume_until,
@@ -25,6 +27,9 @@ from tests.integration.helpers import (
     unique,
 )
 from tests.integration.table_apps import make_app
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
 
 pytestmark = pytest.mark.kafka
 
@@ -67,13 +72,17 @@ async def test_sigkill_then_rebuild_from_the_changelog_with_no_data_dir(kafka, t
     rebuilt = engine.Worker(app, settings)
     counts = app.counts  # type: ignore[attr-defined]
     at_recovery: list[dict[str, int]] = []
-    assign = rebuilt.tables.assign
+    assert rebuilt.tables is not None
+    activate = rebuilt.tables.activate
 
-    async def assign_and_look(numbers: set[int]) -> None:
-        await assign(numbers)  # recovered; the conductor resumes the partitions after this returns
-        at_recovery.append(dict(counts.items()))
+    async def activate_and_look(numbers: Collection[int]) -> dict[int, list[tuple[Any, Any]]]:
+        parts = await activate(numbers)  # recovered; the tasks resume their partitions after this returns
+        at_recovery.append({counts.key_codec.decode(key): counts.value_codec.decode(value)
+                            for owned in parts.values() for _, part in owned
+                            for key, value in part.store.items() if not key.startswith(META_PREFIX)})
+        return parts
 
-    rebuilt.tables.assign = assign_and_look  # type: ignore[method-assign]
+    rebuilt.tables.activate = activate_and_look  # type: ignore[method-assign]
     await rebuilt.start()
     try:
         await testing.eventually(lambda: bool(at_recovery), 60)

@@ -182,7 +182,7 @@ async def test_tables_and_table_get_on_a_windowed_table(capsys, tmp_path):
         for quantity, at in [(2, start + 5), (3, start + 60), (4, start + 700)]:
             await retail.sales.send(key="sku-1", value=retail.Sale("sku-1", quantity, 1.0, at))
         await testing.eventually(lambda: len(retail.units_sold["sku-1"].items()) == 2)
-        await worker.conductor.checkpoint()  # an export reads the stores: the last checkpoint's state
+        await worker.checkpoint()  # an export reads the stores: the last checkpoint's state
         manifest = await export.export_table(retail.units_sold, tmp_path / "export")  # windowed: unwrapped
         assert manifest.rows == 2
     code, out, _ = run(capsys, "tables", "-A", "examples.retail:app", "--broker", url,
@@ -224,7 +224,7 @@ async def test_tables_table_get_and_export_on_global_and_source_tables(capsys, t
             await feed.send(key=sku, value=price)  # others write a source table's topic
         await testing.eventually(lambda: dict(kinds_app.regions.items()) == {"r1": "north", "r2": "south"})
         await testing.eventually(lambda: dict(kinds_app.prices.items()) == {"a": 1.75, "b": 2.0})
-        await worker.conductor.checkpoint()
+        await worker.checkpoint()
         for table in (kinds_app.regions, kinds_app.prices):
             manifest = await export.export_table(table, tmp_path / "export" / table.name)
             assert manifest.rows == 2

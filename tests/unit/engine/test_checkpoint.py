@@ -1,20 +1,29 @@
-"""The checkpoint on fakes (no broker): what a cut commits under each guarantee, an aborted cut putting its
-writes back, the tasks whose transactions failed split out of a cut, and a task with an event in progress
-left out of an exactly-once cut while the others commit."""
+"""The checkpoint over real active tasks (a table partition each, on a memory store) with fake producers and
+consumer (no broker): what a cut commits under each guarantee, an aborted cut putting its writes back, the
+tasks whose transactions failed split out of a cut, and a task with an event in progress left out of an
+exactly-once cut while the others commit."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import asyncio
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+import engine
 from engine.checkpoint import Checkpointer, CheckpointState
-from engine.errors import DeliveryFailed
+from engine.errors import DeliveryFailed, TransactionAborted
 from engine.events import TP
-from engine.guarantee import AtLeastOnce, ExactlyOnce
+from engine.guarantee import AtLeastOnce, ExactlyOnce, Guarantee
 from engine.leases import Leases
+from engine.stores import open_store_backend
+from engine.tables.keys import META_PREFIX
+from engine.tables.partition import TablePartition
+from engine.tasks.active import ActiveTask
 from engine.transactions import TransactionsFailed
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 IN0, IN1 = TP("in", 0), TP("in", 1)
 
@@ -24,6 +33,7 @@ class FakeProducer:
 
     def __init__(self, name: str, log: list[tuple[Any, ...]], failures: dict[str, BaseException]) -> None:
         self.name, self.log, self.failures = name, log, failures
+        self.offset = 0
 
     async def start(self) -> None: ...
 
@@ -38,6 +48,14 @@ class FakeProducer:
         if (failure := self.failures.pop(f"commit {self.name}", None)) is not None:
             raise failure
         self.log.append(("commit", self.name, dict(offsets)))
+
+    async def send_batch(self, topic: str, partition: int, records: list[Any]) -> asyncio.Future[int]:
+        if (failure := self.failures.pop(f"send {self.name}", None)) is not None:
+            raise failure
+        self.offset += len(records)
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        done.set_result(self.offset - 1)
+        return done
 
 
 class FakeTransport:
@@ -63,160 +81,154 @@ class FakeConsumer:
         self.log.append(("offsets", dict(offsets)))
 
 
-@dataclass
-class Item:
-    """What the table manager's Pending is to the checkpoint: a partition's writes in flight."""
-
-    number: int
-    writes: dict[str, int]
-
-
-@dataclass
-class FakeTables:
-    """The table manager's checkpoint steps: a buffer per partition number."""
-
-    buffers: dict[int, dict[str, int]]
-    sent: list[int] = field(default_factory=list)
-    stored: dict[int, dict[str, int]] = field(default_factory=dict)
-    aborted_send: set[int] = field(default_factory=set)
-
-    def prepare(self, leases: Any, held: frozenset[int] = frozenset()) -> list[Any]:
-        taken = [Item(n, b) for n, b in self.buffers.items() if b and n not in held]
-        for item in taken:
-            self.buffers[item.number] = {}
-        return taken
-
-    async def send(self, pending: list[Any]) -> dict[int, BaseException]:
-        self.sent += [item.number for item in pending]
-        return {n: DeliveryFailed("aborted by the broker") for n in self.aborted_send}
-
-    def complete(self, pending: list[Any]) -> None:
-        for item in pending:
-            self.stored.setdefault(item.number, {}).update(item.writes)
-
-    def drop(self, pending: list[Any], numbers: Any) -> list[Any]:
-        return [item for item in pending if item.number not in numbers]
-
-    def abort(self, pending: list[Any]) -> None:
-        for item in pending:
-            self.buffers[item.number] = {**item.writes, **self.buffers[item.number]}
-
-
 class Event:
     def __init__(self, tp: TP, offset: int) -> None:
         self.topic, self.partition, self.offset = tp.topic, tp.partition, offset
 
 
-def leases_with(processed: dict[TP, int]) -> Leases:
-    """Leases whose records 0..n-1 were processed (acked)."""
-    leases = Leases()
-    for lease in leases.grant(processed):
-        for offset in range(processed[lease.tp]):
-            lease.track(offset)
-            lease.ack(offset)
-    return leases
+class Tasks:
+    """Active tasks 0 and 1 of a counting table on memory stores, each with a lease on `in` whose records
+    0..n-1 were processed, and their producers started as the guarantee makes them."""
+
+    def __init__(self, tmp_path: Path, guarantee: Guarantee, processed: dict[TP, int]) -> None:
+        app = engine.App("app", broker="memory://")
+        self.table = app.Table("counts", default=int, key_type=str, value_type=int)
+        self.table.bind(2, {"in": 2})
+        backend = open_store_backend("memory://", tmp_path)
+        self.leases = Leases()
+        self.active: dict[int, ActiveTask] = {}
+        for lease in self.leases.grant(processed):
+            for offset in range(processed[lease.tp]):
+                lease.track(offset)
+                lease.ack(offset)
+            number = lease.tp.partition
+            task = self.active[number] = ActiveTask(number)
+            task.leases[lease.tp] = lease
+            assert guarantee.task_producer is not None
+            task.producer = guarantee.task_producer(number)
+            part = TablePartition(number, backend.open("counts", number), self.table.value_codec)
+            task.open([(self.table, part)])
+
+    def write(self, number: int, **values: int) -> None:
+        self.table.active[number].buffer.update(values)
+
+    def buffer(self, number: int) -> dict[str, int]:
+        return dict(self.table.active[number].buffer)
+
+    def stored(self) -> dict[int, dict[str, int]]:
+        """Each task's store, decoded (what a checkpoint completed)."""
+        table = self.table
+        found = {n: {table.key_codec.decode(k): table.value_codec.decode(v)
+                     for k, v in part.store.items() if not k.startswith(META_PREFIX)}
+                 for n, part in table.active.items()}
+        return {n: values for n, values in found.items() if values}
+
+    def committed(self) -> list[tuple[TP, int | None]]:
+        return [(lease.tp, lease.committed) for lease in self.leases.live()]
 
 
-async def exactly_once(transport: FakeTransport) -> ExactlyOnce:
-    guarantee = ExactlyOnce(transport, "app", "worker")  # type: ignore[arg-type]
-    await guarantee.tasks.assign([0, 1])
-    return guarantee
+def checkpointer(tasks: Tasks, guarantee: Guarantee, transport: FakeTransport,
+                 busy: Any = list) -> Checkpointer:
+    return Checkpointer(tasks=tasks.active, consumer=FakeConsumer(transport.log),  # type: ignore[arg-type]
+                        guarantee=guarantee, busy=busy)
 
 
-async def test_at_least_once_flushes_then_commits_the_changelogs_then_the_offsets():
+async def test_at_least_once_flushes_then_commits_the_changelogs_then_the_offsets(tmp_path):
     transport = FakeTransport()
     guarantee = AtLeastOnce(transport, "app", tables=True)  # type: ignore[arg-type]
-    assert guarantee.tasks is not None
-    await guarantee.tasks.assign([0, 1])
-    tables = FakeTables({0: {"a": 1}, 1: {"b": 2}})
-    leases = leases_with({IN0: 5, IN1: 3})
-    checkpoints = Checkpointer(leases=leases, consumer=FakeConsumer(transport.log),  # type: ignore[arg-type]
-                               guarantee=guarantee, tables=tables, busy=list)  # type: ignore[arg-type]
-    cut = await checkpoints.run(1.0)
+    tasks = Tasks(tmp_path, guarantee, {IN0: 5, IN1: 3})
+    tasks.write(0, a=1)
+    tasks.write(1, b=2)
+    cut = await checkpointer(tasks, guarantee, transport).run(1.0)
     assert cut.state is CheckpointState.COMMITTED
     assert transport.log == [("confirm",), ("flush", "plain"), ("commit", "app-task-0", {}),
                              ("commit", "app-task-1", {}), ("offsets", {IN0: 5, IN1: 3})]
-    assert tables.stored == {0: {"a": 1}, 1: {"b": 2}}
-    assert [lease.committed for lease in leases.live()] == [5, 3]
+    assert tasks.stored() == {0: {"a": 1}, 1: {"b": 2}}
+    assert tasks.committed() == [(IN0, 5), (IN1, 3)]
 
 
-async def test_a_cut_whose_send_fails_is_aborted_and_its_writes_go_back_under_newer_ones():
+async def test_a_cut_whose_send_fails_is_aborted_and_its_writes_go_back_under_newer_ones(tmp_path):
     transport = FakeTransport()
     guarantee = AtLeastOnce(transport, "app", tables=True)  # type: ignore[arg-type]
-    assert guarantee.tasks is not None
-    await guarantee.tasks.assign([0])
-    tables = FakeTables({0: {"a": 1, "b": 1}})
-    leases = leases_with({IN0: 5})
-    checkpoints = Checkpointer(leases=leases, consumer=FakeConsumer(transport.log),  # type: ignore[arg-type]
-                               guarantee=guarantee, tables=tables, busy=list)  # type: ignore[arg-type]
+    tasks = Tasks(tmp_path, guarantee, {IN0: 5})
+    tasks.write(0, a=1, b=1)
+    checkpoints = checkpointer(tasks, guarantee, transport)
     transport.failures["flush plain"] = DeliveryFailed("the broker did not acknowledge a record")
     with pytest.raises(DeliveryFailed):
         await checkpoints.run(1.0)
-    tables.buffers[0]["b"] = 2  # written after the failed cut
-    assert tables.buffers[0] == {"a": 1, "b": 2}, "the failed cut's writes back, under the newer one"
-    assert tables.stored == {}
+    tasks.write(0, b=2)  # written after the failed cut
+    assert tasks.buffer(0) == {"a": 1, "b": 2}, "the failed cut's writes back, under the newer one"
+    assert tasks.stored() == {}
     assert ("offsets", {IN0: 5}) not in transport.log
-    assert [lease.committed for lease in leases.live()] == [None]
+    assert tasks.committed() == [(IN0, None)]
     cut = await checkpoints.run(1.0)  # the next one sends them
     assert cut.state is CheckpointState.COMMITTED
-    assert tables.stored == {0: {"a": 1, "b": 2}}
+    assert tasks.stored() == {0: {"a": 1, "b": 2}}
 
 
-async def test_exactly_once_commits_each_task_with_its_offsets_and_splits_out_the_failed_ones():
+async def test_exactly_once_commits_each_task_with_its_offsets_and_splits_out_the_failed_ones(tmp_path):
     transport = FakeTransport()
-    guarantee = await exactly_once(transport)
-    tables = FakeTables({0: {"a": 1}, 1: {"b": 2}})
-    leases = leases_with({IN0: 5, IN1: 3})
-    checkpoints = Checkpointer(leases=leases, consumer=FakeConsumer(transport.log),  # type: ignore[arg-type]
-                               guarantee=guarantee, tables=tables, busy=list)  # type: ignore[arg-type]
+    guarantee = ExactlyOnce(transport, "app", "worker")  # type: ignore[arg-type]
+    tasks = Tasks(tmp_path, guarantee, {IN0: 5, IN1: 3})
+    tasks.write(0, a=1)
+    tasks.write(1, b=2)
     transport.failures["commit app-task-1"] = DeliveryFailed("the transaction could not be committed")
     with pytest.raises(TransactionsFailed) as failed:
-        await checkpoints.run(1.0)
+        await checkpointer(tasks, guarantee, transport).run(1.0)
     assert set(failed.value.failed) == {1}
     assert ("commit", "app-task-0", {IN0: 5}) in transport.log
     assert not any(entry[0] == "offsets" for entry in transport.log), "offsets travel in the transactions"
-    assert tables.stored == {0: {"a": 1}}, "task 1's writes are dropped: its events are processed again"
-    assert tables.buffers[1] == {}
-    assert [(lease.tp, lease.committed) for lease in leases.live()] == [(IN0, 5), (IN1, None)]
+    assert tasks.stored() == {0: {"a": 1}}, "task 1's writes are dropped: its events are processed again"
+    assert tasks.buffer(1) == {}
+    assert tasks.committed() == [(IN0, 5), (IN1, None)]
 
 
-async def test_a_task_whose_transaction_the_broker_aborted_fails_alone():
+async def test_a_task_whose_transaction_the_broker_aborted_fails_alone(tmp_path):
     transport = FakeTransport()
-    guarantee = await exactly_once(transport)
-    tables = FakeTables({0: {"a": 1}, 1: {"b": 2}}, aborted_send={0})
-    leases = leases_with({IN0: 5, IN1: 3})
-    checkpoints = Checkpointer(leases=leases, consumer=FakeConsumer(transport.log),  # type: ignore[arg-type]
-                               guarantee=guarantee, tables=tables, busy=list)  # type: ignore[arg-type]
+    guarantee = ExactlyOnce(transport, "app", "worker")  # type: ignore[arg-type]
+    tasks = Tasks(tmp_path, guarantee, {IN0: 5, IN1: 3})
+    tasks.write(0, a=1)
+    tasks.write(1, b=2)
+    transport.failures["send app-task-0"] = TransactionAborted("aborted by the broker")
     with pytest.raises(TransactionsFailed) as failed:
-        await checkpoints.run(1.0)
+        await checkpointer(tasks, guarantee, transport).run(1.0)
     assert set(failed.value.failed) == {0}
     assert [e for e in transport.log if e[0] == "commit" and e[1].startswith("app-task")] == [
         ("commit", "app-task-1", {IN1: 3})]
-    assert tables.stored == {1: {"b": 2}}
+    assert tasks.stored() == {1: {"b": 2}}
 
 
-async def test_exactly_once_leaves_out_a_task_with_an_event_in_progress_and_commits_the_others():
+async def test_exactly_once_leaves_out_a_task_with_an_event_in_progress_and_commits_the_others(tmp_path):
     transport = FakeTransport()
-    guarantee = await exactly_once(transport)
-    tables = FakeTables({0: {"a": 1}, 1: {"b": 2}})
-    leases = leases_with({IN0: 5, IN1: 3})
+    guarantee = ExactlyOnce(transport, "app", "worker")  # type: ignore[arg-type]
+    tasks = Tasks(tmp_path, guarantee, {IN0: 5, IN1: 3})
+    tasks.write(0, a=1)
+    tasks.write(1, b=2)
     inside = [("count", Event(IN1, 3))]
-    leases.current[IN1].track(3)  # pulled, never finished
+    tasks.leases.current[IN1].track(3)  # pulled, never finished
     guarantee.quiesce.started()
-    checkpoints = Checkpointer(leases=leases, consumer=FakeConsumer(transport.log),  # type: ignore[arg-type]
-                               guarantee=guarantee, tables=tables,  # type: ignore[arg-type]
-                               busy=lambda: list(inside))  # type: ignore[arg-type]
+    checkpoints = checkpointer(tasks, guarantee, transport, busy=lambda: list(inside))
     await checkpoints.run(0.05)
     commits = [e for e in transport.log if e[0] == "commit" and e[1].startswith("app-task")]
     assert commits == [("commit", "app-task-0", {IN0: 5})], "task 1's transaction stays open"
-    assert tables.stored == {0: {"a": 1}}
-    assert tables.buffers[1] == {"b": 2}, "task 1's writes wait for its next commit"
+    assert tasks.stored() == {0: {"a": 1}}
+    assert tasks.buffer(1) == {"b": 2}, "task 1's writes wait for its next commit"
     transport.log.clear()
     await checkpoints.run(10.0)  # does not wait for the known stuck event again
-    assert [e[1] for e in transport.log if e[0] == "commit"] == ["app-task-0", "worker"]
+    assert sorted(e[1] for e in transport.log if e[0] == "commit") == ["app-task-0", "worker"]
     guarantee.quiesce.finished()
     inside.clear()
-    leases.current[IN1].ack(3)
+    tasks.leases.current[IN1].ack(3)
     await checkpoints.run(10.0)
     assert ("commit", "app-task-1", {IN1: 4}) in transport.log
-    assert tables.stored == {0: {"a": 1}, 1: {"b": 2}}
+    assert tasks.stored() == {0: {"a": 1}, 1: {"b": 2}}
+
+
+async def test_a_closed_task_or_one_still_setting_up_is_not_in_a_cut(tmp_path):
+    transport = FakeTransport()
+    guarantee = ExactlyOnce(transport, "app", "worker")  # type: ignore[arg-type]
+    tasks = Tasks(tmp_path, guarantee, {IN0: 5, IN1: 3})
+    tasks.active[0].close()
+    tasks.active[2] = ActiveTask(2)  # assigned, its producer not started yet
+    await checkpointer(tasks, guarantee, transport).run(1.0)
+    assert sorted(e[1] for e in transport.log if e[0] == "commit") == ["app-task-1", "worker"]

@@ -79,7 +79,7 @@ async def run_and_export(tmp_path: Path) -> tuple[engine.App, dict[str, engine.T
         units = tables["units"]
         total = sum(s.units for s in SALES)
         await testing.eventually(lambda: sum(v for _, v in units.items()) == total, 10)
-        await worker.conductor.checkpoint()  # the stores now hold everything (an export reads stores)
+        await worker.checkpoint()  # the stores now hold everything (an export reads stores)
         for name, table in tables.items():
             await export.export_table(table, tmp_path / "live" / name)
     return app, tables, broker
@@ -214,7 +214,7 @@ def test_values_that_do_not_fit_the_schema_are_a_clear_error(tmp_path):
                 await words.send(key=f"n{i}", value=i)
             await words.send(key="zz-text", value="not a number")
             await testing.eventually(lambda: len(mixed) == 4)
-            await worker.conductor.checkpoint()
+            await worker.checkpoint()
             with pytest.raises(export.ExportError, match=r"'mixed'.*declare the table's value_type"):
                 await export.export_table(mixed, tmp_path / "out")
 

@@ -266,8 +266,9 @@ async def test_three_workers_keep_exactly_one_standby_per_partition_never_on_its
 
         await testing.eventually(placed, 10)
         await testing.eventually(lambda: all(
-            {tp.partition for tp in w.tables.followed} == set(w.tables.assignment.standby)
-            for w in workers if w.tables is not None and w.tables.assignment is not None), 10)
+            {tp.partition for tp in w.tables.followed} == set(w.tasks.assignment.standby)
+            and set(w.tasks.standby) == set(w.tasks.assignment.standby)
+            for w in workers if w.tables is not None and w.tasks.assignment is not None), 10)
         for number in range(4):
             owner = next(i for i, t in enumerate(tables) if number in t.active)
             changelog = TP("tc-counts-changelog", number)
@@ -285,7 +286,7 @@ async def test_stores_of_partitions_that_moved_away_are_deleted_after_the_cleanu
         for i in range(40):
             await words.send(key=f"w{i}", value=1)
         await testing.eventually(lambda: sum(v for _, v in counts_a.items()) == 40)
-        await worker_a.conductor.checkpoint()
+        await worker_a.checkpoint()
         assert sorted(p.name for p in stores.iterdir()) == ["0", "1", "2", "3"]
         async with testing.running(second):
             # Moved away: closed, kept for a while (the same once the group has settled).

@@ -1,6 +1,6 @@
-"""TaskProducers' checkpoint commit, with producers that record what they are asked: every task's transaction
-and the worker's commit together, each task with its own partitions' offsets; a failed worker transaction is
-replaced without failing the checkpoint, a failed task is named."""
+"""The exactly-once checkpoint commit, with producers that record what they are asked: every task's
+transaction and the worker's commit together, each task with its own partitions' offsets; a failed worker
+transaction is replaced without failing the checkpoint, a failed task is named."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import asyncio
 import pytest
 
 from engine.events import TP
-from engine.transactions import TaskProducers, TransactionsFailed
+from engine.guarantee import ExactlyOnce
+from engine.tasks.active import ActiveTask, TaskCut
+from engine.transactions import TransactionsFailed
 
 
 class RecordingProducer:
@@ -43,21 +45,36 @@ class RecordingTransport:
         return RecordingProducer(transactional_id, self.log, self.failures)
 
 
-async def started(transport: RecordingTransport) -> TaskProducers:
-    producers = TaskProducers(transport, "app", "worker-1")  # type: ignore[arg-type]
-    await producers.start()
-    await producers.assign([0, 1])
-    transport.log.clear()
-    return producers
-
-
 OFFSETS = {TP("in", 0): 10, TP("other", 0): 3, TP("in", 1): 7}
+
+
+async def started(transport: RecordingTransport) -> tuple[ExactlyOnce, list[TaskCut]]:
+    """The guarantee with tasks 0 and 1 started, and a cut of each holding its partitions' OFFSETS."""
+    guarantee = ExactlyOnce(transport, "app", "worker-1")  # type: ignore[arg-type]
+    await guarantee.events.start()
+    cuts = []
+    for number in (0, 1):
+        task = ActiveTask(number)
+        task.producer = guarantee.task_producer(number)
+        await task.producer.start()
+        cut = TaskCut(task)
+        cut.offsets = {tp: (None, offset) for tp, offset in OFFSETS.items()  # type: ignore[misc]
+                       if tp.partition == number}
+        cuts.append(cut)
+    transport.log.clear()
+    return guarantee, cuts
+
+
+async def commit(guarantee: ExactlyOnce, cuts: list[TaskCut]) -> None:
+    failed = await guarantee.commit(None, cuts, {})  # type: ignore[arg-type]
+    if failed:
+        raise TransactionsFailed(failed)
 
 
 async def test_tasks_and_the_worker_commit_together_each_task_with_its_offsets():
     transport = RecordingTransport()
-    producers = await started(transport)
-    await producers.commit_transaction(OFFSETS, "group")
+    guarantee, cuts = await started(transport)
+    await commit(guarantee, cuts)
     began = [entry[1] for entry in transport.log[:3]]
     assert sorted(began) == ["app-task-0", "app-task-1", "worker-1"]  # all begun before any finished
     assert {entry[1]: entry[2] for entry in transport.log[3:]} == {
@@ -69,22 +86,22 @@ async def test_tasks_and_the_worker_commit_together_each_task_with_its_offsets()
 
 async def test_a_failed_worker_transaction_is_replaced_and_the_tasks_still_commit(caplog):
     transport = RecordingTransport()
-    producers = await started(transport)
-    old_worker = producers.worker
+    guarantee, cuts = await started(transport)
+    old_worker = guarantee.events.worker
     transport.failures["worker-1"] = RuntimeError("coordinator gone")
-    await producers.commit_transaction(OFFSETS, "group")  # no exception: the tasks' offsets committed
+    await commit(guarantee, cuts)  # no exception: the tasks' offsets committed
     assert {e[1] for e in transport.log if e[0] == "committed"} == {"app-task-0", "app-task-1"}
-    assert ("stop", "worker-1") in transport.log
-    assert transport.log[-1] == ("start", "worker-1")
-    assert producers.worker is not old_worker
+    stopped = transport.log.index(("stop", "worker-1"))
+    assert ("start", "worker-1") in transport.log[stopped:], "a new worker transaction started"
+    assert guarantee.events.worker is not old_worker
     assert "coordinator gone" in caplog.text
 
 
 async def test_a_failed_task_is_named_and_the_others_and_the_worker_commit():
     transport = RecordingTransport()
-    producers = await started(transport)
+    guarantee, cuts = await started(transport)
     transport.failures["app-task-1"] = RuntimeError("fenced?")
     with pytest.raises(TransactionsFailed) as failed:
-        await producers.commit_transaction(OFFSETS, "group")
+        await commit(guarantee, cuts)
     assert set(failed.value.failed) == {1}
     assert {e[1] for e in transport.log if e[0] == "committed"} == {"app-task-0", "worker-1"}

@@ -69,11 +69,11 @@ async def test_expired_windows_are_tombstoned_if_stored_and_never_sent_if_not(st
     async with testing.running(app, commit_interval=3600) as worker:  # checkpoints only when told here
         await feed(views, "k", [1, 15])
         await testing.eventually(lambda: len(seen) == 2)
-        await worker.conductor.checkpoint()  # [0,10) and [10,20) are stored
+        await worker.checkpoint()  # [0,10) and [10,20) are stored
         # 35 expires both; 52 opens [50,60) and expires [30,40), which opened at 35 and was never stored
         await feed(views, "k", [35, 52])
         await testing.eventually(lambda: len(seen) == 4)
-        await worker.conductor.checkpoint()
+        await worker.checkpoint()
         assert table["k"].items() == [(WindowRange(50, 60), 1)]
         stored = [key for p in app.tables["views"].active.values() for key, _ in p.store.items()
                   if not key.startswith(META_PREFIX)]

@@ -1,0 +1,214 @@
+"""An active task: everything of one partition number assigned to this worker, and its part of a checkpoint.
+
+Tables are partitioned like the streams that write them, so partition n of every source topic, partition n
+of every table (plain or windowed: buffers, window state, late records, closed windows not yet sent) and the
+transaction all of it commits in (`<app>-task-<n>`, engine.transactions) belong together: they are task n.
+A task holds them for one assignment (the generation of its leases); when it closes, nothing of it is left
+anywhere else, so a later owner of n, here or elsewhere, starts from what was committed and nothing more.
+
+A checkpoint asks each task for its cut (`cut`: its leases' committable offsets and its table partitions'
+buffered writes, closed windows and late records, in one synchronous step), has it `send` them in its
+transaction, commits the transaction as the guarantee says (engine.guarantee), then `complete`s it: the
+stores are written with the changelog offsets the records got. A cut whose checkpoint failed as a whole is
+`abort`ed (its writes go back under newer ones, sent by the next checkpoint); a task whose own transaction
+failed has its cut `drop`ped (its events are processed again once the task is rewound).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import PartitionMigrated
+from engine.events import TP
+from engine.tables.partition import DELETED
+
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Collection
+
+    from engine.events import RawRecord
+    from engine.leases import Lease
+    from engine.tables.base import BaseTable
+    from engine.tables.partition import TablePartition
+    from engine.transport.base import Producer
+
+
+@dataclass
+class TableWrites:
+    """One table partition's part of a cut: its writes, engine records, closed windows and late records."""
+
+    table: BaseTable
+    part: TablePartition
+    writes: dict[Any, Any]
+    meta: dict[bytes, bytes]
+    closes: list[tuple[bytes, bytes]] = field(default_factory=list)
+    late: list[RawRecord] = field(default_factory=list)
+    encoded: dict[bytes, bytes | None] = field(default_factory=dict)
+    last: asyncio.Future[int] | None = None  # the offset of the changelog's last record
+
+
+@dataclass
+class TaskCut:
+    """A task's part of one checkpoint: the offsets it commits (with their leases) and its table writes."""
+
+    task: ActiveTask
+    offsets: dict[TP, tuple[Lease, int]] = field(default_factory=dict)
+    writes: list[TableWrites] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.offsets and not self.writes
+
+    def committable(self) -> dict[TP, int]:
+        return {tp: offset for tp, (_, offset) in self.offsets.items()}
+
+
+class ActiveTask:
+    """Task `number` while assigned here: its leases (one per source partition numbered n), its table
+    partitions once recovered, and its producer (started, fencing every earlier owner, before anything of
+    the task is read)."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.leases: dict[TP, Lease] = {}
+        self.producer: Producer | None = None
+        self.partitions: list[tuple[BaseTable, TablePartition]] = []
+        self.ready = False  # set up (producer started, offsets sought, tables recovered): in checkpoints
+        self.closed = False
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{len(self.leases)} partitions, {len(self.partitions)} tables"
+        return f"<ActiveTask {self.number}: {state}>"
+
+    # -- lifecycle (driven by the task manager) -----------------------------------------------------
+
+    def open(self, partitions: list[tuple[BaseTable, TablePartition]]) -> None:
+        """The task is set up (its producer started, its offsets sought, these table partitions recovered):
+        from now on its events read and write them, and checkpoints include it."""
+        self.partitions = partitions
+        for table, part in partitions:
+            table.active[self.number] = part
+        self.ready = True
+
+    def close(self) -> None:
+        """End every lease and take the table partitions out of their tables, buffers and window state
+        with them: nothing of the task is applied, sent or committed any more (a clean close checkpoints
+        first). Its producer is stopped by the task manager (`stop_producer`)."""
+        self.closed = True
+        self.ready = False
+        for lease in self.leases.values():
+            lease.end()
+        for table, part in self.partitions:
+            if table.active.get(self.number) is part:
+                del table.active[self.number]
+        self.partitions = []
+
+    async def stop_producer(self) -> None:
+        """After the last commit, or once lost (its open transaction is aborted by the next owner's fence)."""
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            await producer.stop()
+
+    def live_leases(self) -> list[Lease]:
+        return [lease for lease in self.leases.values() if not lease.ended]
+
+    # -- its part of a checkpoint -------------------------------------------------------------------
+
+    def cut(self, only: Collection[TP] | None = None) -> TaskCut:
+        """The committable offsets (of the partitions `only`, if given) and every table partition's buffered
+        writes. Windowed tables first advance stream time to what the task's leases processed (the events
+        that did not write the table included), then close and expire windows."""
+        cut = TaskCut(self)
+        for tp, lease in self.leases.items():
+            if not lease.ended and (only is None or tp in only):
+                offset = lease.committable()
+                if offset is not None:
+                    cut.offsets[tp] = (lease, offset)
+        for table, part in self.partitions:
+            if table.windowed is not None:
+                for topic in table.writers:
+                    writer = self.leases.get(TP(topic, self.number))
+                    if writer is not None:
+                        table.windowed.advance(part, writer.processed_time())
+            self.take(cut, table, part)
+        return cut
+
+    @staticmethod
+    def take(cut: TaskCut, table: BaseTable, part: TablePartition) -> None:
+        """Add a table partition's buffered writes to `cut` (a windowed one's closed windows and late
+        records too, once it closed and expired windows as of its stream time)."""
+        closes: list[tuple[bytes, bytes]] = []
+        late: list[RawRecord] = []
+        windowed = table.windowed
+        if windowed is not None:
+            closes = windowed.close_windows(part)  # before expiry can delete them
+            windowed.expire(part)
+            late, part.late = part.late, []
+        if part.buffer or part.meta or closes or late:
+            cut.writes.append(TableWrites(table, part, part.take_buffer(), part.take_meta(), closes, late))
+
+    async def send(self, cut: TaskCut) -> None:
+        """Put the cut's writes on the changelogs (deletes as tombstones), its closed windows and late
+        records on their topics, all in the task's transaction. Raises TransactionAborted when the broker
+        aborted the transaction (it takes no more records)."""
+        if not cut.writes:
+            return
+        producer = self.producer
+        if producer is None:
+            raise PartitionMigrated(f"task {self.number} has no producer: it is not owned here any more")
+        for item in cut.writes:
+            table = item.table
+            encode_value = table.value_codec.encode
+            for key, value in item.writes.items():
+                item.encoded[table.locate(key)[0]] = None if value is DELETED else encode_value(value)
+            item.encoded.update(item.meta)
+            if item.encoded:
+                item.last = await producer.send_batch(table.changelog_topic.name, item.part.number,
+                                                      list(item.encoded.items()))
+            windowed = table.windowed
+            if item.closes and windowed is not None and windowed.closed_topic is not None:
+                await producer.send_batch(windowed.closed_topic.name, item.part.number, item.closes)
+            if item.late and windowed is not None and windowed.late_topic is not None:
+                late = windowed.late_topic.name
+                for record in item.late:
+                    await producer.send(late, record.key, record.value, headers=list(record.headers),
+                                        timestamp_ms=record.timestamp)
+
+    def complete(self, cut: TaskCut) -> None:
+        """The cut committed: write each batch to its store with the changelog offset it got, and mark the
+        offsets committed on the leases (once they are: `offsets_committed`)."""
+        for item in cut.writes:
+            if item.last is not None:  # (else only closed windows or late records were sent)
+                assert item.last.done()
+                item.part.store.write(item.encoded, item.last.result())
+            if item.table.windowed is not None:
+                item.table.windowed.stored(item.part, item.writes)
+            item.part.flushed()
+
+    @staticmethod
+    def offsets_committed(cut: TaskCut) -> None:
+        for lease, offset in cut.offsets.values():
+            lease.mark_committed(offset)
+
+    @staticmethod
+    def drop(cut: TaskCut) -> None:
+        """The task's transaction did not commit: the cut's writes are dropped (its events are processed
+        again after the task is rewound)."""
+        for item in cut.writes:
+            item.part.flushed()
+
+    @staticmethod
+    def abort(cut: TaskCut) -> None:
+        """The checkpoint failed before anything committed: put the writes back under newer ones, to be sent
+        by the next checkpoint."""
+        for item in cut.writes:
+            part = item.part
+            merged = dict(item.writes)
+            merged.update(part.buffer)
+            part.buffer = merged
+            part.meta = {**item.meta, **part.meta}
+            part.flushed()
+            part.unsent_closes = [*item.closes, *part.unsent_closes]
+            part.late = [*item.late, *part.late]
+

@@ -1,0 +1,385 @@
+"""The task manager: turns the group's assignments into tasks, and closes them the way they were taken away.
+
+Kafka takes partitions away in two ways, and they are handled apart:
+- revoked: a rebalance asks for them back while this worker still owns them. Their leases stop dispatching
+  at once, queued events are dropped (uncommitted: the next owner reads them), the events agents hold get a
+  bounded wait to finish (REVOKE_WAIT, well inside the group's rebalance timeout, or the member is expelled
+  and the group ping-pongs), then the tasks are checkpointed and closed clean. An event still unfinished
+  after the wait is never applied: its lease has ended.
+- lost: the group moved on without this worker (its session expired: a frozen process, a long pause, a
+  network split); another worker may own the partitions and be writing already. Their tasks are closed
+  dirty: queued events and table buffers are dropped, nothing of them is written or committed.
+- assigned: a new task per partition number (its leases a new generation); the partitions stay paused until
+  the task is set up: its producer is started first (under exactly-once that fences the previous owner,
+  engine.transactions), only then are the committed offsets read and sought to, then its table partitions
+  are recovered (a standby task of the same number is recycled: its stores stay open, only the tail is
+  replayed). Then the partitions resume.
+- a task whose transaction did not commit is rewound: if this worker is no longer a member of the group's
+  generation (a newer owner may exist) it is lost; otherwise (the broker restarted, the transaction timed
+  out, a fence by the broker's transaction timeout) it is closed dirty and set up again from its last
+  commit, as if newly assigned, while the worker goes on.
+
+It also runs the checkpoints (engine.checkpoint) over its active tasks: every commit interval, on revoke,
+for a live export, and a final one when the worker stops, after which every task closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from agents import Service, ServiceState
+from engine.checkpoint import Checkpointer
+from engine.errors import EngineError, MembershipLost, ProducerFenced
+from engine.poison import PoisonRecords
+from engine.streams import current_event
+from engine.tasks.active import ActiveTask
+from engine.tasks.standby import StandbyTask
+from engine.transactions import TransactionsFailed
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection
+
+    from engine.assignment import Assignment
+    from engine.events import TP, Event
+    from engine.guarantee import Guarantee
+    from engine.leases import Lease, Leases
+    from engine.pauses import Pauses
+    from engine.tables.manager import TableManager
+    from engine.transport.base import Consumer
+
+log = logging.getLogger(__name__)
+
+REVOKE_WAIT = 5.0  # seconds agents get to finish the events they hold when their partitions are revoked
+RECOVERING = "recovering"
+
+
+class TaskManager(Service):
+    def __init__(
+        self,
+        *,
+        leases: Leases,
+        consumer: Consumer,
+        pauses: Pauses,
+        guarantee: Guarantee,
+        tables: TableManager | None,
+        drop_queued: Callable[[Collection[TP]], dict[TP, int]],
+        busy: Callable[[], list[tuple[str, Event]]],
+        commit_interval: float = 1.0,
+        revoke_wait: float = REVOKE_WAIT,
+        reset_to_end: bool = False,
+        poison: PoisonRecords | None = None,
+    ) -> None:
+        super().__init__("tasks")
+        self.active: dict[int, ActiveTask] = {}
+        self.standby: dict[int, StandbyTask] = {}
+        self.assignment: Assignment | None = None  # the group's last word on this worker
+        self.poison = poison if poison is not None else PoisonRecords()
+        self.reset_to_end = reset_to_end  # auto_offset_reset="latest": never committed, start at the end
+        self.new_producer = guarantee.task_producer
+        self.guarantee = guarantee
+        self.leases = leases
+        self.consumer = consumer
+        self.pauses = pauses
+        self.checkpoints = Checkpointer(
+            tasks=self.active, consumer=consumer, guarantee=guarantee, busy=busy,
+            global_tables=[t for t in tables.tables.values() if t.is_global] if tables is not None else ())
+        self.tables = tables
+        self._drop_queued = drop_queued
+        self.commit_interval = commit_interval
+        self.revoke_wait = revoke_wait
+        self._recovery: asyncio.Task[None] | None = None
+
+    @property
+    def pause_timeout(self) -> float:
+        """How long an exactly-once checkpoint waits for agents to reach a pause between events."""
+        return self.commit_interval * 2 + 1
+
+    @property
+    def stopping(self) -> bool:
+        """While the worker stops, agents have let go of their events: a revoke does not wait for them."""
+        return self.state is not ServiceState.RUNNING
+
+    # -- checkpoints --------------------------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        self.spawn(self._commit_loop(), "commit")
+
+    async def on_stop(self) -> None:
+        if self.failure is None:
+            try:
+                await self.checkpoints.run(0)
+            except Exception as exc:
+                log.error("final checkpoint failed: %s", exc)
+        await self.close_all()
+
+    async def _commit_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.commit_interval)
+            # Shielded: stopping the worker cancels this loop, and a checkpoint cancelled halfway would not
+            # know whether its transaction committed (aiokafka shields the commit itself), put its closed
+            # windows back, and the final checkpoint would emit them again. Cancelled, the loop leaves the
+            # checkpoint to finish; the final one waits for it on the checkpoint lock.
+            running = asyncio.ensure_future(self.checkpoints.run(self.pause_timeout))
+            try:
+                await asyncio.shield(running)
+            except asyncio.CancelledError:
+                running.add_done_callback(_log_failure)
+                raise
+            except MembershipLost as exc:
+                log.warning("checkpoint skipped: %s", exc)
+            except TransactionsFailed as exc:
+                await self.tasks_failed(exc.failed)
+
+    async def checkpoint(self) -> None:
+        """Checkpoint now (live exports, tests and the final stop use it); one at a time with every other.
+
+        Under exactly-once a checkpoint waits for every agent to be between events, so one asked for from
+        inside an event would wait for its own caller: refused, with the way out."""
+        if self.guarantee.quiesce is not None and current_event.get() is not None:
+            raise EngineError("a checkpoint cannot be run from inside an event under exactly_once (it waits "
+                              "for every agent to finish its event, this one included); run it from a timer "
+                              "or outside the agents")
+        await self.checkpoints.run(self.pause_timeout)
+
+    # -- what the group's assignor tells this worker ------------------------------------------------
+
+    def on_assignment(self, assignment: Assignment) -> None:
+        """The group's assignment for this worker (heard before its partitions are assigned)."""
+        self.assignment = assignment
+        if self.tables is not None:
+            self.tables.warming = assignment.warming
+        log.info("assignment: active %s, standby %s, warming up %s", sorted(assignment.active),
+                 sorted(assignment.standby - assignment.warming), sorted(assignment.warming))
+
+    # -- assigned -----------------------------------------------------------------------------------
+
+    async def assigned(self, tps: set[TP]) -> None:
+        log.info("assigned %d partitions: %s", len(tps), describe(tps))
+        self.pauses.forget(tps)
+        for lease in self.leases.grant(tps):
+            task = self.active.get(lease.tp.partition)
+            if task is None or task.closed:
+                task = self.active[lease.tp.partition] = ActiveTask(lease.tp.partition)
+            old = task.leases.get(lease.tp)
+            if old is not None:
+                old.end()
+            task.leases[lease.tp] = lease
+        if not tps:
+            return
+        if self.new_producer is None and self.tables is None:  # nothing to set up
+            for number in {tp.partition for tp in tps}:
+                self.active[number].open([])
+            return
+        # Fenced and recovered before any of their events is processed.
+        self.pauses.hold(tps, RECOVERING)
+        self._recovery = self.spawn(self._set_up(tps), "recover")
+
+    async def _set_up(self, tps: set[TP]) -> None:
+        tasks = [self.active[n] for n in sorted({tp.partition for tp in tps})]
+        await self._start_producers([task for task in tasks if task.producer is None])
+        if self.new_producer is not None:
+            await self._seek_committed(tps)  # after the fence: what earlier owners committed is final
+        if self.tables is not None:
+            recycled = sorted(n for n in self.standby if n in {task.number for task in tasks})
+            if recycled:
+                log.info("standby tasks %s become active here: their stores replay only the tail", recycled)
+            parts = await self.tables.activate([task.number for task in tasks])
+            self._settle_standbys()
+        else:
+            parts = {}
+        for task in tasks:
+            if not task.closed:
+                task.open(parts.get(task.number, []))
+        resumable = {tp for tp in tps
+                     if (lease := self.leases.current.get(tp)) is not None and lease.dispatching}
+        self.pauses.release(resumable, RECOVERING)
+        log.info("tables ready; processing %d partitions", len(resumable))
+
+    async def _start_producers(self, tasks: list[ActiveTask]) -> None:
+        """Start the tasks' producers (under exactly-once this fences every earlier owner of each task)."""
+        make = self.new_producer
+        if make is None or not tasks:
+            return
+        producers = [make(task.number) for task in tasks]
+        results = await asyncio.gather(*(p.start() for p in producers), return_exceptions=True)
+        failure = None
+        for task, producer, result in zip(tasks, producers, results, strict=True):
+            if isinstance(result, BaseException) or task.closed:
+                failure = failure or (result if isinstance(result, BaseException) else None)
+                await producer.stop()
+            else:
+                task.producer = producer
+        if failure is not None:
+            raise failure
+
+    async def _seek_committed(self, tps: set[TP]) -> None:
+        committed = await self.consumer.committed(tps)
+        fresh = [tp for tp, offset in committed.items() if offset is None]
+        bounds = await self.consumer.offsets(fresh) if fresh else {}
+        for tp, offset in committed.items():
+            if offset is None:
+                offset = bounds[tp][1] if self.reset_to_end else bounds[tp][0]
+            self.consumer.seek(tp, offset)
+
+    def _settle_standbys(self) -> None:
+        """The standby tasks the last assignment names, but those active here."""
+        assert self.tables is not None
+        wanted = self.assignment.standby if self.assignment is not None else frozenset()
+        active = {n for n, task in self.active.items() if not task.closed}
+        self.standby = {n: StandbyTask(n, changelogs)
+                        for n, changelogs in self.tables.settle(active, wanted).items()}
+
+    # -- revoked, lost, failed ----------------------------------------------------------------------
+
+    async def revoked(self, tps: set[TP]) -> None:
+        """Still the owner: finish what agents hold (bounded), checkpoint, close clean."""
+        log.info("revoked %d partitions: %s", len(tps), describe(tps))
+        self._count_losses(tps)
+        started = time.monotonic()
+        leases = self.leases.revoke(tps)
+        dropped = self._drop_queued(tps)
+        deadline = started + (0 if self.stopping else self.revoke_wait)
+
+        def unfinished(lease: Lease) -> bool:  # agents hold events of it (not dropped, not abandoned)
+            return lease.in_flight > dropped.get(lease.tp, 0) + lease.abandoned
+
+        while time.monotonic() < deadline and any(  # noqa: ASYNC110  # acks come from many places; polling is simplest
+            unfinished(lease) for lease in leases
+        ):
+            await asyncio.sleep(0.01)
+        held = [lease for lease in leases if unfinished(lease)]
+        if held:
+            counts = "; ".join(f"{lease.tp.topic}[{lease.tp.partition}]: {lease.in_flight} in flight, "
+                               f"{dropped.get(lease.tp, 0)} dropped, {lease.abandoned} never handed over"
+                               for lease in held)
+            log.warning("agents did not finish their events of %s within %.1fs of the revoke (%s); those "
+                        "events are left to the partitions' next owner",
+                        describe([lease.tp for lease in held]), self.revoke_wait, counts)
+        async with self.checkpoints.lock:
+            try:
+                await self.checkpoints.run_locked(self.revoke_wait, only=tps)
+            except TransactionsFailed as exc:
+                log.warning("checkpoint on revoke: %s", exc)
+                others = {n: e for n, e in exc.failed.items() if n not in {tp.partition for tp in tps}}
+                if others:
+                    self.spawn(self.tasks_failed(others), "rewind")
+            except Exception as exc:
+                log.warning("checkpoint on revoke failed (%s); the next owner reprocesses from the last "
+                            "commit", exc)
+            closed = self._close(tps)
+        await self._stop_producers(closed)
+        log.info("revoke of %d partitions done in %.2fs", len(tps), time.monotonic() - started)
+
+    async def lost(self, tps: set[TP], why: str = "this worker's group session expired") -> None:
+        """No longer the owner: close dirty, writing and committing nothing of `tps`."""
+        log.warning("lost %d partitions (%s; another worker may own them now): %s; their uncommitted work "
+                    "is dropped", len(tps), why, describe(tps))
+        self._count_losses(tps)
+        await self._close_dirty(tps)
+
+    def _count_losses(self, tps: Collection[TP]) -> None:
+        """Records in progress while the loop was blocked lose their partition once more (engine.poison)."""
+        for tp, offset, losses in self.poison.lost(tps):
+            log.warning("%s[%d] was taken from this worker while offset %d, which blocked the event loop, "
+                        "was processed (%d of %d times before it is set aside)", tp.topic, tp.partition,
+                        offset, losses, self.poison.limit)
+
+    async def _close_dirty(self, tps: Collection[TP], *, rebalancing: bool = True) -> None:
+        """Drop the uncommitted work of `tps` (queued events, table buffers, the open transactions) and close
+        their tasks; nothing of it is written or committed."""
+        self.leases.end(tps)  # at once: nothing of them is applied from here on
+        self._drop_queued(tps)
+        async with self.checkpoints.lock:  # a checkpoint in flight finishes (or fails) first
+            closed = self._close(tps, rebalancing=rebalancing)  # the table partitions go with their tasks
+        await self._stop_producers(closed)
+
+    async def tasks_failed(self, failed: dict[int, BaseException]) -> None:
+        """These tasks' transactions did not commit. If another worker owns them now: lost. Otherwise:
+        rewound to their last commit (closed dirty and set up again).
+
+        Setting a task up again starts its transactional producer anew, which fences whoever else holds its
+        id: that must never be a newer owner. The broker fences a producer both when a newer one starts with
+        its id and when it aborts a transaction open longer than the transaction timeout (an agent stuck in
+        an event), and a commit can fail because this worker was frozen past its session. Only the group
+        tells these apart: while this worker is still a member of the group's current generation, no other
+        member has been given its tasks."""
+        try:
+            await self.consumer.confirm_membership()
+        except MembershipLost as exc:
+            fenced = set(failed)
+            log.info("tasks %s did not commit and this worker is not a member of the group (%s)",
+                     sorted(fenced), exc)
+        else:
+            fenced = set()
+            timed_out = sorted(n for n, e in failed.items() if isinstance(e, ProducerFenced))
+            if timed_out:
+                log.warning("tasks %s were fenced while this worker still owns them: the broker aborted "
+                            "their open transactions (an event took longer than the transaction timeout)",
+                            timed_out)
+        owned = [tp for tp in self.leases.current if tp.partition in failed]
+        lost = {tp for tp in owned if tp.partition in fenced}
+        if lost:
+            await self.lost(lost, "their transactions did not commit and this worker left the group")
+            self.pauses.hold(lost, "lost")  # the group takes them away at its next rebalance
+        retry = {tp for tp in owned if tp.partition not in fenced}
+        if not retry:
+            return
+        log.warning("rewinding %s to their last commit: their transactions did not commit (%s)",
+                    describe(retry),
+                    "; ".join(f"task {n}: {e}" for n, e in sorted(failed.items()) if n not in fenced))
+        await self._close_dirty(retry, rebalancing=False)
+        await self.assigned(retry)
+
+    def _close(self, tps: Collection[TP], *, rebalancing: bool = True) -> list[ActiveTask]:
+        """End the leases of `tps` and close the tasks left without one, in one step (no write can land
+        between); returns the closed tasks, whose producers are still to stop."""
+        self.leases.end(tps)
+        self.pauses.forget(tps)
+        if rebalancing and self._recovery is not None and not self._recovery.done():
+            self._recovery.cancel()  # a rebalance during set-up: it resumes from the stores later
+        closed = []
+        for number in sorted({tp.partition for tp in tps}):
+            task = self.active.get(number)
+            if task is None:
+                continue
+            for tp in [tp for tp in tps if tp.partition == number]:
+                lease = task.leases.pop(tp, None)
+                if lease is not None:
+                    lease.end()
+            if not task.leases:
+                task.close()
+                del self.active[number]
+                closed.append(task)
+        if self.tables is not None and closed:
+            self.tables.release([task.number for task in closed])
+        return closed
+
+    @staticmethod
+    async def _stop_producers(tasks: list[ActiveTask]) -> None:
+        await asyncio.gather(*(task.stop_producer() for task in tasks), return_exceptions=True)
+
+    async def close_all(self) -> None:
+        """The worker stops (after its final checkpoint): every task closes and stops its producer."""
+        self.leases.end(list(self.leases.current))
+        closed = list(self.active.values())
+        for task in closed:
+            task.close()
+        self.active.clear()
+        if self.tables is not None and closed:
+            self.tables.release([task.number for task in closed])
+        await self._stop_producers(closed)
+
+
+def describe(tps: Collection[TP]) -> str:
+    by_topic: dict[str, list[int]] = {}
+    for tp in tps:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return ", ".join(f"{t}{sorted(p)}" for t, p in sorted(by_topic.items()))
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("the checkpoint in flight at stop failed: %s", task.exception())
