@@ -1,0 +1,241 @@
+"""The task manager on fakes (no broker): an assignment becomes set-up tasks (producer started before the
+committed offsets are read, partitions paused meanwhile), a revoke waits (bounded) for the events agents hold,
+checkpoints and closes clean, a loss closes dirty (nothing sent or committed), a standby task is recycled into
+the active one, and a task whose commit failed is rewound while this worker is a member, or lost otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from engine.errors import DeliveryFailed, MembershipLost
+from engine.events import TP
+from engine.guarantee import AtLeastOnce, ExactlyOnce
+from engine.leases import Leases
+from engine.pauses import Pauses
+from engine.tasks.manager import RECOVERING, TaskManager
+
+IN0, IN1 = TP("in", 0), TP("in", 1)
+
+
+class FakeProducer:
+    transactional = True
+
+    def __init__(self, name: str, log: list[tuple[Any, ...]]) -> None:
+        self.name, self.log = name, log
+
+    async def start(self) -> None:
+        self.log.append(("start", self.name))
+
+    async def stop(self) -> None:
+        self.log.append(("stop", self.name))
+
+    async def flush(self) -> None:
+        self.log.append(("flush", self.name))
+
+    async def commit_transaction(self, offsets: Any, group_id: str) -> None:
+        self.log.append(("commit", self.name, dict(offsets)))
+
+
+class FakeTransport:
+    def __init__(self, log: list[tuple[Any, ...]]) -> None:
+        self.log = log
+
+    def producer(self, transactional_id: str | None) -> FakeProducer:
+        return FakeProducer(transactional_id or "plain", self.log)
+
+
+class FakeConsumer:
+    def __init__(self, log: list[tuple[Any, ...]]) -> None:
+        self.log = log
+        self.paused: set[TP] = set()
+        self.member = True
+
+    def pause(self, tps: Any) -> None:
+        self.paused |= set(tps)
+
+    def resume(self, tps: Any) -> None:
+        self.paused -= set(tps)
+
+    async def committed(self, tps: Any) -> dict[TP, int | None]:
+        self.log.append(("read committed", sorted(tps)))
+        return dict.fromkeys(tps, 7)
+
+    async def offsets(self, tps: Any) -> dict[TP, tuple[int, int]]:
+        return dict.fromkeys(tps, (0, 100))
+
+    def seek(self, tp: TP, offset: int) -> None:
+        self.log.append(("seek", tp, offset))
+
+    async def confirm_membership(self) -> None:
+        if not self.member:
+            raise MembershipLost("the group moved on")
+
+    async def commit(self, offsets: Any) -> None:
+        self.log.append(("offsets", dict(offsets)))
+
+
+class FakeTables:
+    """The table manager's side of tasks: no tables, but what was asked of it."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, Any] = {}
+        self.warming: frozenset[int] = frozenset()
+        self.activated: list[list[int]] = []
+        self.released: list[list[int]] = []
+
+    async def activate(self, numbers: Any) -> dict[int, list[Any]]:
+        self.activated.append(sorted(numbers))
+        return {n: [] for n in numbers}
+
+    def settle(self, active: Any, standby: Any) -> dict[int, frozenset[TP]]:
+        return {n: frozenset({TP("counts-changelog", n)}) for n in set(standby) - set(active)}
+
+    def release(self, numbers: Any) -> None:
+        self.released.append(sorted(numbers))
+
+
+class Assignment:
+    def __init__(self, active: set[int], standby: set[int]) -> None:
+        self.active, self.standby, self.warming = frozenset(active), frozenset(standby), frozenset()
+
+
+def manager(log: list[tuple[Any, ...]], *, exactly_once: bool = True, tables: FakeTables | None = None,
+            dropped: dict[TP, int] | None = None) -> tuple[TaskManager, FakeConsumer]:
+    transport = FakeTransport(log)
+    guarantee = (ExactlyOnce(transport, "app", "worker") if exactly_once  # type: ignore[arg-type]
+                 else AtLeastOnce(transport, "app", tables=True))  # type: ignore[arg-type]
+    consumer = FakeConsumer(log)
+    tasks = TaskManager(
+        leases=Leases(), consumer=consumer, pauses=Pauses(consumer), guarantee=guarantee,  # type: ignore[arg-type]
+        tables=tables, drop_queued=lambda tps: dict(dropped or {}), busy=list,  # type: ignore[arg-type]
+        commit_interval=3600, revoke_wait=0.3,
+    )
+    guarantee.route_to(tasks.active)
+    return tasks, consumer
+
+
+async def ready(tasks: TaskManager, tps: set[TP], *, assign: bool = True) -> None:
+    """Assign `tps` (unless `assign` is False) and wait until their tasks are set up."""
+    if assign:
+        await tasks.assigned(tps)
+    while any(not tasks.active[tp.partition].ready for tp in tps):
+        await asyncio.sleep(0.001)
+
+
+async def test_an_assigned_task_starts_its_producer_before_reading_its_offsets_and_resumes_once_set_up():
+    log: list[tuple[Any, ...]] = []
+    tasks, consumer = manager(log, tables=FakeTables())
+    await tasks.assigned({IN0})
+    assert consumer.paused == {IN0}, "paused while the task is set up"
+    assert not tasks.active[0].ready
+    await ready(tasks, {IN0}, assign=False)
+    assert log[:3] == [("start", "app-task-0"), ("read committed", [IN0]), ("seek", IN0, 7)]
+    assert consumer.paused == set()
+    assert tasks.active[0].producer is not None
+    assert tasks.active[0].leases[IN0] is tasks.leases.current[IN0]
+
+
+async def test_a_revoke_waits_for_held_events_then_checkpoints_and_closes_clean():
+    log: list[tuple[Any, ...]] = []
+    tables = FakeTables()
+    tasks, _ = manager(log, exactly_once=False, tables=tables)
+    await tasks.start()
+    try:
+        await ready(tasks, {IN0, IN1})
+        lease = tasks.leases.current[IN0]
+        lease.track(0)  # an agent holds offset 0 ...
+        asyncio.get_running_loop().call_later(0.05, lease.ack, 0)  # ... and finishes it within the wait
+        task = tasks.active[0]
+        await tasks.revoked({IN0})
+        assert ("offsets", {IN0: 1}) in log, "its last offset committed by the revoke's checkpoint"
+        assert log.index(("offsets", {IN0: 1})) < log.index(("stop", "app-task-0")), "producer stopped after"
+        assert task.closed
+        assert lease.ended
+        assert set(tasks.active) == {1}
+        assert tables.released == [[0]]
+    finally:
+        await tasks.stop()
+
+
+async def test_a_revoke_does_not_wait_past_its_bound_for_an_event_that_never_finishes():
+    log: list[tuple[Any, ...]] = []
+    tasks, _ = manager(log, exactly_once=False)
+    await tasks.start()
+    try:
+        await ready(tasks, {IN0})
+        tasks.leases.current[IN0].track(0)  # never acked
+        started = asyncio.get_running_loop().time()
+        await tasks.revoked({IN0})
+        assert asyncio.get_running_loop().time() - started < 5
+        assert not any(entry[0] == "offsets" for entry in log), "the unfinished event's offset not committed"
+        assert tasks.active == {}
+    finally:
+        await tasks.stop()
+
+
+async def test_a_lost_task_closes_dirty_writing_and_committing_nothing():
+    log: list[tuple[Any, ...]] = []
+    tasks, _ = manager(log)
+    await ready(tasks, {IN0})
+    lease = tasks.leases.current[IN0]
+    lease.track(0)
+    lease.ack(0)
+    log.clear()
+    await tasks.lost({IN0})
+    assert log == [("stop", "app-task-0")], "nothing committed; the producer stopped, its transaction open"
+    assert lease.ended
+    assert tasks.active == {}
+
+
+async def test_a_standby_task_is_recycled_when_its_number_becomes_active_here(caplog):
+    caplog.set_level("INFO")
+    log: list[tuple[Any, ...]] = []
+    tables = FakeTables()
+    tasks, _ = manager(log, tables=tables)
+    tasks.on_assignment(Assignment({0}, {1}))  # type: ignore[arg-type]
+    await ready(tasks, {IN0})
+    assert set(tasks.standby) == {1}
+    tasks.on_assignment(Assignment({0, 1}, set()))  # type: ignore[arg-type]
+    await ready(tasks, {IN1})
+    assert "standby tasks [1] become active here" in caplog.text
+    assert tables.activated == [[0], [1]]
+    assert tasks.standby == {}
+
+
+async def test_a_failed_commit_rewinds_the_task_while_a_member_and_loses_it_otherwise():
+    log: list[tuple[Any, ...]] = []
+    tasks, consumer = manager(log)
+    await ready(tasks, {IN0, IN1})
+    first = tasks.active[0]
+    await tasks.tasks_failed({0: DeliveryFailed("the transaction could not be committed")})
+    await ready(tasks, {IN0}, assign=False)
+    assert first.closed
+    assert tasks.active[0] is not first, "rewound: a new task, set up again"
+    assert log.count(("start", "app-task-0")) == 2, "with a new producer (fencing the old transaction)"
+    assert log[-1] == ("seek", IN0, 7), "from its last commit"
+    consumer.member = False
+    await tasks.tasks_failed({1: DeliveryFailed("fenced?")})
+    assert 1 not in tasks.active, "lost: another worker may own it"
+    assert IN1 in consumer.paused, "until the group takes it away"
+    assert RECOVERING not in str(tasks.pauses._reasons.get(IN1))
+
+
+@pytest.mark.parametrize("exactly_once", [True, False])
+async def test_the_worker_stopping_checkpoints_then_closes_every_task(exactly_once):
+    log: list[tuple[Any, ...]] = []
+    tasks, _ = manager(log, exactly_once=exactly_once)
+    await tasks.start()
+    await ready(tasks, {IN0, IN1})
+    lease = tasks.leases.current[IN1]
+    lease.track(0)
+    lease.ack(0)
+    await tasks.stop()
+    committed = ("commit", "app-task-1", {IN1: 1}) if exactly_once else ("offsets", {IN1: 1})
+    assert committed in log
+    assert ("stop", "app-task-0") in log
+    assert ("stop", "app-task-1") in log
+    assert log.index(committed) < log.index(("stop", "app-task-1"))
+    assert tasks.active == {}
