@@ -18,6 +18,11 @@ a fraction of a millisecond.
 
 Offsets (the at-least-once rule): every dispatched record is tracked by its partition's lease and acked by
 each agent that received it; only the contiguous prefix of finished records is committed.
+
+Tables over a source topic: that topic's partitions are inputs of their tasks like the streams'. A task with
+such an input releases its batches in timestamp order (engine.ordering); a run of the table's records is
+applied to its store once every event of the task dispatched before it was processed, so each event sees
+the table as of its own time, over a backlog as live.
 """
 
 from __future__ import annotations
@@ -33,19 +38,24 @@ from engine.poison import PoisonRecords
 from engine.topics import decode_error, event_time_ms
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection
+    from collections.abc import Callable, Collection, Mapping
 
     from agents import Mailbox
     from engine.leases import Lease, Leases
     from engine.pauses import Pauses
     from engine.quiesce import Quiesce
     from engine.runner import AgentRunner
+    from engine.tasks.active import ActiveTask
     from engine.topics import Topic
     from engine.transport.base import Admin, Consumer, TopicSpec
+
+    ApplySource = Callable[[int, list[RawRecord]], bool]
 
 log = logging.getLogger(__name__)
 
 BACKPRESSURE = "backpressure"
+ORDERING = "ordering"  # a task's input paused while it has this many times max_poll_records buffered
+ORDERING_BUFFERS = 4
 PARK_AFTER = 0.05  # seconds the fetch loop waits for room in a full mailbox before parking the batch
 Parked = list[tuple["Mailbox[Event]", list[Event]]]
 
@@ -63,8 +73,13 @@ class Conductor(Service):
         timed_topics: set[str] | None = None,
         plan: Callable[[Topic], TopicSpec] | None = None,
         poison: PoisonRecords | None = None,
+        tasks: Mapping[int, ActiveTask] | None = None,
+        table_sources: Mapping[str, ApplySource] | None = None,
     ) -> None:
         super().__init__("conductor")
+        self.tasks: Mapping[int, ActiveTask] = tasks if tasks is not None else {}
+        # Source topics of tables: applied in their tasks' timestamp order, never handed to agents.
+        self.table_sources: dict[str, ApplySource] = dict(table_sources or {})
         self.consumer = consumer
         self.leases = leases
         self.pauses = pauses
@@ -98,7 +113,10 @@ class Conductor(Service):
                 await admin.create_topics([self._plan(topic)])
             finally:
                 await admin.close()
-        self.consumer.subscribe(sorted(self.routes))
+        self.consumer.subscribe(self._topics())
+
+    def _topics(self) -> list[str]:
+        return sorted({*self.routes, *self.table_sources})
 
     def runners(self) -> list[AgentRunner]:
         return list({id(r): r for rs in self.routes.values() for _, r in rs}.values())
@@ -112,11 +130,12 @@ class Conductor(Service):
     async def on_start(self) -> None:
         # Subscribe once, before the first fetch, to everything the agents read: their pipelines included,
         # as the topology declared them (the worker created every topic of it before this).
-        if self.routes:
-            self.consumer.subscribe(sorted(self.routes))
+        topics = self._topics()
+        if topics:
+            self.consumer.subscribe(topics)
         self._subscribed = True
         await self.consumer.start()
-        if self.routes:
+        if topics:
             self._fetcher = self.spawn(self._fetch_loop(), "fetch")
 
     def stop_fetching(self) -> None:
@@ -136,6 +155,8 @@ class Conductor(Service):
         max_records = self._max_poll_records
         quiesce = self.quiesce
         buried = self.poison.buried  # partitions with a poison record (engine.poison): usually none
+        ordered = bool(self.table_sources)  # tasks with a table's source topic among their inputs
+        tasks = self.tasks
         while True:
             batches = await consumer.getmany(0.5, max_records)
             if quiesce is not None and quiesce.closed:
@@ -144,6 +165,9 @@ class Conductor(Service):
                 lease = leases.get(tp)  # (aiokafka's TopicPartition is a tuple equal to our TP)
                 if lease is None or not lease.dispatching:
                     continue  # not ours (any more): never dispatched
+                if ordered and (task := tasks.get(tp[1])) is not None and task.inputs is not None:
+                    self._buffer(task, lease.tp, records)
+                    continue
                 topic_routes = routes.get(tp[0])
                 if not topic_routes:
                     continue
@@ -154,6 +178,83 @@ class Conductor(Service):
                     await self._dispatch_one(topic, runner, records, lease)
                 else:
                     await self._dispatch_many(topic_routes, records, lease)
+            if ordered:
+                for task in list(tasks.values()):
+                    if task.inputs is not None and not task.releasing:
+                        await self._release(task)
+
+    async def _dispatch(self, records: list[RawRecord], lease: Lease) -> None:
+        topic_routes = self.routes.get(lease.tp[0])
+        if not topic_routes:
+            return
+        if self.poison.buried and lease.tp in self.poison.buried:
+            records = await self._set_aside(topic_routes, records, lease)
+        if len(topic_routes) == 1:
+            topic, runner = topic_routes[0]
+            await self._dispatch_one(topic, runner, records, lease)
+        else:
+            await self._dispatch_many(topic_routes, records, lease)
+
+    # -- a task's inputs in timestamp order (engine.ordering) ---------------------------------------
+
+    def _buffer(self, task: ActiveTask, tp: TP, records: list[RawRecord]) -> None:
+        inputs = task.inputs
+        assert inputs is not None
+        inputs.add(tp, records)
+        if inputs.buffered(tp) > self._max_poll_records * ORDERING_BUFFERS:
+            self.pauses.hold([tp], ORDERING)  # bounded memory while the task's other inputs lag
+
+    async def _release(self, task: ActiveTask) -> None:
+        """Hand the task's buffered records to agents and its tables in timestamp order, for as long as the
+        order is known; a table run waits (in a task of its own) until the events before it are processed."""
+        inputs = task.inputs
+        assert inputs is not None
+        consumer, sources = self.consumer, self.table_sources
+        loop = asyncio.get_running_loop()
+        task.releasing = True
+        try:
+            while not task.closed:
+                lags = {tp: await consumer.lag(tp) for tp in inputs.empty()} if inputs.empty() else {}
+                run = inputs.next_run(lags, loop.time())
+                if run is None:
+                    return
+                tp, records = run
+                if inputs.buffered(tp) <= self._max_poll_records:
+                    self.pauses.release([tp], ORDERING)
+                lease = task.leases.get(tp)
+                if lease is None or not lease.dispatching:
+                    continue  # revoked meanwhile: never applied
+                if tp.topic not in sources:
+                    await self._dispatch(records, lease)
+                    continue
+                if any(other.in_flight for at, other in task.leases.items() if at.topic not in sources):
+                    inputs.unread(tp, records)
+                    task.waiting = True
+                    self.spawn(self._release_after_in_flight(task), f"ordering:{task.number}")
+                    return  # released (and this table run applied) once the events before it are done
+                for record in records:
+                    lease.track(record.offset)
+                if sources[tp.topic](task.number, records):
+                    for record in records:
+                        lease.ack(record.offset)
+        finally:
+            task.releasing = task.waiting
+
+    async def _release_after_in_flight(self, task: ActiveTask) -> None:
+        task.releasing = True
+        try:
+            sources = self.table_sources
+            streams = [lease for tp, lease in task.leases.items() if tp.topic not in sources]
+            while not task.closed and any(  # noqa: ASYNC110  # acks come from many agents; polling is simplest
+                lease.in_flight and not lease.ended for lease in streams
+            ):
+                await asyncio.sleep(0.001)
+            if self.quiesce is not None and self.quiesce.closed:
+                await self.quiesce.wait_open()
+        finally:
+            task.waiting = task.releasing = False
+        if not task.closed:
+            await self._release(task)
 
     async def _dispatch_one(self, topic: Topic, runner: AgentRunner, records: list[RawRecord],
                             lease: Lease) -> None:

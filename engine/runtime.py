@@ -115,12 +115,14 @@ class Worker(Service):
             ),
         )
         pauses = Pauses(self.consumer)
+        sources = tables.source_appliers() if tables is not None else {}
         poison = PoisonRecords(settings.poison_after_losses)
         self.conductor = Conductor(
             self.consumer, leases=leases, pauses=pauses, max_poll_records=settings.max_poll_records,
             admin_factory=self.transport.admin, quiesce=self.guarantee.quiesce, poison=poison,
             timed_topics=tables.timed_topics if tables is not None else None,
             plan=lambda topic: self.topology.declare_late(topic, "source").spec,
+            table_sources=sources,
         )
         self.tasks = TaskManager(
             leases=leases, consumer=self.consumer, pauses=pauses, guarantee=self.guarantee, tables=tables,
@@ -128,7 +130,9 @@ class Worker(Service):
             commit_interval=settings.commit_interval.total_seconds(),
             revoke_wait=min(settings.shutdown_timeout.total_seconds(), 5.0),
             reset_to_end=settings.auto_offset_reset == "latest", poison=poison,
+            table_sources=sources, max_task_idle=settings.max_task_idle.total_seconds(),
         )
+        self.conductor.tasks = self.tasks.active
         self.guarantee.route_to(self.tasks.active)
         if tables is not None:
             tables.request_rebalance = self.consumer.request_rebalance

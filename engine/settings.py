@@ -44,6 +44,9 @@ class Settings:
     # A record during which its partition was taken from this worker this many times is dead-lettered
     # (engine.poison): it blocks the loop past the session timeout, and would cycle for ever.
     poison_after_losses: int = 3
+    # How long a task whose inputs go in timestamp order (a table over a source topic among them) holds its
+    # other inputs back while one has records on the broker not fetched yet (Kafka Streams' max.task.idle.ms).
+    max_task_idle: timedelta = timedelta(seconds=2)
     topic_partitions: int = 4
     topic_replication: int | None = None  # None: the broker's default.replication.factor
     mailbox_size: int = 1000
@@ -101,7 +104,7 @@ def validate(s: Settings) -> None:
         _fail("app_id", s.app_id, "use 1-200 letters, digits, '.', '_' or '-' (it names Kafka topics)")
     _validate_broker(s.broker)
     for name in ("commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning",
-                 "state_cleanup_delay", "blocked_loop_warning"):
+                 "state_cleanup_delay", "blocked_loop_warning", "max_task_idle"):
         value = getattr(s, name)
         if not isinstance(value, timedelta) or value <= timedelta(0):
             _fail(name, value, "expected a positive duration (seconds or timedelta)")
@@ -153,7 +156,7 @@ def _validate_broker(url: object) -> None:
 
 
 _DURATIONS = {"commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning",
-              "state_cleanup_delay", "producer_linger", "blocked_loop_warning"}
+              "state_cleanup_delay", "producer_linger", "blocked_loop_warning", "max_task_idle"}
 _INTS = {"topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "agent_max_restarts",
          "standby_replicas", "acceptable_recovery_lag", "store_memory", "poison_after_losses"}
 ENV_PREFIX = "ENGINE_"

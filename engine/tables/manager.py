@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from agents import Service
@@ -29,8 +30,9 @@ from engine.tables.recovery import Progress, apply_batch, replay_to_end
 from engine.topology import planned_partitions
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Collection
+    from collections.abc import Awaitable, Callable, Collection, Mapping
 
+    from engine.events import RawRecord
     from engine.settings import Settings
     from engine.tables.base import BaseTable
     from engine.transport.base import Admin, Transport
@@ -150,17 +152,16 @@ class TableManager(Service):
 
     # -- assignment ---------------------------------------------------------------------------------
 
-    async def activate(self, numbers: Collection[int]) -> dict[int, list[tuple[BaseTable, TablePartition]]]:
+    async def activate(self, numbers: Collection[int], sources: Mapping[TP, int] | None = None,
+                       ) -> dict[int, list[tuple[BaseTable, TablePartition]]]:
         """The table partitions of the tasks `numbers`, recovered (their stores opened, rebuilt if corrupt,
         and replayed to the end of their changelogs; a standby's store is open already and replays only the
-        tail): per task, for the task to own."""
+        tail): per task, for the task to own. A table over a source topic is replayed only up to where its
+        task starts reading that topic (`sources`): the rest comes in the task's timestamp order."""
         partitioned = [t for t in self.tables.values() if not t.is_global]
         wanted = {t.name: {n for n in numbers if n < t.partition_count} for t in partitioned}
         self._unfollow({TP(t.changelog_topic.name, n) for t in partitioned for n in wanted[t.name]})
-        await self._recover(partitioned, wanted)
-        for table in partitioned:
-            if not table.has_own_changelog:  # others write its topic: followed while active here
-                self._follow({TP(table.changelog_topic.name, n) for n in wanted[table.name]})
+        await self._recover(partitioned, wanted, until=sources or {})
         parts: dict[int, list[tuple[BaseTable, TablePartition]]] = {n: [] for n in numbers}
         for table in partitioned:
             for number in sorted(wanted[table.name]):
@@ -186,6 +187,21 @@ class TableManager(Service):
         every = [t for t in self.tables.values() if not t.is_global]
         self._clean_up(followed | {TP(t.changelog_topic.name, n) for t in every for n in active})
         return tasks
+
+    def source_appliers(self) -> dict[str, Callable[[int, list[RawRecord]], bool]]:
+        """For each partitioned table over a source topic: how its task applies a run of that topic's records
+        to its partition (to the store, data and offset in one batch: the topic is the table's changelog);
+        False if the partition is not active here."""
+        return {t.changelog_topic.name: partial(self._apply_source, t) for t in self.tables.values()
+                if not t.is_global and not t.has_own_changelog}
+
+    @staticmethod
+    def _apply_source(table: BaseTable, number: int, records: list[RawRecord]) -> bool:
+        part = table.active.get(number)
+        if part is None or not records:
+            return False
+        apply_batch(part.store, records)
+        return True
 
     def position(self, changelogs: Collection[TP]) -> int:
         """How far these stores have read their changelogs, summed."""
@@ -226,6 +242,8 @@ class TableManager(Service):
                 continue
             for number in numbers:
                 tp = TP(table.changelog_topic.name, number)
+                if tp not in self.stores:
+                    continue  # never opened here (the task closed while it was set up)
                 if table.has_own_changelog:
                     self._follow({tp})
                 else:
@@ -235,7 +253,8 @@ class TableManager(Service):
     def tables_by_changelog(self, topic: str) -> BaseTable:
         return next(t for t in self.tables.values() if t.changelog_topic.name == topic)
 
-    async def _recover(self, tables: list[BaseTable], numbers: dict[str, set[int]]) -> None:
+    async def _recover(self, tables: list[BaseTable], numbers: dict[str, set[int]],
+                       until: Mapping[TP, int] | None = None) -> None:
         stores = {
             TP(t.changelog_topic.name, n): self._open(t, n) for t in tables for n in sorted(numbers[t.name])
         }
@@ -250,7 +269,8 @@ class TableManager(Service):
         await reader.start()
         try:
             label = ", ".join(sorted({tp.topic for tp in stores}))
-            counts = await replay_to_end(reader, stores, self._rebuild, self.progress, label, identities)
+            counts = await replay_to_end(reader, stores, self._rebuild, self.progress, label, identities,
+                                         until)
         finally:
             await reader.stop()
         for tp, count in counts.items():
@@ -275,7 +295,7 @@ class TableManager(Service):
         while True:
             if self._follow_changed.is_set() or following != self.followed:
                 self._follow_changed.clear()
-                following = set(self.followed)
+                following = {tp for tp in self.followed if tp in self.stores}
                 reader.assign(following)
                 for tp in following:
                     offset = self.stores[tp][1].changelog_offset()

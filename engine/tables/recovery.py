@@ -57,20 +57,31 @@ async def start_positions(
     stores: Mapping[TP, PartitionStore],
     rebuild: Callable[[TP], PartitionStore],
     identities: Mapping[str, bytes],
+    until: Mapping[TP, int] | None = None,
 ) -> tuple[dict[TP, int], dict[TP, int], dict[TP, PartitionStore]]:
-    """Where each partition's replay starts and ends; rebuilds stores that do not fit their log, and records
-    in each store the id of the log it reflects (`identities`: topic ids, where the broker tells them)."""
+    """Where each partition's replay starts and ends (the log's end, or `until` for a partition given
+    there); rebuilds stores that do not fit their log or are past `until` (a store written past where its
+    task resumes reading would show events a later state), and records in each store the id of the log it
+    reflects (`identities`: topic ids, where the broker tells them)."""
+    until = until or {}
     bounds = await reader.offsets(list(stores))
     starts: dict[TP, int] = {}
     ends: dict[TP, int] = {}
     fitted = dict(stores)
     for tp, store in stores.items():
         first, end = bounds[tp]
+        if tp in until:
+            end = max(min(end, until[tp]), first)
         stored = store.changelog_offset()
         identity, recorded = identities.get(tp.topic), store.changelog_identity()
         if identity is not None and recorded is not None and identity != recorded:
             log.warning("store of %s[%d] reflects another topic of that name (deleted and recreated since); "
                         "rebuilding it", tp.topic, tp.partition)
+            store = fitted[tp] = rebuild(tp)
+            stored = None
+        elif stored is not None and tp in until and first <= end <= stored:
+            log.warning("store of %s[%d] is at offset %d, past where its task resumes reading the topic "
+                        "(%d): rebuilding it up to there", tp.topic, tp.partition, stored, end)
             store = fitted[tp] = rebuild(tp)
             stored = None
         elif stored is not None and not first - 1 <= stored < end:
@@ -94,9 +105,11 @@ async def replay_to_end(
     progress: Progress,
     label: str,
     identities: Mapping[str, bytes] | None = None,
+    until: Mapping[TP, int] | None = None,
 ) -> dict[TP, int]:
-    """Replay each partition's changelog from its store's offset to the current end; returns counts."""
-    starts, ends, fitted = await start_positions(reader, stores, rebuild, identities or {})
+    """Replay each partition's changelog from its store's offset to the current end (or to `until`, for
+    the partitions given there); returns counts."""
+    starts, ends, fitted = await start_positions(reader, stores, rebuild, identities or {}, until)
     todo = {tp for tp in fitted if starts[tp] < ends[tp]}
     counts = dict.fromkeys(fitted, 0)
     if not todo:

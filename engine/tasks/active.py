@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from engine.events import RawRecord
     from engine.leases import Lease
+    from engine.ordering import TaskInputs
     from engine.tables.base import BaseTable
     from engine.tables.partition import TablePartition
     from engine.transport.base import Producer
@@ -76,6 +77,11 @@ class ActiveTask:
         self.partitions: list[tuple[BaseTable, TablePartition]] = []
         self.ready = False  # set up (producer started, offsets sought, tables recovered): in checkpoints
         self.closed = False
+        # With a table's source topic among its inputs: its batches, released in timestamp order by the
+        # conductor (`releasing` while it does, `waiting` while a table run waits for earlier events).
+        self.inputs: TaskInputs | None = None
+        self.releasing = False
+        self.waiting = False
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self.leases)} partitions, {len(self.partitions)} tables"
@@ -97,6 +103,8 @@ class ActiveTask:
         first). Its producer is stopped by the task manager (`stop_producer`)."""
         self.closed = True
         self.ready = False
+        if self.inputs is not None:
+            self.inputs.clear()  # never dispatched nor tracked: the next owner reads them
         for lease in self.leases.values():
             lease.end()
         for table, part in self.partitions:

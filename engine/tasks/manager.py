@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from agents import Service, ServiceState
 from engine.checkpoint import Checkpointer
 from engine.errors import EngineError, MembershipLost, ProducerFenced
+from engine.ordering import TaskInputs
 from engine.poison import PoisonRecords
 from engine.streams import current_event
 from engine.tasks.active import ActiveTask
@@ -71,8 +72,12 @@ class TaskManager(Service):
         revoke_wait: float = REVOKE_WAIT,
         reset_to_end: bool = False,
         poison: PoisonRecords | None = None,
+        table_sources: Collection[str] = (),
+        max_task_idle: float = 2.0,
     ) -> None:
         super().__init__("tasks")
+        self.table_sources = frozenset(table_sources)  # source topics of tables: inputs of their tasks
+        self.max_task_idle = max_task_idle
         self.active: dict[int, ActiveTask] = {}
         self.standby: dict[int, StandbyTask] = {}
         self.assignment: Assignment | None = None  # the group's last word on this worker
@@ -167,6 +172,11 @@ class TaskManager(Service):
             if old is not None:
                 old.end()
             task.leases[lease.tp] = lease
+        for number in {tp.partition for tp in tps}:
+            task = self.active[number]
+            sources = [tp for tp in task.leases if tp.topic in self.table_sources]
+            if sources:  # its inputs go in timestamp order (engine.ordering)
+                task.inputs = TaskInputs(task.leases, sources, self.max_task_idle)
         if not tps:
             return
         if self.new_producer is None and self.tables is None:  # nothing to set up
@@ -180,13 +190,15 @@ class TaskManager(Service):
     async def _set_up(self, tps: set[TP]) -> None:
         tasks = [self.active[n] for n in sorted({tp.partition for tp in tps})]
         await self._start_producers([task for task in tasks if task.producer is None])
+        starts: dict[TP, int] = {}
         if self.new_producer is not None:
-            await self._seek_committed(tps)  # after the fence: what earlier owners committed is final
+            starts = await self._seek_committed(tps)  # after the fence: earlier owners' commits are final
         if self.tables is not None:
             recycled = sorted(n for n in self.standby if n in {task.number for task in tasks})
             if recycled:
                 log.info("standby tasks %s become active here: their stores replay only the tail", recycled)
-            parts = await self.tables.activate([task.number for task in tasks])
+            sources = {tp: offset for tp, offset in starts.items() if tp.topic in self.table_sources}
+            parts = await self.tables.activate([task.number for task in tasks], sources)
             self._settle_standbys()
         else:
             parts = {}
@@ -215,14 +227,21 @@ class TaskManager(Service):
         if failure is not None:
             raise failure
 
-    async def _seek_committed(self, tps: set[TP]) -> None:
+    async def _seek_committed(self, tps: set[TP]) -> dict[TP, int]:
+        """Seek to the committed offsets (a partition never committed: its start, or its end with
+        auto_offset_reset="latest", but a table's source topic always from its start: a table is all of
+        it); returns where each partition starts."""
         committed = await self.consumer.committed(tps)
         fresh = [tp for tp, offset in committed.items() if offset is None]
         bounds = await self.consumer.offsets(fresh) if fresh else {}
+        starts = {}
         for tp, offset in committed.items():
             if offset is None:
-                offset = bounds[tp][1] if self.reset_to_end else bounds[tp][0]
+                latest = self.reset_to_end and tp.topic not in self.table_sources
+                offset = bounds[tp][1] if latest else bounds[tp][0]
             self.consumer.seek(tp, offset)
+            starts[tp] = offset
+        return starts
 
     def _settle_standbys(self) -> None:
         """The standby tasks the last assignment names, but those active here."""

@@ -60,6 +60,10 @@ class Consumer(Protocol):
     async def offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
         """(first offset, end offset) of each partition: the log is [first, end)."""
 
+    async def lag(self, tp: TP) -> int | None:
+        """How many records of an assigned partition the broker is known to hold past what was fetched (as
+        of the last fetch, without asking the broker); None if not known yet."""
+
     async def committed(self, tps: Collection[TP]) -> dict[TP, int | None]:
         """The group's committed offset of each partition (None: nothing committed), asked of the broker."""
 

@@ -260,6 +260,14 @@ class KafkaConsumer:
         position: int = await self._client.position(TopicPartition(*tp))
         return position
 
+    async def lag(self, tp: TP) -> int | None:
+        partition = TopicPartition(*tp)
+        end: int | None = self._client.last_stable_offset(partition)  # read_committed: none past it fetched
+        if end is None:
+            return None
+        position: int = await self._client.position(partition)
+        return max(end - position, 0)
+
     async def offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
         partitions = [TopicPartition(*tp) for tp in tps]
         if not partitions:

@@ -211,6 +211,13 @@ class MemoryConsumer:
     async def position(self, tp: TP) -> int:
         return self._positions[tp]
 
+    async def lag(self, tp: TP) -> int | None:
+        position = self._positions.get(tp)
+        partitions = self.broker.topics.get(tp.topic)
+        if position is None or not partitions:
+            return None
+        return max(len(partitions[tp.partition]) - position, 0)
+
     async def offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
         out = {}
         for tp in tps:

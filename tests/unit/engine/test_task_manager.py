@@ -86,7 +86,7 @@ class FakeTables:
         self.activated: list[list[int]] = []
         self.released: list[list[int]] = []
 
-    async def activate(self, numbers: Any) -> dict[int, list[Any]]:
+    async def activate(self, numbers: Any, sources: Any = None) -> dict[int, list[Any]]:
         self.activated.append(sorted(numbers))
         return {n: [] for n in numbers}
 
