@@ -3,7 +3,7 @@
 A behaviour is `async def behaviour(mailbox)`: it takes messages from its own mailbox until the mailbox is
 closed. The mailbox outlives a crash, so a restarted instance resumes with the messages still queued.
 `tell` puts a message (waiting while the mailbox is full). (engine's agents ask each other through Kafka,
-engine.replies: an answer must survive a worker and cross workers.)
+engine.processing.replies: an answer must survive a worker and cross workers.)
 """
 
 from __future__ import annotations

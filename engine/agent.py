@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Sequence
     from contextlib import AbstractContextManager
 
-    from engine.streams import AgentFun
+    from engine.processing.streams import AgentFun
     from engine.topics import Topic
 
 REPLY_TO = "engine-reply-to"
@@ -30,7 +30,8 @@ Sink = Any  # a Topic, an Agent, or a callable (sync or async) taking the yielde
 
 
 class Replies(Protocol):
-    """How asks are sent and answered, and where they wait: provided by the worker (engine.replies)."""
+    """How asks are sent and answered, and where they wait: provided by the worker
+    (engine.processing.replies)."""
 
     topic: str
 

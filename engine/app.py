@@ -21,7 +21,7 @@ from engine.topics import Topic
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-    from engine.streams import AgentFun
+    from engine.processing.streams import AgentFun
     from engine.tables.base import BaseTable
 from engine.tables.global_table import GlobalTable as _GlobalTable
 from engine.tables.source_table import SourceTable as _SourceTable

@@ -17,8 +17,8 @@ class TP(NamedTuple):
 
 
 class EventLease(Protocol):
-    """What an event needs of the assignment it was fetched under (engine.leases.Lease is one): whether it is
-    still dispatched and whether it ended, and where to ack its record."""
+    """What an event needs of the assignment it was fetched under (engine.fetch.leases.Lease is one): whether
+    it is still dispatched and whether it ended, and where to ack its record."""
 
     dispatching: bool
     ended: bool
@@ -50,7 +50,7 @@ class Event:
 
     Each agent that receives the record gets its own Event and acks it once; the partition's lease (its
     offset tracker) counts the acks of a record several agents share (see OffsetTracker.track). An event whose
-    lease ended belongs to a partition this worker no longer owns (engine.leases): it is never applied.
+    lease ended belongs to a partition this worker no longer owns (engine.fetch.leases): it is never applied.
     """
 
     __slots__ = ("key", "lease", "record", "time_ms", "value")
@@ -60,8 +60,8 @@ class Event:
         self.key = key
         self.value = value
         self.lease = lease
-        # The topic's `timestamp=` extractor applied, once, where stream time needs it (engine.conductor):
-        # windowed tables reuse it instead of extracting again. None: not computed.
+        # The topic's `timestamp=` extractor applied, once, where stream time needs it
+        # (engine.fetch.conductor): windowed tables reuse it instead of extracting again. None: not computed.
         self.time_ms: int | None = None
 
     @property

@@ -17,24 +17,24 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from agents import Service
-from engine.assignment import Placement
-from engine.conductor import Conductor
-from engine.declaration import internal_topic
+from engine.commit.guarantee import choose
 from engine.errors import ConfigError, WorkerFailed
 from engine.events import TP
-from engine.guarantee import choose
-from engine.leases import Leases
-from engine.loopwatch import LoopMonitor
-from engine.pauses import Pauses
-from engine.poison import PoisonRecords
-from engine.replies import ReplyService
-from engine.runner import AgentRunner
+from engine.fetch.conductor import Conductor
+from engine.fetch.leases import Leases
+from engine.fetch.pauses import Pauses
+from engine.monitors.loopwatch import LoopMonitor
+from engine.monitors.watchdog import Watchdog
+from engine.processing.replies import ReplyService
+from engine.processing.runner import AgentRunner
 from engine.tables.manager import TableManager
+from engine.tasks.assignment import Placement
 from engine.tasks.manager import TaskManager
+from engine.tasks.poison import PoisonRecords
 from engine.timers import timer_supervisor
-from engine.topology import build_topology
+from engine.topology.declaration import internal_topic
+from engine.topology.plan import build_topology
 from engine.transport import Producer, open_transport
-from engine.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -59,9 +59,9 @@ class _ProducerService(Service):
 
 
 def worker_identity(settings: Settings) -> str:
-    """The transactional id of the worker's own sends (timers, sends outside events; engine.transactions),
-    kept in the data dir so that a restarted worker fences its predecessor's producer and aborts the
-    transaction it left open, instead of waiting for it to time out."""
+    """The transactional id of the worker's own sends (timers, sends outside events;
+    engine.commit.transactions), kept in the data dir so that a restarted worker fences its predecessor's
+    producer and aborts the transaction it left open, instead of waiting for it to time out."""
     folder = settings.app_dir
     path = folder / "worker-id"
     try:

@@ -39,10 +39,10 @@ class Settings:
     shutdown_timeout: timedelta = timedelta(seconds=10)
     stuck_event_warning: timedelta = timedelta(seconds=10)
     # How long the event loop may stand still (an agent blocking it) before the loop monitor names the agent,
-    # the record and the blocking stack (engine.loopwatch).
+    # the record and the blocking stack (engine.monitors.loopwatch).
     blocked_loop_warning: timedelta = timedelta(seconds=2)
     # A record during which its partition was taken from this worker this many times is dead-lettered
-    # (engine.poison): it blocks the loop past the session timeout, and would cycle for ever.
+    # (engine.tasks.poison): it blocks the loop past the session timeout, and would cycle for ever.
     poison_after_losses: int = 3
     # How long a task whose inputs go in timestamp order (a table over a source topic among them) holds its
     # other inputs back while one has records on the broker not fetched yet (Kafka Streams' max.task.idle.ms).

@@ -15,7 +15,7 @@ from engine.codecs import dumps, loads
 from engine.tables.inspect import local_partitions, read_key, table_named
 from engine.tables.partition import MISSING
 from engine.tables.recovery import Progress
-from engine.topology import Topology, build_topology, planned_partitions
+from engine.topology.plan import Topology, build_topology, planned_partitions
 from engine.transport import open_transport
 from engine.transport.base import Admin, GroupDescription, TopicSpec
 

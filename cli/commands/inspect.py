@@ -23,7 +23,7 @@ def _name(t: type | None) -> str:
 
 
 def run_topics(args: argparse.Namespace) -> int:
-    """Every topic the app reads, writes and keeps, as the worker will create it (engine.topology)."""
+    """Every topic the app reads, writes and keeps, as the worker will create it (engine.topology.plan)."""
     app = load_app(args.app)
     topology = build_topology(app, app.settings({"broker": args.broker}))
     print(f"{'topic':40} {'role':12} {'partitions':>10}  {'key':12} {'value':12} config")

@@ -21,7 +21,7 @@ from engine.events import TP
 from engine.export.columns import ExportError
 from engine.tables.inspect import disk_backend
 from engine.tables.recovery import Progress, replay_to_end
-from engine.topology import planned_partitions
+from engine.topology.plan import planned_partitions
 from engine.transport import open_transport
 
 if TYPE_CHECKING:

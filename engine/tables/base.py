@@ -22,15 +22,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from engine.errors import ConfigError, EngineError, PartitionMigrated, TopologyError
 from engine.partitioner import CACHED_KEYS, partition_for
+from engine.processing.streams import current_event
 from engine.stores import store_scheme
-from engine.streams import current_event
 from engine.tables.keys import META_PREFIX, window_key
-from engine.tables.partition import DELETED, MISSING, TablePartition
+from engine.tables.partition import DELETED, MISSING, TablePartition, Windowing
 from engine.topics import Topic
 
 if TYPE_CHECKING:
     from engine.events import Event
-    from engine.tables.windowed import WindowedTable
     from engine.windows import Window
 
 log = logging.getLogger(__name__)
@@ -76,7 +75,7 @@ class BaseTable(MutableMapping[Any, Any]):
         self.app_id = app_id
         self.default = default
         self.window: Window | None = None  # set when a Table is made windowed: keys are (key, window start)
-        self.windowed: WindowedTable | None = None
+        self.windowed: Windowing | None = None
         self.store_url = store
         self.changelog_topic = source_topic or Topic(
             f"{app_id}-{name}-changelog",

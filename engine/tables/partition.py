@@ -8,12 +8,15 @@ the store.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
     from engine.codecs import Codec
     from engine.events import RawRecord
     from engine.stores import PartitionStore
+    from engine.topics import Topic
 
 MISSING: Any = object()
 DELETED: Any = object()
@@ -33,6 +36,25 @@ class WindowState:
         self.stream_time: int | None = None
         self.closed_upto: int | None = None
         self.live: dict[int, dict[Any, bool]] = {}
+
+
+class Windowing(Protocol):
+    """What a table's windowed face (engine.tables.windowed) does for the rest of engine: a checkpoint's steps
+    on one partition, and its topics. (Typed here, below both, so that the table and its windowed face do not
+    import each other.)"""
+
+    timestamp: Callable[[Any], Any] | None  # the table's own event-time extractor, if any
+    late_topic: Topic | None
+    closed_topic: Topic | None
+    topics: dict[str, Topic]  # the app's topics, for their extractors (set by the worker)
+
+    def advance(self, part: TablePartition, processed: int | None) -> None: ...
+
+    def close_windows(self, part: TablePartition) -> list[tuple[bytes, bytes]]: ...
+
+    def expire(self, part: TablePartition) -> int: ...
+
+    def stored(self, part: TablePartition, writes: Mapping[Any, Any]) -> None: ...
 
 
 class TablePartition:

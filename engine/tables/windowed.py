@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineError, InvalidTimestamp
 from engine.partitioner import CACHED_KEYS
-from engine.streams import current_event
+from engine.processing.streams import current_event
 from engine.tables.keys import (
     CLOSED_KEY,
     META_PREFIX,

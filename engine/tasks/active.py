@@ -2,13 +2,13 @@
 
 Tables are partitioned like the streams that write them, so partition n of every source topic, partition n
 of every table (plain or windowed: buffers, window state, late records, closed windows not yet sent) and the
-transaction all of it commits in (`<app>-task-<n>`, engine.transactions) belong together: they are task n.
-A task holds them for one assignment (the generation of its leases); when it closes, nothing of it is left
+transaction all of it commits in (`<app>-task-<n>`, engine.commit.transactions) belong together: they are task
+n. A task holds them for one assignment (the generation of its leases); when it closes, nothing of it is left
 anywhere else, so a later owner of n, here or elsewhere, starts from what was committed and nothing more.
 
 A checkpoint asks each task for its cut (`cut`: its leases' committable offsets and its table partitions'
 buffered writes, closed windows and late records, in one synchronous step), has it `send` them in its
-transaction, commits the transaction as the guarantee says (engine.guarantee), then `complete`s it: the
+transaction, commits the transaction as the guarantee says (engine.commit.guarantee), then `complete`s it: the
 stores are written with the changelog offsets the records got. A cut whose checkpoint failed as a whole is
 `abort`ed (its writes go back under newer ones, sent by the next checkpoint); a task whose own transaction
 failed has its cut `drop`ped (its events are processed again once the task is rewound).
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from collections.abc import Collection
 
     from engine.events import RawRecord
-    from engine.leases import Lease
-    from engine.ordering import TaskInputs
+    from engine.fetch.leases import Lease
+    from engine.fetch.ordering import TaskInputs
     from engine.tables.base import BaseTable
     from engine.tables.partition import TablePartition
     from engine.transport.base import Producer

@@ -11,16 +11,16 @@ Kafka takes partitions away in two ways, and they are handled apart:
   dirty: queued events and table buffers are dropped, nothing of them is written or committed.
 - assigned: a new task per partition number (its leases a new generation); the partitions stay paused until
   the task is set up: its producer is started first (under exactly-once that fences the previous owner,
-  engine.transactions), only then are the committed offsets read and sought to, then its table partitions
-  are recovered (a standby task of the same number is recycled: its stores stay open, only the tail is
-  replayed). Then the partitions resume.
+  engine.commit.transactions), only then are the committed offsets read and sought to, then its table
+  partitions are recovered (a standby task of the same number is recycled: its stores stay open, only the tail
+  is replayed). Then the partitions resume.
 - a task whose transaction did not commit is rewound: if this worker is no longer a member of the group's
   generation (a newer owner may exist) it is lost; otherwise (the broker restarted, the transaction timed
   out, a fence by the broker's transaction timeout) it is closed dirty and set up again from its last
   commit, as if newly assigned, while the worker goes on.
 
-It also runs the checkpoints (engine.checkpoint) over its active tasks: every commit interval, on revoke,
-for a live export, and a final one when the worker stops, after which every task closes.
+It also runs the checkpoints (engine.commit.checkpoint) over its active tasks: every commit interval, on
+revoke, for a live export, and a final one when the worker stops, after which every task closes.
 """
 
 from __future__ import annotations
@@ -31,24 +31,24 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from agents import Service, ServiceState
-from engine.checkpoint import Checkpointer
+from engine.commit.checkpoint import Checkpointer
+from engine.commit.transactions import TransactionsFailed
 from engine.errors import EngineError, MembershipLost, ProducerFenced
-from engine.ordering import TaskInputs
-from engine.poison import PoisonRecords
-from engine.streams import current_event
+from engine.fetch.ordering import TaskInputs
+from engine.processing.streams import current_event
 from engine.tasks.active import ActiveTask
+from engine.tasks.poison import PoisonRecords
 from engine.tasks.standby import StandbyTask
-from engine.transactions import TransactionsFailed
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
-    from engine.assignment import Assignment
+    from engine.commit.guarantee import Guarantee
     from engine.events import TP, Event
-    from engine.guarantee import Guarantee
-    from engine.leases import Lease, Leases
-    from engine.pauses import Pauses
+    from engine.fetch.leases import Lease, Leases
+    from engine.fetch.pauses import Pauses
     from engine.tables.manager import TableManager
+    from engine.tasks.assignment import Assignment
     from engine.transport.base import Consumer
 
 log = logging.getLogger(__name__)
@@ -175,7 +175,7 @@ class TaskManager(Service):
         for number in {tp.partition for tp in tps}:
             task = self.active[number]
             sources = [tp for tp in task.leases if tp.topic in self.table_sources]
-            if sources:  # its inputs go in timestamp order (engine.ordering)
+            if sources:  # its inputs go in timestamp order (engine.fetch.ordering)
                 task.inputs = TaskInputs(task.leases, sources, self.max_task_idle)
         if not tps:
             return
@@ -300,7 +300,8 @@ class TaskManager(Service):
         await self._close_dirty(tps)
 
     def _count_losses(self, tps: Collection[TP]) -> None:
-        """Records in progress while the loop was blocked lose their partition once more (engine.poison)."""
+        """Records in progress while the loop was blocked lose their partition once more
+        (engine.tasks.poison)."""
         for tp, offset, losses in self.poison.lost(tps):
             log.warning("%s[%d] was taken from this worker while offset %d, which blocked the event loop, "
                         "was processed (%d of %d times before it is set aside)", tp.topic, tp.partition,

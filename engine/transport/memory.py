@@ -15,9 +15,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from engine.assignment import Assignment, Placement
 from engine.events import TP, Headers, RawRecord
 from engine.partitioner import KeyHashes
+from engine.tasks.assignment import Assignment, Placement
 from engine.transport.base import GroupDescription, GroupMember
 
 if TYPE_CHECKING:
@@ -125,8 +125,8 @@ class MemoryBroker:
             self.rebalance(group)
 
     def rebalance(self, group: _Group) -> None:
-        """Assign with engine's assignor (engine.assignment, the same placement as on Kafka): partition p
-        of every topic a member reads goes with task p."""
+        """Assign with engine's assignor (engine.tasks.assignment, the same placement as on Kafka): partition
+        p of every topic a member reads goes with task p."""
         group.generation += 1
         topics = sorted({t for m in group.members for t in m.topics if t in self.topics})
         tasks = max((len(self.topics[t]) for t in topics), default=0)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from engine.commit.transactions import commit_transactions, task_transactional_id
 from engine.errors import ProducerFenced
 from engine.events import TP
-from engine.transactions import commit_transactions, task_transactional_id
 from engine.transport import open_transport
 from tests.integration.helpers import create_topics, read_all, unique
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from engine.assignment import (
+from engine.tasks.assignment import (
     Assignment,
     Member,
     assign,

@@ -1,5 +1,5 @@
-"""A task's inputs released in timestamp order (engine.ordering), without Kafka: the oldest head first, runs
-up to the next head of another input, table records first on equal timestamps, an empty input that is
+"""A task's inputs released in timestamp order (engine.fetch.ordering), without Kafka: the oldest head first,
+runs up to the next head of another input, table records first on equal timestamps, an empty input that is
 behind holds the others for at most `idle`, one that is caught up never does."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.events import TP
-from engine.ordering import TaskInputs
+from engine.fetch.ordering import TaskInputs
 
 STREAM, TABLE = TP("payments", 0), TP("profiles", 0)
 

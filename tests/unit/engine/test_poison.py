@@ -9,8 +9,8 @@ import time
 import pytest
 
 from engine.events import TP
-from engine.loopwatch import LoopMonitor
-from engine.poison import PoisonRecord, PoisonRecords
+from engine.monitors.loopwatch import LoopMonitor
+from engine.tasks.poison import PoisonRecord, PoisonRecords
 
 WORDS0 = TP("words", 0)
 WORDS1 = TP("words", 1)
@@ -57,7 +57,7 @@ async def test_the_loop_monitor_names_the_event_and_the_blocking_stack_from_its_
     monitor = LoopMonitor(lambda: [("count", Event())], 0.3, blocked=seen)  # type: ignore[arg-type]
     await monitor.start()
     try:
-        with caplog.at_level(logging.WARNING, logger="engine.loopwatch"):
+        with caplog.at_level(logging.WARNING, logger="engine.monitors.loopwatch"):
             time.sleep(1.0)  # the agent's blocking call  # noqa: ASYNC251
             for _ in range(100):  # the report reaches the loop once it runs again
                 if blocked:
@@ -79,7 +79,7 @@ async def test_the_loop_monitor_says_nothing_while_the_loop_turns(caplog):
     # process back now and then: only a loop that stopped turning counts.
     monitor = LoopMonitor(lambda: [], 1.5, blocked=lambda *_: pytest.fail("not blocked"))
     await monitor.start()
-    with caplog.at_level(logging.WARNING, logger="engine.loopwatch"):
+    with caplog.at_level(logging.WARNING, logger="engine.monitors.loopwatch"):
         for _ in range(40):
             await asyncio.sleep(0.05)
     await monitor.stop()

@@ -8,7 +8,7 @@ import pytest
 
 from engine import ConfigError, DecodeError, EncodeError
 from engine.codecs import codec_for, dumps
-from engine.offsets import OffsetTracker
+from engine.fetch.offsets import OffsetTracker
 from engine.partitioner import KeyHashes, murmur2, partition_for
 from engine.settings import load_settings
 
@@ -181,7 +181,7 @@ def test_a_record_shared_by_several_agents_is_done_when_all_acked():
 
 def test_stream_time_counts_a_batch_only_once_every_record_of_it_is_processed():
     from engine.events import TP
-    from engine.leases import Lease
+    from engine.fetch.leases import Lease
 
     lease = Lease(TP("t", 0), 1)
     for offset in range(6):

@@ -397,7 +397,7 @@ async def test_a_record_whose_dead_letter_cannot_be_sent_is_not_logged_as_sent(c
     """A dead letter into a transaction the broker aborted (or a partition that moved) never arrives: the log
     says so, not "record sent to" the DLQ."""
     from engine.errors import TransactionAborted
-    from engine.runner import AgentRunner
+    from engine.processing.runner import AgentRunner
 
     class Aborted:
         def for_partition(self, number: int) -> "Aborted":

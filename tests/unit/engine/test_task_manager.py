@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from engine.commit.guarantee import AtLeastOnce, ExactlyOnce
 from engine.errors import DeliveryFailed, MembershipLost
 from engine.events import TP
-from engine.guarantee import AtLeastOnce, ExactlyOnce
-from engine.leases import Leases
-from engine.pauses import Pauses
+from engine.fetch.leases import Leases
+from engine.fetch.pauses import Pauses
 from engine.tasks.manager import RECOVERING, TaskManager
 
 IN0, IN1 = TP("in", 0), TP("in", 1)

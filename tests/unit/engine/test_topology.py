@@ -9,10 +9,10 @@ import pytest
 
 import engine
 from engine import testing
-from engine.declaration import declare
 from engine.errors import TopologyError
 from engine.events import TP
-from engine.topology import build_topology
+from engine.topology.declaration import declare
+from engine.topology.plan import build_topology
 
 
 def shop(**settings) -> engine.App:

@@ -8,10 +8,10 @@ import asyncio
 
 import pytest
 
+from engine.commit.guarantee import ExactlyOnce
+from engine.commit.transactions import TransactionsFailed
 from engine.events import TP
-from engine.guarantee import ExactlyOnce
 from engine.tasks.active import ActiveTask, TaskCut
-from engine.transactions import TransactionsFailed
 
 
 class RecordingProducer:

@@ -1,8 +1,8 @@
 """The stuck-event watchdog, with a fake clock and fake busy agents: no loop, no sleeping."""
 
 from engine.events import Event
+from engine.monitors.watchdog import Watchdog
 from engine.transport.memory import MemoryRecord
-from engine.watchdog import Watchdog
 
 
 def event(offset: int) -> Event:

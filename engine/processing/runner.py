@@ -18,16 +18,16 @@ from agents import ActorGroup, Fatal, Mailbox, RestartPolicy, Service
 from engine.agent import CORRELATION_ID, REPLY_TO, Agent
 from engine.codecs import dumps
 from engine.errors import EngineError, PartitionMigrated, TopologyError
-from engine.streams import Stream, UpstreamError
+from engine.processing.streams import Stream, UpstreamError
 from engine.topics import Topic
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from engine.commit.quiesce import Quiesce
     from engine.events import Event, RawRecord
-    from engine.quiesce import Quiesce
+    from engine.processing.streams import Lookup
     from engine.settings import Settings
-    from engine.streams import Lookup
     from engine.transport.base import Producer
 
 log = logging.getLogger(__name__)

@@ -6,10 +6,10 @@ uncommitted work is dropped (rightly), the record is fetched again after the reb
 on for ever: the partition never moves past it, and everything processed since its last commit is processed
 again each time.
 
-The loop monitor (engine.loopwatch) names the events in progress while the loop was blocked (`suspect`).
-When their partition is then taken away from this worker (revoked or lost), each such record counts one
-loss. A record that reaches `limit` losses is not handed to its agent again: it is dead-lettered (or stops the
-worker, by the agent's error policy) with a PoisonRecord error that says why.
+The loop monitor (engine.monitors.loopwatch) names the events in progress while the loop was blocked
+(`suspect`). When their partition is then taken away from this worker (revoked or lost), each such record
+counts one loss. A record that reaches `limit` losses is not handed to its agent again: it is dead-lettered
+(or stops the worker, by the agent's error policy) with a PoisonRecord error that says why.
 
 The count is this worker's own: a record that blocks every worker it lands on is counted by each of them, so
 with W workers it may cycle up to W * (limit - 1) + 1 times before one of them dead-letters it.

@@ -1,13 +1,13 @@
 """The loop monitor: notices, from a thread of its own, that the event loop stopped turning.
 
-The stuck-event watchdog (engine.watchdog) runs on the loop, so an agent that blocks the loop (a blocking
-client library, `time.sleep`, a long computation without an await) silences it too, and with it the
-consumer's heartbeats: past the group's session timeout the worker loses its partitions without a word
-about why. This monitor's thread wakes every `interval` seconds and looks at when the loop last ran its
-beat; once the loop has been still for `threshold` seconds it logs the agents inside an event (agent, topic,
-partition, offset) and the stack the loop's thread is blocked in, and tells `blocked` about each event, on
-the loop, as soon as it runs again (engine.poison counts the partitions lost while they were in progress).
-It logs again every `threshold` seconds while the loop stays blocked.
+The stuck-event watchdog (engine.monitors.watchdog) runs on the loop, so an agent that blocks the loop (a
+blocking client library, `time.sleep`, a long computation without an await) silences it too, and with it the
+consumer's heartbeats: past the group's session timeout the worker loses its partitions without a word about
+why. This monitor's thread wakes every `interval` seconds and looks at when the loop last ran its beat; once
+the loop has been still for `threshold` seconds it logs the agents inside an event (agent, topic, partition,
+offset) and the stack the loop's thread is blocked in, and tells `blocked` about each event, on the loop, as
+soon as it runs again (engine.tasks.poison counts the partitions lost while they were in progress). It logs
+again every `threshold` seconds while the loop stays blocked.
 
 Reading the agents' current events from the thread is safe enough for a report: the loop is blocked, so
 they are not changing, and every read is of a plain attribute.

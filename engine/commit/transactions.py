@@ -27,7 +27,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.errors import EngineError, PartitionMigrated, ProducerFenced
-from engine.streams import current_event
+from engine.processing.streams import current_event
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Mapping, Sequence

@@ -5,12 +5,12 @@ is durable. A checkpoint therefore
 1. takes the cut (OPEN -> PREPARED): each active task's (engine.tasks) committable offsets and its table
    partitions' buffered writes and closed windows, in one synchronous step, so no event lands half in and
    half out;
-2. has each task send its writes to the changelogs in its transaction (engine.transactions) and makes the cut
-   durable as the guarantee says (engine.guarantee): at-least-once flushes what agents sent and commits those
-   transactions, after asking the group whether this worker still belongs to it; exactly-once commits each
-   task's transaction with everything agents sent in it and its source offsets (-> SENT). The changelog
-   transactions are what fence a worker frozen mid-flush: the partitions' new owner started the same tasks'
-   producers, so its stale records are aborted, never read;
+2. has each task send its writes to the changelogs in its transaction (engine.commit.transactions) and makes
+   the cut durable as the guarantee says (engine.commit.guarantee): at-least-once flushes what agents sent and
+   commits those transactions, after asking the group whether this worker still belongs to it; exactly-once
+   commits each task's transaction with everything agents sent in it and its source offsets (-> SENT). The
+   changelog transactions are what fence a worker frozen mid-flush: the partitions' new owner started the same
+   tasks' producers, so its stale records are aborted, never read;
 3. writes the stores with the changelog offsets the records got, commits the offsets (at-least-once) and
    marks them committed on the leases (-> COMMITTED).
 If step 2 fails the cut is ABORTED: its buffers go back under newer writes (nothing was committed past
@@ -22,13 +22,13 @@ were "Invalid state transition READY -> COMMITTING_TRANSACTION"; two interleaved
 partition's flushing buffer).
 
 Exactly-once needs agents between events when the cut is taken: the checkpoint closes the quiesce gate
-(engine.quiesce) and waits, bounded, for the agents inside an event. Past the bound it goes on without the
-tasks those events belong to: their offsets, buffered writes and closed windows stay out of the cut and
-their transactions stay open (whatever the event sent so far is in there), while every other task commits.
-The guarantee never weakens: a task commits only at a point where none of its events is half done. Later
-checkpoints do not wait for an event already found stuck; they skip its task again until it finishes. If
-the broker aborts the open transaction meanwhile (its transaction timeout), the task's next commit fails and
-the task is rewound to its last commit (engine.tasks.manager).
+(engine.commit.quiesce) and waits, bounded, for the agents inside an event. Past the bound it goes on without
+the tasks those events belong to: their offsets, buffered writes and closed windows stay out of the cut and
+their transactions stay open (whatever the event sent so far is in there), while every other task commits. The
+guarantee never weakens: a task commits only at a point where none of its events is half done. Later
+checkpoints do not wait for an event already found stuck; they skip its task again until it finishes. If the
+broker aborts the open transaction meanwhile (its transaction timeout), the task's next commit fails and the
+task is rewound to its last commit (engine.tasks.manager).
 """
 
 from __future__ import annotations
@@ -39,14 +39,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from engine.commit.transactions import TransactionsFailed
 from engine.errors import EngineError, TransactionAborted, TransportError
-from engine.transactions import TransactionsFailed
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping
 
+    from engine.commit.guarantee import Guarantee
     from engine.events import TP, Event
-    from engine.guarantee import Guarantee
     from engine.tables.base import BaseTable
     from engine.tasks.active import ActiveTask, TaskCut
     from engine.transport.base import Consumer

@@ -1,9 +1,10 @@
 """The processing guarantee: at-least-once or exactly-once, one strategy chosen once by the worker.
 
 It decides everything that differs between the two, so that nothing else asks which one is in force:
-- which producer agents send with (exactly-once: the tasks' transactions, engine.transactions; at-least-once:
-  a plain producer), and which one `ask` uses (always outside transactions, engine.replies);
-- whether checkpoints pause agents between events (exactly-once: the quiesce gate, engine.quiesce), and
+- which producer agents send with (exactly-once: the tasks' transactions, engine.commit.transactions;
+  at-least-once: a plain producer), and which one `ask` uses (always outside transactions,
+  engine.processing.replies);
+- whether checkpoints pause agents between events (exactly-once: the quiesce gate, engine.commit.quiesce), and
   which tasks a cut leaves out because one of their events is still in progress;
 - how a checkpoint commits: at-least-once confirms the group membership, flushes what agents sent, commits
   the changelogs' transactions, then commits the offsets through the group; exactly-once commits each task's
@@ -22,9 +23,9 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from engine.commit.quiesce import Quiesce
+from engine.commit.transactions import EventProducer, HasProducer, commit_transactions, task_transactional_id
 from engine.errors import PartitionMigrated
-from engine.quiesce import Quiesce
-from engine.transactions import EventProducer, HasProducer, commit_transactions, task_transactional_id
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -157,7 +158,7 @@ class ExactlyOnce:
         self.producer: Producer = self.events  # agents' sends go to their event's task's transaction
         self.task_producer: Callable[[int], Producer] = (
             lambda n: transport.producer(task_transactional_id(app_id, n)))
-        # Asks travel outside transactions (engine.replies), on a producer of their own.
+        # Asks travel outside transactions (engine.processing.replies), on a producer of their own.
         self.ask_producer: Producer = transport.producer(None)
         self.quiesce: Quiesce = Quiesce()
         self._stuck: set[int] = set()  # ids of the events a cut went on without

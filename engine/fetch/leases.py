@@ -20,7 +20,7 @@ import enum
 from collections import deque
 from typing import TYPE_CHECKING
 
-from engine.offsets import OffsetTracker
+from engine.fetch.offsets import OffsetTracker
 
 if TYPE_CHECKING:
     from collections.abc import Collection

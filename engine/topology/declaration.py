@@ -6,8 +6,8 @@ first pull. So the code of an agent before its `async for` must be free of side 
 building the pipeline). An agent that awaits something else before iterating cannot be declared that way:
 its declaration says why (`undeclared`), and what it reads is subscribed when it gets there, at run time.
 
-The result is plain data (`Declaration`) that the topology (engine.topology) consumes: declaring is a step of
-its own, and building the topology from it stays pure.
+The result is plain data (`Declaration`) that the topology (engine.topology.plan) consumes: declaring is a
+step of its own, and building the topology from it stays pure.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agents import Mailbox
-from engine.streams import Stream
+from engine.processing.streams import Stream
 from engine.tables.base import BaseTable
 from engine.topics import Topic
 
 if TYPE_CHECKING:
     from engine.agent import Agent
     from engine.app import App
+    from engine.commit.quiesce import Quiesce
     from engine.events import Event
-    from engine.quiesce import Quiesce
 
 
 def internal_topic(app_id: str, name: str, like: Topic | None, key_type: type | None = None,

@@ -12,8 +12,8 @@ holds the gate open: a checkpoint first waits for the asks in flight to be answe
 while the gate is closed, it reopens the gate until that one is answered too (nothing was snapshot yet: the
 cut is taken only once the gate is closed and no agent is inside an event). The wait stays bounded: past
 its timeout the checkpoint goes ahead without the tasks whose events are still in progress (their
-transactions stay open, engine.checkpoint). (The request and the reply themselves travel outside
-transactions: engine.replies.)
+transactions stay open, engine.commit.checkpoint). (The request and the reply themselves travel outside
+transactions: engine.processing.replies.)
 """
 
 from __future__ import annotations

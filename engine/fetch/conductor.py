@@ -20,7 +20,7 @@ Offsets (the at-least-once rule): every dispatched record is tracked by its part
 each agent that received it; only the contiguous prefix of finished records is committed.
 
 Tables over a source topic: that topic's partitions are inputs of their tasks like the streams'. A task with
-such an input releases its batches in timestamp order (engine.ordering); a run of the table's records is
+such an input releases its batches in timestamp order (engine.fetch.ordering); a run of the table's records is
 applied to its store once every event of the task dispatched before it was processed, so each event sees
 the table as of its own time, over a backlog as live.
 """
@@ -34,17 +34,17 @@ from typing import TYPE_CHECKING, Any
 from agents import MailboxClosed, Service
 from engine.errors import DecodeError
 from engine.events import TP, Event, RawRecord
-from engine.poison import PoisonRecords
+from engine.tasks.poison import PoisonRecords
 from engine.topics import decode_error, event_time_ms
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping
 
     from agents import Mailbox
-    from engine.leases import Lease, Leases
-    from engine.pauses import Pauses
-    from engine.quiesce import Quiesce
-    from engine.runner import AgentRunner
+    from engine.commit.quiesce import Quiesce
+    from engine.fetch.leases import Lease, Leases
+    from engine.fetch.pauses import Pauses
+    from engine.processing.runner import AgentRunner
     from engine.tasks.active import ActiveTask
     from engine.topics import Topic
     from engine.transport.base import Admin, Consumer, TopicSpec
@@ -154,7 +154,7 @@ class Conductor(Service):
         leases = self.leases.current
         max_records = self._max_poll_records
         quiesce = self.quiesce
-        buried = self.poison.buried  # partitions with a poison record (engine.poison): usually none
+        buried = self.poison.buried  # partitions with a poison record (engine.tasks.poison): usually none
         ordered = bool(self.table_sources)  # tasks with a table's source topic among their inputs
         tasks = self.tasks
         while True:
@@ -195,7 +195,7 @@ class Conductor(Service):
         else:
             await self._dispatch_many(topic_routes, records, lease)
 
-    # -- a task's inputs in timestamp order (engine.ordering) ---------------------------------------
+    # -- a task's inputs in timestamp order (engine.fetch.ordering) ---------------------------------------
 
     def _buffer(self, task: ActiveTask, tp: TP, records: list[RawRecord]) -> None:
         inputs = task.inputs

@@ -4,9 +4,10 @@ topics must be co-partitioned; known before anything connects.
 Pure: built from an App and its Settings, no I/O. The worker creates what is missing from it, checks it
 against the broker (`check`) and subscribes once, before its first fetch; `engine topics` prints the same one.
 
-An agent's pipeline (`group_by`, `through`, `join`) is learnt by the declaration run (engine.declaration), a
-step of its own; the topology consumes its result. The one change to a topology at run time is
-`declare_late`, for what an agent that awaited something before its first event declares when it gets there.
+An agent's pipeline (`group_by`, `through`, `join`) is learnt by the declaration run
+(engine.topology.declaration), a step of its own; the topology consumes its result. The one change to a
+topology at run time is `declare_late`, for what an agent that awaited something before its first event
+declares when it gets there.
 
 Partition counts (Kafka Streams' rules, see README "Topology"): a topic declared with `partitions=` must have
 that many; a table has its changelog's count; a repartition topic has its source's declared count (else
@@ -21,9 +22,9 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
-from engine.declaration import Declaration, declare
 from engine.errors import TopologyError
 from engine.topics import Topic
+from engine.topology.declaration import Declaration, declare
 from engine.transport.base import TopicSpec
 
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ def planned_partitions(topic: Topic, settings: Settings, like: int | None = None
 
 def build_topology(app: App, settings: Settings, declaration: Declaration | None = None) -> Topology:
     """The topology of `app` under `settings`, from what its agents declared (`declaration`; the declaration
-    run, engine.declaration, if none is given): pure, no I/O."""
+    run, engine.topology.declaration, if none is given): pure, no I/O."""
     declared = declaration if declaration is not None else declare(app)
     topology = Topology(app.id, settings)
     for table in app.tables.values():

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agents import Mailbox, MailboxClosed
 
 if TYPE_CHECKING:
+    from engine.commit.quiesce import Quiesce
     from engine.events import Event
-    from engine.quiesce import Quiesce
     from engine.topics import Topic
 
 
