@@ -27,8 +27,9 @@ async def main() -> None:
     activate = worker.tables.activate
     done = asyncio.Event()
 
-    async def timed_activate(numbers: Collection[int]) -> dict[int, list[tuple[Any, Any]]]:
-        parts = await activate(numbers)
+    async def timed_activate(numbers: Collection[int], sources: Any = None,
+                             ) -> dict[int, list[tuple[Any, Any]]]:
+        parts = await activate(numbers, sources)
         job.extra["replayed"] = sum(worker.tables.replayed.values())  # type: ignore[union-attr]
         job.report(time.perf_counter() - started)
         done.set()

@@ -75,8 +75,9 @@ async def test_sigkill_then_rebuild_from_the_changelog_with_no_data_dir(kafka, t
     assert rebuilt.tables is not None
     activate = rebuilt.tables.activate
 
-    async def activate_and_look(numbers: Collection[int]) -> dict[int, list[tuple[Any, Any]]]:
-        parts = await activate(numbers)  # recovered; the tasks resume their partitions after this returns
+    async def activate_and_look(numbers: Collection[int], sources: Any = None,
+                                ) -> dict[int, list[tuple[Any, Any]]]:
+        parts = await activate(numbers, sources)  # recovered; the tasks resume their partitions after this
         at_recovery.append({counts.key_codec.decode(key): counts.value_codec.decode(value)
                             for owned in parts.values() for _, part in owned
                             for key, value in part.store.items() if not key.startswith(META_PREFIX)})
