@@ -14,6 +14,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.errors import AskTimeout, ConfigError, NotRunning
+from engine.scope import PerWorker
 from engine.settings import ERROR_POLICIES, ErrorPolicy
 
 if TYPE_CHECKING:
@@ -73,18 +74,23 @@ class Agent:
         self.sinks = list(sink)
         self.on_error = on_error
         self.is_generator = inspect.isasyncgenfunction(fun)
-        self._replies: Replies | None = None
+        self._replies_by_worker: PerWorker[Replies] = PerWorker()
 
     @property
     def dlq_suffix(self) -> str:
         return f"{self.name}-dlq"
 
-    def attach(self, replies: Replies | None) -> None:
-        self._replies = replies
+    def attach(self, replies: Replies | None, owner: object = None) -> None:
+        """Called by a worker (`owner`): asks go through its replies (None detaches it)."""
+        if replies is None:
+            self._replies_by_worker.unbind(owner)
+        else:
+            self._replies_by_worker.bind(owner, replies)
 
     @property
     def replies(self) -> Replies | None:
-        return self._replies
+        """The replies of the worker the running code belongs to (the first one's outside every worker)."""
+        return self._replies_by_worker.current()
 
     def send(self, value: Any = None, *, key: Any = None) -> Awaitable[asyncio.Future[object]]:
         """Send `value` to this agent's topic (fire and forget once awaited)."""
@@ -92,7 +98,7 @@ class Agent:
 
     async def ask(self, value: Any = None, *, key: Any = None, timeout: float = 30.0) -> Any:
         """Send `value` to this agent and wait for the value it yields for it."""
-        replies = self._replies
+        replies = self._replies_by_worker.current()
         if replies is None:
             raise NotRunning(f"agent {self.name!r}: ask needs a running worker")
         correlation_id = uuid.uuid4().hex

@@ -27,6 +27,7 @@ from engine.monitors.loopwatch import LoopMonitor
 from engine.monitors.watchdog import Watchdog
 from engine.processing.replies import ReplyService
 from engine.processing.runner import AgentRunner
+from engine.scope import current_worker
 from engine.tables.manager import TableManager
 from engine.tasks.assignment import Placement
 from engine.tasks.manager import TaskManager
@@ -93,7 +94,7 @@ class Worker(Service):
         self.replies = self.add_child(ReplyService(self.transport, self.topology.replies.name, ask_producer))
         self.tables = self.add_child(TableManager(
             app.tables.values(), transport=self.transport, settings=settings,
-            admin_factory=self.transport.admin,
+            admin_factory=self.transport.admin, owner=self,
         )) if app.tables else None
         tables = self.tables
         instance = settings.group_instance_id
@@ -169,7 +170,7 @@ class Worker(Service):
         if plan is None:
             plan = self.topology.declare_late(
                 internal_topic(self.app.id, name, like, key_type, value_type), "repartition")
-        plan.topic.attach(self.producer)
+        plan.topic.attach(self.producer, self)
         return plan.topic
 
     def all_topics(self) -> list[Topic]:
@@ -188,14 +189,29 @@ class Worker(Service):
             log.info("agent %s awaits something before its first event (%s): topics its pipeline reads are "
                      "subscribed when it gets there", name, self.topology.undeclared[name])
         for topic in self.all_topics():
-            topic.attach(self.producer)
+            topic.attach(self.producer, self)
         for agent in self.app.agents.values():
-            agent.attach(self.replies)
+            agent.attach(self.replies, self)
         for table in self.app.tables.values():
             if table.windowed is not None:
                 table.windowed.topics = self.app.topics
         log.info("worker %s starting on %s: agents %s", self.app.id, self.settings.broker,
                  ", ".join(self.app.agents) or "none")
+
+    async def start(self) -> None:
+        """Start, with every task the worker starts knowing it belongs to this worker (engine.scope)."""
+        token = current_worker.set(self)
+        try:
+            await super().start()
+        finally:
+            current_worker.reset(token)
+
+    async def stop(self) -> None:
+        token = current_worker.set(self)
+        try:
+            await super().stop()
+        finally:
+            current_worker.reset(token)
 
     async def on_stop(self) -> None:
         self.conductor.stop_fetching()
@@ -226,7 +242,9 @@ class Worker(Service):
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.stop()
             for topic in self.all_topics():
-                topic.attach(None)
+                topic.attach(None, self)
+            for agent in self.app.agents.values():
+                agent.attach(None, self)
         failure = self.failure
         if failure is not None:
             raise WorkerFailed(f"worker {self.app.id!r} stopped: {failure}") from failure

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.codecs import Codec, codec_for
 from engine.errors import DecodeError, NotRunning
+from engine.scope import PerWorker
 
 if TYPE_CHECKING:
     import asyncio
@@ -44,7 +45,8 @@ class Topic:
         self.replication = replication
         self.config = dict(config or {})
         self.internal = internal
-        self._producer: Producer | None = None
+        self._producers: PerWorker[Producer] = PerWorker()
+        self._producer: Producer | None = None  # the only worker's, or one that picks the current worker's
 
     def use_codecs(self, *, key: Codec | None = None, value: Codec | None = None) -> None:
         """Replace codecs chosen from the types (a windowed table keys its topics by (key, window))."""
@@ -54,9 +56,19 @@ class Topic:
         if value is not None:
             self.value_codec = value
 
-    def attach(self, producer: Producer | None) -> None:
-        """Called by the worker: sends go through `producer` (None detaches at shutdown)."""
-        self._producer = producer
+    def attach(self, producer: Producer | None, owner: object = None) -> None:
+        """Called by a worker (`owner`): sends go through `producer` (None detaches it at shutdown). With
+        several workers of the app in this process, a send goes through the producer of the worker the
+        running code belongs to (engine.scope)."""
+        if producer is None:
+            self._producers.unbind(owner)
+        else:
+            self._producers.bind(owner, producer)
+        only = self._producers.only()
+        if only is not None or not len(self._producers):
+            self._producer = only
+        else:
+            self._producer = _CurrentProducer(self._producers)  # type: ignore[assignment]  # sends only
 
     def send(
         self,
@@ -122,3 +134,17 @@ def event_time_ms(extract: Callable[[Any], Any] | None, event: Event) -> int:
 def decode_error(record: RawRecord, error: DecodeError) -> DecodeError:
     """`error`, saying which record it was about."""
     return DecodeError(f"{record.topic}[{record.partition}]@{record.offset}: cannot decode: {error}")
+
+
+class _CurrentProducer:
+    """A topic's producer while several workers of the app run in this process: the current worker's."""
+
+    __slots__ = ("_producers",)
+
+    def __init__(self, producers: PerWorker[Producer]) -> None:
+        self._producers = producers
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, **options: Any) -> Any:
+        producer = self._producers.current()
+        assert producer is not None
+        return producer.send(topic, key, value, **options)

@@ -17,12 +17,14 @@ how a key is routed. The key layout is engine.tables.keys.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from engine.errors import ConfigError, EngineError, PartitionMigrated, TopologyError
 from engine.partitioner import CACHED_KEYS, partition_for
 from engine.processing.streams import current_event
+from engine.scope import PerWorker
 from engine.stores import store_scheme
 from engine.tables.keys import META_PREFIX, window_key
 from engine.tables.partition import DELETED, MISSING, TablePartition, Windowing
@@ -45,6 +47,83 @@ class KeyNotInPartition(TableError):
 
 class PartitionNotLocal(TableError):
     """The key's partition is not active on this worker (another worker owns it, or it is recovering)."""
+
+
+@dataclass
+class _Binding:
+    """A table as one running worker has it."""
+
+    active: dict[int, TablePartition]
+    writers: set[str]
+    registry: set[str] | None  # told of each topic whose events write the table (the worker's timed topics)
+    checkpoint: Callable[[], Awaitable[None]] | None
+
+
+class _CurrentPartitions(MutableMapping[int, TablePartition]):
+    """`table.active` while several workers of the app run in this process: the partitions of the worker the
+    running code belongs to; outside every worker (a test reading the table), all of them."""
+
+    def __init__(self, bindings: PerWorker[_Binding]) -> None:
+        self._bindings = bindings
+
+    def _view(self) -> dict[int, TablePartition]:
+        binding = self._bindings.inside()
+        if binding is not None:
+            return binding.active
+        merged: dict[int, TablePartition] = {}
+        for other in self._bindings.values():
+            merged.update(other.active)
+        return merged
+
+    def _own(self) -> dict[int, TablePartition]:
+        binding = self._bindings.inside()
+        if binding is None:
+            raise EngineError("a table's partitions change only inside the worker that holds them")
+        return binding.active
+
+    def __getitem__(self, number: int) -> TablePartition:
+        return self._view()[number]
+
+    def get(self, number: int, default: Any = None) -> Any:
+        return self._view().get(number, default)
+
+    def __setitem__(self, number: int, part: TablePartition) -> None:
+        self._own()[number] = part
+
+    def __delitem__(self, number: int) -> None:
+        del self._own()[number]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._view())
+
+    def __len__(self) -> int:
+        return len(self._view())
+
+
+class _CurrentWriters:
+    """`table.writers` while several workers of the app run in this process: the current worker's."""
+
+    def __init__(self, bindings: PerWorker[_Binding]) -> None:
+        self._bindings = bindings
+
+    def _view(self) -> set[str]:
+        binding = self._bindings.current()
+        return binding.writers if binding is not None else set()
+
+    def __contains__(self, topic: object) -> bool:
+        return topic in self._view()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._view())
+
+    def __len__(self) -> int:
+        return len(self._view())
+
+    def add(self, topic: str) -> None:
+        self._view().add(topic)
+
+
+_TopicSet = set[str] | _CurrentWriters
 
 
 class BaseTable(MutableMapping[Any, Any]):
@@ -87,18 +166,19 @@ class BaseTable(MutableMapping[Any, Any]):
         self.key_codec = self.changelog_topic.key_codec
         self.plain_key_codec = self.key_codec  # of the key alone, also once windowing wraps key_codec
         self.value_codec = self.changelog_topic.value_codec
-        self.active: dict[int, TablePartition] = {}
+        # The partitions active on the worker the running code belongs to (engine.scope): the only worker's
+        # dict itself, or with several workers of the app in this process one that picks the current one's.
+        self.active: MutableMapping[int, TablePartition] = {}
+        self._bindings: PerWorker[_Binding] = PerWorker()
         self._count: int | None = None
         self._topic_counts: Mapping[str, int] = {}
-        self._writers: set[str] = set()  # topics whose events wrote this table (each checked once)
-        self._writers_out: set[str] | None = None  # a registry told of each (the worker's timed topics)
-        self._checkpoint: Callable[[], Awaitable[None]] | None = None  # the running worker's
+        self._writers: _TopicSet = set()  # topics whose events wrote this table (each checked once)
         self._locations: dict[Any, tuple[bytes, int]] = {}
         self._warned_codec = False
 
     # -- wiring by the worker -----------------------------------------------------------------------
 
-    def bind(self, partition_count: int, topic_counts: Mapping[str, int],
+    def bind(self, worker: object, partition_count: int, topic_counts: Mapping[str, int],
              writers: set[str] | None = None,
              checkpoint: Callable[[], Awaitable[None]] | None = None) -> None:
         """Attach to a running worker: the table's partition count (its changelog's), and every topic's, to
@@ -107,20 +187,34 @@ class BaseTable(MutableMapping[Any, Any]):
         worker's checkpoints."""
         self._count = partition_count
         self._topic_counts = topic_counts
-        self._writers = set()
-        self._writers_out = writers
-        self._checkpoint = checkpoint
+        self._bindings.bind(worker, _Binding({}, set(), writers, checkpoint))
+        self._rebind()
+
+    def unbind(self, worker: object) -> None:
+        """The worker stopped."""
+        self._bindings.unbind(worker)
+        self._rebind()
+
+    def _rebind(self) -> None:
+        only = self._bindings.only()
+        if only is not None:
+            self.active, self._writers = only.active, only.writers
+        elif len(self._bindings):
+            self.active, self._writers = _CurrentPartitions(self._bindings), _CurrentWriters(self._bindings)
+        else:
+            self.active, self._writers = {}, set()
 
     async def checkpoint(self) -> None:
         """Run a checkpoint of the worker this table is attached to, and return once it completed: from
         then on the stores hold every write made before the call (what a live export needs, since a store
         holds exactly the state of the last checkpoint)."""
-        if self._checkpoint is None:
+        binding = self._bindings.current()
+        if binding is None or binding.checkpoint is None:
             raise TableError(f"table {self.name!r} is not attached to a running worker")
-        await self._checkpoint()
+        await binding.checkpoint()
 
     @property
-    def writers(self) -> set[str]:
+    def writers(self) -> Collection[str]:
         """The topics whose events wrote this table since the worker started."""
         return self._writers
 
@@ -130,8 +224,9 @@ class BaseTable(MutableMapping[Any, Any]):
         not look, or in partitions the table does not have)."""
         self._check_copartitioned(topic)
         self._writers.add(topic)
-        if self._writers_out is not None:
-            self._writers_out.add(topic)
+        binding = self._bindings.inside()
+        if binding is not None and binding.registry is not None:
+            binding.registry.add(topic)
 
     def _check_copartitioned(self, topic: str) -> None:
         found = self._topic_counts.get(topic)

@@ -50,8 +50,10 @@ class TableManager(Service):
         transport: Transport,
         settings: Settings,
         admin_factory: Callable[[], Admin],
+        owner: object = None,
     ) -> None:
         super().__init__("tables")
+        self.owner = owner  # the worker the tables are bound to (engine.scope)
         self.tables = {t.name: t for t in tables}
         self.transport = transport
         self.settings = settings
@@ -127,7 +129,7 @@ class TableManager(Service):
             count = counts.get(table.changelog_topic.name) or planned_partitions(table.changelog_topic,
                                                                                   self.settings)
             timed = table.windowed is not None and table.windowed.timestamp is None
-            table.bind(count, counts, writers=self.timed_topics if timed else None,
+            table.bind(self.owner, count, counts, writers=self.timed_topics if timed else None,
                        checkpoint=self.checkpoint)
         globals_ = [t for t in self.tables.values() if t.is_global]
         if globals_:
@@ -147,6 +149,7 @@ class TableManager(Service):
             await self._follower.stop()
         for table in self.tables.values():
             table.active.clear()
+            table.unbind(self.owner)
         for tp in list(self.stores):
             self._close(tp)
 

@@ -93,7 +93,7 @@ class Tasks:
     def __init__(self, tmp_path: Path, guarantee: Guarantee, processed: dict[TP, int]) -> None:
         app = engine.App("app", broker="memory://")
         self.table = app.Table("counts", default=int, key_type=str, value_type=int)
-        self.table.bind(2, {"in": 2})
+        self.table.bind(None, 2, {"in": 2})
         backend = open_store_backend("memory://", tmp_path)
         self.leases = Leases()
         self.active: dict[int, ActiveTask] = {}
