@@ -216,7 +216,11 @@ class TaskManager(Service):
         if make is None or not tasks:
             return
         producers = [make(task.number) for task in tasks]
-        results = await asyncio.gather(*(p.start() for p in producers), return_exceptions=True)
+        try:
+            results = await asyncio.gather(*(p.start() for p in producers), return_exceptions=True)
+        except asyncio.CancelledError:  # a rebalance during set-up: none of them is kept
+            await asyncio.gather(*(p.stop() for p in producers), return_exceptions=True)
+            raise
         failure = None
         for task, producer, result in zip(tasks, producers, results, strict=True):
             if isinstance(result, BaseException) or task.closed:
