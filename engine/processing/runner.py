@@ -205,9 +205,10 @@ class AgentRunner(Service):
         if event is not None:
             reply_to = event.header(REPLY_TO)
             correlation = event.header(CORRELATION_ID)
-            replies = self.agent.replies
-            if reply_to is not None and correlation is not None and replies is not None:
-                await replies.reply(reply_to.decode(), correlation, dumps(result))
+            if reply_to is not None and correlation is not None:
+                replies = self.agent.replies
+                if replies is not None:
+                    await replies.reply(reply_to.decode(), correlation, dumps(result))
 
     async def _failed(
         self, context: _InstanceContext, source: Stream | None, event: Event | None, error: Exception
