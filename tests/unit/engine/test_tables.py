@@ -305,3 +305,37 @@ async def test_table_settings_are_checked():
         engine.App("x", broker="memory://", standby_replicas=-1)
     with pytest.raises(engine.ConfigError, match="setting 'store' is 'redis://'"):
         engine.App("x", broker="memory://", store="redis://")
+
+
+async def test_the_write_of_a_plus_equals_on_the_events_key_is_refused_once_its_partition_moved(tmp_path):
+    from engine.errors import PartitionMigrated
+    from engine.events import TP, Event
+    from engine.fetch.leases import Leases
+    from engine.processing.streams import current_event
+    from engine.stores import open_store_backend
+    from engine.tables.partition import TablePartition
+
+    app = engine.App("pe", broker="memory://")
+    counts = app.Table("counts", default=int, key_type=str, value_type=int)
+    counts.bind(None, 1, {"in": 1})
+    counts.active[0] = TablePartition(0, open_store_backend("memory://", tmp_path).open("counts", 0),
+                                      counts.value_codec)
+
+    class Record:
+        topic, partition, offset, timestamp, key, value, headers = "in", 0, 0, 0, b"k", b"", []
+
+    lease = Leases().grant([TP("in", 0)])[0]
+    first = Event(Record(), "k", None, lease)  # type: ignore[arg-type]
+    current_event.set(first)
+    counts["k"] += 1  # the first write from topic `in` (checked for co-partitioning), then the fast path
+    counts["k"] += 1
+    assert counts["k"] == 2
+    value = counts["k"]
+    lease.end()  # lost while the event was in progress: its write must not land
+    with pytest.raises(PartitionMigrated):
+        counts["k"] = value + 1
+    second = Event(Record(), "k", None, Leases().grant([TP("in", 0)])[0])  # type: ignore[arg-type]
+    current_event.set(second)
+    counts["k"] = 7  # no read of this event before it: the routed write
+    assert counts["k"] == 7
+    current_event.set(None)
