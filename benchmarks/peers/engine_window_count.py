@@ -34,7 +34,8 @@ async def main() -> None:
     def live_windows() -> int:
         if table.windowed is None:
             return 0
-        return sum(len(keys) for state in table.windowed.states.values() for keys in state.live.values())
+        return sum(len(keys) for part in table.active.values() if part.windows is not None
+                   for keys in part.windows.live.values())
 
     @app.agent(events)
     async def count(stream):
