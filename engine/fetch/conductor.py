@@ -165,7 +165,8 @@ class Conductor(Service):
                 lease = leases.get(tp)  # (aiokafka's TopicPartition is a tuple equal to our TP)
                 if lease is None or not lease.dispatching:
                     continue  # not ours (any more): never dispatched
-                if ordered and (task := tasks.get(tp[1])) is not None and task.inputs is not None:
+                if ordered and (task := tasks.get(tp[1])) is not None and task.inputs is not None \
+                        and lease.tp in task.inputs.inputs:  # (a topic subscribed later goes as it comes)
                     self._buffer(task, lease.tp, records)
                     continue
                 topic_routes = routes.get(tp[0])
