@@ -19,7 +19,9 @@ from engine.tables.keys import split_window_key
 from tests.integration.helpers import latest, read_all
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
+
+    from tests.integration.helpers import WorkerProcess
 
 Events = list[tuple[str, dict[str, Any]]]
 
@@ -80,10 +82,12 @@ async def outputs(bootstrap: str, app_id: str) -> tuple[dict[str, int], list[tup
     return latest(changelog), closed_windows(closed)
 
 
-async def wait_until_complete(bootstrap: str, app_id: str, events: Events, *, timeout: float = 120
+async def wait_until_complete(bootstrap: str, app_id: str, events: Events, *, timeout: float = 120,
+                              workers: Sequence[WorkerProcess | None] = ()
                               ) -> tuple[dict[str, int], list[tuple[str, int, int]]]:
     """Read the counts' changelog and the closed windows (read_committed) until every count reached the
-    truth and every window closed; then once more after a few checkpoints, so that a late duplicate shows."""
+    truth and every window closed; then once more after a few checkpoints, so that a late duplicate shows.
+    If that does not happen in time, the failure shows the end of each of `workers`' logs."""
     truth_counts, truth_windows = truth_of(events)
     deadline = time.monotonic() + timeout
     counts: dict[str, int] = {}
@@ -99,5 +103,6 @@ async def wait_until_complete(bootstrap: str, app_id: str, events: Events, *, ti
         await asyncio.sleep(1)
     missing = len(set(truth_windows) - {(k, s) for k, s, _ in closes})
     below = sum(1 for k, n in truth_counts.items() if counts.get(k, 0) < n)
+    logs = "".join(f"\n--- {w.log_path.name}:\n{w.output()[-4000:]}" for w in workers if w is not None)
     raise AssertionError(f"not complete after {timeout}s: {below} counts below the truth, "
-                         f"{missing} of {len(truth_windows)} windows not closed")
+                         f"{missing} of {len(truth_windows)} windows not closed{logs}")

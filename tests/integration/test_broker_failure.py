@@ -88,7 +88,8 @@ async def test_exactly_once_stays_exact_when_a_broker_dies_while_partitions_move
         await asyncio.to_thread(kafka_cluster.restart, 3)
         first.process.terminate()  # a clean leave while the broker catches up: the partitions move again
         await paced_produce(bootstrap, topic, events[cut:], rate=800)
-        counts, closes = await wait_until_complete(bootstrap, app_id, events, timeout=240)
+        counts, closes = await wait_until_complete(bootstrap, app_id, events, timeout=240,
+                                                   workers=[first, second])
         echoed = await read_all(bootstrap, f"{app_id}-echo", timeout=60)
         assert first.process.wait(60) == 0, first.output()[-3000:]
     finally:

@@ -59,7 +59,8 @@ async def test_an_exactly_once_worker_rides_out_a_broker_restart(own_broker, tmp
 
         await paced_produce(own_broker.bootstrap, topic, events, rate=800, at={0.4: restart})
         await asyncio.gather(*restarting)
-        counts, closes = await wait_until_complete(own_broker.bootstrap, app_id, events, timeout=180)
+        counts, closes = await wait_until_complete(own_broker.bootstrap, app_id, events, timeout=180,
+                                                   workers=[one])
         assert one.process.poll() is None, "the worker must survive the broker's restart"
     finally:
         assert one.terminate(timeout=60) == 0, one.output()[-3000:]
@@ -105,7 +106,7 @@ async def test_an_agent_stuck_on_one_event_holds_back_only_its_own_partition(kaf
             assert time.monotonic() - started < stuck_for, "still inside the stuck event"
             assert stuck_output not in {(r.key.decode(), int(r.value)) for r in echoed}, (
                 "the output of an unfinished event was committed (the checkpoint went at-least-once)")
-        counts, closes = await wait_until_complete(kafka.bootstrap, app_id, events, timeout=90)
+        counts, closes = await wait_until_complete(kafka.bootstrap, app_id, events, timeout=90, workers=[one])
     finally:
         assert one.terminate(timeout=60) == 0, one.output()[-3000:]
     check(events, counts, closes, exact=guarantee == "exactly_once")

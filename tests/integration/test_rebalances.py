@@ -75,7 +75,7 @@ async def test_a_worker_joins_and_another_leaves_mid_stream(kafka, tmp_path, gua
         first.process.terminate()  # SIGTERM: a clean leave, partitions handed over
         await paced_produce(kafka.bootstrap, topic, events[cut:], rate=4000)
         exact = guarantee == "exactly_once"
-        counts, closes = await wait_until_complete(kafka.bootstrap, app_id, events)
+        counts, closes = await wait_until_complete(kafka.bootstrap, app_id, events, workers=[first, second])
         assert first.process.wait(30) == 0, first.output()[-3000:]
     finally:
         if first.process.poll() is None:
@@ -117,7 +117,7 @@ async def test_a_frozen_worker_writes_nothing_after_losing_its_partitions(kafka,
         first.process.send_signal(signal.SIGCONT)
         await feeding
         exact = guarantee == "exactly_once"
-        counts, closes = await wait_until_complete(kafka.bootstrap, app_id, events)
+        counts, closes = await wait_until_complete(kafka.bootstrap, app_id, events, workers=[first, second])
     finally:
         first.process.send_signal(signal.SIGCONT)
         assert first.terminate() == 0, first.output()[-3000:]

@@ -73,7 +73,7 @@ async def test_exactly_once_stays_exact_across_sigkills_right_after_tables_ready
         runs.append(last)
         await producing
         on_time = [(key, value) for key, value in events if value["at"] >= START]
-        await wait_until_complete(kafka.bootstrap, app_id, on_time, timeout=180)
+        await wait_until_complete(kafka.bootstrap, app_id, on_time, timeout=180, workers=[last])
         truth_counts = Counter(key for key, _ in events)
         counts, closes = await outputs_once_complete(kafka.bootstrap, app_id, truth_counts)
         echoed = await read_all(kafka.bootstrap, f"{app_id}-echo")
