@@ -26,7 +26,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.errors import EngineError, PartitionMigrated, ProducerFenced
+from engine.errors import EngineError, PartitionMigrated, ProducerFenced, TransactionAborted
 from engine.processing.streams import current_event
 
 if TYPE_CHECKING:
@@ -83,6 +83,10 @@ class EventProducer:
         self._worker_id = worker_id
         self.worker: Producer = transport.producer(worker_id)
         self.tasks: Mapping[int, HasProducer] = {}
+        # Clear while the worker's own transaction commits or its producer is replaced after a failed
+        # commit: sends outside events wait for the next transaction instead of failing with the old one.
+        self._worker_open = asyncio.Event()
+        self._worker_open.set()
 
     async def start(self) -> None:
         await self.worker.start()
@@ -115,14 +119,27 @@ class EventProducer:
         """The chosen producer's send (a plain function returning its awaitable: one frame less per send)."""
         event = current_event.get()
         if event is None:
-            producer = self.worker
-        else:
-            if event.lease is not None and event.lease.ended:
-                raise PartitionMigrated(f"{event.topic}[{event.partition}] moved while offset {event.offset} "
-                                        "was processed; its new owner processes it")
-            producer = self.for_partition(event.partition)
+            return self._send_outside(topic, key, value, headers=headers, partition=partition,
+                                      timestamp_ms=timestamp_ms)
+        if event.lease is not None and event.lease.ended:
+            raise PartitionMigrated(f"{event.topic}[{event.partition}] moved while offset {event.offset} "
+                                    "was processed; its new owner processes it")
+        producer = self.for_partition(event.partition)
         return producer.send(topic, key, value, headers=headers, partition=partition,
                              timestamp_ms=timestamp_ms)
+
+    async def _send_outside(self, topic: str, key: bytes | None, value: bytes | None,
+                            **options: Any) -> asyncio.Future[object]:
+        """Into the worker's own transaction, the one open once it can take sends: a send that met a
+        transaction that failed to commit (never enqueued, so nothing is sent twice) goes into the next."""
+        while True:
+            await self._worker_open.wait()
+            producer = self.worker
+            try:
+                return await producer.send(topic, key, value, **options)
+            except TransactionAborted:
+                if producer is self.worker and self._worker_open.is_set():
+                    raise
 
     async def send_batch(self, topic: str, partition: int,
                          records: Sequence[tuple[bytes | None, bytes | None]]) -> asyncio.Future[int]:
@@ -135,15 +152,19 @@ class EventProducer:
 
     async def commit_transaction(self, offsets: Mapping[TP, int], group_id: str) -> None:
         """Commit the worker's own transaction (timers, sends outside events; it holds no offsets). One that
-        failed is replaced, its sends lost with a warning: the tasks' commits do not depend on it."""
+        failed is replaced, its sends lost with a warning: the tasks' commits do not depend on it. Sends
+        made meanwhile go into the next transaction."""
+        self._worker_open.clear()
         try:
             await _commit(self.worker, {}, group_id)
         except Exception as exc:
             log.warning("the worker's own transaction (timers, sends outside events) did not commit "
                         "(%s); its sends are lost, a new transaction starts", exc)
-            await self.worker.stop()
-            self.worker = self._transport.producer(self._worker_id)
+            failed, self.worker = self.worker, self._transport.producer(self._worker_id)
+            await failed.stop()
             await self.worker.start()
+        finally:
+            self._worker_open.set()
 
 
 async def _commit(producer: Producer, offsets: Mapping[TP, int], group_id: str) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from engine.commit.guarantee import ExactlyOnce
 from engine.commit.transactions import TransactionsFailed
+from engine.errors import TransactionAborted
 from engine.events import TP
 from engine.tasks.active import ActiveTask, TaskCut
 
@@ -21,18 +22,36 @@ class RecordingProducer:
         self.id = transactional_id
         self.log = log
         self.failures = failures
+        self.open = asyncio.Event()  # like KafkaProducer: sends wait while the transaction commits
+        self.in_transaction = False
 
     async def start(self) -> None:
         self.log.append(("start", self.id))
+        self.in_transaction = True
+        self.open.set()
+
+    async def send(self, topic, key, value, **options) -> asyncio.Future[object]:
+        await self.open.wait()
+        if not self.in_transaction:  # as aiokafka refuses it once a commit failed
+            raise TransactionAborted(f"{self.id}: no transaction open")
+        self.log.append(("send", self.id, value))
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        future.set_result(None)
+        return future
 
     async def stop(self) -> None:
         self.log.append(("stop", self.id))
 
     async def commit_transaction(self, offsets, group_id: str) -> None:
         self.log.append(("commit", self.id))
-        await asyncio.sleep(0.01)  # a broker round trip: the others start meanwhile if concurrent
-        if self.id in self.failures:
-            raise self.failures.pop(self.id)
+        self.open.clear()
+        try:
+            await asyncio.sleep(0.01)  # a broker round trip: the others start meanwhile if concurrent
+            if self.id in self.failures:
+                self.in_transaction = False
+                raise self.failures.pop(self.id)
+        finally:
+            self.open.set()
         self.log.append(("committed", self.id, dict(offsets), group_id))
 
 
@@ -95,6 +114,23 @@ async def test_a_failed_worker_transaction_is_replaced_and_the_tasks_still_commi
     assert ("start", "worker-1") in transport.log[stopped:], "a new worker transaction started"
     assert guarantee.events.worker is not old_worker
     assert "coordinator gone" in caplog.text
+
+
+async def test_sends_outside_events_while_the_worker_transaction_fails_go_into_the_next_one():
+    """A send outside any event (a timer's, a test's) that meets the worker's transaction failing to commit
+    is not refused: it goes into the replacement's transaction."""
+    transport = RecordingTransport()
+    guarantee, cuts = await started(transport)
+    transport.failures["worker-1"] = RuntimeError("coordinator gone")
+    checkpoint = asyncio.ensure_future(commit(guarantee, cuts))
+    while ("commit", "worker-1") not in transport.log:  # the worker's commit under way
+        await asyncio.sleep(0)
+    await asyncio.gather(guarantee.events.send("out", None, b"during"), checkpoint)
+    await guarantee.events.send("out", None, b"after")
+    sent = [e for e in transport.log if e[0] == "send"]
+    assert sent == [("send", "worker-1", b"during"), ("send", "worker-1", b"after")]
+    started_again = transport.log.index(("start", "worker-1"))
+    assert transport.log.index(sent[0]) > started_again, "sent into the new transaction, not the failed one"
 
 
 async def test_a_failed_task_is_named_and_the_others_and_the_worker_commit():
