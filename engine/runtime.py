@@ -35,7 +35,7 @@ from engine.tasks.poison import PoisonRecords
 from engine.timers import timer_supervisor
 from engine.topology.declaration import internal_topic
 from engine.topology.plan import build_topology
-from engine.transport import Producer, open_transport
+from engine.transport import ClientTuning, Producer, open_transport
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -83,8 +83,10 @@ class Worker(Service):
             raise ConfigError(f"setting 'data_dir' is {str(settings.data_dir)!r}, which is a file; expected "
                               "a directory for the worker's stores (it is created if missing)")
         self.topology = build_topology(app, settings)
-        self.transport = open_transport(settings.broker, settings.broker_options,
-                                        linger=settings.producer_linger.total_seconds())
+        self.transport = open_transport(settings.broker, settings.broker_options, ClientTuning(
+            linger=settings.producer_linger.total_seconds(),
+            session_timeout=settings.session_timeout.total_seconds(),
+            transaction_timeout=settings.transaction_timeout.total_seconds()))
         self.guarantee = choose(settings.processing_guarantee, self.transport, app.id,
                                 tables=bool(app.tables), worker_id=lambda: worker_identity(settings))
         self.producer = self.guarantee.producer

@@ -44,6 +44,13 @@ class Settings:
     # A record during which its partition was taken from this worker this many times is dead-lettered
     # (engine.tasks.poison): it blocks the loop past the session timeout, and would cycle for ever.
     poison_after_losses: int = 3
+    # How long the group waits for a silent worker (SIGKILLed, frozen, blocking its loop) before its
+    # partitions move; within the broker's group.min/max.session.timeout.ms (6 s and 30 min by default).
+    session_timeout: timedelta = timedelta(seconds=10)
+    # Exactly-once: how long a task's transaction may stay open before the broker aborts it (the task is
+    # then rewound to its last commit): the longest an event may take, and how long a dead worker's open
+    # transaction holds read_committed readers back. At most the broker's transaction.max.timeout.ms.
+    transaction_timeout: timedelta = timedelta(seconds=15)
     # How long a task whose inputs go in timestamp order (a table over a source topic among them) holds its
     # other inputs back while one has records on the broker not fetched yet (Kafka Streams' max.task.idle.ms).
     max_task_idle: timedelta = timedelta(seconds=2)
@@ -104,7 +111,8 @@ def validate(s: Settings) -> None:
         _fail("app_id", s.app_id, "use 1-200 letters, digits, '.', '_' or '-' (it names Kafka topics)")
     _validate_broker(s.broker)
     for name in ("commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning",
-                 "state_cleanup_delay", "blocked_loop_warning", "max_task_idle"):
+                 "state_cleanup_delay", "blocked_loop_warning", "max_task_idle", "session_timeout",
+                 "transaction_timeout"):
         value = getattr(s, name)
         if not isinstance(value, timedelta) or value <= timedelta(0):
             _fail(name, value, "expected a positive duration (seconds or timedelta)")
@@ -156,7 +164,8 @@ def _validate_broker(url: object) -> None:
 
 
 _DURATIONS = {"commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning",
-              "state_cleanup_delay", "producer_linger", "blocked_loop_warning", "max_task_idle"}
+              "state_cleanup_delay", "producer_linger", "blocked_loop_warning", "max_task_idle",
+              "session_timeout", "transaction_timeout"}
 _INTS = {"topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "agent_max_restarts",
          "standby_replicas", "acceptable_recovery_lag", "store_memory", "poison_after_losses"}
 ENV_PREFIX = "ENGINE_"

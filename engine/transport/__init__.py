@@ -5,15 +5,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import ConfigError
-from engine.transport.base import Admin, Consumer, PartitionsCallback, Producer, TopicSpec, Transport
+from engine.transport.base import (
+    Admin,
+    ClientTuning,
+    Consumer,
+    PartitionsCallback,
+    Producer,
+    TopicSpec,
+    Transport,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 
-def open_transport(url: str, options: Mapping[str, Any] | None = None, *, linger: float = 0.0) -> Transport:
-    """The transport for a broker URL; aiokafka is imported only when a kafka:// URL is used. `linger`:
-    seconds a producer waits to fill a batch (the worker's `producer_linger`)."""
+def open_transport(url: str, options: Mapping[str, Any] | None = None,
+                   tuning: ClientTuning | None = None) -> Transport:
+    """The transport for a broker URL; aiokafka is imported only when a kafka:// URL is used. `tuning`: the
+    worker's settings for its clients (linger, session and transaction timeouts)."""
     scheme = url.split("://", 1)[0]
     if scheme == "memory":
         from engine.transport.memory import MemoryTransport
@@ -22,10 +31,11 @@ def open_transport(url: str, options: Mapping[str, Any] | None = None, *, linger
     if scheme == "kafka":
         from engine.transport.kafka import KafkaTransport
 
-        return KafkaTransport(url, options or {}, linger=linger)
+        return KafkaTransport(url, options or {}, tuning or ClientTuning())
     raise ConfigError(f"unknown broker scheme {scheme!r} in {url!r}; use kafka:// or memory://")
 
 
 __all__ = [
-    "Admin", "Consumer", "PartitionsCallback", "Producer", "TopicSpec", "Transport", "open_transport",
+    "Admin", "ClientTuning", "Consumer", "PartitionsCallback", "Producer", "TopicSpec", "Transport",
+    "open_transport",
 ]

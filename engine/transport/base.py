@@ -17,6 +17,19 @@ PartitionsCallback = Callable[[set[TP]], Awaitable[None]]
 
 
 @dataclass(frozen=True)
+class ClientTuning:
+    """How a worker's broker clients behave, from its settings (the defaults are Kafka's and engine's)."""
+
+    linger: float = 0.0  # seconds a non-transactional producer waits to fill a batch
+    # Seconds without a heartbeat before the group gives a member's partitions to the others (a SIGKILLed
+    # or frozen worker's partitions move after this long); heartbeats go at a third of it.
+    session_timeout: float = 10.0
+    # Seconds a transaction may stay open before the broker aborts it: how long a dead worker's open
+    # transaction holds read_committed readers back, and how long one event may take under exactly-once.
+    transaction_timeout: float = 15.0
+
+
+@dataclass(frozen=True)
 class TopicSpec:
     name: str
     partitions: int

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
 
     from engine.transport.base import PartitionsCallback, TopicSpec
-from engine.transport.base import GroupDescription, GroupMember
+from engine.transport.base import ClientTuning, GroupDescription, GroupMember
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +175,7 @@ class KafkaConsumer:
         auto_offset_reset: str = "earliest",
         placement: Placement | None = None,
         instance_id: str | None = None,
+        session_timeout: float = 10.0,
     ) -> None:
         self._servers = servers
         self._listener = listener
@@ -191,6 +192,8 @@ class KafkaConsumer:
             # with standbys and warm-up (engine.tasks.assignment).
             partition_assignment_strategy=(_EngineAssignor(placement or Placement()),),
             rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
+            session_timeout_ms=round(session_timeout * 1000),
+            heartbeat_interval_ms=round(session_timeout * 1000 / 3),
             group_instance_id=instance_id,
             **options,
         )
@@ -295,7 +298,6 @@ class KafkaConsumer:
         self._client.resume(*(TopicPartition(*tp) for tp in tps))
 
 
-TRANSACTION_TIMEOUT_MS = 15_000  # how long a dead worker's open transaction can hold readers back
 DIRECT_MARGIN = 4096  # bytes under max_request_size below which a record surely fits, with its headers
 
 
@@ -305,12 +307,12 @@ class KafkaProducer:
     since aiokafka refuses sends while a transaction is committing."""
 
     def __init__(self, servers: str, options: Mapping[str, Any], transactional_id: str | None = None,
-                 linger: float = 0.0) -> None:
+                 linger: float = 0.0, transaction_timeout: float = 15.0) -> None:
         self._servers = servers
         transactions: dict[str, Any] = {}
         if transactional_id is not None:
             transactions = {"transactional_id": transactional_id, "enable_idempotence": True,
-                            "transaction_timeout_ms": TRANSACTION_TIMEOUT_MS}
+                            "transaction_timeout_ms": round(transaction_timeout * 1000)}
         self._client = AIOKafkaProducer(
             bootstrap_servers=servers,
             acks="all",
@@ -619,11 +621,11 @@ class KafkaAdmin:
 
 
 class KafkaTransport:
-    def __init__(self, url: str, options: Mapping[str, Any], *, linger: float = 0.0) -> None:
+    def __init__(self, url: str, options: Mapping[str, Any], tuning: ClientTuning | None = None) -> None:
         self.url = url
         self.servers = url.split("://", 1)[1]
         self.options = dict(options)
-        self.linger = linger
+        self.tuning = tuning or ClientTuning()
 
     def consumer(
         self,
@@ -639,13 +641,14 @@ class KafkaTransport:
     ) -> KafkaConsumer:
         listener = _Listener(on_assigned, on_revoked, on_lost)
         return KafkaConsumer(self.servers, self.options, group_id, listener, max_poll_records,
-                             auto_offset_reset, placement, instance_id)
+                             auto_offset_reset, placement, instance_id, self.tuning.session_timeout)
 
     def producer(self, transactional_id: str | None = None) -> KafkaProducer:
         # A transactional producer's records are visible only when its transaction commits: waiting to fill
         # its batches costs no latency, and its bursts (changelogs at checkpoints) take fewer requests.
-        linger = self.linger if transactional_id is None else TRANSACTIONAL_LINGER
-        return KafkaProducer(self.servers, self.options, transactional_id, linger)
+        linger = self.tuning.linger if transactional_id is None else TRANSACTIONAL_LINGER
+        return KafkaProducer(self.servers, self.options, transactional_id, linger,
+                             self.tuning.transaction_timeout)
 
     def admin(self) -> KafkaAdmin:
         return KafkaAdmin(self.servers, self.options)

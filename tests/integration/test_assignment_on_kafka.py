@@ -18,6 +18,7 @@ import pytest
 
 from tests.integration.helpers import (
     ROOT,
+    SHORT_SESSION,
     WorkerProcess,
     consume_until,
     create_topics,
@@ -97,7 +98,8 @@ async def counting_group(kafka, tmp_path, prefix: str, **env: str
 
 
 async def test_one_standby_per_partition_and_failover_to_it(kafka, tmp_path):
-    app_id, topic, _, workers = await counting_group(kafka, tmp_path, "assign", ENGINE_STANDBY_REPLICAS="1")
+    app_id, topic, _, workers = await counting_group(kafka, tmp_path, "assign", ENGINE_STANDBY_REPLICAS="1",
+                                                        **SHORT_SESSION)
     changelog = f"{app_id}-counts-changelog"
     first = [f"w{i % 60}" for i in range(3000)]
     second = [f"w{i % 60}" for i in range(1500)]

@@ -10,7 +10,14 @@ from collections import Counter
 import pytest
 
 from engine.tables.keys import split_window_key
-from tests.integration.helpers import WorkerProcess, consume_until, create_topics, produce, unique
+from tests.integration.helpers import (
+    SHORT_SESSION,
+    WorkerProcess,
+    consume_until,
+    create_topics,
+    produce,
+    unique,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -39,7 +46,7 @@ async def test_windows_close_exactly_once_with_exact_counts_across_a_sigkill(kaf
     # One far-future click per user moves every partition's stream time past the last window's end + grace.
     closing = [{"user": user, "at": START + 10_000} for user in USERS]
     env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_DELAY": "0.001",
-           "ENGINE_DATA_DIR": str(tmp_path / "data")}
+           "ENGINE_DATA_DIR": str(tmp_path / "data"), **SHORT_SESSION}
     closed_topic = f"{app_id}-clicks-closed"
     await produce(kafka.bootstrap, topic, [(e["user"], e) for e in events])
 

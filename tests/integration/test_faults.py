@@ -13,6 +13,7 @@ import pytest
 
 from engine.partitioner import partition_for
 from tests.integration.helpers import (
+    SHORT_SESSION,
     WorkerProcess,
     consume_until,
     create_topics,
@@ -70,20 +71,21 @@ async def test_an_exactly_once_worker_rides_out_a_broker_restart(own_broker, tmp
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 async def test_an_agent_stuck_on_one_event_holds_back_only_its_own_partition(kafka, tmp_path, guarantee):
     """Under exactly-once the stuck task's transaction stays open while the others commit (the guarantee
-    never weakens); stuck past the transaction timeout (engine's 15 s), the broker aborts it and the task
-    is rewound to its last commit: still exact."""
+    never weakens); stuck past the transaction timeout (6 s here), the broker aborts it and the task is
+    rewound to its last commit: still exact."""
     app_id, topic = unique("stuck"), unique("words")
     await create_topics(kafka.bootstrap, [topic])
     events = words(4_000)
-    stuck_for = 25
+    stuck_for = 14  # past the transaction timeout and the broker's check of it (each second in tests)
     env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_CONCURRENCY": "4", "ITEST_GUARANTEE": guarantee,
            "ITEST_STUCK": f"0:50:{stuck_for}", "ENGINE_STUCK_EVENT_WARNING": "4", "ITEST_ECHO": "1",
+           "ENGINE_TRANSACTION_TIMEOUT": "6",
            "ENGINE_MAILBOX_SIZE": "100"}  # partition 0 fills its mailbox long before the agent moves on
     one = worker(kafka.url, tmp_path, "one", **env)
     try:
         await one.wait_for_output("tables ready", 90)
         started = time.monotonic()
-        await paced_produce(kafka.bootstrap, topic, events, rate=1000)
+        await paced_produce(kafka.bootstrap, topic, events, rate=2000)
         truth_counts, _ = truth_of(events)
         elsewhere = {k: n for k, n in truth_counts.items() if partition_for(k.encode(), 4) != 0}
         stuck = {k: n for k, n in truth_counts.items() if k not in elsewhere}
@@ -126,8 +128,8 @@ async def test_a_record_that_blocks_the_loop_is_named_and_set_aside_after_its_pa
     app_id, topic = unique("poison"), unique("words")
     await create_topics(kafka.bootstrap, [topic])
     events = words(2_000)
-    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_CONCURRENCY": "4", "ITEST_BLOCK": "1:40:13",
-           "ENGINE_POISON_AFTER_LOSSES": "2"}
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_CONCURRENCY": "4", "ITEST_BLOCK": "1:40:6",
+           "ENGINE_POISON_AFTER_LOSSES": "2", **SHORT_SESSION}
     one, two = worker(kafka.url, tmp_path, "one", **env), worker(kafka.url, tmp_path, "two", **env)
     try:
         await one.wait_for_output("tables ready", 90)

@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from tests.integration.helpers import WorkerProcess, create_topics, read_all, unique
+from tests.integration.helpers import SHORT_SESSION, WorkerProcess, create_topics, read_all, unique
 from tests.integration.rebalance_run import (
     paced_produce,
     truth_of,
@@ -95,8 +95,8 @@ async def test_a_frozen_worker_writes_nothing_after_losing_its_partitions(kafka,
     other. On SIGCONT the zombie's stale buffers and open transaction must not reach readers."""
     app_id, topic = unique("zombie"), unique("words")
     await create_topics(kafka.bootstrap, [topic])
-    events = words(16_000)
-    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_GUARANTEE": guarantee}
+    events = words(10_000)
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_GUARANTEE": guarantee, **SHORT_SESSION}
     first = worker(kafka, tmp_path, "first", **env)
     second = worker(kafka, tmp_path, "second", **env)
     try:
@@ -113,7 +113,7 @@ async def test_a_frozen_worker_writes_nothing_after_losing_its_partitions(kafka,
         # The group gives up on the frozen one: the other worker is assigned everything.
         await second.wait_for_output("assigned", 60, count=assignments + 1)
         assert "assigned 4 partitions" in second.output().rsplit("revoked", 1)[-1]
-        await asyncio.sleep(8)  # ... and the other worker writes its partitions for a while
+        await asyncio.sleep(4)  # ... and the other worker writes its partitions for a while
         first.process.send_signal(signal.SIGCONT)
         await feeding
         exact = guarantee == "exactly_once"

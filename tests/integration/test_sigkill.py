@@ -12,7 +12,7 @@ from collections import Counter
 import orjson
 import pytest
 
-from tests.integration.helpers import WorkerProcess, create_topics, read_all, unique
+from tests.integration.helpers import SHORT_SESSION, WorkerProcess, create_topics, read_all, unique
 from tests.integration.rebalance_run import (
     START,
     Events,
@@ -58,8 +58,8 @@ async def test_exactly_once_stays_exact_across_sigkills_right_after_tables_ready
     await create_topics(kafka.bootstrap, [topic])
     events = with_late_ones(words(12_000))
     env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_GUARANTEE": "exactly_once", "ITEST_ECHO": "1",
-           "ITEST_LATE": "1", "ENGINE_DATA_DIR": str(tmp_path / "data")}
-    producing = asyncio.ensure_future(paced_produce(kafka.bootstrap, topic, events, rate=400))
+           "ITEST_LATE": "1", "ENGINE_DATA_DIR": str(tmp_path / "data"), **SHORT_SESSION}
+    producing = asyncio.ensure_future(paced_produce(kafka.bootstrap, topic, events, rate=600))
     runs: list[WorkerProcess] = []
     try:
         for round_, after in enumerate(KILLS_AFTER_READY):

@@ -18,6 +18,7 @@ import engine
 from engine import testing
 from engine.tables.keys import META_PREFIX
 from tests.integration.helpers import (
+    SHORT_SESSION,
     WorkerProcess,
     consume_until,
     create_topics,
@@ -39,7 +40,8 @@ def replayed(log: str) -> int:
 
 
 def worker(kafka_url: str, app_id: str, topic: str, tmp_path, name: str, data_dir, **env) -> WorkerProcess:
-    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(data_dir), **env}
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(data_dir), **SHORT_SESSION,
+           **env}
     return WorkerProcess("tests.integration.table_apps:app", kafka_url, env, tmp_path / f"{name}.log")
 
 

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from tests.integration.helpers import (
+    SHORT_SESSION,
     WorkerProcess,
     consume_until,
     create_topics,
@@ -25,7 +26,7 @@ def numbers_of(records) -> set[int]:
 
 
 def start_worker(kafka, app_id, tmp_path, name, delay=0.0):
-    env = {"ITEST_APP": app_id, "ITEST_DELAY": str(delay)}
+    env = {"ITEST_APP": app_id, "ITEST_DELAY": str(delay), **SHORT_SESSION}
     return WorkerProcess("tests.integration.apps:app", kafka.url, env, tmp_path / f"{name}.log")
 
 

@@ -144,6 +144,10 @@ class KafkaCluster:
                 f"transaction.state.log.min.isr={min_isr}",
                 f"min.insync.replicas={min_isr}",
                 "group.initial.rebalance.delay.ms=0",
+                # Fault tests use short sessions (ENGINE_SESSION_TIMEOUT) and transaction timeouts, and
+                # the broker checks for timed-out transactions each second instead of each 10.
+                "group.min.session.timeout.ms=1000",
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000",
                 "auto.create.topics.enable=true",
                 "log.segment.bytes=16777216",
                 "log.cleaner.backoff.ms=1000",
