@@ -29,6 +29,7 @@ KEYS = [f"w{n:03d}" for n in range(100)]
 START = 2_000_000  # seconds of event time
 CLOSE_AT = START + 1_000_000
 WINDOW = 10
+LONGEST = 600  # seconds wait_until_complete waits for outputs that keep moving
 COMMITTED = "read_committed"  # what exactly-once outputs are read with; the same as uncommitted without
 
 
@@ -87,12 +88,14 @@ async def wait_until_complete(bootstrap: str, app_id: str, events: Events, *, ti
                               ) -> tuple[dict[str, int], list[tuple[str, int, int]]]:
     """Read the counts' changelog and the closed windows (read_committed) until every count reached the
     truth and every window closed; then once more after a few checkpoints, so that a late duplicate shows.
-    If that does not happen in time, the failure shows the end of each of `workers`' logs."""
+    Fails once the outputs did not move for `timeout` seconds (a stall; a slow machine only takes longer,
+    up to LONGEST), showing the end of each of `workers`' logs."""
     truth_counts, truth_windows = truth_of(events)
-    deadline = time.monotonic() + timeout
+    started = last_change = time.monotonic()
     counts: dict[str, int] = {}
     closes: list[tuple[str, int, int]] = []
-    while time.monotonic() < deadline:
+    progress: tuple[int, int] = (0, 0)
+    while time.monotonic() - last_change < timeout and time.monotonic() - started < LONGEST:
         counts, closes = await outputs(bootstrap, app_id)
         done_counts = all(counts.get(k, 0) >= n for k, n in truth_counts.items())
         done_windows = set(truth_windows) <= {(k, s) for k, s, _ in closes}
@@ -100,9 +103,13 @@ async def wait_until_complete(bootstrap: str, app_id: str, events: Events, *, ti
             await asyncio.sleep(3)
             counts, closes = await outputs(bootstrap, app_id)
             return counts, closes
+        if (sum(counts.values()), len(closes)) != progress:
+            progress, last_change = (sum(counts.values()), len(closes)), time.monotonic()
         await asyncio.sleep(1)
     missing = len(set(truth_windows) - {(k, s) for k, s, _ in closes})
     below = sum(1 for k, n in truth_counts.items() if counts.get(k, 0) < n)
     logs = "".join(f"\n--- {w.log_path.name}:\n{w.output()[-4000:]}" for w in workers if w is not None)
-    raise AssertionError(f"not complete after {timeout}s: {below} counts below the truth, "
-                         f"{missing} of {len(truth_windows)} windows not closed{logs}")
+    raise AssertionError(f"not complete after {time.monotonic() - started:.0f}s, the last "
+                         f"{time.monotonic() - last_change:.0f}s without progress: {below} counts below the "
+                         f"truth ({sum(counts.values())} of {len(events)} counted), {missing} of "
+                         f"{len(truth_windows)} windows not closed{logs}")
