@@ -7,7 +7,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from cli.commands import export, inspect, send, status, tables, worker
+from cli.commands import export, inspect, reset, send, status, tables, worker
 from cli.loader import LoadError
 from engine import BrokerUnavailable, EngineError
 
@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--loglevel", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     parser = argparse.ArgumentParser(prog="engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (worker, send, inspect, tables, export, status):
+    for module in (worker, send, inspect, tables, export, status, reset):
         module.add_parser(_WithCommon(sub, common))
     return parser
 

@@ -9,9 +9,12 @@ manage an app. The CLI imports only this, the `engine` package and `engine.expor
   `read_key`, which returns `MISSING` for a key that is not there).
 - JSON as engine encodes and decodes it (`dumps`, `loads`), and the progress of a changelog replay
   (`Progress`).
+- Resetting an app for reprocessing (`plan_reset`, `execute_reset`, `ResetTarget`, `ResetRefused`).
 """
 
 from engine.codecs import dumps, loads
+from engine.operations.reset import ResetPlan, ResetRefused, ResetTarget, plan_reset
+from engine.operations.reset import execute as execute_reset
 from engine.tables.inspect import local_partitions, read_key, table_named
 from engine.tables.partition import MISSING
 from engine.tables.recovery import Progress
@@ -24,13 +27,18 @@ __all__ = [
     "Admin",
     "GroupDescription",
     "Progress",
+    "ResetPlan",
+    "ResetRefused",
+    "ResetTarget",
     "TopicSpec",
     "Topology",
     "build_topology",
     "dumps",
+    "execute_reset",
     "loads",
     "local_partitions",
     "open_transport",
+    "plan_reset",
     "planned_partitions",
     "read_key",
     "table_named",

@@ -73,6 +73,10 @@ class Consumer(Protocol):
     async def offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
         """(first offset, end offset) of each partition: the log is [first, end)."""
 
+    async def offsets_at(self, tps: Collection[TP], timestamp_ms: int) -> dict[TP, int]:
+        """The offset of the first record of each partition at or after `timestamp_ms` (the end offset if
+        there is none)."""
+
     async def lag(self, tp: TP) -> int | None:
         """How many records of an assigned partition the broker is known to hold past what was fetched (as
         of the last fetch, without asking the broker); None if not known yet."""
@@ -160,6 +164,12 @@ class Admin(Protocol):
     async def topic_ids(self, names: Collection[str]) -> dict[str, bytes]:
         """The id of each existing topic of `names`: its identity, new when a topic is deleted and recreated
         under the same name. ({} where the broker cannot tell.)"""
+
+    async def delete_topics(self, names: Collection[str]) -> None:
+        """Delete these topics (and their records); returns once the broker no longer lists them."""
+
+    async def set_committed(self, group_id: str, offsets: Mapping[TP, int]) -> None:
+        """Commit these offsets for a group without members (what a reset does)."""
 
     async def close(self) -> None: ...
 

@@ -282,6 +282,18 @@ class KafkaConsumer:
             raise TransportError(f"cannot read offsets of {sorted(tps)}: {exc}") from exc
         return {TP(tp.topic, tp.partition): (first[tp], end[tp]) for tp in partitions}
 
+    async def offsets_at(self, tps: Collection[TP], timestamp_ms: int) -> dict[TP, int]:
+        partitions = [TopicPartition(*tp) for tp in tps]
+        if not partitions:
+            return {}
+        try:
+            found = await self._client.offsets_for_times({tp: timestamp_ms for tp in partitions})
+            end = await self._client.end_offsets(partitions)
+        except KafkaError as exc:
+            raise TransportError(f"cannot find offsets at {timestamp_ms} ms of {sorted(tps)}: {exc}") from exc
+        return {TP(tp.topic, tp.partition): (found[tp].offset if found.get(tp) is not None else end[tp])
+                for tp in partitions}
+
     async def committed(self, tps: Collection[TP]) -> dict[TP, int | None]:
         tps = list(tps)
         try:
@@ -500,6 +512,7 @@ def _last_offset(last: asyncio.Future[int], relative: int, batch: asyncio.Future
 class KafkaAdmin:
     def __init__(self, servers: str, options: Mapping[str, Any]) -> None:
         self._servers = servers
+        self._options = dict(options)
         self._client = AIOKafkaAdminClient(bootstrap_servers=servers, **options)
         private.refuse_auto_create(private.network_client(self._client))
         self._started = False
@@ -613,6 +626,34 @@ class KafkaAdmin:
             log.warning("cannot read topic ids (%s); changelog identities are not checked", exc)
             return {}
         return topic_ids(response)
+
+    async def delete_topics(self, names: Collection[str]) -> None:
+        await self._ensure_started()
+        try:
+            await self._client.delete_topics(sorted(names))
+        except KafkaError as exc:
+            raise TransportError(f"cannot delete topics {sorted(names)}: {exc}") from exc
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while set(names) & (await self.describe_topics()).keys():
+            if loop.time() > deadline:
+                raise TransportError(f"topics {sorted(names)} were deleted but are still listed after 30s")
+            await asyncio.sleep(0.1)
+
+    async def set_committed(self, group_id: str, offsets: Mapping[TP, int]) -> None:
+        """Through a consumer of the group outside any generation: the broker takes such a commit while the
+        group has no members (aiokafka's admin has no AlterConsumerGroupOffsets)."""
+        consumer = AIOKafkaConsumer(bootstrap_servers=self._servers, group_id=group_id,
+                                    enable_auto_commit=False, **self._options)
+        private.refuse_auto_create(private.consumer_client(consumer))
+        await _start(consumer, self._servers)
+        try:
+            consumer.assign([TopicPartition(*tp) for tp in offsets])
+            await consumer.commit({TopicPartition(*tp): offset for tp, offset in offsets.items()})
+        except KafkaError as exc:
+            raise TransportError(f"cannot commit offsets of group {group_id!r}: {exc}") from exc
+        finally:
+            await _stop_quietly(consumer, "consumer")
 
     async def close(self) -> None:
         if self._started:

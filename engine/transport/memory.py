@@ -225,6 +225,13 @@ class MemoryConsumer:
             out[tp] = (0, len(partitions[tp.partition]) if partitions else 0)
         return out
 
+    async def offsets_at(self, tps: Collection[TP], timestamp_ms: int) -> dict[TP, int]:
+        out = {}
+        for tp in tps:
+            records = self.broker.topics.get(tp.topic, [[]] * (tp.partition + 1))[tp.partition]
+            out[tp] = next((r.offset for r in records if r.timestamp >= timestamp_ms), len(records))
+        return out
+
     async def committed(self, tps: Collection[TP]) -> dict[TP, int | None]:
         group = self.broker.groups.get(self.group_id or "")
         return {tp: (group.committed.get(tp) if group else None) for tp in tps}
@@ -371,6 +378,16 @@ class MemoryAdmin:
 
     async def topic_ids(self, names: Collection[str]) -> dict[str, bytes]:
         return {name: self.broker.ids[name] for name in names if name in self.broker.ids}
+
+    async def delete_topics(self, names: Collection[str]) -> None:
+        for name in names:
+            self.broker.delete_topic(name)
+            for group in self.broker.groups.values():
+                for tp in [tp for tp in group.committed if tp.topic == name]:
+                    del group.committed[tp]
+
+    async def set_committed(self, group_id: str, offsets: Mapping[TP, int]) -> None:
+        self.broker.groups.setdefault(group_id, _Group()).committed.update(offsets)
 
     async def close(self) -> None:
         return None
