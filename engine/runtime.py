@@ -101,6 +101,22 @@ class Worker(Service):
         tables = self.tables
         instance = settings.group_instance_id
         leases = Leases()
+        self.placement = Placement(
+            standby_replicas=settings.standby_replicas,
+            acceptable_lag=settings.acceptable_recovery_lag,
+            stateful=tables is not None and any(not t.is_global for t in tables.tables.values()),
+            positions=tables.positions if tables is not None else dict,
+            on_assignment=lambda assignment: self.tasks.on_assignment(assignment),
+        )
+        self.web: Service | None = None
+        if settings.web_enabled:  # started before the consumer joins: its address goes into the assignment
+            from engine.web.queries import TableQueries
+            from engine.web.server import WebServer  # aiohttp is imported only by a worker that serves
+
+            queries = TableQueries(self, app.tables, owners=self._owners, assigned=self._assigned,
+                                   endpoint=lambda: self.placement.endpoint)
+            self.web = self.add_child(WebServer(queries, settings.web_host, settings.web_port,
+                                                on_bound=self._web_bound))
         self.consumer = self.transport.consumer(
             group_id=settings.app_id,
             instance_id=worker_identity(settings) if instance == "auto" else instance,
@@ -109,13 +125,7 @@ class Worker(Service):
             on_lost=lambda tps: self.tasks.lost(tps),
             max_poll_records=settings.max_poll_records,
             auto_offset_reset=settings.auto_offset_reset,
-            placement=Placement(
-                standby_replicas=settings.standby_replicas,
-                acceptable_lag=settings.acceptable_recovery_lag,
-                stateful=tables is not None and any(not t.is_global for t in tables.tables.values()),
-                positions=tables.positions if tables is not None else dict,
-                on_assignment=lambda assignment: self.tasks.on_assignment(assignment),
-            ),
+            placement=self.placement,
         )
         pauses = Pauses(self.consumer)
         sources = tables.source_appliers() if tables is not None else {}
@@ -163,6 +173,17 @@ class Worker(Service):
                                                                  event.offset, agent, seconds),
         ))
         self._stopping = asyncio.Event()
+
+    def _web_bound(self, endpoint: str) -> None:
+        self.placement.endpoint = endpoint
+
+    def _owners(self) -> Mapping[int, str]:
+        current = self.placement.current
+        return current.owners if current is not None else {}
+
+    def _assigned(self) -> dict[int, bool]:
+        """The tasks active here, and whether each is set up (its stores recovered)."""
+        return {number: task.ready for number, task in self.tasks.active.items() if not task.closed}
 
     def _internal_topic(self, name: str, like: Topic | None, key_type: type | None = None,
                         value_type: type | None = None) -> Topic:

@@ -81,6 +81,12 @@ class Settings:
     agent_max_restarts: int = 10
     agent_restart_window: timedelta = timedelta(minutes=1)
     broker_options: Mapping[str, Any] = field(default_factory=dict)
+    # The worker's web server (engine.web): table queries, /health, /ready. It binds web_host:web_port or
+    # the next free port (0: any free port); web_enabled=False turns it off (then no query reaches this
+    # worker, and forwarded ones get 503).
+    web_enabled: bool = True
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
 
     def __post_init__(self) -> None:
         validate(self)
@@ -143,6 +149,12 @@ def validate(s: Settings) -> None:
                                             or not _APP_ID.match(s.group_instance_id)):
         _fail("group_instance_id", s.group_instance_id,
               "expected 'auto' or 1-200 letters, digits, '.', '_' or '-'")
+    if not isinstance(s.web_enabled, bool):
+        _fail("web_enabled", s.web_enabled, "expected true or false")
+    if not isinstance(s.web_port, int) or isinstance(s.web_port, bool) or not 0 <= s.web_port < 65536:
+        _fail("web_port", s.web_port, "expected a port number (0: any free port)")
+    if not isinstance(s.web_host, str) or not s.web_host:
+        _fail("web_host", s.web_host, "expected a host name or address to listen on")
     if not isinstance(s.data_dir, Path):
         _fail("data_dir", s.data_dir, "expected a path")
 
@@ -167,7 +179,9 @@ _DURATIONS = {"commit_interval", "shutdown_timeout", "agent_restart_window", "st
               "state_cleanup_delay", "producer_linger", "blocked_loop_warning", "max_task_idle",
               "session_timeout", "transaction_timeout"}
 _INTS = {"topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "agent_max_restarts",
-         "standby_replicas", "acceptable_recovery_lag", "store_memory", "poison_after_losses"}
+         "standby_replicas", "acceptable_recovery_lag", "store_memory", "poison_after_losses", "web_port"}
+_BOOLS = {"web_enabled"}
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 ENV_PREFIX = "ENGINE_"
 # Variables of engine's own tools that share the prefix but are not settings (the test suite's broker).
 NOT_SETTINGS = frozenset({"ENGINE_TEST_KAFKA", "ENGINE_KAFKA_CACHE"})
@@ -180,10 +194,15 @@ def coerce(name: str, value: Any) -> Any:
             return timedelta(seconds=float(value))
         if name in _INTS and isinstance(value, str):
             return int(value)
+        if name in _BOOLS and isinstance(value, str):
+            if value.lower() not in _TRUE | _FALSE:
+                raise ValueError(value)
+            return value.lower() in _TRUE
         if name == "data_dir":
             return Path(value)
     except (TypeError, ValueError):
-        _fail(name, value, "expected a number of seconds" if name in _DURATIONS else "expected an int")
+        _fail(name, value, "expected a number of seconds" if name in _DURATIONS
+              else "expected true or false" if name in _BOOLS else "expected an int")
     return value
 
 

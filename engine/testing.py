@@ -37,6 +37,7 @@ async def running(app: App, **overrides: Any) -> AsyncIterator[Worker]:
     if "broker" not in overrides and app.settings().transport_scheme != "memory":
         overrides["broker"] = memory_url()
     overrides.setdefault("commit_interval", 0.05)
+    overrides.setdefault("web_enabled", False)  # no port per test; pass web_enabled=True to test queries
     worker = Worker(app, app.settings(overrides))
     await worker.start()
     try:

@@ -9,6 +9,7 @@ manage an app. The CLI imports only this, the `engine` package and `engine.expor
   `read_key`, which returns `MISSING` for a key that is not there).
 - JSON as engine encodes and decodes it (`dumps`, `loads`), and the progress of a changelog replay
   (`Progress`).
+- A key as a person types it, decoded with a table's key codec (`parse_key`).
 - Resetting an app for reprocessing (`plan_reset`, `execute_reset`, `ResetTarget`, `ResetRefused`).
 """
 
@@ -21,6 +22,7 @@ from engine.tables.recovery import Progress
 from engine.topology.plan import Topology, build_topology, planned_partitions
 from engine.transport import open_transport
 from engine.transport.base import Admin, GroupDescription, TopicSpec
+from engine.web.queries import parse_key
 
 __all__ = [
     "MISSING",
@@ -38,6 +40,7 @@ __all__ = [
     "loads",
     "local_partitions",
     "open_transport",
+    "parse_key",
     "plan_reset",
     "planned_partitions",
     "read_key",

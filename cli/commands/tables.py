@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cli.loader import load_app
-from engine.tools import MISSING, dumps, local_partitions, planned_partitions, read_key, table_named
+from engine.tools import (
+    MISSING,
+    dumps,
+    local_partitions,
+    parse_key,
+    planned_partitions,
+    read_key,
+    table_named,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -47,14 +55,7 @@ def run_table(args: argparse.Namespace) -> int:
     app = load_app(args.app)
     settings = app.settings({"broker": args.broker, "data_dir": args.data_dir})
     table = table_named(app, args.table)
-    key = args.key
-    if table.plain_key_codec.name == "json":
-        from engine.tools import loads
-
-        try:
-            key = loads(args.key)
-        except ValueError:
-            key = args.key  # a bare word is a string key
+    key = parse_key(table, args.key)
     partition, value = read_key(app, settings, args.table, key)
     if value is MISSING:
         print(f"{args.table}[{args.key!r}]: no such key in the local stores (partition {partition})")
