@@ -109,15 +109,17 @@ class Worker(Service):
             positions=tables.positions if tables is not None else dict,
             on_assignment=lambda assignment: self.tasks.on_assignment(assignment),
         )
-        self.web: Service | None = None
+        self.web: Service | None = None  # engine.web.server.WebServer, imported only when it serves
         if settings.web_enabled:  # started before the consumer joins: its address goes into the assignment
             from engine.web.queries import TableQueries
             from engine.web.server import WebServer  # aiohttp is imported only by a worker that serves
 
             queries = TableQueries(self, app.tables, owners=self._owners, assigned=self._assigned,
                                    endpoint=lambda: self.placement.endpoint)
-            self.web = self.add_child(WebServer(queries, settings.web_host, settings.web_port,
-                                                on_bound=self._web_bound))
+            web = self.web = self.add_child(WebServer(queries, settings.web_host, settings.web_port,
+                                                      on_bound=self._web_bound))
+            if self.tables is not None:
+                self.tables.query = web.query
         self.consumer = self.transport.consumer(
             group_id=settings.app_id,
             instance_id=worker_identity(settings) if instance == "auto" else instance,

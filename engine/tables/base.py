@@ -57,6 +57,7 @@ class _Binding:
     writers: set[str]
     registry: set[str] | None  # told of each topic whose events write the table (the worker's timed topics)
     checkpoint: Callable[[], Awaitable[None]] | None
+    query: Callable[[BaseTable, Any], Awaitable[Any]] | None = None  # the worker's table queries (engine.web)
 
 
 class _CurrentPartitions(MutableMapping[int, TablePartition]):
@@ -181,14 +182,15 @@ class BaseTable(MutableMapping[Any, Any]):
 
     def bind(self, worker: object, partition_count: int, topic_counts: Mapping[str, int],
              writers: set[str] | None = None,
-             checkpoint: Callable[[], Awaitable[None]] | None = None) -> None:
+             checkpoint: Callable[[], Awaitable[None]] | None = None,
+             query: Callable[[BaseTable, Any], Awaitable[Any]] | None = None) -> None:
         """Attach to a running worker: the table's partition count (its changelog's), and every topic's, to
         check that the topics whose events write the table are co-partitioned with it; `writers` (if given)
         gets each topic whose events write the table, from its first write on; `checkpoint` runs one of the
-        worker's checkpoints."""
+        worker's checkpoints; `query` answers `query` (the worker's web server, engine.web)."""
         self._count = partition_count
         self._topic_counts = topic_counts
-        self._bindings.bind(worker, _Binding({}, set(), writers, checkpoint))
+        self._bindings.bind(worker, _Binding({}, set(), writers, checkpoint, query))
         self._rebind()
 
     def unbind(self, worker: object) -> None:
@@ -213,6 +215,17 @@ class BaseTable(MutableMapping[Any, Any]):
         if binding is None or binding.checkpoint is None:
             raise TableError(f"table {self.name!r} is not attached to a running worker")
         await binding.checkpoint()
+
+    async def query(self, key: Any) -> Any:
+        """The key's current value wherever in the app it lives: read here when its partition is active on
+        this worker, else asked of the worker that owns it (over HTTP, as `GET /tables/{table}/{key}`).
+        Raises KeyError for a key the table does not have, and TableError while the key's partition
+        recovers or moves (ask again a moment later) or when no worker with a web server runs the app."""
+        binding = self._bindings.current()
+        if binding is None or binding.query is None:
+            raise TableError(f"table {self.name!r}: queries need a running worker with its web server "
+                             "(web_enabled=True)")
+        return await binding.query(self, key)
 
     @property
     def writers(self) -> Collection[str]:

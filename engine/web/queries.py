@@ -14,7 +14,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import DecodeError
+from engine.errors import DecodeError, EncodeError
 from engine.scope import current_worker
 
 if TYPE_CHECKING:
@@ -59,17 +59,25 @@ class TableQueries:
         return Answer(200, {"tables": tables})
 
     def get(self, name: str, key_text: str, *, forwarded: bool) -> Answer:
+        """A query as a URL gives it: the table's name and the key's text."""
         table = self._tables.get(name)
         if table is None:
             return Answer(404, {"error": f"no table {name!r}; tables: {sorted(self._tables)}"})
+        try:
+            key = parse_key(table, key_text)
+        except DecodeError as exc:
+            return Answer(400, {"error": f"key {key_text!r} does not fit table {name!r}: {exc}"})
+        return self.get_key(table, key, forwarded=forwarded)
+
+    def get_key(self, table: BaseTable, key: Any, *, forwarded: bool) -> Answer:
+        name = table.name
         if table.window is not None:
             return Answer(400, {"error": f"table {name!r} is windowed: window queries are not served over "
                                          "HTTP yet (engine table get --data-dir reads its windows offline)"})
         try:
-            key = parse_key(table, key_text)
             _, number = table.locate(key)
-        except DecodeError as exc:
-            return Answer(400, {"error": f"key {key_text!r} does not fit table {name!r}: {exc}"})
+        except EncodeError as exc:
+            return Answer(400, {"error": f"key {key!r} does not fit table {name!r}: {exc}"})
         with _inside(self._worker):
             part = table.active.get(number)
             if part is not None:
@@ -96,6 +104,16 @@ class TableQueries:
         if recovering:
             return Answer(503, {"ready": False, "recovering": recovering}, retry_after=RETRY_AFTER)
         return Answer(200, {"ready": True, "active": sorted(assigned)})
+
+
+def key_text(table: BaseTable, key: Any) -> str:
+    """The text of a key in a query's URL, which `parse_key` turns back into the key."""
+    if table.plain_key_codec.name == "raw":
+        raise EncodeError(f"table {table.name!r} has raw bytes keys: they cannot be named in a URL")
+    encoded = table.plain_key_codec.encode(key)
+    if encoded is None:
+        raise EncodeError(f"table {table.name!r}: a key cannot be None")
+    return encoded.decode()
 
 
 def parse_key(table: BaseTable, text: str) -> Any:

@@ -18,16 +18,20 @@ from __future__ import annotations
 import errno
 import logging
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
 from agents import Service
-from engine.codecs import dumps
+from engine.codecs import dumps, loads
 from engine.errors import ConfigError
+from engine.tables.base import TableError
+from engine.web.queries import key_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from engine.tables.base import BaseTable
     from engine.web.queries import Answer, TableQueries
 
 log = logging.getLogger(__name__)
@@ -95,16 +99,35 @@ class WebServer(Service):
         answer = self.queries.get(request.match_info["table"], request.match_info["key"], forwarded=forwarded)
         if answer.forward_to is None:
             return _respond(answer)
+        status, body = await self.forward(answer.forward_to, request.rel_url.path_qs)
+        return web.Response(status=status, body=body, content_type="application/json",
+                            headers={"Retry-After": "1"} if status == 503 else None)
+
+    async def forward(self, endpoint: str, path: str) -> tuple[int, bytes]:
+        """Ask the worker at `endpoint` (marked as forwarded: it answers, never sends on); a worker that does
+        not answer is a 503, as a partition that moves."""
         assert self._client is not None
-        url = f"http://{answer.forward_to}{request.rel_url.path_qs}"
         try:
-            async with self._client.get(url, headers={FORWARDED: self.endpoint}) as reply:
-                body = await reply.read()
-                headers = {k: v for k, v in reply.headers.items() if k in ("Retry-After", "Content-Type")}
-                return web.Response(status=reply.status, body=body, headers=headers)
+            headers = {FORWARDED: self.endpoint}
+            async with self._client.get(f"http://{endpoint}{path}", headers=headers) as reply:
+                return reply.status, await reply.read()
         except (ClientError, TimeoutError) as exc:
-            return _json(503, {"error": f"the owner {answer.forward_to} did not answer: {exc!r}"},
-                         retry_after=1)
+            return 503, dumps({"error": f"the owner {endpoint} did not answer: {exc!r}"})
+
+    async def query(self, table: BaseTable, key: Any) -> Any:
+        """`table.query(key)`: the value from here or from the key's owner; KeyError if absent, TableError
+        for anything else (moving, recovering, a key of the wrong type), with the worker's reason."""
+        answer = self.queries.get_key(table, key, forwarded=False)
+        status, body = answer.status, answer.body
+        if answer.forward_to is not None:
+            path = f"/tables/{quote(table.name, safe='')}/{quote(key_text(table, key), safe='')}"
+            status, raw = await self.forward(answer.forward_to, path)
+            body = loads(raw)
+        if status == 200:
+            return table.value_codec.decode(dumps(body["value"]))  # the value's own type, as a read gives it
+        if status == 404 and "key" in body:
+            raise KeyError(key)
+        raise TableError(f"table {table.name!r}, key {key!r}: {body.get('error', status)}")
 
 
 def _respond(answer: Answer) -> web.Response:

@@ -9,9 +9,11 @@ from collections import Counter
 from typing import Any
 
 import aiohttp
+import pytest
 
 import engine
 from engine import testing
+from engine.scope import current_worker
 from engine.web.server import FORWARDED
 
 WORDS = [f"w{i % 31}" for i in range(500)]
@@ -108,3 +110,28 @@ def test_a_partition_assigned_here_but_not_recovered_answers_503_and_readiness_w
     assert queries.get("counts", "w1", forwarded=True).status == 503
     state["owners"] = {}
     assert queries.ready().body == {"ready": False, "why": "no assignment yet"}
+
+
+async def test_table_query_from_python_reads_here_or_asks_the_owner(tmp_path):
+    app, numbers = make_app()
+    url = testing.memory_url()
+    options = {"broker": url, "web_enabled": True, "web_port": 0}
+    async with testing.running(app, data_dir=str(tmp_path / "a"), **options) as first, \
+            testing.running(app, data_dir=str(tmp_path / "b"), **options):
+        await testing.eventually(lambda: first.placement.current is not None and len(
+            first.placement.current.owners) == 4, 10)
+        for word in WORDS:
+            await app.topics["words"].send(key=word, value=word)
+        truth = Counter(WORDS)
+        counts = app.tables["counts"]
+        await testing.eventually(lambda: dict(counts.items()) == truth, 10)
+        assert any(counts.locate(word)[1] not in first.tasks.active for word in truth), "some are asked"
+        token = current_worker.set(first)  # as code of the first worker (a timer, an agent) asks
+        try:
+            assert {word: await counts.query(word) for word in truth} == dict(truth)
+            with pytest.raises(KeyError):
+                await counts.query("nope")
+            with pytest.raises(KeyError):
+                await numbers.query(7)
+        finally:
+            current_worker.reset(token)
