@@ -88,8 +88,7 @@ class Worker(Service):
             session_timeout=settings.session_timeout.total_seconds(),
             transaction_timeout=settings.transaction_timeout.total_seconds()))
         self.guarantee = choose(settings.processing_guarantee, self.transport, app.id,
-                                tables=bool(app.tables), worker_id=lambda: worker_identity(settings),
-                                commit_timeout=settings.transaction_timeout.total_seconds())
+                                tables=bool(app.tables), worker_id=lambda: worker_identity(settings))
         self.producer = self.guarantee.producer
         for producer in self.guarantee.producers:
             self.add_child(_ProducerService(producer))

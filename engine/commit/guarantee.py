@@ -152,13 +152,8 @@ class ExactlyOnce:
 
     name = "exactly_once"
 
-    def __init__(self, transport: Transport, app_id: str, worker_id: str,
-                  commit_timeout: float = 15.0) -> None:
+    def __init__(self, transport: Transport, app_id: str, worker_id: str) -> None:
         self.group_id = app_id
-        # A commit that has not completed within the transaction timeout cannot succeed any more (the broker
-        # aborts a transaction open that long): the task is failed and rewound instead of holding every
-        # other task's commit (and so every reader) back.
-        self.commit_timeout = commit_timeout
         self.events = EventProducer(transport, worker_id)
         self.producer: Producer = self.events  # agents' sends go to their event's task's transaction
         self.task_producer: Callable[[int], Producer] = (
@@ -214,9 +209,8 @@ class ExactlyOnce:
             if cut.task.producer is not None and cut.task.number not in failed}
         missing = {cut.task.number: PartitionMigrated(f"task {cut.task.number} has no producer")
                    for cut in cuts if cut.task.producer is None and cut.task.number not in failed}
-        tasks, _ = await asyncio.gather(commit_transactions(commits, self.group_id, self.commit_timeout),
-                                        self.events.commit_transaction({}, self.group_id,
-                                                                       self.commit_timeout))
+        tasks, _ = await asyncio.gather(commit_transactions(commits, self.group_id),
+                                        self.events.commit_transaction({}, self.group_id))
         return {**failed, **missing, **tasks}
 
     async def commit_offsets(self, consumer: Consumer, offsets: Mapping[TP, int]) -> None:
@@ -225,8 +219,8 @@ class ExactlyOnce:
 
 
 def choose(name: str, transport: Transport, app_id: str, *, tables: bool,
-           worker_id: Callable[[], str], commit_timeout: float = 15.0) -> Guarantee:
+           worker_id: Callable[[], str]) -> Guarantee:
     """The strategy for the `processing_guarantee` setting."""
     if name == "exactly_once":
-        return ExactlyOnce(transport, app_id, worker_id(), commit_timeout)
+        return ExactlyOnce(transport, app_id, worker_id())
     return AtLeastOnce(transport, app_id, tables=tables)

@@ -61,19 +61,12 @@ class HasProducer(Protocol):
     producer: Producer | None
 
 
-class CommitTimedOut(EngineError):
-    """A task's commit did not complete in time (its transaction is treated as failed and rewound)."""
-
-
 async def commit_transactions(commits: Mapping[int, tuple[Producer, Mapping[TP, int]]],
-                              group_id: str, timeout: float | None = None) -> dict[int, BaseException]:
+                              group_id: str) -> dict[int, BaseException]:
     """Commit each task's transaction with its partitions' offsets, concurrently (producers without
-    transactions, memory://, only flush); returns the tasks that did not commit (the others did). A commit
-    not done within `timeout` seconds counts as failed (CommitTimedOut): one task's commit that hangs must
-    not hold back every other task's."""
+    transactions, memory://, only flush); returns the tasks that did not commit (the others did)."""
     numbers = sorted(commits)
-    results = await asyncio.gather(*(_bounded(_commit(*commits[n], group_id), n, timeout) for n in numbers),
-                                   return_exceptions=True)
+    results = await asyncio.gather(*(_commit(*commits[n], group_id) for n in numbers), return_exceptions=True)
     for result in results:
         if isinstance(result, BaseException) and not isinstance(result, Exception):
             raise result
@@ -157,31 +150,21 @@ class EventProducer:
         producers = [self.worker, *(t.producer for t in self.tasks.values() if t.producer is not None)]
         await asyncio.gather(*(p.flush() for p in producers))
 
-    async def commit_transaction(self, offsets: Mapping[TP, int], group_id: str,
-                                 timeout: float | None = None) -> None:
+    async def commit_transaction(self, offsets: Mapping[TP, int], group_id: str) -> None:
         """Commit the worker's own transaction (timers, sends outside events; it holds no offsets). One that
-        failed (or did not complete within `timeout` seconds) is replaced, its sends lost with a warning:
-        the tasks' commits do not depend on it. Sends made meanwhile go into the next transaction."""
+        failed is replaced, its sends lost with a warning: the tasks' commits do not depend on it. Sends
+        made meanwhile go into the next transaction."""
         self._worker_open.clear()
         try:
-            await asyncio.wait_for(_commit(self.worker, {}, group_id), timeout)
+            await _commit(self.worker, {}, group_id)
         except Exception as exc:
             log.warning("the worker's own transaction (timers, sends outside events) did not commit "
-                        "(%r); its sends are lost, a new transaction starts", exc)
+                        "(%s); its sends are lost, a new transaction starts", exc)
             failed, self.worker = self.worker, self._transport.producer(self._worker_id)
             await failed.stop()
             await self.worker.start()
         finally:
             self._worker_open.set()
-
-
-async def _bounded(commit: Coroutine[Any, Any, None], number: int, timeout: float | None) -> None:
-    try:
-        await asyncio.wait_for(commit, timeout)
-    except TimeoutError:
-        log.warning("task %d: its transaction's commit did not complete within %gs; the task is rewound "
-                    "(a new producer fences the old one)", number, timeout)
-        raise CommitTimedOut(f"the commit did not complete within {timeout:g}s") from None
 
 
 async def _commit(producer: Producer, offsets: Mapping[TP, int], group_id: str) -> None:

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from engine.commit.guarantee import ExactlyOnce
-from engine.commit.transactions import CommitTimedOut, TransactionsFailed
+from engine.commit.transactions import TransactionsFailed
 from engine.errors import TransactionAborted
 from engine.events import TP
 from engine.tasks.active import ActiveTask, TaskCut
@@ -49,10 +49,7 @@ class RecordingProducer:
             await asyncio.sleep(0.01)  # a broker round trip: the others start meanwhile if concurrent
             if self.id in self.failures:
                 self.in_transaction = False
-                failure = self.failures.pop(self.id)
-                if isinstance(failure, TimeoutError):  # a commit that never completes (a broker that hangs)
-                    await asyncio.Event().wait()
-                raise failure
+                raise self.failures.pop(self.id)
         finally:
             self.open.set()
         self.log.append(("committed", self.id, dict(offsets), group_id))
@@ -134,19 +131,6 @@ async def test_sends_outside_events_while_the_worker_transaction_fails_go_into_t
     assert sent == [("send", "worker-1", b"during"), ("send", "worker-1", b"after")]
     started_again = transport.log.index(("start", "worker-1"))
     assert transport.log.index(sent[0]) > started_again, "sent into the new transaction, not the failed one"
-
-
-async def test_a_commit_that_hangs_fails_its_task_after_the_timeout_and_the_others_commit(caplog):
-    transport = RecordingTransport()
-    guarantee, cuts = await started(transport)
-    guarantee.commit_timeout = 0.2
-    transport.failures["app-task-1"] = TimeoutError()
-    with pytest.raises(TransactionsFailed) as failed:
-        await commit(guarantee, cuts)
-    assert isinstance(failed.value.failed[1], CommitTimedOut)
-    assert set(failed.value.failed) == {1}
-    assert {e[1] for e in transport.log if e[0] == "committed"} == {"app-task-0", "worker-1"}
-    assert "task 1: its transaction's commit did not complete within 0.2s" in caplog.text
 
 
 async def test_a_failed_task_is_named_and_the_others_and_the_worker_commit():
