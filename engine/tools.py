@@ -10,10 +10,12 @@ manage an app. The CLI imports only this, the `engine` package and `engine.expor
 - JSON as engine encodes and decodes it (`dumps`, `loads`), and the progress of a changelog replay
   (`Progress`).
 - A key as a person types it, decoded with a table's key codec (`parse_key`).
+- Logging as `engine worker` does it: aiokafka's repeated errors summarised (`summarise_repeats`).
 - Resetting an app for reprocessing (`plan_reset`, `execute_reset`, `ResetTarget`, `ResetRefused`).
 """
 
 from engine.codecs import dumps, loads
+from engine.monitors.logsummary import summarise_repeats
 from engine.operations.reset import ResetPlan, ResetRefused, ResetTarget, plan_reset
 from engine.operations.reset import execute as execute_reset
 from engine.tables.inspect import local_partitions, read_key, table_named
@@ -44,5 +46,6 @@ __all__ = [
     "plan_reset",
     "planned_partitions",
     "read_key",
+    "summarise_repeats",
     "table_named",
 ]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from cli.loader import load_app
 from engine import run_worker
+from engine.tools import summarise_repeats
 
 if TYPE_CHECKING:
     import argparse
@@ -22,6 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
     overrides = {"broker": args.broker, "data_dir": args.data_dir}
+    summarise_repeats()  # a broker restart makes aiokafka repeat one error thousands of times
     logging.getLogger("engine").info("starting worker for %s", app.id)
     asyncio.run(run_worker(app, overrides))
     return 0
