@@ -50,6 +50,9 @@ class Window(Protocol):
     @property
     def size_ms(self) -> int: ...
 
+    @property
+    def grace_ms(self) -> int: ...
+
     def spec(self) -> dict[str, int]:
         """The window's parameters in ms, as exports record them (size_ms, step_ms, grace_ms, expires_ms)."""
 

@@ -24,6 +24,7 @@ the source offsets commit in one Kafka transaction; at-least-once, a crash betwe
 
 from __future__ import annotations
 
+import logging
 import operator
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -56,6 +57,9 @@ if TYPE_CHECKING:
 
 Timestamp = Callable[[Any], "float | int | datetime"]
 
+log = logging.getLogger(__name__)
+LATE_WARNING_INTERVAL = 10.0  # seconds between two warnings about a table's late events
+
 
 def _advance(part: TablePartition, state: WindowState, ts: int) -> int:
     """Stream time is the largest event time seen: raise it to `ts`, recording a change in the partition's
@@ -85,6 +89,9 @@ class WindowedTable:
         self.late_topic = late_topic
         self.clock = clock
         self.late_events = 0
+        self._late_unreported = 0  # since the last warning about late events
+        self._late_needed_ms = 0  # the grace that would have kept them
+        self._late_reported_at = -LATE_WARNING_INTERVAL
         self.topics: dict[str, Topic] = {}
         self.closed_topic: Topic | None = None
         self._sets: dict[Any, WindowSet] = {}
@@ -203,10 +210,28 @@ class WindowedTable:
             buffer[window_key_] = fun(current, arg)
             applied = True
         if not applied:
-            self.late_events += 1
-            if self.late_topic is not None:
-                part.late.append(event.record)
+            self._late(part, event, ts, stream_time)
         return applied
+
+    def _late(self, part: TablePartition, event: Event, ts: int, stream_time: int) -> None:
+        """Count a late event, keep it for the late topic if asked, and say so (at most once per
+        LATE_WARNING_INTERVAL per table): how many, and the grace that would have kept them."""
+        self.late_events += 1
+        if self.late_topic is not None:
+            part.late.append(event.record)
+        needed = stream_time - (self.window.current_start_ms(ts) + self.window.size_ms) + 1
+        self._late_unreported += 1
+        self._late_needed_ms = max(self._late_needed_ms, needed)
+        now = time.monotonic()
+        if now - self._late_reported_at >= LATE_WARNING_INTERVAL:
+            log.warning(
+                "windowed table %r: %d late event(s) dropped since the last report (%d in all; e.g. "
+                "%s[%d]@%d, %.3f s behind stream time): a grace of %.3f s would have kept them (it is %.3f s)"
+                "%s", self.name, self._late_unreported, self.late_events, event.topic, event.partition,
+                event.offset, (stream_time - ts) / 1000, self._late_needed_ms / 1000,
+                self.window.grace_ms / 1000,
+                "; they went to the late topic" if self.late_topic is not None else "")
+            self._late_unreported, self._late_needed_ms, self._late_reported_at = 0, 0, now
 
     def _default(self) -> Any:
         if self.table.default is None:

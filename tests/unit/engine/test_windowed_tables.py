@@ -32,7 +32,7 @@ async def feed(topic, key: str, times: list[float]) -> None:
         await topic.send(key=key, value={"ts": ts})
 
 
-async def test_tumbling_with_out_of_order_and_late_events():
+async def test_tumbling_with_out_of_order_and_late_events(caplog):
     url = testing.memory_url()
     app, views, table, seen = windowed_app(
         lambda t: t.tumbling(10, grace=5, expires=60), url, store="memory://")
@@ -44,6 +44,12 @@ async def test_tumbling_with_out_of_order_and_late_events():
         assert table["a"].items() == [
             (WindowRange(0, 10), 2), (WindowRange(10, 20), 1), (WindowRange(20, 30), 2)]
         assert table.late_events == 2
+    # Said once (the second late event falls in the same 10 s of reports), with the grace that would have
+    # kept it: 4 s at stream time 25 s, its window [0, 10) ended at 10 s.
+    warnings = [r.getMessage() for r in caplog.records if "late event" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "1 late event(s) dropped" in warnings[0]
+    assert "a grace of 15.001 s would have kept them (it is 5.000 s)" in warnings[0]
     assert [current for _, current, _ in seen] == [1, 1, 2, 1, 2, 1, 2]
     assert [delta for _, _, delta in seen] == [0, 1, 0, 1, 0, 2, 1]  # at 18: [0, 10) held 2
 
