@@ -33,6 +33,7 @@ class Timer:
     name: str
     interval: timedelta
     fun: Callable[[], Awaitable[None]]
+    on_leader: bool = False  # runs only on the group's leader: the worker that owns task 0
 
 
 class App:
@@ -131,17 +132,19 @@ class App:
             self.topics.setdefault(source.name, source)
         return source
 
-    def timer(self, interval: float | timedelta, *, name: str | None = None) -> Callable[
-        [Callable[[], Awaitable[None]]], Callable[[], Awaitable[None]]
-    ]:
-        """Run an async function every `interval` (seconds or timedelta) while the worker runs."""
+    def timer(self, interval: float | timedelta, *, name: str | None = None, on_leader: bool = False
+              ) -> Callable[[Callable[[], Awaitable[None]]], Callable[[], Awaitable[None]]]:
+        """Run an async function every `interval` (seconds or timedelta) while the worker runs; with
+        `on_leader=True`, only on the one worker of the group that owns task 0 (partition 0 of the topics
+        the app reads), so that with N workers each tick runs once; when that worker leaves, the worker
+        given task 0 next takes over at its next tick."""
         every = interval if isinstance(interval, timedelta) else timedelta(seconds=interval)
         if every <= timedelta(0):
             raise ConfigError(f"timer interval must be positive, not {interval!r}")
 
         def register(fun: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
             timer_name = name or fun.__name__
-            self.timers[timer_name] = Timer(timer_name, every, fun)
+            self.timers[timer_name] = Timer(timer_name, every, fun, on_leader)
             return fun
 
         return register

@@ -165,7 +165,8 @@ class Worker(Service):
         ]
         for runner in self.runners:
             self.conductor.add_route(runner.agent.channel, runner)
-        self.timers = self.add_child(timer_supervisor(list(app.timers.values()), settings))
+        self.timers = self.add_child(timer_supervisor(list(app.timers.values()), settings,
+                                                      is_leader=self._is_leader))
         self.add_child(self.tasks)
         self.add_child(self.conductor)
         self.add_child(Watchdog(self.conductor.busy_events, settings.stuck_event_warning.total_seconds()))
@@ -175,6 +176,12 @@ class Worker(Service):
                                                                  event.offset, agent, seconds),
         ))
         self._stopping = asyncio.Event()
+
+    def _is_leader(self) -> bool:
+        """The group's leader for `on_leader` timers: the worker that owns task 0, set up and not moving
+        (one worker at a time: a task is revoked from its owner before it is given to the next)."""
+        task = self.tasks.active.get(0)
+        return task is not None and task.ready and not task.closed
 
     def _web_bound(self, endpoint: str) -> None:
         self.placement.endpoint = endpoint

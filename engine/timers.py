@@ -15,19 +15,22 @@ if TYPE_CHECKING:
     from engine.settings import Settings
 
 
-def timer_supervisor(timers: list[Timer], settings: Settings) -> Supervisor:
+def timer_supervisor(timers: list[Timer], settings: Settings,
+                     is_leader: Callable[[], bool] = lambda: True) -> Supervisor:
+    """`is_leader`: whether this worker is the group's leader now (for `on_leader` timers)."""
     supervisor = Supervisor("timers", RestartPolicy(
         max_restarts=settings.agent_max_restarts, within=settings.agent_restart_window))
     for timer in timers:
-        supervisor.supervise(f"timer:{timer.name}", _ticker(timer))
+        supervisor.supervise(f"timer:{timer.name}", _ticker(timer, is_leader))
     return supervisor
 
 
-def _ticker(timer: Timer) -> Callable[[], Awaitable[None]]:
+def _ticker(timer: Timer, is_leader: Callable[[], bool]) -> Callable[[], Awaitable[None]]:
     async def run() -> None:
         interval = timer.interval.total_seconds()
         while True:
             await asyncio.sleep(interval)
-            await timer.fun()
+            if not timer.on_leader or is_leader():
+                await timer.fun()
 
     return run
