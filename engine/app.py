@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from engine.agent import Agent, Sink
@@ -34,6 +34,8 @@ class Timer:
     interval: timedelta
     fun: Callable[[], Awaitable[None]]
     on_leader: bool = False  # runs only on the group's leader: the worker that owns task 0
+    cron: str | None = None  # a crontab's schedule (then `interval` is unused)
+    timezone: tzinfo | None = None  # the crontab's time zone (None: local time)
 
 
 class App:
@@ -145,6 +147,24 @@ class App:
         def register(fun: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
             timer_name = name or fun.__name__
             self.timers[timer_name] = Timer(timer_name, every, fun, on_leader)
+            return fun
+
+        return register
+
+    def crontab(self, expression: str, *, timezone: str | tzinfo | None = None, on_leader: bool = False,
+                name: str | None = None
+                ) -> Callable[[Callable[[], Awaitable[None]]], Callable[[], Awaitable[None]]]:
+        """Run an async function at the times a cron expression names ('*/5 * * * *': every five minutes),
+        in `timezone` (an IANA name such as 'Europe/Paris'; None: the machine's local time), on every worker
+        or, with `on_leader=True`, on the group's leader only (see `timer`)."""
+        from engine import schedule  # croniter, imported by apps that use it
+
+        schedule.check(expression)
+        zone = schedule.zone(timezone)
+
+        def register(fun: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+            timer_name = name or fun.__name__
+            self.timers[timer_name] = Timer(timer_name, timedelta(0), fun, on_leader, expression, zone)
             return fun
 
         return register

@@ -4,6 +4,7 @@ the agents' restart limit."""
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from agents import RestartPolicy, Supervisor
@@ -26,11 +27,39 @@ def timer_supervisor(timers: list[Timer], settings: Settings,
 
 
 def _ticker(timer: Timer, is_leader: Callable[[], bool]) -> Callable[[], Awaitable[None]]:
+    if timer.cron is not None:
+        return _cron_ticker(timer, timer.cron, is_leader)
+
     async def run() -> None:
         interval = timer.interval.total_seconds()
         while True:
             await asyncio.sleep(interval)
             if not timer.on_leader or is_leader():
                 await timer.fun()
+
+    return run
+
+
+def _cron_ticker(timer: Timer, expression: str,
+                 is_leader: Callable[[], bool]) -> Callable[[], Awaitable[None]]:
+    from engine.schedule import next_fire
+
+    def now() -> datetime:  # in the schedule's zone, or naive local time
+        return datetime.now(timer.timezone)
+
+    async def run() -> None:
+        after = now()
+        while True:
+            fire = next_fire(expression, after)
+            # Slept on the loop's clock, then topped up against the wall clock (the loop's may run a little
+            # ahead of it): a schedule never fires before its time, nor twice for one time; the times missed
+            # while a machine slept, or while a run took longer than the period, are skipped.
+            await asyncio.sleep(max(0.0, (fire - now()).total_seconds()))
+            behind = (fire - now()).total_seconds()
+            if behind > 0:
+                await asyncio.sleep(behind)
+            if not timer.on_leader or is_leader():
+                await timer.fun()
+            after = max(fire, now())
 
     return run
