@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 ROOT = Path(__file__).resolve().parents[2]
 # Worker settings of the tests that kill, freeze or block workers: the group gives up on a silent member after
@@ -132,6 +132,28 @@ def latest(records: Iterable[Any], upto: Mapping[int, int | None] | None = None)
         else:
             state[key] = int(record.value)
     return state
+
+
+async def until_done(probe: Callable[[], Awaitable[tuple[bool, Any]]], what: str, *, stall: float = 60,
+                     longest: float = 600, workers: Iterable[WorkerProcess] = ()) -> None:
+    """Poll `probe` (which returns whether the wait is over, and a measure of progress) until it is done;
+    fail once the progress stood still for `stall` seconds (a stall: a slow machine only takes longer, up
+    to `longest`), naming `what` and showing the end of each worker's log."""
+    loop = asyncio.get_running_loop()
+    started = moved = loop.time()
+    last: Any = None
+    while True:
+        done, progress = await probe()
+        if done:
+            return
+        now = loop.time()
+        if progress != last:
+            last, moved = progress, now
+        if now - moved > stall or now - started > longest:
+            logs = "".join(f"\n--- {w.log_path.name}:\n{w.output()[-3000:]}" for w in workers)
+            raise AssertionError(f"{what}: not done after {now - started:.0f}s, {now - moved:.0f}s without "
+                                 f"progress (at {progress!r}){logs}")
+        await asyncio.sleep(0.5)
 
 
 async def consume_until(bootstrap: str, topic: str, done: Any, timeout: float = 60.0,

@@ -6,15 +6,15 @@ Ground truth computed from the records; under exactly-once, every payment once."
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter
+from typing import Any
 
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from tests.integration.helpers import WorkerProcess, create_topics, read_all, unique
+from tests.integration.helpers import WorkerProcess, create_topics, read_all, unique, until_done
 
 pytestmark = pytest.mark.kafka
 
@@ -66,18 +66,18 @@ async def test_a_join_over_a_backlog_equals_the_live_join_while_partitions_move(
 
     first = worker("first")
     second: WorkerProcess | None = None
+    out: list[Any] = []
+
+    async def joined() -> tuple[bool, int]:
+        nonlocal second
+        out[:] = await read_all(kafka.bootstrap, f"{prefix}enriched")
+        seen = {orjson.loads(r.value)["id"] for r in out}
+        if second is None and len(seen) > len(expected) // 5:
+            second = worker("second")  # partitions move while the backlog is processed
+        return second is not None and seen >= set(expected), len(seen)
+
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            out = await read_all(kafka.bootstrap, f"{prefix}enriched")
-            seen = {orjson.loads(r.value)["id"] for r in out}
-            if second is None and len(seen) > len(expected) // 5:
-                second = worker("second")  # partitions move while the backlog is processed
-            if second is not None and seen >= set(expected):
-                break
-            assert time.monotonic() < deadline, (
-                f"{len(set(expected) - seen)} payments missing; {first.output()[-3000:]}")
-            await asyncio.sleep(0.5)
+        await until_done(joined, "every payment joined", workers=[first])
     finally:
         for process in [first, *([second] if second is not None else [])]:
             process.stop()

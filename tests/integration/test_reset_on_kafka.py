@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from typing import Any
 
 import orjson
 import pytest
@@ -19,7 +20,15 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from engine.tables.keys import split_window_key
-from tests.integration.helpers import ROOT, WorkerProcess, create_topics, latest, read_all, unique
+from tests.integration.helpers import (
+    ROOT,
+    WorkerProcess,
+    create_topics,
+    latest,
+    read_all,
+    unique,
+    until_done,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -81,18 +90,20 @@ async def test_reset_then_a_second_run_gives_the_same_results(kafka, tmp_path):
     async def run_until(name: str, joined: int) -> tuple[Counter, Counter, dict]:
         """Run a worker until `joined` join results and every window are out; stop it cleanly."""
         worker = WorkerProcess("tests.integration.reset_apps:app", kafka.url, env, tmp_path / f"{name}.log")
+        out: list[Any] = []
+        windows: Counter[tuple[str, int]] = Counter()
+
+        async def complete() -> tuple[bool, tuple[int, int]]:
+            out[:] = await read_all(kafka.bootstrap, f"{prefix}enriched")
+            closed = await read_all(kafka.bootstrap, closed_topic) if len(out) >= joined else []
+            windows.clear()
+            windows.update({(key.decode(), start // 1000): int(r.value)
+                            for r in closed for key, start in [split_window_key(r.key)]})
+            return len(out) >= joined and set(windows) >= set(truth_windows), (len(out), len(windows))
+
         try:
-            deadline = time.monotonic() + 120
-            while True:
-                out = await read_all(kafka.bootstrap, f"{prefix}enriched")
-                closed = await read_all(kafka.bootstrap, closed_topic) if len(out) >= joined else []
-                windows = Counter({(key.decode(), start // 1000): int(r.value)
-                                   for r in closed for key, start in [split_window_key(r.key)]})
-                if len(out) >= joined and set(windows) >= set(truth_windows):
-                    break
-                assert time.monotonic() < deadline, (
-                    f"{len(out)} of {joined} joined; {worker.output()[-3000:]}")
-                await asyncio.sleep(0.5)
+            await until_done(complete, f"{name} run: {joined} joined, every window closed",
+                             workers=[worker])
         finally:
             assert worker.terminate(timeout=60) == 0, worker.output()[-3000:]
         join = Counter((r.key.decode(), orjson.loads(r.value)["id"], orjson.loads(r.value)["version"])

@@ -4,14 +4,12 @@ out-of-order arrivals included. Checked against ground truth computed from the o
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections import Counter
 
 import orjson
 import pytest
 
-from tests.integration.helpers import WorkerProcess, create_topics, latest, read_all, unique
+from tests.integration.helpers import WorkerProcess, create_topics, latest, read_all, unique, until_done
 from tests.integration.rebalance_run import CLOSE_AT, START, closed_windows, paced_produce
 
 pytestmark = pytest.mark.kafka
@@ -38,11 +36,6 @@ def closing() -> list[tuple[str, dict]]:
             for n, c in enumerate(CUSTOMERS)]
 
 
-async def spent_reached(bootstrap: str, app_id: str, truth: Counter[str]) -> bool:
-    spent = latest(await read_all(bootstrap, f"{app_id}-spent-changelog", isolation_level="read_committed"))
-    return all(spent.get(c, 0) >= n for c, n in truth.items())
-
-
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 async def test_group_by_re_keys_across_workers_and_windows_stay_on_event_time(kafka, tmp_path, guarantee):
     app_id, topic = unique("topology"), unique("orders")
@@ -66,36 +59,39 @@ async def test_group_by_re_keys_across_workers_and_windows_stay_on_event_time(ka
         await first.wait_for_output("tables ready", 90)
         await paced_produce(kafka.bootstrap, topic, events, rate=1000,
                             at={0.4: lambda: joined.append(worker("second"))})
-        deadline = time.monotonic() + 120
-        while not await spent_reached(kafka.bootstrap, app_id, truth_spent):
-            assert time.monotonic() < deadline, "orders not all counted"
-            await asyncio.sleep(0.5)
+        workers = [first, *joined]
+
+        async def counted() -> tuple[bool, int]:
+            spent = latest(await read_all(kafka.bootstrap, f"{app_id}-spent-changelog",
+                                          isolation_level="read_committed"))
+            return all(spent.get(c, 0) >= n for c, n in truth_spent.items()), sum(spent.values())
+
+        await until_done(counted, "orders counted", workers=workers)
         await paced_produce(kafka.bootstrap, topic, closing(), rate=1000)
-        while True:
+
+        async def all_closed() -> tuple[bool, tuple[int, int]]:
             closes = closed_windows(await read_all(kafka.bootstrap, f"{app_id}-per-customer-closed",
                                                    isolation_level="read_committed"))
             hops = closed_windows(await read_all(kafka.bootstrap, f"{app_id}-per-customer-hop-closed"))
-            spent = latest(await read_all(kafka.bootstrap, f"{app_id}-spent-changelog",
-                                          isolation_level="read_committed"))
-            if set(truth_windows) <= {(k, s) for k, s, _ in closes} and all(
-                    spent.get(c, 0) >= n for c, n in truth_spent.items()) and set(truth_hops) <= {
-                    (k, s) for k, s, _ in hops}:
-                break
-            assert time.monotonic() < deadline, (
-                f"{len(set(truth_windows) - {(k, s) for k, s, _ in closes})} windows never closed; "
-                f"log: {first.output()[-2000:]}")
-            await asyncio.sleep(1)
+            done = set(truth_windows) <= {(k, s) for k, s, _ in closes} and set(truth_hops) <= {
+                (k, s) for k, s, _ in hops}
+            return done, (len(closes), len(hops))
+
+        await until_done(all_closed, "every window closed", workers=workers)
+        spent = latest(await read_all(kafka.bootstrap, f"{app_id}-spent-changelog",
+                                      isolation_level="read_committed"))
         # Every window is closed now: orders of the first second are late, for every table of windows.
         late = [(f"order-late-{c}", {"id": -100 - n, "customer": c, "at": START + 0.5, "amount": 0})
                 for n, c in enumerate(CUSTOMERS[:6])]
         await paced_produce(kafka.bootstrap, topic, late, rate=1000)
-        while True:
-            late_ids = [orjson.loads(r.value)["id"] for r in await read_all(
+        late_ids: list[int] = []
+
+        async def all_late() -> tuple[bool, int]:
+            late_ids[:] = [orjson.loads(r.value)["id"] for r in await read_all(
                 kafka.bootstrap, f"{app_id}-per-customer-hop-late")]
-            if set(late_ids) >= {o["id"] for _, o in late}:
-                break
-            assert time.monotonic() < deadline, f"late orders not on the late topic: {late_ids}"
-            await asyncio.sleep(0.5)
+            return set(late_ids) >= {o["id"] for _, o in late}, len(late_ids)
+
+        await until_done(all_late, "late orders on the late topic", workers=workers)
         closes = closed_windows(await read_all(kafka.bootstrap, f"{app_id}-per-customer-closed"))
         hops = closed_windows(await read_all(kafka.bootstrap, f"{app_id}-per-customer-hop-closed"))
     finally:
