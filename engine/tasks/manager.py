@@ -96,6 +96,10 @@ class TaskManager(Service):
         self.commit_interval = commit_interval
         self.revoke_wait = revoke_wait
         self._recovery: asyncio.Task[None] | None = None
+        # One change of ownership at a time: the group's callbacks (assigned, revoked, lost) and the rewind
+        # of tasks whose commit failed. A rewind that ran while a revoke of the same partitions was under
+        # way set them up again in its middle, and the partitions stalled.
+        self._ownership = asyncio.Lock()
 
     @property
     def pause_timeout(self) -> float:
@@ -162,6 +166,10 @@ class TaskManager(Service):
     # -- assigned -----------------------------------------------------------------------------------
 
     async def assigned(self, tps: set[TP]) -> None:
+        async with self._ownership:
+            await self._assigned(tps)
+
+    async def _assigned(self, tps: set[TP]) -> None:
         log.info("assigned %d partitions: %s", len(tps), describe(tps))
         self.pauses.forget(tps)
         for lease in self.leases.grant(tps):
@@ -259,6 +267,10 @@ class TaskManager(Service):
 
     async def revoked(self, tps: set[TP]) -> None:
         """Still the owner: finish what agents hold (bounded), checkpoint, close clean."""
+        async with self._ownership:
+            await self._revoked(tps)
+
+    async def _revoked(self, tps: set[TP]) -> None:
         log.info("revoked %d partitions: %s", len(tps), describe(tps))
         self._count_losses(tps)
         started = time.monotonic()
@@ -298,6 +310,10 @@ class TaskManager(Service):
 
     async def lost(self, tps: set[TP], why: str = "this worker's group session expired") -> None:
         """No longer the owner: close dirty, writing and committing nothing of `tps`."""
+        async with self._ownership:
+            await self._lost(tps, why)
+
+    async def _lost(self, tps: set[TP], why: str) -> None:
         log.warning("lost %d partitions (%s; another worker may own them now): %s; their uncommitted work "
                     "is dropped", len(tps), why, describe(tps))
         self._count_losses(tps)
@@ -330,6 +346,9 @@ class TaskManager(Service):
         an event), and a commit can fail because this worker was frozen past its session. Only the group
         tells these apart: while this worker is still a member of the group's current generation, no other
         member has been given its tasks."""
+        # The leases of the failed commits: a revoke (and the group giving the partitions back) may come
+        # before this rewinds, and the new leases' tasks did not fail.
+        failing = {tp: lease for tp, lease in self.leases.current.items() if tp.partition in failed}
         try:
             await self.consumer.confirm_membership()
         except MembershipLost as exc:
@@ -343,10 +362,15 @@ class TaskManager(Service):
                 log.warning("tasks %s were fenced while this worker still owns them: the broker aborted "
                             "their open transactions (an event took longer than the transaction timeout)",
                             timed_out)
-        owned = [tp for tp in self.leases.current if tp.partition in failed]
+        async with self._ownership:  # not in the middle of a revoke: the partitions it closed are not ours
+            owned = [tp for tp, lease in failing.items() if self.leases.current.get(tp) is lease]
+            await self._rewind_or_lose(owned, failed, fenced)
+
+    async def _rewind_or_lose(self, owned: list[TP], failed: dict[int, BaseException],
+                              fenced: set[int]) -> None:
         lost = {tp for tp in owned if tp.partition in fenced}
         if lost:
-            await self.lost(lost, "their transactions did not commit and this worker left the group")
+            await self._lost(lost, "their transactions did not commit and this worker left the group")
             self.pauses.hold(lost, "lost")  # the group takes them away at its next rebalance
         retry = {tp for tp in owned if tp.partition not in fenced}
         if not retry:
@@ -355,7 +379,7 @@ class TaskManager(Service):
                     describe(retry),
                     "; ".join(f"task {n}: {e}" for n, e in sorted(failed.items()) if n not in fenced))
         await self._close_dirty(retry, rebalancing=False)
-        await self.assigned(retry)
+        await self._assigned(retry)
 
     def _close(self, tps: Collection[TP], *, rebalancing: bool = True) -> list[ActiveTask]:
         """End the leases of `tps` and close the tasks left without one, in one step (no write can land
