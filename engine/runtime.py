@@ -27,7 +27,7 @@ from engine.monitors.loopwatch import LoopMonitor
 from engine.monitors.watchdog import Watchdog
 from engine.processing.replies import ReplyService
 from engine.processing.runner import AgentRunner
-from engine.scope import current_worker
+from engine.scope import running_as
 from engine.tables.manager import TableManager
 from engine.tasks.assignment import Placement
 from engine.tasks.manager import TaskManager
@@ -180,8 +180,7 @@ class Worker(Service):
     def _is_leader(self) -> bool:
         """The group's leader for `on_leader` timers: the worker that owns task 0, set up and not moving
         (one worker at a time: a task is revoked from its owner before it is given to the next)."""
-        task = self.tasks.active.get(0)
-        return task is not None and task.ready and not task.closed
+        return self._assigned().get(0, False)
 
     def _web_bound(self, endpoint: str) -> None:
         self.placement.endpoint = endpoint
@@ -232,18 +231,12 @@ class Worker(Service):
 
     async def start(self) -> None:
         """Start, with every task the worker starts knowing it belongs to this worker (engine.scope)."""
-        token = current_worker.set(self)
-        try:
+        with running_as(self):
             await super().start()
-        finally:
-            current_worker.reset(token)
 
     async def stop(self) -> None:
-        token = current_worker.set(self)
-        try:
+        with running_as(self):
             await super().stop()
-        finally:
-            current_worker.reset(token)
 
     async def on_stop(self) -> None:
         self.conductor.stop_fetching()

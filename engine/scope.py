@@ -12,12 +12,26 @@ worker started for sends and asks, and every worker's partitions, merged, for ta
 
 from __future__ import annotations
 
+import contextlib
 from contextvars import ContextVar
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 T = TypeVar("T")
 
 current_worker: ContextVar[object | None] = ContextVar("engine_current_worker", default=None)
+
+
+@contextlib.contextmanager
+def running_as(worker: object) -> Iterator[None]:
+    """Run a block (and every task it starts) as code of `worker`."""
+    token = current_worker.set(worker)
+    try:
+        yield
+    finally:
+        current_worker.reset(token)
 
 
 class PerWorker(Generic[T]):

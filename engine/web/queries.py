@@ -10,15 +10,14 @@ so a query cannot loop between two workers whose views of the assignment differ 
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import DecodeError, EncodeError
-from engine.scope import current_worker
+from engine.scope import running_as
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Callable, Mapping
 
     from engine.tables.base import BaseTable
 
@@ -51,7 +50,7 @@ class TableQueries:
 
     def list_tables(self) -> Answer:
         tables = []
-        with _inside(self._worker):
+        with running_as(self._worker):
             for table in self._tables.values():
                 kind = "windowed" if table.window is not None else table.kind
                 tables.append({"name": table.name, "kind": kind, "partitions": table.partition_count,
@@ -78,7 +77,7 @@ class TableQueries:
             _, number = table.locate(key)
         except EncodeError as exc:
             return Answer(400, {"error": f"key {key!r} does not fit table {name!r}: {exc}"})
-        with _inside(self._worker):
+        with running_as(self._worker):
             part = table.active.get(number)
             if part is not None:
                 found, value = table.find(key)
@@ -130,13 +129,3 @@ def parse_key(table: BaseTable, text: str) -> Any:
             return text
         raise
 
-
-@contextlib.contextmanager
-def _inside(worker: object) -> Iterator[None]:
-    """Run a block as code of `worker` (engine.scope): with several workers of an app in one process, table
-    reads see that worker's partitions."""
-    token = current_worker.set(worker)
-    try:
-        yield
-    finally:
-        current_worker.reset(token)
