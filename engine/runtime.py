@@ -116,7 +116,7 @@ class Worker(Service):
             queries = TableQueries(self, app.tables, owners=self._owners, assigned=self._assigned,
                                    endpoint=lambda: self.placement.endpoint)
             web = self.web = self.add_child(WebServer(queries, settings.web_host, settings.web_port,
-                                                      on_bound=self._web_bound))
+                                                      on_bound=self._web_bound, metrics=self.metrics))
             if self.tables is not None:
                 self.tables.query = web.query
         self.consumer = self.transport.consumer(
@@ -170,7 +170,7 @@ class Worker(Service):
         self.add_child(self.tasks)
         self.add_child(self.conductor)
         self.add_child(Watchdog(self.conductor.busy_events, settings.stuck_event_warning.total_seconds()))
-        self.add_child(LoopMonitor(
+        self.loop_monitor = self.add_child(LoopMonitor(
             self.conductor.busy_events, settings.blocked_loop_warning.total_seconds(),
             blocked=lambda agent, event, seconds: poison.suspect(TP(event.topic, event.partition),
                                                                  event.offset, agent, seconds),
@@ -181,6 +181,13 @@ class Worker(Service):
         """The group's leader for `on_leader` timers: the worker that owns task 0, set up and not moving
         (one worker at a time: a task is revoked from its owner before it is given to the next)."""
         return self._assigned().get(0, False)
+
+    async def metrics(self) -> bytes:
+        """The worker's metrics in Prometheus' text format (`GET /metrics`)."""
+        from engine.monitors.metrics import render
+        from engine.monitors.readings import worker_families
+
+        return render(await worker_families(self))
 
     def _web_bound(self, endpoint: str) -> None:
         self.placement.endpoint = endpoint

@@ -47,6 +47,7 @@ class Topic:
         self.internal = internal
         self._producers: PerWorker[Producer] = PerWorker()
         self._producer: Producer | None = None  # the only worker's, or one that picks the current worker's
+        self.sent = 0  # records sent by this process (every worker of it) through `send`, for /metrics
 
     def use_codecs(self, *, key: Codec | None = None, value: Codec | None = None) -> None:
         """Replace codecs chosen from the types (a windowed table keys its topics by (key, window))."""
@@ -88,6 +89,7 @@ class Topic:
                 f"topic {self.name!r} is not attached to a running worker; start one with "
                 "`engine worker -A module:app` (or send from inside an agent or timer)"
             )
+        self.sent += 1
         if not self._raw_key:  # `encode`, inlined: a call and a tuple less per send (the passthrough's path)
             key = self.key_codec.encode(key)
         elif key is not None and not isinstance(key, bytes):

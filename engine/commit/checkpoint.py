@@ -36,11 +36,13 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from engine.commit.transactions import TransactionsFailed
 from engine.errors import EngineError, TransactionAborted, TransportError
+from engine.monitors.stats import Histogram
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping
@@ -112,6 +114,8 @@ class Checkpointer:
         self.guarantee = guarantee
         self._busy = busy  # (agent, event) of every agent instance inside an event
         self.lock = asyncio.Lock()
+        self.durations = Histogram()  # seconds per checkpoint, pause included (for /metrics)
+        self.failures = 0
 
     async def run(self, pause_timeout: float, only: Collection[TP] | None = None) -> Checkpoint:
         """Checkpoint (the offsets of `only`, or of every task); one at a time."""
@@ -123,11 +127,18 @@ class Checkpointer:
         guarantee = self.guarantee
         if guarantee.commits_every_task:
             only = None
-        held = await guarantee.pause(pause_timeout, self._busy)
+        started = time.perf_counter()
         try:
-            return await self._checkpoint(only, held)
+            held = await guarantee.pause(pause_timeout, self._busy)
+            try:
+                return await self._checkpoint(only, held)
+            finally:
+                guarantee.resume()
+        except Exception:
+            self.failures += 1
+            raise
         finally:
-            guarantee.resume()
+            self.durations.observe(time.perf_counter() - started)
 
     async def _checkpoint(self, only: Collection[TP] | None, held: frozenset[int]) -> Checkpoint:
         """One cut; the tasks `held` (exactly-once: an event of theirs is in progress) stay out of it."""

@@ -89,6 +89,7 @@ class Conductor(Service):
         self._max_poll_records = max_poll_records
         self._admin_factory = admin_factory
         self.routes: dict[str, list[tuple[Topic, AgentRunner]]] = {}
+        self.consumed: dict[str, int] = {}  # records fetched and dispatched, per topic (for /metrics)
         # Topics whose events write windowed tables: their batches advance stream time (filled by the tables
         # at their first write from a topic).
         self.timed_topics: set[str] = timed_topics if timed_topics is not None else set()
@@ -157,6 +158,7 @@ class Conductor(Service):
         buried = self.poison.buried  # partitions with a poison record (engine.tasks.poison): usually none
         ordered = bool(self.table_sources)  # tasks with a table's source topic among their inputs
         tasks = self.tasks
+        consumed = self.consumed
         while True:
             batches = await consumer.getmany(0.5, max_records)
             if quiesce is not None and quiesce.closed:
@@ -165,6 +167,7 @@ class Conductor(Service):
                 lease = leases.get(tp)  # (aiokafka's TopicPartition is a tuple equal to our TP)
                 if lease is None or not lease.dispatching:
                     continue  # not ours (any more): never dispatched
+                consumed[tp[0]] = consumed.get(tp[0], 0) + len(records)
                 if ordered and (task := tasks.get(tp[1])) is not None and task.inputs is not None \
                         and lease.tp in task.inputs.inputs:  # (a topic subscribed later goes as it comes)
                     self._buffer(task, lease.tp, records)
@@ -278,6 +281,7 @@ class Conductor(Service):
         if events and lease.tp[0] in self.timed_topics:
             self._observe(lease, topic, events)
         if events:
+            runner.received += len(events)
             await self._deliver(lease, runner.mailbox(topic.name, lease.tp.partition), events)
 
     async def _dispatch_many(self, topic_routes: list[tuple[Topic, AgentRunner]], records: list[RawRecord],
@@ -301,6 +305,7 @@ class Conductor(Service):
                     await runner.handle_error(record, outcome)
                 else:
                     mailbox = runner.mailbox(topic.name, partition)
+                    runner.received += 1
                     outgoing.setdefault(id(mailbox), (mailbox, []))[1].append(
                         Event(record, outcome[0], outcome[1], lease))
             if receivers == 0:

@@ -24,6 +24,7 @@ import traceback
 from typing import TYPE_CHECKING
 
 from agents import Service
+from engine.monitors.stats import Histogram
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -47,6 +48,7 @@ class LoopMonitor(Service):
         self.threshold = threshold
         self._blocked = blocked
         self._beat = time.monotonic()
+        self.lag = Histogram()  # how much later than asked each beat ran: the loop's lag (for /metrics)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop_thread = threading.get_ident()
@@ -69,7 +71,8 @@ class LoopMonitor(Service):
 
     async def _beats(self) -> None:
         while True:
-            self._beat = time.monotonic()
+            previous, self._beat = self._beat, time.monotonic()
+            self.lag.observe(max(self._beat - previous - BEAT, 0.0))
             await asyncio.sleep(BEAT)
 
     def _watch(self) -> None:

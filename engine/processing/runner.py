@@ -18,6 +18,7 @@ from agents import ActorGroup, Fatal, Mailbox, RestartPolicy, Service
 from engine.agent import CORRELATION_ID, REPLY_TO, Agent
 from engine.codecs import dumps
 from engine.errors import EngineError, PartitionMigrated, TopologyError
+from engine.monitors.stats import Histogram
 from engine.processing.streams import Stream, UpstreamError
 from engine.topics import Topic
 
@@ -82,6 +83,10 @@ class _InstanceContext:
     def quiesce(self) -> Quiesce | None:
         return self.runner.quiesce
 
+    @property
+    def timings(self) -> Histogram:
+        return self.runner.processing
+
     def failed_event(self) -> tuple[Stream | None, Event | None]:
         for stream in reversed(self.streams):
             if stream.current_event is not None:
@@ -122,6 +127,10 @@ class AgentRunner(Service):
             mailbox_size=settings.mailbox_size, policy=restart,
             shutdown_timeout=settings.shutdown_timeout, drop_pending_on_stop=True,
         ))
+        # What /metrics reports of this agent (engine.monitors.readings).
+        self.received = 0  # events handed to its instances (counted per batch by the conductor)
+        self.dead_letters = 0
+        self.processing = Histogram()  # seconds per event, of one event in TIMED_EVERY (engine.processing)
         self._extra: dict[str, list[Mailbox[Event]]] = {}
         self._contexts: dict[int, _InstanceContext] = {}  # the current run of each instance
         for topic in reads:  # what its pipeline reads besides its channel, as the topology declared it
@@ -150,6 +159,11 @@ class AgentRunner(Service):
         """The event each instance is inside now (none for an idle instance)."""
         return [event for context in self._contexts.values() for stream in context.streams
                 if (event := stream.current_event) is not None]
+
+    @property
+    def restarts(self) -> int:
+        """How many times an instance crashed outside any event and was restarted."""
+        return self.group.supervisor.restarts
 
     def all_mailboxes(self) -> list[Mailbox[Event]]:
         return [*self.group.mailboxes, *(m for boxes in self._extra.values() for m in boxes)]
@@ -260,6 +274,7 @@ class AgentRunner(Service):
             log.error("agent %s failed on %s: %s: %s; not sent to %s: %s", self.agent.name, where,
                       type(error).__name__, error, self.dlq.name, moved, exc_info=error)
             return
+        self.dead_letters += 1
         log.error("agent %s failed on %s: %s: %s; record sent to %s",
                   self.agent.name, where, type(error).__name__, error, self.dlq.name,
                   exc_info=error)

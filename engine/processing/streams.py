@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -25,7 +26,10 @@ from agents import Mailbox, MailboxClosed
 if TYPE_CHECKING:
     from engine.commit.quiesce import Quiesce
     from engine.events import Event
+    from engine.monitors.stats import Histogram
     from engine.topics import Topic
+
+TIMED_EVERY = 32  # one event in this many is timed, for the agent's processing-time histogram
 
 
 # The event an agent instance is processing now: each instance runs in its own task, so each sees its own.
@@ -58,6 +62,10 @@ class StreamContext(Protocol):
     @property
     def quiesce(self) -> Quiesce | None:
         """The exactly-once checkpoint's gate between events (None: at-least-once, no pauses)."""
+
+    @property
+    def timings(self) -> Histogram | None:
+        """Where the processing time of a sample of the events goes (None: not timed)."""
 
 
 class Lookup(Protocol):
@@ -304,6 +312,11 @@ class Stream(_Operators):
         self._get: asyncio.Task[Event] | None = None
         self._quiesce = context.quiesce
         self._pulled = False
+        # One event in TIMED_EVERY is timed, from its hand-over to the agent to the agent's next pull: a
+        # countdown per event and a clock read per sample, not two clock reads per event.
+        self._timings = context.timings
+        self._countdown = TIMED_EVERY if self._timings is not None else -1
+        self._timed_since = 0.0
         context.opened(self)
 
     @property
@@ -324,6 +337,9 @@ class Stream(_Operators):
                 event.lease.ack(event.record.offset)
             if quiesce is not None:
                 quiesce.finished()
+            if self._timed_since:
+                self._timings.observe(time.perf_counter() - self._timed_since)  # type: ignore[union-attr]
+                self._timed_since = 0.0
         while quiesce is not None and quiesce.closed:
             await quiesce.wait_open()
         # A mailbox never holds an event of a partition no longer dispatched: the conductor purges them on
@@ -338,6 +354,10 @@ class Stream(_Operators):
                 await quiesce.wait_open()
         if quiesce is not None:
             quiesce.started()
+        self._countdown -= 1
+        if not self._countdown:
+            self._countdown = TIMED_EVERY
+            self._timed_since = time.perf_counter()
         self._current = event
         current_event.set(event)
         if shape == VALUE:

@@ -177,6 +177,7 @@ class BaseTable(MutableMapping[Any, Any]):
         self._locations: dict[Any, tuple[bytes, int]] = {}
         self._read: tuple[Event, Any, TablePartition] | None = None  # the last read of an event's own key
         self._warned_codec = False
+        self.changelog_records = 0  # sent and committed by this process's checkpoints (for /metrics)
 
     # -- wiring by the worker -----------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ class Windowing(Protocol):
     late_topic: Topic | None
     closed_topic: Topic | None
     topics: dict[str, Topic]  # the app's topics, for their extractors (set by the worker)
+    late_events: int  # events too late for every window they belong to
 
     def advance(self, part: TablePartition, processed: int | None) -> None: ...
 

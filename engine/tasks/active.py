@@ -190,6 +190,7 @@ class ActiveTask:
             if item.last is not None:  # (else only closed windows or late records were sent)
                 assert item.last.done()
                 item.part.store.write(item.encoded, item.last.result())
+                item.table.changelog_records += len(item.encoded)
             if item.table.windowed is not None:
                 item.table.windowed.stored(item.part, item.writes)
             item.part.flushed()

@@ -35,6 +35,7 @@ from engine.commit.checkpoint import Checkpointer
 from engine.commit.transactions import TransactionsFailed
 from engine.errors import EngineError, MembershipLost, ProducerFenced
 from engine.fetch.ordering import TaskInputs
+from engine.monitors.stats import Histogram
 from engine.processing.streams import current_event
 from engine.tasks.active import ActiveTask
 from engine.tasks.poison import PoisonRecords
@@ -100,6 +101,11 @@ class TaskManager(Service):
         # of tasks whose commit failed. A rewind that ran while a revoke of the same partitions was under
         # way set them up again in its middle, and the partitions stalled.
         self._ownership = asyncio.Lock()
+        # For /metrics: assignments heard, and how long each change of ownership kept moving partitions
+        # from being processed (from the revoke, or the assignment, to their tables being ready).
+        self.rebalances = 0
+        self.stalls = Histogram()
+        self._moving_since: float | None = None
 
     @property
     def pause_timeout(self) -> float:
@@ -158,6 +164,7 @@ class TaskManager(Service):
     def on_assignment(self, assignment: Assignment) -> None:
         """The group's assignment for this worker (heard before its partitions are assigned)."""
         self.assignment = assignment
+        self.rebalances += 1
         if self.tables is not None:
             self.tables.warming = assignment.warming
         log.info("assignment: active %s, standby %s, warming up %s", sorted(assignment.active),
@@ -169,8 +176,18 @@ class TaskManager(Service):
         async with self._ownership:
             await self._assigned(tps)
 
+    def _moving(self) -> None:
+        if self._moving_since is None:
+            self._moving_since = time.monotonic()
+
+    def _moved(self) -> None:
+        if self._moving_since is not None:
+            self.stalls.observe(time.monotonic() - self._moving_since)
+            self._moving_since = None
+
     async def _assigned(self, tps: set[TP]) -> None:
         log.info("assigned %d partitions: %s", len(tps), describe(tps))
+        self._moving()
         self.pauses.forget(tps)
         for lease in self.leases.grant(tps):
             task = self.active.get(lease.tp.partition)
@@ -186,10 +203,12 @@ class TaskManager(Service):
             if sources:  # its inputs go in timestamp order (engine.fetch.ordering)
                 task.inputs = TaskInputs(task.leases, sources, self.max_task_idle)
         if not tps:
+            self._moved()
             return
         if self.new_producer is None and self.tables is None:  # nothing to set up
             for number in {tp.partition for tp in tps}:
                 self.active[number].open([])
+            self._moved()
             return
         # Fenced and recovered before any of their events is processed.
         self.pauses.hold(tps, RECOVERING)
@@ -216,6 +235,7 @@ class TaskManager(Service):
         resumable = {tp for tp in tps
                      if (lease := self.leases.current.get(tp)) is not None and lease.dispatching}
         self.pauses.release(resumable, RECOVERING)
+        self._moved()
         log.info("tables ready; processing %d partitions", len(resumable))
 
     async def _start_producers(self, tasks: list[ActiveTask]) -> None:
@@ -272,6 +292,7 @@ class TaskManager(Service):
 
     async def _revoked(self, tps: set[TP]) -> None:
         log.info("revoked %d partitions: %s", len(tps), describe(tps))
+        self._moving()
         self._count_losses(tps)
         started = time.monotonic()
         leases = self.leases.revoke(tps)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from engine.app import App
     from engine.commit.quiesce import Quiesce
     from engine.events import Event
+    from engine.monitors.stats import Histogram
 
 
 def internal_topic(app_id: str, name: str, like: Topic | None, key_type: type | None = None,
@@ -82,6 +83,7 @@ class _Declaring:
     """The StreamContext of the declaration run: records what the pipeline declares."""
 
     quiesce: Quiesce | None = None
+    timings: Histogram | None = None
 
     def __init__(self, declaration: Declaration, agent: Agent, declared: AgentDeclaration) -> None:
         self.declaration = declaration

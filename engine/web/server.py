@@ -3,6 +3,7 @@ health and readiness.
 
     GET /health                 200 while the worker runs (a liveness probe)
     GET /ready                  200 once every partition assigned here is recovered, else 503
+    GET /metrics                the worker's metrics in Prometheus' text format (engine.monitors.readings)
     GET /tables                 the app's tables: kind, partition count, partitions active here
     GET /tables/{table}/{key}   the key's value as JSON; 404 if absent, 400 for a key of the wrong type,
                                 503 with Retry-After while its partition recovers or moves
@@ -25,11 +26,12 @@ from aiohttp import ClientError, ClientSession, ClientTimeout, web
 from agents import Service
 from engine.codecs import dumps, loads
 from engine.errors import ConfigError
+from engine.monitors.metrics import CONTENT_TYPE
 from engine.tables.base import TableError
 from engine.web.queries import key_text
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from engine.tables.base import BaseTable
     from engine.web.queries import Answer, TableQueries
@@ -43,9 +45,11 @@ PORTS_TRIED = 100  # taken ports skipped before giving up
 
 class WebServer(Service):
     def __init__(self, queries: TableQueries, host: str, port: int,
-                 on_bound: Callable[[str], None] = lambda endpoint: None) -> None:
+                 on_bound: Callable[[str], None] = lambda endpoint: None,
+                 metrics: Callable[[], Awaitable[bytes]] | None = None) -> None:
         super().__init__("web")
         self.queries = queries
+        self._metrics = metrics
         self._on_bound = on_bound
         self.host = host
         self.port = port
@@ -57,6 +61,7 @@ class WebServer(Service):
         app = web.Application()
         app.router.add_get("/health", self._health)
         app.router.add_get("/ready", self._ready)
+        app.router.add_get("/metrics", self._metrics_text)
         app.router.add_get("/tables", self._tables)
         app.router.add_get("/tables/{table}/{key}", self._get)
         self._runner = web.AppRunner(app, access_log=None)
@@ -90,6 +95,13 @@ class WebServer(Service):
 
     async def _ready(self, request: web.Request) -> web.Response:
         return _respond(self.queries.ready())
+
+    async def _metrics_text(self, request: web.Request) -> web.Response:
+        if self._metrics is None:
+            return _json(404, {"error": "this worker reports no metrics"})
+        response = web.Response(body=await self._metrics())
+        response.headers["Content-Type"] = CONTENT_TYPE
+        return response
 
     async def _tables(self, request: web.Request) -> web.Response:
         return _respond(self.queries.list_tables())
