@@ -114,7 +114,8 @@ class Worker(Service):
             from engine.web.server import WebServer  # aiohttp is imported only by a worker that serves
 
             queries = TableQueries(self, app.tables, owners=self._owners, assigned=self._assigned,
-                                   endpoint=lambda: self.placement.endpoint)
+                                   endpoint=lambda: self.placement.endpoint,
+                                   standby=tables.standby_store if tables is not None else None)
             web = self.web = self.add_child(WebServer(queries, settings.web_host, settings.web_port,
                                                       on_bound=self._web_bound, metrics=self.metrics))
             if self.tables is not None:

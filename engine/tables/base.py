@@ -17,7 +17,7 @@ how a key is routed. The key layout is engine.tables.keys.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -32,6 +32,7 @@ from engine.topics import Topic
 
 if TYPE_CHECKING:
     from engine.events import Event
+    from engine.stores.base import StoreView
     from engine.windows import Window
 
 log = logging.getLogger(__name__)
@@ -265,6 +266,10 @@ class BaseTable(MutableMapping[Any, Any]):
 
     # -- locating keys ------------------------------------------------------------------------------
 
+    def locate_key(self, key: Any) -> tuple[bytes, int]:
+        """(the key's bytes, its partition by hash), for a key without a window (cached)."""
+        return self._locations.get(key) or self._locate_new(key)
+
     def locate(self, key: Any) -> tuple[bytes, int]:
         """(store key, partition by hash). A windowed key (key, start) lives in the partition of its key
         alone: the key is located (cached) and the window start appended to its bytes."""
@@ -435,6 +440,34 @@ class BaseTable(MutableMapping[Any, Any]):
         for key, value in overlay.items():
             if value is not DELETED:
                 yield key, value
+
+    def scan(self, store: StoreView, overlays: Sequence[Mapping[Any, Any]], low: bytes | None,
+             high: bytes | None) -> Iterator[tuple[bytes, Any, Any]]:
+        """(key bytes, key, value) of a non-windowed partition's keys with `low` <= bytes < `high`, ordered
+        by their bytes as the store orders them: the `store`'s, overridden by the writes in `overlays`
+        (oldest first: what is being flushed, then the buffer; none for a standby's store)."""
+        pending: dict[bytes, tuple[Any, Any]] = {}
+        for overlay in overlays:
+            for key, value in overlay.items():
+                encoded = self.locate_key(key)[0]
+                if (low is None or encoded >= low) and (high is None or encoded < high):
+                    pending[encoded] = (key, value)
+        written = sorted(pending.items())
+        at = 0
+        decode_key, decode_value = self.key_codec.decode, self.value_codec.decode
+        for raw_key, raw_value in store.items(low, high):
+            while at < len(written) and written[at][0] <= raw_key:
+                encoded, (key, value) = written[at]
+                at += 1
+                if value is not DELETED:
+                    yield encoded, key, value
+                if encoded == raw_key:
+                    break
+            else:
+                yield raw_key, decode_key(raw_key), decode_value(raw_value)
+        for encoded, (key, value) in written[at:]:
+            if value is not DELETED:
+                yield encoded, key, value
 
     def __iter__(self) -> Iterator[Any]:
         for number in sorted(self.active):

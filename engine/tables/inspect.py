@@ -17,6 +17,8 @@ from engine.tables.partition import MISSING
 from engine.topology.plan import planned_partitions
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from engine.app import App
     from engine.settings import Settings
     from engine.stores.rocksdb import RocksDBStoreBackend
@@ -109,8 +111,13 @@ def read_key(app: App, settings: Settings, name: str, key: Any) -> tuple[int, An
 def _windows(table: BaseTable, stored: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
     assert table.window is not None
     size = table.window.size_ms
-    return [
-        {"window_start": start / 1000, "window_end": (start + size) / 1000,
-         "value": table.value_codec.decode(raw)}
-        for start, raw in ((split_window_key(k)[1], v) for k, v in stored)
-    ]
+    decode = table.value_codec.decode
+    return window_entries((start, start + size, decode(raw))
+                          for start, raw in ((split_window_key(k)[1], v) for k, v in stored))
+
+
+def window_entries(windows: Iterable[tuple[int, int, Any]]) -> list[dict[str, Any]]:
+    """Windows (start ms, end ms, value) as engine table get and GET /tables/{table}/{key} show them: the
+    bounds in seconds, as WindowRange has them."""
+    return [{"window_start": start / 1000, "window_end": end / 1000, "value": value}
+            for start, end, value in windows]

@@ -254,6 +254,13 @@ class TableManager(Service):
                     self._unfollow({tp})
                     self._close(tp)
 
+    def standby_store(self, table: BaseTable, number: int) -> PartitionStore | None:
+        """The store of a table partition this worker keeps as a standby (follows its changelog), or None:
+        what `?stale=ok` queries read."""
+        tp = TP(table.changelog_topic.name, number)
+        entry = self.stores.get(tp) if tp in self.followed and not table.is_global else None
+        return entry[1] if entry is not None else None
+
     def tables_by_changelog(self, topic: str) -> BaseTable:
         return next(t for t in self.tables.values() if t.changelog_topic.name == topic)
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from engine.codecs import Codec
     from engine.events import RawRecord
     from engine.stores import PartitionStore
+    from engine.stores.base import StoreView
     from engine.topics import Topic
 
 MISSING: Any = object()
@@ -50,6 +51,8 @@ class Windowing(Protocol):
     late_events: int  # events too late for every window they belong to
 
     def advance(self, part: TablePartition, processed: int | None) -> None: ...
+
+    def windows_ms(self, key: Any, standby: StoreView | None = None) -> list[tuple[int, int, Any]]: ...
 
     def close_windows(self, part: TablePartition) -> list[tuple[bytes, bytes]]: ...
 

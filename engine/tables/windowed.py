@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from engine.events import Event
+    from engine.stores.base import StoreView
     from engine.tables.base import BaseTable
     from engine.tables.partition import TablePartition
     from engine.topics import Topic
@@ -249,13 +250,24 @@ class WindowedTable:
         return self._default() if value is MISSING else value
 
     def windows(self, key: Any) -> Iterator[tuple[WindowRange, Any]]:
-        part, inner = self.table._route_read(key)
+        for start, end, value in self.windows_ms(key):
+            yield WindowRange.from_ms(start, end), value
+
+    def windows_ms(self, key: Any, standby: StoreView | None = None) -> list[tuple[int, int, Any]]:
+        """(start ms, end ms, value) of every window of `key`, oldest first: from its partition active here
+        (writes since the last checkpoint included), or from a `standby` store (as its changelog has it)."""
+        overlays: tuple[Mapping[Any, Any], ...] = ()
+        if standby is not None:
+            inner = self.table.locate_key(key)[0]
+        else:
+            part, inner = self.table._route_read(key)
+            standby, overlays = part.store, (part.flushing or {}, part.buffer)
         low, high = key_prefix(inner)
         values: dict[int, Any] = {}
         decode = self.table.value_codec.decode
-        for raw_key, raw_value in part.store.items(low, high):
+        for raw_key, raw_value in standby.items(low, high):
             values[split_window_key(raw_key)[1]] = decode(raw_value)
-        for overlay in (part.flushing or {}, part.buffer):
+        for overlay in overlays:
             for window_key_, value in overlay.items():
                 if isinstance(window_key_, tuple) and window_key_[0] == key:
                     if value is DELETED:
@@ -263,8 +275,7 @@ class WindowedTable:
                     else:
                         values[window_key_[1]] = value
         size = self.window.size_ms
-        for start in sorted(values):
-            yield WindowRange.from_ms(start, start + size), values[start]
+        return [(start, start + size, values[start]) for start in sorted(values)]
 
     # -- closing and expiry (called at the checkpoint) ----------------------------------------------
 

@@ -6,7 +6,13 @@ health and readiness.
     GET /metrics                the worker's metrics in Prometheus' text format (engine.monitors.readings)
     GET /tables                 the app's tables: kind, partition count, partitions active here
     GET /tables/{table}/{key}   the key's value as JSON; 404 if absent, 400 for a key of the wrong type,
-                                503 with Retry-After while its partition recovers or moves
+                                503 with Retry-After while its partition recovers or moves;
+                                ?window=latest|all|<start> a windowed table's windows (default latest)
+                                ?stale=ok may read a standby's copy here instead of asking the owner
+    GET /tables/{table}?from=&to=&limit=
+                                keys from `from` to `to` (both included, either may be left out) in the
+                                order of their bytes, at most `limit` (100); `next` is the `from` of the next
+                                page. Every owner is asked for its partitions and the answers are merged.
 
 A query for a key another worker owns is forwarded there once (engine.web.queries says when), so any worker
 answers for the whole app. The server binds `web_host:web_port`, or the next free port when that one is
@@ -19,7 +25,7 @@ from __future__ import annotations
 import errno
 import logging
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
@@ -28,13 +34,13 @@ from engine.codecs import dumps, loads
 from engine.errors import ConfigError
 from engine.monitors.metrics import CONTENT_TYPE
 from engine.tables.base import TableError
-from engine.web.queries import key_text
+from engine.web.queries import RETRY_AFTER, Answer, QueryError, key_text
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from engine.tables.base import BaseTable
-    from engine.web.queries import Answer, TableQueries
+    from engine.web.queries import TableQueries
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +69,7 @@ class WebServer(Service):
         app.router.add_get("/ready", self._ready)
         app.router.add_get("/metrics", self._metrics_text)
         app.router.add_get("/tables", self._tables)
+        app.router.add_get("/tables/{table}", self._range)
         app.router.add_get("/tables/{table}/{key}", self._get)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -108,12 +115,56 @@ class WebServer(Service):
 
     async def _get(self, request: web.Request) -> web.Response:
         forwarded = FORWARDED in request.headers
-        answer = self.queries.get(request.match_info["table"], request.match_info["key"], forwarded=forwarded)
-        if answer.forward_to is None:
+        query = request.rel_url.query
+        answer = self.queries.get(request.match_info["table"], request.match_info["key"], forwarded=forwarded,
+                                  window=query.get("window"), stale=query.get("stale") == "ok")
+        if isinstance(answer, Answer):
             return _respond(answer)
-        status, body = await self.forward(answer.forward_to, request.rel_url.path_qs)
+        status, body = await self.forward(answer.endpoint, request.rel_url.path_qs)
         return web.Response(status=status, body=body, content_type="application/json",
-                            headers={"Retry-After": "1"} if status == 503 else None)
+                            headers={"Retry-After": str(RETRY_AFTER)} if status == 503 else None)
+
+    async def _range(self, request: web.Request) -> web.Response:
+        """A range: this worker's partitions read here, every other owner's asked of it, merged."""
+        queries, query = self.queries, request.rel_url.query
+        try:
+            table = queries.table(request.match_info["table"])
+            asked = queries.range_of(table, query.get("from"), query.get("to"), query.get("limit"),
+                                     stale=query.get("stale") == "ok")
+            wanted = queries.partitions_of(table, query.get("partitions"))
+        except QueryError as exc:
+            return _respond(exc.answer)
+        page = queries.scan_here(table, wanted, asked)
+        if FORWARDED in request.headers:  # the asker merges: keys with their bytes, and what is not here
+            return _json(200, {"entries": [[raw.decode(), key, value] for raw, key, value in page.entries],
+                               "missing": {str(n): why for n, why in page.missing.items()}})
+        entries, missing = page.entries, dict(page.missing)
+        elsewhere = queries.owners_of(missing)
+        unowned = elsewhere.pop("", [])
+        params = {k: v for k, v in query.items() if k != "partitions"}
+        for endpoint, numbers in elsewhere.items():
+            path = (f"/tables/{quote(table.name, safe='')}?"
+                    f"{urlencode({**params, 'partitions': ','.join(map(str, numbers))})}")
+            status, raw = await self.forward(endpoint, path)
+            if status != 200:
+                continue  # still missing: a 503 below
+            body = loads(raw)
+            entries.extend((text.encode(), key, value) for text, key, value in body["entries"])
+            for number in numbers:
+                if str(number) not in body["missing"]:
+                    missing.pop(number, None)
+        for number in unowned:
+            missing.setdefault(number, "moving")
+        if missing:
+            return _json(503, {"error": f"partitions of table {table.name!r} are moving or recovering: "
+                                        f"{dict(sorted(missing.items()))}",
+                               "missing": {str(n): why for n, why in sorted(missing.items())}},
+                         retry_after=RETRY_AFTER)
+        entries.sort(key=lambda entry: entry[0])
+        more = entries[asked.limit] if len(entries) > asked.limit else None
+        shown = [{"key": key, "value": value} for _, key, value in entries[:asked.limit]]
+        return _json(200, {"table": table.name, "entries": shown,
+                           "next": more[0].decode() if more is not None else None})
 
     async def forward(self, endpoint: str, path: str) -> tuple[int, bytes]:
         """Ask the worker at `endpoint` (marked as forwarded: it answers, never sends on); a worker that does
@@ -130,12 +181,15 @@ class WebServer(Service):
         """`table.query(key)`: the value from here or from the key's owner; KeyError if absent, TableError
         for anything else (moving, recovering, a key of the wrong type), with the worker's reason."""
         answer = self.queries.get_key(table, key, forwarded=False)
-        status, body = answer.status, answer.body
-        if answer.forward_to is not None:
+        if isinstance(answer, Answer):
+            status, body = answer.status, answer.body
+        else:
             path = f"/tables/{quote(table.name, safe='')}/{quote(key_text(table, key), safe='')}"
-            status, raw = await self.forward(answer.forward_to, path)
+            status, raw = await self.forward(answer.endpoint, path)
             body = loads(raw)
         if status == 200:
+            if "windows" in body:
+                return body["windows"]
             return table.value_codec.decode(dumps(body["value"]))  # the value's own type, as a read gives it
         if status == 404 and "key" in body:
             raise KeyError(key)

@@ -5,15 +5,18 @@ which the answer names); a missing key is a 404, a key of the wrong type a 400, 
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import pytest
 
 import engine
 from engine import testing
-from engine.scope import current_worker
+from engine.scope import running_as
+from engine.web.queries import Forward
 from engine.web.server import FORWARDED
 
 WORDS = [f"w{i % 31}" for i in range(500)]
@@ -106,7 +109,7 @@ def test_a_partition_assigned_here_but_not_recovered_answers_503_and_readiness_w
     assert queries.ready().body["recovering"] == [number]
 
     state["assigned"], state["owners"] = {}, {number: "other:2"}
-    assert queries.get("counts", "w1", forwarded=False).forward_to == "other:2"
+    assert queries.get("counts", "w1", forwarded=False) == Forward("other:2")
     assert queries.get("counts", "w1", forwarded=True).status == 503
     state["owners"] = {}
     assert queries.ready().body == {"ready": False, "why": "no assignment yet"}
@@ -126,12 +129,125 @@ async def test_table_query_from_python_reads_here_or_asks_the_owner(tmp_path):
         counts = app.tables["counts"]
         await testing.eventually(lambda: dict(counts.items()) == truth, 10)
         assert any(counts.locate(word)[1] not in first.tasks.active for word in truth), "some are asked"
-        token = current_worker.set(first)  # as code of the first worker (a timer, an agent) asks
-        try:
+        with running_as(first):  # as code of the first worker (a timer, an agent) asks
             assert {word: await counts.query(word) for word in truth} == dict(truth)
             with pytest.raises(KeyError):
                 await counts.query("nope")
             with pytest.raises(KeyError):
                 await numbers.query(7)
-        finally:
-            current_worker.reset(token)
+
+
+async def test_ranges_page_through_every_key_in_byte_order_from_either_worker(tmp_path):
+    app, _ = make_app()
+    url = testing.memory_url()
+    options = {"broker": url, "web_enabled": True, "web_port": 0}
+    async with testing.running(app, data_dir=str(tmp_path / "a"), **options) as first, \
+            testing.running(app, data_dir=str(tmp_path / "b"), **options) as second, \
+            aiohttp.ClientSession() as session:
+        await testing.eventually(lambda: all(w.placement.current is not None and len(
+            w.placement.current.owners) == 4 for w in (first, second)), 10)
+        for word in WORDS:
+            await app.topics["words"].send(key=word, value=word)
+        truth = Counter(WORDS)
+        counts = app.tables["counts"]
+        await testing.eventually(lambda: dict(counts.items()) == truth, 10)
+        ordered = sorted(truth, key=lambda word: counts.locate(word)[0])
+        for asked in (first.placement.endpoint, second.placement.endpoint):
+            seen: list[tuple[str, int]] = []
+            path = "/tables/counts?limit=7"
+            while True:
+                status, body = await get(session, asked, path)
+                assert status == 200, body
+                assert len(body["entries"]) <= 7
+                seen += [(entry["key"], entry["value"]) for entry in body["entries"]]
+                if body["next"] is None:
+                    break
+                path = f"/tables/counts?limit=7&from={quote(body['next'])}"
+            assert seen == [(word, truth[word]) for word in ordered]
+            low, high = ordered[5], ordered[20]
+            status, body = await get(session, asked, f"/tables/counts?from={low}&to={high}&limit=100")
+            assert [e["key"] for e in body["entries"]] == ordered[5:21]
+            assert body["next"] is None
+        status, bad = await get(session, first.placement.endpoint, "/tables/counts?limit=0")
+        assert status == 400
+        assert "limit" in bad["error"]
+        status, bad = await get(session, first.placement.endpoint, "/tables/by-number?from=x")
+        assert status == 400
+
+
+async def test_windowed_tables_answer_latest_all_or_one_window(tmp_path):
+    app = engine.App("web-windows")
+    clicks = app.topic("clicks", key_type=str, value_type=dict, timestamp=lambda v: v["ts"])
+    views = app.Table("views", default=int, key_type=str, value_type=int).tumbling(10, expires=3600)
+
+    @app.agent(clicks)
+    async def count(stream: Any) -> None:
+        async for page, _ in stream.items():
+            views[page] += 1
+
+    times = {"b": [5], "a": [1, 2, 11, 25, 27, 29]}  # b first: later it would be late
+    async with testing.running(app, data_dir=str(tmp_path), broker=testing.memory_url(), web_enabled=True,
+                               web_port=0) as worker, aiohttp.ClientSession() as session:
+        for page, stamps in times.items():
+            for ts in stamps:
+                await clicks.send(key=page, value={"ts": ts})
+        await testing.eventually(lambda: sum(v for _, v in views.table.items()) == 7, 10)
+        at = worker.placement.endpoint
+
+        def window(start: float, value: int) -> dict[str, Any]:
+            return {"window_start": start, "window_end": start + 10, "value": value}
+
+        status, body = await get(session, at, "/tables/views/a")
+        assert (status, body["windows"]) == (200, [window(20, 3)])
+        status, body = await get(session, at, "/tables/views/a?window=all")
+        assert body["windows"] == [window(0, 2), window(10, 1), window(20, 3)]
+        status, body = await get(session, at, "/tables/views/a?window=10")
+        assert body["windows"] == [window(10, 1)]
+        status, body = await get(session, at, "/tables/views/a?window=1970-01-01T00:00:10%2B00:00")
+        assert body["windows"] == [window(10, 1)]
+        status, body = await get(session, at, "/tables/views/b?window=10")
+        assert (status, body["error"]) == (404, "no such window")
+        status, body = await get(session, at, "/tables/views/a?window=soon")
+        assert status == 400
+        status, body = await get(session, at, "/tables/views?from=a")
+        assert status == 400
+        with running_as(worker):
+            assert await views.table.query("a") == [window(20, 3)]
+
+
+async def test_stale_queries_read_a_standby_here_instead_of_asking_the_owner(tmp_path):
+    app, _ = make_app()
+    url = testing.memory_url()
+    options = {"broker": url, "web_enabled": True, "web_port": 0, "standby_replicas": 1}
+    async with testing.running(app, data_dir=str(tmp_path / "a"), **options) as first, \
+            testing.running(app, data_dir=str(tmp_path / "b"), **options) as second, \
+            aiohttp.ClientSession() as session:
+        await testing.eventually(lambda: all(w.placement.current is not None and len(
+            w.placement.current.owners) == 4 and w.tasks.standby for w in (first, second)), 10)
+        for word in WORDS:
+            await app.topics["words"].send(key=word, value=word)
+        truth = Counter(WORDS)
+        counts = app.tables["counts"]
+        await testing.eventually(lambda: dict(counts.items()) == truth, 10)
+        await first.checkpoint()
+        await second.checkpoint()
+        elsewhere = [w for w in truth if counts.locate(w)[1] in second.tasks.active]
+        at = first.placement.endpoint
+        assert elsewhere
+        assert all(counts.locate(w)[1] in first.tasks.standby for w in elsewhere)
+
+        async def stale_values() -> dict[str, Any]:
+            found = {}
+            for word in elsewhere:  # marked forwarded: answered here or not at all
+                status, body = await get(session, at, f"/tables/counts/{word}?stale=ok", **{FORWARDED: "t"})
+                found[word] = (status, body.get("value"), body.get("stale"), body.get("worker"))
+            return found
+
+        expected = {w: (200, truth[w], True, at) for w in elsewhere}
+        for _ in range(200):
+            if await stale_values() == expected:
+                break
+            await asyncio.sleep(0.05)
+        assert await stale_values() == expected
+        status, _body = await get(session, at, f"/tables/counts/{elsewhere[0]}", **{FORWARDED: "t"})
+        assert status == 503, "without stale=ok a standby is not read"
