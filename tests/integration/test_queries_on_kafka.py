@@ -1,7 +1,8 @@
 """Table queries over HTTP on the real broker, through two `engine worker`s: every key, asked of either
 worker, returns its ground-truth count (the worker that does not own the key forwards the query to the one
 that does); after one worker is SIGKILLed, queries to the other converge to every key's value once the group
-gives it the partitions."""
+gives it the partitions. A range over the table, paged, from either worker, returns every key; the
+workers' /metrics, parsed by prometheus-client, count every record consumed and handed to the agent."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections import Counter
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.helpers import (
     SHORT_SESSION,
@@ -35,6 +37,14 @@ def endpoint_of(worker: WorkerProcess) -> str:
 async def ask(session: aiohttp.ClientSession, endpoint: str, key: str) -> tuple[int, dict]:
     async with session.get(f"http://{endpoint}/tables/counts/{key}") as response:
         return response.status, await response.json()
+
+
+async def metrics(session: aiohttp.ClientSession, endpoint: str) -> dict[tuple[str, tuple], float]:
+    async with session.get(f"http://{endpoint}/metrics") as response:
+        assert response.status == 200
+        text = await response.text()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
 async def test_either_worker_answers_every_key_and_queries_converge_after_a_kill(kafka, tmp_path):
@@ -66,6 +76,25 @@ async def test_either_worker_answers_every_key_and_queries_converge_after_a_kill
                     answered_by[(asked, body["worker"])] += 1
             assert all(answered_by[(x, y)] > 0 for x in endpoints.values() for y in endpoints.values()), (
                 "each worker answered some keys itself and forwarded others", answered_by)
+
+            for asked in endpoints.values():  # a range over every key, in pages, from either worker
+                seen: dict[str, int] = {}
+                path = "/tables/counts?limit=25"
+                while path:
+                    async with session.get(f"http://{asked}{path}") as response:
+                        assert response.status == 200, await response.text()
+                        page = await response.json()
+                    seen.update((entry["key"], entry["value"]) for entry in page["entries"])
+                    path = f"/tables/counts?limit=25&from={page['next']}" if page["next"] else ""
+                assert seen == dict(truth)
+
+            scraped = [await metrics(session, asked) for asked in endpoints.values()]
+            handed = sum(m.get(("engine_agent_events_total", (("agent", "count"),)), 0) for m in scraped)
+            consumed = sum(m.get(("engine_records_consumed_total", (("topic", topic),)), 0) for m in scraped)
+            assert handed == consumed >= len(words), "every record consumed was handed to the agent"
+            changelog = sum(m.get(("engine_changelog_records_total", (("table", "counts"),)), 0)
+                            for m in scraped)
+            assert changelog >= len(truth)
 
             workers["a"].kill()
             survivor = endpoints["b"]
