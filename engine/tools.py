@@ -9,10 +9,13 @@ manage an app. The CLI imports only this, the `engine` package and `engine.expor
   `read_key`, which returns `MISSING` for a key that is not there).
 - JSON as engine encodes and decodes it (`dumps`, `loads`), and the progress of a changelog replay
   (`Progress`).
-- A key as a person types it, decoded with a table's key codec (`parse_key`).
+- A key as a person types it, decoded with a table's key codec (`parse_key`), and as a URL names it
+  (`key_text`); a running worker's web server asked (`ask_worker`).
 - Logging as `engine worker` does it: aiokafka's repeated errors summarised (`summarise_repeats`).
 - Resetting an app for reprocessing (`plan_reset`, `execute_reset`, `ResetTarget`, `ResetRefused`).
 """
+
+from typing import Any as _Any
 
 from engine.codecs import dumps, loads
 from engine.monitors.logsummary import summarise_repeats
@@ -24,7 +27,15 @@ from engine.tables.recovery import Progress
 from engine.topology.plan import Topology, build_topology, planned_partitions
 from engine.transport import open_transport
 from engine.transport.base import Admin, GroupDescription, TopicSpec
-from engine.web.queries import parse_key
+from engine.web.queries import key_text, parse_key
+
+
+async def ask_worker(url: str, path: str) -> tuple[int, _Any] | None:
+    """GET `path` of a running worker's web server at `url`: (status, JSON body), or None if none answers
+    (engine.web.server; aiohttp is imported only when a tool asks)."""
+    from engine.web.server import ask_worker as ask
+
+    return await ask(url, path)
 
 __all__ = [
     "MISSING",
@@ -36,9 +47,11 @@ __all__ = [
     "ResetTarget",
     "TopicSpec",
     "Topology",
+    "ask_worker",
     "build_topology",
     "dumps",
     "execute_reset",
+    "key_text",
     "loads",
     "local_partitions",
     "open_transport",

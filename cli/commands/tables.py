@@ -1,13 +1,20 @@
-"""engine tables / engine table get: the app's tables and what the local stores hold."""
+"""engine tables / engine table get: the app's tables, what the local stores hold, and a key's value as a
+running worker answers it (or, --offline, as this machine's stores hold it)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+import sys
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
 
 from cli.loader import load_app
+from engine import EngineError
 from engine.tools import (
     MISSING,
+    ask_worker,
     dumps,
+    key_text,
     local_partitions,
     parse_key,
     planned_partitions,
@@ -22,12 +29,22 @@ if TYPE_CHECKING:
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     tables = sub.add_parser("tables", help="list tables, their partitions and local sizes")
     tables.add_argument("--data-dir", help="the worker's data dir (default: ./data)")
+    tables.add_argument("--url", help="also ask the running worker at this web address (default: "
+                                      "http://web_host:web_port of the app's settings, if one answers)")
     tables.set_defaults(run=run_tables)
-    table = sub.add_parser("table", help="read a table's local store")
+    table = sub.add_parser("table", help="read a key of a table: asked of a running worker, or --offline "
+                                         "from this machine's stores")
     table.add_argument("action", choices=["get"])
     table.add_argument("table")
     table.add_argument("key", help="the key, as text (JSON for JSON-keyed tables)")
-    table.add_argument("--data-dir", help="the worker's data dir (default: ./data)")
+    table.add_argument("--url", help="a running worker's web address (default: http://web_host:web_port of "
+                                     "the app's settings); any worker of the app answers for every key")
+    table.add_argument("--window", help="a windowed table's windows: latest (default), all, or a window's "
+                                        "start (seconds or an ISO datetime)")
+    table.add_argument("--stale", action="store_true", help="a worker may answer from its standby copy")
+    table.add_argument("--offline", action="store_true",
+                       help="read this machine's local stores (--data-dir) instead of asking a worker")
+    table.add_argument("--data-dir", help="with --offline: the worker's data dir (default: ./data)")
     table.set_defaults(run=run_table)
 
 
@@ -48,6 +65,17 @@ def run_tables(args: argparse.Namespace) -> int:
             windows = "" if info.windows is None else f" in {info.windows} windows"
             print(f"  partition {info.partition}: {info.keys} keys{windows}, changelog offset "
                   f"{info.changelog_offset}")
+    if not infos:
+        print(f"no local stores of this app under {settings.app_dir} (pass the worker's --data-dir)")
+    url = args.url or f"http://{settings.web_host}:{settings.web_port}"
+    answer = asyncio.run(_ask_app(app.id, url, "/tables"))
+    if answer is None or answer[0] != 200:
+        if args.url:
+            raise EngineError(f"no worker of {app.id!r} answered at {url}")
+        return 0
+    print(f"the running worker at {url} holds:")
+    for table in answer[1]["tables"]:
+        print(f"  {table['name']:22} partitions {table['here']}, about {table['local_keys']} keys")
     return 0
 
 
@@ -56,9 +84,32 @@ def run_table(args: argparse.Namespace) -> int:
     settings = app.settings({"broker": args.broker, "data_dir": args.data_dir})
     table = table_named(app, args.table)
     key = parse_key(table, args.key)
-    partition, value = read_key(app, settings, args.table, key)
-    if value is MISSING:
-        print(f"{args.table}[{args.key!r}]: no such key in the local stores (partition {partition})")
-        return 1
-    print(dumps(value).decode())
-    return 0
+    if args.offline:
+        partition, value = read_key(app, settings, args.table, key)
+        if value is MISSING:
+            print(f"{args.table}[{args.key!r}]: no such key in the local stores (partition {partition})")
+            return 1
+        print(dumps(value).decode())
+        return 0
+    url = args.url or f"http://{settings.web_host}:{settings.web_port}"
+    query = {"window": args.window, "stale": "ok" if args.stale else None}
+    path = (f"/tables/{quote(table.name, safe='')}/{quote(key_text(table, key), safe='')}?"
+            f"{urlencode({k: v for k, v in query.items() if v is not None})}")
+    answer = asyncio.run(_ask_app(app.id, url, path.rstrip("?")))
+    if answer is None:
+        raise EngineError(f"no worker of {app.id!r} answered at {url} (a worker logs its address as 'web "
+                          "server at http://...'); pass --url, or --offline to read this machine's stores")
+    status, body = answer
+    if status == 200:
+        print(dumps(body["windows"] if "windows" in body else body["value"]).decode())
+        return 0
+    print(f"{args.table}[{args.key!r}]: {body.get('error', status)}", file=sys.stderr)
+    return 1
+
+
+async def _ask_app(app_id: str, url: str, path: str) -> tuple[int, Any] | None:
+    """Ask the worker at `url`, if it is one of app `app_id`'s (another app's may serve on that port)."""
+    health = await ask_worker(url, "/health")
+    if health is None or health[0] != 200 or health[1].get("app") != app_id:
+        return None
+    return await ask_worker(url, path)

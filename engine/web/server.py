@@ -1,7 +1,7 @@
 """The worker's web server (aiohttp lives here and only here): table queries routed to the owner of the key,
 health and readiness.
 
-    GET /health                 200 while the worker runs (a liveness probe)
+    GET /health                 200 while the worker runs (a liveness probe), with the app's id
     GET /ready                  200 once every partition assigned here is recovered, else 503
     GET /metrics                the worker's metrics in Prometheus' text format (engine.monitors.readings)
     GET /tables                 the app's tables: kind, partition count, partitions active here
@@ -50,10 +50,11 @@ PORTS_TRIED = 100  # taken ports skipped before giving up
 
 
 class WebServer(Service):
-    def __init__(self, queries: TableQueries, host: str, port: int,
+    def __init__(self, app_id: str, queries: TableQueries, host: str, port: int,
                  on_bound: Callable[[str], None] = lambda endpoint: None,
                  metrics: Callable[[], Awaitable[bytes]] | None = None) -> None:
         super().__init__("web")
+        self.app_id = app_id
         self.queries = queries
         self._metrics = metrics
         self._on_bound = on_bound
@@ -98,7 +99,7 @@ class WebServer(Service):
             await self._runner.cleanup()
 
     async def _health(self, request: web.Request) -> web.Response:
-        return _json(200, {"status": "alive", "worker": self.endpoint})
+        return _json(200, {"status": "alive", "app": self.app_id, "worker": self.endpoint})
 
     async def _ready(self, request: web.Request) -> web.Response:
         return _respond(self.queries.ready())
@@ -194,6 +195,17 @@ class WebServer(Service):
         if status == 404 and "key" in body:
             raise KeyError(key)
         raise TableError(f"table {table.name!r}, key {key!r}: {body.get('error', status)}")
+
+
+async def ask_worker(url: str, path: str, timeout: float = FORWARD_TIMEOUT) -> tuple[int, Any] | None:
+    """GET `path` of the worker serving at `url` (http://host:port): (status, its JSON body), or None when
+    nothing answers there (the CLI asks a running worker this way)."""
+    try:
+        async with ClientSession(timeout=ClientTimeout(total=timeout)) as session, \
+                session.get(url.rstrip("/") + path) as reply:
+            return reply.status, loads(await reply.read())
+    except (ClientError, TimeoutError, OSError):
+        return None
 
 
 def _respond(answer: Answer) -> web.Response:

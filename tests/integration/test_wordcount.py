@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -43,15 +44,25 @@ async def test_wordcount_end_to_end(kafka, tmp_path):
             lambda rs: counted(rs) == dict(expected), timeout=90,
         )
         assert counted(records) == dict(expected)
+        # The running worker answers the CLI (at the address it logged).
+        one = next(iter(expected))
+        address = re.search(r"web server at (http://\S+) ", worker.output())
+        assert address, worker.output()[-3000:]
+        result = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "cli.main", "table", "get", "-A", "examples.wordcount:app",
+             "word-counts", one, "--url", address.group(1)],
+            cwd=ROOT, capture_output=True, text=True,
+        )
+        assert result.stdout.strip() == str(expected[one]), result.stderr
     finally:
         assert worker.terminate() == 0, worker.output()[-3000:]
     assert "worker wordcount running" in worker.output()
-    # The local store answers the CLI, even beside (or after) the worker.
-    one = next(iter(expected))
+    # The local store answers the CLI offline, even beside (or after) the worker.
     result = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "cli.main", "table", "get", "-A", "examples.wordcount:app",
-         "word-counts", one, "--data-dir", str(tmp_path / "data")],
+         "word-counts", one, "--offline", "--data-dir", str(tmp_path / "data")],
         cwd=ROOT, capture_output=True, text=True,
     )
     assert result.stdout.strip() == str(expected[one]), result.stderr

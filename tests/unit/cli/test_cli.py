@@ -1,5 +1,7 @@
 """The engine command: one-line errors that say what to do, and the listing commands."""
 
+import asyncio
+
 import pytest
 
 from cli.main import main
@@ -112,24 +114,25 @@ async def test_tables_and_table_get_read_the_local_rocksdb_stores(capsys, tmp_pa
         for line in ["red green", "red"]:
             await wordcount.lines.send(value=line)
         await testing.eventually(lambda: dict(wordcount.counts.items()) == {"red": 2, "green": 1})
-    code, out, _ = run(capsys, "tables", "-A", "examples.wordcount:app", "--broker", url,
+    code, out, _ = await asyncio.to_thread(
+        run, capsys, "tables", "-A", "examples.wordcount:app", "--broker", url,
                        "--data-dir", str(tmp_path))
     assert code == 0
     assert "word-counts" in out
     assert "wordcount-word-counts-changelog" in out
     assert sum(int(line.split(":")[1].split()[0]) for line in out.splitlines()
                if line.strip().startswith("partition")) == 2
-    assert run(capsys, "table", "get", "-A", "examples.wordcount:app", "word-counts", "red",
+    assert run(capsys, "table", "get", "-A", "examples.wordcount:app", "word-counts", "red", "--offline",
                "--data-dir", str(tmp_path))[1].strip() == "2"
     code, out, _ = run(capsys, "table", "get", "-A", "examples.wordcount:app", "word-counts", "blue",
-                       "--data-dir", str(tmp_path))
+                       "--offline", "--data-dir", str(tmp_path))
     assert code == 1
     assert "no such key" in out
     code, _, err = run(capsys, "table", "get", "-A", "examples.wordcount:app", "nope", "x",
                        "--data-dir", str(tmp_path))
     assert err.strip() == "engine: app 'wordcount' has no table 'nope' (tables: word-counts)"
     code, _, err = run(capsys, "table", "get", "-A", "examples.wordcount:app", "word-counts", "x",
-                       "--data-dir", str(tmp_path / "elsewhere"))
+                       "--offline", "--data-dir", str(tmp_path / "elsewhere"))
     assert "pass the worker's --data-dir" in err
 
 
@@ -185,13 +188,14 @@ async def test_tables_and_table_get_on_a_windowed_table(capsys, tmp_path):
         await worker.checkpoint()  # an export reads the stores: the last checkpoint's state
         manifest = await export.export_table(retail.units_sold, tmp_path / "export")  # windowed: unwrapped
         assert manifest.rows == 2
-    code, out, _ = run(capsys, "tables", "-A", "examples.retail:app", "--broker", url,
+    code, out, _ = await asyncio.to_thread(
+        run, capsys, "tables", "-A", "examples.retail:app", "--broker", url,
                        "--data-dir", str(tmp_path))
     assert code == 0
     assert "units-sold               windowed" in out
     assert "1 keys in 2 windows" in out
     code, out, _ = run(capsys, "table", "get", "-A", "examples.retail:app", "units-sold", "sku-1",
-                       "--data-dir", str(tmp_path))
+                       "--offline", "--data-dir", str(tmp_path))
     assert code == 0
     assert orjson.loads(out) == [
         {"window_start": start, "window_end": start + 600, "value": 5},
@@ -228,7 +232,8 @@ async def test_tables_table_get_and_export_on_global_and_source_tables(capsys, t
         for table in (kinds_app.regions, kinds_app.prices):
             manifest = await export.export_table(table, tmp_path / "export" / table.name)
             assert manifest.rows == 2
-    code, out, _ = run(capsys, "tables", "-A", "tests.unit.cli.kinds_app:app", "--broker", url,
+    code, out, _ = await asyncio.to_thread(
+        run, capsys, "tables", "-A", "tests.unit.cli.kinds_app:app", "--broker", url,
                        "--data-dir", str(tmp_path))
     assert code == 0
     lines = {line.split()[0]: line.split()[1:] for line in out.splitlines()[1:] if not line.startswith(" ")}
@@ -236,7 +241,7 @@ async def test_tables_table_get_and_export_on_global_and_source_tables(capsys, t
     assert lines["prices"] == ["source", "price-feed", "4", "2"]
     for table, key, value in [("regions", "r2", "south"), ("prices", "a", 1.75)]:
         code, out, _ = run(capsys, "table", "get", "-A", "tests.unit.cli.kinds_app:app", table, key,
-                           "--data-dir", str(tmp_path))
+                           "--offline", "--data-dir", str(tmp_path))
         assert code == 0
         assert orjson.loads(out) == value
 
@@ -245,3 +250,30 @@ def test_status_refuses_an_in_memory_broker(capsys):
     code, _, err = run(capsys, "status", "-A", "examples.wordcount:app", "--broker", "memory://cli")
     assert code == 1
     assert err.startswith("engine: engine status cannot see memory://cli: an in-memory broker lives inside")
+
+
+async def test_table_get_asks_a_running_worker_and_says_when_none_answers(capsys, tmp_path):
+    from engine import testing
+    from examples import wordcount
+
+    url = testing.memory_url()
+    async with testing.running(wordcount.app, broker=url, data_dir=str(tmp_path), web_enabled=True,
+                               web_port=0) as worker:
+        for line in ["red green", "red"]:
+            await wordcount.lines.send(value=line)
+        await testing.eventually(lambda: dict(wordcount.counts.items()) == {"red": 2, "green": 1})
+        at = f"http://{worker.placement.endpoint}"
+        # No checkpoint needed: the worker answers with what it holds now, unlike the stores on disk.
+        code, out, _ = await asyncio.to_thread(
+            run, capsys, "table", "get", "-A", "examples.wordcount:app", "word-counts", "red", "--url", at)
+        assert (code, out.strip()) == (0, "2")
+        code, _, err = await asyncio.to_thread(
+            run, capsys, "table", "get", "-A", "examples.wordcount:app", "word-counts", "blue", "--url", at)
+        assert code == 1
+        assert "no such key" in err
+    code, _, err = await asyncio.to_thread(
+        run, capsys, "table", "get", "-A", "examples.wordcount:app", "word-counts", "red", "--url",
+        "http://127.0.0.1:9")
+    assert code == 1
+    assert "no worker of 'wordcount' answered at http://127.0.0.1:9" in err
+    assert "--offline" in err

@@ -68,7 +68,8 @@ async def test_any_worker_answers_for_every_key_forwarding_to_its_owner(tmp_path
         assert all(answered_by[(a, b)] > 0 for a in endpoints for b in endpoints), answered_by
 
         for asked in endpoints:
-            assert await get(session, asked, "/health") == (200, {"status": "alive", "worker": asked})
+            assert await get(session, asked, "/health") == (200, {"status": "alive", "app": "web-two",
+                                                                "worker": asked})
             status, ready = await get(session, asked, "/ready")
             assert status == 200
             assert ready["ready"] is True
