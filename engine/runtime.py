@@ -23,6 +23,7 @@ from engine.events import TP
 from engine.fetch.conductor import Conductor
 from engine.fetch.leases import Leases
 from engine.fetch.pauses import Pauses
+from engine.loops import running_loop_name
 from engine.monitors.loopwatch import LoopMonitor
 from engine.monitors.watchdog import Watchdog
 from engine.processing.replies import ReplyService
@@ -234,8 +235,8 @@ class Worker(Service):
         for table in self.app.tables.values():
             if table.windowed is not None:
                 table.windowed.topics = self.app.topics
-        log.info("worker %s starting on %s: agents %s", self.app.id, self.settings.broker,
-                 ", ".join(self.app.agents) or "none")
+        log.info("worker %s starting on %s (event loop: %s): agents %s", self.app.id, self.settings.broker,
+                 running_loop_name(), ", ".join(self.app.agents) or "none")
 
     async def start(self) -> None:
         """Start, with every task the worker starts knowing it belongs to this worker (engine.scope)."""

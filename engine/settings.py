@@ -27,6 +27,8 @@ Guarantee = Literal["at_least_once", "exactly_once"]
 GUARANTEES = ("at_least_once", "exactly_once")
 OffsetReset = Literal["earliest", "latest"]
 OFFSET_RESETS = ("earliest", "latest")
+EventLoop = Literal["auto", "uvloop", "asyncio"]
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 _APP_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
@@ -87,6 +89,9 @@ class Settings:
     web_enabled: bool = True
     web_host: str = "127.0.0.1"
     web_port: int = 6066
+    # The event loop `engine worker` runs on (engine.loops): uvloop when installed ("auto"; the extra
+    # engine[fast]), or asyncio's own.
+    event_loop: EventLoop = "auto"
 
     def __post_init__(self) -> None:
         validate(self)
@@ -143,6 +148,8 @@ def validate(s: Settings) -> None:
         _fail("agent_error_policy", s.agent_error_policy, f"expected one of {ERROR_POLICIES}")
     if s.processing_guarantee not in GUARANTEES:
         _fail("processing_guarantee", s.processing_guarantee, f"expected one of {GUARANTEES}")
+    if s.event_loop not in EVENT_LOOPS:
+        _fail("event_loop", s.event_loop, f"expected one of {EVENT_LOOPS}")
     if s.auto_offset_reset not in OFFSET_RESETS:
         _fail("auto_offset_reset", s.auto_offset_reset, f"expected one of {OFFSET_RESETS}")
     if s.group_instance_id is not None and (not isinstance(s.group_instance_id, str)

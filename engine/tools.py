@@ -11,13 +11,15 @@ manage an app. The CLI imports only this, the `engine` package and `engine.expor
   (`Progress`).
 - A key as a person types it, decoded with a table's key codec (`parse_key`), and as a URL names it
   (`key_text`); a running worker's web server asked (`ask_worker`).
-- Logging as `engine worker` does it: aiokafka's repeated errors summarised (`summarise_repeats`).
+- Running as `engine worker` does: aiokafka's repeated errors summarised (`summarise_repeats`), on the
+  event loop the `event_loop` setting picks (`run_on_loop`: uvloop when installed).
 - Resetting an app for reprocessing (`plan_reset`, `execute_reset`, `ResetTarget`, `ResetRefused`).
 """
 
 from typing import Any as _Any
 
 from engine.codecs import dumps, loads
+from engine.loops import run as run_on_loop
 from engine.monitors.logsummary import summarise_repeats
 from engine.operations.reset import ResetPlan, ResetRefused, ResetTarget, plan_reset
 from engine.operations.reset import execute as execute_reset
@@ -59,6 +61,7 @@ __all__ = [
     "plan_reset",
     "planned_partitions",
     "read_key",
+    "run_on_loop",
     "summarise_repeats",
     "table_named",
 ]

@@ -14,6 +14,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 import engine
 from benchmarks.peers.harness import Job
+from engine.tools import run_on_loop
 
 job = Job()
 MODE = os.environ.get("BENCH_MODE", "engine")
@@ -58,7 +59,8 @@ def engine_app() -> engine.App:
     return app
 
 
+LOOP = os.environ.get("ENGINE_EVENT_LOOP", "auto")  # both on the loop a worker would use
 if MODE == "raw":
-    asyncio.run(raw())
+    run_on_loop(raw(), LOOP)
 else:
-    asyncio.run(engine.run_worker(engine_app()))
+    run_on_loop(engine.run_worker(engine_app()), LOOP)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING
 
 from cli.loader import load_app
 from engine import run_worker
-from engine.tools import summarise_repeats
+from engine.tools import run_on_loop, summarise_repeats
 
 if TYPE_CHECKING:
     import argparse
@@ -25,5 +24,5 @@ def run(args: argparse.Namespace) -> int:
     overrides = {"broker": args.broker, "data_dir": args.data_dir}
     summarise_repeats()  # a broker restart makes aiokafka repeat one error thousands of times
     logging.getLogger("engine").info("starting worker for %s", app.id)
-    asyncio.run(run_worker(app, overrides))
+    run_on_loop(run_worker(app, overrides), app.settings(overrides).event_loop)
     return 0

@@ -1,0 +1,43 @@
+"""The event loop a worker runs on (uvloop lives here and only here): uvloop when it is installed (the
+extra `engine[fast]`), else asyncio's own; the `event_loop` setting picks one ("auto", "uvloop",
+"asyncio"). What uvloop gives is measured in benchmarks/README.md."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, TypeVar
+
+from engine.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
+    from typing import Any
+
+T = TypeVar("T")
+
+
+def loop_factory(choice: str = "auto") -> tuple[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """(the loop's name, how to make one) for an `event_loop` setting."""
+    if choice != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if choice == "uvloop":
+                raise ConfigError("setting 'event_loop' is 'uvloop', which is not installed; "
+                                  "pip install 'engine[fast]' (or uvloop)") from None
+        else:
+            return "uvloop", uvloop.new_event_loop
+    return "asyncio", asyncio.new_event_loop
+
+
+def run(main: Coroutine[Any, Any, T], choice: str = "auto") -> T:
+    """`asyncio.run(main)` on the chosen loop."""
+    _, factory = loop_factory(choice)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main)
+
+
+def running_loop_name() -> str:
+    """The name of the running loop's implementation, for the worker's start-up line."""
+    loop = asyncio.get_running_loop()
+    return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
