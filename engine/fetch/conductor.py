@@ -373,6 +373,9 @@ class Conductor(Service):
             if not lease.dispatching:
                 lease.abandoned += len(events)  # revoked while we waited: never handed over
                 return
+        if mailbox.closed:  # its agent stopped (the worker stops): never handed over, never acked
+            lease.abandoned += len(events)
+            return
         mailbox.put_many_nowait(events)
 
     async def _unpark(self, lease: Lease, parked: Parked) -> None:

@@ -355,14 +355,24 @@ class BaseTable(MutableMapping[Any, Any]):
         return part, window_key(inner, key[1])
 
     def _warn_codec_mismatch(self, topic: str) -> None:
-        if not self._warned_codec:
-            self._warned_codec = True
+        """The event's own key hashes to another partition under the table's key codec than the topic's
+        producer put it in: the two encode keys differently."""
+        if self._warned_codec:
+            return
+        self._warned_codec = True
+        codec, key_type = self.plain_key_codec.name, self.changelog_topic.key_type
+        typed = key_type.__name__ if key_type is not None else "the table's key type"
+        if topic.startswith(f"{self.app_id}-") and topic.endswith("-repartition"):
             log.warning(
-                "table %r encodes keys with %s and lands them in other partitions than topic %r does; "
-                "declare the table with the same key_type as the topic, or reads outside agents "
-                "(timers, engine table get) will look in the wrong partition",
-                self.name, self.key_codec.name, topic,
-            )
+                "events re-keyed by group_by into %r are in other partitions than table %r (keys encoded "
+                "with %s) puts their keys: the repartition topic encodes keys by its own key type; give "
+                "group_by the table's, group_by(..., key_type=%s), or reads outside agents (timers, "
+                "queries, engine table get) look in the wrong partition", topic, self.name, codec, typed)
+            return
+        log.warning(
+            "table %r encodes keys with %s and lands them in other partitions than topic %r does; declare "
+            "the table with the same key_type as the topic, or reads outside agents (timers, queries, "
+            "engine table get) will look in the wrong partition", self.name, codec, topic)
 
     # -- the mapping --------------------------------------------------------------------------------
 

@@ -339,3 +339,26 @@ async def test_the_write_of_a_plus_equals_on_the_events_key_is_refused_once_its_
     counts["k"] = 7  # no read of this event before it: the routed write
     assert counts["k"] == 7
     current_event.set(None)
+
+
+async def test_an_untyped_group_by_into_a_typed_table_is_warned_about_at_the_group_by(caplog):
+    import logging
+
+    app = engine.App("gb-warn", broker=testing.memory_url(), store="memory://")
+    clicks = app.topic("clicks", value_type=dict)  # no key type: JSON keys, and so is group_by's topic
+    per_user = app.Table("per-user", default=int, key_type=str, value_type=int)
+
+    @app.agent(clicks)
+    async def count(stream):
+        async for click in stream.group_by(lambda c: c["user"], name="by-user"):
+            per_user[click["user"]] += 1
+
+    with caplog.at_level(logging.WARNING, logger="engine"):
+        async with testing.running(app):
+            for user in [f"u{i}" for i in range(20)]:
+                await clicks.send(value={"user": user})
+            await testing.eventually(lambda: any("group_by" in r.getMessage() for r in caplog.records))
+    [warning] = [r.getMessage() for r in caplog.records if "group_by" in r.getMessage()]
+    assert "'gb-warn-by-user-repartition'" in warning
+    assert "group_by(..., key_type=str)" in warning
+    assert "windowed" not in warning
