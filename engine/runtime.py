@@ -150,6 +150,8 @@ class Worker(Service):
             table_sources=sources, max_task_idle=settings.max_task_idle.total_seconds(),
         )
         self.conductor.tasks = self.tasks.active
+        self.tasks.on_settled = self._settled
+        self._said_ready = False
         self.guarantee.route_to(self.tasks.active)
         if tables is not None:
             tables.request_rebalance = self.consumer.request_rebalance
@@ -190,6 +192,16 @@ class Worker(Service):
         from engine.monitors.readings import worker_families
 
         return render(await worker_families(self))
+
+    def _settled(self) -> None:
+        """Say once, at INFO, that the worker is ready: every partition assigned to it set up."""
+        assigned = self._assigned()
+        if self._said_ready or not all(assigned.values()):
+            return
+        self._said_ready = True
+        web = f"http://{self.placement.endpoint}" if self.placement.endpoint else "no web server"
+        log.info("worker %s ready: %d partitions active (%s), %d standby; %s", self.app.id, len(assigned),
+                 ",".join(map(str, sorted(assigned))) or "none", len(self.tasks.standby), web)
 
     def _web_bound(self, endpoint: str) -> None:
         self.placement.endpoint = endpoint

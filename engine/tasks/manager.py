@@ -106,6 +106,7 @@ class TaskManager(Service):
         self.rebalances = 0
         self.stalls = Histogram()
         self._moving_since: float | None = None
+        self.on_settled: Callable[[], None] = lambda: None  # an ownership change finished (set by the worker)
 
     @property
     def pause_timeout(self) -> float:
@@ -184,6 +185,7 @@ class TaskManager(Service):
         if self._moving_since is not None:
             self.stalls.observe(time.monotonic() - self._moving_since)
             self._moving_since = None
+        self.on_settled()
 
     async def _assigned(self, tps: set[TP]) -> None:
         log.info("assigned %d partitions: %s", len(tps), describe(tps))

@@ -4,6 +4,7 @@ agent, records sent, dead letters, late events, timed events, checkpoints)."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Any
 
@@ -50,7 +51,8 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return found
 
 
-async def test_metrics_parse_and_count_what_was_processed(tmp_path):
+async def test_metrics_parse_and_count_what_was_processed(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="engine")
     url = testing.memory_url()
     app, counts = make_app(url)
     async with testing.running(app, data_dir=str(tmp_path), web_enabled=True, web_port=0) as worker, \
@@ -70,6 +72,10 @@ async def test_metrics_parse_and_count_what_was_processed(tmp_path):
             assert response.status == 200
             assert response.headers["Content-Type"].startswith("text/plain")
             found = samples(await response.text())
+
+    ready = [r.getMessage() for r in caplog.records if "ready:" in r.getMessage()]
+    assert len(ready) == 1, "said once"
+    assert ready[0].startswith("worker metrics ready: 4 partitions active (0,1,2,3), 0 standby; http://")
 
     def value(name: str, **labels: str) -> float:
         return found[(name, tuple(sorted(labels.items())))]
