@@ -8,13 +8,14 @@ import asyncio
 import subprocess
 import sys
 
+import orjson
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 import engine
 from engine.errors import TopologyError
 from engine.transport import open_transport
-from tests.integration.helpers import ROOT, create_topics, unique
+from tests.integration.helpers import ROOT, consume_until, create_topics, unique
 
 pytestmark = pytest.mark.kafka
 
@@ -66,6 +67,30 @@ async def test_engine_send_refuses_a_misspelled_topic_and_creates_on_request(kaf
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == f"created topic {misspelled} with 4 partitions"
     assert result.stdout.splitlines()[1].startswith(f"sent to {misspelled}[")
+
+
+async def test_engine_send_sends_a_file_of_json_lines_with_keys_timestamps_and_headers(kafka, tmp_path):
+    topic = unique("lines")
+    records = [{"key": f"k{i}", "value": f"line {i}", "timestamp_ms": 1_700_000_000_000 + i,
+                "headers": {"source": "file"}} for i in range(25)]
+    path = tmp_path / "records.jsonl"
+    path.write_text("\n".join(orjson.dumps(r).decode() for r in records) + "\n\n")
+    result = await asyncio.to_thread(send, kafka.url, topic, "--file", str(path), "--create")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == f"sent 25 records to {topic}"
+    got = await consume_until(kafka.bootstrap, topic, lambda rs: len(rs) >= 25)
+    assert sorted((r.key.decode(), r.value.decode(), r.timestamp, list(r.headers)) for r in got) == sorted(
+        (f'"{r["key"]}"', f'"{r["value"]}"', r["timestamp_ms"], [("source", b"file")]) for r in records)
+
+    path.write_text('{"value": "ok"}\nnot json\n')
+    result = await asyncio.to_thread(send, kafka.url, topic, "--file", str(path))
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"engine: {path}, line 2: ")
+
+    one = await asyncio.to_thread(send, kafka.url, topic, "single", "--key", "k", "--timestamp-ms", "1234")
+    assert one.returncode == 0, one.stderr
+    got = await consume_until(kafka.bootstrap, topic, lambda rs: len(rs) >= 27)
+    assert [(r.key, r.timestamp) for r in got if r.value == b'"single"'] == [(b'"k"', 1234)]
 
 
 async def test_a_topology_that_does_not_fit_the_broker_is_refused_at_start(kafka, tmp_path):
