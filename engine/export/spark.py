@@ -9,6 +9,7 @@ is read, not the directory, so a half-written or older export is never mixed in.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ def read_export(spark: Any, path: Path | str) -> Any:
 def local_session(name: str = "engine", cores: int = 2) -> Any:
     """A quiet local Spark session on loopback (no UI); stop it when done."""
     sql = require("pyspark.sql", "Spark export")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # an INFO line per connection otherwise
     session = (
         sql.SparkSession.builder.master(f"local[{cores}]").appName(name)
         .config("spark.ui.enabled", "false")
