@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -49,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("aiokafka").setLevel(max(level, logging.WARNING))
     try:
         code: int = args.run(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught below, not at exit
         return code
     except LoadError as exc:
         print(f"engine: {exc}", file=sys.stderr)
@@ -59,6 +61,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"engine: {exc}", file=sys.stderr)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (engine topics | head): stop quietly as Unix tools do, with stdout pointed
+        # at /dev/null so that Python's own flush at exit does not fail on the closed pipe again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return 1
 
 

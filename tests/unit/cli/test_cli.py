@@ -277,3 +277,18 @@ async def test_table_get_asks_a_running_worker_and_says_when_none_answers(capsys
     assert code == 1
     assert "no worker of 'wordcount' answered at http://127.0.0.1:9" in err
     assert "--offline" in err
+
+
+def test_a_reader_that_stops_early_is_no_error():
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "cli.main", "topics", "-A", "examples.wordcount:app",
+                                "--broker", "memory://pipe"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None
+    assert process.stderr is not None
+    process.stdout.close()  # as `engine topics | head -0` does
+    err = process.stderr.read().decode()
+    assert process.wait(60) == 0
+    assert "BrokenPipeError" not in err
+    assert "Traceback" not in err
