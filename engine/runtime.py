@@ -118,7 +118,8 @@ class Worker(Service):
                                    endpoint=lambda: self.placement.endpoint,
                                    standby=tables.standby_store if tables is not None else None)
             web = self.web = self.add_child(WebServer(app.id, queries, settings.web_host, settings.web_port,
-                                                      on_bound=self._web_bound, metrics=self.metrics))
+                                                      on_bound=self._web_bound, metrics=self.metrics,
+                                                      status=self.status))
             if self.tables is not None:
                 self.tables.query = web.query
         self.consumer = self.transport.consumer(
@@ -192,6 +193,20 @@ class Worker(Service):
         from engine.monitors.readings import worker_families
 
         return render(await worker_families(self))
+
+    def status(self) -> dict[str, Any]:
+        """What this worker holds now (`GET /status`, engine status): its tasks, its stores' changelog
+        positions per task (summed over tables), and the late events counted per windowed table."""
+        assigned = self._assigned()
+        return {
+            "app": self.app.id, "worker": self.placement.endpoint,
+            "active": sorted(assigned), "recovering": sorted(n for n, ready in assigned.items() if not ready),
+            "standby": sorted(self.tasks.standby),
+            "store_positions": {str(n): at for n, at in sorted(
+                (self.tables.positions() if self.tables is not None else {}).items())},
+            "late_events": {t.name: t.windowed.late_events for t in self.app.tables.values()
+                            if t.windowed is not None},
+        }
 
     def _settled(self) -> None:
         """Say once, at INFO, that the worker is ready: every partition assigned to it set up."""

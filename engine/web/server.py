@@ -3,6 +3,7 @@ health and readiness.
 
     GET /health                 200 while the worker runs (a liveness probe), with the app's id
     GET /ready                  200 once every partition assigned here is recovered, else 503
+    GET /status                 its tasks, stores' changelog positions and late events (engine status)
     GET /metrics                the worker's metrics in Prometheus' text format (engine.monitors.readings)
     GET /tables                 the app's tables: kind, partition count, partitions active here
     GET /tables/{table}/{key}   the key's value as JSON; 404 if absent, 400 for a key of the wrong type,
@@ -37,7 +38,7 @@ from engine.tables.base import TableError
 from engine.web.queries import RETRY_AFTER, Answer, QueryError, key_text
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Mapping
 
     from engine.tables.base import BaseTable
     from engine.web.queries import TableQueries
@@ -52,11 +53,13 @@ PORTS_TRIED = 100  # taken ports skipped before giving up
 class WebServer(Service):
     def __init__(self, app_id: str, queries: TableQueries, host: str, port: int,
                  on_bound: Callable[[str], None] = lambda endpoint: None,
-                 metrics: Callable[[], Awaitable[bytes]] | None = None) -> None:
+                 metrics: Callable[[], Awaitable[bytes]] | None = None,
+                 status: Callable[[], Mapping[str, Any]] | None = None) -> None:
         super().__init__("web")
         self.app_id = app_id
         self.queries = queries
         self._metrics = metrics
+        self._status = status
         self._on_bound = on_bound
         self.host = host
         self.port = port
@@ -69,6 +72,7 @@ class WebServer(Service):
         app.router.add_get("/health", self._health)
         app.router.add_get("/ready", self._ready)
         app.router.add_get("/metrics", self._metrics_text)
+        app.router.add_get("/status", self._status_json)
         app.router.add_get("/tables", self._tables)
         app.router.add_get("/tables/{table}", self._range)
         app.router.add_get("/tables/{table}/{key}", self._get)
@@ -110,6 +114,11 @@ class WebServer(Service):
         response = web.Response(body=await self._metrics())
         response.headers["Content-Type"] = CONTENT_TYPE
         return response
+
+    async def _status_json(self, request: web.Request) -> web.Response:
+        if self._status is None:
+            return _json(404, {"error": "this worker reports no status"})
+        return _json(200, self._status())
 
     async def _tables(self, request: web.Request) -> web.Response:
         return _respond(self.queries.list_tables())

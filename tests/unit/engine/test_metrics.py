@@ -72,6 +72,10 @@ async def test_metrics_parse_and_count_what_was_processed(tmp_path, caplog):
             assert response.status == 200
             assert response.headers["Content-Type"].startswith("text/plain")
             found = samples(await response.text())
+        async with session.get(f"http://{worker.placement.endpoint}/status") as response:
+            status = await response.json()
+    assert status["late_events"] == {"per-window": LATE}
+    assert (status["app"], status["active"], status["recovering"]) == ("metrics", [0, 1, 2, 3], [])
 
     ready = [r.getMessage() for r in caplog.records if "ready:" in r.getMessage()]
     assert len(ready) == 1, "said once"
