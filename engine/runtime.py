@@ -116,7 +116,8 @@ class Worker(Service):
 
             queries = TableQueries(self, app.tables, owners=self._owners, assigned=self._assigned,
                                    endpoint=lambda: self.placement.endpoint,
-                                   standby=tables.standby_store if tables is not None else None)
+                                   standby=tables.standby_store if tables is not None else None,
+                                   standbys=lambda: self.tasks.standby)
             web = self.web = self.add_child(WebServer(app.id, queries, settings.web_host, settings.web_port,
                                                       on_bound=self._web_bound, metrics=self.metrics,
                                                       status=self.status))

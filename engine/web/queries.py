@@ -90,19 +90,21 @@ class QueryError(Exception):
 class TableQueries:
     """The queries one worker answers. `owners` gives the current assignment's task -> endpoint map (empty
     before the first assignment), `assigned` the tasks assigned here and whether each is ready (recovered),
-    `standby` the store of a partition this worker keeps as a standby (or None), `endpoint` this worker's
-    own address."""
+    `standby` the store of a partition this worker keeps as a standby (or None), `standbys` the standby
+    tasks here, `endpoint` this worker's own address."""
 
     def __init__(self, worker: object, tables: Mapping[str, BaseTable], *,
                  owners: Callable[[], Mapping[int, str]], assigned: Callable[[], Mapping[int, bool]],
                  endpoint: Callable[[], str],
-                 standby: Callable[[BaseTable, int], PartitionStore | None] | None = None) -> None:
+                 standby: Callable[[BaseTable, int], PartitionStore | None] | None = None,
+                 standbys: Callable[[], Iterable[int]] = tuple) -> None:
         self._worker = worker
         self._tables = tables
         self._owners = owners
         self._assigned = assigned
         self._endpoint = endpoint
         self._standby = standby or (lambda table, number: None)
+        self._standbys = standbys  # the standby tasks here
 
     def list_tables(self) -> Answer:
         tables = []
@@ -242,14 +244,17 @@ class TableQueries:
     # -- health -------------------------------------------------------------------------------------
 
     def ready(self) -> Answer:
-        """Ready once an assignment was heard and every task assigned here is set up (recovered)."""
+        """Ready once an assignment was heard and every task assigned here is set up (recovered). Standbys
+        are reported apart (`standby`): a standby still catching up does not make a worker unready."""
         assigned = self._assigned()
         recovering = sorted(n for n, ready in assigned.items() if not ready)
+        standby = sorted(self._standbys())
         if not self._owners() and not assigned:
             return Answer(503, {"ready": False, "why": "no assignment yet"}, retry_after=RETRY_AFTER)
         if recovering:
-            return Answer(503, {"ready": False, "recovering": recovering}, retry_after=RETRY_AFTER)
-        return Answer(200, {"ready": True, "active": sorted(assigned)})
+            return Answer(503, {"ready": False, "recovering": recovering, "standby": standby},
+                          retry_after=RETRY_AFTER)
+        return Answer(200, {"ready": True, "active": sorted(assigned), "standby": standby})
 
 
 def _window_choice(table: BaseTable, window: str | None) -> str | int | None:

@@ -252,3 +252,5 @@ async def test_stale_queries_read_a_standby_here_instead_of_asking_the_owner(tmp
         assert await stale_values() == expected
         status, _body = await get(session, at, f"/tables/counts/{elsewhere[0]}", **{FORWARDED: "t"})
         assert status == 503, "without stale=ok a standby is not read"
+        status, ready = await get(session, at, "/ready")
+        assert (status, ready["standby"]) == (200, sorted(first.tasks.standby))
