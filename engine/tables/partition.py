@@ -31,12 +31,17 @@ class WindowState:
     only written since the last checkpoint (False): expiring one the store never had needs no tombstone.
     """
 
-    __slots__ = ("closed_upto", "live", "stream_time")
+    __slots__ = ("closed_upto", "idle_upto", "live", "moved_at", "seen_time", "stream_time")
 
     def __init__(self) -> None:
         self.stream_time: int | None = None
         self.closed_upto: int | None = None
         self.live: dict[int, dict[Any, bool]] = {}
+        # For close_idle_after (engine.tables.windowed): the stream time the last checkpoint saw, the wall
+        # clock when events last moved it, and up to when idle time was added to it since.
+        self.seen_time: int | None = None
+        self.moved_at = 0.0
+        self.idle_upto: float | None = None
 
 
 class Windowing(Protocol):

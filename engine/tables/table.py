@@ -14,7 +14,7 @@ from engine.tables.base import BaseTable, KeyNotInPartition, PartitionNotLocal, 
 from engine.tables.keys import WindowedChangelogKeyCodec, WindowKeyCodec
 from engine.tables.windowed import Timestamp, WindowedTable
 from engine.topics import Topic
-from engine.windows import HoppingWindow, Seconds, TumblingWindow
+from engine.windows import HoppingWindow, Seconds, TumblingWindow, to_ms
 
 if TYPE_CHECKING:
     from engine.windows import Window
@@ -35,9 +35,10 @@ class Table(BaseTable):
         grace: Seconds = 0,
         timestamp: Timestamp | None = None,
         late_topic: bool = False,
+        close_idle_after: Seconds | None = None,
     ) -> WindowedTable:
         """Make this a table of back-to-back windows of `size` (see engine.tables.windowed)."""
-        return self._windowed(TumblingWindow(size, expires, grace), timestamp, late_topic)
+        return self._windowed(TumblingWindow(size, expires, grace), timestamp, late_topic, close_idle_after)
 
     def hopping(
         self,
@@ -48,11 +49,14 @@ class Table(BaseTable):
         grace: Seconds = 0,
         timestamp: Timestamp | None = None,
         late_topic: bool = False,
+        close_idle_after: Seconds | None = None,
     ) -> WindowedTable:
         """Make this a table of windows of `size` starting every `step`."""
-        return self._windowed(HoppingWindow(size, step, expires, grace), timestamp, late_topic)
+        return self._windowed(HoppingWindow(size, step, expires, grace), timestamp, late_topic,
+                              close_idle_after)
 
-    def _windowed(self, window: Window, timestamp: Timestamp | None, late: bool) -> WindowedTable:
+    def _windowed(self, window: Window, timestamp: Timestamp | None, late: bool,
+                  close_idle_after: Seconds | None = None) -> WindowedTable:
         if self.window is not None:
             raise ConfigError(f"table {self.name!r} is already windowed")
         self.window = window
@@ -60,5 +64,7 @@ class Table(BaseTable):
         self.changelog_topic.use_codecs(key=WindowedChangelogKeyCodec(self.plain_key_codec, window.size_ms))
         late_topic = Topic(f"{self.app_id}-{self.name}-late", key_serializer="raw",
                            value_serializer="raw", internal=True) if late else None
-        self.windowed = WindowedTable(self, window, timestamp=timestamp, late_topic=late_topic)
+        idle = None if close_idle_after is None else to_ms(close_idle_after, "close_idle_after") / 1000
+        self.windowed = WindowedTable(self, window, timestamp=timestamp, late_topic=late_topic,
+                                      close_idle_after=idle)
         return self.windowed

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import EngineError, InvalidTimestamp
+from engine.errors import ConfigError, EngineError, InvalidTimestamp
 from engine.partitioner import CACHED_KEYS
 from engine.processing.streams import current_event
 from engine.tables.keys import (
@@ -83,9 +83,13 @@ class WindowedTable:
         timestamp: Timestamp | None = None,
         late_topic: Topic | None = None,
         clock: Callable[[], float] = time.time,
+        close_idle_after: float | None = None,
     ) -> None:
+        if close_idle_after is not None and close_idle_after <= 0:
+            raise ConfigError(f"table {table.name!r}: close_idle_after must be a positive number of seconds")
         self.table = table
         self.window = window
+        self.close_idle_after = close_idle_after
         self.timestamp = timestamp
         self.late_topic = late_topic
         self.clock = clock
@@ -143,6 +147,7 @@ class WindowedTable:
         raw = part.store.get(CLOSED_KEY)
         if raw is not None:
             state.closed_upto = int(raw)
+        state.seen_time, state.moved_at = state.stream_time, self.clock()  # idle from when it is taken here
         decode = self.table.key_codec.decode
         for raw_key, _ in part.store.items():
             if raw_key.startswith(META_PREFIX):
@@ -281,9 +286,25 @@ class WindowedTable:
 
     def advance(self, part: TablePartition, processed: int | None) -> None:
         """Advance the partition's stream time to `processed`, the largest event time of the records its
-        task processed, written or not (an event an agent filtered out also moves time on)."""
+        task processed, written or not (an event an agent filtered out also moves time on). With
+        `close_idle_after`, a partition whose stream time no event moved for that long (wall clock) has it
+        moved on by the wall-clock time since, so that its windows close."""
+        state = self._state(part)
         if processed is not None:
-            _advance(part, self._state(part), processed)
+            _advance(part, state, processed)
+        now = self.clock()
+        if state.stream_time != state.seen_time:  # events moved it
+            state.seen_time, state.moved_at, state.idle_upto = state.stream_time, now, None
+            return
+        idle_after = self.close_idle_after
+        if idle_after is None or state.stream_time is None or now - state.moved_at < idle_after:
+            return
+        since = state.idle_upto if state.idle_upto is not None else state.moved_at
+        added = round((now - since) * 1000)
+        if added > 0:
+            state.stream_time = state.seen_time = state.stream_time + added
+            part.meta[STREAM_TIME_KEY] = str(state.stream_time).encode()
+            state.idle_upto = now
 
     def close_windows(self, part: TablePartition) -> list[tuple[bytes, bytes]]:
         """The windows of this partition that closed since the last checkpoint, as (store key, value)

@@ -134,11 +134,11 @@ class ActiveTask:
                 if offset is not None:
                     cut.offsets[tp] = (lease, offset)
         for table, part in self.partitions:
-            if table.windowed is not None:
-                for topic in table.writers:
-                    writer = self.leases.get(TP(topic, self.number))
-                    if writer is not None:
-                        table.windowed.advance(part, writer.processed_time())
+            if table.windowed is not None:  # every checkpoint: an idle partition's time may move too
+                times = [at for topic in table.writers
+                         if (writer := self.leases.get(TP(topic, self.number))) is not None
+                         and (at := writer.processed_time()) is not None]
+                table.windowed.advance(part, max(times) if times else None)
             self.take(cut, table, part)
         return cut
 

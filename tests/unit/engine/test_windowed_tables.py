@@ -281,3 +281,45 @@ async def test_windows_counted_across_checkpoints_read_back_what_was_stored(stor
         await testing.eventually(lambda: len(seen) == len(events))
         for key, windows in expected.items():
             assert dict(table[key].items()) == windows
+
+
+async def test_close_idle_after_moves_a_quiet_partitions_time_by_the_wall_clock():
+    url = testing.memory_url()
+    app, views, table, closed = closing_app(
+        lambda t: t.tumbling(10, grace=2, close_idle_after=5), url, store="memory://")
+    quiet = app.Table("quiet", default=int, key_type=str, value_type=int).tumbling(10, grace=2)
+    never: list = []
+
+    @app.agent(views)
+    async def also(stream):
+        async for page, _ in stream.items():
+            quiet[page] += 1
+
+    @app.agent(quiet.closed())
+    async def quiet_finals(stream):
+        async for item in stream.items():
+            never.append(item)
+
+    now = [1000.0]
+    table.clock = quiet.clock = lambda: now[0]
+    async with testing.running(app) as worker:
+        for ts in (1, 3):
+            await views.send(key="a", value={"ts": ts})
+        await testing.eventually(
+            lambda: dict(table.table.items()) == {("a", 0): 2} == dict(quiet.table.items()))
+        await worker.checkpoint()  # stream time 3 s, moved by events at wall time 1000
+        now[0] += 4.9
+        await worker.checkpoint()
+        assert table.table.active[0].windows.stream_time == 3000, "idle 4.9 s < 5 s: time stays"
+        now[0] += 1.1  # idle 6 s: stream time 3 s + 6 s = 9 s, [0, 10) still open (closes at 12 s)
+        await worker.checkpoint()
+        assert table.table.active[0].windows.stream_time == 9000
+        assert closed == []
+        now[0] += 3  # idle on: 12 s, the window closes
+        await worker.checkpoint()
+        await testing.eventually(lambda: closed == [("a", WindowRange(0, 10), 2)])
+        await views.send(key="a", value={"ts": 4})  # late now: the documented departure
+        await testing.eventually(lambda: table.late_events == 1)
+        await worker.checkpoint()
+        assert never == [], "without close_idle_after a quiet partition's windows stay open"
+        assert quiet.table.active[0].windows.stream_time == 4000, "moved by events only (4 s, the last)"
