@@ -24,6 +24,10 @@ class Codec(Protocol):
 
     def decode(self, data: bytes | None) -> Any: ...
 
+    def decode_many(self, datas: list[bytes | None]) -> list[Any]:
+        """`decode` of each, in one call (a fetched batch: no Python call per record); DecodeError if any
+        fails (the caller then decodes one at a time to find which)."""
+
 
 class RawCodec:
     name = "raw"
@@ -37,6 +41,9 @@ class RawCodec:
 
     def decode(self, data: bytes | None) -> Any:
         return data
+
+    def decode_many(self, datas: list[bytes | None]) -> list[Any]:
+        return datas
 
 
 class StrCodec:
@@ -54,6 +61,12 @@ class StrCodec:
             return None
         try:
             return data.decode()
+        except UnicodeDecodeError as exc:
+            raise DecodeError(f"not valid UTF-8: {exc}") from exc
+
+    def decode_many(self, datas: list[bytes | None]) -> list[Any]:
+        try:
+            return [None if data is None else data.decode() for data in datas]
         except UnicodeDecodeError as exc:
             raise DecodeError(f"not valid UTF-8: {exc}") from exc
 
@@ -104,6 +117,21 @@ class JsonCodec:
         if not isinstance(obj, type_) or (type_ is int and isinstance(obj, bool)):
             raise DecodeError(f"expected {type_.__name__}, got {type(obj).__name__}: {obj!r:.80}")
         return obj
+
+    def decode_many(self, datas: list[bytes | None]) -> list[Any]:
+        type_ = self.type
+        if type_ is not None and type_ is not dict:  # (dataclasses, numbers...: one at a time)
+            return [self.decode(data) for data in datas]
+        loads_ = orjson.loads
+        try:
+            objs = [None if data is None else loads_(data) for data in datas]
+        except orjson.JSONDecodeError as exc:
+            raise DecodeError(f"not valid JSON ({exc})") from exc
+        if type_ is dict:
+            for obj in objs:
+                if type(obj) is not dict and obj is not None:
+                    raise DecodeError(f"expected dict, got {type(obj).__name__}: {obj!r:.80}")
+        return objs
 
     def _record(self, obj: Any) -> Any:
         assert self.type is not None

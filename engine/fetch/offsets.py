@@ -27,6 +27,10 @@ class OffsetTracker:
         if shares > 1:
             self._shares[offset] = shares
 
+    def track_many(self, offsets: list[int]) -> None:
+        """`track` of each (a batch handed to one agent)."""
+        self._pending.extend(offsets)
+
     def ack(self, offset: int) -> None:
         shares = self._shares
         if shares and offset in shares:

@@ -61,6 +61,9 @@ class WindowKeyCodec:
         key_bytes, start_ms = split_window_key(data)
         return self.inner.decode(key_bytes), start_ms
 
+    def decode_many(self, datas: list[bytes | None]) -> list[Any]:
+        return [self.decode(data) for data in datas]
+
 
 class WindowedChangelogKeyCodec(WindowKeyCodec):
     """What readers of `table.changelog()` get as keys: (key, WindowRange)."""
