@@ -7,7 +7,8 @@ with a changelog.
 Both jobs read the same preloaded topic (1,000 keys; each in its own consumer group) on the same broker in
 the same run, alternating. Rates are events/s from the first record to the last one counted; the raw loop
 does no I/O per event (its dict is its state), engine's table writes its store and changelog at checkpoints.
-The figure that matters is engine/raw (median over rounds). Both freeze the start-up heap, as `engine worker`
+The figure that matters is engine/raw (median over rounds); by CPU time per event too, which a busy machine
+disturbs less than wall time. Both freeze the start-up heap, as `engine worker`
 does. Checked: both count every event of every key.
 """
 
@@ -29,7 +30,7 @@ from benchmarks.common import broker, create_topics, median, parser, preload
 from engine.runtime import settle_heap
 
 
-async def raw_count(bootstrap: str, source: str, count: int) -> tuple[float, Counter[str]]:
+async def raw_count(bootstrap: str, source: str, count: int) -> tuple[float, float, Counter[str]]:
     consumer = AIOKafkaConsumer(source, bootstrap_servers=bootstrap, group_id=f"raw-{uuid.uuid4().hex}",
                                 auto_offset_reset="earliest", enable_auto_commit=False,
                                 max_poll_records=1000)
@@ -38,24 +39,25 @@ async def raw_count(bootstrap: str, source: str, count: int) -> tuple[float, Cou
     counts: Counter[str] = Counter()
     seen = 0
     started = None
+    cpu = 0.0
     try:
         while seen < count:
             batches = await consumer.getmany(timeout_ms=500, max_records=1000)
             if started is None and batches:
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.process_time()
             for records in batches.values():
                 for record in records:
                     value = orjson.loads(record.value)
                     counts[value["user"]] += 1
                 seen += len(records)
         assert started is not None
-        return count / (time.perf_counter() - started), counts
+        return count / (time.perf_counter() - started), (time.process_time() - cpu) / count * 1e6, counts
     finally:
         gc.unfreeze()
         await consumer.stop()
 
 
-async def engine_count(bootstrap: str, source: str, count: int) -> tuple[float, Counter[str]]:
+async def engine_count(bootstrap: str, source: str, count: int) -> tuple[float, float, Counter[str]]:
     app = engine.App(f"bench-{uuid.uuid4().hex[:8]}", broker=f"kafka://{bootstrap}",
                      data_dir=tempfile.mkdtemp(prefix="bench-json-"))
     events = app.topic(source, key_type=str, value_type=dict)
@@ -69,7 +71,7 @@ async def engine_count(bootstrap: str, source: str, count: int) -> tuple[float, 
         nonlocal seen
         async for key, value in stream.items():
             if not first:
-                first.append(time.perf_counter())
+                first.extend((time.perf_counter(), time.process_time()))
             counts[key] += 1  # the key is the value's user (preload keys by user)
             assert value["user"] == f"user-{key}"
             seen += 1
@@ -82,7 +84,8 @@ async def engine_count(bootstrap: str, source: str, count: int) -> tuple[float, 
     try:
         await done.wait()
         rate = count / (time.perf_counter() - first[0])
-        return rate, Counter({f"user-{key}": n for key, n in counts.items()})
+        cpu = (time.process_time() - first[1]) / count * 1e6
+        return rate, cpu, Counter({f"user-{key}": n for key, n in counts.items()})
     finally:
         gc.unfreeze()
         worker.request_stop()
@@ -100,14 +103,18 @@ async def main() -> None:
         took = await preload(bootstrap, source, args.messages)
         print(f"preloaded {args.messages} messages on {args.partitions} partitions in {took:.1f}s")
         ratios: list[float] = []
+        cpu_ratios: list[float] = []
         for round_ in range(args.rounds):
-            raw, raw_counts = await raw_count(bootstrap, source, args.messages)
-            eng, eng_counts = await engine_count(bootstrap, source, args.messages)
+            raw, raw_cpu, raw_counts = await raw_count(bootstrap, source, args.messages)
+            eng, eng_cpu, eng_counts = await engine_count(bootstrap, source, args.messages)
             assert eng_counts == raw_counts, "both count every event of every key"
             ratios.append(eng / raw)
-            print(f"round {round_ + 1}: raw aiokafka+orjson+dict {raw:,.0f} events/s, engine table "
-                  f"{eng:,.0f} events/s, engine/raw {ratios[-1]:.2f}")
-        print(f"median of {args.rounds}: engine/raw {median(ratios):.2f}")
+            cpu_ratios.append(raw_cpu / eng_cpu)
+            print(f"round {round_ + 1}: raw aiokafka+orjson+dict {raw:,.0f} events/s ({raw_cpu:.2f} CPU "
+                  f"µs/event), engine table {eng:,.0f} events/s ({eng_cpu:.2f} CPU µs/event), engine/raw "
+                  f"{ratios[-1]:.2f}")
+        print(f"median of {args.rounds}: engine/raw {median(ratios):.2f} (by CPU per event: "
+              f"{median(cpu_ratios):.2f})")
 
 
 if __name__ == "__main__":
