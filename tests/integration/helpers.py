@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -154,6 +156,83 @@ async def until_done(probe: Callable[[], Awaitable[tuple[bool, Any]]], what: str
             raise AssertionError(f"{what}: not done after {now - started:.0f}s, {now - moved:.0f}s without "
                                  f"progress (at {progress!r}){logs}")
         await asyncio.sleep(0.5)
+
+
+def web_address(worker: WorkerProcess) -> str:
+    """The worker's web address, as its log says it (`web server at http://host:port ...`)."""
+    found = re.search(r"web server at http://(\S+) ", worker.output())
+    assert found, worker.output()[-3000:]
+    return found.group(1)
+
+
+async def worker_status(worker: WorkerProcess) -> dict[str, Any] | None:
+    """The worker's own `GET /status` (its tasks, its stores' changelog positions), or None if it does not
+    answer (yet)."""
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session, \
+                session.get(f"http://{web_address(worker)}/status") as response:
+            return await response.json() if response.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError, AssertionError):
+        return None
+
+
+async def placed_over(workers: Iterable[WorkerProcess], partitions: int) -> None:
+    """Wait until every worker has active tasks, together all `partitions` of them, each ready: the group
+    settled with all of these members (the state before a test's fault)."""
+    members = list(workers)
+
+    async def probe() -> tuple[bool, Any]:
+        found = [await worker_status(w) for w in members]
+        if any(s is None for s in found):
+            return False, None
+        actives = [tuple(s["active"]) for s in found if s is not None]
+        done = all(actives) and sorted(p for a in actives for p in a) == list(range(partitions)) and not any(
+            s["recovering"] for s in found if s is not None)
+        return done, actives
+
+    await until_done(probe, f"the group settling over {len(members)} workers", workers=members)
+
+
+async def committed_to_end(bootstrap: str, group: str, topic: str, partitions: int,
+                           workers: Iterable[WorkerProcess] = ()) -> None:
+    """Wait until `group` has committed every partition of `topic` up to its end: everything in it was
+    processed and checkpointed (the state a test kills a worker in, to expect exact counts after)."""
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await admin.start()
+    await reader.start()
+    try:
+        async def probe() -> tuple[bool, Any]:
+            ends = await reader.end_offsets(tps)
+            committed = await admin.list_consumer_group_offsets(group, partitions=tps)
+            behind = sum(ends[tp] - max(committed[tp].offset, 0) if tp in committed else ends[tp]
+                         for tp in tps)
+            return behind == 0, behind
+
+        await until_done(probe, f"group {group} committing {topic} to its end", workers=workers)
+    finally:
+        await reader.stop()
+        await admin.close()
+
+
+async def standbys_caught_up(worker: WorkerProcess, bootstrap: str, changelog: str) -> None:
+    """Wait until every standby task of `worker` has replayed its partition of `changelog` (the app's only
+    table's) up to the last record in it now, as the worker's /status reports its stores' positions. (Up to
+    the last record, not the log's end: a transaction's commit marker takes an offset too.)"""
+    last: dict[int, int] = {}
+    for record in await read_all(bootstrap, changelog):
+        last[record.partition] = max(last.get(record.partition, 0), record.offset + 1)
+
+    async def probe() -> tuple[bool, Any]:
+        status = await worker_status(worker)
+        if status is None or not status["standby"]:
+            return False, None
+        positions = status["store_positions"]
+        behind = {n: last.get(n, 0) - positions.get(str(n), 0) for n in status["standby"]}
+        return all(n <= 0 for n in behind.values()), behind
+
+    await until_done(probe, f"the standbys of {worker.log_path.name} catching up", workers=[worker])
 
 
 async def consume_until(bootstrap: str, topic: str, done: Any, timeout: float = 60.0,

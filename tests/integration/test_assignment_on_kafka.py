@@ -20,10 +20,12 @@ from tests.integration.helpers import (
     ROOT,
     SHORT_SESSION,
     WorkerProcess,
+    committed_to_end,
     consume_until,
     create_topics,
     latest,
     produce,
+    standbys_caught_up,
     unique,
 )
 
@@ -107,7 +109,9 @@ async def test_one_standby_per_partition_and_failover_to_it(kafka, tmp_path):
         before = await settled(workers, 1)
         await produce(kafka.bootstrap, topic, [(w, 1) for w in first])
         await consume_until(kafka.bootstrap, changelog, lambda rs: sum(latest(rs).values()) == len(first))
-        await asyncio.sleep(1.5)  # the checkpoint that flushed the changelog commits, standbys follow it
+        await committed_to_end(kafka.bootstrap, app_id, topic, PARTITIONS, workers.values())
+        for worker in workers.values():
+            await standbys_caught_up(worker, kafka.bootstrap, changelog)
         # engine status shows the same placement, asked of the broker.
         command = [sys.executable, "-m", "cli.main", "status", "-A", "tests.integration.table_apps:app",
                    "--broker", kafka.url]

@@ -7,7 +7,6 @@ crash need exactly-once checkpoints (a later step); the standby test kills at a 
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -20,11 +19,14 @@ from engine.tables.keys import META_PREFIX
 from tests.integration.helpers import (
     SHORT_SESSION,
     WorkerProcess,
+    committed_to_end,
     consume_until,
     create_topics,
     latest,
+    placed_over,
     produce,
     read_all,
+    standbys_caught_up,
     unique,
 )
 from tests.integration.table_apps import make_app
@@ -138,12 +140,11 @@ async def test_standby_takes_over_with_only_the_tail_and_counts_are_exact(kafka,
     b = worker(kafka.url, app_id, topic, tmp_path, "b", tmp_path / "b", **env)
     first, second = words_for("c", 2000, keys=40), words_for("c", 1000, keys=40)
     try:
-        await a.wait_for_output("tables ready", 90)
-        await b.wait_for_output("tables ready", 90)
-        await asyncio.sleep(2)  # let the group settle with both members
+        await placed_over([a, b], 4)  # the group settled with both members
         await feed(kafka.bootstrap, topic, first)
         await consume_until(kafka.bootstrap, changelog, lambda rs: sum(latest(rs).values()) == 2000)
-        await asyncio.sleep(1.5)  # the checkpoint that flushed the changelog commits right after
+        await committed_to_end(kafka.bootstrap, app_id, topic, 4, [a, b])  # the kill comes after a checkpoint
+        await standbys_caught_up(b, kafka.bootstrap, changelog)
         b_before = replayed(b.output())
         a.kill()
         await feed(kafka.bootstrap, topic, second)
