@@ -22,6 +22,7 @@ from tests.integration.helpers import (
     produce,
     read_all,
     unique,
+    until_done,
 )
 from tests.integration.rebalance_run import outputs, paced_produce, truth_of, wait_until_complete, words
 from tests.integration.test_rebalances import check
@@ -141,13 +142,11 @@ async def test_a_record_that_blocks_the_loop_is_named_and_set_aside_after_its_pa
         source = await read_all(kafka.bootstrap, topic)
         blocked = next(r for r in source if (r.partition, r.offset) == (1, 40))
         expected = {**truth_counts, blocked.key.decode(): truth_counts[blocked.key.decode()] - 1}
-        deadline = time.monotonic() + 90
-        while True:
+        async def processed() -> tuple[bool, int]:
             counts, _ = await outputs(kafka.bootstrap, app_id)
-            if all(counts.get(k, 0) >= n for k, n in expected.items()):
-                break
-            assert time.monotonic() < deadline, "the other records were not all processed"
-            await asyncio.sleep(1)
+            return all(counts.get(k, 0) >= n for k, n in expected.items()), sum(counts.values())
+
+        await until_done(processed, "the other records being processed", workers=(one, two))
     finally:
         for process in (one, two):
             assert process.terminate(timeout=60) == 0, process.output()[-3000:]

@@ -12,7 +12,14 @@ from collections import Counter
 import orjson
 import pytest
 
-from tests.integration.helpers import SHORT_SESSION, WorkerProcess, create_topics, read_all, unique
+from tests.integration.helpers import (
+    SHORT_SESSION,
+    WorkerProcess,
+    create_topics,
+    read_all,
+    unique,
+    until_done,
+)
 from tests.integration.rebalance_run import (
     START,
     Events,
@@ -28,18 +35,17 @@ pytestmark = pytest.mark.kafka
 KILLS_AFTER_READY = [0.1, 0.3, 0.6, 1.0, 1.5]  # seconds after "tables ready"
 
 
-async def outputs_once_complete(bootstrap: str, app_id: str, truth: Counter[str], timeout: float = 60
+async def outputs_once_complete(bootstrap: str, app_id: str, truth: Counter[str]
                                 ) -> tuple[dict[str, int], list[tuple[str, int, int]]]:
-    """The outputs once every count reached `truth` (late records included), read again a few checkpoints
-    later so that an over-count shows."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
+    """The outputs once every count reached `truth` (late records included; failing if they stop moving
+    short of it), read again a few checkpoints later so that an over-count shows."""
+    async def probe() -> tuple[bool, int]:
         counts, _ = await outputs(bootstrap, app_id)
-        if all(counts.get(k, 0) >= n for k, n in truth.items()):
-            await asyncio.sleep(3)
-            return await outputs(bootstrap, app_id)
-        assert asyncio.get_running_loop().time() < deadline, "counts never reached the truth"
-        await asyncio.sleep(1)
+        return all(counts.get(k, 0) >= n for k, n in truth.items()), sum(counts.values())
+
+    await until_done(probe, "the counts reaching the truth")
+    await asyncio.sleep(3)  # a few more checkpoints: a repeated count would show in this time
+    return await outputs(bootstrap, app_id)
 
 
 def with_late_ones(events: Events) -> Events:
