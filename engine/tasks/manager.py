@@ -394,7 +394,11 @@ class TaskManager(Service):
         lost = {tp for tp in owned if tp.partition in fenced}
         if lost:
             await self._lost(lost, "their transactions did not commit and this worker left the group")
-            self.pauses.hold(lost, "lost")  # the group takes them away at its next rebalance
+            self.pauses.hold(lost, "lost")
+            # Membership that could not be confirmed (the broker down, say) may still be the group's: then
+            # no rebalance would ever come to give the partitions back (or to someone else), and they would
+            # stay here, closed and paused. A rebalance asked for now settles who owns them.
+            self.consumer.request_rebalance()
         retry = {tp for tp in owned if tp.partition not in fenced}
         if not retry:
             return

@@ -73,6 +73,9 @@ class FakeConsumer:
         if not self.member:
             raise MembershipLost("the group moved on")
 
+    def request_rebalance(self) -> None:
+        self.log.append(("rebalance",))
+
     async def commit(self, offsets: Any) -> None:
         self.log.append(("offsets", dict(offsets)))
 
@@ -221,6 +224,11 @@ async def test_a_failed_commit_rewinds_the_task_while_a_member_and_loses_it_othe
     assert 1 not in tasks.active, "lost: another worker may own it"
     assert IN1 in consumer.paused, "until the group takes it away"
     assert RECOVERING not in str(tasks.pauses._reasons.get(IN1))
+    assert log[-1] == ("rebalance",), "asked for: the group may still count this worker in (broker down)"
+    consumer.member = True
+    await ready(tasks, {IN1})  # the group gives it back
+    assert IN1 not in consumer.paused
+    assert not tasks.active[1].closed
 
 
 @pytest.mark.parametrize("exactly_once", [True, False])
