@@ -21,6 +21,7 @@ from engine.topics import Topic
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+    from engine.pipelines import Pipeline
     from engine.processing.streams import AgentFun
     from engine.tables.base import BaseTable
 from engine.tables.global_table import GlobalTable as _GlobalTable
@@ -109,6 +110,16 @@ class App:
         return self._table(name, default=default, key_type=key_type, value_type=value_type,
                            partitions=partitions, store=store, source_topic=source_topic,
                            **options)
+
+    def stream(self, topic: Topic | str) -> Pipeline:
+        """A declarative pipeline over `topic` (engine.pipelines): steps (`filter`, `map`, `group_by`), a
+        window (`tumbling`, `hopping`), then an aggregation (`count`, `sum`, `reduce`, `aggregate`) that
+        returns the table it maintains."""
+        from engine.pipelines import Pipeline
+
+        source = self.topic(topic) if isinstance(topic, str) else topic
+        self.topics.setdefault(source.name, source)
+        return Pipeline(self, source)
 
     def GlobalTable(self, name: str, *, source_topic: Topic | str | None = None,
                     **options: Any) -> _GlobalTable:

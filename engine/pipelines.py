@@ -1,0 +1,190 @@
+"""Declarative pipelines: a stream's steps, an optional window, and one aggregation, declared at module level
+beside the agents; the aggregation returns the table it maintains.
+
+    per_user = (app.stream(clicks).group_by(lambda c: c["user"], key_type=str)
+                .tumbling(60, grace=5).count("clicks-per-user"))
+
+    @app.agent(per_user.closed())
+    async def report(finals):
+        async for (user, window), n in finals.items(): ...
+
+Nothing here runs events: the aggregation declares a table (`app.Table`, windowed by `tumbling`/`hopping`)
+and an internal agent `<name>-aggregate` that applies the steps with the stream operators (`filter`, `map`,
+`group_by` through `<app>-<name>-<n>-repartition`) and updates the table as a hand-written agent would. So a
+pipeline's table has the same changelog, recovery, standbys, final results and exactly-once as any other.
+
+A pipeline is immutable: every step returns a new one, so one can be the start of several.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from engine.app import App
+    from engine.processing.streams import DerivedStream, Stream
+    from engine.tables.table import Table
+    from engine.topics import Topic
+    from engine.windows import Seconds
+
+    Update = Callable[[Any, Any, Any], None]  # (table, key, value)
+
+
+@dataclass(frozen=True)
+class _Step:
+    kind: str  # "filter", "map" or "group_by"
+    fun: Callable[[Any], Any]
+    key_type: type | None = None
+    value_type: type | None = None
+
+
+@dataclass(frozen=True)
+class _Windowing:
+    kind: str  # "tumbling" or "hopping"
+    size: Seconds
+    step: Seconds | None
+    grace: Seconds
+    expires: Seconds | None
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """`app.stream(topic)`: steps, then optionally a window, then an aggregation."""
+
+    app: App
+    topic: Topic
+    steps: tuple[_Step, ...] = ()
+    window: _Windowing | None = None
+
+    # -- steps --------------------------------------------------------------------------------------
+
+    def filter(self, fun: Callable[[Any], bool]) -> Pipeline:
+        """Keep the values for which `fun(value)` is true."""
+        return self._then(_Step("filter", fun))
+
+    def map(self, fun: Callable[[Any], Any], *, value_type: type | None = None) -> Pipeline:
+        """Replace each value by `fun(value)` (of `value_type`, if a later `group_by` should check it)."""
+        return self._then(_Step("map", fun, value_type=value_type))
+
+    def group_by(self, fun: Callable[[Any], Any], *, key_type: type | None = None) -> Pipeline:
+        """Re-key each value by `fun(value)` through a repartition topic; give `key_type` (as the table's
+        keys will be), or keys keep the JSON codec."""
+        return self._then(_Step("group_by", fun, key_type=key_type))
+
+    def _then(self, step: _Step) -> Pipeline:
+        if self.window is not None:
+            raise ConfigError("a pipeline's window comes after its steps (filter, map, group_by)")
+        return replace(self, steps=(*self.steps, step))
+
+    # -- windows ------------------------------------------------------------------------------------
+
+    def tumbling(self, size: Seconds, *, grace: Seconds = 0, expires: Seconds | None = None) -> Pipeline:
+        """Aggregate per key and back-to-back window of `size` (event time)."""
+        return self._windowed(_Windowing("tumbling", size, None, grace, expires))
+
+    def hopping(self, size: Seconds, step: Seconds, *, grace: Seconds = 0,
+                expires: Seconds | None = None) -> Pipeline:
+        """Aggregate per key and window of `size` starting every `step` (event time)."""
+        return self._windowed(_Windowing("hopping", size, step, grace, expires))
+
+    def _windowed(self, window: _Windowing) -> Pipeline:
+        if self.window is not None:
+            raise ConfigError("a pipeline has one window")
+        return replace(self, window=window)
+
+    # -- aggregations -------------------------------------------------------------------------------
+
+    def count(self, name: str) -> Any:
+        """The number of values per key (and window)."""
+        return self._aggregate(name, int, int, _add_one)
+
+    def sum(self, name: str, fun: Callable[[Any], Any] | None = None) -> Any:
+        """The sum of `fun(value)` (the value itself if no `fun`) per key (and window)."""
+        pick = fun or _same
+        return self._aggregate(name, int, None, lambda table, key, value: _add(table, key, pick(value)))
+
+    def reduce(self, name: str, fun: Callable[[Any, Any], Any]) -> Any:
+        """`fun(aggregate, value)` per key (and window), starting from the first value (None stands for
+        "no value yet": `fun` is never given None as its aggregate)."""
+        windowed = self.window is not None
+
+        def update(table: Any, key: Any, value: Any) -> None:
+            _apply(table, key, lambda old: value if old is None else fun(old, value), windowed)
+
+        return self._aggregate(name, _none, None, update)
+
+    def aggregate(self, name: str, initial: Any, fun: Callable[[Any, Any], Any]) -> Any:
+        """`fun(aggregate, value)` per key (and window), starting from `initial` (a value, copied for each
+        key, or a function that makes one)."""
+        start = initial if callable(initial) else (lambda: copy.deepcopy(initial))
+        windowed = self.window is not None
+
+        def update(table: Any, key: Any, value: Any) -> None:
+            _apply(table, key, lambda old: fun(old, value), windowed)
+
+        return self._aggregate(name, start, None, update)
+
+    def _aggregate(self, name: str, default: Callable[[], Any], value_type: type | None,
+                   update: Update) -> Any:
+        key_type = self.topic.key_type
+        for step in self.steps:
+            if step.kind == "group_by":
+                key_type = step.key_type
+        table: Table = self.app.Table(name, default=default, key_type=key_type, value_type=value_type)
+        target: Any = table
+        window = self.window
+        if window is not None:
+            if window.kind == "tumbling":
+                target = table.tumbling(window.size, grace=window.grace, expires=window.expires)
+            else:
+                assert window.step is not None
+                target = table.hopping(window.size, window.step, grace=window.grace, expires=window.expires)
+        steps = self.steps
+
+        async def aggregate(stream: Stream) -> None:
+            flow: Stream | DerivedStream = stream
+            value_type = self.topic.value_type
+            for number, step in enumerate(steps):
+                if step.kind == "filter":
+                    flow = flow.filter(step.fun)
+                elif step.kind == "map":
+                    flow = flow.map(step.fun)
+                    value_type = step.value_type or object  # object: JSON of any type
+                else:
+                    flow = flow.group_by(step.fun, name=f"{name}-{number}", key_type=step.key_type,
+                                         value_type=value_type)
+            async for key, value in flow.items():
+                update(target, key, value)
+
+        self.app.agent(self.topic, name=f"{name}-aggregate")(aggregate)
+        return target
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _none() -> None:
+    return None
+
+
+def _add_one(table: Any, key: Any, value: Any) -> None:
+    table[key] += 1
+
+
+def _add(table: Any, key: Any, amount: Any) -> None:
+    table[key] += amount
+
+
+def _apply(table: Any, key: Any, fun: Callable[[Any], Any], windowed: bool) -> None:
+    """`table[key] = fun(table[key])`; on a windowed table, in every open window of the event's time."""
+    if windowed:
+        table[key].apply(fun)
+    else:
+        table[key] = fun(table[key])

@@ -1,0 +1,106 @@
+"""Declarative pipelines (app.stream(...)...count(name)) on the in-memory broker: each aggregation's table
+and final windows equal what the test computes from its own input, through filter, map and group_by."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+import pytest
+
+import engine
+from engine import testing
+from engine.errors import ConfigError
+from engine.windows import WindowRange
+
+# (user, page, amount, event time in s): users are spread over keys the source topic does not have.
+CLICKS = [(f"u{i % 5}", f"p{i % 3}", i % 7, t) for i, t in enumerate(
+    [1, 2, 3, 12, 5, 14, 21, 8, 25, 33, 31, 40, 45, 38, 52, 61, 59, 70, 72, 85])]
+
+
+def make_app() -> tuple[engine.App, Any]:
+    app = engine.App("pipes", broker=testing.memory_url(), store="memory://", topic_partitions=2)
+    clicks = app.topic("clicks", key_type=str, value_type=dict, timestamp=lambda c: c["ts"])
+    return app, clicks
+
+
+async def feed(clicks: Any) -> None:
+    for user, page, amount, ts in CLICKS:
+        await clicks.send(key=page, value={"user": user, "page": page, "amount": amount, "ts": ts})
+
+
+def finals_of(app: engine.App, table: Any) -> list:
+    finals: list = []
+
+    @app.agent(table.closed(), name=f"{table.name}-finals")
+    async def collect(stream: Any) -> None:
+        async for (key, window), value in stream.items():
+            finals.append((key, window, value))
+
+    return finals
+
+
+async def test_a_windowed_count_per_regrouped_key_emits_every_window_once_with_its_final_count():
+    app, clicks = make_app()
+    per_user = app.stream(clicks).group_by(lambda c: c["user"], key_type=str).tumbling(
+        20, grace=100).count("clicks-per-user")
+    finals = finals_of(app, per_user)
+    async with testing.running(app):
+        await feed(clicks)
+        # A record far ahead in event time on every partition of the repartition topic closes every window.
+        for user in [f"u{i}" for i in range(5)]:
+            await clicks.send(key="p0", value={"user": user, "page": "p0", "amount": 0, "ts": 1000})
+        expected = Counter((user, WindowRange(ts // 20 * 20, ts // 20 * 20 + 20))
+                           for user, _, _, ts in CLICKS)
+
+        await testing.eventually(lambda: len([f for f in finals if f[1].start < 1000]) >= len(expected), 10)
+        assert sorted((k, w, n) for k, w, n in finals if w.start < 1000) == sorted(
+            (user, window, n) for (user, window), n in expected.items())
+
+
+async def test_plain_count_sum_reduce_and_aggregate_after_filter_and_map():
+    app, clicks = make_app()
+    stream = app.stream(clicks).filter(lambda c: c["amount"] > 0)
+    counts = stream.count("paid-per-page")
+    sums = stream.sum("amount-per-page", lambda c: c["amount"])
+    largest = stream.map(lambda c: c["amount"], value_type=int).reduce("largest-per-page", max)
+    users = stream.group_by(lambda c: c["user"], key_type=str).aggregate(
+        "pages-per-user", [], lambda seen, c: sorted({*seen, c["page"]}))
+    paid = [c for c in CLICKS if c[2] > 0]
+    truth_counts = Counter(page for _, page, _, _ in paid)
+    truth_sums: dict[str, int] = defaultdict(int)
+    truth_max: dict[str, int] = {}
+    truth_pages: dict[str, set[str]] = defaultdict(set)
+    for user, page, amount, _ in paid:
+        truth_sums[page] += amount
+        truth_max[page] = max(truth_max.get(page, amount), amount)
+        truth_pages[user].add(page)
+    async with testing.running(app):
+        await feed(clicks)
+        await testing.eventually(lambda: dict(counts.items()) == dict(truth_counts), 10)
+        await testing.eventually(lambda: dict(sums.items()) == dict(truth_sums), 10)
+        await testing.eventually(lambda: dict(largest.items()) == truth_max, 10)
+        await testing.eventually(
+            lambda: dict(users.items()) == {u: sorted(p) for u, p in truth_pages.items()}, 10)
+
+
+async def test_a_hopping_sum_holds_every_window_of_every_event():
+    app, clicks = make_app()
+    sums = app.stream(clicks).hopping(20, 10, grace=1000).sum("amount-hopping", lambda c: c["amount"])
+    truth: dict[tuple[str, int], int] = defaultdict(int)
+    for _, page, amount, ts in CLICKS:
+        for start in range(max(ts // 10 * 10 - 10, 0), ts + 1, 10):
+            if start <= ts < start + 20:
+                truth[(page, start * 1000)] += amount
+    async with testing.running(app):
+        await feed(clicks)
+        await testing.eventually(lambda: dict(sums.table.items()) == dict(truth), 10)
+
+
+def test_a_pipeline_says_what_is_out_of_order():
+    app, clicks = make_app()
+    windowed = app.stream(clicks).tumbling(10)
+    with pytest.raises(ConfigError, match="window comes after its steps"):
+        windowed.filter(bool)
+    with pytest.raises(ConfigError, match="one window"):
+        windowed.hopping(10, 5)
