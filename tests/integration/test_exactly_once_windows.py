@@ -38,7 +38,8 @@ def decoded(records) -> list[tuple[str, int, int]]:
     return out
 
 
-async def test_windows_close_exactly_once_with_exact_counts_across_a_sigkill(kafka, tmp_path):
+@pytest.mark.parametrize("app", ["window_apps", "pipeline_apps"])  # by hand, and as a pipeline with group_by
+async def test_windows_close_exactly_once_with_exact_counts_across_a_sigkill(kafka, tmp_path, app):
     app_id, topic = unique("eos"), unique("clicks")
     await create_topics(kafka.bootstrap, [topic])
     events = clicks(4000)  # 40 windows of 10 s
@@ -50,7 +51,7 @@ async def test_windows_close_exactly_once_with_exact_counts_across_a_sigkill(kaf
     closed_topic = f"{app_id}-clicks-closed"
     await produce(kafka.bootstrap, topic, [(e["user"], e) for e in events])
 
-    first = WorkerProcess("tests.integration.window_apps:app", kafka.url, env, tmp_path / "first.log")
+    first = WorkerProcess(f"tests.integration.{app}:app", kafka.url, env, tmp_path / "first.log")
     try:
         await first.wait_for_output("running")  # its topics exist: reading them now cannot auto-create them
         # Some windows are closed and committed: the kill lands mid-stream, with windows half counted.
@@ -58,7 +59,7 @@ async def test_windows_close_exactly_once_with_exact_counts_across_a_sigkill(kaf
                             isolation_level="read_committed")
     finally:
         first.kill()
-    second = WorkerProcess("tests.integration.window_apps:app", kafka.url, env, tmp_path / "second.log")
+    second = WorkerProcess(f"tests.integration.{app}:app", kafka.url, env, tmp_path / "second.log")
     try:
         await produce(kafka.bootstrap, topic, [(c["user"], c) for c in closing])
         records = await consume_until(kafka.bootstrap, closed_topic, lambda rs: len(rs) >= len(truth),
