@@ -10,6 +10,8 @@ is read, not the directory, so a half-written or older export is never mixed in.
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,12 +38,33 @@ def read_export(spark: Any, path: Path | str) -> Any:
     return spark.read.schema(spark_schema(path, manifest)).parquet(*files)
 
 
+# Spark's log4j configuration for the JVM it starts, errors only: with its default one it prints WARN lines
+# before setLogLevel can run. Its own loggers get a level of their own too: a shell (pyspark) whose logger
+# has no configured level takes WARN, and prints that it does whenever the root's level differs.
+QUIET_LOG4J = """rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.spark.name = org.apache.spark
+logger.spark.level = error
+"""
+
+
 def local_session(name: str = "engine", cores: int = 2) -> Any:
     """A quiet local Spark session on loopback (no UI); stop it when done."""
     sql = require("pyspark.sql", "Spark export")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # an INFO line per connection otherwise
+    config = Path(tempfile.gettempdir()) / "engine-spark-log4j2.properties"
+    if not config.exists() or config.read_text() != QUIET_LOG4J:  # written whole: others may read it now
+        written = config.with_name(f"{config.name}.{os.getpid()}")
+        written.write_text(QUIET_LOG4J)
+        written.replace(config)
     session = (
         sql.SparkSession.builder.master(f"local[{cores}]").appName(name)
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{config}")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")

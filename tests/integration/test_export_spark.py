@@ -85,6 +85,9 @@ def cli_export(app_id: str, topic: str, broker: str, *args: str) -> str:
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    if "--spark" in args:  # Spark's and py4j's chatter is kept out of the command's output
+        for noise in ("Setting default log level", " WARN ", "INFO py4j", "NativeCodeLoader"):
+            assert noise not in result.stderr, result.stderr
     return result.stdout
 
 
