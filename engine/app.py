@@ -136,6 +136,7 @@ class App:
         source = self._source(source_topic)
         table = (_Table(name, app_id=self.id, **options) if source is None
                  else _SourceTable(name, app_id=self.id, source_topic=source, **options))
+        table.declared_by = self
         self.tables[name] = table
         return table
 

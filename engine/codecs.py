@@ -114,6 +114,8 @@ class JsonCodec:
             return self._record(obj)
         if type_ is float and isinstance(obj, int) and not isinstance(obj, bool):
             return float(obj)
+        if type_ is tuple and isinstance(obj, list):  # JSON has no tuples: a pair comes back as one
+            return tuple(obj)
         if not isinstance(obj, type_) or (type_ is int and isinstance(obj, bool)):
             raise DecodeError(f"expected {type_.__name__}, got {type(obj).__name__}: {obj!r:.80}")
         return obj

@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING
 
 from engine.errors import ConfigError
 from engine.tables.base import BaseTable, KeyNotInPartition, PartitionNotLocal, TableError
+from engine.tables.joins import How, join_tables
 from engine.tables.keys import WindowedChangelogKeyCodec, WindowKeyCodec
 from engine.tables.windowed import Timestamp, WindowedTable
 from engine.topics import Topic
 from engine.windows import HoppingWindow, Seconds, TumblingWindow, to_ms
 
 if TYPE_CHECKING:
+    from engine.app import App
     from engine.windows import Window
 
 __all__ = ["KeyNotInPartition", "PartitionNotLocal", "Table", "TableError"]
@@ -24,6 +26,27 @@ __all__ = ["KeyNotInPartition", "PartitionNotLocal", "Table", "TableError"]
 
 class Table(BaseTable):
     """A table partitioned like the stream that writes it, with its own compacted changelog."""
+
+    declared_by: App | None = None  # the app that declared it (set by App.Table): joins declare more there
+
+    # -- joins with another table (engine.tables.joins) ---------------------------------------------
+
+    def join(self, other: BaseTable, *, name: str | None = None) -> BaseTable:
+        """The table of (this row, other row) for the keys both have."""
+        return self._join(other, "inner", name)
+
+    def left_join(self, other: BaseTable, *, name: str | None = None) -> BaseTable:
+        """The table of (this row, other row or None) for every key of this table."""
+        return self._join(other, "left", name)
+
+    def outer_join(self, other: BaseTable, *, name: str | None = None) -> BaseTable:
+        """The table of (this row or None, other row or None) for every key of either table."""
+        return self._join(other, "outer", name)
+
+    def _join(self, other: BaseTable, how: How, name: str | None) -> BaseTable:
+        if self.declared_by is None:
+            raise ConfigError(f"table {self.name!r} was not declared with app.Table: it cannot be joined")
+        return join_tables(self.declared_by, self, other, how, name)
 
     # -- windows ------------------------------------------------------------------------------------
 

@@ -1,0 +1,68 @@
+"""Table-table joins: a table whose rows are (left, right) pairs, kept up to date from both sides.
+
+    orders_with_customers = orders.left_join(customers)   # both keyed by customer id, co-partitioned
+
+Kafka Streams' KTable-KTable join: an update on either side (from its changelog) is joined with the other
+side's current value for the key and written to the result table (`None` for a missing side, under
+`left_join` and `outer_join`); a row that no longer joins is deleted (a tombstone on the result's
+changelog). Both sides are read where the update's partition is: the two tables must have the same keys,
+key codec and partition count (co-partitioned; the topology says so at the first update if not).
+
+Two internal agents (`<name>-left`, `<name>-right`) read the sides' changelogs, so the result follows each
+side by a checkpoint (the changelog is written at checkpoints); it is an ordinary table (its own changelog,
+recovery, standbys, queries, exactly-once). Once both changelogs are processed, the result is the join of
+the two sides' states, whichever side was updated last.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from engine.errors import ConfigError
+
+if TYPE_CHECKING:
+    from engine.app import App
+    from engine.processing.streams import Stream
+    from engine.tables.base import BaseTable
+
+How = Literal["inner", "left", "outer"]
+
+
+def join_tables(app: App, left: BaseTable, right: BaseTable, how: How, name: str | None) -> BaseTable:
+    """Declare the result table of `left` joined with `right` and the agents that keep it."""
+    for side in (left, right):
+        if side.window is not None or side.is_global or not side.has_own_changelog:
+            raise ConfigError(f"table {side.name!r} cannot be joined with another table: only tables with "
+                              "their own changelog (not windowed, global or over a source topic) can")
+    if left.changelog_topic.key_type is not right.changelog_topic.key_type:
+        raise ConfigError(f"tables {left.name!r} and {right.name!r} have other key types: a table join "
+                          "pairs rows of the same key")
+    result_name = name or f"{left.name}-{how}-join-{right.name}"
+    topic = left.changelog_topic
+    result = app.Table(result_name, key_type=topic.key_type, value_type=tuple,
+                       key_serializer=topic.key_codec.name if topic.key_type is None else None)
+
+    def joined(key: Any, mine: Any, theirs: Any, mine_is_left: bool) -> None:
+        pair = (mine, theirs) if mine_is_left else (theirs, mine)
+        if how == "inner":
+            keep = pair[0] is not None and pair[1] is not None
+        elif how == "left":
+            keep = pair[0] is not None
+        else:
+            keep = pair[0] is not None or pair[1] is not None
+        if keep:
+            result[key] = pair
+        elif key in result:
+            del result[key]
+
+    def follower(side: BaseTable, other: BaseTable, is_left: bool) -> Any:
+        async def follow(stream: Stream) -> None:
+            async for key, value in stream.items():
+                found, theirs = other.find(key)
+                joined(key, value, theirs if found else None, is_left)
+
+        return follow
+
+    app.agent(left.changelog(), name=f"{result_name}-left")(follower(left, right, True))
+    app.agent(right.changelog(), name=f"{result_name}-right")(follower(right, left, False))
+    return result
