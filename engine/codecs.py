@@ -16,6 +16,10 @@ import orjson
 
 from engine.errors import ConfigError, DecodeError, EncodeError
 
+# What a key codec that `skips` decodes engine's own records to (a windowed table's stream time on its
+# changelog): not events; the conductor acks them without handing them to agents.
+SKIP: Any = object()
+
 
 class Codec(Protocol):
     name: str

@@ -33,6 +33,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from agents import MailboxClosed, Service
+from engine.codecs import SKIP
 from engine.errors import DecodeError
 from engine.events import TP, Event, RawRecord
 from engine.tasks.poison import PoisonRecords
@@ -275,7 +276,15 @@ class Conductor(Service):
             events = await self._decode_each(topic, runner, records, lease)
         else:
             lease.track_many([r.offset for r in records])
-            events = list(map(Event, records, keys, values, repeat(lease, len(records))))
+            if getattr(key_codec, "skips", False) and any(key is SKIP for key in keys):
+                events = []
+                for record, key, value in zip(records, keys, values, strict=True):
+                    if key is SKIP:
+                        lease.ack(record.offset)  # engine's own record: never an event
+                    else:
+                        events.append(Event(record, key, value, lease))
+            else:
+                events = list(map(Event, records, keys, values, repeat(lease, len(records))))
         if events and lease.tp[0] in self.timed_topics:
             self._observe(lease, topic, events)
         if events:
@@ -298,6 +307,9 @@ class Conductor(Service):
                 lease.ack(record.offset)
                 continue
             lease.track(record.offset)
+            if key is SKIP:
+                lease.ack(record.offset)
+                continue
             events.append(Event(record, key, value, lease))
         return events
 
@@ -314,6 +326,10 @@ class Conductor(Service):
                         decoded[id(topic)] = topic.decode(record)
                     except DecodeError as exc:
                         decoded[id(topic)] = exc
+            if any(not isinstance(found, DecodeError) and found[0] is SKIP for found in decoded.values()):
+                lease.track(record.offset)  # engine's own record: for no agent
+                lease.ack(record.offset)
+                continue
             receivers = sum(1 for t, _ in topic_routes if not isinstance(decoded[id(t)], DecodeError))
             lease.track(record.offset, shares=max(receivers, 1))
             for topic, runner in topic_routes:

@@ -264,6 +264,12 @@ class BaseTable(MutableMapping[Any, Any]):
         """The stream of this table's updates, as a topic an agent can read."""
         return self.changelog_topic
 
+    def changes(self) -> Topic:
+        """Every update of this table as (key, value) events, a deleted row's value None: its changelog, as
+        the checkpoints write it (coalesced per checkpoint, like Kafka Streams' record cache). A windowed
+        table's keys are (key, WindowRange)."""
+        return self.changelog_topic
+
     # -- locating keys ------------------------------------------------------------------------------
 
     def locate_key(self, key: Any) -> tuple[bytes, int]:

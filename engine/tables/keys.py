@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from engine.codecs import SKIP
 from engine.windows import WindowRange
 
 if TYPE_CHECKING:
@@ -66,15 +67,20 @@ class WindowKeyCodec:
 
 
 class WindowedChangelogKeyCodec(WindowKeyCodec):
-    """What readers of `table.changelog()` get as keys: (key, WindowRange)."""
+    """What readers of `table.changelog()` get as keys: (key, WindowRange). Engine's own records on the
+    changelog (stream time, the newest window closed) decode to SKIP: agents never see them."""
+
+    skips = True
 
     def __init__(self, key_codec: Codec, size_ms: int) -> None:
         super().__init__(key_codec)
         self.size_ms = size_ms
 
     def decode(self, data: bytes | None) -> Any:
-        if data is None or data.startswith(META_PREFIX):
-            return None  # engine's own record (stream time), not a window
+        if data is None:
+            return None
+        if data.startswith(META_PREFIX):
+            return SKIP  # engine's own record (stream time), not a window
         key, start_ms = super().decode(data)
         return key, WindowRange.from_ms(start_ms, start_ms + self.size_ms)
 

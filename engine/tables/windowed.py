@@ -108,6 +108,10 @@ class WindowedTable:
     def changelog(self) -> Topic:
         return self.table.changelog()
 
+    def changes(self) -> Topic:
+        """Every update of every window: ((key, WindowRange), value) events (see BaseTable.changes)."""
+        return self.table.changes()
+
     def closed(self) -> Topic:
         """The final-results topic: each window once, when it closes; keys are (key, WindowRange)."""
         if self.closed_topic is None:
