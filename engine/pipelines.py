@@ -51,6 +51,7 @@ class _Windowing:
     step: Seconds | None
     grace: Seconds
     expires: Seconds | None
+    close_idle_after: Seconds | None = None
 
 
 @dataclass(frozen=True)
@@ -84,14 +85,16 @@ class Pipeline:
 
     # -- windows ------------------------------------------------------------------------------------
 
-    def tumbling(self, size: Seconds, *, grace: Seconds = 0, expires: Seconds | None = None) -> Pipeline:
-        """Aggregate per key and back-to-back window of `size` (event time)."""
-        return self._windowed(_Windowing("tumbling", size, None, grace, expires))
+    def tumbling(self, size: Seconds, *, grace: Seconds = 0, expires: Seconds | None = None,
+                 close_idle_after: Seconds | None = None) -> Pipeline:
+        """Aggregate per key and back-to-back window of `size` (event time); `close_idle_after` as the
+        table's (engine.tables.windowed)."""
+        return self._windowed(_Windowing("tumbling", size, None, grace, expires, close_idle_after))
 
-    def hopping(self, size: Seconds, step: Seconds, *, grace: Seconds = 0,
-                expires: Seconds | None = None) -> Pipeline:
+    def hopping(self, size: Seconds, step: Seconds, *, grace: Seconds = 0, expires: Seconds | None = None,
+                close_idle_after: Seconds | None = None) -> Pipeline:
         """Aggregate per key and window of `size` starting every `step` (event time)."""
-        return self._windowed(_Windowing("hopping", size, step, grace, expires))
+        return self._windowed(_Windowing("hopping", size, step, grace, expires, close_idle_after))
 
     def _windowed(self, window: _Windowing) -> Pipeline:
         if self.window is not None:
@@ -140,11 +143,14 @@ class Pipeline:
         target: Any = table
         window = self.window
         if window is not None:
+            idle = window.close_idle_after
             if window.kind == "tumbling":
-                target = table.tumbling(window.size, grace=window.grace, expires=window.expires)
+                target = table.tumbling(window.size, grace=window.grace, expires=window.expires,
+                                        close_idle_after=idle)
             else:
                 assert window.step is not None
-                target = table.hopping(window.size, window.step, grace=window.grace, expires=window.expires)
+                target = table.hopping(window.size, window.step, grace=window.grace, expires=window.expires,
+                                       close_idle_after=idle)
         steps = self.steps
 
         async def aggregate(stream: Stream) -> None:
