@@ -55,7 +55,7 @@ def join_tables(app: App, left: BaseTable, right: BaseTable, how: How, name: str
         elif key in result:
             del result[key]
 
-    def follower(side: BaseTable, other: BaseTable, is_left: bool) -> Any:
+    def follower(other: BaseTable, is_left: bool) -> Any:
         async def follow(stream: Stream) -> None:
             async for key, value in stream.items():
                 found, theirs = other.find(key)
@@ -63,6 +63,6 @@ def join_tables(app: App, left: BaseTable, right: BaseTable, how: How, name: str
 
         return follow
 
-    app.agent(left.changelog(), name=f"{result_name}-left")(follower(left, right, True))
-    app.agent(right.changelog(), name=f"{result_name}-right")(follower(right, left, False))
+    app.agent(left.changelog(), name=f"{result_name}-left")(follower(right, True))
+    app.agent(right.changelog(), name=f"{result_name}-right")(follower(left, False))
     return result
