@@ -21,6 +21,10 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-A", "--app", required=True, help="the app, as module:attribute")
     common.add_argument("--broker", help="override the broker URL (kafka://host:port or memory://)")
     common.add_argument("--loglevel", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    secured = common.add_argument_group("a secured cluster (or ENGINE_* variables; the password only as "
+                                        "ENGINE_SASL_PASSWORD, never on a command line)")
+    for option in SECURITY_OPTIONS:
+        secured.add_argument(f"--{option.replace('_', '-')}", dest=option)
     parser = argparse.ArgumentParser(prog="engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (worker, send, inspect, tables, export, status, reset):
@@ -39,8 +43,18 @@ class _WithCommon:
         return self._sub.add_parser(name, parents=[self._common], **kwargs)  # type: ignore[no-any-return, arg-type]
 
 
+# Security settings a command line may give; they reach every command's settings as ENGINE_* variables (which
+# come after App(...) arguments in the settings' precedence), so that no command repeats them.
+SECURITY_OPTIONS = ("security_protocol", "sasl_mechanism", "sasl_username", "ssl_cafile", "ssl_certfile",
+                    "ssl_keyfile")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for option in SECURITY_OPTIONS:
+        value = getattr(args, option, None)
+        if value is not None:
+            os.environ[f"ENGINE_{option.upper()}"] = value
     level = getattr(logging, str(args.loglevel).upper(), None)
     if not isinstance(level, int):
         print(f"engine: --loglevel {args.loglevel!r} is not one of DEBUG, INFO, WARNING, ERROR",

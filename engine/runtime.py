@@ -36,7 +36,7 @@ from engine.tasks.poison import PoisonRecords
 from engine.timers import timer_supervisor
 from engine.topology.declaration import internal_topic
 from engine.topology.plan import build_topology
-from engine.transport import ClientTuning, Producer, open_transport
+from engine.transport import ClientTuning, Producer, transport_for
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -84,7 +84,7 @@ class Worker(Service):
             raise ConfigError(f"setting 'data_dir' is {str(settings.data_dir)!r}, which is a file; expected "
                               "a directory for the worker's stores (it is created if missing)")
         self.topology = build_topology(app, settings)
-        self.transport = open_transport(settings.broker, settings.broker_options, ClientTuning(
+        self.transport = transport_for(settings, ClientTuning(
             linger=settings.producer_linger.total_seconds(),
             session_timeout=settings.session_timeout.total_seconds(),
             transaction_timeout=settings.transaction_timeout.total_seconds()))

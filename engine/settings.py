@@ -92,9 +92,32 @@ class Settings:
     # The event loop `engine worker` runs on (engine.loops): uvloop when installed ("auto"; the extra
     # engine[fast]), or asyncio's own.
     event_loop: EventLoop = "auto"
+    # A secured cluster (every client of the worker and of the CLI): the protocol, SASL's mechanism and
+    # credentials, and TLS files (PEM). `broker_options` given to App(...) win over these. The password is
+    # never shown: not in repr, not in errors.
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
 
     def __post_init__(self) -> None:
         validate(self)
+
+    def client_options(self) -> dict[str, Any]:
+        """The options every broker client gets (engine.transport): the security settings, then
+        `broker_options` over them."""
+        options: dict[str, Any] = {}
+        if self.security_protocol != "PLAINTEXT":
+            options["security_protocol"] = self.security_protocol
+        for name in ("sasl_mechanism", "sasl_username", "sasl_password", "ssl_cafile", "ssl_certfile",
+                     "ssl_keyfile"):
+            value = getattr(self, name)
+            if value is not None:
+                options[name] = value
+        return {**options, **self.broker_options}
 
     @property
     def transport_scheme(self) -> str:
@@ -115,6 +138,36 @@ class Settings:
 def _fail(name: str, value: object, expected: str) -> None:
     shown = f"{value.total_seconds():g}s" if isinstance(value, timedelta) else repr(value)
     raise ConfigError(f"setting {name!r} is {shown}; {expected}")
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _validate_security(s: Settings) -> None:
+    if s.security_protocol not in SECURITY_PROTOCOLS:
+        _fail("security_protocol", s.security_protocol, f"expected one of {SECURITY_PROTOCOLS}")
+    sasl = s.security_protocol.startswith("SASL_")
+    if sasl:
+        if s.sasl_mechanism not in SASL_MECHANISMS:
+            _fail("sasl_mechanism", s.sasl_mechanism, f"expected one of {SASL_MECHANISMS} with "
+                                                      f"security_protocol {s.security_protocol}")
+        if not s.sasl_username or not s.sasl_password:
+            raise ConfigError(f"security_protocol {s.security_protocol} needs sasl_username and "
+                              "sasl_password (ENGINE_SASL_USERNAME, ENGINE_SASL_PASSWORD)")
+    elif s.sasl_mechanism is not None or s.sasl_username is not None or s.sasl_password is not None:
+        raise ConfigError(f"SASL settings are given but security_protocol is {s.security_protocol}; use "
+                          "SASL_SSL or SASL_PLAINTEXT")
+    tls = s.security_protocol in ("SSL", "SASL_SSL")
+    files = {"ssl_cafile": s.ssl_cafile, "ssl_certfile": s.ssl_certfile, "ssl_keyfile": s.ssl_keyfile}
+    if not tls and any(files.values()):
+        raise ConfigError(f"TLS files are given but security_protocol is {s.security_protocol}; use SSL or "
+                          "SASL_SSL")
+    if (s.ssl_certfile is None) != (s.ssl_keyfile is None):
+        raise ConfigError("ssl_certfile and ssl_keyfile go together (a client certificate and its key)")
+    for name, path in files.items():
+        if path is not None and not Path(path).is_file():
+            _fail(name, path, "expected a readable PEM file")
 
 
 def validate(s: Settings) -> None:
@@ -148,6 +201,7 @@ def validate(s: Settings) -> None:
         _fail("agent_error_policy", s.agent_error_policy, f"expected one of {ERROR_POLICIES}")
     if s.processing_guarantee not in GUARANTEES:
         _fail("processing_guarantee", s.processing_guarantee, f"expected one of {GUARANTEES}")
+    _validate_security(s)
     if s.event_loop not in EVENT_LOOPS:
         _fail("event_loop", s.event_loop, f"expected one of {EVENT_LOOPS}")
     if s.auto_offset_reset not in OFFSET_RESETS:

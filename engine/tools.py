@@ -3,8 +3,9 @@ manage an app. The CLI imports only this, the `engine` package and `engine.expor
 
 - The topology an app declares (`build_topology`, `Topology`) and the partition count a topic gets
   (`planned_partitions`).
-- The broker an app's settings name: `open_transport` gives its admin (`Admin`: topics, groups, offsets),
-  with `TopicSpec` and `GroupDescription`.
+- The broker an app's settings name, with their security settings: `transport_for(settings)` (or
+  `open_transport(url, options)`) gives its admin (`Admin`: topics, groups, offsets), with `TopicSpec` and
+  `GroupDescription`.
 - An app's local table stores, read beside a running worker or offline (`table_named`, `local_partitions`,
   `read_key`, which returns `MISSING` for a key that is not there).
 - JSON as engine encodes and decodes it (`dumps`, `loads`), and the progress of a changelog replay
@@ -27,7 +28,7 @@ from engine.tables.inspect import local_partitions, read_key, table_named
 from engine.tables.partition import MISSING
 from engine.tables.recovery import Progress
 from engine.topology.plan import Topology, build_topology, planned_partitions
-from engine.transport import open_transport
+from engine.transport import open_transport, transport_for
 from engine.transport.base import Admin, GroupDescription, TopicSpec
 from engine.web.queries import key_text, parse_key
 
@@ -64,4 +65,5 @@ __all__ = [
     "run_on_loop",
     "summarise_repeats",
     "table_named",
+    "transport_for",
 ]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from cli.loader import load_app
 from engine import App, ConfigError, DecodeError, EngineError, Topic
-from engine.tools import TopicSpec, Topology, build_topology, loads, open_transport
+from engine.tools import TopicSpec, Topology, build_topology, loads, transport_for
 
 if TYPE_CHECKING:
     import argparse
@@ -63,7 +63,7 @@ async def _send(app: App, broker: str | None, args: argparse.Namespace) -> None:
             "record would be gone when this command exits; send to Kafka (--broker kafka://host:port), or "
             "from inside the app (a timer, or engine.testing in a test)"
         )
-    transport = open_transport(settings.broker, settings.broker_options)
+    transport = transport_for(settings)
     await _ensure_topic(transport.admin(), build_topology(app, settings), topic, args.create)
     producer = transport.producer()
     await producer.start()

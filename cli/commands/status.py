@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from cli.loader import load_app
 from engine import TP, ConfigError
-from engine.tools import ask_worker, build_topology, open_transport
+from engine.tools import ask_worker, build_topology, transport_for
 
 if TYPE_CHECKING:
     import argparse
@@ -37,7 +37,7 @@ async def _status(app: App, broker: str | None) -> tuple[GroupDescription, dict[
         raise ConfigError(f"engine status cannot see {settings.broker}: an in-memory broker lives inside the "
                           "worker's process; run it against Kafka (--broker kafka://host:port)")
     topology = build_topology(app, settings)
-    transport = open_transport(settings.broker, settings.broker_options)
+    transport = transport_for(settings)
     admin = transport.admin()
     try:
         group = await admin.describe_group(app.id)

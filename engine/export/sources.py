@@ -22,7 +22,7 @@ from engine.export.columns import ExportError
 from engine.tables.inspect import disk_backend
 from engine.tables.recovery import Progress, replay_to_end
 from engine.topology.plan import planned_partitions
-from engine.transport import open_transport
+from engine.transport import transport_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -104,7 +104,7 @@ async def from_changelog(
     from engine.stores.rocksdb import RocksDBStoreBackend
 
     topic = table.changelog_topic.name
-    transport = open_transport(settings.broker, settings.broker_options)
+    transport = transport_for(settings)
     admin = transport.admin()
     try:
         counts = await admin.describe_topics()

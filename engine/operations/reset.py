@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from engine.errors import EngineError
 from engine.events import TP
 from engine.topology.plan import build_topology
-from engine.transport import open_transport
+from engine.transport import transport_for
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -92,7 +92,7 @@ async def plan_reset(app: App, settings: Settings, target: ResetTarget | None = 
     if target.timestamp_ms is not None and target.shift_by is not None:
         raise ResetRefused("give a point in time or a shift, not both")
     topology = build_topology(app, settings)
-    transport = open_transport(settings.broker, settings.broker_options)
+    transport = transport_for(settings)
     admin = transport.admin()
     try:
         group = await admin.describe_group(app.id)
@@ -134,7 +134,7 @@ async def plan_reset(app: App, settings: Settings, target: ResetTarget | None = 
 async def execute(plan: ResetPlan, settings: Settings) -> None:
     """Do what `plan` says: offsets first (checked again that nobody joined the group meanwhile), then the
     internal topics, then the local stores."""
-    admin = open_transport(settings.broker, settings.broker_options).admin()
+    admin = transport_for(settings).admin()
     try:
         group = await admin.describe_group(plan.app_id)
         if group.members:

@@ -18,6 +18,8 @@ from engine.transport.base import (
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from engine.settings import Settings
+
 
 def open_transport(url: str, options: Mapping[str, Any] | None = None,
                    tuning: ClientTuning | None = None) -> Transport:
@@ -35,7 +37,12 @@ def open_transport(url: str, options: Mapping[str, Any] | None = None,
     raise ConfigError(f"unknown broker scheme {scheme!r} in {url!r}; use kafka:// or memory://")
 
 
+def transport_for(settings: Settings, tuning: ClientTuning | None = None) -> Transport:
+    """The transport of an app's settings: its broker, with its security settings and broker_options."""
+    return open_transport(settings.broker, settings.client_options(), tuning)
+
+
 __all__ = [
     "Admin", "ClientTuning", "Consumer", "PartitionsCallback", "Producer", "TopicSpec", "Transport",
-    "open_transport",
+    "open_transport", "transport_for",
 ]

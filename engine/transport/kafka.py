@@ -3,8 +3,8 @@
 aiokafka lives here and only here; its errors are translated into engine's at this edge. Consumer records
 and topic partitions pass through unconverted: aiokafka's ConsumerRecord satisfies RawRecord and its
 TopicPartition is a (topic, partition) tuple equal to our TP, so the hot path copies nothing.
-`broker_options` (security_protocol, sasl_mechanism, sasl_plain_username, ssl_context, ...) are passed to
-every aiokafka client as they are.
+The security settings (security_protocol, sasl_*, ssl_* files) become aiokafka's options (`client_options`),
+and `broker_options` (any of aiokafka's client options) are passed to every aiokafka client as they are.
 
 No client of engine's lets the broker auto-create a topic: aiokafka asks for it in every metadata request
 (`allow_auto_topic_creation`, true unless told), and a topic the broker creates gets the broker's partition
@@ -33,6 +33,7 @@ from aiokafka.coordinator.protocol import (
 )
 from aiokafka.errors import IllegalOperation, KafkaConnectionError, KafkaError
 from aiokafka.errors import ProducerFenced as KafkaProducerFenced
+from aiokafka.helpers import create_ssl_context
 
 from engine.errors import (
     BrokerUnavailable,
@@ -661,11 +662,26 @@ class KafkaAdmin:
             self._started = False
 
 
+def client_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """aiokafka's options from engine's (Settings.client_options): SASL credentials under aiokafka's names
+    (for PLAIN and SCRAM alike), TLS files as an SSL context; any other option as it is."""
+    found = dict(options)
+    renamed = {"sasl_username": "sasl_plain_username", "sasl_password": "sasl_plain_password"}
+    for ours, theirs in renamed.items():
+        if ours in found:
+            found[theirs] = found.pop(ours)
+    files = {name: found.pop(f"ssl_{name}", None) for name in ("cafile", "certfile", "keyfile")}
+    if any(files.values()) or (found.get("security_protocol") in ("SSL", "SASL_SSL")
+                               and "ssl_context" not in found):
+        found["ssl_context"] = create_ssl_context(**files)
+    return found
+
+
 class KafkaTransport:
     def __init__(self, url: str, options: Mapping[str, Any], tuning: ClientTuning | None = None) -> None:
         self.url = url
         self.servers = url.split("://", 1)[1]
-        self.options = dict(options)
+        self.options = client_options(options)
         self.tuning = tuning or ClientTuning()
 
     def consumer(
