@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from cli.commands import export, inspect, reset, send, status, tables, worker
 from cli.loader import LoadError
-from engine import BrokerUnavailable, EngineError
+from engine import BrokerRefused, BrokerUnavailable, EngineError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -67,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, where a closed pipe is caught below, not at exit
         return code
     except LoadError as exc:
+        print(f"engine: {exc}", file=sys.stderr)
+    except BrokerRefused as exc:  # a broker is there: what it refused is the whole story
         print(f"engine: {exc}", file=sys.stderr)
     except BrokerUnavailable as exc:
         print(f"engine: {exc} Start one (see README: python -m tests.kafka start) or pass --broker.",

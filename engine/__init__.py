@@ -4,6 +4,7 @@ from engine.agent import Agent
 from engine.app import App, Timer
 from engine.errors import (
     AskTimeout,
+    BrokerRefused,
     BrokerUnavailable,
     CodecError,
     ConfigError,
@@ -28,6 +29,7 @@ __all__ = [
     "Agent",
     "App",
     "AskTimeout",
+    "BrokerRefused",
     "BrokerUnavailable",
     "CodecError",
     "ConfigError",

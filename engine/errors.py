@@ -54,6 +54,10 @@ class BrokerUnavailable(TransportError):
     """No broker answered at the configured address."""
 
 
+class BrokerRefused(BrokerUnavailable):
+    """A broker answered but refused this client: its credentials or its TLS."""
+
+
 class DeliveryFailed(TransportError):
     """The broker did not acknowledge a produced record; nothing after it is committed."""
 

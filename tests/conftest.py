@@ -1,4 +1,5 @@
-"""Session-wide fixtures: a real Kafka broker (and a 3-node cluster), started once and stopped after."""
+"""Session-wide fixtures: a real Kafka broker (a 3-node cluster, a secured broker), started once and stopped
+after."""
 
 from __future__ import annotations
 
@@ -33,6 +34,13 @@ class _External:
 @pytest.fixture(scope="session")
 def kafka_cluster() -> Iterator[KafkaCluster]:
     with KafkaCluster(3) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def secured_kafka() -> Iterator[KafkaCluster]:
+    """One KRaft broker speaking SASL_PLAINTEXT with SCRAM-SHA-512 users and the standard authorizer."""
+    with KafkaCluster(1, security="sasl_plaintext") as cluster:
         yield cluster
 
 

@@ -20,22 +20,31 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import ssl
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.conn import create_conn
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.protocol import (
     ConsumerProtocol,
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
-from aiokafka.errors import IllegalOperation, KafkaConnectionError, KafkaError
+from aiokafka.errors import (
+    IllegalOperation,
+    KafkaConnectionError,
+    KafkaError,
+    SaslAuthenticationFailed,
+    UnsupportedSaslMechanismError,
+)
 from aiokafka.errors import ProducerFenced as KafkaProducerFenced
 from aiokafka.helpers import create_ssl_context
 
 from engine.errors import (
+    BrokerRefused,
     BrokerUnavailable,
     DeliveryFailed,
     MembershipLost,
@@ -83,16 +92,42 @@ async def _stop_quietly(client: Any, what: str) -> None:
         log.warning("aiokafka %s raised CancelledError while stopping; ignored", what)
 
 
-async def _start(client: Any, servers: str) -> None:
+async def _start(client: Any, servers: str, options: Mapping[str, Any]) -> None:
     """Start an aiokafka client; no broker is a BrokerUnavailable that says what to do."""
     try:
         await client.start()
     except KafkaConnectionError as exc:
         await client.stop()
-        raise _unavailable(servers, exc) from exc
+        raise await _unavailable(servers, options, exc) from exc
 
 
-def _unavailable(servers: str, exc: BaseException) -> BrokerUnavailable:
+# The options of a connection's security, as aiokafka's create_conn takes them.
+_CONNECTION_OPTIONS = ("security_protocol", "ssl_context", "sasl_mechanism", "sasl_plain_username",
+                       "sasl_plain_password")
+
+
+async def _unavailable(servers: str, options: Mapping[str, Any], exc: BaseException) -> BrokerUnavailable:
+    """Why no client could bootstrap: aiokafka says only "Unable to bootstrap" (the cause is in its log),
+    so one connection is tried again to tell a broker that refuses these credentials or this TLS from one
+    that is not there. The message never holds the password."""
+    host, _, port = servers.split(",")[0].rpartition(":")
+    try:
+        conn = await create_conn(host, int(port), request_timeout_ms=10_000,
+                                 **{k: v for k, v in options.items() if k in _CONNECTION_OPTIONS})
+    except (SaslAuthenticationFailed, UnsupportedSaslMechanismError) as refused:
+        user = options.get("sasl_plain_username")
+        return BrokerRefused(
+            f"the Kafka broker at {servers!r} refused user {user!r} ({type(refused).__name__}: "
+            f"{refused}); check sasl_username, sasl_password and sasl_mechanism "
+            f"({options.get('sasl_mechanism')!r}), ENGINE_SASL_* or the CLI's options")
+    except ssl.SSLError as refused:
+        return BrokerRefused(
+            f"TLS with the Kafka broker at {servers!r} failed ({refused}); check ssl_cafile (the CA that "
+            "signed the broker's certificate) and ssl_certfile/ssl_keyfile")
+    except Exception:  # still nothing there: the original error says it
+        pass
+    else:
+        conn.close()
     return BrokerUnavailable(f"no Kafka broker answered at {servers!r} ({exc}); is Kafka running?")
 
 
@@ -179,6 +214,7 @@ class KafkaConsumer:
         session_timeout: float = 10.0,
     ) -> None:
         self._servers = servers
+        self._options = options
         self._listener = listener
         self._client = AIOKafkaConsumer(
             bootstrap_servers=servers,
@@ -203,7 +239,7 @@ class KafkaConsumer:
         self._topics: set[str] = set()
 
     async def start(self) -> None:
-        await _start(self._client, self._servers)
+        await _start(self._client, self._servers, self._options)
 
     async def stop(self) -> None:
         await _stop_quietly(self._client, "consumer")
@@ -219,7 +255,7 @@ class KafkaConsumer:
                 timeout_ms=int(timeout * 1000), max_records=max_records
             )
         except KafkaConnectionError as exc:
-            raise _unavailable(self._servers, exc) from exc
+            raise await _unavailable(self._servers, self._options, exc) from exc
         return batches
 
     async def commit(self, offsets: Mapping[TP, int]) -> None:
@@ -322,6 +358,7 @@ class KafkaProducer:
     def __init__(self, servers: str, options: Mapping[str, Any], transactional_id: str | None = None,
                  linger: float = 0.0, transaction_timeout: float = 15.0) -> None:
         self._servers = servers
+        self._options = options
         transactions: dict[str, Any] = {}
         if transactional_id is not None:
             transactions = {"transactional_id": transactional_id, "enable_idempotence": True,
@@ -351,7 +388,7 @@ class KafkaProducer:
         private.refuse_auto_create(self._client.client)
 
     async def start(self) -> None:
-        await _start(self._client, self._servers)
+        await _start(self._client, self._servers, self._options)
         if self._transactional:
             await self._client.begin_transaction()
         self._open.set()
@@ -524,7 +561,7 @@ class KafkaAdmin:
                 await self._client.start()
             except KafkaConnectionError as exc:
                 await self._client.close()
-                raise _unavailable(self._servers, exc) from exc
+                raise await _unavailable(self._servers, self._options, exc) from exc
             self._started = True
 
     async def create_topics(self, specs: Collection[TopicSpec]) -> dict[str, int]:
@@ -570,7 +607,7 @@ class KafkaAdmin:
                 break
             except KafkaError as exc:
                 if not exc.retriable or loop.time() > deadline:
-                    raise _unavailable(self._servers, exc) from exc
+                    raise await _unavailable(self._servers, self._options, exc) from exc
                 log.info("describing topics failed (%s); retrying", exc)
                 await asyncio.sleep(0.2)
         return {t["topic"]: len(t["partitions"]) for t in described if not t.get("error_code")}
@@ -647,7 +684,7 @@ class KafkaAdmin:
         consumer = AIOKafkaConsumer(bootstrap_servers=self._servers, group_id=group_id,
                                     enable_auto_commit=False, **self._options)
         private.refuse_auto_create(private.consumer_client(consumer))
-        await _start(consumer, self._servers)
+        await _start(consumer, self._servers, self._options)
         try:
             consumer.assign([TopicPartition(*tp) for tp in offsets])
             await consumer.commit({TopicPartition(*tp): offset for tp, offset in offsets.items()})

@@ -79,8 +79,10 @@ class WorkerProcess:
 
 
 async def create_topics(bootstrap: str, names: Iterable[str], partitions: int = 4,
-                        replication: int = 1, config: Mapping[str, str] | None = None) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+                        replication: int = 1, config: Mapping[str, str] | None = None,
+                        auth: Mapping[str, Any] | None = None) -> None:
+    """(`auth`, here and below: aiokafka's options for a secured broker, as `sasl_auth` gives them.)"""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **(auth or {}))
     await admin.start()
     try:
         await admin.create_topics([NewTopic(n, partitions, replication, topic_configs=dict(config or {}))
@@ -106,8 +108,8 @@ async def delete_topic(bootstrap: str, name: str, timeout: float = 30) -> None:
 
 
 async def produce(bootstrap: str, topic: str, items: Iterable[tuple[Any, Any]],
-                  raw: bool = False) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
+                  raw: bool = False, auth: Mapping[str, Any] | None = None) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all", **(auth or {}))
     await producer.start()
     try:
         for key, value in items:
@@ -156,6 +158,18 @@ async def until_done(probe: Callable[[], Awaitable[tuple[bool, Any]]], what: str
             raise AssertionError(f"{what}: not done after {now - started:.0f}s, {now - moved:.0f}s without "
                                  f"progress (at {progress!r}){logs}")
         await asyncio.sleep(0.5)
+
+
+def sasl_auth(user: str, password: str) -> dict[str, Any]:
+    """aiokafka's options for the secured test broker (SASL_PLAINTEXT, SCRAM-SHA-512)."""
+    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": user, "sasl_plain_password": password}
+
+
+def sasl_env(user: str, password: str) -> dict[str, str]:
+    """The same, as a worker's or a CLI command's ENGINE_* settings."""
+    return {"ENGINE_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "ENGINE_SASL_MECHANISM": "SCRAM-SHA-512",
+            "ENGINE_SASL_USERNAME": user, "ENGINE_SASL_PASSWORD": password}
 
 
 def web_address(worker: WorkerProcess) -> str:
@@ -236,12 +250,14 @@ async def standbys_caught_up(worker: WorkerProcess, bootstrap: str, changelog: s
 
 
 async def consume_until(bootstrap: str, topic: str, done: Any, timeout: float = 60.0,
-                        isolation_level: str = "read_committed") -> list[Any]:
+                        isolation_level: str = "read_committed",
+                        auth: Mapping[str, Any] | None = None) -> list[Any]:
     """Read `topic` from the beginning until `done(records)` is true; returns the records. Committed only,
     by default, as engine reads: changelogs are written in transactions (a killed worker's open one is
     aborted by its successor), and without transactions this is the same as uncommitted."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                group_id=None, enable_auto_commit=False, isolation_level=isolation_level)
+                                group_id=None, enable_auto_commit=False, isolation_level=isolation_level,
+                                **(auth or {}))
     await consumer.start()
     records: list[Any] = []
     try:

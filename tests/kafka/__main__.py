@@ -1,4 +1,5 @@
-"""`python -m tests.kafka start [--nodes 3] [--port 9092]`: run a local Kafka in the foreground."""
+"""`python -m tests.kafka start [--nodes 3] [--port 9092] [--security sasl_plaintext]`: run a local Kafka
+in the foreground."""
 
 from __future__ import annotations
 
@@ -16,13 +17,16 @@ def main() -> int:
     start = sub.add_parser("start", help="start brokers on loopback until Ctrl-C")
     start.add_argument("--nodes", type=int, choices=(1, 3), default=1)
     start.add_argument("--port", type=int, default=9092, help="first broker port")
+    start.add_argument("--security", choices=("plaintext", "sasl_plaintext"), default="plaintext",
+                       help="sasl_plaintext: SASL/SCRAM-SHA-512 users admin/admin-secret (a super user) and "
+                            "app/app-secret, with the standard authorizer")
     sub.add_parser("resolve", help="only resolve and cache the broker jars")
     args = parser.parse_args()
     if args.command == "resolve":
         print(resolve_jars())
         return 0
     ports = [args.port + 2 * i for i in range(args.nodes)]
-    cluster = KafkaCluster(args.nodes, ports=ports).start()
+    cluster = KafkaCluster(args.nodes, ports=ports, security=args.security).start()
     print(f"Kafka ready at {cluster.url}  (data in {cluster.root}; Ctrl-C to stop)", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:

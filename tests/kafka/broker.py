@@ -60,6 +60,12 @@ def resolve_jars(version: str = KAFKA_VERSION) -> Path:
     return target
 
 
+# Security a cluster can be started with: its listener's name and protocol.
+SECURITY = {"plaintext": "PLAINTEXT", "sasl_plaintext": "SASL_PLAINTEXT"}
+ADMIN = ("admin", "admin-secret")  # a super user
+USERS = (ADMIN, ("app", "app-secret"))  # SCRAM-SHA-512 users of a secured cluster
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -98,9 +104,13 @@ class KafkaCluster:
         root: Path | None = None,
         heap: str = "512m",
         cpus: str | None = None,
+        security: str = "plaintext",
     ) -> None:
         if nodes not in (1, 3):
             raise ValueError(f"nodes must be 1 or 3, not {nodes}")
+        if security not in SECURITY:
+            raise ValueError(f"security must be one of {sorted(SECURITY)}, not {security!r}")
+        self.security = security
         self.jars = resolve_jars()
         self._own_root = root is None
         self.root = root or Path(tempfile.mkdtemp(prefix="engine-kafka-"))
@@ -124,17 +134,19 @@ class KafkaCluster:
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
         replication = len(self.nodes)
         min_isr = 2 if replication == 3 else 1
+        listener = SECURITY[self.security]
         return "\n".join(
             [
                 "process.roles=broker,controller",
                 f"node.id={node.node_id}",
                 f"controller.quorum.voters={voters}",
-                f"listeners=PLAINTEXT://127.0.0.1:{node.port},"
+                f"listeners={listener}://127.0.0.1:{node.port},"
                 f"CONTROLLER://127.0.0.1:{node.controller_port}",
-                f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
+                f"advertised.listeners={listener}://127.0.0.1:{node.port}",
                 "controller.listener.names=CONTROLLER",
-                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-                "inter.broker.listener.name=PLAINTEXT",
+                f"listener.security.protocol.map={listener}:{listener},CONTROLLER:PLAINTEXT",
+                f"inter.broker.listener.name={listener}",
+                *self._security_properties(),
                 f"log.dirs={node.data_dir / 'data'}",
                 "num.partitions=1",
                 f"default.replication.factor={replication}",
@@ -155,6 +167,26 @@ class KafkaCluster:
             ]
         )
 
+    def _security_properties(self) -> list[str]:
+        """SASL/SCRAM with the standard authorizer: the broker itself (and its controller listener, plaintext
+        on loopback) and ADMIN are super users; every other user gets only what ACLs grant."""
+        if self.security == "plaintext":
+            return []
+        jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{ADMIN[0]}" '
+                f'password="{ADMIN[1]}";')
+        return [
+            "sasl.enabled.mechanisms=SCRAM-SHA-512",
+            "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
+            f"listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config={jaas}",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            f"super.users=User:{ADMIN[0]};User:ANONYMOUS",
+        ]
+
+    @property
+    def users(self) -> dict[str, str]:
+        """The SCRAM-SHA-512 users created at format time (name: password)."""
+        return dict(USERS) if self.security != "plaintext" else {}
+
     def _java(self, main: str, *args: str) -> list[str]:
         pin = ["taskset", "-c", self.cpus] if self.cpus else []
         return [
@@ -172,9 +204,11 @@ class KafkaCluster:
             node.data_dir.mkdir(parents=True, exist_ok=True)
             props = node.data_dir / "server.properties"
             props.write_text(self._properties(node))
+            scram = [arg for name, password in self.users.items()
+                     for arg in ("--add-scram", f"SCRAM-SHA-512=[name={name},password={password}]")]
             subprocess.run(
                 self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id,
-                           "-c", str(props), "--ignore-formatted"),
+                           "-c", str(props), "--ignore-formatted", *scram),
                 check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             )
         for node in self.nodes:

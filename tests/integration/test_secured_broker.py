@@ -1,0 +1,83 @@
+"""A secured broker (SASL_PLAINTEXT with SCRAM-SHA-512 and the standard authorizer, tests/kafka): an `engine
+worker` with a table connects with the right credentials and counts exactly under both guarantees, set only
+through ENGINE_* settings; a wrong password stops the worker at start with one line naming the refusal,
+the password nowhere in its output."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from tests.integration.helpers import (
+    ROOT,
+    WorkerProcess,
+    consume_until,
+    create_topics,
+    latest,
+    produce,
+    sasl_auth,
+    sasl_env,
+    unique,
+)
+
+pytestmark = pytest.mark.kafka
+
+ADMIN = ("admin", "admin-secret")
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+async def test_a_worker_with_a_table_counts_exactly_on_a_secured_broker(secured_kafka, tmp_path, guarantee):
+    auth = sasl_auth(*ADMIN)
+    app_id, topic = unique("secured"), unique("words")
+    await create_topics(secured_kafka.bootstrap, [topic], auth=auth)
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / "data"),
+           "ENGINE_PROCESSING_GUARANTEE": guarantee, "ENGINE_WEB_PORT": "0", **sasl_env(*ADMIN)}
+    worker = WorkerProcess("tests.integration.table_apps:app", secured_kafka.url, env, tmp_path / "w.log")
+    try:
+        await worker.wait_for_output("tables ready", 90)
+        words = [f"s{i % 30}" for i in range(900)]
+        await produce(secured_kafka.bootstrap, topic, [(w, 1) for w in words], auth=auth)
+        records = await consume_until(secured_kafka.bootstrap, f"{app_id}-counts-changelog",
+                                      lambda rs: latest(rs) == dict(Counter(words)), timeout=120, auth=auth)
+        assert latest(records) == dict(Counter(words))
+    finally:
+        assert worker.terminate(timeout=60) == 0, worker.output()[-3000:]
+    assert ADMIN[1] not in worker.output()
+
+
+async def test_a_wrong_password_stops_the_worker_at_start_with_one_clear_line(secured_kafka, tmp_path):
+    wrong = "not-the-password"
+    env = {"ITEST_APP": unique("refused"), "ITEST_TOPIC": unique("words"),
+           "ENGINE_DATA_DIR": str(tmp_path / "data"), "ENGINE_WEB_PORT": "0", **sasl_env(ADMIN[0], wrong)}
+    worker = WorkerProcess("tests.integration.table_apps:app", secured_kafka.url, env, tmp_path / "w.log")
+    code = worker.process.wait(timeout=120)
+    output = worker.output()
+    assert code != 0, output[-3000:]
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("engine: the Kafka broker at "), output[-3000:]
+    assert "refused user 'admin'" in last
+    assert "SaslAuthenticationFailed" in last
+    assert "check sasl_username, sasl_password and sasl_mechanism ('SCRAM-SHA-512')" in last
+    assert "is Kafka running" not in output
+    assert wrong not in output
+
+
+async def test_the_cli_sends_with_its_security_options_and_the_password_from_the_environment(secured_kafka):
+    topic = unique("cli-secured")
+    await create_topics(secured_kafka.bootstrap, [topic], auth=sasl_auth(*ADMIN))
+    command = [sys.executable, "-m", "cli.main", "send", "-A", "examples.wordcount:app",
+               "--broker", secured_kafka.url, "--security-protocol", "SASL_PLAINTEXT",
+               "--sasl-mechanism", "SCRAM-SHA-512", "--sasl-username", ADMIN[0], topic, "hello"]
+    env = {**os.environ, "ENGINE_SASL_PASSWORD": ADMIN[1]}
+    result = await asyncio.to_thread(subprocess.run, command, cwd=ROOT, env=env, capture_output=True,
+                                     text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"sent to {topic}["), result.stdout
+    records = await consume_until(secured_kafka.bootstrap, topic, lambda rs: len(rs) >= 1,
+                                  auth=sasl_auth(*ADMIN))
+    assert [r.value for r in records] == [b'"hello"']
