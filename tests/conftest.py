@@ -45,6 +45,13 @@ def secured_kafka() -> Iterator[KafkaCluster]:
 
 
 @pytest.fixture(scope="session")
+def tls_kafka() -> Iterator[KafkaCluster]:
+    """One KRaft broker speaking TLS with client certificates (made at start) and the standard authorizer."""
+    with KafkaCluster(1, security="ssl") as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """One local PySpark session for the whole run (it takes seconds to start), JVM stopped after."""
     from engine.export import local_session, stop_session

@@ -81,3 +81,49 @@ async def test_the_cli_sends_with_its_security_options_and_the_password_from_the
     records = await consume_until(secured_kafka.bootstrap, topic, lambda rs: len(rs) >= 1,
                                   auth=sasl_auth(*ADMIN))
     assert [r.value for r in records] == [b'"hello"']
+
+
+def tls_env(cluster, ca=None) -> dict[str, str]:
+    certs = cluster.certificates
+    return {"ENGINE_SECURITY_PROTOCOL": "SSL", "ENGINE_SSL_CAFILE": str(ca or certs.ca),
+            "ENGINE_SSL_CERTFILE": str(certs.client_cert), "ENGINE_SSL_KEYFILE": str(certs.client_key)}
+
+
+def tls_auth(cluster) -> dict:
+    from aiokafka.helpers import create_ssl_context
+
+    certs = cluster.certificates
+    return {"security_protocol": "SSL", "ssl_context": create_ssl_context(
+        cafile=str(certs.ca), certfile=str(certs.client_cert), keyfile=str(certs.client_key))}
+
+
+async def test_a_worker_counts_over_tls_with_a_client_certificate(tls_kafka, tmp_path):
+    auth = tls_auth(tls_kafka)
+    app_id, topic = unique("tls"), unique("words")
+    await create_topics(tls_kafka.bootstrap, [topic], auth=auth)
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / "data"),
+           "ENGINE_WEB_PORT": "0", **tls_env(tls_kafka)}
+    worker = WorkerProcess("tests.integration.table_apps:app", tls_kafka.url, env, tmp_path / "w.log")
+    try:
+        await worker.wait_for_output("tables ready", 90)
+        words = [f"t{i % 20}" for i in range(400)]
+        await produce(tls_kafka.bootstrap, topic, [(w, 1) for w in words], auth=auth)
+        records = await consume_until(tls_kafka.bootstrap, f"{app_id}-counts-changelog",
+                                      lambda rs: latest(rs) == dict(Counter(words)), timeout=120, auth=auth)
+        assert latest(records) == dict(Counter(words))
+    finally:
+        assert worker.terminate(timeout=60) == 0, worker.output()[-3000:]
+
+
+async def test_an_unknown_ca_stops_the_worker_at_start_with_one_clear_line(tls_kafka, tmp_path):
+    env = {"ITEST_APP": unique("tls-refused"), "ITEST_TOPIC": unique("words"),
+           "ENGINE_DATA_DIR": str(tmp_path / "data"), "ENGINE_WEB_PORT": "0",
+           **tls_env(tls_kafka, ca=tls_kafka.certificates.other_ca)}
+    worker = WorkerProcess("tests.integration.table_apps:app", tls_kafka.url, env, tmp_path / "w.log")
+    code = worker.process.wait(timeout=120)
+    output = worker.output()
+    assert code != 0, output[-3000:]
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("engine: TLS with the Kafka broker at "), output[-3000:]
+    assert "CERTIFICATE_VERIFY_FAILED" in last
+    assert "check ssl_cafile" in last

@@ -22,6 +22,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.kafka.certs import Certificates, make_certificates
+
 KAFKA_VERSION = "4.1.1"
 HERE = Path(__file__).resolve().parent
 CACHE_ROOT = Path(os.environ.get("ENGINE_KAFKA_CACHE", Path.home() / ".cache" / "engine-kafka"))
@@ -61,7 +63,8 @@ def resolve_jars(version: str = KAFKA_VERSION) -> Path:
 
 
 # Security a cluster can be started with: its listener's name and protocol.
-SECURITY = {"plaintext": "PLAINTEXT", "sasl_plaintext": "SASL_PLAINTEXT"}
+SECURITY = {"plaintext": "PLAINTEXT", "sasl_plaintext": "SASL_PLAINTEXT", "ssl": "SSL",
+            "sasl_ssl": "SASL_SSL"}
 ADMIN = ("admin", "admin-secret")  # a super user
 USERS = (ADMIN, ("app", "app-secret"))  # SCRAM-SHA-512 users of a secured cluster
 
@@ -111,6 +114,7 @@ class KafkaCluster:
         if security not in SECURITY:
             raise ValueError(f"security must be one of {sorted(SECURITY)}, not {security!r}")
         self.security = security
+        self.certificates: Certificates | None = None  # made at start, for ssl and sasl_ssl
         self.jars = resolve_jars()
         self._own_root = root is None
         self.root = root or Path(tempfile.mkdtemp(prefix="engine-kafka-"))
@@ -168,24 +172,31 @@ class KafkaCluster:
         )
 
     def _security_properties(self) -> list[str]:
-        """SASL/SCRAM with the standard authorizer: the broker itself (and its controller listener, plaintext
-        on loopback) and ADMIN are super users; every other user gets only what ACLs grant."""
+        """SASL/SCRAM and/or TLS with the standard authorizer: the broker itself, its controller listener
+        (plaintext on loopback), the SCRAM user ADMIN and the TLS client CN=admin are super users; every
+        other user gets only what ACLs grant."""
         if self.security == "plaintext":
             return []
-        jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{ADMIN[0]}" '
-                f'password="{ADMIN[1]}";')
-        return [
-            "sasl.enabled.mechanisms=SCRAM-SHA-512",
-            "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
-            f"listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config={jaas}",
-            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            f"super.users=User:{ADMIN[0]};User:ANONYMOUS",
-        ]
+        listener = SECURITY[self.security].lower()
+        found = ["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                 f"super.users=User:{ADMIN[0]};User:ANONYMOUS;User:CN=admin;User:CN=broker"]
+        if self.security.startswith("sasl"):
+            jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{ADMIN[0]}" '
+                    f'password="{ADMIN[1]}";')
+            found += ["sasl.enabled.mechanisms=SCRAM-SHA-512",
+                      "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
+                      f"listener.name.{listener}.scram-sha-512.sasl.jaas.config={jaas}"]
+        if self.certificates is not None:
+            found += ["ssl.keystore.type=PEM", f"ssl.keystore.location={self.certificates.broker_store}",
+                      "ssl.truststore.type=PEM", f"ssl.truststore.location={self.certificates.ca}",
+                      "ssl.endpoint.identification.algorithm=",
+                      f"ssl.client.auth={'required' if self.security == 'ssl' else 'none'}"]
+        return found
 
     @property
     def users(self) -> dict[str, str]:
         """The SCRAM-SHA-512 users created at format time (name: password)."""
-        return dict(USERS) if self.security != "plaintext" else {}
+        return dict(USERS) if self.security.startswith("sasl") else {}
 
     def _java(self, main: str, *args: str) -> list[str]:
         pin = ["taskset", "-c", self.cpus] if self.cpus else []
@@ -199,6 +210,8 @@ class KafkaCluster:
 
     def start(self, timeout: float = 90.0) -> KafkaCluster:
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.security in ("ssl", "sasl_ssl"):
+            self.certificates = make_certificates(self.root / "certificates")
         (self.root / "log4j2.properties").write_text(LOG4J2)
         for node in self.nodes:
             node.data_dir.mkdir(parents=True, exist_ok=True)
