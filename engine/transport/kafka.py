@@ -34,10 +34,14 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
     IllegalOperation,
     KafkaConnectionError,
     KafkaError,
     SaslAuthenticationFailed,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
     UnsupportedSaslMechanismError,
 )
 from aiokafka.errors import ProducerFenced as KafkaProducerFenced
@@ -92,13 +96,31 @@ async def _stop_quietly(client: Any, what: str) -> None:
         log.warning("aiokafka %s raised CancelledError while stopping; ignored", what)
 
 
+# What the broker's authorizer refuses, by aiokafka's error: the kind of resource an ACL is missing on.
+_NOT_AUTHORIZED = {GroupAuthorizationFailedError: "the consumer group",
+                   TopicAuthorizationFailedError: "a topic",
+                   TransactionalIdAuthorizationFailed: "a transactional id",
+                   ClusterAuthorizationFailedError: "the cluster"}
+
+
 async def _start(client: Any, servers: str, options: Mapping[str, Any]) -> None:
-    """Start an aiokafka client; no broker is a BrokerUnavailable that says what to do."""
+    """Start an aiokafka client; no broker is a BrokerUnavailable that says what to do, a broker that
+    refuses this client a BrokerRefused that says what."""
     try:
         await client.start()
     except KafkaConnectionError as exc:
         await client.stop()
         raise await _unavailable(servers, options, exc) from exc
+    except tuple(_NOT_AUTHORIZED) as exc:
+        await client.stop()
+        raise _not_authorized(servers, options, exc) from exc
+
+
+def _not_authorized(servers: str, options: Mapping[str, Any], exc: BaseException) -> BrokerRefused:
+    what = next(name for kind, name in _NOT_AUTHORIZED.items() if isinstance(exc, kind))
+    user = options.get("sasl_plain_username") or "this client"
+    return BrokerRefused(f"the Kafka broker at {servers!r} did not authorize {user!r} for {what} "
+                         f"({type(exc).__name__}: {exc}); grant it an ACL for it")
 
 
 # The options of a connection's security, as aiokafka's create_conn takes them.

@@ -307,3 +307,30 @@ async def read_all(bootstrap: str, topic: str, timeout: float = 30.0,
     finally:
         await consumer.stop()
     return records
+
+
+# Kafka's ACL codes (org.apache.kafka.common.acl / resource), for the secured brokers' tests.
+ACL_TOPIC, ACL_GROUP, ACL_CLUSTER, ACL_TRANSACTIONAL_ID = 2, 3, 4, 5
+ACL_LITERAL, ACL_PREFIXED = 3, 4
+ACL_ALL, ACL_READ, ACL_WRITE, ACL_DESCRIBE, ACL_IDEMPOTENT_WRITE = 2, 3, 4, 8, 12
+ACL_ALLOW = 3
+
+
+async def grant(bootstrap: str, auth: Mapping[str, Any], principal: str,
+                acls: Iterable[tuple[int, str, int, int]]) -> None:
+    """Allow `principal` (User:name) each (resource type, name, pattern type, operation), as a super user
+    (`auth`): aiokafka's admin has no ACL call, so its CreateAcls request goes to a broker directly."""
+    from aiokafka.protocol.admin import CreateAclsRequest
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **auth)
+    await admin.start()
+    try:
+        client = admin._client  # the admin's network client (a test harness may use aiokafka's insides)
+        node = client.get_random_node()
+        for resource, name, pattern, operation in acls:
+            response = await client.send(node, CreateAclsRequest(resource, name, pattern, principal, "*",
+                                                                 operation, ACL_ALLOW))
+            for result in response.creation_responses:
+                assert result[0] == 0, f"ACL {resource, name, pattern, operation} refused: {result}"
+    finally:
+        await admin.close()

@@ -14,10 +14,21 @@ from collections import Counter
 import pytest
 
 from tests.integration.helpers import (
+    ACL_ALL,
+    ACL_CLUSTER,
+    ACL_DESCRIBE,
+    ACL_GROUP,
+    ACL_IDEMPOTENT_WRITE,
+    ACL_LITERAL,
+    ACL_PREFIXED,
+    ACL_READ,
+    ACL_TOPIC,
+    ACL_TRANSACTIONAL_ID,
     ROOT,
     WorkerProcess,
     consume_until,
     create_topics,
+    grant,
     latest,
     produce,
     sasl_auth,
@@ -127,3 +138,57 @@ async def test_an_unknown_ca_stops_the_worker_at_start_with_one_clear_line(tls_k
     assert last.startswith("engine: TLS with the Kafka broker at "), output[-3000:]
     assert "CERTIFICATE_VERIFY_FAILED" in last
     assert "check ssl_cafile" in last
+
+
+APP_USER = ("app", "app-secret")  # not a super user: it can do what ACLs grant it
+
+
+async def grant_app(cluster, app_id: str, topic: str, *, group: bool = True) -> None:
+    """What an engine worker of `app_id` reading `topic` needs: its own topics (by prefix), the input, its
+    group and its transactional ids (by prefix), idempotent writes; without `group`, no ACL on the group."""
+    acls = [(ACL_TOPIC, f"{app_id}-", ACL_PREFIXED, ACL_ALL),
+            (ACL_TOPIC, topic, ACL_LITERAL, ACL_READ), (ACL_TOPIC, topic, ACL_LITERAL, ACL_DESCRIBE),
+            (ACL_TRANSACTIONAL_ID, app_id, ACL_PREFIXED, ACL_ALL),
+            (ACL_CLUSTER, "kafka-cluster", ACL_LITERAL, ACL_IDEMPOTENT_WRITE)]
+    if group:
+        acls.append((ACL_GROUP, app_id, ACL_LITERAL, ACL_ALL))
+    await grant(cluster.bootstrap, sasl_auth(*ADMIN), f"User:{APP_USER[0]}", acls)
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+async def test_a_user_with_the_acls_an_app_needs_runs_its_worker(secured_kafka, tmp_path, guarantee):
+    auth = sasl_auth(*ADMIN)
+    app_id, topic = unique("acl"), unique("words")
+    await create_topics(secured_kafka.bootstrap, [topic], auth=auth)
+    await grant_app(secured_kafka, app_id, topic)
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / "data"),
+           "ENGINE_PROCESSING_GUARANTEE": guarantee, "ENGINE_WEB_PORT": "0", **sasl_env(*APP_USER)}
+    worker = WorkerProcess("tests.integration.table_apps:app", secured_kafka.url, env, tmp_path / "w.log")
+    try:
+        await worker.wait_for_output("tables ready", 90)
+        words = [f"a{i % 10}" for i in range(300)]
+        await produce(secured_kafka.bootstrap, topic, [(w, 1) for w in words], auth=auth)
+        records = await consume_until(secured_kafka.bootstrap, f"{app_id}-counts-changelog",
+                                      lambda rs: latest(rs) == dict(Counter(words)), timeout=120, auth=auth)
+        assert latest(records) == dict(Counter(words))
+    finally:
+        assert worker.terminate(timeout=60) == 0, worker.output()[-3000:]
+
+
+async def test_a_missing_group_acl_stops_the_worker_at_start_with_one_line_naming_the_group(secured_kafka,
+                                                                                            tmp_path):
+    app_id, topic = unique("acl-nogroup"), unique("words")
+    await create_topics(secured_kafka.bootstrap, [topic], auth=sasl_auth(*ADMIN))
+    await grant_app(secured_kafka, app_id, topic, group=False)
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / "data"),
+           "ENGINE_WEB_PORT": "0", **sasl_env(*APP_USER)}
+    worker = WorkerProcess("tests.integration.table_apps:app", secured_kafka.url, env, tmp_path / "w.log")
+    code = worker.process.wait(timeout=120)
+    output = worker.output()
+    assert code != 0, output[-3000:]
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("engine: the Kafka broker at "), output[-3000:]
+    assert "did not authorize 'app' for the consumer group" in last
+    assert f"GroupAuthorizationFailedError: {app_id}" in last
+    assert "Traceback" not in output
+    assert APP_USER[1] not in output
