@@ -32,7 +32,7 @@ from engine.topics import Topic
 
 if TYPE_CHECKING:
     from engine.events import Event
-    from engine.stores.base import StoreView
+    from engine.stores.base import PartitionStore, StoreView
     from engine.windows import Window
 
 log = logging.getLogger(__name__)
@@ -426,6 +426,18 @@ class BaseTable(MutableMapping[Any, Any]):
         if part.get(key, encoded) is MISSING:
             raise KeyError(key)
         part.delete(key)
+
+    def stored(self, store: PartitionStore, key: Any) -> Any:
+        """`key` as `store` holds it (a standby's store, or one opened offline; without the writes since
+        its last checkpoint), or MISSING: its value, or for a windowed table its windows (start ms, end ms,
+        value), oldest first."""
+        if self.windowed is not None:
+            return self.windowed.windows_ms(key, standby=store) or MISSING
+        encoded = self.plain_key_codec.encode(key)
+        if encoded is None:
+            raise TableError(f"table {self.name!r}: keys cannot be None")
+        raw = store.get(encoded)
+        return MISSING if raw is None else self.value_codec.decode(raw)
 
     def find(self, key: Any) -> tuple[bool, Any]:
         """(True, value) or (False, None), ignoring `default`: what stream-table joins use."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import ConfigError
 from engine.partitioner import partition_for
 from engine.stores import store_scheme
-from engine.tables.keys import META_PREFIX, key_prefix, split_window_key
+from engine.tables.keys import META_PREFIX, split_window_key
 from engine.tables.partition import MISSING
 from engine.topology.plan import planned_partitions
 
@@ -95,25 +95,12 @@ def read_key(app: App, settings: Settings, name: str, key: Any) -> tuple[int, An
         if store is None:
             continue
         try:
-            if table.window is None:
-                raw = store.get(encoded)
-                if raw is not None:
-                    return number, table.value_codec.decode(raw)
-            else:
-                windows = _windows(table, list(store.items(*key_prefix(encoded))))
-                if windows:
-                    return number, windows
+            found = table.stored(store, key)
         finally:
             store.close()
+        if found is not MISSING:
+            return number, found if table.window is None else window_entries(found)
     return first, MISSING
-
-
-def _windows(table: BaseTable, stored: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
-    assert table.window is not None
-    size = table.window.size_ms
-    decode = table.value_codec.decode
-    return window_entries((start, start + size, decode(raw))
-                          for start, raw in ((split_window_key(k)[1], v) for k, v in stored))
 
 
 def window_entries(windows: Iterable[tuple[int, int, Any]]) -> list[dict[str, Any]]:

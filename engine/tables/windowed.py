@@ -264,17 +264,20 @@ class WindowedTable:
 
     def windows_ms(self, key: Any, standby: StoreView | None = None) -> list[tuple[int, int, Any]]:
         """(start ms, end ms, value) of every window of `key`, oldest first: from its partition active here
-        (writes since the last checkpoint included), or from a `standby` store (as its changelog has it)."""
+        (writes since the last checkpoint included), or from a `standby` store (a standby's, or one opened
+        offline: as its changelog has it)."""
         overlays: tuple[Mapping[Any, Any], ...] = ()
         if standby is not None:
-            inner = self.table.locate_key(key)[0]
+            store, inner = standby, self.table.plain_key_codec.encode(key)  # (no partition count offline)
+            if inner is None:
+                raise EngineError(f"windowed table {self.name!r}: a key cannot be None")
         else:
             part, inner = self.table._route_read(key)
-            standby, overlays = part.store, (part.flushing or {}, part.buffer)
+            store, overlays = part.store, (part.flushing or {}, part.buffer)
         low, high = key_prefix(inner)
         values: dict[int, Any] = {}
         decode = self.table.value_codec.decode
-        for raw_key, raw_value in standby.items(low, high):
+        for raw_key, raw_value in store.items(low, high):
             values[split_window_key(raw_key)[1]] = decode(raw_value)
         for overlay in overlays:
             for window_key_, value in overlay.items():

@@ -27,6 +27,7 @@ from engine.errors import DecodeError, EncodeError
 from engine.scope import running_as
 from engine.tables.base import PartitionNotLocal
 from engine.tables.inspect import window_entries
+from engine.tables.partition import MISSING
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -292,11 +293,10 @@ def _read_active(table: BaseTable, key: Any, number: int, window: str | int | No
 
 def _read_store(table: BaseTable, key: Any, store: PartitionStore, window: str | int | None,
                 ) -> tuple[bool, Any]:
+    found = table.stored(store, key)
     if window is None:
-        raw = store.get(table.locate_key(key)[0])
-        return (False, None) if raw is None else (True, table.value_codec.decode(raw))
-    assert table.windowed is not None
-    return _pick(table.windowed.windows_ms(key, standby=store), window)
+        return (False, None) if found is MISSING else (True, found)
+    return _pick([] if found is MISSING else found, window)
 
 
 def _pick(windows: list[tuple[int, int, Any]], window: str | int) -> tuple[bool, Any]:
