@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import ConfigError
+from engine.windows import HoppingWindow, TumblingWindow
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from engine.processing.streams import DerivedStream, Stream
     from engine.tables.table import Table
     from engine.topics import Topic
-    from engine.windows import Seconds
+    from engine.windows import Seconds, Window
 
     Update = Callable[[Any, Any, Any], None]  # (table, key, value)
 
@@ -45,23 +46,14 @@ class _Step:
 
 
 @dataclass(frozen=True)
-class _Windowing:
-    kind: str  # "tumbling" or "hopping"
-    size: Seconds
-    step: Seconds | None
-    grace: Seconds
-    expires: Seconds | None
-    close_idle_after: Seconds | None = None
-
-
-@dataclass(frozen=True)
 class Pipeline:
     """`app.stream(topic)`: steps, then optionally a window, then an aggregation."""
 
     app: App
     topic: Topic
     steps: tuple[_Step, ...] = ()
-    window: _Windowing | None = None
+    window: Window | None = None
+    close_idle_after: Seconds | None = None
 
     # -- steps --------------------------------------------------------------------------------------
 
@@ -89,17 +81,17 @@ class Pipeline:
                  close_idle_after: Seconds | None = None) -> Pipeline:
         """Aggregate per key and back-to-back window of `size` (event time); `close_idle_after` as the
         table's (engine.tables.windowed)."""
-        return self._windowed(_Windowing("tumbling", size, None, grace, expires, close_idle_after))
+        return self._windowed(TumblingWindow(size, expires, grace), close_idle_after)
 
     def hopping(self, size: Seconds, step: Seconds, *, grace: Seconds = 0, expires: Seconds | None = None,
                 close_idle_after: Seconds | None = None) -> Pipeline:
         """Aggregate per key and window of `size` starting every `step` (event time)."""
-        return self._windowed(_Windowing("hopping", size, step, grace, expires, close_idle_after))
+        return self._windowed(HoppingWindow(size, step, expires, grace), close_idle_after)
 
-    def _windowed(self, window: _Windowing) -> Pipeline:
+    def _windowed(self, window: Window, close_idle_after: Seconds | None) -> Pipeline:
         if self.window is not None:
             raise ConfigError("a pipeline has one window")
-        return replace(self, window=window)
+        return replace(self, window=window, close_idle_after=close_idle_after)
 
     # -- aggregations -------------------------------------------------------------------------------
 
@@ -141,16 +133,8 @@ class Pipeline:
                 key_type = step.key_type
         table: Table = self.app.Table(name, default=default, key_type=key_type, value_type=value_type)
         target: Any = table
-        window = self.window
-        if window is not None:
-            idle = window.close_idle_after
-            if window.kind == "tumbling":
-                target = table.tumbling(window.size, grace=window.grace, expires=window.expires,
-                                        close_idle_after=idle)
-            else:
-                assert window.step is not None
-                target = table.hopping(window.size, window.step, grace=window.grace, expires=window.expires,
-                                       close_idle_after=idle)
+        if self.window is not None:
+            target = table.windowed_by(self.window, close_idle_after=self.close_idle_after)
         steps = self.steps
 
         async def aggregate(stream: Stream) -> None:

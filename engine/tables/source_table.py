@@ -26,6 +26,6 @@ class SourceTable(Table):
     def __init__(self, name: str, *, app_id: str, source_topic: Topic, **options: Any) -> None:
         super().__init__(name, app_id=app_id, source_topic=source_topic, **options)
 
-    def _windowed(self, window: Window, timestamp: Timestamp | None, late: bool,
-                  close_idle_after: Seconds | None = None) -> WindowedTable:
+    def windowed_by(self, window: Window, *, timestamp: Timestamp | None = None, late_topic: bool = False,
+                    close_idle_after: Seconds | None = None) -> WindowedTable:
         raise ConfigError(f"table {self.name!r} reads a source topic; it cannot be windowed")

@@ -61,7 +61,8 @@ class Table(BaseTable):
         close_idle_after: Seconds | None = None,
     ) -> WindowedTable:
         """Make this a table of back-to-back windows of `size` (see engine.tables.windowed)."""
-        return self._windowed(TumblingWindow(size, expires, grace), timestamp, late_topic, close_idle_after)
+        return self.windowed_by(TumblingWindow(size, expires, grace), timestamp=timestamp,
+                                late_topic=late_topic, close_idle_after=close_idle_after)
 
     def hopping(
         self,
@@ -75,19 +76,20 @@ class Table(BaseTable):
         close_idle_after: Seconds | None = None,
     ) -> WindowedTable:
         """Make this a table of windows of `size` starting every `step`."""
-        return self._windowed(HoppingWindow(size, step, expires, grace), timestamp, late_topic,
-                              close_idle_after)
+        return self.windowed_by(HoppingWindow(size, step, expires, grace), timestamp=timestamp,
+                                late_topic=late_topic, close_idle_after=close_idle_after)
 
-    def _windowed(self, window: Window, timestamp: Timestamp | None, late: bool,
-                  close_idle_after: Seconds | None = None) -> WindowedTable:
+    def windowed_by(self, window: Window, *, timestamp: Timestamp | None = None, late_topic: bool = False,
+                    close_idle_after: Seconds | None = None) -> WindowedTable:
+        """Make this a table of `window`'s windows (what `tumbling` and `hopping` make, and pipelines)."""
         if self.window is not None:
             raise ConfigError(f"table {self.name!r} is already windowed")
         self.window = window
         self.key_codec = WindowKeyCodec(self.plain_key_codec)
         self.changelog_topic.use_codecs(key=WindowedChangelogKeyCodec(self.plain_key_codec, window.size_ms))
-        late_topic = Topic(f"{self.app_id}-{self.name}-late", key_serializer="raw",
-                           value_serializer="raw", internal=True) if late else None
+        late = Topic(f"{self.app_id}-{self.name}-late", key_serializer="raw",
+                     value_serializer="raw", internal=True) if late_topic else None
         idle = None if close_idle_after is None else to_ms(close_idle_after, "close_idle_after") / 1000
-        self.windowed = WindowedTable(self, window, timestamp=timestamp, late_topic=late_topic,
+        self.windowed = WindowedTable(self, window, timestamp=timestamp, late_topic=late,
                                       close_idle_after=idle)
         return self.windowed
