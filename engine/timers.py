@@ -51,13 +51,11 @@ def _cron_ticker(timer: Timer, expression: str,
         after = now()
         while True:
             fire = next_fire(expression, after)
-            # Slept on the loop's clock, then topped up against the wall clock (the loop's may run a little
+            # Slept on the loop's clock until the wall clock says it is time (the loop's may run a little
             # ahead of it): a schedule never fires before its time, nor twice for one time; the times missed
             # while a machine slept, or while a run took longer than the period, are skipped.
-            await asyncio.sleep(max(0.0, (fire - now()).total_seconds()))
-            behind = (fire - now()).total_seconds()
-            if behind > 0:
-                await asyncio.sleep(behind)
+            while (left := (fire - now()).total_seconds()) > 0:  # noqa: ASYNC110  # waiting for a time
+                await asyncio.sleep(left)
             if not timer.on_leader or is_leader():
                 await timer.fun()
             after = max(fire, now())

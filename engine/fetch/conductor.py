@@ -268,9 +268,7 @@ class Conductor(Service):
         record that does not decode goes one record at a time, the bad ones to the agent's error policy."""
         key_codec = topic.key_codec
         try:
-            keys = [r.key for r in records]
-            if key_codec.name != "raw":
-                keys = key_codec.decode_many(keys)
+            keys = key_codec.decode_many([r.key for r in records])
             values = topic.value_codec.decode_many([r.value for r in records])
         except DecodeError:
             events = await self._decode_each(topic, runner, records, lease)

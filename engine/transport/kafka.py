@@ -103,16 +103,17 @@ _NOT_AUTHORIZED = {GroupAuthorizationFailedError: "the consumer group",
                    ClusterAuthorizationFailedError: "the cluster"}
 
 
-async def _start(client: Any, servers: str, options: Mapping[str, Any]) -> None:
-    """Start an aiokafka client; no broker is a BrokerUnavailable that says what to do, a broker that
-    refuses this client a BrokerRefused that says what."""
+async def _start(client: Any, servers: str, options: Mapping[str, Any], stop: str = "stop") -> None:
+    """Start an aiokafka client (stopped again by its method `stop` if that fails); no broker is a
+    BrokerUnavailable that says what to do, a broker that refuses this client a BrokerRefused that says
+    what."""
     try:
         await client.start()
     except KafkaConnectionError as exc:
-        await client.stop()
+        await getattr(client, stop)()
         raise await _unavailable(servers, options, exc) from exc
     except tuple(_NOT_AUTHORIZED) as exc:
-        await client.stop()
+        await getattr(client, stop)()
         raise _not_authorized(servers, options, exc) from exc
 
 
@@ -579,11 +580,7 @@ class KafkaAdmin:
 
     async def _ensure_started(self) -> None:
         if not self._started:
-            try:
-                await self._client.start()
-            except KafkaConnectionError as exc:
-                await self._client.close()
-                raise await _unavailable(self._servers, self._options, exc) from exc
+            await _start(self._client, self._servers, self._options, stop="close")
             self._started = True
 
     async def create_topics(self, specs: Collection[TopicSpec]) -> dict[str, int]:

@@ -23,6 +23,7 @@ assignment (the owners map every member hears), which is how the others find it.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 from typing import TYPE_CHECKING, Any
@@ -147,15 +148,17 @@ class WebServer(Service):
         page = queries.scan_here(table, wanted, asked)
         if FORWARDED in request.headers:  # the asker merges: keys with their bytes, and what is not here
             return _json(200, {"entries": [[raw.decode(), key, value] for raw, key, value in page.entries],
-                               "missing": {str(n): why for n, why in page.missing.items()}})
+                               "missing": _by_number(page.missing)})
         entries, missing = page.entries, dict(page.missing)
         elsewhere = queries.owners_of(missing)
         unowned = elsewhere.pop("", [])
         params = {k: v for k, v in query.items() if k != "partitions"}
-        for endpoint, numbers in elsewhere.items():
-            path = (f"/tables/{quote(table.name, safe='')}?"
-                    f"{urlencode({**params, 'partitions': ','.join(map(str, numbers))})}")
-            status, raw = await self.forward(endpoint, path)
+        owners = list(elsewhere.items())
+        replies = await asyncio.gather(*(  # every other owner at once
+            self.forward(endpoint, f"/tables/{quote(table.name, safe='')}?"
+                                   f"{urlencode({**params, 'partitions': ','.join(map(str, numbers))})}")
+            for endpoint, numbers in owners))
+        for (_, numbers), (status, raw) in zip(owners, replies, strict=True):
             if status != 200:
                 continue  # still missing: a 503 below
             body = loads(raw)
@@ -167,8 +170,7 @@ class WebServer(Service):
             missing.setdefault(number, "moving")
         if missing:
             return _json(503, {"error": f"partitions of table {table.name!r} are moving or recovering: "
-                                        f"{dict(sorted(missing.items()))}",
-                               "missing": {str(n): why for n, why in sorted(missing.items())}},
+                                        f"{dict(sorted(missing.items()))}", "missing": _by_number(missing)},
                          retry_after=RETRY_AFTER)
         entries.sort(key=lambda entry: entry[0])
         more = entries[asked.limit] if len(entries) > asked.limit else None
@@ -215,6 +217,11 @@ async def ask_worker(url: str, path: str, timeout: float = FORWARD_TIMEOUT) -> t
             return reply.status, loads(await reply.read())
     except (ClientError, TimeoutError, OSError):
         return None
+
+
+def _by_number(missing: dict[int, str]) -> dict[str, str]:
+    """Partitions not read, as JSON has them (keys are text)."""
+    return {str(number): why for number, why in sorted(missing.items())}
 
 
 def _respond(answer: Answer) -> web.Response:
