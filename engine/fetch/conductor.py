@@ -315,7 +315,7 @@ class Conductor(Service):
                              lease: Lease) -> None:
         """Several agents read this topic: each gets the record decoded by its own Topic's codecs."""
         partition = lease.tp.partition
-        outgoing: dict[int, tuple[Mailbox[Event], list[Event]]] = {}
+        outgoing: dict[int, tuple[AgentRunner, Mailbox[Event], list[Event]]] = {}
         for record in records:
             decoded: dict[int, tuple[Any, Any] | DecodeError] = {}
             for topic, _ in topic_routes:
@@ -336,14 +336,15 @@ class Conductor(Service):
                     await runner.handle_error(record, outcome)
                 else:
                     mailbox = runner.mailbox(topic.name, partition)
-                    runner.received += 1
-                    outgoing.setdefault(id(mailbox), (mailbox, []))[1].append(
+                    outgoing.setdefault(id(mailbox), (runner, mailbox, []))[2].append(
                         Event(record, outcome[0], outcome[1], lease))
             if receivers == 0:
                 lease.ack(record.offset)
         if outgoing and lease.tp[0] in self.timed_topics:
-            self._observe(lease, topic_routes[0][0], [e for _, events in outgoing.values() for e in events])
-        for mailbox, events in outgoing.values():
+            handed = [event for _, _, events in outgoing.values() for event in events]
+            self._observe(lease, topic_routes[0][0], handed)
+        for runner, mailbox, events in outgoing.values():
+            runner.received += len(events)
             await self._deliver(lease, mailbox, events)
 
     async def _set_aside(self, topic_routes: list[tuple[Topic, AgentRunner]], records: list[RawRecord],
