@@ -41,35 +41,52 @@ pytestmark = pytest.mark.kafka
 ADMIN = ("admin", "admin-secret")
 
 
+def worker_env(app_id: str, topic: str, tmp_path, **settings: str) -> dict[str, str]:
+    return {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / "data"),
+            "ENGINE_WEB_PORT": "0", **settings}
+
+
+async def counts_exactly(cluster, app_id: str, topic: str, env: dict[str, str], auth: dict, tmp_path,
+                         words: list[str]) -> str:
+    """Run an `engine worker` of the counting app with `env` on `cluster`, feed it `words` (as `auth`'s user)
+    and check that its table's changelog ends with their exact counts; returns the worker's output."""
+    worker = WorkerProcess("tests.integration.table_apps:app", cluster.url, env, tmp_path / "w.log")
+    try:
+        await worker.wait_for_output("tables ready", 90)
+        await produce(cluster.bootstrap, topic, [(w, 1) for w in words], auth=auth)
+        records = await consume_until(cluster.bootstrap, f"{app_id}-counts-changelog",
+                                      lambda rs: latest(rs) == dict(Counter(words)), timeout=120, auth=auth)
+        assert latest(records) == dict(Counter(words))
+    finally:
+        assert worker.terminate(timeout=60) == 0, worker.output()[-3000:]
+    return worker.output()
+
+
+def refused(cluster, env: dict[str, str], tmp_path) -> tuple[str, str]:
+    """Start an `engine worker` the broker refuses: it must stop by itself, failing; (its last line, all
+    its output)."""
+    worker = WorkerProcess("tests.integration.table_apps:app", cluster.url, env, tmp_path / "w.log")
+    code = worker.process.wait(timeout=120)
+    output = worker.output()
+    assert code != 0, output[-3000:]
+    return output.strip().splitlines()[-1], output
+
+
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 async def test_a_worker_with_a_table_counts_exactly_on_a_secured_broker(secured_kafka, tmp_path, guarantee):
     auth = sasl_auth(*ADMIN)
     app_id, topic = unique("secured"), unique("words")
     await create_topics(secured_kafka.bootstrap, [topic], auth=auth)
-    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / "data"),
-           "ENGINE_PROCESSING_GUARANTEE": guarantee, "ENGINE_WEB_PORT": "0", **sasl_env(*ADMIN)}
-    worker = WorkerProcess("tests.integration.table_apps:app", secured_kafka.url, env, tmp_path / "w.log")
-    try:
-        await worker.wait_for_output("tables ready", 90)
-        words = [f"s{i % 30}" for i in range(900)]
-        await produce(secured_kafka.bootstrap, topic, [(w, 1) for w in words], auth=auth)
-        records = await consume_until(secured_kafka.bootstrap, f"{app_id}-counts-changelog",
-                                      lambda rs: latest(rs) == dict(Counter(words)), timeout=120, auth=auth)
-        assert latest(records) == dict(Counter(words))
-    finally:
-        assert worker.terminate(timeout=60) == 0, worker.output()[-3000:]
-    assert ADMIN[1] not in worker.output()
+    env = worker_env(app_id, topic, tmp_path, ENGINE_PROCESSING_GUARANTEE=guarantee, **sasl_env(*ADMIN))
+    output = await counts_exactly(secured_kafka, app_id, topic, env, auth, tmp_path,
+                                  [f"s{i % 30}" for i in range(900)])
+    assert ADMIN[1] not in output
 
 
 async def test_a_wrong_password_stops_the_worker_at_start_with_one_clear_line(secured_kafka, tmp_path):
     wrong = "not-the-password"
-    env = {"ITEST_APP": unique("refused"), "ITEST_TOPIC": unique("words"),
-           "ENGINE_DATA_DIR": str(tmp_path / "data"), "ENGINE_WEB_PORT": "0", **sasl_env(ADMIN[0], wrong)}
-    worker = WorkerProcess("tests.integration.table_apps:app", secured_kafka.url, env, tmp_path / "w.log")
-    code = worker.process.wait(timeout=120)
-    output = worker.output()
-    assert code != 0, output[-3000:]
-    last = output.strip().splitlines()[-1]
+    last, output = refused(secured_kafka, worker_env(unique("refused"), unique("words"), tmp_path,
+                                                     **sasl_env(ADMIN[0], wrong)), tmp_path)
     assert last.startswith("engine: the Kafka broker at "), output[-3000:]
     assert "refused user 'admin'" in last
     assert "SaslAuthenticationFailed" in last
@@ -112,29 +129,14 @@ async def test_a_worker_counts_over_tls_with_a_client_certificate(tls_kafka, tmp
     auth = tls_auth(tls_kafka)
     app_id, topic = unique("tls"), unique("words")
     await create_topics(tls_kafka.bootstrap, [topic], auth=auth)
-    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / "data"),
-           "ENGINE_WEB_PORT": "0", **tls_env(tls_kafka)}
-    worker = WorkerProcess("tests.integration.table_apps:app", tls_kafka.url, env, tmp_path / "w.log")
-    try:
-        await worker.wait_for_output("tables ready", 90)
-        words = [f"t{i % 20}" for i in range(400)]
-        await produce(tls_kafka.bootstrap, topic, [(w, 1) for w in words], auth=auth)
-        records = await consume_until(tls_kafka.bootstrap, f"{app_id}-counts-changelog",
-                                      lambda rs: latest(rs) == dict(Counter(words)), timeout=120, auth=auth)
-        assert latest(records) == dict(Counter(words))
-    finally:
-        assert worker.terminate(timeout=60) == 0, worker.output()[-3000:]
+    await counts_exactly(tls_kafka, app_id, topic, worker_env(app_id, topic, tmp_path, **tls_env(tls_kafka)),
+                         auth, tmp_path, [f"t{i % 20}" for i in range(400)])
 
 
 async def test_an_unknown_ca_stops_the_worker_at_start_with_one_clear_line(tls_kafka, tmp_path):
-    env = {"ITEST_APP": unique("tls-refused"), "ITEST_TOPIC": unique("words"),
-           "ENGINE_DATA_DIR": str(tmp_path / "data"), "ENGINE_WEB_PORT": "0",
-           **tls_env(tls_kafka, ca=tls_kafka.certificates.other_ca)}
-    worker = WorkerProcess("tests.integration.table_apps:app", tls_kafka.url, env, tmp_path / "w.log")
-    code = worker.process.wait(timeout=120)
-    output = worker.output()
-    assert code != 0, output[-3000:]
-    last = output.strip().splitlines()[-1]
+    env = worker_env(unique("tls-refused"), unique("words"), tmp_path,
+                     **tls_env(tls_kafka, ca=tls_kafka.certificates.other_ca))
+    last, output = refused(tls_kafka, env, tmp_path)
     assert last.startswith("engine: TLS with the Kafka broker at "), output[-3000:]
     assert "CERTIFICATE_VERIFY_FAILED" in last
     assert "check ssl_cafile" in last
@@ -161,18 +163,9 @@ async def test_a_user_with_the_acls_an_app_needs_runs_its_worker(secured_kafka, 
     app_id, topic = unique("acl"), unique("words")
     await create_topics(secured_kafka.bootstrap, [topic], auth=auth)
     await grant_app(secured_kafka, app_id, topic)
-    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / "data"),
-           "ENGINE_PROCESSING_GUARANTEE": guarantee, "ENGINE_WEB_PORT": "0", **sasl_env(*APP_USER)}
-    worker = WorkerProcess("tests.integration.table_apps:app", secured_kafka.url, env, tmp_path / "w.log")
-    try:
-        await worker.wait_for_output("tables ready", 90)
-        words = [f"a{i % 10}" for i in range(300)]
-        await produce(secured_kafka.bootstrap, topic, [(w, 1) for w in words], auth=auth)
-        records = await consume_until(secured_kafka.bootstrap, f"{app_id}-counts-changelog",
-                                      lambda rs: latest(rs) == dict(Counter(words)), timeout=120, auth=auth)
-        assert latest(records) == dict(Counter(words))
-    finally:
-        assert worker.terminate(timeout=60) == 0, worker.output()[-3000:]
+    env = worker_env(app_id, topic, tmp_path, ENGINE_PROCESSING_GUARANTEE=guarantee, **sasl_env(*APP_USER))
+    await counts_exactly(secured_kafka, app_id, topic, env, auth, tmp_path,
+                         [f"a{i % 10}" for i in range(300)])
 
 
 async def test_a_missing_group_acl_stops_the_worker_at_start_with_one_line_naming_the_group(secured_kafka,
@@ -180,13 +173,8 @@ async def test_a_missing_group_acl_stops_the_worker_at_start_with_one_line_namin
     app_id, topic = unique("acl-nogroup"), unique("words")
     await create_topics(secured_kafka.bootstrap, [topic], auth=sasl_auth(*ADMIN))
     await grant_app(secured_kafka, app_id, topic, group=False)
-    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / "data"),
-           "ENGINE_WEB_PORT": "0", **sasl_env(*APP_USER)}
-    worker = WorkerProcess("tests.integration.table_apps:app", secured_kafka.url, env, tmp_path / "w.log")
-    code = worker.process.wait(timeout=120)
-    output = worker.output()
-    assert code != 0, output[-3000:]
-    last = output.strip().splitlines()[-1]
+    env = worker_env(app_id, topic, tmp_path, **sasl_env(*APP_USER))
+    last, output = refused(secured_kafka, env, tmp_path)
     assert last.startswith("engine: the Kafka broker at "), output[-3000:]
     assert "did not authorize 'app' for the consumer group" in last
     assert f"GroupAuthorizationFailedError: {app_id}" in last
