@@ -6,8 +6,9 @@ which the answer names); a missing key is a 404, a key of the wrong type a 400, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import aiohttp
@@ -18,6 +19,9 @@ from engine import testing
 from engine.scope import running_as
 from engine.web.queries import Forward
 from engine.web.server import FORWARDED
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 WORDS = [f"w{i % 31}" for i in range(500)]
 
@@ -36,6 +40,31 @@ def make_app() -> tuple[engine.App, Any]:
     return app, numbers
 
 
+TRUTH = Counter(WORDS)
+
+
+@contextlib.asynccontextmanager
+async def counted_by_two(tmp_path: Any, **settings: Any) -> AsyncIterator[tuple[engine.App, Any, Any, Any]]:
+    """Two workers of the counting app, web servers on, both placed (with standbys, if asked), with every
+    word of WORDS counted: (app, its by-number table, first worker, second worker)."""
+    app, numbers = make_app()
+    options = {"broker": testing.memory_url(), "web_enabled": True, "web_port": 0, **settings}
+    async with testing.running(app, data_dir=str(tmp_path / "a"), **options) as first, \
+            testing.running(app, data_dir=str(tmp_path / "b"), **options) as second:
+        standbys = bool(settings.get("standby_replicas"))
+
+        def placed(worker: Any) -> bool:
+            current = worker.placement.current
+            placed_all = current is not None and len(current.owners) == 4
+            return placed_all and (bool(worker.tasks.standby) or not standbys)
+
+        await testing.eventually(lambda: placed(first) and placed(second), 10)
+        for word in WORDS:
+            await app.topics["words"].send(key=word, value=word)
+        await testing.eventually(lambda: dict(app.tables["counts"].items()) == TRUTH, 10)
+        yield app, numbers, first, second
+
+
 async def get(session: aiohttp.ClientSession, endpoint: str, path: str,
               **headers: str) -> tuple[int, Any]:
     async with session.get(f"http://{endpoint}{path}", headers=headers) as response:
@@ -43,22 +72,10 @@ async def get(session: aiohttp.ClientSession, endpoint: str, path: str,
 
 
 async def test_any_worker_answers_for_every_key_forwarding_to_its_owner(tmp_path):
-    app, _ = make_app()
-    url = testing.memory_url()
-    options = {"broker": url, "web_enabled": True, "web_port": 0}
-    async with testing.running(app, data_dir=str(tmp_path / "a"), **options) as first, \
-            testing.running(app, data_dir=str(tmp_path / "b"), **options) as second, \
-            aiohttp.ClientSession() as session:
-        await testing.eventually(lambda: bool(first.tasks.active) and bool(second.tasks.active), 10)
-        for word in WORDS:
-            await app.topics["words"].send(key=word, value=word)
-        truth = Counter(WORDS)
-        counts = app.tables["counts"]
-        await testing.eventually(lambda: dict(counts.items()) == truth, 10)
+    async with counted_by_two(tmp_path) as (app, _, first, second), aiohttp.ClientSession() as session:
+        truth, counts = TRUTH, app.tables["counts"]
         endpoints = [first.placement.endpoint, second.placement.endpoint]
         assert all(endpoints)
-        await testing.eventually(lambda: all(w.placement.current is not None and len(
-            w.placement.current.owners) == 4 for w in (first, second)), 10)
         answered_by: Counter[tuple[str, str]] = Counter()
         for asked in endpoints:
             for word, n in truth.items():
@@ -117,18 +134,8 @@ def test_a_partition_assigned_here_but_not_recovered_answers_503_and_readiness_w
 
 
 async def test_table_query_from_python_reads_here_or_asks_the_owner(tmp_path):
-    app, numbers = make_app()
-    url = testing.memory_url()
-    options = {"broker": url, "web_enabled": True, "web_port": 0}
-    async with testing.running(app, data_dir=str(tmp_path / "a"), **options) as first, \
-            testing.running(app, data_dir=str(tmp_path / "b"), **options):
-        await testing.eventually(lambda: first.placement.current is not None and len(
-            first.placement.current.owners) == 4, 10)
-        for word in WORDS:
-            await app.topics["words"].send(key=word, value=word)
-        truth = Counter(WORDS)
-        counts = app.tables["counts"]
-        await testing.eventually(lambda: dict(counts.items()) == truth, 10)
+    async with counted_by_two(tmp_path) as (app, numbers, first, _):
+        truth, counts = TRUTH, app.tables["counts"]
         assert any(counts.locate(word)[1] not in first.tasks.active for word in truth), "some are asked"
         with running_as(first):  # as code of the first worker (a timer, an agent) asks
             assert {word: await counts.query(word) for word in truth} == dict(truth)
@@ -139,19 +146,8 @@ async def test_table_query_from_python_reads_here_or_asks_the_owner(tmp_path):
 
 
 async def test_ranges_page_through_every_key_in_byte_order_from_either_worker(tmp_path):
-    app, _ = make_app()
-    url = testing.memory_url()
-    options = {"broker": url, "web_enabled": True, "web_port": 0}
-    async with testing.running(app, data_dir=str(tmp_path / "a"), **options) as first, \
-            testing.running(app, data_dir=str(tmp_path / "b"), **options) as second, \
-            aiohttp.ClientSession() as session:
-        await testing.eventually(lambda: all(w.placement.current is not None and len(
-            w.placement.current.owners) == 4 for w in (first, second)), 10)
-        for word in WORDS:
-            await app.topics["words"].send(key=word, value=word)
-        truth = Counter(WORDS)
-        counts = app.tables["counts"]
-        await testing.eventually(lambda: dict(counts.items()) == truth, 10)
+    async with counted_by_two(tmp_path) as (app, _, first, second), aiohttp.ClientSession() as session:
+        truth, counts = TRUTH, app.tables["counts"]
         ordered = sorted(truth, key=lambda word: counts.locate(word)[0])
         for asked in (first.placement.endpoint, second.placement.endpoint):
             seen: list[tuple[str, int]] = []
@@ -217,19 +213,9 @@ async def test_windowed_tables_answer_latest_all_or_one_window(tmp_path):
 
 
 async def test_stale_queries_read_a_standby_here_instead_of_asking_the_owner(tmp_path):
-    app, _ = make_app()
-    url = testing.memory_url()
-    options = {"broker": url, "web_enabled": True, "web_port": 0, "standby_replicas": 1}
-    async with testing.running(app, data_dir=str(tmp_path / "a"), **options) as first, \
-            testing.running(app, data_dir=str(tmp_path / "b"), **options) as second, \
+    async with counted_by_two(tmp_path, standby_replicas=1) as (app, _, first, second), \
             aiohttp.ClientSession() as session:
-        await testing.eventually(lambda: all(w.placement.current is not None and len(
-            w.placement.current.owners) == 4 and w.tasks.standby for w in (first, second)), 10)
-        for word in WORDS:
-            await app.topics["words"].send(key=word, value=word)
-        truth = Counter(WORDS)
-        counts = app.tables["counts"]
-        await testing.eventually(lambda: dict(counts.items()) == truth, 10)
+        truth, counts = TRUTH, app.tables["counts"]
         await first.checkpoint()
         await second.checkpoint()
         elsewhere = [w for w in truth if counts.locate(w)[1] in second.tasks.active]
