@@ -11,11 +11,8 @@ Reported per kind: requests, p50, p99 and mean latency, as the client sees it.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import re
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -25,16 +22,7 @@ import aiohttp
 from aiokafka import AIOKafkaProducer
 
 from benchmarks.common import broker, create_topics, parser
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def start_worker(env: dict[str, str], data_dir: Path, log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "worker", "-A", "tests.integration.table_apps:app",
-             "--data-dir", str(data_dir), "--loglevel", "INFO"],
-            cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+from benchmarks.rebalance import start_worker
 
 
 async def address_of(log: Path, timeout: float = 120) -> str:
@@ -109,7 +97,8 @@ async def main() -> None:
         keys = [f"key-{i}" for i in range(args.keys)]
         env = {"ENGINE_BROKER": f"kafka://{bootstrap}", "ITEST_APP": app_id, "ITEST_TOPIC": topic,
                "ENGINE_WEB_PORT": "0"}
-        workers = [start_worker(env, root / name, root / f"{name}.log") for name in ("a", "b")]
+        app = "tests.integration.table_apps:app"
+        workers = [start_worker(env, root / name, root / f"{name}.log", app=app) for name in ("a", "b")]
         try:
             addresses = [await address_of(root / f"{name}.log") for name in ("a", "b")]
             await preload(bootstrap, topic, keys)

@@ -39,10 +39,12 @@ from tests.integration.rebalance_run import paced_produce
 ROOT = Path(os.environ.get("BENCH_ENGINE_ROOT") or Path(__file__).resolve().parents[1])
 
 
-def start_worker(env: dict[str, str], data_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_worker(env: dict[str, str], data_dir: Path, log: Path,
+                 app: str = "benchmarks.peers.engine_rebalance_app:app") -> subprocess.Popen[bytes]:
+    """`engine worker -A app` of the engine under ROOT, with `env` over this process's, logging to `log`."""
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "worker", "-A", "benchmarks.peers.engine_rebalance_app:app",
+            [sys.executable, "-m", "cli.main", "worker", "-A", app,
              "--data-dir", str(data_dir), "--loglevel", "INFO"],
             cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
 
