@@ -13,21 +13,18 @@ customers = app.Table("customers", key_type=str, value_type=dict)
 enriched = orders.left_join(customers, name="enriched")
 
 
-@app.agent(orders_in)
-async def take_orders(stream):
-    async for key, value in stream.items():
-        if value.get("delete"):
-            if key in orders:
-                del orders[key]
-        else:
-            orders[key] = value
+def keep_rows(table):
+    """An agent keeping `table` as its topic says: a value sets the key's row, {"delete": true} deletes it."""
+
+    async def keep(stream):
+        async for key, value in stream.items():
+            if not value.get("delete"):
+                table[key] = value
+            elif key in table:
+                del table[key]
+
+    return keep
 
 
-@app.agent(customers_in)
-async def take_customers(stream):
-    async for key, value in stream.items():
-        if value.get("delete"):
-            if key in customers:
-                del customers[key]
-        else:
-            customers[key] = value
+app.agent(orders_in, name="take_orders")(keep_rows(orders))
+app.agent(customers_in, name="take_customers")(keep_rows(customers))

@@ -13,6 +13,19 @@ from engine import testing
 from engine.errors import ConfigError
 
 
+def keep_rows(table: Any) -> Any:
+    """An agent keeping `table` as its topic says: a value sets the key's row, {"delete": true} deletes it."""
+
+    async def keep(stream: Any) -> None:
+        async for key, value in stream.items():
+            if value.get("delete"):
+                del table[key]
+            else:
+                table[key] = value
+
+    return keep
+
+
 def make_app() -> tuple[engine.App, Any, Any, dict[str, Any]]:
     app = engine.App("tjoin", broker=testing.memory_url(), store="memory://", commit_interval=0.05)
     orders_in = app.topic("orders-in", key_type=str, value_type=dict)
@@ -20,22 +33,8 @@ def make_app() -> tuple[engine.App, Any, Any, dict[str, Any]]:
     orders = app.Table("orders", key_type=str, value_type=dict)
     customers = app.Table("customers", key_type=str, value_type=dict)
 
-    @app.agent(orders_in)
-    async def take_orders(stream: Any) -> None:
-        async for key, value in stream.items():
-            if value.get("delete"):
-                del orders[key]
-            else:
-                orders[key] = value
-
-    @app.agent(customers_in)
-    async def take_customers(stream: Any) -> None:
-        async for key, value in stream.items():
-            if value.get("delete"):
-                del customers[key]
-            else:
-                customers[key] = value
-
+    app.agent(orders_in, name="take_orders")(keep_rows(orders))
+    app.agent(customers_in, name="take_customers")(keep_rows(customers))
     joins = {"inner": orders.join(customers), "left": orders.left_join(customers),
              "outer": orders.outer_join(customers, name="both")}
     return app, orders_in, customers_in, joins
