@@ -2,6 +2,7 @@
 
 from engine.agent import Agent
 from engine.app import App, Timer
+from engine.clock import wall_time
 from engine.errors import (
     AskTimeout,
     BrokerRefused,
@@ -49,4 +50,5 @@ __all__ = [
     "Worker",
     "WorkerFailed",
     "run_worker",
+    "wall_time",
 ]

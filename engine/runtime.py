@@ -76,7 +76,9 @@ def worker_identity(settings: Settings) -> str:
 
 
 class Worker(Service):
-    def __init__(self, app: App, settings: Settings) -> None:
+    def __init__(self, app: App, settings: Settings, *, watch_loop: bool = True) -> None:
+        """`watch_loop`: whether a thread watches for a blocked event loop (engine.monitors.loopwatch); not
+        on a loop whose time is virtual (the test driver), where the real time it measures means nothing."""
         super().__init__(f"worker:{app.id}")
         self.app = app
         self.settings = settings
@@ -180,7 +182,7 @@ class Worker(Service):
             self.conductor.busy_events, settings.blocked_loop_warning.total_seconds(),
             blocked=lambda agent, event, seconds: poison.suspect(TP(event.topic, event.partition),
                                                                  event.offset, agent, seconds),
-        ))
+        )) if watch_loop else None
         self._stopping = asyncio.Event()
 
     def _is_leader(self) -> bool:

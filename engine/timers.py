@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from agents import RestartPolicy, Supervisor
+from engine.clock import wall_time
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -45,7 +46,7 @@ def _cron_ticker(timer: Timer, expression: str,
     from engine.schedule import next_fire
 
     def now() -> datetime:  # in the schedule's zone, or naive local time
-        return datetime.now(timer.timezone)
+        return datetime.fromtimestamp(wall_time(), timer.timezone)
 
     async def run() -> None:
         after = now()

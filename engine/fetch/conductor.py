@@ -250,11 +250,9 @@ class Conductor(Service):
         task.releasing = True
         try:
             sources = self.table_sources
-            streams = [lease for tp, lease in task.leases.items() if tp.topic not in sources]
-            while not task.closed and any(  # noqa: ASYNC110  # acks come from many agents; polling is simplest
-                lease.in_flight and not lease.ended for lease in streams
-            ):
-                await asyncio.sleep(0.001)
+            for tp, lease in list(task.leases.items()):
+                if tp.topic not in sources:
+                    await lease.drained()
             if self.quiesce is not None and self.quiesce.closed:
                 await self.quiesce.wait_open()
         finally:

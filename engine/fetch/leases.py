@@ -16,8 +16,10 @@ The two states that matter on the per-event path are plain booleans (`dispatchin
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections import deque
+from functools import partial
 from typing import TYPE_CHECKING
 
 from engine.fetch.offsets import OffsetTracker
@@ -66,6 +68,16 @@ class Lease(OffsetTracker):
                 self.stream_time = at
         return self.stream_time
 
+    async def drained(self) -> None:
+        """Return once every record dispatched under this lease is acked, or the lease ended."""
+        while self.in_flight and not self.ended:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self.on_drained = partial(_wake, waiter)
+            try:
+                await waiter
+            finally:
+                self.on_drained = None
+
     @property
     def state(self) -> LeaseState:
         if self.ended:
@@ -80,9 +92,16 @@ class Lease(OffsetTracker):
         """-> ENDED: nothing of this generation is applied, flushed or committed any more."""
         self.dispatching = False
         self.ended = True
+        if self.on_drained is not None:
+            self.on_drained()  # nobody waits for an ended lease
 
     def __repr__(self) -> str:
         return f"<Lease {self.tp.topic}[{self.tp.partition}] gen {self.generation} {self.state.value}>"
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class Leases:

@@ -9,10 +9,14 @@ Pure and loop-free: tested without Kafka.
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class OffsetTracker:
-    __slots__ = ("_done", "_pending", "_shares", "committed", "position")
+    __slots__ = ("_done", "_pending", "_shares", "committed", "on_drained", "position")
 
     def __init__(self) -> None:
         self._pending: deque[int] = deque()
@@ -20,6 +24,8 @@ class OffsetTracker:
         self._shares: dict[int, int] = {}  # acks still expected for offsets several agents received
         self.position: int | None = None  # next offset to commit; None until something finished
         self.committed: int | None = None  # what the last checkpoint committed
+        # Called when the last record in flight is acked, for whoever waits for that (engine.fetch.leases).
+        self.on_drained: Callable[[], None] | None = None
 
     def track(self, offset: int, shares: int = 1) -> None:
         """Record that `offset` was dispatched to `shares` agents (offsets arrive in increasing order)."""
@@ -47,6 +53,8 @@ class OffsetTracker:
                 offset = pending.popleft()
                 done.discard(offset)
             self.position = offset + 1
+            if not pending and self.on_drained is not None:
+                self.on_drained()
         else:
             self._done.add(offset)
 

@@ -21,11 +21,12 @@ if TYPE_CHECKING:
 
 async def worker_families(worker: Worker) -> list[Family]:
     """Every metric of `worker`, as of now."""
-    return [*_events(worker), *_agents(worker), *await _lag(worker), *_checkpoints(worker),
-            *_tables(worker), *_rebalances(worker),
-            Family("engine_event_loop_lag_seconds", "How much later than scheduled the event loop ran a "
+    watched = worker.loop_monitor
+    loop = [Family("engine_event_loop_lag_seconds", "How much later than scheduled the event loop ran a "
                    "timer (sampled every 0.1 s): time the loop spent on something else",
-                   "histogram").add((), worker.loop_monitor.lag)]
+                   "histogram").add((), watched.lag)] if watched is not None else []
+    return [*_events(worker), *_agents(worker), *await _lag(worker), *_checkpoints(worker),
+            *_tables(worker), *_rebalances(worker), *loop]
 
 
 def _events(worker: Worker) -> list[Family]:

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from engine.clock import wall_time
 from engine.errors import ConfigError, EngineError, InvalidTimestamp
 from engine.partitioner import CACHED_KEYS
 from engine.processing.streams import current_event
@@ -82,7 +83,7 @@ class WindowedTable:
         *,
         timestamp: Timestamp | None = None,
         late_topic: Topic | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall_time,
         close_idle_after: float | None = None,
     ) -> None:
         if close_idle_after is not None and close_idle_after <= 0:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from engine.clock import wall_time
 from engine.events import TP, Headers, RawRecord
 from engine.partitioner import KeyHashes
 from engine.tasks.assignment import Assignment, Placement
@@ -35,6 +35,7 @@ class MemoryRecord:
     key: bytes | None
     value: bytes | None
     headers: Headers
+    sequence: int = 0  # the broker's count of appends before this one: the order records were written in
 
 
 @dataclass
@@ -56,6 +57,7 @@ class MemoryBroker:
         self._waiters: set[asyncio.Future[None]] = set()
         self._sticky = itertools.count()
         self._hashes = KeyHashes()
+        self.appended = 0  # records appended to any topic, ever
 
     @classmethod
     def named(cls, name: str) -> MemoryBroker:
@@ -63,6 +65,12 @@ class MemoryBroker:
         if broker is None:
             broker = cls._registry[name] = cls()
         return broker
+
+    @classmethod
+    def forget(cls, broker: MemoryBroker) -> None:
+        """Drop a named broker and its records (a test driver that closed)."""
+        for name in [name for name, known in cls._registry.items() if known is broker]:
+            del cls._registry[name]
 
     def create_topic(self, name: str, partitions: int, config: Mapping[str, str] | None = None) -> None:
         if name not in self.topics:
@@ -91,8 +99,10 @@ class MemoryBroker:
                 else next(self._sticky) % len(partitions)
             )
         log = partitions[partition]
-        timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        record = MemoryRecord(topic, partition, len(log), timestamp, key, value, tuple(headers))
+        timestamp = int(wall_time() * 1000) if timestamp_ms is None else timestamp_ms
+        record = MemoryRecord(topic, partition, len(log), timestamp, key, value, tuple(headers),
+                              self.appended)
+        self.appended += 1
         log.append(record)
         return record
 

@@ -1,4 +1,15 @@
-"""A test kit for apps: run one on a private in-memory broker, feed it, and wait for what it computes.
+"""A test kit for apps, two ways.
+
+The test driver (`TestDriver`, engine.testing.driver): synchronous, deterministic, on virtual time; each
+input is processed with everything it causes before `send` returns, and wall-clock time moves only when the
+test says:
+
+    with TestDriver(app) as driver:
+        driver.send(my_topic, key="k", value=..., timestamp_ms=...)
+        assert driver.table("counts") == {...}
+
+`running`: a worker on real time in the test's own event loop, fed and waited for (`eventually`), for tests
+that need the loop to themselves (two workers of one app, queries over HTTP):
 
     async with testing.running(app) as worker:
         await my_topic.send(value=...)
@@ -55,3 +66,9 @@ async def eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> Non
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {timeout:g}s")
         await asyncio.sleep(0.005)
+
+
+from engine.testing.driver import DeadLetter, Record, TestDriver, driving  # noqa: E402  # needs Worker above
+
+__all__ = ["DeadLetter", "Record", "TestDriver", "broker_for", "driving", "eventually", "memory_url",
+           "running"]

@@ -1,0 +1,300 @@
+"""The test driver: a whole worker of an app on a private in-memory broker and on virtual time, driven one
+input at a time from synchronous test code (Kafka Streams' TopologyTestDriver, for engine apps).
+
+    driver = TestDriver(app)
+    driver.send(clicks, key="ada", value={"page": "/"}, timestamp_ms=1_000)
+    assert driver.table("clicks-per-user")["ada"] == 1
+    driver.advance(60)                          # wall-clock time: timers, crontabs, idle windows
+    assert [r.value for r in driver.read(alerts)] == [...]
+    driver.close()
+
+Why a real worker and not a second, simplified engine: what a test checks must be what runs in production
+(agents, group_by and through, repartition topics, joins, windows with grace and final results, the error
+policy and the DLQ), and a second mechanism would drift from the first. What makes it deterministic is the
+loop it runs on (engine.testing.virtual_time): time moves only in `advance`, and `send` returns when the
+loop has nothing left to do at the current time, after checkpoints (changelogs, closed windows, late
+records) and everything they caused in turn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from agents import ServiceState
+from engine.agent import Agent
+from engine.clock import wall_clock
+from engine.errors import ConfigError, DecodeError, WorkerFailed
+from engine.runtime import Worker
+from engine.scope import running_as
+from engine.testing.virtual_time import NeverIdle, VirtualTimeLoop
+from engine.topics import Topic
+from engine.transport.memory import MemoryBroker, MemoryRecord
+from engine.windows import WindowRange
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from engine.app import App
+    from engine.events import Headers
+    from engine.tables.base import BaseTable
+
+# The driver's clock starts here unless told otherwise (2026-01-01T00:00:00Z): a fixed instant, so that a
+# test gives the same result on every run, whatever the day.
+DEFAULT_START = 1_767_225_600.0
+
+# Checkpoint rounds after one input: each may emit closed windows or changelog records that agents read,
+# whose processing may need another. An app that still writes after this many has a cycle.
+MAX_SETTLE_ROUNDS = 100
+
+# How long a clean stop may take on the virtual clock (agents finishing, the final checkpoint).
+STOP_WITHIN = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A record as written to a topic, decoded with that topic's codecs."""
+
+    key: Any
+    value: Any
+    timestamp_ms: int
+    headers: Headers = ()
+    partition: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A record an agent could not process, as its DLQ holds it: the record (decoded with the agent's topic's
+    codecs where it decodes, else its bytes), the error, and where the record came from."""
+
+    key: Any
+    value: Any
+    error: str
+    error_type: str
+    topic: str
+    partition: int
+    offset: int
+
+
+class TestDriver:
+    """Run `app` deterministically for a test; see the module's docstring. `start` is the virtual clock's
+    first time (seconds since the epoch, or a datetime); `settings` override the app's (the broker is always
+    a private in-memory one, the stores in memory, the web server off; exactly-once is accepted and
+    runs as at-least-once: on one in-process broker nothing can fail between a write and its commit)."""
+
+    __test__ = False  # a class named Test*: not a test class for pytest
+
+    def __init__(self, app: App, *, start: float | datetime = DEFAULT_START, **settings: Any) -> None:
+        for fixed in ("broker", "processing_guarantee"):
+            if fixed in settings:
+                raise ConfigError(f"TestDriver: {fixed!r} cannot be set (the driver runs on its own "
+                                  "in-memory broker, at-least-once)")
+        begin = start.timestamp() if isinstance(start, datetime) else float(start)
+        self.app = app
+        self._data_dir = tempfile.mkdtemp(prefix=f"engine-driver-{app.id}-")
+        broker_name = f"driver-{id(self):x}-{app.id}"
+        self.broker = MemoryBroker.named(broker_name)
+        overrides: dict[str, Any] = {
+            "store": "memory://", "web_enabled": False, "data_dir": self._data_dir,
+            **settings,
+            "broker": f"memory://{broker_name}", "processing_guarantee": "at_least_once",
+        }
+        self._loop = VirtualTimeLoop(begin)
+        self._context = contextvars.copy_context()
+        self._context.run(wall_clock.set, self._loop.wall_time)
+        self.worker = Worker(app, app.settings(overrides), watch_loop=False)
+        self._read_upto: dict[str, int] = {}  # records of a topic returned by `read` (appends seen)
+        self._closed = False
+        self._spinning: NeverIdle | None = None  # the loop never became idle: nothing more can run on it
+        try:
+            self._run(self.worker.start())
+            self._settle()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- time ---------------------------------------------------------------------------------------
+
+    @property
+    def now(self) -> float:
+        """The virtual wall-clock time, seconds since the epoch."""
+        return self._loop.wall_time()
+
+    def advance(self, seconds: float) -> None:
+        """Move wall-clock time on by `seconds`: every timer, crontab, commit interval, idle window closing
+        and `within=`/`timeout=` due meanwhile runs at its own time, in order, each with what it causes."""
+        self._check_open()
+        try:
+            self._context.run(self._loop.run_until_idle, seconds)
+        except NeverIdle as exc:
+            self._spinning = exc
+            raise
+        self._settle()
+
+    # -- input --------------------------------------------------------------------------------------
+
+    def send(self, topic: Topic | Agent | str, *, key: Any = None, value: Any = None,
+             timestamp_ms: int | None = None, headers: Headers | None = None,
+             partition: int | None = None) -> None:
+        """Write one record to `topic` (a Topic, an agent's topic, or a topic's name), encoded with its
+        codecs, and return once it and everything it caused was processed. Without `timestamp_ms`, the
+        record's time is the driver's clock."""
+        self._check_open()
+        target = self._topic(topic)
+        self._run(target.send(key=key, value=value, headers=headers, partition=partition,
+                              timestamp_ms=timestamp_ms))
+        self._settle()
+
+    # -- output -------------------------------------------------------------------------------------
+
+    def read(self, topic: Topic | Agent | str) -> list[Record]:
+        """The records written to `topic` since the last `read` of it, in the order they were written, decoded
+        with its codecs."""
+        self._check_open()
+        target = self._topic(topic)
+        fresh = self._unread(target.name)
+        return [Record(*target.decode(r), r.timestamp, r.headers, r.partition) for r in fresh]
+
+    def dlq(self, agent: Agent | str) -> list[DeadLetter]:
+        """The records `agent` dead-lettered since the last `dlq` of it, oldest first."""
+        self._check_open()
+        found = self.app.agents.get(agent) if isinstance(agent, str) else agent
+        if found is None:
+            names = ", ".join(self.app.agents)
+            raise KeyError(f"no agent {agent!r} in app {self.app.id!r} (agents: {names})")
+        dlq = self.worker.topology.dlq(found)
+        letters = []
+        for record in self._unread(dlq.name):
+            headers = {name: raw.decode(errors="replace") for name, raw in record.headers}
+            source = self._declared(headers.get("engine-topic", found.channel.name))
+            try:
+                key, value = source.decode(record) if source is not None else (record.key, record.value)
+            except DecodeError:
+                key, value = record.key, record.value
+            letters.append(DeadLetter(key, value, headers.get("engine-error", ""),
+                                      headers.get("engine-error-type", ""), headers.get("engine-topic", ""),
+                                      int(headers.get("engine-partition", -1)),
+                                      int(headers.get("engine-offset", -1))))
+        return letters
+
+    def table(self, name: str) -> dict[Any, Any]:
+        """The table's contents now (the writes of every processed record included): key -> value, and for a
+        windowed table (key, WindowRange) -> value."""
+        self._check_open()
+        table = self.app.tables.get(name)
+        if table is None:
+            raise KeyError(f"no table {name!r} in app {self.app.id!r} (tables: {', '.join(self.app.tables)})")
+        with running_as(self.worker):
+            return dict(self._rows(table))
+
+    # -- the end ------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the worker cleanly (its final checkpoint included) and free what the driver holds."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.worker.state is not ServiceState.INIT and self._spinning is None:
+                self.worker.request_stop()
+                self._run(self.worker.run_until_stopped(), within=STOP_WITHIN)
+        except WorkerFailed:
+            pass  # raised to the test already, by the call that saw it
+        finally:
+            self._context.run(self._loop.cancel_all)
+            self._loop.close()
+            MemoryBroker.forget(self.broker)
+            shutil.rmtree(self._data_dir, ignore_errors=True)
+
+    def __enter__(self) -> TestDriver:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- inside -------------------------------------------------------------------------------------
+
+    def _run(self, coro: Any, within: float = 0.0) -> Any:
+        async def as_worker() -> Any:
+            with running_as(self.worker):
+                return await coro
+
+        try:
+            return self._context.run(self._loop.run_task, as_worker(), within=within)
+        except NeverIdle as exc:
+            self._spinning = exc
+            raise
+
+    def _settle(self) -> None:
+        """Checkpoint until nothing more is written: the changelogs, closed windows and late records of the
+        work done, and what agents reading them do in turn."""
+        self._failed()
+        for _ in range(MAX_SETTLE_ROUNDS):
+            written = self.broker.appended
+            self._run(self.worker.checkpoint())
+            self._failed()
+            if self.broker.appended == written:
+                return
+        raise RuntimeError(f"app {self.app.id!r} still writes after {MAX_SETTLE_ROUNDS} checkpoints in a row "
+                           "without new input: a cycle between agents and tables?")
+
+    def _failed(self) -> None:
+        failure = self.worker.failure
+        if failure is not None:
+            raise WorkerFailed(f"worker {self.app.id!r} stopped: {failure}") from failure
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this TestDriver is closed")
+        if self._spinning is not None:
+            raise RuntimeError(f"this TestDriver cannot go on: {self._spinning}")
+        self._failed()
+
+    def _topic(self, topic: Topic | Agent | str) -> Topic:
+        if isinstance(topic, Agent):
+            return topic.channel
+        if isinstance(topic, Topic):
+            return topic
+        found = self._declared(topic)
+        if found is None:
+            raise KeyError(f"no topic {topic!r} in app {self.app.id!r}")
+        return found
+
+    def _declared(self, name: str) -> Topic | None:
+        plan = self.worker.topology.topics.get(name)
+        return plan.topic if plan is not None else self.app.topics.get(name)
+
+    def _unread(self, name: str) -> list[MemoryRecord]:
+        partitions = self.broker.topics.get(name, [])
+        after = self._read_upto.get(name, -1)
+        fresh = sorted((r for log in partitions for r in log if r.sequence > after),
+                       key=lambda r: r.sequence)
+        if fresh:
+            self._read_upto[name] = fresh[-1].sequence
+        return fresh
+
+    @staticmethod
+    def _rows(table: BaseTable) -> Iterator[tuple[Any, Any]]:
+        window = table.window
+        if window is None:
+            yield from table.items()
+            return
+        size = window.size_ms
+        for (key, start), value in table.items():
+            yield (key, WindowRange.from_ms(start, start + size)), value
+
+
+@contextlib.contextmanager
+def driving(app: App, **settings: Any) -> Iterator[TestDriver]:
+    """A TestDriver for the block, closed after it (the pytest fixture `engine_driver` uses it)."""
+    driver = TestDriver(app, **settings)
+    try:
+        yield driver
+    finally:
+        driver.close()
+
