@@ -150,6 +150,14 @@ class TestDriver:
                               timestamp_ms=timestamp_ms))
         self._settle()
 
+    def ask(self, agent: Agent, value: Any = None, *, key: Any = None, timeout: float = 30.0) -> Any:
+        """`agent.ask(value)` from the test: the value the agent yields for it (AskTimeout once `timeout`
+        seconds of virtual time passed without a reply)."""
+        self._check_open()
+        answer = self._run(agent.ask(value, key=key, timeout=timeout), within=timeout)
+        self._settle()
+        return answer
+
     # -- output -------------------------------------------------------------------------------------
 
     def read(self, topic: Topic | Agent | str) -> list[Record]:

@@ -256,3 +256,69 @@ def test_the_pytest_fixture_closes_its_drivers(engine_driver: Any) -> None:
     for word in ["red", "green", "red"]:
         driver.send(words, key=word, value=1)
     assert driver.table("counts") == {"red": 2, "green": 1}
+
+
+def test_a_stream_table_join_sees_the_table_as_each_event_finds_it() -> None:
+    app = engine.App("driven-join", broker="memory://unused", processing_guarantee="exactly_once")
+    payments = app.topic("payments", key_type=str, value_type=int)
+    profiles = app.Table("profiles", source_topic=app.topic("profiles", key_type=str, value_type=str))
+    enriched = app.topic("enriched", key_type=str, value_type=list)
+
+    @app.agent(payments)
+    async def enrich(stream: Any) -> None:
+        async for amount, tier in stream.left_join(profiles):
+            await enriched.send(key=stream.current_event.key, value=[amount, tier])
+
+    with TestDriver(app) as driver:  # exactly_once runs as at-least-once here: nothing to change in the app
+        for topic, key, value in [("profiles", "ada", "gold"), ("payments", "ada", 10),
+                                  ("payments", "bob", 20), ("profiles", "ada", "silver"),
+                                  ("profiles", "bob", "gold"), ("payments", "ada", 30),
+                                  ("payments", "bob", 40)]:
+            driver.send(topic, key=key, value=value)
+        assert [(r.key, r.value) for r in driver.read(enriched)] == [
+            ("ada", [10, "gold"]), ("bob", [20, None]), ("ada", [30, "silver"]), ("bob", [40, "gold"])]
+        assert driver.table("profiles") == {"ada": "silver", "bob": "gold"}
+
+
+def test_a_table_table_join_follows_both_sides_and_retracts_a_deleted_row() -> None:
+    app = engine.App("driven-tjoin", broker="memory://unused")
+    orders_in = app.topic("orders-in", key_type=str, value_type=dict)
+    customers_in = app.topic("customers-in", key_type=str, value_type=dict)
+    orders = app.Table("orders", key_type=str, value_type=dict)
+    customers = app.Table("customers", key_type=str, value_type=dict)
+
+    def keep(table: Any) -> Any:
+        async def run(stream: Any) -> None:
+            async for key, value in stream.items():
+                if value.get("delete"):
+                    del table[key]
+                else:
+                    table[key] = value
+        return run
+
+    app.agent(orders_in, name="take_orders")(keep(orders))
+    app.agent(customers_in, name="take_customers")(keep(customers))
+    joined = orders.left_join(customers)
+    with TestDriver(app) as driver:
+        driver.send(orders_in, key="o1", value={"n": 1})
+        assert driver.table(joined.name) == {"o1": ({"n": 1}, None)}
+        driver.send(customers_in, key="o1", value={"name": "ann"})
+        assert driver.table(joined.name) == {"o1": ({"n": 1}, {"name": "ann"})}
+        driver.send(orders_in, key="o2", value={"n": 2})
+        driver.send(orders_in, key="o1", value={"delete": True})
+        assert driver.table(joined.name) == {"o2": ({"n": 2}, None)}
+
+
+def test_ask_waits_for_the_reply_on_the_virtual_clock() -> None:
+    app = engine.App("driven-ask", broker="memory://unused")
+    questions = app.topic("questions", value_type=int)
+
+    @app.agent(questions)
+    async def double(stream: Any) -> Any:
+        async for value in stream:
+            yield value * 2
+
+    with TestDriver(app) as driver:
+        began = driver.now
+        assert driver.ask(double, 21) == 42
+        assert driver.now == began  # answered without time moving
