@@ -52,6 +52,13 @@ def tls_kafka() -> Iterator[KafkaCluster]:
 
 
 @pytest.fixture(scope="session")
+def sasl_tls_kafka() -> Iterator[KafkaCluster]:
+    """One KRaft broker speaking SASL_SSL: TLS (certificates made at start) and SCRAM-SHA-512 users."""
+    with KafkaCluster(1, security="sasl_ssl") as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """One local PySpark session for the whole run (it takes seconds to start), JVM stopped after."""
     from engine.export import local_session, stop_session

@@ -96,11 +96,16 @@ async def _stop_quietly(client: Any, what: str) -> None:
         log.warning("aiokafka %s raised CancelledError while stopping; ignored", what)
 
 
-# What the broker's authorizer refuses, by aiokafka's error: the kind of resource an ACL is missing on.
-_NOT_AUTHORIZED = {GroupAuthorizationFailedError: "the consumer group",
-                   TopicAuthorizationFailedError: "a topic",
-                   TransactionalIdAuthorizationFailed: "a transactional id",
-                   ClusterAuthorizationFailedError: "the cluster"}
+# What the broker's authorizer refuses, by aiokafka's error: the kind of resource an ACL is missing on, and
+# what an engine worker needs granted on it.
+_NOT_AUTHORIZED = {
+    GroupAuthorizationFailedError: ("the consumer group", "Read on the group (named by the app id)"),
+    TopicAuthorizationFailedError: ("a topic", "Describe and Read on a topic the app reads, and Create on "
+                                    "one it makes (or create it first)"),
+    TransactionalIdAuthorizationFailed: ("a transactional id", "Write and Describe on the transactional ids "
+                                         "prefixed with the app id (one per task, one per worker)"),
+    ClusterAuthorizationFailedError: ("the cluster", "IdempotentWrite on the cluster"),
+}
 
 
 async def _start(client: Any, servers: str, options: Mapping[str, Any], stop: str = "stop") -> None:
@@ -117,11 +122,15 @@ async def _start(client: Any, servers: str, options: Mapping[str, Any], stop: st
         raise _not_authorized(servers, options, exc) from exc
 
 
-def _not_authorized(servers: str, options: Mapping[str, Any], exc: BaseException) -> BrokerRefused:
-    what = next(name for kind, name in _NOT_AUTHORIZED.items() if isinstance(exc, kind))
+def _not_authorized(servers: str, options: Mapping[str, Any], exc: BaseException, *,
+                    named: str | None = None) -> BrokerRefused:
+    """`named`: the resource refused, where the error does not say it."""
+    what, needs = next(found for kind, found in _NOT_AUTHORIZED.items() if isinstance(exc, kind))
+    if named is not None:
+        what = f"{what.replace('a ', 'the ', 1)} {named!r}"
     user = options.get("sasl_plain_username") or "this client"
     return BrokerRefused(f"the Kafka broker at {servers!r} did not authorize {user!r} for {what} "
-                         f"({type(exc).__name__}: {exc}); grant it an ACL for it")
+                         f"({type(exc).__name__}: {exc}); grant it {needs}")
 
 
 # The options of a connection's security, as aiokafka's create_conn takes them.
@@ -598,6 +607,9 @@ class KafkaAdmin:
         except KafkaError as exc:
             raise TransportError(f"cannot create topics {sorted(t[0] for t in new)}: {exc}") from exc
         for topic, code, *rest in response.topic_errors:
+            if code == TopicAuthorizationFailedError.errno:  # not visible to this user, nor creatable
+                raise _not_authorized(self._servers, self._options, TopicAuthorizationFailedError(topic),
+                                      named=topic)
             if code not in (0, TOPIC_ALREADY_EXISTS):
                 message = rest[0] if rest else ""
                 raise TransportError(f"cannot create topic {topic!r}: error {code} {message}")

@@ -1,7 +1,9 @@
-"""A secured broker (SASL_PLAINTEXT with SCRAM-SHA-512 and the standard authorizer, tests/kafka): an `engine
-worker` with a table connects with the right credentials and counts exactly under both guarantees, set only
-through ENGINE_* settings; a wrong password stops the worker at start with one line naming the refusal,
-the password nowhere in its output."""
+"""Secured brokers (tests/kafka: SASL_PLAINTEXT with SCRAM-SHA-512, TLS with client certificates, SASL_SSL;
+the standard authorizer): an `engine worker` with a table connects with the right credentials and counts
+exactly under both guarantees, set only through ENGINE_* settings; a user with only the ACLs an app needs
+runs it; every CLI command works with its security options; a wrong password, an unknown CA and a missing
+ACL (the group, the input topic, the transactional ids) each stop the worker at start with one line naming
+what was refused and what to grant, the password nowhere in its output."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from tests.integration.helpers import (
     sasl_auth,
     sasl_env,
     unique,
+    web_address,
 )
 
 pytestmark = pytest.mark.kafka
@@ -142,19 +145,38 @@ async def test_an_unknown_ca_stops_the_worker_at_start_with_one_clear_line(tls_k
     assert "check ssl_cafile" in last
 
 
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+async def test_a_worker_counts_over_sasl_ssl(sasl_tls_kafka, tmp_path, guarantee):
+    from aiokafka.helpers import create_ssl_context
+
+    ca = str(sasl_tls_kafka.certificates.ca)
+    auth = {**sasl_auth(*ADMIN), "security_protocol": "SASL_SSL",
+            "ssl_context": create_ssl_context(cafile=ca)}
+    app_id, topic = unique("sasl-ssl"), unique("words")
+    await create_topics(sasl_tls_kafka.bootstrap, [topic], auth=auth)
+    env = worker_env(app_id, topic, tmp_path, ENGINE_PROCESSING_GUARANTEE=guarantee,
+                     **{**sasl_env(*ADMIN), "ENGINE_SECURITY_PROTOCOL": "SASL_SSL", "ENGINE_SSL_CAFILE": ca})
+    output = await counts_exactly(sasl_tls_kafka, app_id, topic, env, auth, tmp_path,
+                                  [f"x{i % 25}" for i in range(500)])
+    assert ADMIN[1] not in output
+
+
 APP_USER = ("app", "app-secret")  # not a super user: it can do what ACLs grant it
 
 
-async def grant_app(cluster, app_id: str, topic: str, *, group: bool = True) -> None:
+async def grant_app(cluster, app_id: str, topic: str, *, without: str | None = None) -> None:
     """What an engine worker of `app_id` reading `topic` needs: its own topics (by prefix), the input, its
-    group and its transactional ids (by prefix), idempotent writes; without `group`, no ACL on the group."""
-    acls = [(ACL_TOPIC, f"{app_id}-", ACL_PREFIXED, ACL_ALL),
-            (ACL_TOPIC, topic, ACL_LITERAL, ACL_READ), (ACL_TOPIC, topic, ACL_LITERAL, ACL_DESCRIBE),
-            (ACL_TRANSACTIONAL_ID, app_id, ACL_PREFIXED, ACL_ALL),
-            (ACL_CLUSTER, "kafka-cluster", ACL_LITERAL, ACL_IDEMPOTENT_WRITE)]
-    if group:
-        acls.append((ACL_GROUP, app_id, ACL_LITERAL, ACL_ALL))
-    await grant(cluster.bootstrap, sasl_auth(*ADMIN), f"User:{APP_USER[0]}", acls)
+    group and its transactional ids (by prefix), idempotent writes; less the ACLs of one resource type
+    `without` ("group", "input", "transactional_id")."""
+    acls = {"own topics": [(ACL_TOPIC, f"{app_id}-", ACL_PREFIXED, ACL_ALL)],
+            "input": [(ACL_TOPIC, topic, ACL_LITERAL, ACL_READ),
+                      (ACL_TOPIC, topic, ACL_LITERAL, ACL_DESCRIBE)],
+            "transactional_id": [(ACL_TRANSACTIONAL_ID, app_id, ACL_PREFIXED, ACL_ALL)],
+            "cluster": [(ACL_CLUSTER, "kafka-cluster", ACL_LITERAL, ACL_IDEMPOTENT_WRITE)],
+            "group": [(ACL_GROUP, app_id, ACL_LITERAL, ACL_ALL)]}
+    assert without is None or without in acls
+    await grant(cluster.bootstrap, sasl_auth(*ADMIN), f"User:{APP_USER[0]}",
+                [acl for kind, granted in acls.items() if kind != without for acl in granted])
 
 
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
@@ -172,7 +194,7 @@ async def test_a_missing_group_acl_stops_the_worker_at_start_with_one_line_namin
                                                                                             tmp_path):
     app_id, topic = unique("acl-nogroup"), unique("words")
     await create_topics(secured_kafka.bootstrap, [topic], auth=sasl_auth(*ADMIN))
-    await grant_app(secured_kafka, app_id, topic, group=False)
+    await grant_app(secured_kafka, app_id, topic, without="group")
     env = worker_env(app_id, topic, tmp_path, **sasl_env(*APP_USER))
     last, output = refused(secured_kafka, env, tmp_path)
     assert last.startswith("engine: the Kafka broker at "), output[-3000:]
@@ -180,3 +202,114 @@ async def test_a_missing_group_acl_stops_the_worker_at_start_with_one_line_namin
     assert f"GroupAuthorizationFailedError: {app_id}" in last
     assert "Traceback" not in output
     assert APP_USER[1] not in output
+
+
+async def test_a_missing_acl_on_the_input_topic_stops_the_worker_at_start_with_one_line_naming_it(
+        secured_kafka, tmp_path):
+    app_id, topic = unique("acl-noinput"), unique("words")
+    await create_topics(secured_kafka.bootstrap, [topic], auth=sasl_auth(*ADMIN))
+    await grant_app(secured_kafka, app_id, topic, without="input")
+    env = worker_env(app_id, topic, tmp_path, **sasl_env(*APP_USER))
+    last, output = refused(secured_kafka, env, tmp_path)
+    assert last.startswith("engine: the Kafka broker at "), output[-3000:]
+    assert f"did not authorize 'app' for the topic {topic!r}" in last
+    assert "grant it Describe and Read on a topic the app reads" in last
+    assert "Traceback" not in output
+    assert APP_USER[1] not in output
+
+
+async def test_a_missing_transactional_id_acl_stops_an_exactly_once_worker_at_start_with_one_line(
+        secured_kafka, tmp_path):
+    app_id, topic = unique("acl-notxn"), unique("words")
+    await create_topics(secured_kafka.bootstrap, [topic], auth=sasl_auth(*ADMIN))
+    await grant_app(secured_kafka, app_id, topic, without="transactional_id")
+    env = worker_env(app_id, topic, tmp_path, ENGINE_PROCESSING_GUARANTEE="exactly_once",
+                     **sasl_env(*APP_USER))
+    last, output = refused(secured_kafka, env, tmp_path)
+    assert last.startswith("engine: the Kafka broker at "), output[-3000:]
+    assert "did not authorize 'app' for a transactional id" in last
+    assert f"TransactionalIdAuthorizationFailed: {app_id}" in last
+    assert "grant it Write and Describe on the transactional ids prefixed with the app id" in last
+    assert "Traceback" not in output
+    assert APP_USER[1] not in output
+
+
+async def committed_offsets(bootstrap: str, group: str, auth: dict) -> dict:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **auth)
+    await admin.start()
+    try:
+        return {tp: meta.offset for tp, meta in (await admin.list_consumer_group_offsets(group)).items()}
+    finally:
+        await admin.close()
+
+
+def engine_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+async def test_every_cli_command_works_on_the_secured_broker_with_its_options(secured_kafka, tmp_path):
+    """send (a file of records), topics, status, tables and table get (asking the worker), export from the
+    changelog, and reset: each with the CLI's security options, the password only in the environment."""
+    import pyarrow.parquet as pq
+
+    from engine.export.parquet import read_manifest
+
+    auth = sasl_auth(*ADMIN)
+    app_id, topic = unique("cli-all"), unique("words")
+    await create_topics(secured_kafka.bootstrap, [topic], auth=auth)
+    words = [f"c{i % 12}" for i in range(240)]
+    truth = dict(Counter(words))
+    env = worker_env(app_id, topic, tmp_path)
+    worker = WorkerProcess("tests.integration.table_apps:app", secured_kafka.url, {**env, **sasl_env(*ADMIN)},
+                           tmp_path / "w.log")
+    cli_env = {**os.environ, **env, "ENGINE_SASL_PASSWORD": ADMIN[1]}
+    app_args = ("-A", "tests.integration.table_apps:app", "--broker", secured_kafka.url,
+                "--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism", "SCRAM-SHA-512",
+                "--sasl-username", ADMIN[0])
+    outputs: list[str] = []
+
+    async def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        done = await asyncio.to_thread(engine_cli, cli_env, *args)
+        outputs.append(done.stdout + done.stderr)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        return done
+
+    try:
+        await worker.wait_for_output("tables ready", 90)
+        lines = tmp_path / "words.jsonl"
+        lines.write_text("".join(f'{{"key": "{w}", "value": 1}}\n' for w in words))
+        sent = await cli("send", *app_args, topic, "--file", str(lines))
+        assert "240" in sent.stdout, sent.stdout
+        changelog = f"{app_id}-counts-changelog"
+        await consume_until(secured_kafka.bootstrap, changelog, lambda rs: latest(rs) == truth, timeout=120,
+                            auth=auth)
+
+        topics = await cli("topics", *app_args)
+        assert topic in topics.stdout, topics.stdout
+        assert changelog in topics.stdout, topics.stdout
+        status = await cli("status", *app_args)
+        assert status.stdout.splitlines()[0] == f"group {app_id}: Stable, 1 members", status.stdout
+        url = f"http://{web_address(worker)}"
+        got = await cli("table", "get", *app_args, "counts", "c1", "--url", url)
+        assert got.stdout.strip() == str(truth["c1"])
+        tables = await cli("tables", *app_args, "--url", url)
+        assert "counts" in tables.stdout, tables.stdout
+        exported = tmp_path / "export"
+        await cli("export", *app_args, "counts", "--from-changelog", "--to", str(exported))
+        manifest = read_manifest(exported)
+        rows = [row for f in manifest.files for row in pq.read_table(exported / f.path).to_pylist()]
+        assert {row["key"]: row["value"] for row in rows} == truth
+    finally:
+        assert worker.terminate(timeout=60) == 0, worker.output()[-3000:]
+
+    plan = await cli("reset", *app_args)
+    assert f"{topic}[0]: " in plan.stdout, plan.stdout
+    assert "nothing done" in plan.stdout, plan.stdout
+    await cli("reset", *app_args, "--execute")
+    admin_offsets = await committed_offsets(secured_kafka.bootstrap, app_id, auth)
+    assert admin_offsets, "the reset committed the input's start"
+    assert all(offset == 0 for offset in admin_offsets.values()), admin_offsets
+    assert all(ADMIN[1] not in output for output in outputs)
