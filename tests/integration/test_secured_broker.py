@@ -190,46 +190,30 @@ async def test_a_user_with_the_acls_an_app_needs_runs_its_worker(secured_kafka, 
                          [f"a{i % 10}" for i in range(300)])
 
 
-async def test_a_missing_group_acl_stops_the_worker_at_start_with_one_line_naming_the_group(secured_kafka,
-                                                                                            tmp_path):
-    app_id, topic = unique("acl-nogroup"), unique("words")
+# What the worker's last line says when the ACLs of one resource are missing ({app_id}, {topic} filled in).
+REFUSALS = {
+    "group": ["did not authorize 'app' for the consumer group", "GroupAuthorizationFailedError: {app_id}",
+              "grant it Read on the group"],
+    "input": ["did not authorize 'app' for the topic '{topic}'",
+              "grant it Describe and Read on a topic the app reads"],
+    "transactional_id": ["did not authorize 'app' for a transactional id",
+                         "TransactionalIdAuthorizationFailed: {app_id}",
+                         "grant it Write and Describe on the transactional ids prefixed with the app id"],
+}
+
+
+@pytest.mark.parametrize("missing", sorted(REFUSALS))
+async def test_a_missing_acl_stops_the_worker_at_start_with_one_line_naming_what_to_grant(secured_kafka,
+                                                                                          tmp_path, missing):
+    app_id, topic = unique(f"acl-no-{missing.replace('_', '-')}"), unique("words")
     await create_topics(secured_kafka.bootstrap, [topic], auth=sasl_auth(*ADMIN))
-    await grant_app(secured_kafka, app_id, topic, without="group")
-    env = worker_env(app_id, topic, tmp_path, **sasl_env(*APP_USER))
-    last, output = refused(secured_kafka, env, tmp_path)
-    assert last.startswith("engine: the Kafka broker at "), output[-3000:]
-    assert "did not authorize 'app' for the consumer group" in last
-    assert f"GroupAuthorizationFailedError: {app_id}" in last
-    assert "Traceback" not in output
-    assert APP_USER[1] not in output
-
-
-async def test_a_missing_acl_on_the_input_topic_stops_the_worker_at_start_with_one_line_naming_it(
-        secured_kafka, tmp_path):
-    app_id, topic = unique("acl-noinput"), unique("words")
-    await create_topics(secured_kafka.bootstrap, [topic], auth=sasl_auth(*ADMIN))
-    await grant_app(secured_kafka, app_id, topic, without="input")
-    env = worker_env(app_id, topic, tmp_path, **sasl_env(*APP_USER))
-    last, output = refused(secured_kafka, env, tmp_path)
-    assert last.startswith("engine: the Kafka broker at "), output[-3000:]
-    assert f"did not authorize 'app' for the topic {topic!r}" in last
-    assert "grant it Describe and Read on a topic the app reads" in last
-    assert "Traceback" not in output
-    assert APP_USER[1] not in output
-
-
-async def test_a_missing_transactional_id_acl_stops_an_exactly_once_worker_at_start_with_one_line(
-        secured_kafka, tmp_path):
-    app_id, topic = unique("acl-notxn"), unique("words")
-    await create_topics(secured_kafka.bootstrap, [topic], auth=sasl_auth(*ADMIN))
-    await grant_app(secured_kafka, app_id, topic, without="transactional_id")
+    await grant_app(secured_kafka, app_id, topic, without=missing)
     env = worker_env(app_id, topic, tmp_path, ENGINE_PROCESSING_GUARANTEE="exactly_once",
                      **sasl_env(*APP_USER))
     last, output = refused(secured_kafka, env, tmp_path)
     assert last.startswith("engine: the Kafka broker at "), output[-3000:]
-    assert "did not authorize 'app' for a transactional id" in last
-    assert f"TransactionalIdAuthorizationFailed: {app_id}" in last
-    assert "grant it Write and Describe on the transactional ids prefixed with the app id" in last
+    for phrase in REFUSALS[missing]:
+        assert phrase.format(app_id=app_id, topic=topic) in last
     assert "Traceback" not in output
     assert APP_USER[1] not in output
 

@@ -15,6 +15,7 @@ import engine
 from engine.testing import DeadLetter, Record, TestDriver
 from engine.testing.virtual_time import NeverIdle
 from engine.windows import WindowRange
+from tests.unit.engine.test_table_joins import keep_rows
 
 T0 = 1_767_225_600  # the driver's default start, 2026-01-01T00:00:00Z
 HOUR = 3600
@@ -285,17 +286,8 @@ def test_a_table_table_join_follows_both_sides_and_retracts_a_deleted_row() -> N
     orders = app.Table("orders", key_type=str, value_type=dict)
     customers = app.Table("customers", key_type=str, value_type=dict)
 
-    def keep(table: Any) -> Any:
-        async def run(stream: Any) -> None:
-            async for key, value in stream.items():
-                if value.get("delete"):
-                    del table[key]
-                else:
-                    table[key] = value
-        return run
-
-    app.agent(orders_in, name="take_orders")(keep(orders))
-    app.agent(customers_in, name="take_customers")(keep(customers))
+    app.agent(orders_in, name="take_orders")(keep_rows(orders))
+    app.agent(customers_in, name="take_customers")(keep_rows(customers))
     joined = orders.left_join(customers)
     with TestDriver(app) as driver:
         driver.send(orders_in, key="o1", value={"n": 1})
