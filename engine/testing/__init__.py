@@ -69,6 +69,7 @@ async def eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> Non
 
 
 from engine.testing.driver import DeadLetter, Record, TestDriver, driving  # noqa: E402  # needs Worker above
+from engine.testing.virtual_time import NeverIdle  # noqa: E402
 
-__all__ = ["DeadLetter", "Record", "TestDriver", "broker_for", "driving", "eventually", "memory_url",
-           "running"]
+__all__ = ["DeadLetter", "NeverIdle", "Record", "TestDriver", "broker_for", "driving", "eventually",
+           "memory_url", "running"]

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 import engine
-from engine.testing import DeadLetter, Record, TestDriver
-from engine.testing.virtual_time import NeverIdle
+from engine.testing import DeadLetter, NeverIdle, Record, TestDriver
 from engine.windows import WindowRange
 from tests.unit.engine.test_table_joins import keep_rows
 
