@@ -309,6 +309,10 @@ class Worker(Service):
                 topic.attach(None, self)
             for agent in self.app.agents.values():
                 agent.attach(None, self)
+        self.raise_failure()
+
+    def raise_failure(self) -> None:
+        """Raise WorkerFailed if a service of this worker failed (its failure reaches the root)."""
         failure = self.failure
         if failure is not None:
             raise WorkerFailed(f"worker {self.app.id!r} stopped: {failure}") from failure

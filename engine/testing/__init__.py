@@ -68,8 +68,8 @@ async def eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> Non
         await asyncio.sleep(0.005)
 
 
-from engine.testing.driver import DeadLetter, Record, TestDriver, driving  # noqa: E402  # needs Worker above
+from engine.testing.driver import DeadLetter, Record, TestDriver  # noqa: E402  # needs Worker above
 from engine.testing.virtual_time import NeverIdle  # noqa: E402
 
-__all__ = ["DeadLetter", "NeverIdle", "Record", "TestDriver", "broker_for", "driving", "eventually",
-           "memory_url", "running"]
+__all__ = ["DeadLetter", "NeverIdle", "Record", "TestDriver", "broker_for", "eventually", "memory_url",
+           "running"]

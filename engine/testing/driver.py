@@ -18,7 +18,6 @@ records) and everything they caused in turn.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import shutil
 import tempfile
@@ -38,7 +37,7 @@ from engine.transport.memory import MemoryBroker, MemoryRecord
 from engine.windows import WindowRange
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from engine.app import App
     from engine.events import Headers
@@ -129,11 +128,7 @@ class TestDriver:
         """Move wall-clock time on by `seconds`: every timer, crontab, commit interval, idle window closing
         and `within=`/`timeout=` due meanwhile runs at its own time, in order, each with what it causes."""
         self._check_open()
-        try:
-            self._context.run(self._loop.run_until_idle, seconds)
-        except NeverIdle as exc:
-            self._spinning = exc
-            raise
+        self._on_loop(self._loop.run_until_idle, seconds)
         self._settle()
 
     # -- input --------------------------------------------------------------------------------------
@@ -232,8 +227,13 @@ class TestDriver:
             with running_as(self.worker):
                 return await coro
 
+        return self._on_loop(self._loop.run_task, as_worker(), within=within)
+
+    def _on_loop(self, run: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run the loop through `run`, in the driver's context (its clock); a loop that never idles is
+        remembered: nothing more can run on it."""
         try:
-            return self._context.run(self._loop.run_task, as_worker(), within=within)
+            return self._context.run(run, *args, **kwargs)
         except NeverIdle as exc:
             self._spinning = exc
             raise
@@ -241,27 +241,22 @@ class TestDriver:
     def _settle(self) -> None:
         """Checkpoint until nothing more is written: the changelogs, closed windows and late records of the
         work done, and what agents reading them do in turn."""
-        self._failed()
+        self.worker.raise_failure()
         for _ in range(MAX_SETTLE_ROUNDS):
             written = self.broker.appended
             self._run(self.worker.checkpoint())
-            self._failed()
+            self.worker.raise_failure()
             if self.broker.appended == written:
                 return
         raise RuntimeError(f"app {self.app.id!r} still writes after {MAX_SETTLE_ROUNDS} checkpoints in a row "
                            "without new input: a cycle between agents and tables?")
-
-    def _failed(self) -> None:
-        failure = self.worker.failure
-        if failure is not None:
-            raise WorkerFailed(f"worker {self.app.id!r} stopped: {failure}") from failure
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this TestDriver is closed")
         if self._spinning is not None:
             raise RuntimeError(f"this TestDriver cannot go on: {self._spinning}")
-        self._failed()
+        self.worker.raise_failure()
 
     def _topic(self, topic: Topic | Agent | str) -> Topic:
         if isinstance(topic, Agent):
@@ -295,14 +290,4 @@ class TestDriver:
         size = window.size_ms
         for (key, start), value in table.items():
             yield (key, WindowRange.from_ms(start, start + size)), value
-
-
-@contextlib.contextmanager
-def driving(app: App, **settings: Any) -> Iterator[TestDriver]:
-    """A TestDriver for the block, closed after it (the pytest fixture `engine_driver` uses it)."""
-    driver = TestDriver(app, **settings)
-    try:
-        yield driver
-    finally:
-        driver.close()
 

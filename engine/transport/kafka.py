@@ -123,11 +123,10 @@ async def _start(client: Any, servers: str, options: Mapping[str, Any], stop: st
 
 
 def _not_authorized(servers: str, options: Mapping[str, Any], exc: BaseException, *,
-                    named: str | None = None) -> BrokerRefused:
-    """`named`: the resource refused, where the error does not say it."""
-    what, needs = next(found for kind, found in _NOT_AUTHORIZED.items() if isinstance(exc, kind))
-    if named is not None:
-        what = f"{what.replace('a ', 'the ', 1)} {named!r}"
+                    what: str | None = None) -> BrokerRefused:
+    """`what`: the resource refused, where the error alone does not say which."""
+    kind, needs = next(found for error, found in _NOT_AUTHORIZED.items() if isinstance(exc, error))
+    what = what or kind
     user = options.get("sasl_plain_username") or "this client"
     return BrokerRefused(f"the Kafka broker at {servers!r} did not authorize {user!r} for {what} "
                          f"({type(exc).__name__}: {exc}); grant it {needs}")
@@ -609,7 +608,7 @@ class KafkaAdmin:
         for topic, code, *rest in response.topic_errors:
             if code == TopicAuthorizationFailedError.errno:  # not visible to this user, nor creatable
                 raise _not_authorized(self._servers, self._options, TopicAuthorizationFailedError(topic),
-                                      named=topic)
+                                      what=f"the topic {topic!r}")
             if code not in (0, TOPIC_ALREADY_EXISTS):
                 message = rest[0] if rest else ""
                 raise TransportError(f"cannot create topic {topic!r}: error {code} {message}")

@@ -14,7 +14,7 @@ import pytest
 import engine
 from engine.testing import DeadLetter, NeverIdle, Record, TestDriver
 from engine.windows import WindowRange
-from tests.unit.engine.test_table_joins import keep_rows
+from tests.unit.engine.test_table_joins import make_app as table_join_app
 
 T0 = 1_767_225_600  # the driver's default start, 2026-01-01T00:00:00Z
 HOUR = 3600
@@ -279,15 +279,8 @@ def test_a_stream_table_join_sees_the_table_as_each_event_finds_it() -> None:
 
 
 def test_a_table_table_join_follows_both_sides_and_retracts_a_deleted_row() -> None:
-    app = engine.App("driven-tjoin", broker="memory://unused")
-    orders_in = app.topic("orders-in", key_type=str, value_type=dict)
-    customers_in = app.topic("customers-in", key_type=str, value_type=dict)
-    orders = app.Table("orders", key_type=str, value_type=dict)
-    customers = app.Table("customers", key_type=str, value_type=dict)
-
-    app.agent(orders_in, name="take_orders")(keep_rows(orders))
-    app.agent(customers_in, name="take_customers")(keep_rows(customers))
-    joined = orders.left_join(customers)
+    app, orders_in, customers_in, joins = table_join_app()  # the table-join tests' app, on the driver
+    joined = joins["left"]
     with TestDriver(app) as driver:
         driver.send(orders_in, key="o1", value={"n": 1})
         assert driver.table(joined.name) == {"o1": ({"n": 1}, None)}
