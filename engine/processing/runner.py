@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agents import ActorGroup, Fatal, Mailbox, RestartPolicy, Service
@@ -23,7 +24,7 @@ from engine.processing.streams import Stream, UpstreamError
 from engine.topics import Topic
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     from engine.commit.quiesce import Quiesce
     from engine.events import Event, RawRecord
@@ -52,6 +53,26 @@ def error_headers(record: RawRecord, error: BaseException, agent: str) -> list[t
         ("engine-partition", str(record.partition).encode()),
         ("engine-offset", str(record.offset).encode()),
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterOrigin:
+    """What `error_headers` wrote into a dead letter: the error, and the record's agent and place."""
+
+    error: str
+    error_type: str
+    agent: str
+    topic: str
+    partition: int
+    offset: int
+
+
+def read_error_headers(headers: Iterable[tuple[str, bytes]]) -> DeadLetterOrigin:
+    """`error_headers`, read back (the last of each name: engine's, after the record's own)."""
+    found = {name: raw.decode(errors="replace") for name, raw in headers}
+    return DeadLetterOrigin(found.get("engine-error", ""), found.get("engine-error-type", ""),
+                            found.get("engine-agent", ""), found.get("engine-topic", ""),
+                            int(found.get("engine-partition", -1)), int(found.get("engine-offset", -1)))
 
 
 class _InstanceContext:

@@ -29,6 +29,7 @@ from agents import ServiceState
 from engine.agent import Agent
 from engine.clock import wall_clock
 from engine.errors import ConfigError, DecodeError, WorkerFailed
+from engine.processing.runner import read_error_headers
 from engine.runtime import Worker
 from engine.scope import running_as
 from engine.testing.virtual_time import NeverIdle, VirtualTimeLoop
@@ -173,16 +174,14 @@ class TestDriver:
         dlq = self.worker.topology.dlq(found)
         letters = []
         for record in self._unread(dlq.name):
-            headers = {name: raw.decode(errors="replace") for name, raw in record.headers}
-            source = self._declared(headers.get("engine-topic", found.channel.name))
+            origin = read_error_headers(record.headers)
+            source = self._declared(origin.topic or found.channel.name)
             try:
                 key, value = source.decode(record) if source is not None else (record.key, record.value)
             except DecodeError:
                 key, value = record.key, record.value
-            letters.append(DeadLetter(key, value, headers.get("engine-error", ""),
-                                      headers.get("engine-error-type", ""), headers.get("engine-topic", ""),
-                                      int(headers.get("engine-partition", -1)),
-                                      int(headers.get("engine-offset", -1))))
+            letters.append(DeadLetter(key, value, origin.error, origin.error_type, origin.topic,
+                                      origin.partition, origin.offset))
         return letters
 
     def table(self, name: str) -> dict[Any, Any]:
