@@ -8,7 +8,8 @@ beside the agents; the aggregation returns the table it maintains.
     async def report(finals):
         async for (user, window), n in finals.items(): ...
 
-Nothing here runs events: the aggregation declares a table (`app.Table`, windowed by `tumbling`/`hopping`)
+Nothing here runs events: the aggregation declares a table (`app.Table`, windowed by `tumbling`/`hopping`, or
+of sessions by `session`)
 and an internal agent `<name>-aggregate` that applies the steps with the stream operators (`filter`, `map`,
 `group_by` through `<app>-<name>-<n>-repartition`) and updates the table as a hand-written agent would. So a
 pipeline's table has the same changelog, recovery, standbys, final results and exactly-once as any other.
@@ -19,11 +20,12 @@ A pipeline is immutable: every step returns a new one, so one can be the start o
 from __future__ import annotations
 
 import copy
+import operator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from engine.errors import ConfigError
-from engine.windows import HoppingWindow, TumblingWindow
+from engine.windows import HoppingWindow, SessionWindow, TumblingWindow
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -32,9 +34,10 @@ if TYPE_CHECKING:
     from engine.processing.streams import DerivedStream, Stream
     from engine.tables.table import Table
     from engine.topics import Topic
-    from engine.windows import Seconds, Window
+    from engine.windows import Seconds, Window, WindowKind
 
     Update = Callable[[Any, Any, Any], None]  # (table, key, value)
+    Combine = Callable[[Any, Any], Any]
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class Pipeline:
     app: App
     topic: Topic
     steps: tuple[_Step, ...] = ()
-    window: Window | None = None
+    window: WindowKind | None = None
     close_idle_after: Seconds | None = None
 
     # -- steps --------------------------------------------------------------------------------------
@@ -88,7 +91,13 @@ class Pipeline:
         """Aggregate per key and window of `size` starting every `step` (event time)."""
         return self._windowed(HoppingWindow(size, step, expires, grace), close_idle_after)
 
-    def _windowed(self, window: Window, close_idle_after: Seconds | None) -> Pipeline:
+    def session(self, gap: Seconds, *, grace: Seconds = 0, expires: Seconds | None = None,
+                close_idle_after: Seconds | None = None) -> Pipeline:
+        """Aggregate per key and session: events less than `gap` apart (event time), Kafka Streams' session
+        windows (engine.tables.sessions). `aggregate` needs a `merge` for two sessions' values."""
+        return self._windowed(SessionWindow(gap, grace, expires), close_idle_after)
+
+    def _windowed(self, window: WindowKind, close_idle_after: Seconds | None) -> Pipeline:
         if self.window is not None:
             raise ConfigError("a pipeline has one window")
         return replace(self, window=window, close_idle_after=close_idle_after)
@@ -97,44 +106,61 @@ class Pipeline:
 
     def count(self, name: str) -> Any:
         """The number of values per key (and window)."""
-        return self._aggregate(name, int, int, _add_one)
+        return self._aggregate(name, int, int, _add_one, operator.add, _count_one)
 
     def sum(self, name: str, fun: Callable[[Any], Any] | None = None) -> Any:
         """The sum of `fun(value)` (the value itself if no `fun`) per key (and window)."""
         pick = fun or _same
-        return self._aggregate(name, int, None, lambda table, key, value: _add(table, key, pick(value)))
+        return self._aggregate(name, int, None, lambda table, key, value: _add(table, key, pick(value)),
+                               operator.add, lambda total, value: total + pick(value))
 
     def reduce(self, name: str, fun: Callable[[Any, Any], Any]) -> Any:
         """`fun(aggregate, value)` per key (and window), starting from the first value (None stands for
-        "no value yet": `fun` is never given None as its aggregate)."""
+        "no value yet": `fun` is never given None as its aggregate). Two sessions merge by `fun` too, as in
+        Kafka Streams."""
         windowed = self.window is not None
+
+        def add(old: Any, value: Any) -> Any:
+            return value if old is None else fun(old, value)
 
         def update(table: Any, key: Any, value: Any) -> None:
-            _apply(table, key, lambda old: value if old is None else fun(old, value), windowed)
+            _apply(table, key, lambda old: add(old, value), windowed)
 
-        return self._aggregate(name, _none, None, update)
+        return self._aggregate(name, _none, None, update, add, add)
 
-    def aggregate(self, name: str, initial: Any, fun: Callable[[Any, Any], Any]) -> Any:
+    def aggregate(self, name: str, initial: Any, fun: Callable[[Any, Any], Any], *,
+                  merge: Callable[[Any, Any], Any] | None = None) -> Any:
         """`fun(aggregate, value)` per key (and window), starting from `initial` (a value, copied for each
-        key, or a function that makes one)."""
+        key, or a function that makes one); `merge(aggregate, aggregate)` combines two sessions' (needed
+        for sessions only)."""
         start = initial if callable(initial) else (lambda: copy.deepcopy(initial))
         windowed = self.window is not None
+        if isinstance(self.window, SessionWindow) and merge is None:
+            raise ConfigError(f"pipeline {name!r}: aggregating sessions needs merge=, to combine two "
+                              "sessions' values when an event bridges them")
 
         def update(table: Any, key: Any, value: Any) -> None:
             _apply(table, key, lambda old: fun(old, value), windowed)
 
-        return self._aggregate(name, start, None, update)
+        return self._aggregate(name, start, None, update, merge or _no_merge, fun)
 
     def _aggregate(self, name: str, default: Callable[[], Any], value_type: type | None,
-                   update: Update) -> Any:
+                   update: Update, merge: Combine, add: Combine) -> Any:
+        """Declare the table and its agent: `update(table, key, value)` writes a value into a table (plain or
+        of fixed windows); a session table instead adds it with `add(aggregate, value)` and merges two
+        sessions with `merge`."""
         key_type = self.topic.key_type
         for step in self.steps:
             if step.kind == "group_by":
                 key_type = step.key_type
         table: Table = self.app.Table(name, default=default, key_type=key_type, value_type=value_type)
         target: Any = table
-        if self.window is not None:
-            target = table.windowed_by(self.window, close_idle_after=self.close_idle_after)
+        if isinstance(self.window, SessionWindow):
+            target = table.session_windowed(self.window, initial=default, add=add, merge=merge,
+                                            close_idle_after=self.close_idle_after)
+            update = _add_to_session
+        elif self.window is not None:
+            target = table.windowed_by(cast("Window", self.window), close_idle_after=self.close_idle_after)
         steps = self.steps
 
         async def aggregate(stream: Stream) -> None:
@@ -162,6 +188,18 @@ def _same(value: Any) -> Any:
 
 def _none() -> None:
     return None
+
+
+def _count_one(count: int, _value: Any) -> int:
+    return count + 1
+
+
+def _no_merge(_one: Any, _other: Any) -> Any:
+    raise AssertionError("only sessions merge aggregates")
+
+
+def _add_to_session(table: Any, key: Any, value: Any) -> None:
+    table.update(key, value)
 
 
 def _add_one(table: Any, key: Any, value: Any) -> None:

@@ -4,7 +4,8 @@ milliseconds inside, so that 0.1 + 0.2 never decides which window an event falls
     TumblingWindow(10).ranges(25)     == [WindowRange(20, 30)]
     HoppingWindow(10, 5).ranges(12)   == [WindowRange(5, 15), WindowRange(10, 20)]
 
-Windows are half-open, [start, end). A window may still change while stream time (the largest event time
+Tumbling and hopping windows are half-open, [start, end); sessions (SessionWindow) span their first to their
+last event, both included. A window may still change while stream time (the largest event time
 seen) is before `end + grace`; after that it is closed. It is deleted once stream time passes
 `end + expires` (`expires` defaults to the larger of the size and the grace).
 """
@@ -43,18 +44,24 @@ def _seconds(ms: int) -> float:
     return ms // 1000 if ms % 1000 == 0 else ms / 1000
 
 
-class Window(Protocol):
-    """What a windowed table needs of a kind of window (tumbling and hopping today; sliding and session
-    next): which windows an event time falls in, and when a window closes and expires. Exact ms."""
-
-    @property
-    def size_ms(self) -> int: ...
+class WindowKind(Protocol):
+    """What every kind of window tells the rest of engine (exports, the CLI): its parameters."""
 
     @property
     def grace_ms(self) -> int: ...
 
     def spec(self) -> dict[str, int]:
-        """The window's parameters in ms, as exports record them (size_ms, step_ms, grace_ms, expires_ms)."""
+        """The window's parameters in ms, as exports record them (size_ms, step_ms, grace_ms, expires_ms;
+        gap_ms for sessions)."""
+
+
+class Window(WindowKind, Protocol):
+    """What a windowed table needs of a kind of window of fixed size (tumbling and hopping): which windows
+    an event time falls in, and when a window closes and expires. Exact ms. (Session windows have no
+    fixed size, and their own table: engine.tables.sessions.)"""
+
+    @property
+    def size_ms(self) -> int: ...
 
     def starts_ms(self, ts_ms: int) -> list[int]:
         """The start of every window containing `ts_ms`, oldest first; none starts before the epoch."""
@@ -163,3 +170,53 @@ class TumblingWindow(HoppingWindow):
             return super().open_starts_ms(ts_ms, stream_time_ms)
         start = ts_ms - ts_ms % self.size_ms
         return [start] if stream_time_ms < start + self.closes_after_ms else []
+
+
+@dataclass(frozen=True)
+class SessionWindow:
+    """Sessions per key: events less than `gap` apart (event time) are one session, whose window runs from its
+    first event's time to its last's; an event within `gap` of two sessions merges them. Kafka Streams'
+    `SessionWindows.ofInactivityGapAndGrace(gap, grace)`.
+
+    As in Kafka Streams with `suppress(untilWindowCloses(...))`: an event is late when the session it would
+    make ends before stream time minus gap minus grace; a session is emitted final once stream time reaches
+    its end plus gap plus grace, or at once if it is written then. A session is gone once stream time
+    reaches its end plus gap plus `expires` (default: the grace, so a final session is gone for the next
+    event: Kafka Streams' default session store retention, gap plus grace). With a longer `expires`, a
+    final session can still be merged into a newer one by an event that bridges the two (that event's own
+    session is not late): then the merged session is emitted final in its turn.
+    """
+
+    gap: Seconds
+    grace: Seconds = 0
+    expires: Seconds | None = None
+    gap_ms: int = field(init=False, repr=False, compare=False)
+    grace_ms: int = field(init=False, repr=False, compare=False)
+    expires_ms: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        gap, grace = to_ms(self.gap, "gap"), to_ms(self.grace, "grace")
+        if gap <= 0:
+            raise ConfigError(f"session gap must be positive, not {self.gap!r}")
+        if grace < 0:
+            raise ConfigError(f"window grace must not be negative, not {self.grace!r}")
+        expires = grace if self.expires is None else to_ms(self.expires, "expires")
+        if expires < grace:
+            raise ConfigError("window expires must be at least its grace, or sessions would be gone before "
+                              "they are final")
+        for name, value in (("gap_ms", gap), ("grace_ms", grace), ("expires_ms", expires)):
+            object.__setattr__(self, name, value)  # a frozen dataclass sets derived fields this way
+
+    def spec(self) -> dict[str, int]:
+        return {"gap_ms": self.gap_ms, "grace_ms": self.grace_ms, "expires_ms": self.expires_ms}
+
+    def late(self, end_ms: int, stream_time_ms: int) -> bool:
+        """Whether a session ending at `end_ms` can no longer be made or changed at `stream_time_ms`."""
+        return end_ms + self.gap_ms + self.grace_ms < stream_time_ms
+
+    def closes_at(self, end_ms: int) -> int:
+        """The stream time at which a session ending at `end_ms` is emitted final."""
+        return end_ms + self.gap_ms + self.grace_ms
+
+    def expired(self, end_ms: int, stream_time_ms: int) -> bool:
+        return end_ms + self.gap_ms + self.expires_ms <= stream_time_ms

@@ -4,7 +4,7 @@ store pairs into record batches, a chunk at a time.
 Columns, in order:
 - `key`, typed from the table's key type (`str`, `int`, ...; bytes for raw keys);
 - windowed tables: `window_start` and `window_end`, UTC timestamps in milliseconds (from the key layout in
-  engine.tables.windowed: the start is in the key, the end is start + size);
+  engine.tables.keys: the start is in the key, the end is start + size, or in the key too for sessions);
 - the value: a dataclass `value_type` gives one column per field (named `value_<field>` if it would clash
   with the columns above); anything else is one `value` column.
 
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from engine.codecs import loads_many
 from engine.errors import EngineError
 from engine.export.optional import require
-from engine.tables.keys import META_PREFIX, window_inner_key, window_start
+from engine.tables.keys import META_PREFIX, window_bounds, window_inner_key
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -144,12 +144,13 @@ class TableColumns:
         if self.window is None:
             columns.append(self._decode(self.key_codec, keys, self.key_type, "key"))
         else:
-            compute = require("pyarrow.compute", "table export")
             inner = [window_inner_key(raw) for raw in keys]
-            starts = pa.array([window_start(raw) for raw in keys], pa.int64())
+            size = getattr(self.window, "size_ms", None)  # (None for sessions: their keys have their end)
+            bounds = [window_bounds(raw, size) for raw in keys]
             stamp = pa.timestamp("ms", tz="UTC")
-            columns += [self._decode(self.key_codec, inner, self.key_type, "key"), starts.cast(stamp),
-                        compute.add(starts, self.window.size_ms).cast(stamp)]
+            columns += [self._decode(self.key_codec, inner, self.key_type, "key"),
+                        pa.array([start for start, _ in bounds], pa.int64()).cast(stamp),
+                        pa.array([end for _, end in bounds], pa.int64()).cast(stamp)]
         value_column = self._decode(self.value_codec, values, self.value_type, "value")
         schema = self.schema or self._fix_schema(columns[0].type, value_column.type)
         columns += value_column.flatten() if self.flatten else [value_column]

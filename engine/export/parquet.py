@@ -40,6 +40,8 @@ KEY_LAYOUT = {
     "plain": "the key encoded by the table's key codec",
     "windowed": "4-byte big-endian key length, the key encoded by the table's key codec, 8-byte big-endian "
                 "window start in milliseconds plus 2**63",
+    "session": "4-byte big-endian key length, the key encoded by the table's key codec, 8-byte big-endian "
+               "session start then 8-byte big-endian session end, each in milliseconds plus 2**63",
 }
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ def _describe(snapshot: TableSnapshot, columns: TableColumns) -> dict[str, Any]:
         "encoding": {
             "key_codec": columns.key_codec.name,
             "value_codec": columns.value_codec.name,
-            "store_key": KEY_LAYOUT["windowed" if table.window is not None else "plain"],
+            "store_key": KEY_LAYOUT[table.key_layout],
         },
         "window": None if table.window is None else table.window.spec(),
     }

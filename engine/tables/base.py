@@ -26,14 +26,14 @@ from engine.partitioner import CACHED_KEYS, partition_for
 from engine.processing.streams import current_event
 from engine.scope import PerWorker
 from engine.stores import store_scheme
-from engine.tables.keys import META_PREFIX, window_key
+from engine.tables.keys import META_PREFIX, stored_key
 from engine.tables.partition import DELETED, MISSING, TablePartition, Windowing
 from engine.topics import Topic
 
 if TYPE_CHECKING:
     from engine.events import Event
     from engine.stores.base import PartitionStore, StoreView
-    from engine.windows import Window
+    from engine.windows import WindowKind
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,8 @@ class BaseTable(MutableMapping[Any, Any]):
         self.name = name
         self.app_id = app_id
         self.default = default
-        self.window: Window | None = None  # set when a Table is made windowed: keys are (key, window start)
+        # Set when a Table is made windowed: keys are (key, window start), or (key, start, end) for sessions.
+        self.window: WindowKind | None = None
         self.windowed: Windowing | None = None
         self.store_url = store
         self.changelog_topic = source_topic or Topic(
@@ -270,6 +271,14 @@ class BaseTable(MutableMapping[Any, Any]):
         table's keys are (key, WindowRange)."""
         return self.changelog_topic
 
+    @property
+    def key_layout(self) -> str:
+        """How its store and changelog keys are laid out (engine.tables.keys): "plain", "windowed" (key and
+        window start) or "session" (key, start and end)."""
+        if self.window is None:
+            return "plain"
+        return "windowed" if hasattr(self.window, "size_ms") else "session"
+
     # -- locating keys ------------------------------------------------------------------------------
 
     def locate_key(self, key: Any) -> tuple[bytes, int]:
@@ -282,7 +291,7 @@ class BaseTable(MutableMapping[Any, Any]):
         if self.window is None:
             return self._locations.get(key) or self._locate_new(key)
         inner, number = self._locations.get(key[0]) or self._locate_new(key[0])
-        return window_key(inner, key[1]), number
+        return stored_key(inner, key), number
 
     def _locate_new(self, key: Any) -> tuple[bytes, int]:
         """Encode a key (without its window) and hash it to its partition; cached, since the same keys come
@@ -352,13 +361,13 @@ class BaseTable(MutableMapping[Any, Any]):
         if self.window is None:
             return self._route_write(key, current_event.get())
         part, inner = self._route_write(key[0], current_event.get())
-        return part, window_key(inner, key[1])
+        return part, stored_key(inner, key)
 
     def _for_read(self, key: Any) -> tuple[TablePartition, bytes]:
         if self.window is None:
             return self._route_read(key)
         part, inner = self._route_read(key[0])
-        return part, window_key(inner, key[1])
+        return part, stored_key(inner, key)
 
     def _warn_codec_mismatch(self, topic: str) -> None:
         """The event's own key hashes to another partition under the table's key codec than the topic's

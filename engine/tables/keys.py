@@ -7,9 +7,14 @@ A plain table's key is the key encoded by the table's key codec. A windowed tabl
     n bytes   the key, encoded by the table's key codec
     8 bytes   big-endian window start in milliseconds, plus 2**63 (so that negative starts sort first)
 
-so one key's windows are contiguous and ordered by start. Engine's own records (a windowed partition's
-stream time and the newest window emitted closed) start with META_PREFIX, which no windowed key starts with
-(its length prefix is never 0xffffffff); readers of table keys skip them.
+so one key's windows are contiguous and ordered by start. A session table's key (engine.tables.sessions)
+has one more field, since a session has no fixed size:
+
+    8 bytes   big-endian session end (its last event's time) in milliseconds, plus 2**63
+
+A key's sessions never overlap, so its start alone orders and tells them apart. Engine's own records (a
+windowed partition's stream time and the newest window emitted closed) start with META_PREFIX, which no
+windowed key starts with (its length prefix is never 0xffffffff); readers of table keys skip them.
 """
 
 from __future__ import annotations
@@ -32,9 +37,30 @@ def window_key(key_bytes: bytes, start_ms: int) -> bytes:
     return len(key_bytes).to_bytes(4, "big") + key_bytes + (start_ms + OFFSET).to_bytes(8, "big")
 
 
+def session_key(key_bytes: bytes, start_ms: int, end_ms: int) -> bytes:
+    return window_key(key_bytes, start_ms) + (end_ms + OFFSET).to_bytes(8, "big")
+
+
+def stored_key(key_bytes: bytes, windowed: tuple[Any, ...]) -> bytes:
+    """The store key of a windowed table's key (key, start) or a session table's (key, start, end)."""
+    if len(windowed) == 2:
+        return window_key(key_bytes, windowed[1])
+    return session_key(key_bytes, windowed[1], windowed[2])
+
+
 def split_window_key(raw: bytes) -> tuple[bytes, int]:
     length = int.from_bytes(raw[:4], "big")
     return raw[4:4 + length], int.from_bytes(raw[4 + length:12 + length], "big") - OFFSET
+
+
+def window_bounds(raw: bytes, size_ms: int | None) -> tuple[int, int]:
+    """(start ms, end ms) of a windowed store key: the end is in a session key, else start + `size_ms`."""
+    length = int.from_bytes(raw[:4], "big")
+    start = int.from_bytes(raw[4 + length:12 + length], "big") - OFFSET
+    if len(raw) > 12 + length:
+        return start, int.from_bytes(raw[12 + length:20 + length], "big") - OFFSET
+    assert size_ms is not None, "a window key without an end needs the window's size"
+    return start, start + size_ms
 
 
 def key_prefix(key_bytes: bytes) -> tuple[bytes, bytes]:
@@ -44,7 +70,8 @@ def key_prefix(key_bytes: bytes) -> tuple[bytes, bytes]:
 
 
 class WindowKeyCodec:
-    """Store keys of a windowed table: (key, window start in ms) <-> the layout above."""
+    """Store keys of a windowed table: (key, window start in ms) <-> the layout above; a session table's
+    (key, start ms, end ms)."""
 
     name = "windowed"
 
@@ -52,15 +79,18 @@ class WindowKeyCodec:
         self.inner = key_codec
 
     def encode(self, value: Any) -> bytes | None:
-        key, start_ms = value
-        encoded = self.inner.encode(key)
+        encoded = self.inner.encode(value[0])
         assert encoded is not None
-        return window_key(encoded, start_ms)
+        return stored_key(encoded, value)
 
     def decode(self, data: bytes | None) -> Any:
         assert data is not None
-        key_bytes, start_ms = split_window_key(data)
-        return self.inner.decode(key_bytes), start_ms
+        length = int.from_bytes(data[:4], "big")
+        key = self.inner.decode(data[4:4 + length])
+        start = int.from_bytes(data[4 + length:12 + length], "big") - OFFSET
+        if len(data) > 12 + length:
+            return key, start, int.from_bytes(data[12 + length:20 + length], "big") - OFFSET
+        return key, start
 
     def decode_many(self, datas: list[bytes | None]) -> list[Any]:
         return [self.decode(data) for data in datas]
@@ -72,24 +102,19 @@ class WindowedChangelogKeyCodec(WindowKeyCodec):
 
     skips = True
 
-    def __init__(self, key_codec: Codec, size_ms: int) -> None:
+    def __init__(self, key_codec: Codec, size_ms: int | None) -> None:
         super().__init__(key_codec)
-        self.size_ms = size_ms
+        self.size_ms = size_ms  # None for sessions: their keys carry their end
 
     def decode(self, data: bytes | None) -> Any:
         if data is None:
             return None
         if data.startswith(META_PREFIX):
             return SKIP  # engine's own record (stream time), not a window
-        key, start_ms = super().decode(data)
-        return key, WindowRange.from_ms(start_ms, start_ms + self.size_ms)
-
-
-def window_start(raw: bytes) -> int:
-    """The window start (ms) of a windowed store key."""
-    return int.from_bytes(raw[-8:], "big") - OFFSET
+        key_bytes, _ = split_window_key(data)
+        return self.inner.decode(key_bytes), WindowRange.from_ms(*window_bounds(data, self.size_ms))
 
 
 def window_inner_key(raw: bytes) -> bytes:
     """The encoded key alone of a windowed store key."""
-    return raw[4:-8]
+    return raw[4:4 + int.from_bytes(raw[:4], "big")]

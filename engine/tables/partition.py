@@ -44,6 +44,21 @@ class WindowState:
         self.idle_upto: float | None = None
 
 
+class SessionState(WindowState):
+    """A session table partition's window state (engine.tables.sessions): besides stream time, each key's
+    live sessions, start -> (end, whether the store has it), and the sessions to emit final once stream
+    time reaches their close, a heap of (close time, sequence, key, start, end); `live` and `closed_upto`
+    are unused."""
+
+    __slots__ = ("due", "sequence", "sessions")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sessions: dict[Any, dict[int, tuple[int, bool]]] = {}
+        self.due: list[tuple[int, int, Any, int, int]] = []
+        self.sequence = 0  # orders sessions closing at the same time (keys need not be comparable)
+
+
 class Windowing(Protocol):
     """What a table's windowed face (engine.tables.windowed) does for the rest of engine: a checkpoint's steps
     on one partition, and its topics. (Typed here, below both, so that the table and its windowed face do not

@@ -1,5 +1,6 @@
 """Tables: dict-like state, partitioned like the stream that writes it, backed by a compacted changelog
-`<app>-<name>-changelog`; `tumbling(...)`/`hopping(...)` make it windowed (engine.tables.windowed).
+`<app>-<name>-changelog`; `tumbling(...)`/`hopping(...)` make it windowed (engine.tables.windowed), a
+pipeline's `session(...)` a table of sessions (engine.tables.sessions).
 
     counts = app.Table("word-counts", default=int, key_type=str)
     views = app.Table("views", default=int).hopping(size=600, step=60, expires=3600)
@@ -13,13 +14,17 @@ from engine.errors import ConfigError
 from engine.tables.base import BaseTable, KeyNotInPartition, PartitionNotLocal, TableError
 from engine.tables.joins import How, join_tables
 from engine.tables.keys import WindowedChangelogKeyCodec, WindowKeyCodec
+from engine.tables.sessions import SessionTable
 from engine.tables.windowed import Timestamp, WindowedTable
 from engine.topics import Topic
 from engine.windows import HoppingWindow, Seconds, TumblingWindow, to_ms
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
     from engine.app import App
-    from engine.windows import Window
+    from engine.windows import SessionWindow, Window, WindowKind
 
 __all__ = ["KeyNotInPartition", "PartitionNotLocal", "Table", "TableError"]
 
@@ -82,14 +87,33 @@ class Table(BaseTable):
     def windowed_by(self, window: Window, *, timestamp: Timestamp | None = None, late_topic: bool = False,
                     close_idle_after: Seconds | None = None) -> WindowedTable:
         """Make this a table of `window`'s windows (what `tumbling` and `hopping` make, and pipelines)."""
+        late, idle = self._window_by(window, window.size_ms, late_topic, close_idle_after)
+        windowed = WindowedTable(self, window, timestamp=timestamp, late_topic=late, close_idle_after=idle)
+        self.windowed = windowed
+        return windowed
+
+    def session_windowed(self, window: SessionWindow, *, initial: Callable[[], Any],
+                         add: Callable[[Any, Any], Any], merge: Callable[[Any, Any], Any],
+                         timestamp: Timestamp | None = None, late_topic: bool = False,
+                         close_idle_after: Seconds | None = None) -> SessionTable:
+        """Make this a table of sessions, each the aggregate of its events by `add(aggregate, value)` from
+        `initial()`, two merged by `merge` (what a pipeline's `session(...)` makes)."""
+        late, idle = self._window_by(window, None, late_topic, close_idle_after)
+        sessions = SessionTable(self, window, initial=initial, add=add, merge=merge, timestamp=timestamp,
+                                late_topic=late, close_idle_after=idle)
+        self.windowed = sessions
+        return sessions
+
+    def _window_by(self, window: WindowKind, size_ms: int | None, late_topic: bool,
+                   close_idle_after: Seconds | None) -> tuple[Topic | None, float | None]:
+        """Key the table by window (`size_ms`: None where keys carry their end); its late topic, if asked
+        for, and `close_idle_after` in seconds."""
         if self.window is not None:
             raise ConfigError(f"table {self.name!r} is already windowed")
         self.window = window
         self.key_codec = WindowKeyCodec(self.plain_key_codec)
-        self.changelog_topic.use_codecs(key=WindowedChangelogKeyCodec(self.plain_key_codec, window.size_ms))
+        self.changelog_topic.use_codecs(key=WindowedChangelogKeyCodec(self.plain_key_codec, size_ms))
         late = Topic(f"{self.app_id}-{self.name}-late", key_serializer="raw",
                      value_serializer="raw", internal=True) if late_topic else None
         idle = None if close_idle_after is None else to_ms(close_idle_after, "close_idle_after") / 1000
-        self.windowed = WindowedTable(self, window, timestamp=timestamp, late_topic=late,
-                                      close_idle_after=idle)
-        return self.windowed
+        return late, idle

@@ -40,7 +40,7 @@ from engine.tables.keys import (
     STREAM_TIME_KEY,
     WindowedChangelogKeyCodec,
     key_prefix,
-    split_window_key,
+    window_bounds,
     window_key,
 )
 from engine.tables.partition import DELETED, MISSING, WindowState
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from engine.tables.base import BaseTable
     from engine.tables.partition import TablePartition
     from engine.topics import Topic
-    from engine.windows import Window
+    from engine.windows import Window, WindowKind
 
 Timestamp = Callable[[Any], "float | int | datetime"]
 
@@ -73,13 +73,15 @@ def _advance(part: TablePartition, state: WindowState, ts: int) -> int:
     return current
 
 
-class WindowedTable:
-    """The windowed face of a Table: `table[key]` is that key's WindowSet."""
+class EventTimeTable:
+    """What every windowed face of a table shares (fixed-size windows here, sessions in
+    engine.tables.sessions): event time, stream time per partition (advanced by events, or by idleness with
+    `close_idle_after`), the final-results and late topics, and reporting late events."""
 
     def __init__(
         self,
         table: BaseTable,
-        window: Window,
+        window: WindowKind,
         *,
         timestamp: Timestamp | None = None,
         late_topic: Topic | None = None,
@@ -89,7 +91,7 @@ class WindowedTable:
         if close_idle_after is not None and close_idle_after <= 0:
             raise ConfigError(f"table {table.name!r}: close_idle_after must be a positive number of seconds")
         self.table = table
-        self.window = window
+        self.window_kind = window
         self.close_idle_after = close_idle_after
         self.timestamp = timestamp
         self.late_topic = late_topic
@@ -100,7 +102,6 @@ class WindowedTable:
         self._late_reported_at = -LATE_WARNING_INTERVAL
         self.topics: dict[str, Topic] = {}
         self.closed_topic: Topic | None = None
-        self._sets: dict[Any, WindowSet] = {}
 
     @property
     def name(self) -> str:
@@ -120,7 +121,8 @@ class WindowedTable:
 
             self.closed_topic = Topic(f"{self.table.app_id}-{self.name}-closed", internal=True)
             self.closed_topic.use_codecs(
-                key=WindowedChangelogKeyCodec(self.table.plain_key_codec, self.window.size_ms),
+                key=WindowedChangelogKeyCodec(self.table.plain_key_codec, getattr(self.window_kind, "size_ms",
+                                                                                  None)),
                 value=self.table.value_codec,
             )
         return self.closed_topic
@@ -137,6 +139,19 @@ class WindowedTable:
             extract = topic.timestamp if topic is not None else None
         return event_time_ms(extract, event)
 
+    def _valid_time(self, event: Event) -> int:
+        """The event's time in ms, refused if the record has none."""
+        ts = event.time_ms  # the topic's extractor, applied at dispatch
+        if ts is None or self.timestamp is not None:
+            ts = self.event_time_ms(event)
+        if ts < 0:
+            raise InvalidTimestamp(
+                f"windowed table {self.name!r}: {event.topic}[{event.partition}]@{event.offset} has no valid "
+                f"event time ({ts} ms): it was written without a timestamp; give the topic or the table a "
+                "timestamp= extractor"
+            )
+        return ts
+
     def _state(self, part: TablePartition) -> WindowState:
         state = part.windows
         if state is None:
@@ -144,8 +159,8 @@ class WindowedTable:
         return state
 
     def _load_state(self, part: TablePartition) -> WindowState:
-        """Rebuild stream time and the live-window index from the store (once per activation)."""
-        state = WindowState()
+        """Rebuild stream time and the index of live windows from the store (once per activation)."""
+        state = self._new_state()
         raw = part.store.get(STREAM_TIME_KEY)
         if raw is not None:
             state.stream_time = int(raw)
@@ -155,19 +170,135 @@ class WindowedTable:
         state.seen_time, state.moved_at = state.stream_time, self.clock()  # idle from when it is taken here
         decode = self.table.key_codec.decode
         for raw_key, _ in part.store.items():
-            if raw_key.startswith(META_PREFIX):
-                continue
-            key, start = decode(raw_key)
-            state.live.setdefault(start, {})[key] = True
+            if not raw_key.startswith(META_PREFIX):
+                self._index(state, decode(raw_key))
         return state
 
-    # -- updates ------------------------------------------------------------------------------------
+    def _new_state(self) -> WindowState:
+        return WindowState()
+
+    def _index(self, state: WindowState, stored: Any) -> None:
+        """Add a window the store has (its decoded store key) to the partition's index of live windows."""
+        key, start = stored
+        state.live.setdefault(start, {})[key] = True
 
     def _event(self) -> Event:
         event = current_event.get()
         if event is None:
             raise EngineError(f"windowed table {self.name!r}: updates need an event (write from an agent)")
         return event
+
+    def _late(self, part: TablePartition, event: Event, ts: int, stream_time: int, needed: int) -> None:
+        """Count a late event, keep it for the late topic if asked, and say so (at most once per
+        LATE_WARNING_INTERVAL per table): how many, and the grace that would have kept them (`needed` ms
+        more than there is)."""
+        self.late_events += 1
+        if self.late_topic is not None:
+            part.late.append(event.record)
+        self._late_unreported += 1
+        self._late_needed_ms = max(self._late_needed_ms, needed + self.window_kind.grace_ms)
+        now = time.monotonic()
+        if now - self._late_reported_at >= LATE_WARNING_INTERVAL:
+            log.warning(
+                "windowed table %r: %d late event(s) dropped since the last report (%d in all; e.g. "
+                "%s[%d]@%d, %.3f s behind stream time): a grace of %.3f s would have kept them (it is %.3f s)"
+                "%s", self.name, self._late_unreported, self.late_events, event.topic, event.partition,
+                event.offset, (stream_time - ts) / 1000, self._late_needed_ms / 1000,
+                self.window_kind.grace_ms / 1000,
+                "; they went to the late topic" if self.late_topic is not None else "")
+            self._late_unreported, self._late_needed_ms, self._late_reported_at = 0, 0, now
+
+    def advance(self, part: TablePartition, processed: int | None) -> None:
+        """Advance the partition's stream time to `processed`, the largest event time of the records its
+        task processed, written or not (an event an agent filtered out also moves time on). With
+        `close_idle_after`, a partition whose stream time no event moved for that long (wall clock) has it
+        moved on by the wall-clock time since, so that its windows close."""
+        state = self._state(part)
+        if processed is not None:
+            _advance(part, state, processed)
+        now = self.clock()
+        if state.stream_time != state.seen_time:  # events moved it
+            state.seen_time, state.moved_at, state.idle_upto = state.stream_time, now, None
+            return
+        idle_after = self.close_idle_after
+        if idle_after is None or state.stream_time is None or now - state.moved_at < idle_after:
+            return
+        since = state.idle_upto if state.idle_upto is not None else state.moved_at
+        added = round((now - since) * 1000)
+        if added > 0:
+            state.stream_time = state.seen_time = state.stream_time + added
+            part.meta[STREAM_TIME_KEY] = str(state.stream_time).encode()
+            state.idle_upto = now
+
+    def windows(self, key: Any) -> Iterator[tuple[WindowRange, Any]]:
+        for start, end, value in self.windows_ms(key):
+            yield WindowRange.from_ms(start, end), value
+
+    def windows_ms(self, key: Any, standby: StoreView | None = None) -> list[tuple[int, int, Any]]:
+        """(start ms, end ms, value) of every window of `key`, oldest first: from its partition active here
+        (writes since the last checkpoint included), or from a `standby` store (a standby's, or one opened
+        offline: as its changelog has it)."""
+        overlays: tuple[Mapping[Any, Any], ...] = ()
+        if standby is not None:
+            store, inner = standby, self.table.plain_key_codec.encode(key)  # (no partition count offline)
+            if inner is None:
+                raise EngineError(f"windowed table {self.name!r}: a key cannot be None")
+        else:
+            part, inner = self.table._route_read(key)
+            store, overlays = part.store, (part.flushing or {}, part.buffer)
+        low, high = key_prefix(inner)
+        size: int | None = getattr(self.window_kind, "size_ms", None)  # (sessions: their keys have their end)
+        values: dict[tuple[int, int], Any] = {}
+        decode = self.table.value_codec.decode
+        for raw_key, raw_value in store.items(low, high):
+            values[window_bounds(raw_key, size)] = decode(raw_value)
+        for overlay in overlays:
+            for window_key_, value in overlay.items():
+                if isinstance(window_key_, tuple) and window_key_[0] == key:
+                    bounds = ((window_key_[1], window_key_[2]) if len(window_key_) == 3 or size is None
+                              else (window_key_[1], window_key_[1] + size))
+                    if value is DELETED:
+                        values.pop(bounds, None)
+                    else:
+                        values[bounds] = value
+        return [(start, end, values[start, end]) for start, end in sorted(values)]
+
+    def _emit(self, part: TablePartition, state: WindowState, keys: list[tuple[Any, ...]],
+              closed_upto: int) -> list[tuple[bytes, bytes]]:
+        """Closed windows (their table keys, in order) as (store key, value) records, marked emitted up to
+        `closed_upto` (an engine record in the same checkpoint)."""
+        records, part.unsent_closes = part.unsent_closes, []
+        locate, encode = self.table.locate, self.table.value_codec.encode
+        for window_key_ in keys:
+            value = part.get(window_key_, locate(window_key_)[0])
+            if value is not MISSING:
+                encoded = encode(value)
+                assert encoded is not None
+                records.append((locate(window_key_)[0], encoded))
+        state.closed_upto = closed_upto
+        part.meta[CLOSED_KEY] = str(closed_upto).encode()
+        return records
+
+
+class WindowedTable(EventTimeTable):
+    """The windowed face of a Table of fixed-size windows: `table[key]` is that key's WindowSet."""
+
+    def __init__(
+        self,
+        table: BaseTable,
+        window: Window,
+        *,
+        timestamp: Timestamp | None = None,
+        late_topic: Topic | None = None,
+        clock: Callable[[], float] = wall_time,
+        close_idle_after: float | None = None,
+    ) -> None:
+        super().__init__(table, window, timestamp=timestamp, late_topic=late_topic, clock=clock,
+                         close_idle_after=close_idle_after)
+        self.window = window
+        self._sets: dict[Any, WindowSet] = {}
+
+    # -- updates ------------------------------------------------------------------------------------
 
     def update(self, key: Any, fun: Callable[[Any, Any], Any], arg: Any) -> bool:
         """Set every open window of `key` containing the event's time to `fun(old, arg)`; False if it was
@@ -185,14 +316,8 @@ class WindowedTable:
         if event is None:
             event = self._event()  # raises, naming the table
         ts = event.time_ms  # the topic's extractor, applied at dispatch
-        if ts is None or self.timestamp is not None:
-            ts = self.event_time_ms(event)
-        if ts < 0:
-            raise InvalidTimestamp(
-                f"windowed table {self.name!r}: {event.topic}[{event.partition}]@{event.offset} has no valid "
-                f"event time ({ts} ms): it was written without a timestamp; give the topic or the table a "
-                "timestamp= extractor"
-            )
+        if ts is None or ts < 0 or self.timestamp is not None:
+            ts = self._valid_time(event)
         part, inner = self.table._route_write(key, event)
         state = part.windows or self._state(part)
         stream_time = state.stream_time
@@ -221,28 +346,10 @@ class WindowedTable:
             buffer[window_key_] = fun(current, arg)
             applied = True
         if not applied:
-            self._late(part, event, ts, stream_time)
+            window = self.window
+            closes_at = window.current_start_ms(ts) + window.size_ms + window.grace_ms
+            self._late(part, event, ts, stream_time, stream_time - closes_at + 1)
         return applied
-
-    def _late(self, part: TablePartition, event: Event, ts: int, stream_time: int) -> None:
-        """Count a late event, keep it for the late topic if asked, and say so (at most once per
-        LATE_WARNING_INTERVAL per table): how many, and the grace that would have kept them."""
-        self.late_events += 1
-        if self.late_topic is not None:
-            part.late.append(event.record)
-        needed = stream_time - (self.window.current_start_ms(ts) + self.window.size_ms) + 1
-        self._late_unreported += 1
-        self._late_needed_ms = max(self._late_needed_ms, needed)
-        now = time.monotonic()
-        if now - self._late_reported_at >= LATE_WARNING_INTERVAL:
-            log.warning(
-                "windowed table %r: %d late event(s) dropped since the last report (%d in all; e.g. "
-                "%s[%d]@%d, %.3f s behind stream time): a grace of %.3f s would have kept them (it is %.3f s)"
-                "%s", self.name, self._late_unreported, self.late_events, event.topic, event.partition,
-                event.offset, (stream_time - ts) / 1000, self._late_needed_ms / 1000,
-                self.window.grace_ms / 1000,
-                "; they went to the late topic" if self.late_topic is not None else "")
-            self._late_unreported, self._late_needed_ms, self._late_reported_at = 0, 0, now
 
     def _default(self) -> Any:
         if self.table.default is None:
@@ -259,84 +366,23 @@ class WindowedTable:
         value = part.get((key, start), window_key(inner, start))
         return self._default() if value is MISSING else value
 
-    def windows(self, key: Any) -> Iterator[tuple[WindowRange, Any]]:
-        for start, end, value in self.windows_ms(key):
-            yield WindowRange.from_ms(start, end), value
-
-    def windows_ms(self, key: Any, standby: StoreView | None = None) -> list[tuple[int, int, Any]]:
-        """(start ms, end ms, value) of every window of `key`, oldest first: from its partition active here
-        (writes since the last checkpoint included), or from a `standby` store (a standby's, or one opened
-        offline: as its changelog has it)."""
-        overlays: tuple[Mapping[Any, Any], ...] = ()
-        if standby is not None:
-            store, inner = standby, self.table.plain_key_codec.encode(key)  # (no partition count offline)
-            if inner is None:
-                raise EngineError(f"windowed table {self.name!r}: a key cannot be None")
-        else:
-            part, inner = self.table._route_read(key)
-            store, overlays = part.store, (part.flushing or {}, part.buffer)
-        low, high = key_prefix(inner)
-        values: dict[int, Any] = {}
-        decode = self.table.value_codec.decode
-        for raw_key, raw_value in store.items(low, high):
-            values[split_window_key(raw_key)[1]] = decode(raw_value)
-        for overlay in overlays:
-            for window_key_, value in overlay.items():
-                if isinstance(window_key_, tuple) and window_key_[0] == key:
-                    if value is DELETED:
-                        values.pop(window_key_[1], None)
-                    else:
-                        values[window_key_[1]] = value
-        size = self.window.size_ms
-        return [(start, start + size, values[start]) for start in sorted(values)]
-
     # -- closing and expiry (called at the checkpoint) ----------------------------------------------
-
-    def advance(self, part: TablePartition, processed: int | None) -> None:
-        """Advance the partition's stream time to `processed`, the largest event time of the records its
-        task processed, written or not (an event an agent filtered out also moves time on). With
-        `close_idle_after`, a partition whose stream time no event moved for that long (wall clock) has it
-        moved on by the wall-clock time since, so that its windows close."""
-        state = self._state(part)
-        if processed is not None:
-            _advance(part, state, processed)
-        now = self.clock()
-        if state.stream_time != state.seen_time:  # events moved it
-            state.seen_time, state.moved_at, state.idle_upto = state.stream_time, now, None
-            return
-        idle_after = self.close_idle_after
-        if idle_after is None or state.stream_time is None or now - state.moved_at < idle_after:
-            return
-        since = state.idle_upto if state.idle_upto is not None else state.moved_at
-        added = round((now - since) * 1000)
-        if added > 0:
-            state.stream_time = state.seen_time = state.stream_time + added
-            part.meta[STREAM_TIME_KEY] = str(state.stream_time).encode()
-            state.idle_upto = now
 
     def close_windows(self, part: TablePartition) -> list[tuple[bytes, bytes]]:
         """The windows of this partition that closed since the last checkpoint, as (store key, value)
         records, oldest first; marks them emitted (an engine record in the same checkpoint)."""
         state = part.windows
-        records, part.unsent_closes = part.unsent_closes, []
         if self.closed_topic is None or state is None or state.stream_time is None:
+            records, part.unsent_closes = part.unsent_closes, []
             return records
         done = state.closed_upto
         starts = sorted(s for s in state.live if (done is None or s > done)
                         and self.window.closed(s, state.stream_time))
         if not starts:
+            records, part.unsent_closes = part.unsent_closes, []
             return records
-        locate, encode = self.table.locate, self.table.value_codec.encode
-        for start in starts:
-            for key in sorted(state.live[start], key=repr):
-                value = self._get(part, (key, start))
-                if value is not MISSING:
-                    encoded = encode(value)
-                    assert encoded is not None
-                    records.append((locate((key, start))[0], encoded))
-        state.closed_upto = starts[-1]
-        part.meta[CLOSED_KEY] = str(starts[-1]).encode()
-        return records
+        keys = [(key, start) for start in starts for key in sorted(state.live[start], key=repr)]
+        return self._emit(part, state, keys, starts[-1])
 
     def expire(self, part: TablePartition) -> int:
         """Delete this partition's windows older than `expires` (called as a checkpoint takes the buffer);

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from agents import ServiceState
 from engine.agent import Agent
 from engine.clock import wall_clock
+from engine.codecs import SKIP
 from engine.errors import ConfigError, DecodeError, WorkerFailed
 from engine.processing.runner import read_error_headers
 from engine.runtime import Worker
@@ -158,11 +159,13 @@ class TestDriver:
 
     def read(self, topic: Topic | Agent | str) -> list[Record]:
         """The records written to `topic` since the last `read` of it, in the order they were written, decoded
-        with its codecs."""
+        with its codecs (without engine's own records on a changelog, which agents never see either)."""
         self._check_open()
         target = self._topic(topic)
         fresh = self._unread(target.name)
-        return [Record(*target.decode(r), r.timestamp, r.headers, r.partition) for r in fresh]
+        decoded = [(target.decode(r), r) for r in fresh]
+        return [Record(key, value, r.timestamp, r.headers, r.partition)
+                for (key, value), r in decoded if key is not SKIP]
 
     def dlq(self, agent: Agent | str) -> list[DeadLetter]:
         """The records `agent` dead-lettered since the last `dlq` of it, oldest first."""
@@ -286,7 +289,9 @@ class TestDriver:
         if window is None:
             yield from table.items()
             return
-        size = window.size_ms
-        for (key, start), value in table.items():
-            yield (key, WindowRange.from_ms(start, start + size)), value
+        size = getattr(window, "size_ms", 0)  # (a session's key has its end)
+        for window_key, value in table.items():
+            key, start = window_key[0], window_key[1]
+            end = window_key[2] if len(window_key) == 3 else start + size
+            yield (key, WindowRange.from_ms(start, end)), value
 

@@ -1,0 +1,236 @@
+"""Session tables: a table whose keys are (key, start, end), one per session of events per key (Kafka Streams'
+session windows), maintained by a pipeline's aggregation (engine.pipelines):
+
+    visits = app.stream(clicks).group_by(lambda c: c.user, key_type=str).session(300, grace=10).count("v")
+
+An event at time t joins every session of its key that ends at t - gap or later and starts at t + gap or
+earlier: none makes a new session [t, t]; one is extended to t; several are merged into one, whose value is
+their values combined by `merge` (then the event added): the sessions merged away get tombstones in the
+changelog, as in Kafka Streams. A session's store key carries its end (engine.tables.keys), so a session that
+grows is written under a new key and its old one deleted; between two checkpoints the buffer coalesces that
+to one write and, if the store had the old one, one tombstone.
+
+Each partition keeps, in memory, every live session of every key (start -> end, and whether the store has
+it): found per event without reading the store, rebuilt from the store when the partition is taken on.
+Stream time and lateness work as for the other windowed tables (engine.tables.windowed), with a session's
+end in place of a window's: see engine.windows.SessionWindow.
+
+Final results (`closed()`) are Kafka Streams' `suppress(untilWindowCloses(...))` exactly: a written session
+is emitted, with its value then, as soon as stream time reaches its close (end + gap + grace), or at once if
+it already has; a session merged away or grown before that is not. Whether a session is emitted depends on
+the order of events (an event may merge a session away just as stream time reaches its close; with
+`expires` longer than the grace, even after), never on when checkpoints happen: the decision is made per
+event, as stream time moves (a heap of the sessions waiting
+for their close), and the emitted records wait in the partition for the next checkpoint, which sends them
+with the offsets of the events that made them. After a restart, the sessions whose close stream time had
+reached were emitted; the others wait again.
+"""
+
+from __future__ import annotations
+
+from heapq import heappop, heappush
+from typing import TYPE_CHECKING, Any
+
+from engine.clock import wall_time
+from engine.errors import ConfigError
+from engine.processing.streams import current_event
+from engine.tables.keys import session_key
+from engine.tables.partition import DELETED, MISSING, SessionState
+from engine.tables.windowed import EventTimeTable, _advance
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from engine.tables.base import BaseTable
+    from engine.tables.partition import TablePartition, WindowState
+    from engine.tables.windowed import Timestamp
+    from engine.topics import Topic
+    from engine.windows import SessionWindow
+
+
+class SessionTable(EventTimeTable):
+    """The session face of a Table: sessions per key, each aggregated with `add(aggregate, value)` from
+    `initial()`, two sessions merged with `merge(aggregate, aggregate)`."""
+
+    def __init__(
+        self,
+        table: BaseTable,
+        window: SessionWindow,
+        *,
+        initial: Callable[[], Any],
+        add: Callable[[Any, Any], Any],
+        merge: Callable[[Any, Any], Any],
+        timestamp: Timestamp | None = None,
+        late_topic: Topic | None = None,
+        clock: Callable[[], float] = wall_time,
+        close_idle_after: float | None = None,
+    ) -> None:
+        super().__init__(table, window, timestamp=timestamp, late_topic=late_topic, clock=clock,
+                         close_idle_after=close_idle_after)
+        self.window = window
+        self.initial, self.add, self.merge = initial, add, merge
+
+    def _new_state(self) -> WindowState:
+        return SessionState()
+
+    def _index(self, state: WindowState, stored: Any) -> None:
+        """(Called before stream time is known: `_load_state` then queues the sessions not yet closed.)"""
+        assert isinstance(state, SessionState)
+        key, start, end = stored
+        state.sessions.setdefault(key, {})[start] = (end, True)
+
+    def _load_state(self, part: TablePartition) -> WindowState:
+        state = super()._load_state(part)
+        assert isinstance(state, SessionState)
+        if self.closed_topic is not None:
+            now = state.stream_time
+            for key, sessions in state.sessions.items():
+                for start, (end, _) in sessions.items():
+                    if now is None or self.window.closes_at(end) > now:
+                        self._await_close(state, key, start, end)
+        return state
+
+    # -- updates ------------------------------------------------------------------------------------
+
+    def update(self, key: Any, value: Any) -> bool:
+        """Add the current event's `value` to the session of `key` its time makes (merging the sessions it
+        bridges); False if that session would be late. Then emit the sessions this event closed (after the
+        merge: a session merged away by the event that closes it is not final, as in Kafka Streams)."""
+        event = current_event.get() or self._event()
+        ts = self._valid_time(event)
+        part, inner = self.table._route_write(key, event)
+        state = part.windows or self._state(part)
+        assert isinstance(state, SessionState)
+        before = stream_time = state.stream_time
+        if stream_time is None or ts > stream_time:
+            stream_time = _advance(part, state, ts)
+        window = self.window
+        gap = window.gap_ms
+        sessions = state.sessions.get(key)
+        found: list[tuple[int, int, bool]] = []
+        start = end = ts
+        if sessions:
+            # Sessions past `expires` are gone for events, whether or not a checkpoint deleted them yet.
+            low = ts - gap if before is None else max(ts - gap, before - gap - window.expires_ms + 1)
+            high = ts + gap
+            for session_start, (session_end, in_store) in sessions.items():
+                if session_end >= low and session_start <= high:
+                    found.append((session_start, session_end, in_store))
+                    start, end = min(start, session_start), max(end, session_end)
+        if window.late(end, stream_time):
+            self._late(part, event, ts, stream_time, stream_time - (end + gap + window.grace_ms))
+            return False
+        aggregate, kept = self.initial(), False
+        for session_start, session_end, in_store in sorted(found):
+            aggregate = self.merge(aggregate, self._value(part, inner, key, session_start, session_end,
+                                                          in_store))
+            if (session_start, session_end) == (start, end):
+                kept = in_store
+            else:
+                self._remove(part, state, key, session_start, session_end, in_store)
+        sessions = state.sessions.get(key)  # (a merge may have removed the key's last entry)
+        if sessions is None:
+            sessions = state.sessions[key] = {}
+        sessions[start] = (end, kept)
+        window_key_ = (key, start, end)
+        part.buffer[window_key_] = self.add(aggregate, value)
+        if self.closed_topic is not None:
+            if window.closes_at(end) <= stream_time:
+                self._emit_final(part, window_key_)
+            elif len(found) != 1 or found[0][:2] != (start, end):  # (else it already waits)
+                self._await_close(state, key, start, end)
+            if stream_time != before and state.due:
+                self._close_due(part, state)
+        return True
+
+    def _value(self, part: TablePartition, inner: bytes, key: Any, start: int, end: int,
+               in_store: bool) -> Any:
+        window_key_ = (key, start, end)
+        value = part.cached(window_key_)
+        if value is MISSING and in_store:
+            value = part.stored(session_key(inner, start, end))
+        return self.initial() if value is MISSING or value is DELETED else value
+
+    @staticmethod
+    def _remove(part: TablePartition, state: SessionState, key: Any, start: int, end: int,
+                in_store: bool) -> None:
+        """Forget a session: a tombstone if the store has it or a checkpoint is writing it there now."""
+        sessions = state.sessions[key]
+        del sessions[start]
+        if not sessions:
+            del state.sessions[key]
+        window_key_ = (key, start, end)
+        if in_store or (part.flushing is not None and window_key_ in part.flushing):
+            part.delete(window_key_)
+        else:
+            part.discard(window_key_)
+
+    # -- closing and expiry (called at the checkpoint) ----------------------------------------------
+
+    def _await_close(self, state: SessionState, key: Any, start: int, end: int) -> None:
+        state.sequence += 1
+        heappush(state.due, (self.window.closes_at(end), state.sequence, key, start, end))
+
+    def _close_due(self, part: TablePartition, state: SessionState) -> None:
+        """Emit every session waiting for a close that stream time has reached, unless it was merged away or
+        grew meanwhile (then its newer self waits, or was emitted)."""
+        due, now = state.due, state.stream_time
+        assert now is not None
+        while due and due[0][0] <= now:
+            _, _, key, start, end = heappop(due)
+            sessions = state.sessions.get(key)
+            if sessions is not None and sessions.get(start, (None,))[0] == end:
+                self._emit_final(part, (key, start, end))
+
+    def _emit_final(self, part: TablePartition, window_key_: tuple[Any, int, int]) -> None:
+        """Keep a session's value now as a final result, for the next checkpoint to send."""
+        store_key = self.table.locate(window_key_)[0]
+        value = part.get(window_key_, store_key)
+        if value is not MISSING:
+            encoded = self.table.value_codec.encode(value)
+            assert encoded is not None
+            part.unsent_closes.append((store_key, encoded))
+
+    def close_windows(self, part: TablePartition) -> list[tuple[bytes, bytes]]:
+        """The final sessions since the last checkpoint, as (store key, value) records in the order they
+        closed, with those that the checkpoint's own advance of stream time (idleness, events no session
+        took) closes."""
+        state = part.windows
+        if isinstance(state, SessionState) and state.stream_time is not None and self.closed_topic:
+            self._close_due(part, state)
+        records, part.unsent_closes = part.unsent_closes, []
+        return records
+
+    def expire(self, part: TablePartition) -> int:
+        """Delete this partition's sessions past `expires`; returns how many were deleted."""
+        state = part.windows
+        if not isinstance(state, SessionState) or state.stream_time is None:
+            return 0
+        now, expired = state.stream_time, self.window.expired
+        gone = [(key, start, end, in_store) for key, sessions in state.sessions.items()
+                for start, (end, in_store) in sessions.items() if expired(end, now)]
+        for key, start, end, in_store in gone:
+            self._remove(part, state, key, start, end, in_store)
+        return len(gone)
+
+    def stored(self, part: TablePartition, writes: Mapping[Any, Any]) -> None:
+        """A checkpoint wrote `writes` to the store: the sessions still live as written are now there."""
+        state = part.windows
+        if not isinstance(state, SessionState):
+            return
+        for window_key_, value in writes.items():
+            if value is DELETED:
+                continue
+            key, start, end = window_key_
+            sessions = state.sessions.get(key)
+            if sessions is not None and sessions.get(start, (None,))[0] == end:
+                sessions[start] = (end, True)
+
+    # -- the mapping face ---------------------------------------------------------------------------
+
+    def __getitem__(self, key: Any) -> Any:
+        raise ConfigError(f"table {self.name!r} holds sessions, which its pipeline's aggregation updates; "
+                          "read them with windows(key)")
+
+    def __repr__(self) -> str:
+        return f"<SessionTable {self.name!r} {self.window}>"
