@@ -9,6 +9,7 @@ import sys
 import time
 
 from tests.kafka.broker import KafkaCluster, resolve_jars
+from tests.kafka.reference import resolve_reference
 
 
 def main() -> int:
@@ -22,10 +23,12 @@ def main() -> int:
                        help="sasl_*: SASL/SCRAM-SHA-512 users admin/admin-secret (a super user) and "
                             "app/app-secret; *ssl: TLS with certificates made at start (in the data dir; ssl "
                             "wants a client certificate, CN=admin a super user); the standard authorizer")
-    sub.add_parser("resolve", help="only resolve and cache the broker jars")
+    sub.add_parser("resolve", help="only resolve and cache the broker jars (and build the Kafka Streams "
+                                   "reference app of the differential tests)")
     args = parser.parse_args()
     if args.command == "resolve":
         print(resolve_jars())
+        print(resolve_reference())
         return 0
     ports = [args.port + 2 * i for i in range(args.nodes)]
     cluster = KafkaCluster(args.nodes, ports=ports, security=args.security).start()

@@ -1,0 +1,96 @@
+import java.nio.file.Files;
+import java.time.Duration;
+import java.util.Properties;
+import java.util.concurrent.CountDownLatch;
+
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.common.serialization.Serde;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.KeyValue;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.JoinWindows;
+import org.apache.kafka.streams.kstream.KStream;
+import org.apache.kafka.streams.kstream.KTable;
+import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.SessionWindows;
+import org.apache.kafka.streams.kstream.SlidingWindows;
+import org.apache.kafka.streams.kstream.StreamJoined;
+import org.apache.kafka.streams.kstream.Suppressed;
+import org.apache.kafka.streams.kstream.Windowed;
+
+/**
+ * Kafka Streams itself, the reference that engine's differential tests compare with: one topology per
+ * mode, over string keys and values with record timestamps, writing its results to an output topic.
+ *
+ *   java Reference BOOTSTRAP APP_ID MODE INPUT OUTPUT A_MS B_MS [RIGHT_INPUT]
+ *
+ * session-count  A = inactivity gap, B = grace: final session counts, key "key@start@end", value the count
+ * sliding-count  A = time difference, B = grace: final sliding-window counts, as above
+ * left-join      A = time difference, B = grace: INPUT left-joined with RIGHT_INPUT, value "left|right"
+ *                ("null" for a missing right)
+ *
+ * Record caches are off, so results do not depend on when Kafka Streams commits. Prints "RUNNING" once it
+ * runs, and stops on SIGTERM.
+ */
+public final class Reference {
+    public static void main(final String[] args) throws Exception {
+        final String bootstrap = args[0], appId = args[1], mode = args[2], input = args[3], output = args[4];
+        final Duration a = Duration.ofMillis(Long.parseLong(args[5])), b = Duration.ofMillis(Long.parseLong(args[6]));
+        final Serde<String> strings = Serdes.String();
+        final StreamsBuilder builder = new StreamsBuilder();
+        final KStream<String, String> stream = builder.stream(input, Consumed.with(strings, strings));
+        final Produced<String, String> produced = Produced.with(strings, strings);
+        switch (mode) {
+            case "session-count" -> finals(stream.groupByKey()
+                    .windowedBy(SessionWindows.ofInactivityGapAndGrace(a, b)).count(), output, produced);
+            case "sliding-count" -> finals(stream.groupByKey()
+                    .windowedBy(SlidingWindows.ofTimeDifferenceAndGrace(a, b)).count(), output, produced);
+            case "left-join" -> {
+                final KStream<String, String> right = builder.stream(args[7], Consumed.with(strings, strings));
+                stream.leftJoin(right, (left, other) -> left + "|" + other, JoinWindows.ofTimeDifferenceAndGrace(a, b),
+                                StreamJoined.with(strings, strings, strings))
+                      .to(output, produced);
+            }
+            default -> throw new IllegalArgumentException("no mode " + mode);
+        }
+        final Properties props = new Properties();
+        props.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
+        props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        props.put(StreamsConfig.STATE_DIR_CONFIG, Files.createTempDirectory("reference-" + appId).toString());
+        props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
+        props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 100);
+        props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
+        props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        final KafkaStreams streams = new KafkaStreams(builder.build(), props);
+        final CountDownLatch stopped = new CountDownLatch(1);
+        streams.setStateListener((now, before) -> {
+            System.out.println(now);
+            if (now == KafkaStreams.State.ERROR || now == KafkaStreams.State.NOT_RUNNING) {
+                stopped.countDown();
+            }
+        });
+        streams.setUncaughtExceptionHandler(error -> {
+            error.printStackTrace();
+            return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+        });
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> streams.close(Duration.ofSeconds(20))));
+        streams.start();
+        stopped.await();
+    }
+
+    /** A windowed count's final results (suppress until the window closes) as "key@start@end" -> count. */
+    private static void finals(final KTable<Windowed<String>, Long> counts,
+                                                            final String output,
+                                                            final Produced<String, String> produced) {
+        counts.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()))
+              .toStream()
+              .filter((key, count) -> count != null)
+              .map((key, count) -> KeyValue.pair(
+                      key.key() + "@" + key.window().start() + "@" + key.window().end(), String.valueOf(count)))
+              .to(output, produced);
+    }
+}
