@@ -44,19 +44,21 @@ class WindowState:
         self.idle_upto: float | None = None
 
 
-class SessionState(WindowState):
-    """A session table partition's window state (engine.tables.sessions): besides stream time, each key's
-    live sessions, start -> (end, whether the store has it), and the sessions to emit final once stream
-    time reaches their close, a heap of (close time, sequence, key, start, end); `live` and `closed_upto`
-    are unused."""
+class KeyedWindowState(WindowState):
+    """The window state of a partition of a table whose windows depend on its events, not only on the clock
+    (sessions, sliding windows: engine.tables.keyed): each key's live windows, start -> (a number the kind
+    keeps: a session's end, a sliding window's newest event time; whether the store has it); the windows
+    waiting to be emitted final, a heap of (stream time at which they close, sequence, table key); and the
+    newest window start written (sliding windows' store time). `live` and `closed_upto` are unused."""
 
-    __slots__ = ("due", "sequence", "sessions")
+    __slots__ = ("due", "sequence", "store_time", "windows")
 
     def __init__(self) -> None:
         super().__init__()
-        self.sessions: dict[Any, dict[int, tuple[int, bool]]] = {}
-        self.due: list[tuple[int, int, Any, int, int]] = []
-        self.sequence = 0  # orders sessions closing at the same time (keys need not be comparable)
+        self.windows: dict[Any, dict[int, tuple[int, bool]]] = {}
+        self.due: list[tuple[int, int, tuple[Any, ...]]] = []
+        self.sequence = 0  # orders windows closing at the same time (keys need not be comparable)
+        self.store_time: int | None = None
 
 
 class Windowing(Protocol):
@@ -95,7 +97,7 @@ class TablePartition:
         self.buffer: dict[Any, Any] = {}
         self.flushing: dict[Any, Any] | None = None
         # Engine's own records, already encoded (key starts with META_PREFIX), sent with the next checkpoint.
-        self.meta: dict[bytes, bytes] = {}
+        self.meta: dict[bytes, bytes | None] = {}  # (None: a tombstone)
         self._decode = value_codec.decode
         self.windows: WindowState | None = None  # loaded from the store at the first windowed use
         self.late: list[RawRecord] = []  # records too late for their windows, for the late topic
@@ -142,7 +144,7 @@ class TablePartition:
         self.flushing = taken
         return taken
 
-    def take_meta(self) -> dict[bytes, bytes]:
+    def take_meta(self) -> dict[bytes, bytes | None]:
         taken, self.meta = self.meta, {}
         return taken
 

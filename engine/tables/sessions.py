@@ -11,32 +11,22 @@ grows is written under a new key and its old one deleted; between two checkpoint
 to one write and, if the store had the old one, one tombstone.
 
 Each partition keeps, in memory, every live session of every key (start -> end, and whether the store has
-it): found per event without reading the store, rebuilt from the store when the partition is taken on.
-Stream time and lateness work as for the other windowed tables (engine.tables.windowed), with a session's
-end in place of a window's: see engine.windows.SessionWindow.
+it; engine.tables.keyed). Stream time and lateness work as for the other windowed tables
+(engine.tables.windowed), with a session's end in place of a window's: see engine.windows.SessionWindow.
 
-Final results (`closed()`) are Kafka Streams' `suppress(untilWindowCloses(...))` exactly: a written session
-is emitted, with its value then, as soon as stream time reaches its close (end + gap + grace), or at once if
-it already has; a session merged away or grown before that is not. Whether a session is emitted depends on
-the order of events (an event may merge a session away just as stream time reaches its close; with
-`expires` longer than the grace, even after), never on when checkpoints happen: the decision is made per
-event, as stream time moves (a heap of the sessions waiting
-for their close), and the emitted records wait in the partition for the next checkpoint, which sends them
-with the offsets of the events that made them. After a restart, the sessions whose close stream time had
-reached were emitted; the others wait again.
+Final results on `closed()`: engine.tables.keyed.
 """
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
-from engine.errors import ConfigError
 from engine.processing.streams import current_event
+from engine.tables.keyed import KeyedWindowsTable
 from engine.tables.keys import session_key
-from engine.tables.partition import DELETED, MISSING, SessionState
-from engine.tables.windowed import EventTimeTable, _advance
+from engine.tables.partition import DELETED, MISSING, KeyedWindowState
+from engine.tables.windowed import _advance
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -48,7 +38,7 @@ if TYPE_CHECKING:
     from engine.windows import SessionWindow
 
 
-class SessionTable(EventTimeTable):
+class SessionTable(KeyedWindowsTable):
     """The session face of a Table: sessions per key, each aggregated with `add(aggregate, value)` from
     `initial()`, two sessions merged with `merge(aggregate, aggregate)`."""
 
@@ -65,30 +55,21 @@ class SessionTable(EventTimeTable):
         clock: Callable[[], float] = wall_time,
         close_idle_after: float | None = None,
     ) -> None:
-        super().__init__(table, window, timestamp=timestamp, late_topic=late_topic, clock=clock,
-                         close_idle_after=close_idle_after)
+        super().__init__(table, window, initial=initial, add=add, timestamp=timestamp, late_topic=late_topic,
+                         clock=clock, close_idle_after=close_idle_after)
         self.window = window
-        self.initial, self.add, self.merge = initial, add, merge
-
-    def _new_state(self) -> WindowState:
-        return SessionState()
+        self.merge = merge
 
     def _index(self, state: WindowState, stored: Any) -> None:
-        """(Called before stream time is known: `_load_state` then queues the sessions not yet closed.)"""
-        assert isinstance(state, SessionState)
+        assert isinstance(state, KeyedWindowState)
         key, start, end = stored
-        state.sessions.setdefault(key, {})[start] = (end, True)
+        state.windows.setdefault(key, {})[start] = (end, True)
 
-    def _load_state(self, part: TablePartition) -> WindowState:
-        state = super()._load_state(part)
-        assert isinstance(state, SessionState)
-        if self.closed_topic is not None:
-            now = state.stream_time
-            for key, sessions in state.sessions.items():
-                for start, (end, _) in sessions.items():
-                    if now is None or self.window.closes_at(end) > now:
-                        self._await_close(state, key, start, end)
-        return state
+    def _window_key(self, key: Any, start: int, bound: int) -> tuple[Any, ...]:
+        return key, start, bound
+
+    def _closes_at(self, window_key_: tuple[Any, ...]) -> int:
+        return self.window.closes_at(window_key_[2])
 
     # -- updates ------------------------------------------------------------------------------------
 
@@ -100,13 +81,13 @@ class SessionTable(EventTimeTable):
         ts = self._valid_time(event)
         part, inner = self.table._route_write(key, event)
         state = part.windows or self._state(part)
-        assert isinstance(state, SessionState)
+        assert isinstance(state, KeyedWindowState)
         before = stream_time = state.stream_time
         if stream_time is None or ts > stream_time:
             stream_time = _advance(part, state, ts)
         window = self.window
         gap = window.gap_ms
-        sessions = state.sessions.get(key)
+        sessions = state.windows.get(key)
         found: list[tuple[int, int, bool]] = []
         start = end = ts
         if sessions:
@@ -128,19 +109,15 @@ class SessionTable(EventTimeTable):
                 kept = in_store
             else:
                 self._remove(part, state, key, session_start, session_end, in_store)
-        sessions = state.sessions.get(key)  # (a merge may have removed the key's last entry)
+        sessions = state.windows.get(key)  # (a merge may have removed the key's last entry)
         if sessions is None:
-            sessions = state.sessions[key] = {}
+            sessions = state.windows[key] = {}
         sessions[start] = (end, kept)
         window_key_ = (key, start, end)
         part.buffer[window_key_] = self.add(aggregate, value)
-        if self.closed_topic is not None:
-            if window.closes_at(end) <= stream_time:
-                self._emit_final(part, window_key_)
-            elif len(found) != 1 or found[0][:2] != (start, end):  # (else it already waits)
-                self._await_close(state, key, start, end)
-            if stream_time != before and state.due:
-                self._close_due(part, state)
+        self._written(part, state, window_key_, len(found) != 1 or found[0][:2] != (start, end), stream_time)
+        if stream_time != before and state.due:
+            self._close_due(part, state)
         return True
 
     def _value(self, part: TablePartition, inner: bytes, key: Any, start: int, end: int,
@@ -152,62 +129,28 @@ class SessionTable(EventTimeTable):
         return self.initial() if value is MISSING or value is DELETED else value
 
     @staticmethod
-    def _remove(part: TablePartition, state: SessionState, key: Any, start: int, end: int,
+    def _remove(part: TablePartition, state: KeyedWindowState, key: Any, start: int, end: int,
                 in_store: bool) -> None:
         """Forget a session: a tombstone if the store has it or a checkpoint is writing it there now."""
-        sessions = state.sessions[key]
+        sessions = state.windows[key]
         del sessions[start]
         if not sessions:
-            del state.sessions[key]
+            del state.windows[key]
         window_key_ = (key, start, end)
         if in_store or (part.flushing is not None and window_key_ in part.flushing):
             part.delete(window_key_)
         else:
             part.discard(window_key_)
 
-    # -- closing and expiry (called at the checkpoint) ----------------------------------------------
-
-    def _await_close(self, state: SessionState, key: Any, start: int, end: int) -> None:
-        state.sequence += 1
-        heappush(state.due, (self.window.closes_at(end), state.sequence, key, start, end))
-
-    def _close_due(self, part: TablePartition, state: SessionState) -> None:
-        """Emit every session waiting for a close that stream time has reached, unless it was merged away or
-        grew meanwhile (then its newer self waits, or was emitted)."""
-        due, now = state.due, state.stream_time
-        assert now is not None
-        while due and due[0][0] <= now:
-            _, _, key, start, end = heappop(due)
-            sessions = state.sessions.get(key)
-            if sessions is not None and sessions.get(start, (None,))[0] == end:
-                self._emit_final(part, (key, start, end))
-
-    def _emit_final(self, part: TablePartition, window_key_: tuple[Any, int, int]) -> None:
-        """Keep a session's value now as a final result, for the next checkpoint to send."""
-        store_key = self.table.locate(window_key_)[0]
-        value = part.get(window_key_, store_key)
-        if value is not MISSING:
-            encoded = self.table.value_codec.encode(value)
-            assert encoded is not None
-            part.unsent_closes.append((store_key, encoded))
-
-    def close_windows(self, part: TablePartition) -> list[tuple[bytes, bytes]]:
-        """The final sessions since the last checkpoint, as (store key, value) records in the order they
-        closed, with those that the checkpoint's own advance of stream time (idleness, events no session
-        took) closes."""
-        state = part.windows
-        if isinstance(state, SessionState) and state.stream_time is not None and self.closed_topic:
-            self._close_due(part, state)
-        records, part.unsent_closes = part.unsent_closes, []
-        return records
+    # -- expiry (called at the checkpoint) ----------------------------------------------------------
 
     def expire(self, part: TablePartition) -> int:
         """Delete this partition's sessions past `expires`; returns how many were deleted."""
         state = part.windows
-        if not isinstance(state, SessionState) or state.stream_time is None:
+        if not isinstance(state, KeyedWindowState) or state.stream_time is None:
             return 0
         now, expired = state.stream_time, self.window.expired
-        gone = [(key, start, end, in_store) for key, sessions in state.sessions.items()
+        gone = [(key, start, end, in_store) for key, sessions in state.windows.items()
                 for start, (end, in_store) in sessions.items() if expired(end, now)]
         for key, start, end, in_store in gone:
             self._remove(part, state, key, start, end, in_store)
@@ -216,21 +159,15 @@ class SessionTable(EventTimeTable):
     def stored(self, part: TablePartition, writes: Mapping[Any, Any]) -> None:
         """A checkpoint wrote `writes` to the store: the sessions still live as written are now there."""
         state = part.windows
-        if not isinstance(state, SessionState):
+        if not isinstance(state, KeyedWindowState):
             return
         for window_key_, value in writes.items():
             if value is DELETED:
                 continue
             key, start, end = window_key_
-            sessions = state.sessions.get(key)
+            sessions = state.windows.get(key)
             if sessions is not None and sessions.get(start, (None,))[0] == end:
                 sessions[start] = (end, True)
-
-    # -- the mapping face ---------------------------------------------------------------------------
-
-    def __getitem__(self, key: Any) -> Any:
-        raise ConfigError(f"table {self.name!r} holds sessions, which its pipeline's aggregation updates; "
-                          "read them with windows(key)")
 
     def __repr__(self) -> str:
         return f"<SessionTable {self.name!r} {self.window}>"

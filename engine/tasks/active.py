@@ -42,7 +42,7 @@ class TableWrites:
     table: BaseTable
     part: TablePartition
     writes: dict[Any, Any]
-    meta: dict[bytes, bytes]
+    meta: dict[bytes, bytes | None]
     closes: list[tuple[bytes, bytes]] = field(default_factory=list)
     late: list[RawRecord] = field(default_factory=list)
     encoded: dict[bytes, bytes | None] = field(default_factory=dict)
