@@ -8,11 +8,11 @@ beside the agents; the aggregation returns the table it maintains.
     async def report(finals):
         async for (user, window), n in finals.items(): ...
 
-Nothing here runs events: the aggregation declares a table (`app.Table`, windowed by `tumbling`/`hopping`, or
-of sessions by `session`)
-and an internal agent `<name>-aggregate` that applies the steps with the stream operators (`filter`, `map`,
-`group_by` through `<app>-<name>-<n>-repartition`) and updates the table as a hand-written agent would. So a
-pipeline's table has the same changelog, recovery, standbys, final results and exactly-once as any other.
+Nothing here runs events: the aggregation declares a table (`app.Table`, windowed by `tumbling`/`hopping`, of
+sessions by `session`, of sliding windows by `sliding`) and an internal agent `<name>-aggregate` that
+applies the steps with the stream operators (`filter`, `map`, `group_by` through
+`<app>-<name>-<n>-repartition`) and updates the table as a hand-written agent would. So a pipeline's table
+has the same changelog, recovery, standbys, final results and exactly-once as any other.
 
 A pipeline is immutable: every step returns a new one, so one can be the start of several.
 """
@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from engine.errors import ConfigError
-from engine.windows import HoppingWindow, SessionWindow, TumblingWindow
+from engine.windows import HoppingWindow, SessionWindow, SlidingWindow, TumblingWindow
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -90,6 +90,12 @@ class Pipeline:
                 close_idle_after: Seconds | None = None) -> Pipeline:
         """Aggregate per key and window of `size` starting every `step` (event time)."""
         return self._windowed(HoppingWindow(size, step, expires, grace), close_idle_after)
+
+    def sliding(self, size: Seconds, *, grace: Seconds = 0,
+                close_idle_after: Seconds | None = None) -> Pipeline:
+        """Aggregate per key and sliding window: events at most `size` apart (event time), Kafka Streams'
+        sliding windows (engine.tables.sliding)."""
+        return self._windowed(SlidingWindow(size, grace), close_idle_after)
 
     def session(self, gap: Seconds, *, grace: Seconds = 0, expires: Seconds | None = None,
                 close_idle_after: Seconds | None = None) -> Pipeline:
@@ -158,7 +164,11 @@ class Pipeline:
         if isinstance(self.window, SessionWindow):
             target = table.session_windowed(self.window, initial=default, add=add, merge=merge,
                                             close_idle_after=self.close_idle_after)
-            update = _add_to_session
+            update = _add_to_windows
+        elif isinstance(self.window, SlidingWindow):
+            target = table.sliding_windowed(self.window, initial=default, add=add,
+                                            close_idle_after=self.close_idle_after)
+            update = _add_to_windows
         elif self.window is not None:
             target = table.windowed_by(cast("Window", self.window), close_idle_after=self.close_idle_after)
         steps = self.steps
@@ -198,7 +208,7 @@ def _no_merge(_one: Any, _other: Any) -> Any:
     raise AssertionError("only sessions merge aggregates")
 
 
-def _add_to_session(table: Any, key: Any, value: Any) -> None:
+def _add_to_windows(table: Any, key: Any, value: Any) -> None:
     table.update(key, value)
 
 

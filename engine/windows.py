@@ -52,7 +52,7 @@ class WindowKind(Protocol):
 
     def spec(self) -> dict[str, int]:
         """The window's parameters in ms, as exports record them (size_ms, step_ms, grace_ms, expires_ms;
-        gap_ms for sessions)."""
+        gap_ms for sessions, retention_ms for sliding windows)."""
 
 
 class Window(WindowKind, Protocol):
@@ -220,3 +220,36 @@ class SessionWindow:
 
     def expired(self, end_ms: int, stream_time_ms: int) -> bool:
         return end_ms + self.gap_ms + self.expires_ms <= stream_time_ms
+
+
+@dataclass(frozen=True)
+class SlidingWindow:
+    """Windows of `size` that slide with the events: Kafka Streams'
+    `SlidingWindows.ofTimeDifferenceAndGrace(size, grace)`. Two events are in a window together when their
+    times are at most `size` apart; the windows that exist are those where events are: each event's own
+    window [t - size, t], and the one just after it, [t + 1, t + 1 + size], when a later event falls in it;
+    both ends included, no empty window.
+
+    A window takes updates while its end is at least stream time minus grace, and is emitted final once
+    stream time reaches its end plus grace (at once if updated then); an event whose window after it would
+    end before stream time minus grace is late. The windows of a key are kept for 2 * size + grace of stream
+    time (Kafka Streams' default retention): what later events need to make theirs.
+    """
+
+    size: Seconds
+    grace: Seconds = 0
+    size_ms: int = field(init=False, repr=False, compare=False)
+    grace_ms: int = field(init=False, repr=False, compare=False)
+    retention_ms: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        size, grace = to_ms(self.size, "size"), to_ms(self.grace, "grace")
+        if size <= 0:
+            raise ConfigError(f"window size must be positive, not {self.size!r}")
+        if grace < 0:
+            raise ConfigError(f"window grace must not be negative, not {self.grace!r}")
+        for name, value in (("size_ms", size), ("grace_ms", grace), ("retention_ms", 2 * size + grace)):
+            object.__setattr__(self, name, value)  # a frozen dataclass sets derived fields this way
+
+    def spec(self) -> dict[str, int]:
+        return {"size_ms": self.size_ms, "grace_ms": self.grace_ms, "retention_ms": self.retention_ms}

@@ -1,6 +1,7 @@
 """Tables: dict-like state, partitioned like the stream that writes it, backed by a compacted changelog
 `<app>-<name>-changelog`; `tumbling(...)`/`hopping(...)` make it windowed (engine.tables.windowed), a
-pipeline's `session(...)` a table of sessions (engine.tables.sessions).
+pipeline's `session(...)` a table of sessions (engine.tables.sessions), `sliding(...)` one of sliding windows
+(engine.tables.sliding).
 
     counts = app.Table("word-counts", default=int, key_type=str)
     views = app.Table("views", default=int).hopping(size=600, step=60, expires=3600)
@@ -15,6 +16,7 @@ from engine.tables.base import BaseTable, KeyNotInPartition, PartitionNotLocal, 
 from engine.tables.joins import How, join_tables
 from engine.tables.keys import WindowedChangelogKeyCodec, WindowKeyCodec
 from engine.tables.sessions import SessionTable
+from engine.tables.sliding import SlidingTable
 from engine.tables.windowed import Timestamp, WindowedTable
 from engine.topics import Topic
 from engine.windows import HoppingWindow, Seconds, TumblingWindow, to_ms
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from engine.app import App
-    from engine.windows import SessionWindow, Window, WindowKind
+    from engine.windows import SessionWindow, SlidingWindow, Window, WindowKind
 
 __all__ = ["KeyNotInPartition", "PartitionNotLocal", "Table", "TableError"]
 
@@ -103,6 +105,17 @@ class Table(BaseTable):
                                 late_topic=late, close_idle_after=idle)
         self.windowed = sessions
         return sessions
+
+    def sliding_windowed(self, window: SlidingWindow, *, initial: Callable[[], Any],
+                         add: Callable[[Any, Any], Any], timestamp: Timestamp | None = None,
+                         late_topic: bool = False, close_idle_after: Seconds | None = None) -> SlidingTable:
+        """Make this a table of sliding windows, each the aggregate of its events by `add(aggregate, value)`
+        from `initial()` (what a pipeline's `sliding(...)` makes)."""
+        late, idle = self._window_by(window, window.size_ms, late_topic, close_idle_after)
+        sliding = SlidingTable(self, window, initial=initial, add=add, timestamp=timestamp, late_topic=late,
+                               close_idle_after=idle)
+        self.windowed = sliding
+        return sliding
 
     def _window_by(self, window: WindowKind, size_ms: int | None, late_topic: bool,
                    close_idle_after: Seconds | None) -> tuple[Topic | None, float | None]:

@@ -15,6 +15,8 @@ A, B = (int(os.environ.get(name, "1000")) / 1000 for name in ("ITEST_A_MS", "ITE
 
 if MODE == "session-count":
     results = app.stream(source).session(A, grace=B).count("counts")
+elif MODE == "sliding-count":
+    results = app.stream(source).sliding(A, grace=B).count("counts")
 else:
     raise ValueError(f"no mode {MODE!r}")
 results.closed()  # final results on <app>-counts-closed

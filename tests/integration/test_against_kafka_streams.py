@@ -75,11 +75,12 @@ def reference_results(records: list) -> Counter[Result]:
     return found
 
 
-def engine_results(records: list) -> Counter[Result]:
+def engine_results(records: list, size_ms: int | None = None) -> Counter[Result]:
+    """(`size_ms`: of fixed-size windows, whose keys do not carry their end.)"""
     found: Counter[Result] = Counter()
     for record in records:
         key, _ = split_window_key(record.key)
-        start, end = window_bounds(record.key, None)
+        start, end = window_bounds(record.key, size_ms)
         found[(key.decode(), start, end, int(record.value))] += 1
     return found
 
@@ -140,3 +141,12 @@ async def test_session_counts_equal_kafka_streams_with_a_worker_joining_mid_stre
     closing = max(at for _, at in records) + gap_ms + grace_ms + 1_000  # closes every session
     reference, engine = await run_both(kafka, tmp_path, "session-count", gap_ms, grace_ms, records, closing)
     assert_equal(engine_results(engine), reference_results(reference))
+
+
+async def test_sliding_counts_equal_kafka_streams_with_a_worker_joining_mid_stream(
+        kafka: KafkaCluster, tmp_path: Path) -> None:
+    size_ms, grace_ms = 5_000, 3_000
+    records = seeded_input(12, size_ms, grace_ms)
+    closing = max(at for _, at in records) + size_ms + grace_ms + 1_000  # closes every window
+    reference, engine = await run_both(kafka, tmp_path, "sliding-count", size_ms, grace_ms, records, closing)
+    assert_equal(engine_results(engine, size_ms), reference_results(reference))

@@ -1,0 +1,276 @@
+"""Sliding-window tables: a table of windows [start, start + size] (both ends included) that exist where the
+events are (engine.windows.SlidingWindow), maintained by a pipeline's aggregation (engine.pipelines):
+
+    recent = app.stream(clicks).group_by(lambda c: c.user, key_type=str).sliding(60, grace=5).count("recent")
+
+The algorithm is Kafka Streams' (KStreamSlidingWindowAggregate, reverse iteration, and its handling of
+events earlier than `size` after the epoch), so that results are equal to Kafka Streams' own, also for
+out-of-order and late events: an event updates every window containing it that is still open, makes its own
+window from the aggregate of the window before it, makes the window after the event before it if that is
+missing, and the window after itself from the window after it. It needs, beside each window's aggregate,
+the time of the newest event in it: kept in the partition's index of live windows (engine.tables.keyed)
+and, for restarts, as an engine record beside the window in the store and changelog
+(`META_PREFIX + b"max-time:" + window store key`, skipped by every reader of table keys).
+
+Windows are found by an event only while their start is after the newest window start written minus the
+retention (2 * size + grace, Kafka Streams' default), and deleted at checkpoints after that.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from engine.clock import wall_time
+from engine.processing.streams import current_event
+from engine.tables.keyed import KeyedWindowsTable
+from engine.tables.keys import META_PREFIX
+from engine.tables.partition import DELETED, MISSING, KeyedWindowState
+from engine.tables.windowed import _advance
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from engine.tables.base import BaseTable
+    from engine.tables.partition import TablePartition, WindowState
+    from engine.tables.windowed import Timestamp
+    from engine.topics import Topic
+    from engine.windows import SlidingWindow
+
+MAX_TIME_PREFIX = META_PREFIX + b"max-time:"
+
+# (a window's aggregate, its newest event's time): Kafka Streams' ValueAndTimestamp
+Aggregate = tuple[Any, int]
+
+
+class SlidingTable(KeyedWindowsTable):
+    """The sliding-window face of a Table: windows per key, each aggregated with `add(aggregate, value)`
+    from `initial()`."""
+
+    def __init__(
+        self,
+        table: BaseTable,
+        window: SlidingWindow,
+        *,
+        initial: Callable[[], Any],
+        add: Callable[[Any, Any], Any],
+        timestamp: Timestamp | None = None,
+        late_topic: Topic | None = None,
+        clock: Callable[[], float] = wall_time,
+        close_idle_after: float | None = None,
+    ) -> None:
+        super().__init__(table, window, initial=initial, add=add, timestamp=timestamp, late_topic=late_topic,
+                         clock=clock, close_idle_after=close_idle_after)
+        self.window = window
+
+    def _index(self, state: WindowState, stored: Any) -> None:
+        """(The newest event time of each window is read after the windows: `_load_state`.)"""
+        assert isinstance(state, KeyedWindowState)
+        key, start = stored
+        state.windows.setdefault(key, {})[start] = (start + self.window.size_ms, True)
+        if state.store_time is None or start > state.store_time:
+            state.store_time = start
+
+    def _load_state(self, part: TablePartition) -> WindowState:
+        state = super()._load_state(part)
+        assert isinstance(state, KeyedWindowState)
+        decode = self.table.key_codec.decode
+        skip = len(MAX_TIME_PREFIX)
+        for raw_key, raw_value in part.store.items(MAX_TIME_PREFIX, MAX_TIME_PREFIX + b"\xff"):
+            key, start = decode(raw_key[skip:])
+            windows = state.windows.get(key)
+            if windows is not None and start in windows:
+                windows[start] = (int(raw_value), True)
+        return state
+
+    def _window_key(self, key: Any, start: int, bound: int) -> tuple[Any, ...]:
+        return key, start
+
+    def _closes_at(self, window_key_: tuple[Any, ...]) -> int:
+        start: int = window_key_[1]
+        return start + self.window.size_ms + self.window.grace_ms
+
+    # -- updates ------------------------------------------------------------------------------------
+
+    def update(self, key: Any, value: Any) -> bool:
+        """Add the current event's `value` to the sliding windows of `key` at its time; False if late."""
+        event = current_event.get() or self._event()
+        ts = self._valid_time(event)
+        part, _ = self.table._route_write(key, event)
+        state = part.windows or self._state(part)
+        assert isinstance(state, KeyedWindowState)
+        before = stream_time = state.stream_time
+        if stream_time is None or ts > stream_time:
+            stream_time = _advance(part, state, ts)
+        size = self.window.size_ms
+        close_time = stream_time - self.window.grace_ms
+        if ts + size < close_time:
+            self._late(part, event, ts, stream_time, close_time - (ts + size))
+            return False
+        run = _Run(self, part, state, key, value, ts, close_time, stream_time)
+        if ts < size:
+            run.early()
+        else:
+            run.reverse()
+        if stream_time != before and state.due:
+            self._close_due(part, state)
+        return True
+
+    # -- expiry (called at the checkpoint) ----------------------------------------------------------
+
+    def expire(self, part: TablePartition) -> int:
+        """Delete the windows past the retention (no event finds them any more), with their engine
+        records; returns how many were deleted."""
+        state = part.windows
+        if not isinstance(state, KeyedWindowState) or state.store_time is None:
+            return 0
+        horizon = state.store_time - self.window.retention_ms
+        gone = [(key, start, in_store) for key, windows in state.windows.items()
+                for start, (_, in_store) in windows.items() if start <= horizon]
+        for key, start, in_store in gone:
+            windows = state.windows[key]
+            del windows[start]
+            if not windows:
+                del state.windows[key]
+            window_key_ = (key, start)
+            if in_store or (part.flushing is not None and window_key_ in part.flushing):
+                part.delete(window_key_)
+                part.meta[self._max_time_key(window_key_)] = None
+            else:
+                part.discard(window_key_)
+                part.meta.pop(self._max_time_key(window_key_), None)
+        return len(gone)
+
+    def _max_time_key(self, window_key_: tuple[Any, int]) -> bytes:
+        return MAX_TIME_PREFIX + self.table.locate(window_key_)[0]
+
+    def stored(self, part: TablePartition, writes: Mapping[Any, Any]) -> None:
+        """A checkpoint wrote `writes` to the store: the windows still live are now there."""
+        state = part.windows
+        if not isinstance(state, KeyedWindowState):
+            return
+        for window_key_, value in writes.items():
+            if value is DELETED:
+                continue
+            key, start = window_key_
+            windows = state.windows.get(key)
+            entry = windows.get(start) if windows is not None else None
+            if entry is not None and windows is not None:
+                windows[start] = (entry[0], True)
+
+    def __repr__(self) -> str:
+        return f"<SlidingTable {self.name!r} {self.window}>"
+
+
+class _Run:
+    """One event's pass over its key's windows: Kafka Streams' processReverse and processEarly, over the
+    partition's index of live windows."""
+
+    def __init__(self, table: SlidingTable, part: TablePartition, state: KeyedWindowState, key: Any,
+                 value: Any, ts: int, close_time: int, stream_time: int) -> None:
+        self.table, self.part, self.state = table, part, state
+        self.key, self.value, self.ts = key, value, ts
+        self.close_time, self.stream_time = close_time, stream_time
+        self.size = table.window.size_ms
+        self.windows = state.windows.setdefault(key, {})
+        # What the event may find: Kafka Streams' window store hides windows past its retention.
+        visible_from = 0 if state.store_time is None else state.store_time - table.window.retention_ms + 1
+        self.visible_from = max(0, visible_from)
+
+    def _aggregate(self, start: int) -> Aggregate:
+        window_key_ = (self.key, start)
+        value = self.part.get(window_key_, self.table.table.locate(window_key_)[0])
+        return (self.table.initial() if value is MISSING else value), self.windows[start][0]
+
+    def _starts(self, low: int, high: int) -> list[int]:
+        low = max(low, self.visible_from)
+        return sorted(start for start in self.windows if low <= start <= high)
+
+    def _put(self, start: int, aggregate: Aggregate) -> None:
+        key, part, state = self.key, self.part, self.state
+        new = start not in self.windows
+        in_store = False if new else self.windows[start][1]
+        self.windows[start] = (aggregate[1], in_store)
+        window_key_ = (key, start)
+        part.buffer[window_key_] = aggregate[0]
+        part.meta[self.table._max_time_key(window_key_)] = str(aggregate[1]).encode()
+        if state.store_time is None or start > state.store_time:
+            state.store_time = start
+        self.table._written(part, state, window_key_, new, self.stream_time)
+
+    def _update(self, start: int, aggregate: Aggregate) -> None:
+        """updateWindowAndForward: add the event to a window still open (else it is skipped)."""
+        if start + self.size >= self.close_time:
+            value, newest = aggregate
+            self._put(start, (self.table.add(value, self.value), max(self.ts, newest)))
+
+    def reverse(self) -> None:
+        ts, size = self.ts, self.size
+        seen: set[int] = set()
+        left: Aggregate | None = None
+        right: Aggregate | None = None
+        left_made = right_made = False
+        previous: int | None = None
+        for start in reversed(self._starts(ts - 2 * size, ts + 1)):
+            seen.add(start)
+            end = start + size
+            aggregate = self._aggregate(start)
+            if start == ts + 1:
+                right_made = True
+            elif end > ts:
+                if right is None:
+                    right = aggregate
+                self._update(start, aggregate)
+            elif end == ts:
+                left_made = True
+                self._update(start, aggregate)
+                if aggregate[1] < ts:
+                    previous = aggregate[1]
+                else:
+                    return
+            else:
+                left, previous = aggregate, aggregate[1]
+                break
+        self._make(seen, right, left, left_made, right_made, previous)
+
+    def early(self) -> None:
+        """An event less than `size` after the epoch: its window would start before 0, so it goes into the
+        window [0, size] instead."""
+        ts = self.ts
+        combined: Aggregate | None = None
+        right: Aggregate | None = None
+        right_made = False
+        seen: set[int] = set()
+        previous: int | None = None
+        for start in self._starts(0, ts + 1):
+            seen.add(start)
+            aggregate = self._aggregate(start)
+            if start == 0:
+                combined = aggregate
+                if aggregate[1] < ts:
+                    previous = aggregate[1]
+            elif start <= ts:
+                right = aggregate
+                self._update(start, aggregate)
+            elif start == ts + 1:
+                right_made = True
+        if right is None and combined is not None and combined[1] > ts:
+            right = combined
+        if not right_made and right is not None and right[1] > ts:
+            self._put(ts + 1, right)
+        if previous is not None and previous + 1 not in seen:
+            self._update(previous + 1, (self.table.initial(), ts))
+        self._update(0, combined if combined is not None else (self.table.initial(), ts))
+
+    def _make(self, seen: set[int], right: Aggregate | None, left: Aggregate | None, left_made: bool,
+              right_made: bool, previous: int | None) -> None:
+        """createWindows: the window after the previous event, the event's own, the one after it."""
+        ts, size = self.ts, self.size
+        if previous is not None and previous + 1 not in seen and previous + 1 + size >= ts:
+            self._update(previous + 1, (self.table.initial(), ts))
+        if not left_made:
+            if previous is not None and ts - size <= previous and left is not None:
+                self._update(ts - size, (left[0], ts))
+            else:
+                self._update(ts - size, (self.table.initial(), ts))
+        if not right_made and right is not None and right[1] > ts:
+            self._put(ts + 1, right)  # a copy of the window after the event: no close check, no event added

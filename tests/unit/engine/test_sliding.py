@@ -1,0 +1,145 @@
+"""Sliding windows (a pipeline's `.sliding(size, grace=)`): windows where the events are, hand-computed for a
+small input, and for a seeded out-of-order stream the windows defined from each key's event times; late
+events, final results, early events, and a restart. Every expectation is computed here from the input."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from typing import Any
+
+import engine
+from engine import testing
+from engine.testing import TestDriver
+from engine.windows import WindowRange
+
+
+def sliding_app(size: float = 10, grace: float = 100, partitions: int = 1) -> tuple[engine.App, Any, Any]:
+    app = engine.App("sliding", broker="memory://unused", topic_partitions=partitions)
+    clicks = app.topic("clicks", key_type=str, value_type=dict, timestamp=lambda c: c["at"])
+    recent = app.stream(clicks).sliding(size, grace=grace).count("recent")
+    finals = app.topic("finals", key_type=str, value_type=list)
+
+    @app.agent(recent.closed())
+    async def report(stream: Any) -> None:
+        async for (user, window), n in stream.items():
+            await finals.send(key=user, value=[round(window.start * 1000), round(window.end * 1000), n])
+
+    return app, clicks, finals
+
+
+def send(driver: TestDriver, clicks: Any, user: str, *times: float) -> None:
+    for at in times:
+        driver.send(clicks, key=user, value={"at": at})
+
+
+def w(start: float, end: float) -> WindowRange:
+    return WindowRange(start, end)
+
+
+def test_windows_exist_where_the_events_are_also_out_of_order() -> None:
+    app, clicks, _ = sliding_app(size=10)
+    with TestDriver(app) as driver:
+        send(driver, clicks, "a", 20, 25, 40)
+        # each event's own window [t - 10, t]; after 20, the window [20.001, 30.001] holds 25; none after 25
+        # (40 is more than 10 s later) or after 40
+        assert driver.table("recent") == {("a", w(10, 20)): 1, ("a", w(15, 25)): 2,
+                                          ("a", w(20.001, 30.001)): 1, ("a", w(30, 40)): 1}
+        send(driver, clicks, "a", 33)  # out of order: its own window, and the windows after 25 and after 33
+        assert driver.table("recent") == {
+            ("a", w(10, 20)): 1, ("a", w(15, 25)): 2, ("a", w(20.001, 30.001)): 1, ("a", w(30, 40)): 2,
+            ("a", w(23, 33)): 2, ("a", w(25.001, 35.001)): 1, ("a", w(33.001, 43.001)): 1}
+
+
+def test_late_events_and_final_windows() -> None:
+    """size 10 s, grace 5 s: a window is final once stream time reaches its end + 5 s; an event is late when
+    the window after it would end before stream time - 5 s."""
+    app, clicks, finals = sliding_app(size=10, grace=5)
+    with TestDriver(app) as driver:
+        send(driver, clicks, "a", 100, 104)
+        assert driver.read(finals) == []
+        # closes a's [90, 100] (at 105), [94, 104] (at 109) and [100.001, 110.001] (at 115.001)
+        send(driver, clicks, "b", 119)
+        assert sorted((r.key, *r.value) for r in driver.read(finals)) == [
+            ("a", 90_000, 100_000, 1), ("a", 94_000, 104_000, 2), ("a", 100_001, 110_001, 1)]
+        # 105 + 10 >= 119 - 5: not late. Its own window [95, 105] is closed, so it is not made; the window
+        # after 104 is made (it ends at 114.001), and none after 105 (no later event of a).
+        send(driver, clicks, "a", 105)
+        assert driver.read(finals) == []
+        assert driver.table("recent") == {  # a's older windows are kept for 2 * 10 + 5 s of window starts
+            ("a", w(90, 100)): 1, ("a", w(94, 104)): 2, ("a", w(100.001, 110.001)): 1,
+            ("a", w(104.001, 114.001)): 1, ("b", w(109, 119)): 1}
+        send(driver, clicks, "a", 99)  # 99 + 10 < 114: late
+        send(driver, clicks, "c", 200)
+        assert sorted((r.key, *r.value) for r in driver.read(finals)) == [
+            ("a", 104_001, 114_001, 1), ("b", 109_000, 119_000, 1)]
+
+
+def test_events_earlier_than_the_size_after_the_epoch_share_the_window_from_zero() -> None:
+    app, clicks, _ = sliding_app(size=10)
+    with TestDriver(app) as driver:
+        send(driver, clicks, "a", 3, 7, 15)
+        # Kafka Streams' early records: 3 and 7 both go into [0, 10]; after 3, [3.001, 13.001] holds 7; after
+        # 7, [7.001, 17.001] holds 15; 15's own window [5, 15] holds 7 and 15
+        assert driver.table("recent") == {("a", w(0, 10)): 2, ("a", w(3.001, 13.001)): 1,
+                                          ("a", w(7.001, 17.001)): 1, ("a", w(5, 15)): 2}
+
+
+def offline_windows(times: list[int], size: int) -> Counter[tuple[int, int]]:
+    """Every sliding window of one key's event times (ms), by definition: each time's own window, and the
+    one right after it if a later time falls in it; each with the number of times in it (ends included)."""
+    windows: set[tuple[int, int]] = set()
+    for at in times:
+        windows.add((at - size, at))
+        if any(at < other <= at + size for other in times):
+            windows.add((at + 1, at + 1 + size))
+    return Counter({(start, end): sum(start <= at <= end for at in times) for start, end in windows})
+
+
+def test_a_seeded_out_of_order_stream_gives_the_windows_of_each_keys_times() -> None:
+    """Times in ms, out of order by less than the grace (none late): every final window must be one the
+    definition gives, with its count. Several partitions, each with its own stream time."""
+    rng = random.Random(5)
+    size_ms, grace_ms = 4_000, 15_000
+    app, clicks, finals = sliding_app(size=size_ms / 1000, grace=grace_ms / 1000, partitions=3)
+    events = []
+    for user in [f"u{i}" for i in range(10)]:
+        at = rng.randrange(20_000, 30_000)
+        for _ in range(rng.randrange(5, 30)):
+            at += rng.choice([rng.randrange(0, 1_500), rng.randrange(1_000, 6_000)])
+            events.append((at, user))
+    events.sort()
+    arrival = sorted(events, key=lambda e: e[0] + rng.randrange(0, 10_000))  # out of order by < grace
+    times: dict[str, list[int]] = defaultdict(list)
+    with TestDriver(app) as driver:
+        for at, user in arrival:
+            times[user].append(at)
+            driver.send(clicks, key=user, value={"at": at / 1000})
+        end = max(at for at, _ in events) + size_ms + grace_ms + 1
+        for partition in range(3):
+            driver.send(clicks, key="zz", value={"at": end / 1000}, partition=partition)
+        got = Counter((r.key, *r.value) for r in driver.read(finals))
+    expected = Counter((user, start, end, n) for user, ts in times.items()
+                       for (start, end), n in offline_windows(ts, size_ms).items())
+    assert got == expected
+
+
+async def test_windows_and_their_newest_times_are_read_back_after_a_restart() -> None:
+    """The second worker rebuilds the windows and their newest event times from the changelog: the out-of-
+    order event after the restart makes the same windows as without one (the first test's)."""
+    url = testing.memory_url()
+    for times in ([20, 25, 40], [33]):
+        app = engine.App("sliding-restart", broker=url, store="memory://", topic_partitions=1,
+                         commit_interval=0.05)
+        clicks = app.topic("clicks", key_type=str, value_type=dict, timestamp=lambda c: c["at"])
+        recent = app.stream(clicks).sliding(10, grace=100).count("recent")
+        async with testing.running(app):
+            await testing.eventually(lambda recent=recent: 0 in recent.table.active)  # recovered
+            for at in times:
+                await clicks.send(key="a", value={"at": at})
+            expected = ([(w(10, 20), 1), (w(15, 25), 2), (w(20.001, 30.001), 1), (w(30, 40), 1)]
+                        if times[0] == 20 else
+                        [(w(10, 20), 1), (w(15, 25), 2), (w(20.001, 30.001), 1), (w(23, 33), 2),
+                         (w(25.001, 35.001), 1), (w(30, 40), 2), (w(33.001, 43.001), 1)])
+            await testing.eventually(lambda recent=recent, expected=expected:
+                                     list(recent.windows("a")) == expected)
