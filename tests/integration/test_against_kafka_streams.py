@@ -1,6 +1,7 @@
 """Differential tests: engine and Kafka Streams itself (tests/kafka/reference) run the same aggregation on
-the same seeded input topic, with out-of-order and late records; engine with two workers, the second joining
-mid-stream, under exactly-once. Every final result must be equal, none missing, none repeated."""
+the same seeded input topic, with out-of-order and late records; engine under exactly-once, with a second
+worker joining mid-stream, or SIGKILLed mid-stream and restarted. Every final result must be equal, none
+missing, none repeated."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from aiokafka import AIOKafkaProducer
 
 from engine.tables.keys import split_window_key, window_bounds
 from tests.integration.helpers import (
+    SHORT_SESSION,
     WorkerProcess,
     committed_to_end,
+    consume_until,
     create_topics,
     placed_over,
     read_all,
@@ -86,45 +89,60 @@ def engine_results(records: list, size_ms: int | None = None) -> Counter[Result]
 
 
 async def run_both(kafka: KafkaCluster, tmp_path: Path, mode: str, a_ms: int, b_ms: int,
-                   records: list[tuple[str, int]], closing_ms: int) -> tuple[list, list]:
-    """Kafka Streams (one instance) and engine (a worker, then a second one joining mid-stream) on the same
-    input: the first half of `records` is produced, the second worker started, the third quarter produced
-    paced until that worker was assigned partitions, the rest after; then a record at `closing_ms` on every
+                   records: list[tuple[str, int]], closing_ms: int, *,
+                   fault: str = "join") -> tuple[list, list]:
+    """Kafka Streams (one instance) and engine on the same input: the first half of `records` is produced;
+    then the fault: "join" starts a second worker and produces the third quarter paced until it was
+    assigned partitions; "sigkill" waits for some of engine's results to commit, produces the third quarter
+    paced, SIGKILLs the worker right after (its commits are 0.2 s apart: a transaction is open) and starts
+    it again on the same data directory. Then the rest, and a record at `closing_ms` on every
     partition. Returns the raw output records of each, once each committed the input to its end."""
     topic, app_id, reference_id = unique(f"{mode}-in"), unique(mode), unique(f"{mode}-ref")
-    reference_out = unique(f"{mode}-ref-out")
+    reference_out, results = unique(f"{mode}-ref-out"), f"{app_id}-counts-closed"
     await create_topics(kafka.bootstrap, [topic, reference_out], partitions=PARTITIONS)
     half, three_quarters = len(records) // 2, len(records) * 3 // 4
     env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_MODE": mode, "ITEST_A_MS": str(a_ms),
-           "ITEST_B_MS": str(b_ms)}
+           "ITEST_B_MS": str(b_ms), **SHORT_SESSION}
+
+    def worker(name: str, data: str) -> WorkerProcess:
+        return WorkerProcess("tests.integration.reference_apps:app", kafka.url,
+                             {**env, "ENGINE_DATA_DIR": str(tmp_path / data)}, tmp_path / f"{name}.log")
+
     with StreamsReference(kafka.bootstrap, reference_id, mode, topic, reference_out, a_ms, b_ms,
                           log=tmp_path / "reference.log") as reference:
-        workers = [WorkerProcess("tests.integration.reference_apps:app", kafka.url,
-                                 {**env, "ENGINE_DATA_DIR": str(tmp_path / "first")}, tmp_path / "first.log")]
+        workers = [worker("first", "first")]
         try:
             await workers[0].wait_for_output("running")
             await produce_timed(kafka.bootstrap, topic, records[:half])
-            workers.append(WorkerProcess("tests.integration.reference_apps:app", kafka.url,
-                                         {**env, "ENGINE_DATA_DIR": str(tmp_path / "second")},
-                                         tmp_path / "second.log"))
             sent = half
-            while sent < three_quarters and "assigned" not in workers[1].output():
-                await produce_timed(kafka.bootstrap, topic, records[sent:sent + 10])
-                sent += 10
-                await asyncio.sleep(0.05)
-            await workers[1].wait_for_output("assigned")
+            if fault == "join":
+                workers.append(worker("second", "second"))
+                while sent < three_quarters and "assigned" not in workers[1].output():
+                    await produce_timed(kafka.bootstrap, topic, records[sent:sent + 10])
+                    sent += 10
+                    await asyncio.sleep(0.05)
+                await workers[1].wait_for_output("assigned")
+            else:  # killed while records flow in: with results committed, and a transaction open
+                await consume_until(kafka.bootstrap, results, lambda rs: len(rs) >= 20)
+                while sent < three_quarters:
+                    await produce_timed(kafka.bootstrap, topic, records[sent:sent + 10])
+                    sent += 10
+                    await asyncio.sleep(0.05)
+                workers[0].kill()
+                workers.append(worker("restarted", "first"))
             await produce_timed(kafka.bootstrap, topic, records[sent:])
-            await placed_over(workers, PARTITIONS)
+            live = [w for w in workers if w.process.poll() is None]
+            await placed_over(live, PARTITIONS)
             for partition in range(PARTITIONS):
                 await produce_timed(kafka.bootstrap, topic, [("closer", closing_ms)], partition=partition)
             await reference.wait_running()
             await committed_to_end(kafka.bootstrap, reference_id, topic, PARTITIONS)
-            await committed_to_end(kafka.bootstrap, app_id, topic, PARTITIONS, workers=workers)
-            return (await read_all(kafka.bootstrap, reference_out),
-                    await read_all(kafka.bootstrap, f"{app_id}-counts-closed"))
+            await committed_to_end(kafka.bootstrap, app_id, topic, PARTITIONS, workers=live)
+            return (await read_all(kafka.bootstrap, reference_out), await read_all(kafka.bootstrap, results))
         finally:
-            for worker in workers:
-                worker.stop()
+            for process in workers:
+                if process.process.returncode != -9:  # (the SIGKILLed one)
+                    process.stop()
 
 
 def assert_equal(got: Counter[Result], expected: Counter[Result]) -> None:
@@ -140,6 +158,16 @@ async def test_session_counts_equal_kafka_streams_with_a_worker_joining_mid_stre
     records = seeded_input(11, gap_ms, grace_ms)
     closing = max(at for _, at in records) + gap_ms + grace_ms + 1_000  # closes every session
     reference, engine = await run_both(kafka, tmp_path, "session-count", gap_ms, grace_ms, records, closing)
+    assert_equal(engine_results(engine), reference_results(reference))
+
+
+async def test_session_counts_equal_kafka_streams_exactly_once_across_a_sigkill(
+        kafka: KafkaCluster, tmp_path: Path) -> None:
+    gap_ms, grace_ms = 5_000, 3_000
+    records = seeded_input(13, gap_ms, grace_ms)
+    closing = max(at for _, at in records) + gap_ms + grace_ms + 1_000
+    reference, engine = await run_both(kafka, tmp_path, "session-count", gap_ms, grace_ms, records, closing,
+                                       fault="sigkill")
     assert_equal(engine_results(engine), reference_results(reference))
 
 
