@@ -37,6 +37,7 @@ def build_app() -> tuple[engine.App, dict[str, engine.Table]]:
     last = app.Table("last-sale", key_type=str, value_type=Sale)
     per_window = app.Table("per-window", default=int, key_type=str).tumbling(10, expires=3600)
     loose = app.Table("loose", default=dict, key_type=str)
+    per_session = app.stream(sales).session(25, grace=1000).sum("per-session", lambda sale: sale.units)
 
     @app.agent(sales)
     async def record(stream):
@@ -48,7 +49,8 @@ def build_app() -> tuple[engine.App, dict[str, engine.Table]]:
             seen["count"] = seen.get("count", 0) + 1
             loose[sale.sku] = seen
 
-    tables = {"units": units, "last-sale": last, "per-window": per_window.table, "loose": loose}
+    tables = {"units": units, "last-sale": last, "per-window": per_window.table, "loose": loose,
+              "per-session": per_session.table}
     return app, tables
 
 
@@ -142,6 +144,23 @@ def test_windowed_table_has_window_start_and_end(exported):
     assert "window start" in manifest.encoding["store_key"]
 
 
+def test_session_table_has_each_sessions_start_and_end(exported):
+    """A sku sells every 21 s, less than the 25 s gap: one session per sku, from its first sale to its last."""
+    _, tmp_path, _ = exported
+    path = tmp_path / "live" / "per-session"
+    expected: dict[str, tuple[float, float, int]] = {}
+    for sale in SALES:
+        first, _, total = expected.get(sale.sku, (sale.at, sale.at, 0))
+        expected[sale.sku] = (first, sale.at, total + sale.units)
+    assert rows(path) == sorted(
+        ({"key": sku, "window_start": datetime.fromtimestamp(start, UTC),
+          "window_end": datetime.fromtimestamp(end, UTC), "value": total}
+         for sku, (start, end, total) in expected.items()), key=lambda r: tuple(str(v) for v in r.values()))
+    manifest = export.read_manifest(path)
+    assert manifest.window == {"gap_ms": 25_000, "grace_ms": 1_000_000, "expires_ms": 1_000_000}
+    assert "session end" in manifest.encoding["store_key"]
+
+
 def test_undeclared_record_values_are_inferred_as_columns(exported):
     _, tmp_path, _ = exported
     counts: dict[str, int] = {}
@@ -154,7 +173,7 @@ def test_undeclared_record_values_are_inferred_as_columns(exported):
 def test_store_and_changelog_exports_equal_the_live_one(exported):
     app, tmp_path, broker = exported
     settings = app.settings({"data_dir": tmp_path / "data", "broker": broker})
-    for name in ("units", "last-sale", "per-window", "loose"):
+    for name in ("units", "last-sale", "per-window", "loose", "per-session"):
         live = export.read_manifest(tmp_path / "live" / name)
         offline = export.export_from_store(app, settings, name, tmp_path / "offline" / name)
         target = tmp_path / "changelog" / name
