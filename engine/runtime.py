@@ -30,6 +30,7 @@ from engine.processing.replies import ReplyService
 from engine.processing.runner import AgentRunner
 from engine.scope import running_as
 from engine.tables.manager import TableManager
+from engine.tables.stream_joins import StreamJoin, as_how, stream_join
 from engine.tasks.assignment import Placement
 from engine.tasks.manager import TaskManager
 from engine.tasks.poison import PoisonRecords
@@ -37,6 +38,7 @@ from engine.timers import timer_supervisor
 from engine.topology.declaration import internal_topic
 from engine.topology.plan import build_topology
 from engine.transport import ClientTuning, Producer, transport_for
+from engine.windows import JoinWindows
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from engine.app import App
     from engine.settings import Settings
     from engine.topics import Topic
+    from engine.windows import Seconds
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +146,7 @@ class Worker(Service):
             admin_factory=self.transport.admin, quiesce=self.guarantee.quiesce, poison=poison,
             timed_topics=tables.timed_topics if tables is not None else None,
             plan=lambda topic: self.topology.declare_late(topic, "source").spec,
-            table_sources=sources,
+            table_sources=sources, ordered_topics=self.topology.ordered(),
         )
         self.tasks = TaskManager(
             leases=leases, consumer=self.consumer, pauses=pauses, guarantee=self.guarantee, tables=tables,
@@ -151,7 +154,8 @@ class Worker(Service):
             commit_interval=settings.commit_interval.total_seconds(),
             revoke_wait=min(settings.shutdown_timeout.total_seconds(), 5.0),
             reset_to_end=settings.auto_offset_reset == "latest", poison=poison,
-            table_sources=sources, max_task_idle=settings.max_task_idle.total_seconds(),
+            table_sources=sources, ordered_topics=self.topology.ordered(),
+            max_task_idle=settings.max_task_idle.total_seconds(),
         )
         self.conductor.tasks = self.tasks.active
         self.tasks.on_settled = self._settled
@@ -167,7 +171,10 @@ class Worker(Service):
                 agent, settings=settings, producer=self.producer,
                 subscribe=self.conductor.add_route, internal_topic=self._internal_topic,
                 dlq=self.topology.dlq(agent), quiesce=self.guarantee.quiesce,
-                reads=[topics[name].topic for name in self.topology.reads[agent.name][1:]],
+                reads=[topics[name].topic for name in self.topology.reads[agent.name][1:]
+                       if name not in self.topology.merged.get(agent.name, ())],
+                merged=[topics[name].topic for name in self.topology.merged.get(agent.name, ())],
+                join_factory=self._stream_join,
             ))
             for agent in app.agents.values()
         ]
@@ -231,6 +238,12 @@ class Worker(Service):
     def _assigned(self) -> dict[int, bool]:
         """The tasks active here, and whether each is set up (its stores recovered)."""
         return {number: task.ready for number, task in self.tasks.active.items() if not task.closed}
+
+    def _stream_join(self, agent: str, number: int, topic: Topic, other: Topic, within: Seconds,
+                     grace: Seconds, how: str) -> StreamJoin:
+        """An agent's stream-stream join, over the buffer tables its declaration declared."""
+        return stream_join(self.app, agent, number, topic, other, JoinWindows(within, grace), as_how(how),
+                           declaring=False)
 
     def _internal_topic(self, name: str, like: Topic | None, key_type: type | None = None,
                         value_type: type | None = None) -> Topic:

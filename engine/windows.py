@@ -253,3 +253,33 @@ class SlidingWindow:
 
     def spec(self) -> dict[str, int]:
         return {"size_ms": self.size_ms, "grace_ms": self.grace_ms, "retention_ms": self.retention_ms}
+
+
+@dataclass(frozen=True)
+class JoinWindows:
+    """How far apart in event time two records of a stream-stream join may be: Kafka Streams'
+    `JoinWindows.ofTimeDifferenceAndGrace(within, grace)`. A record joins every record of the other stream
+    with its key whose time is at most `within` before or after its own. A left (outer) join's record with no
+    partner is emitted alone once stream time passes its time plus `within` plus `grace`, when no partner
+    can come any more. Each stream's records are kept for 2 * within + grace of their stream's time (Kafka
+    Streams' join window store retention): a record later than that finds none of them."""
+
+    within: Seconds
+    grace: Seconds = 0
+    within_ms: int = field(init=False, repr=False, compare=False)
+    grace_ms: int = field(init=False, repr=False, compare=False)
+    retention_ms: int = field(init=False, repr=False, compare=False)
+    size_ms: int = field(init=False, repr=False, compare=False)  # a buffered record's window: its own time
+
+    def __post_init__(self) -> None:
+        within, grace = to_ms(self.within, "within"), to_ms(self.grace, "grace")
+        if within < 0:
+            raise ConfigError(f"join within must not be negative, not {self.within!r}")
+        if grace < 0:
+            raise ConfigError(f"join grace must not be negative, not {self.grace!r}")
+        for name, value in (("within_ms", within), ("grace_ms", grace), ("retention_ms", 2 * within + grace),
+                            ("size_ms", 0)):
+            object.__setattr__(self, name, value)  # a frozen dataclass sets derived fields this way
+
+    def spec(self) -> dict[str, int]:
+        return {"within_ms": self.within_ms, "grace_ms": self.grace_ms, "retention_ms": self.retention_ms}

@@ -77,11 +77,14 @@ class Conductor(Service):
         poison: PoisonRecords | None = None,
         tasks: Mapping[int, ActiveTask] | None = None,
         table_sources: Mapping[str, ApplySource] | None = None,
+        ordered_topics: Collection[str] = (),
     ) -> None:
         super().__init__("conductor")
         self.tasks: Mapping[int, ActiveTask] = tasks if tasks is not None else {}
         # Source topics of tables: applied in their tasks' timestamp order, never handed to agents.
         self.table_sources: dict[str, ApplySource] = dict(table_sources or {})
+        # Stream-stream joins' streams: handed to their agent in their tasks' timestamp order too.
+        self.ordered_topics = frozenset(ordered_topics)
         self.consumer = consumer
         self.leases = leases
         self.pauses = pauses
@@ -158,7 +161,8 @@ class Conductor(Service):
         max_records = self._max_poll_records
         quiesce = self.quiesce
         buried = self.poison.buried  # partitions with a poison record (engine.tasks.poison): usually none
-        ordered = bool(self.table_sources)  # tasks with a table's source topic among their inputs
+        # Tasks with a table's source topic or a stream-stream join's streams among their inputs.
+        ordered = bool(self.table_sources or self.ordered_topics)
         tasks = self.tasks
         consumed = self.consumed
         while True:

@@ -28,14 +28,21 @@ if TYPE_CHECKING:
 
     from engine.commit.quiesce import Quiesce
     from engine.events import Event, RawRecord
-    from engine.processing.streams import Lookup
+    from engine.processing.streams import Lookup, RecordJoin
     from engine.settings import Settings
     from engine.transport.base import Producer
+    from engine.windows import Seconds
 
 log = logging.getLogger(__name__)
 
 Subscribe = Callable[[Topic, "AgentRunner"], None]
 InternalTopic = Callable[[str, "Topic | None", "type | None", "type | None"], Topic]
+# (agent name, its nth join, its topic, the other topic, within, grace, how) -> the join
+JoinFactory = Callable[[str, int, Topic, Topic, "Seconds", "Seconds", str], "RecordJoin"]
+
+
+def _no_joins(agent: str, *_: Any) -> RecordJoin:
+    raise TopologyError(f"agent {agent!r}: this worker does not run stream-stream joins")
 
 
 class AgentReturned(EngineError):
@@ -82,6 +89,7 @@ class _InstanceContext:
         self.runner = runner
         self.index = index
         self.streams: list[Stream] = []
+        self.joins = 0  # stream-stream joins made by this run: the nth is the agent's nth join
 
     def subscribe(self, topic: Topic) -> Mailbox[Event]:
         self.runner.subscribe(topic)
@@ -99,6 +107,13 @@ class _InstanceContext:
 
     def joined(self, topic: Topic | None, table: Lookup) -> None:
         return None  # checked by the topology at start-up
+
+    def stream_join(self, topic: Topic, other: Topic, within: Seconds, grace: Seconds,
+                    how: str) -> RecordJoin:
+        self.runner.merge(other)
+        self.joins += 1
+        return self.runner.join_factory(self.runner.agent.name, self.joins - 1, topic, other, within, grace,
+                                        how)
 
     @property
     def quiesce(self) -> Quiesce | None:
@@ -130,6 +145,8 @@ class AgentRunner(Service):
         internal_topic: InternalTopic,
         dlq: Topic,
         reads: Sequence[Topic] = (),
+        merged: Sequence[Topic] = (),
+        join_factory: JoinFactory | None = None,
         quiesce: Quiesce | None = None,
     ) -> None:
         super().__init__(f"agent:{agent.name}")
@@ -153,9 +170,13 @@ class AgentRunner(Service):
         self.dead_letters = 0
         self.processing = Histogram()  # seconds per event, of one event in TIMED_EVERY (engine.processing)
         self._extra: dict[str, list[Mailbox[Event]]] = {}
+        self._merged: set[str] = set()
         self._contexts: dict[int, _InstanceContext] = {}  # the current run of each instance
+        self.join_factory = join_factory or _no_joins
         for topic in reads:  # what its pipeline reads besides its channel, as the topology declared it
             self.subscribe(topic)
+        for topic in merged:  # what it reads into its own stream (stream-stream joins)
+            self.merge(topic)
 
     # -- routing ------------------------------------------------------------------------------------
 
@@ -163,6 +184,13 @@ class AgentRunner(Service):
         if topic.name not in self._extra and topic.name != self.agent.channel.name:
             size = self.settings.mailbox_size
             self._extra[topic.name] = [Mailbox(size) for _ in range(self.agent.concurrency)]
+            self._subscribe(topic, self)
+
+    def merge(self, topic: Topic) -> None:
+        """Deliver `topic`'s events into the agent's own mailboxes, like its channel's: in the order the
+        conductor hands them over (a task's timestamp order)."""
+        if topic.name not in self._merged and topic.name != self.agent.channel.name:
+            self._merged.add(topic.name)
             self._subscribe(topic, self)
 
     def internal_topic(self, name: str, like: Topic | None, key_type: type | None = None,

@@ -22,12 +22,14 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agents import Mailbox, MailboxClosed
+from engine.errors import ConfigError
+from engine.events import Event
 
 if TYPE_CHECKING:
     from engine.commit.quiesce import Quiesce
-    from engine.events import Event
     from engine.monitors.stats import Histogram
     from engine.topics import Topic
+    from engine.windows import Seconds
 
 TIMED_EVERY = 32  # one event in this many is timed, for the agent's processing-time histogram
 
@@ -59,6 +61,11 @@ class StreamContext(Protocol):
     def joined(self, topic: Topic | None, table: Lookup) -> None:
         """The stream of `topic` is joined with `table` (the topology checks they are co-partitioned)."""
 
+    def stream_join(self, topic: Topic, other: Topic, within: Seconds, grace: Seconds,
+                    how: str) -> RecordJoin:
+        """The agent's stream of `topic` is joined with the stream of `other` (engine.tables.stream_joins):
+        `other`'s events come into this stream too, in timestamp order; returns what joins each record."""
+
     @property
     def quiesce(self) -> Quiesce | None:
         """The exactly-once checkpoint's gate between events (None: at-least-once, no pauses)."""
@@ -66,6 +73,13 @@ class StreamContext(Protocol):
     @property
     def timings(self) -> Histogram | None:
         """Where the processing time of a sample of the events goes (None: not timed)."""
+
+
+class RecordJoin(Protocol):
+    """A stream-stream join (engine.tables.stream_joins.StreamJoin): what a record of either stream makes."""
+
+    def process(self, event: Event) -> list[tuple[Any, Any, Any]]:
+        """(key, left value or None, right value or None) of each result, in order."""
 
 
 class Lookup(Protocol):
@@ -137,14 +151,48 @@ class _Operators:
 
         return DerivedStream(self.root, gen())
 
-    def join(self, table: Lookup, *, key: Callable[[Any], Any] | None = None) -> DerivedStream:
-        """(value, table value) for events whose key (the event key, or `key(value)`) is in `table`;
-        events with no match are skipped."""
-        return self._join(table, key, inner=True)
+    def join(self, other: Any, *, key: Callable[[Any], Any] | None = None,
+             within: Seconds | None = None, grace: Seconds = 0) -> DerivedStream:
+        """With a table: (value, table value) for events whose key (the event key, or `key(value)`) is in
+        `table`; events with no match are skipped. With a topic (or `app.stream(topic)`), `within=` seconds:
+        (value, other value) for each record of the other stream with the same key at most `within` apart in
+        event time (engine.tables.stream_joins)."""
+        if within is not None or _stream_of(other) is not None:
+            return self._stream_join(other, within, grace, "inner")
+        return self._join(other, key, inner=True)
 
-    def left_join(self, table: Lookup, *, key: Callable[[Any], Any] | None = None) -> DerivedStream:
-        """(value, table value or None) for every event."""
-        return self._join(table, key, inner=False)
+    def left_join(self, other: Any, *, key: Callable[[Any], Any] | None = None,
+                  within: Seconds | None = None, grace: Seconds = 0) -> DerivedStream:
+        """With a table: (value, table value or None) for every event. With a stream: as `join`, and
+        (value, None) for a value with no partner, once none can come (after `within` + `grace`)."""
+        if within is not None or _stream_of(other) is not None:
+            return self._stream_join(other, within, grace, "left")
+        return self._join(other, key, inner=False)
+
+    def outer_join(self, other: Any, *, within: Seconds, grace: Seconds = 0) -> DerivedStream:
+        """With a stream: as `left_join`, and (None, other value) for an other value with no partner."""
+        return self._stream_join(other, within, grace, "outer")
+
+    def _stream_join(self, other: Any, within: Seconds | None, grace: Seconds, how: str) -> DerivedStream:
+        root = self.root
+        topic = _stream_of(other)
+        if topic is None or within is None:
+            raise ConfigError(f"a stream-stream join needs a topic (or app.stream(topic)) and within=, not "
+                              f"{other!r} and within={within!r}")
+        if self is not root or root.topic is None:
+            raise ConfigError("join the agent's own stream with another stream before filter, map or other "
+                              "steps: the other stream's records come into the agent's stream")
+        joining = root.context.stream_join(root.topic, topic, within, grace, how)
+
+        async def gen() -> AsyncIterator[Any]:
+            async for _ in root:
+                event = root.current_event
+                assert event is not None
+                for key, left, right in joining.process(event):
+                    root.rekey(key)
+                    yield left, right
+
+        return DerivedStream(root, gen())
 
     def _join(self, table: Lookup, key: Callable[[Any], Any] | None, *, inner: bool) -> DerivedStream:
         root = self.root
@@ -364,6 +412,17 @@ class Stream(_Operators):
             return event.value
         return (event.key, event.value) if shape == PAIR else event
 
+    def rekey(self, key: Any) -> None:
+        """The current event stands for a result of another key (a stream-stream join's record emitted
+        alone when its wait ended, in this partition): `current_event.key` is that key until the next event.
+        It is the same record underneath, acked once."""
+        current = self._current
+        if current is not None and current.key is not key and current.key != key:
+            moved = Event(current.record, key, current.value, current.lease)
+            moved.time_ms = current.time_ms
+            self._current = moved
+            current_event.set(moved)
+
     def _declared(self) -> None:
         """The first pull found an empty mailbox (nothing is dispatched before the worker subscribed): tell
         the worker this agent's pipeline is declared. Here, on the waiting path, not per event."""
@@ -467,6 +526,21 @@ class Stream(_Operators):
                     return get.result()
                 except MailboxClosed:
                     raise StopAsyncIteration from None
+
+
+def _stream_of(other: Any) -> Topic | None:
+    """The topic of a stream to join: a Topic, or a pipeline (`app.stream(topic)`) without steps."""
+    from engine.topics import Topic
+
+    if isinstance(other, Topic):
+        return other
+    topic, steps = getattr(other, "topic", None), getattr(other, "steps", None)
+    if isinstance(topic, Topic) and steps is not None:
+        if steps:
+            raise ConfigError("join a stream of a topic as it is: app.stream(topic) without filter, map or "
+                              "group_by")
+        return topic
+    return None
 
 
 AgentFun = Callable[[Stream], Any]

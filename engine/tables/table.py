@@ -17,6 +17,7 @@ from engine.tables.joins import How, join_tables
 from engine.tables.keys import WindowedChangelogKeyCodec, WindowKeyCodec
 from engine.tables.sessions import SessionTable
 from engine.tables.sliding import SlidingTable
+from engine.tables.stream_joins import JoinBuffer, PendingBuffer
 from engine.tables.windowed import Timestamp, WindowedTable
 from engine.topics import Topic
 from engine.windows import HoppingWindow, Seconds, TumblingWindow, to_ms
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from engine.app import App
-    from engine.windows import SessionWindow, SlidingWindow, Window, WindowKind
+    from engine.windows import JoinWindows, SessionWindow, SlidingWindow, Window, WindowKind
 
 __all__ = ["KeyNotInPartition", "PartitionNotLocal", "Table", "TableError"]
 
@@ -116,6 +117,15 @@ class Table(BaseTable):
                                close_idle_after=idle)
         self.windowed = sliding
         return sliding
+
+    def join_buffer(self, window: JoinWindows, *, pending: bool) -> JoinBuffer:
+        """Make this a buffer of one stream's records of a stream-stream join (engine.tables.stream_joins):
+        keys (key, event time), values the raw records' values at that time; `pending`: those of a left or
+        outer join still without a partner."""
+        self._window_by(window, window.size_ms, False, None)
+        buffer = PendingBuffer(self, window) if pending else JoinBuffer(self, window)
+        self.windowed = buffer
+        return buffer
 
     def _window_by(self, window: WindowKind, size_ms: int | None, late_topic: bool,
                    close_idle_after: Seconds | None) -> tuple[Topic | None, float | None]:

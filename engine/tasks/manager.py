@@ -74,10 +74,12 @@ class TaskManager(Service):
         reset_to_end: bool = False,
         poison: PoisonRecords | None = None,
         table_sources: Collection[str] = (),
+        ordered_topics: Collection[str] = (),
         max_task_idle: float = 2.0,
     ) -> None:
         super().__init__("tasks")
         self.table_sources = frozenset(table_sources)  # source topics of tables: inputs of their tasks
+        self.ordered_topics = frozenset(ordered_topics)  # stream-stream joins' streams: in timestamp order
         self.max_task_idle = max_task_idle
         self.active: dict[int, ActiveTask] = {}
         self.standby: dict[int, StandbyTask] = {}
@@ -202,7 +204,8 @@ class TaskManager(Service):
         for number in {tp.partition for tp in tps}:
             task = self.active[number]
             sources = [tp for tp in task.leases if tp.topic in self.table_sources]
-            if sources:  # its inputs go in timestamp order (engine.fetch.ordering)
+            if sources or any(tp.topic in self.ordered_topics for tp in task.leases):
+                # its inputs go in timestamp order (engine.fetch.ordering)
                 task.inputs = TaskInputs(task.leases, sources, self.max_task_idle)
         if not tps:
             self._moved()

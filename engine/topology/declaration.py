@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 from agents import Mailbox
 from engine.processing.streams import Stream
 from engine.tables.base import BaseTable
+from engine.tables.stream_joins import StreamJoin, as_how, stream_join
 from engine.topics import Topic
+from engine.windows import JoinWindows
 
 if TYPE_CHECKING:
     from engine.agent import Agent
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from engine.commit.quiesce import Quiesce
     from engine.events import Event
     from engine.monitors.stats import Histogram
+    from engine.windows import Seconds
 
 
 def internal_topic(app_id: str, name: str, like: Topic | None, key_type: type | None = None,
@@ -48,6 +51,10 @@ class AgentDeclaration:
     internal: list[Topic] = field(default_factory=list)  # repartition and `through` topics it writes
     reads: list[Topic] = field(default_factory=list)  # topics it reads besides its channel, in order
     joins: list[tuple[Topic, BaseTable]] = field(default_factory=list)  # (stream topic, non-global table)
+    # Topics read into the agent's own stream, in timestamp order with its channel (a stream-stream join's
+    # other stream), with the tables of the join.
+    merged: list[Topic] = field(default_factory=list)
+    stream_joins: list[tuple[Topic, Topic, list[BaseTable]]] = field(default_factory=list)
     undeclared: str | None = None  # why its pipeline is not known yet, if it is not
 
 
@@ -68,10 +75,11 @@ class Declaration:
 
 
 def declare(app: App) -> Declaration:
-    """Run each agent of `app` up to its first pull and record what its pipeline declares."""
+    """Run each agent of `app` up to its first pull and record what its pipeline declares (a stream-stream
+    join also declares its buffers as tables of the app, the first time)."""
     declaration = Declaration(app.id)
     for agent in app.agents.values():
-        declaration.agents[agent.name] = _declare(declaration, agent)
+        declaration.agents[agent.name] = _declare(app, declaration, agent)
     return declaration
 
 
@@ -85,7 +93,8 @@ class _Declaring:
     quiesce: Quiesce | None = None
     timings: Histogram | None = None
 
-    def __init__(self, declaration: Declaration, agent: Agent, declared: AgentDeclaration) -> None:
+    def __init__(self, app: App, declaration: Declaration, agent: Agent, declared: AgentDeclaration) -> None:
+        self.app = app
         self.declaration = declaration
         self.agent = agent
         self.declared = declared
@@ -111,10 +120,20 @@ class _Declaring:
         if isinstance(table, BaseTable) and not table.is_global and topic is not None:
             self.declared.joins.append((topic, table))
 
+    def stream_join(self, topic: Topic, other: Topic, within: Seconds, grace: Seconds,
+                    how: str) -> StreamJoin:
+        joined = stream_join(self.app, self.agent.name, len(self.declared.stream_joins), topic, other,
+                             JoinWindows(within, grace), as_how(how), declaring=True)
+        if other.name != self.agent.channel.name and other not in self.declared.merged:
+            self.declared.merged.append(other)
+        tables = [buffer.table for buffer in [*joined.buffers, *joined.pending] if buffer is not None]
+        self.declared.stream_joins.append((topic, other, tables))
+        return joined
 
-def _declare(declaration: Declaration, agent: Agent) -> AgentDeclaration:
+
+def _declare(app: App, declaration: Declaration, agent: Agent) -> AgentDeclaration:
     declared = AgentDeclaration()
-    stream = Stream(Mailbox(1), _Declaring(declaration, agent, declared), agent.channel)
+    stream = Stream(Mailbox(1), _Declaring(app, declaration, agent, declared), agent.channel)
     started = agent.fun(stream)
     step = started.__anext__() if agent.is_generator else started
     try:

@@ -77,6 +77,7 @@ class Topology:
     settings: Settings
     topics: dict[str, TopicPlan] = field(default_factory=dict)
     reads: dict[str, list[str]] = field(default_factory=dict)  # agent -> topics it reads, channel first
+    merged: dict[str, list[str]] = field(default_factory=dict)  # agent -> of those, read into its own stream
     copartitioned: list[CoPartitioned] = field(default_factory=list)
     undeclared: dict[str, str] = field(default_factory=dict)  # agent -> why its pipeline is not known
 
@@ -116,6 +117,12 @@ class Topology:
 
     def specs(self) -> list[TopicSpec]:
         return [plan.spec for plan in self.topics.values()]
+
+    def ordered(self) -> set[str]:
+        """The topics whose records reach agents in timestamp order within a task (engine.fetch.ordering):
+        those of stream-stream joins, read into one stream."""
+        return {name for agent, merged in self.merged.items() if merged
+                for name in (self.reads[agent][0], *merged)}
 
     def subscribed(self) -> list[str]:
         """Every topic some agent reads (its channel and its declared pipeline)."""
@@ -182,6 +189,14 @@ def build_topology(app: App, settings: Settings, declaration: Declaration | None
             for topic in pipeline.reads:
                 topology.add(topic, "source", user=agent.name)
                 topology.reads[agent.name].append(topic.name)
+            for topic in pipeline.merged:
+                topology.add(topic, "source", user=agent.name)
+                topology.reads[agent.name].append(topic.name)
+                topology.merged.setdefault(agent.name, []).append(topic.name)
+            for topic, other, tables in pipeline.stream_joins:
+                topology.copartitioned.append(CoPartitioned(
+                    (topic.name, other.name, *(table.changelog_topic.name for table in tables)),
+                    f"agent {agent.name!r} joins stream {topic.name!r} with stream {other.name!r}"))
             for topic, table in pipeline.joins:
                 topology.copartitioned.append(CoPartitioned(
                     (topic.name, table.changelog_topic.name),  # its changelog, or the topic it is a table of

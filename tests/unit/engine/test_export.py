@@ -145,7 +145,8 @@ def test_windowed_table_has_window_start_and_end(exported):
 
 
 def test_session_table_has_each_sessions_start_and_end(exported):
-    """A sku sells every 21 s, less than the 25 s gap: one session per sku, from its first sale to its last."""
+    """A sku sells every 21 s, less than the 25 s gap: one session per sku, from its first sale to its
+    last."""
     _, tmp_path, _ = exported
     path = tmp_path / "live" / "per-session"
     expected: dict[str, tuple[float, float, int]] = {}

@@ -1,0 +1,286 @@
+"""Stream-stream windowed joins (Kafka Streams' KStream-KStream join, `JoinWindows.ofTimeDifferenceAndGrace`):
+
+    @app.agent(orders)
+    async def match(stream):
+        async for order, payment in stream.left_join(payments, within=60, grace=5):
+            ...  # the key is current_event().key
+
+The agent reads both topics, co-partitioned by key, into its own stream: their records reach it in timestamp
+order (engine.fetch.ordering, as Kafka Streams' tasks take them). Each record is kept in its stream's join
+buffer, a table `<agent>-join-<n>-left` or `-right` of (key, event time) -> the raw values at that time, with
+a changelog like any table's; it is joined with every record of the other buffer with its key and a time at
+most `within` away, found while that record is within the other stream's retention (engine.windows.
+JoinWindows). A record with no partner in a left (outer) join waits in `-left-pending` (`-right-pending`)
+until stream time (the newer of the two streams') passes its time + within + grace, and is then emitted
+alone, when a record comes at stream time; a partner found before that takes it out. Exactly Kafka Streams'
+order of steps, so results equal its own (with its emit interval for those results at 0; see
+tests/kafka/reference).
+
+Values are kept as their topic encoded them (the raw record value), so a buffer needs no codec of its own:
+a buffer entry is the values at one time, each prefixed by its 4-byte length.
+"""
+
+from __future__ import annotations
+
+from heapq import heappop, heappush
+from typing import TYPE_CHECKING, Any, Literal
+
+from engine.errors import ConfigError
+from engine.tables.partition import MISSING, KeyedWindowState
+from engine.tables.windowed import EventTimeTable
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from engine.app import App
+    from engine.events import Event
+    from engine.tables.base import BaseTable
+    from engine.tables.partition import TablePartition, WindowState
+    from engine.topics import Topic
+    from engine.windows import JoinWindows
+
+How = Literal["inner", "left", "outer"]
+HOWS: tuple[How, ...] = ("inner", "left", "outer")
+Joined = tuple[Any, Any, Any]  # (key, left value or None, right value or None)
+
+
+def as_how(how: str) -> How:
+    """`how` checked: "inner", "left" or "outer"."""
+    for known in HOWS:
+        if how == known:
+            return known
+    raise ConfigError(f"no stream-stream join {how!r}: inner, left or outer")
+
+
+def pack(values: list[bytes]) -> bytes:
+    return b"".join(len(value).to_bytes(4, "big") + value for value in values)
+
+
+def unpack(raw: bytes) -> list[bytes]:
+    values, at = [], 0
+    while at < len(raw):
+        length = int.from_bytes(raw[at:at + 4], "big")
+        values.append(raw[at + 4:at + 4 + length])
+        at += 4 + length
+    return values
+
+
+class JoinBuffer(EventTimeTable):
+    """One stream's records of a join, by (key, event time): what the other stream's records join with.
+    Its partitions' index (engine.tables.keyed's KeyedWindowState) holds each key's times and the newest
+    time written (the buffer's store time, from which its retention counts)."""
+
+    def __init__(self, table: BaseTable, window: JoinWindows) -> None:
+        super().__init__(table, window)
+        self.window = window
+
+    def _new_state(self) -> WindowState:
+        return KeyedWindowState()
+
+    def _index(self, state: WindowState, stored: Any) -> None:
+        assert isinstance(state, KeyedWindowState)
+        key, at = stored
+        state.windows.setdefault(key, {})[at] = (0, True)
+        if state.store_time is None or at > state.store_time:
+            state.store_time = at
+
+    def state(self, part: TablePartition) -> KeyedWindowState:
+        state = part.windows or self._state(part)
+        assert isinstance(state, KeyedWindowState)
+        return state
+
+    def append(self, part: TablePartition, state: KeyedWindowState, key: Any, at: int, raw: bytes) -> bool:
+        """Keep a record's raw value at its time; True if it is the key's first at that time."""
+        times = state.windows.get(key)
+        if times is None:
+            times = state.windows[key] = {}
+        entry = times.get(at)
+        window_key_ = (key, at)
+        if entry is None:
+            times[at] = (0, False)
+            part.buffer[window_key_] = pack([raw])
+        else:
+            part.buffer[window_key_] = pack([*self.values(part, key, at), raw])
+        if state.store_time is None or at > state.store_time:
+            state.store_time = at
+        return entry is None
+
+    def values(self, part: TablePartition, key: Any, at: int) -> list[bytes]:
+        window_key_ = (key, at)
+        packed = part.get(window_key_, self.table.locate(window_key_)[0])
+        return [] if packed is MISSING else unpack(packed)
+
+    def remove(self, part: TablePartition, state: KeyedWindowState, key: Any, at: int) -> None:
+        times = state.windows[key]
+        _, in_store = times.pop(at)
+        if not times:
+            del state.windows[key]
+        window_key_ = (key, at)
+        if in_store or (part.flushing is not None and window_key_ in part.flushing):
+            part.delete(window_key_)
+        else:
+            part.discard(window_key_)
+
+    # -- the checkpoint's steps (engine.tables.partition.Windowing) -----------------------------------
+
+    def advance(self, part: TablePartition, processed: int | None) -> None:
+        """(A join's stream time is its buffers' store times: nothing to advance.)"""
+
+    def close_windows(self, part: TablePartition) -> list[tuple[bytes, bytes]]:
+        return []
+
+    def expire(self, part: TablePartition) -> int:
+        """Delete the records past the retention: no record of the other stream finds them any more."""
+        state = part.windows
+        if not isinstance(state, KeyedWindowState) or state.store_time is None:
+            return 0
+        horizon = state.store_time - self.window.retention_ms
+        gone = [(key, at) for key, times in state.windows.items() for at in times if at <= horizon]
+        for key, at in gone:
+            self.remove(part, state, key, at)
+        return len(gone)
+
+    def stored(self, part: TablePartition, writes: Mapping[Any, Any]) -> None:
+        state = part.windows
+        if not isinstance(state, KeyedWindowState):
+            return
+        for (key, at), _ in writes.items():
+            times = state.windows.get(key)
+            if times is not None and at in times:
+                times[at] = (0, True)
+
+
+class PendingBuffer(JoinBuffer):
+    """A left (outer) join's records that found no partner yet, waiting to be emitted alone: its partitions'
+    index also has them in a heap by the stream time at which they are emitted."""
+
+    def _load_state(self, part: TablePartition) -> WindowState:
+        state = super()._load_state(part)
+        assert isinstance(state, KeyedWindowState)
+        for key, times in state.windows.items():
+            for at in times:
+                self.wait(state, key, at)
+        return state
+
+    def wait(self, state: KeyedWindowState, key: Any, at: int) -> None:
+        state.sequence += 1
+        heappush(state.due, (at + self.window.within_ms + self.window.grace_ms, state.sequence, (key, at)))
+
+    def expire(self, part: TablePartition) -> int:
+        return 0  # they leave when emitted, or when a partner comes
+
+
+class StreamJoin:
+    """One stream-stream join of an agent: its buffers, and what each record makes of them."""
+
+    def __init__(self, left: Topic, right: Topic, window: JoinWindows, how: How, buffers: list[JoinBuffer],
+                 pending: list[PendingBuffer | None]) -> None:
+        self.topics = (left, right)
+        self.window = window
+        self.how = how
+        self.buffers = buffers  # [left, right]
+        self.pending = pending  # [left's, right's]: a side's records with no partner, if that side is outer
+
+    def process(self, event: Event) -> list[Joined]:
+        """The results of one record of either stream, in Kafka Streams' order: the records without partner
+        whose wait ended (if this record is at stream time), then its joins."""
+        side = 0 if event.record.topic == self.topics[0].name else 1
+        key, value = event.key, event.value
+        if value is None:
+            return []  # a tombstone joins nothing (Kafka Streams skips it)
+        pending = self.pending[side]
+        if key is None:
+            return [] if pending is None else [_pair(side, None, value, None)]
+        at = event.time_ms
+        if at is None:
+            at = self.topics[side].event_time_ms(event)
+        mine, theirs = self.buffers[side], self.buffers[1 - side]
+        my_part, _ = mine.table._route_write(key, event)
+        their_part, _ = theirs.table._route_write(key, event)
+        my_state, their_state = mine.state(my_part), theirs.state(their_part)
+        raw = event.record.value
+        assert raw is not None
+        mine.append(my_part, my_state, key, at, raw)
+        stream_time = max(t for t in (my_state.store_time, their_state.store_time) if t is not None)
+        results: list[Joined] = []
+        if at == stream_time and (self.pending[0] is not None or self.pending[1] is not None):
+            self._emit_waited(event, stream_time, results)
+        within = self.window.within_ms
+        low, high = max(0, at - within), max(0, at + within)
+        if their_state.store_time is not None:  # what their buffer's retention still shows
+            low = max(low, their_state.store_time - self.window.retention_ms + 1)
+        times = their_state.windows.get(key)
+        matched = False
+        if times:
+            decode = self.topics[1 - side].value_codec.decode
+            their_pending = self.pending[1 - side]
+            for other_at in sorted(t for t in times if low <= t <= high):
+                for other in theirs.values(their_part, key, other_at):
+                    results.append(_pair(side, key, value, decode(other)))
+                    matched = True
+                if their_pending is not None:
+                    self._partnered(their_pending, event, key, other_at)
+        if not matched and pending is not None:
+            if high < stream_time:  # its wait is over already
+                results.append(_pair(side, key, value, None))
+            else:
+                part, _ = pending.table._route_write(key, event)
+                state = pending.state(part)
+                if pending.append(part, state, key, at, raw):
+                    pending.wait(state, key, at)
+        return results
+
+    @staticmethod
+    def _partnered(pending: PendingBuffer, event: Event, key: Any, at: int) -> None:
+        """Records of the other stream at `at` found a partner: they no longer wait to be emitted alone."""
+        part, _ = pending.table._route_write(key, event)
+        state = pending.state(part)
+        times = state.windows.get(key)
+        if times is not None and at in times:
+            pending.remove(part, state, key, at)
+
+    def _emit_waited(self, event: Event, stream_time: int, results: list[Joined]) -> None:
+        """The records of this partition whose wait for a partner ended before `stream_time`, alone."""
+        for side, pending in enumerate(self.pending):
+            if pending is None:
+                continue
+            part = pending.table._partition(event.record.partition, event.key)
+            state = pending.state(part)
+            due = state.due
+            decode = self.topics[side].value_codec.decode
+            while due and due[0][0] < stream_time:
+                _, _, (key, at) = heappop(due)
+                times = state.windows.get(key)
+                if times is None or at not in times:
+                    continue  # it found a partner meanwhile
+                for raw in pending.values(part, key, at):
+                    results.append(_pair(side, key, decode(raw), None))
+                pending.remove(part, state, key, at)
+
+
+def _pair(side: int, key: Any, mine: Any, theirs: Any) -> Joined:
+    return (key, mine, theirs) if side == 0 else (key, theirs, mine)
+
+
+def stream_join(app: App, agent: str, number: int, left: Topic, right: Topic, window: JoinWindows, how: How,
+                *, declaring: bool) -> StreamJoin:
+    """The `number`th stream-stream join of `agent`, over the tables the declaration run declared (it declares
+    them when `declaring`)."""
+    base = f"{agent}-join-{number}"
+
+    def buffer(name: str, topic: Topic, pending: bool) -> Any:
+        table = app.tables.get(name)
+        if table is None:
+            if not declaring:
+                raise ConfigError(
+                    f"agent {agent!r}: its stream-stream join was not declared when the worker started; join "
+                    "the agent's stream before anything is awaited in the agent")
+            table = app.Table(name, key_type=topic.key_type, key_serializer=topic.key_codec.name,
+                              value_serializer="raw", partitions=topic.partitions)
+            table.join_buffer(window, pending=pending)
+        return table.windowed
+
+    buffers = [buffer(f"{base}-left", left, False), buffer(f"{base}-right", right, False)]
+    pending = [buffer(f"{base}-left-pending", left, True) if how in ("left", "outer") else None,
+               buffer(f"{base}-right-pending", right, True) if how == "outer" else None]
+    return StreamJoin(left, right, window, how, buffers, pending)

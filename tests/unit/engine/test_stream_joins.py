@@ -1,0 +1,145 @@
+"""Stream-stream windowed joins (`stream.join(topic, within=, grace=)`, `left_join`, `outer_join`) on the test
+driver: every result hand-computed from the input, with out-of-order and late records, a record alone emitted
+only once its wait is over, duplicates at one time, and a restart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import engine
+from engine import testing
+from engine.testing import TestDriver
+from engine.topology.declaration import declare
+from engine.windows import WindowRange
+
+S = 1000  # ms
+
+
+def join_app(how: str, within: float = 10, grace: float = 2,
+             name: str = "joins") -> tuple[engine.App, Any, Any, Any]:
+    """Orders joined with payments by order id, `how`; each result goes to `out` as [order, payment]."""
+    app = engine.App(name, broker="memory://unused", topic_partitions=1)
+    orders = app.topic("orders", key_type=str, value_type=str)
+    payments = app.topic("payments", key_type=str, value_type=str)
+    out = app.topic("matched", key_type=str, value_type=list)
+
+    @app.agent(orders)
+    async def match(stream: Any) -> None:
+        joined = getattr(stream, f"{how}_join" if how != "inner" else "join")(payments, within=within,
+                                                                              grace=grace)
+        async for key, (order, payment) in joined.items():
+            await out.send(key=key, value=[order, payment])
+
+    return app, orders, payments, out
+
+
+def results(driver: TestDriver, out: Any) -> list[tuple[str, list[Any]]]:
+    return [(r.key, r.value) for r in driver.read(out)]
+
+
+def test_an_inner_join_pairs_records_at_most_within_apart_either_way() -> None:
+    app, orders, payments, out = join_app("inner")
+    with TestDriver(app) as driver:
+        driver.send(orders, key="o1", value="order-1", timestamp_ms=100 * S)
+        driver.send(payments, key="o1", value="pay-a", timestamp_ms=105 * S)  # 5 s after: joins
+        assert results(driver, out) == [("o1", ["order-1", "pay-a"])]
+        driver.send(payments, key="o1", value="pay-b", timestamp_ms=111 * S)  # 11 s after: too far
+        driver.send(payments, key="o2", value="pay-c", timestamp_ms=106 * S)  # another key
+        assert results(driver, out) == []
+        driver.send(orders, key="o1", value="order-2", timestamp_ms=101 * S)  # both payments within 10 s
+        assert results(driver, out) == [("o1", ["order-2", "pay-a"]), ("o1", ["order-2", "pay-b"])]
+        driver.send(payments, key="o1", value="pay-d", timestamp_ms=91 * S)  # before both: in time order
+        assert results(driver, out) == [("o1", ["order-1", "pay-d"]), ("o1", ["order-2", "pay-d"])]
+
+
+def test_a_left_join_emits_a_record_alone_only_when_its_wait_is_over() -> None:
+    """within 10 s, grace 2 s: an order without payment is emitted alone once stream time passes its time
+    + 12 s, when a record comes at stream time; a payment before that takes it out."""
+    app, orders, payments, out = join_app("left")
+    with TestDriver(app) as driver:
+        driver.send(orders, key="o1", value="order-1", timestamp_ms=100 * S)
+        driver.send(orders, key="o2", value="order-2", timestamp_ms=101 * S)
+        driver.send(payments, key="zz", value="other", timestamp_ms=112 * S)  # 112 is not past 112
+        assert results(driver, out) == []
+        driver.send(payments, key="o2", value="pay-2", timestamp_ms=108 * S)  # o2 paid: out of the wait
+        assert results(driver, out) == [("o2", ["order-2", "pay-2"])]
+        driver.send(payments, key="zz", value="other", timestamp_ms=113 * S)  # past 112: o1 alone, keyed o1
+        assert results(driver, out) == [("o1", ["order-1", None])]
+        driver.send(orders, key="o3", value="order-3", timestamp_ms=90 * S)  # its wait (till 102) is over
+        assert results(driver, out) == [("o3", ["order-3", None])]
+        driver.send(payments, key="o1", value="pay-1", timestamp_ms=109 * S)  # late for o1, but it joins
+        assert results(driver, out) == [("o1", ["order-1", "pay-1"])]
+
+
+def test_an_outer_join_emits_either_side_alone() -> None:
+    app, orders, payments, out = join_app("outer", within=5, grace=0)
+    with TestDriver(app) as driver:
+        driver.send(payments, key="p1", value="pay-1", timestamp_ms=100 * S)
+        driver.send(orders, key="o1", value="order-1", timestamp_ms=103 * S)
+        driver.send(orders, key="o1", value="order-1b", timestamp_ms=103 * S)  # two at one time
+        driver.send(payments, key="o1", value="pay-o1", timestamp_ms=104 * S)
+        assert results(driver, out) == [("o1", ["order-1", "pay-o1"]), ("o1", ["order-1b", "pay-o1"])]
+        driver.send(orders, key="zz", value="later", timestamp_ms=106 * S)  # p1 waited till 105
+        assert results(driver, out) == [("p1", [None, "pay-1"])]
+        driver.send(orders, key="zz2", value="later", timestamp_ms=200 * S)
+        assert sorted(results(driver, out)) == [("zz", ["later", None])]
+
+
+def test_records_past_the_retention_are_deleted_and_found_by_nobody() -> None:
+    """within 10 s, grace 2 s: a stream's records are kept for 22 s of its own time."""
+    app, orders, payments, out = join_app("inner")
+    with TestDriver(app) as driver:
+        driver.send(orders, key="o1", value="old", timestamp_ms=100 * S)
+        driver.send(orders, key="o9", value="newer", timestamp_ms=122 * S)  # 100 is past 122 - 22
+        driver.send(payments, key="o1", value="pay", timestamp_ms=105 * S)
+        assert results(driver, out) == []
+        assert driver.table("match-join-0-left") == {("o9", WindowRange(122, 122)): b"\x00\x00\x00\x05newer"}
+
+
+def test_a_stream_join_needs_a_window_and_the_agents_own_stream() -> None:
+    app = engine.App("joins-refused", broker="memory://unused", topic_partitions=1)
+    orders = app.topic("orders", key_type=str, value_type=str)
+    payments = app.topic("payments", key_type=str, value_type=str)
+
+    @app.agent(orders)
+    async def unwindowed(stream: Any) -> None:
+        async for _ in stream.outer_join(payments, within=None):
+            pass
+
+    @app.agent(payments)
+    async def filtered(stream: Any) -> None:
+        async for _ in stream.filter(bool).join(orders, within=5):
+            pass
+
+    declared = declare(app).agents
+    assert "within=" in (declared["unwindowed"].undeclared or "")
+    assert "before filter, map" in (declared["filtered"].undeclared or "")
+
+
+async def test_the_buffers_are_read_back_after_a_restart() -> None:
+    """Memory stores: the second worker rebuilds both buffers and the waiting orders from the changelogs."""
+    url = testing.memory_url()
+    runs = [
+        [("orders", "o1", "order-1", 100), ("orders", "o2", "order-2", 101)],
+        # o1 is paid after the restart; o2's wait ends (past 113): alone
+        [("payments", "o1", "pay-1", 104), ("payments", "zz", "x", 114)],
+    ]
+    expected = [[], [("o1", ["order-1", "pay-1"]), ("o2", ["order-2", None])]]
+    for sent, wanted in zip(runs, expected, strict=True):
+        app = engine.App("joins-restart", broker=url, store="memory://", topic_partitions=1,
+                         commit_interval=0.05)
+        orders = app.topic("orders", key_type=str, value_type=str)
+        payments = app.topic("payments", key_type=str, value_type=str)
+        got: list[tuple[str, list[Any]]] = []
+
+        @app.agent(orders)
+        async def match(stream: Any, got: list[Any] = got, payments: Any = payments) -> None:
+            async for key, (order, payment) in stream.left_join(payments, within=10, grace=2).items():
+                got.append((key, [order, payment]))
+
+        async with testing.running(app) as worker:
+            for topic, key, value, at in sent:
+                await app.topics[topic].send(key=key, value=value, timestamp_ms=at * S)
+            await testing.eventually(lambda got=got, wanted=wanted: got == wanted)
+            await worker.checkpoint()
+        assert got == wanted
