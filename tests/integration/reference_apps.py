@@ -1,8 +1,10 @@
 """The engine side of the differential tests against Kafka Streams (test_against_kafka_streams.py): the same
 aggregation as tests/kafka/reference/Reference.java, run by `engine worker -A
-tests.integration.reference_apps:app`, configured by ITEST_APP, ITEST_TOPIC, ITEST_MODE, ITEST_A_MS and
-ITEST_B_MS (Reference.java's A and B). Keys and values are plain strings; event time is the record's."""
+tests.integration.reference_apps:app`, configured by ITEST_APP, ITEST_TOPIC (and ITEST_RIGHT for a join),
+ITEST_MODE, ITEST_A_MS and ITEST_B_MS (Reference.java's A and B). Keys and values are plain strings; event
+time is the record's. Counts go to <app>-counts-closed, join results to <app>-joined ("left|right")."""
 
+import asyncio
 import os
 
 import engine
@@ -12,11 +14,23 @@ app = engine.App(os.environ.get("ITEST_APP", "reference"), commit_interval=0.2,
 source = app.topic(os.environ.get("ITEST_TOPIC", "input"), key_type=str, value_type=str)
 MODE = os.environ.get("ITEST_MODE", "session-count")
 A, B = (int(os.environ.get(name, "1000")) / 1000 for name in ("ITEST_A_MS", "ITEST_B_MS"))
+DELAY = float(os.environ.get("ITEST_DELAY", "0"))  # seconds per result: slow enough to join mid-stream
 
 if MODE == "session-count":
     results = app.stream(source).session(A, grace=B).count("counts")
 elif MODE == "sliding-count":
     results = app.stream(source).sliding(A, grace=B).count("counts")
+elif MODE == "left-join":
+    right = app.topic(os.environ.get("ITEST_RIGHT", "right"), key_type=str, value_type=str)
+    joined = app.topic(f"{app.id}-joined", key_type=str, value_type=str)
+
+    @app.agent(source)
+    async def join(stream):
+        async for key, (left, other) in stream.left_join(right, within=A, grace=B).items():
+            await joined.send(key=key, value=f"{left}|{'null' if other is None else other}")
+            if DELAY:
+                await asyncio.sleep(DELAY)
 else:
     raise ValueError(f"no mode {MODE!r}")
-results.closed()  # final results on <app>-counts-closed
+if MODE.endswith("-count"):
+    results.closed()  # final results on <app>-counts-closed
