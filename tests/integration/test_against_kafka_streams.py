@@ -216,10 +216,13 @@ async def produce_values(bootstrap: str, topic: str, records: list[tuple[str, in
         await producer.stop()
 
 
-async def test_a_left_join_equals_kafka_streams_with_a_worker_joining_mid_stream(
-        kafka: KafkaCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fault", ["join", "sigkill"])
+async def test_a_left_join_equals_kafka_streams_exactly_once(kafka: KafkaCluster, tmp_path: Path,
+                                                              fault: str) -> None:
     """Both streams are in their topics before either system starts (a backlog, as reprocessing is): each
-    takes them in timestamp order, so each one's results are determined by the input alone."""
+    takes them in timestamp order, so each one's results are determined by the input alone. Mid-stream, a
+    second worker joins, or the worker is SIGKILLed (a transaction open: its commits are 0.2 s apart) and
+    started again on its data directory."""
     within_ms, grace_ms = 4_000, 2_000
     left_records, right_records = join_input(21, within_ms, grace_ms)
     left, right, app_id, reference_id = (unique("orders"), unique("payments"), unique("left-join"),
@@ -234,28 +237,35 @@ async def test_a_left_join_equals_kafka_streams_with_a_worker_joining_mid_stream
     env = {"ITEST_APP": app_id, "ITEST_TOPIC": left, "ITEST_RIGHT": right, "ITEST_MODE": "left-join",
            "ITEST_A_MS": str(within_ms), "ITEST_B_MS": str(grace_ms), "ITEST_DELAY": "0.003"}
 
-    def worker(name: str) -> WorkerProcess:
+    def worker(name: str, data: str) -> WorkerProcess:
         return WorkerProcess("tests.integration.reference_apps:app", kafka.url,
-                             {**env, "ENGINE_DATA_DIR": str(tmp_path / name)}, tmp_path / f"{name}.log")
+                             {**env, **SHORT_SESSION, "ENGINE_DATA_DIR": str(tmp_path / data)},
+                             tmp_path / f"{name}.log")
 
     with StreamsReference(kafka.bootstrap, reference_id, "left-join", left, reference_out, within_ms,
                           grace_ms, right, log=tmp_path / "reference.log") as reference:
-        workers = [worker("first")]
+        workers = [worker("first", "first")]
         try:
             await consume_until(kafka.bootstrap, results, lambda rs: len(rs) >= 50)  # mid-stream
-            workers.append(worker("second"))
-            await placed_over(workers, PARTITIONS)
+            if fault == "join":
+                workers.append(worker("second", "second"))
+            else:
+                workers[0].kill()
+                workers.append(worker("restarted", "first"))
+            live = [w for w in workers if w.process.returncode != -9]
+            await placed_over(live, PARTITIONS)
             await reference.wait_running()
             for topic in (left, right):
                 await committed_to_end(kafka.bootstrap, reference_id, topic, PARTITIONS)
-                await committed_to_end(kafka.bootstrap, app_id, topic, PARTITIONS, workers=workers)
+                await committed_to_end(kafka.bootstrap, app_id, topic, PARTITIONS, workers=live)
             expected = Counter((r.key.decode(), r.value.decode())
                                for r in await read_all(kafka.bootstrap, reference_out))
             got = Counter((r.key.decode(), r.value.decode())
                           for r in await read_all(kafka.bootstrap, results))
         finally:
             for process in workers:
-                process.stop()
+                if process.process.returncode != -9:  # (the SIGKILLed one)
+                    process.stop()
     assert sum(expected.values()) > 500  # results enough to mean something, from Kafka Streams itself
     assert sum(1 for _, value in expected if value.endswith("|null")) > 20  # records alone among them
     assert sorted((got - expected).items()) == []  # none that Kafka Streams does not have (nor more often)
