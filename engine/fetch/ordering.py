@@ -6,7 +6,9 @@ event's time. Live, records arrive in about that order anyway; over a backlog (a
 input would otherwise run ahead of the other, and the join would see later table versions than a live run.
 So a task whose inputs include a table's source topic buffers its fetched batches per partition and
 releases them by timestamp (ties: the table's records first, so an event sees a table update of the same
-millisecond, as a live run that wrote the table first would).
+millisecond, as a live run that wrote the table first would). A stream-stream join's two streams likewise:
+which records of one a record of the other finds, and when a record without partner stops waiting, depend
+on that order.
 
 An input with nothing buffered blocks the others only while the broker is known to hold records of it not
 fetched yet (its lag is above zero or not known yet), and for at most `idle` seconds (Kafka Streams'
