@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from engine.errors import ConfigError
 from engine.tables.base import BaseTable, KeyNotInPartition, PartitionNotLocal, TableError
+from engine.tables.fk_joins import join_by_foreign_key
 from engine.tables.joins import How, join_tables
 from engine.tables.keys import WindowedChangelogKeyCodec, WindowKeyCodec
 from engine.tables.sessions import SessionTable
@@ -39,13 +40,27 @@ class Table(BaseTable):
 
     # -- joins with another table (engine.tables.joins) ---------------------------------------------
 
-    def join(self, other: BaseTable, *, name: str | None = None) -> BaseTable:
-        """The table of (this row, other row) for the keys both have."""
+    def join(self, other: BaseTable, *, name: str | None = None,
+             foreign_key: Callable[[Any], Any] | None = None) -> BaseTable:
+        """The table of (this row, other row) for the keys both have; with `foreign_key`, of (row, the other
+        row `foreign_key(row)` names) for each row whose other row exists (engine.tables.fk_joins)."""
+        if foreign_key is not None:
+            return self._join_by_foreign_key(other, foreign_key, "inner", name)
         return self._join(other, "inner", name)
 
-    def left_join(self, other: BaseTable, *, name: str | None = None) -> BaseTable:
-        """The table of (this row, other row or None) for every key of this table."""
+    def left_join(self, other: BaseTable, *, name: str | None = None,
+                  foreign_key: Callable[[Any], Any] | None = None) -> BaseTable:
+        """The table of (this row, other row or None) for every key of this table; with `foreign_key`, of
+        (row, the other row `foreign_key(row)` names, or None) for every row."""
+        if foreign_key is not None:
+            return self._join_by_foreign_key(other, foreign_key, "left", name)
         return self._join(other, "left", name)
+
+    def _join_by_foreign_key(self, other: BaseTable, foreign_key: Callable[[Any], Any], how: str,
+                             name: str | None) -> BaseTable:
+        if self.declared_by is None:
+            raise ConfigError(f"table {self.name!r} was not declared with app.Table: it cannot be joined")
+        return join_by_foreign_key(self.declared_by, self, other, foreign_key, how, name)
 
     def outer_join(self, other: BaseTable, *, name: str | None = None) -> BaseTable:
         """The table of (this row or None, other row or None) for every key of either table."""

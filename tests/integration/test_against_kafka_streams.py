@@ -140,9 +140,15 @@ async def run_both(kafka: KafkaCluster, tmp_path: Path, mode: str, a_ms: int, b_
             await committed_to_end(kafka.bootstrap, app_id, topic, PARTITIONS, workers=live)
             return (await read_all(kafka.bootstrap, reference_out), await read_all(kafka.bootstrap, results))
         finally:
-            for process in workers:
-                if process.process.returncode != -9:  # (the SIGKILLed one)
-                    process.stop()
+            stop_all(workers)
+
+
+def stop_all(workers: list[WorkerProcess]) -> None:
+    """Stop every worker (but the SIGKILLed one) before asserting that each stopped cleanly."""
+    running = [w for w in workers if w.process.returncode != -9]
+    codes = [w.terminate() for w in running]
+    for worker, code in zip(running, codes, strict=True):
+        assert code == 0, f"worker exited with {code}:\n{worker.output()[-3000:]}"
 
 
 def assert_equal(got: Counter[Result], expected: Counter[Result]) -> None:
@@ -263,9 +269,7 @@ async def test_a_left_join_equals_kafka_streams_exactly_once(kafka: KafkaCluster
             got = Counter((r.key.decode(), r.value.decode())
                           for r in await read_all(kafka.bootstrap, results))
         finally:
-            for process in workers:
-                if process.process.returncode != -9:  # (the SIGKILLed one)
-                    process.stop()
+            stop_all(workers)
     assert sum(expected.values()) > 500  # results enough to mean something, from Kafka Streams itself
     assert sum(1 for _, value in expected if value.endswith("|null")) > 20  # records alone among them
     assert sorted((got - expected).items()) == []  # none that Kafka Streams does not have (nor more often)
