@@ -1,6 +1,7 @@
-"""A table-table left join through `engine worker`s on the real broker, a second worker joining mid-stream
-(partitions move): the result table's changelog ends equal to the left join of both sides' final states,
-computed here from the input (deleted rows retracted)."""
+"""Table-table left joins (by key, and by foreign key between tables of 4 and 3 partitions) through `engine
+worker`s on the real broker, a second worker joining mid-stream (partitions move): the result table's
+changelog ends equal to the left join of both sides' final states, computed here from the input (deleted
+rows retracted, changed foreign keys followed)."""
 
 from __future__ import annotations
 
@@ -22,13 +23,18 @@ from tests.integration.helpers import (
 pytestmark = pytest.mark.kafka
 
 
-def updates(seed: int, count: int) -> list[tuple[str, str, dict]]:
-    """(side, key, value) in order; a value {"delete": true} deletes the row."""
+def updates(seed: int, count: int, by_foreign_key: bool = False) -> list[tuple[str, str, dict]]:
+    """(side, key, value) in order; a value {"delete": true} deletes the row. By foreign key: orders are keyed
+    by order id and name a customer."""
     rng = random.Random(seed)
     out = []
     for i in range(count):
-        side, key = rng.choice("oc"), f"cust-{rng.randrange(40)}"
-        out.append((side, key, {"delete": True} if rng.random() < 0.2 else {"v": i}))
+        side = rng.choice("oc")
+        if by_foreign_key and side == "o":
+            key, value = f"order-{rng.randrange(60)}", {"customer": f"cust-{rng.randrange(15)}", "v": i}
+        else:
+            key, value = f"cust-{rng.randrange(40 if not by_foreign_key else 15)}", {"v": i}
+        out.append((side, key, {"delete": True} if rng.random() < 0.2 else value))
     return out
 
 
@@ -55,13 +61,21 @@ def joined(records) -> dict[str, list]:
     return state
 
 
-async def test_a_left_join_of_two_tables_follows_both_sides_while_partitions_move(kafka, tmp_path):
+@pytest.mark.parametrize("by_foreign_key", [False, True])
+async def test_a_left_join_of_two_tables_follows_both_sides_while_partitions_move(kafka, tmp_path,
+                                                                                   by_foreign_key):
     app_id, orders, customers = unique("tjoin"), unique("orders"), unique("customers")
-    await create_topics(kafka.bootstrap, [orders, customers])
+    if by_foreign_key:
+        await create_topics(kafka.bootstrap, [orders], partitions=4)
+        await create_topics(kafka.bootstrap, [customers], partitions=3)
+    else:
+        await create_topics(kafka.bootstrap, [orders, customers])
+    module = f"tests.integration.{'fk_join_apps' if by_foreign_key else 'table_join_apps'}:app"
     env = {"ITEST_APP": app_id, "ITEST_ORDERS": orders, "ITEST_CUSTOMERS": customers}
-    first_half, second_half = updates(1, 600), updates(2, 600)
+    first_half, second_half = updates(1, 600, by_foreign_key), updates(2, 600, by_foreign_key)
     left, right = final_states(first_half + second_half)
-    expected = {key: [row, right.get(key)] for key, row in left.items()}
+    expected = {key: [row, right.get(row["customer"] if by_foreign_key else key)]
+                for key, row in left.items()}
     result = f"{app_id}-enriched-changelog"
 
     async def feed(events: list[tuple[str, str, dict]]) -> None:
@@ -69,13 +83,13 @@ async def test_a_left_join_of_two_tables_follows_both_sides_while_partitions_mov
             await produce(kafka.bootstrap, orders if side == "o" else customers,
                           [(key, value) for s, key, value in events if s == side])
 
-    workers = [WorkerProcess("tests.integration.table_join_apps:app", kafka.url,
+    workers = [WorkerProcess(module, kafka.url,
                              {**env, "ENGINE_DATA_DIR": str(tmp_path / name)}, tmp_path / f"{name}.log")
                for name in ("a",)]
     try:
         await workers[0].wait_for_output("tables ready", 90)
         await feed(first_half)
-        workers.append(WorkerProcess("tests.integration.table_join_apps:app", kafka.url,
+        workers.append(WorkerProcess(module, kafka.url,
                                      {**env, "ENGINE_DATA_DIR": str(tmp_path / "b")}, tmp_path / "b.log"))
         await feed(second_half[:300])  # while the group rebalances for the second worker
         await workers[1].wait_for_output("tables ready", 90)
