@@ -22,7 +22,10 @@ each agent that received it; only the contiguous prefix of finished records is c
 Tables over a source topic: that topic's partitions are inputs of their tasks like the streams'. A task with
 such an input releases its batches in timestamp order (engine.fetch.ordering); a run of the table's records is
 applied to its store once every event of the task dispatched before it was processed, so each event sees
-the table as of its own time, over a backlog as live.
+the table as of its own time, over a backlog as live. A stream-stream join's two streams are released the
+same way; while a batch of such a task is parked, nothing else of the task is released (an agent reading
+both streams would otherwise get the other's next batch first), and its release resumes once the parked
+batch is handed over.
 """
 
 from __future__ import annotations
@@ -229,6 +232,12 @@ class Conductor(Service):
                 if run is None:
                     return
                 tp, records = run
+                if any(input_tp in self._parked for input_tp in task.leases):
+                    # A batch of this task waits for room in a mailbox: nothing of the task may overtake it
+                    # (an agent reading two of its inputs would get them out of order). The fetch loop
+                    # releases the task again once it is delivered.
+                    inputs.unread(tp, records)
+                    return
                 if inputs.buffered(tp) <= self._max_poll_records:
                     self.pauses.release([tp], ORDERING)
                 lease = task.leases.get(tp)
@@ -431,6 +440,9 @@ class Conductor(Service):
                 del self._parked[tp]
             if lease.dispatching:
                 self.pauses.release([tp], BACKPRESSURE)
+            task = self.tasks.get(tp.partition)
+            if task is not None and task.inputs is not None and not task.releasing and not task.closed:
+                self.spawn(self._release(task), f"ordering:{task.number}")  # it stopped for this batch
 
     def drop_queued(self, tps: Collection[TP]) -> dict[TP, int]:
         """Drop the events of `tps` that no agent has taken yet (parked or in mailboxes); counts per TP."""

@@ -199,3 +199,24 @@ def test_a_seeded_out_of_order_stream_gives_the_sessions_of_each_keys_sorted_tim
     expected = sorted((user, *session) for user, ts in times.items()
                       for session in offline_sessions(ts, gap_ms))
     assert got == expected
+
+
+def test_close_idle_after_closes_a_quiet_partitions_sessions_on_the_wall_clock() -> None:
+    """A departure from Kafka Streams, asked for: with no event for 30 s of wall clock, stream time moves on
+    by the wall-clock time since, so the last sessions close."""
+    app = engine.App("sessions-idle", broker="memory://unused", topic_partitions=1)
+    clicks = app.topic("clicks", key_type=str, value_type=dict, timestamp=lambda c: c["at"])
+    visits = app.stream(clicks).session(10, close_idle_after=30).count("visits")
+    finals = app.topic("finals", key_type=str, value_type=list)
+
+    @app.agent(visits.closed())
+    async def report(stream: Any) -> None:
+        async for (user, window), n in stream.items():
+            await finals.send(key=user, value=[window.start, window.end, n])
+
+    with TestDriver(app) as driver:
+        send(driver, clicks, "a", 100, 105)
+        driver.advance(29)
+        assert driver.read(finals) == []
+        driver.advance(2)  # idle past 30 s: stream time moves on from 105 by the idle time (> 10 s gap)
+        assert [(r.key, r.value) for r in driver.read(finals)] == [("a", [100, 105, 2])]

@@ -4,13 +4,18 @@ only once its wait is over, duplicates at one time, and a restart."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import TYPE_CHECKING, Any
 
 import engine
 from engine import testing
+from engine.fetch import conductor
 from engine.testing import TestDriver
 from engine.topology.declaration import declare
 from engine.windows import WindowRange
+
+if TYPE_CHECKING:
+    import pytest
 
 S = 1000  # ms
 
@@ -143,3 +148,46 @@ async def test_the_buffers_are_read_back_after_a_restart() -> None:
             await testing.eventually(lambda got=got, wanted=wanted: got == wanted)
             await worker.checkpoint()
         assert got == wanted
+
+
+async def test_a_join_over_a_backlog_takes_both_streams_in_timestamp_order_also_when_batches_wait(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both streams are in their topics before the worker starts, and the agent's mailbox is small and parks
+    a batch as soon as it is full (PARK_AFTER 0), the parked batch handed over only 5 ms after there is
+    room: a parked batch of one stream must not be overtaken by the other's, or a record would find its
+    partners already past the 0.5 s retention. Every result, counted here from the input."""
+    monkeypatch.setattr(conductor, "PARK_AFTER", 0.0)
+    unpark = conductor.Conductor._unpark
+
+    async def late_unpark(self: conductor.Conductor, *args: Any) -> None:
+        await asyncio.sleep(0.005)
+        await unpark(self, *args)
+
+    monkeypatch.setattr(conductor.Conductor, "_unpark", late_unpark)
+    url = testing.memory_url()
+    app = engine.App("joins-backlog", broker=url, store="memory://", topic_partitions=1, mailbox_size=4,
+                     max_poll_records=50)
+    orders = app.topic("orders", key_type=str, value_type=int)
+    payments = app.topic("payments", key_type=str, value_type=int)
+    got: list[tuple[str, int, int]] = []
+
+    @app.agent(orders)
+    async def match(stream: Any) -> None:
+        async for key, (order, payment) in stream.join(payments, within=0.2, grace=0.1).items():
+            got.append((key, order, payment))
+            await asyncio.sleep(0)
+
+    left = [(f"k{n % 7}", 1_000_000 + n * 10) for n in range(600)]
+    right = [(f"k{(n * 3) % 7}", 1_000_000 + n * 10 + 5) for n in range(600)]
+    expected = sorted((kl, tl, tr) for kl, tl in left for kr, tr in right
+                      if kl == kr and abs(tl - tr) <= 200)
+    broker = testing.broker_for(url)
+    for topic, records in ((orders, left), (payments, right)):  # all of one stream, then the other's
+        broker.create_topic(topic.name, 1)
+        for key, at in records:
+            broker.append(topic.name, topic.key_codec.encode(key), topic.value_codec.encode(at), (), None,
+                          timestamp_ms=at)
+    async with testing.running(app, broker=url):
+        await testing.eventually(lambda: len(got) >= len(expected), 30)
+        await asyncio.sleep(0.2)  # (nothing more comes)
+    assert sorted(got) == expected

@@ -17,6 +17,7 @@ import pytest
 import engine
 from engine import testing
 from engine.scope import running_as
+from engine.tables.base import PartitionNotLocal
 from engine.web.queries import Forward
 from engine.web.server import FORWARDED
 
@@ -210,6 +211,29 @@ async def test_windowed_tables_answer_latest_all_or_one_window(tmp_path):
         assert status == 400
         with running_as(worker):
             assert await views.table.query("a") == [window(20, 3)]
+
+
+async def test_session_tables_answer_with_each_sessions_start_and_end(tmp_path):
+    app = engine.App("web-sessions")
+    clicks = app.topic("clicks", key_type=str, value_type=dict, timestamp=lambda v: v["ts"])
+    visits = app.stream(clicks).session(10, grace=100).count("visits")
+    async with testing.running(app, data_dir=str(tmp_path), broker=testing.memory_url(), web_enabled=True,
+                               web_port=0) as worker, aiohttp.ClientSession() as session:
+        for ts in [1, 4, 30, 35, 36]:  # two sessions: [1, 4] and [30, 36]
+            await clicks.send(key="a", value={"ts": ts})
+
+        def counted() -> bool:
+            try:
+                return sum(n for _, n in visits.windows("a")) == 5
+            except PartitionNotLocal:  # not assigned yet
+                return False
+
+        await testing.eventually(counted, 10)
+        status, body = await get(session, worker.placement.endpoint, "/tables/visits/a?window=all")
+        assert (status, body["windows"]) == (200, [{"window_start": 1, "window_end": 4, "value": 2},
+                                                   {"window_start": 30, "window_end": 36, "value": 3}])
+        status, body = await get(session, worker.placement.endpoint, "/tables/visits/a")
+        assert body["windows"] == [{"window_start": 30, "window_end": 36, "value": 3}]
 
 
 async def test_stale_queries_read_a_standby_here_instead_of_asking_the_owner(tmp_path):
