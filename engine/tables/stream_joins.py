@@ -180,11 +180,13 @@ class StreamJoin:
         self.how = how
         self.buffers = buffers  # [left, right]
         self.pending = pending  # [left's, right's]: a side's records with no partner, if that side is outer
+        self.outer = pending[0] is not None or pending[1] is not None
+        self._left_name = left.name
 
     def process(self, event: Event) -> list[Joined]:
         """The results of one record of either stream, in Kafka Streams' order: the records without partner
         whose wait ended (if this record is at stream time), then its joins."""
-        side = 0 if event.record.topic == self.topics[0].name else 1
+        side = 0 if event.record.topic == self._left_name else 1
         key, value = event.key, event.value
         if value is None:
             return []  # a tombstone joins nothing (Kafka Streams skips it)
@@ -196,30 +198,52 @@ class StreamJoin:
             at = self.topics[side].event_time_ms(event)
         mine, theirs = self.buffers[side], self.buffers[1 - side]
         my_part, _ = mine.table._route_write(key, event)
-        their_part, _ = theirs.table._route_write(key, event)
-        my_state, their_state = mine.state(my_part), theirs.state(their_part)
+        their_part = theirs.table.active.get(my_part.number)  # (the same partition: co-partitioned)
+        if their_part is None:
+            their_part, _ = theirs.table._route_write(key, event)  # raises, saying why
+        my_state = my_part.windows or mine.state(my_part)
+        their_state = their_part.windows or theirs.state(their_part)
+        assert isinstance(my_state, KeyedWindowState)
+        assert isinstance(their_state, KeyedWindowState)
         raw = event.record.value
         assert raw is not None
+        my_time = my_state.store_time
         mine.append(my_part, my_state, key, at, raw)
-        stream_time = max(t for t in (my_state.store_time, their_state.store_time) if t is not None)
+        stream_time = at if my_time is None or at > my_time else my_time
+        their_time = their_state.store_time
+        if their_time is not None and their_time > stream_time:
+            stream_time = their_time
         results: list[Joined] = []
-        if at == stream_time and (self.pending[0] is not None or self.pending[1] is not None):
+        if at == stream_time and self.outer:
             self._emit_waited(event, stream_time, results)
         within = self.window.within_ms
-        low, high = max(0, at - within), max(0, at + within)
-        if their_state.store_time is not None:  # what their buffer's retention still shows
-            low = max(low, their_state.store_time - self.window.retention_ms + 1)
+        low, high = at - within, at + within
+        shown = 0 if their_time is None else their_time - self.window.retention_ms + 1
+        if shown > low:  # what their buffer's retention still shows
+            low = shown
+        if low < 0:
+            low = 0
+        if high < 0:
+            high = 0
         times = their_state.windows.get(key)
         matched = False
         if times:
-            decode = self.topics[1 - side].value_codec.decode
-            their_pending = self.pending[1 - side]
-            for other_at in sorted(t for t in times if low <= t <= high):
-                for other in theirs.values(their_part, key, other_at):
-                    results.append(_pair(side, key, value, decode(other)))
-                    matched = True
-                if their_pending is not None:
-                    self._partnered(their_pending, event, key, other_at)
+            found = [t for t in times if low <= t <= high]
+            gone = [t for t in times if t < shown] if len(times) > len(found) else ()
+            for other_at in gone:  # past the retention: deleted now (the checkpoint would, later)
+                theirs.remove(their_part, their_state, key, other_at)
+            if found:
+                matched = True
+                if len(found) > 1:
+                    found.sort()
+                decode = self.topics[1 - side].value_codec.decode
+                their_pending = self.pending[1 - side]
+                for other_at in found:
+                    for other in theirs.values(their_part, key, other_at):
+                        other_value = decode(other)
+                        results.append((key, value, other_value) if side == 0 else (key, other_value, value))
+                    if their_pending is not None:
+                        self._partnered(their_pending, event, key, other_at)
         if not matched and pending is not None:
             if high < stream_time:  # its wait is over already
                 results.append(_pair(side, key, value, None))
