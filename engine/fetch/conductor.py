@@ -193,7 +193,9 @@ class Conductor(Service):
                     await self._dispatch_many(topic_routes, records, lease)
             if ordered:
                 for task in list(tasks.values()):
-                    if task.inputs is not None and not task.releasing:
+                    # (Not while it is set up: its partitions are paused and their positions not sought
+                    # yet, and asking their lag would wait for a position only the set-up gives.)
+                    if task.inputs is not None and not task.releasing and task.ready:
                         await self._release(task)
 
     async def _dispatch(self, records: list[RawRecord], lease: Lease) -> None:
@@ -441,7 +443,8 @@ class Conductor(Service):
             if lease.dispatching:
                 self.pauses.release([tp], BACKPRESSURE)
             task = self.tasks.get(tp.partition)
-            if task is not None and task.inputs is not None and not task.releasing and not task.closed:
+            if task is not None and task.inputs is not None and task.ready and not task.releasing \
+                    and not task.closed:
                 self.spawn(self._release(task), f"ordering:{task.number}")  # it stopped for this batch
 
     def drop_queued(self, tps: Collection[TP]) -> dict[TP, int]:

@@ -37,6 +37,7 @@ from aiokafka.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
     IllegalOperation,
+    IllegalStateError,
     KafkaConnectionError,
     KafkaError,
     SaslAuthenticationFailed,
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
     from engine.transport.base import PartitionsCallback, TopicSpec
 from engine.transport.base import ClientTuning, GroupDescription, GroupMember
 
+POSITION_WAIT = 0.05  # seconds `lag` waits for a partition's position before saying it is not known
 log = logging.getLogger(__name__)
 
 
@@ -332,11 +334,20 @@ class KafkaConsumer:
         return position
 
     async def lag(self, tp: TP) -> int | None:
+        """Records known on the broker and not fetched yet; None while that is not known (nothing fetched
+        yet, no position yet, or the partition is no longer assigned). Never waits for a position: asked
+        while the group moves partitions, aiokafka's `position` waits until one is sought, or fails when the
+        partition went away meanwhile."""
         partition = TopicPartition(*tp)
+        if partition not in self._client.assignment():
+            return None
         end: int | None = self._client.last_stable_offset(partition)  # read_committed: none past it fetched
         if end is None:
             return None
-        position: int = await self._client.position(partition)
+        try:
+            position: int = await asyncio.wait_for(self._client.position(partition), POSITION_WAIT)
+        except (TimeoutError, IllegalStateError):
+            return None
         return max(end - position, 0)
 
     async def offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
