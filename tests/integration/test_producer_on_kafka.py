@@ -7,7 +7,7 @@ from aiokafka import AIOKafkaProducer
 
 from engine.errors import DeliveryFailed
 from engine.transport import open_transport
-from tests.integration.helpers import create_topics, read_all, unique
+from tests.integration.helpers import consume_until, create_topics, read_all, unique
 
 
 async def test_a_batch_larger_than_a_request_arrives_whole_in_order_and_reports_its_last_offset(kafka):
@@ -76,7 +76,9 @@ async def test_every_kind_of_record_arrives_as_sent_and_only_with_its_transactio
             await producer.send(topic, b"huge", b"x" * 2_000_000)
     finally:
         await producer.stop()
-    stored = {r.key: r for r in await read_all(kafka.bootstrap, topic)}
+    # (The commit's markers reach the partitions just after it returns: read until all are committed.)
+    found = await consume_until(kafka.bootstrap, topic, lambda records: len(records) >= len(sent))
+    stored = {r.key: r for r in found}
     assert len(stored) == len(sent)
     for key, value, headers, partition, timestamp in sent:
         record = stored[key]
