@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
 from engine.errors import ConfigError
-from engine.tables.partition import MISSING, KeyedWindowState
+from engine.tables.partition import KeyedWindowState
 from engine.tables.windowed import EventTimeTable
 
 if TYPE_CHECKING:
@@ -109,15 +109,6 @@ class KeyedWindowsTable(EventTimeTable):
             entry = state.windows.get(key, {}).get(start)
             if entry is not None and self._window_key(key, start, entry[0]) == window_key_:
                 self._emit_final(part, window_key_)
-
-    def _emit_final(self, part: TablePartition, window_key_: tuple[Any, ...]) -> None:
-        """Keep a window's value now as a final result, for the next checkpoint to send."""
-        store_key = self.table.locate(window_key_)[0]
-        value = part.get(window_key_, store_key)
-        if value is not MISSING:
-            encoded = self.table.value_codec.encode(value)
-            assert encoded is not None
-            part.unsent_closes.append((store_key, encoded))
 
     def close_windows(self, part: TablePartition) -> list[tuple[bytes, bytes]]:
         """The final windows since the last checkpoint, as (store key, value) records in the order they

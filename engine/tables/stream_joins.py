@@ -173,11 +173,10 @@ class PendingBuffer(JoinBuffer):
 class StreamJoin:
     """One stream-stream join of an agent: its buffers, and what each record makes of them."""
 
-    def __init__(self, left: Topic, right: Topic, window: JoinWindows, how: How, buffers: list[JoinBuffer],
+    def __init__(self, left: Topic, right: Topic, window: JoinWindows, buffers: list[JoinBuffer],
                  pending: list[PendingBuffer | None]) -> None:
         self.topics = (left, right)
         self.window = window
-        self.how = how
         self.buffers = buffers  # [left, right]
         self.pending = pending  # [left's, right's]: a side's records with no partner, if that side is outer
         self.outer = pending[0] is not None or pending[1] is not None
@@ -307,4 +306,4 @@ def stream_join(app: App, agent: str, number: int, left: Topic, right: Topic, wi
     buffers = [buffer(f"{base}-left", left, False), buffer(f"{base}-right", right, False)]
     pending = [buffer(f"{base}-left-pending", left, True) if how in ("left", "outer") else None,
                buffer(f"{base}-right-pending", right, True) if how == "outer" else None]
-    return StreamJoin(left, right, window, how, buffers, pending)
+    return StreamJoin(left, right, window, buffers, pending)

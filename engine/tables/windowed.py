@@ -263,22 +263,25 @@ class EventTimeTable:
                         values[bounds] = value
         return [(start, end, values[start, end]) for start, end in sorted(values)]
 
+    def _emit_final(self, part: TablePartition, window_key_: tuple[Any, ...]) -> None:
+        """Keep a window's value now as a final result, for the next checkpoint to send."""
+        store_key = self.table.locate(window_key_)[0]
+        value = part.get(window_key_, store_key)
+        if value is not MISSING:
+            encoded = self.table.value_codec.encode(value)
+            assert encoded is not None
+            part.unsent_closes.append((store_key, encoded))
+
     def _emit(self, part: TablePartition, state: WindowState, keys: list[tuple[Any, ...]],
               closed_upto: int) -> list[tuple[bytes, bytes]]:
         """Closed windows (their table keys, in order) as (store key, value) records, marked emitted up to
         `closed_upto` (an engine record in the same checkpoint)."""
-        records, part.unsent_closes = part.unsent_closes, []
-        locate, encode = self.table.locate, self.table.value_codec.encode
         for window_key_ in keys:
-            value = part.get(window_key_, locate(window_key_)[0])
-            if value is not MISSING:
-                encoded = encode(value)
-                assert encoded is not None
-                records.append((locate(window_key_)[0], encoded))
+            self._emit_final(part, window_key_)
         state.closed_upto = closed_upto
         part.meta[CLOSED_KEY] = str(closed_upto).encode()
+        records, part.unsent_closes = part.unsent_closes, []
         return records
-
 
 class WindowedTable(EventTimeTable):
     """The windowed face of a Table of fixed-size windows: `table[key]` is that key's WindowSet."""
@@ -355,9 +358,6 @@ class WindowedTable(EventTimeTable):
         if self.table.default is None:
             raise KeyError("no value for this window and the table has no default")
         return self.table.default()
-
-    def _get(self, part: TablePartition, window_key_: tuple[Any, int]) -> Any:
-        return part.get(window_key_, self.table.locate(window_key_)[0])
 
     def value_at(self, key: Any, ts_ms: int) -> Any:
         """The value of the newest window of `key` containing `ts_ms` (the default if none)."""

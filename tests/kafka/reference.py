@@ -14,21 +14,12 @@ import shutil
 import subprocess
 from typing import TYPE_CHECKING
 
-from tests.kafka.broker import CACHE_ROOT, HERE, KAFKA_VERSION
+from tests.kafka.broker import CACHE_ROOT, HERE, KAFKA_VERSION, LOG4J2
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 SOURCE = HERE / "reference" / "Reference.java"
-LOG4J2 = """\
-status = warn
-appender.console.type = Console
-appender.console.name = STDOUT
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = warn
-rootLogger.appenderRef.stdout.ref = STDOUT
-"""
 
 
 def resolve_reference(version: str = KAFKA_VERSION) -> Path:
