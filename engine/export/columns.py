@@ -5,6 +5,8 @@ Columns, in order:
 - `key`, typed from the table's key type (`str`, `int`, ...; bytes for raw keys);
 - windowed tables: `window_start` and `window_end`, UTC timestamps in milliseconds (from the key layout in
   engine.tables.keys: the start is in the key, the end is start + size, or in the key too for sessions);
+- lake tables (Delta, Iceberg): `partition`, the table partition a row lives in, so that one worker's export
+  of its own partitions replaces exactly those rows;
 - the value: a dataclass `value_type` gives one column per field (named `value_<field>` if it would clash
   with the columns above); anything else is one `value` column.
 
@@ -38,8 +40,9 @@ if TYPE_CHECKING:
     from engine.stores import StoreView
     from engine.tables.base import BaseTable
 
-KEY, WINDOW_START, WINDOW_END, VALUE = "key", "window_start", "window_end", "value"
+KEY, WINDOW_START, WINDOW_END, PARTITION, VALUE = "key", "window_start", "window_end", "partition", "value"
 CHUNK = 65_536
+INFER_ROWS = 1024  # an undeclared type is inferred from this many rows (decoded again when written)
 
 
 class ExportError(EngineError):
@@ -83,9 +86,10 @@ def _codec_type(codec: Codec, declared: Any) -> pa.DataType | None:
 class TableColumns:
     """Decodes one table's raw store pairs into record batches of a schema that stays fixed."""
 
-    def __init__(self, table: BaseTable) -> None:
+    def __init__(self, table: BaseTable, *, partition_column: bool = False) -> None:
         self.pa = require("pyarrow", "table export")
         self.table = table
+        self.partition_column = partition_column
         self.window = table.window
         topic = table.changelog_topic
         self.key_codec: Codec = table.plain_key_codec
@@ -111,6 +115,8 @@ class TableColumns:
             stamp = pa.timestamp("ms", tz="UTC")
             fields += [pa.field(WINDOW_START, stamp, nullable=False),
                        pa.field(WINDOW_END, stamp, nullable=False)]
+        if self.partition_column:
+            fields.append(pa.field(PARTITION, pa.int32(), nullable=False))
         if self.flatten:
             taken = {f.name for f in fields}
             fields += [pa.field(f"{VALUE}_{f.name}" if f.name in taken else f.name, f.type)
@@ -120,6 +126,16 @@ class TableColumns:
         self.schema = pa.schema(fields)
         return self.schema
 
+    def infer(self, views: list[StoreView]) -> pa.Schema:
+        """Fix the schema before anything is written: from declared types, else from the first rows found
+        (every partition's rows then get that one schema)."""
+        for view in views:
+            if self.schema is not None:
+                break
+            for _ in self.batches(view, INFER_ROWS):
+                break  # the first batch fixes the schema
+        return self.final_schema()
+
     def final_schema(self) -> pa.Schema:
         """The schema, also when no row was seen to infer an undeclared type from (then it is text)."""
         if self.schema is None:
@@ -128,17 +144,38 @@ class TableColumns:
 
     # -- decoding -----------------------------------------------------------------------------------
 
-    def batches(self, view: StoreView, chunk: int = CHUNK) -> Iterator[pa.RecordBatch]:
-        """Record batches of at most `chunk` rows of a view. Engine's own records (a windowed table's stream
-        time) sort after every key (META_PREFIX), so the scan simply stops before them."""
+    def batches(self, view: StoreView, chunk: int = CHUNK, partition: int = 0) -> Iterator[pa.RecordBatch]:
+        """Record batches of at most `chunk` rows of a view (of table partition `partition`). Engine's own
+        records (a windowed table's stream time) sort after every key (META_PREFIX), so the scan simply
+        stops before them."""
         pairs = iter(view.items(None, META_PREFIX if self.window is not None else None))
         while True:
             taken = list(islice(pairs, chunk))
             if not taken:
                 return
-            yield self.batch([key for key, _ in taken], [value for _, value in taken])
+            yield self.batch([key for key, _ in taken], [value for _, value in taken], partition)
 
-    def batch(self, keys: list[bytes], values: list[bytes]) -> pa.RecordBatch:
+    def batch(self, keys: list[bytes], values: list[bytes], partition: int = 0) -> pa.RecordBatch:
+        columns = self._key_columns(keys, partition)
+        value_column = self._decode(self.value_codec, values, self.value_type, "value")
+        schema = self.schema or self._fix_schema(columns[0].type, value_column.type)
+        columns += value_column.flatten() if self.flatten else [value_column]
+        return self.pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    def removed(self, keys: list[bytes], partition: int = 0) -> pa.RecordBatch:
+        """Rows for stored keys that are gone (deleted, expired): their key columns, every value null; what a
+        lake MERGE matches its deletes by. (The schema must be fixed already.)"""
+        pa, schema = self.pa, self.final_schema()
+        columns = self._key_columns(keys, partition)
+        columns += [pa.nulls(len(keys), f.type) for f in list(schema)[len(columns):]]
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    def key_names(self) -> list[str]:
+        """The columns that identify a row: the key, a window's bounds, the partition."""
+        names = [KEY] if self.window is None else [KEY, WINDOW_START, WINDOW_END]
+        return [*names, PARTITION] if self.partition_column else names
+
+    def _key_columns(self, keys: list[bytes], partition: int) -> list[Any]:
         pa = self.pa
         columns: list[Any] = []
         if self.window is None:
@@ -151,10 +188,9 @@ class TableColumns:
             columns += [self._decode(self.key_codec, inner, self.key_type, "key"),
                         pa.array([start for start, _ in bounds], pa.int64()).cast(stamp),
                         pa.array([end for _, end in bounds], pa.int64()).cast(stamp)]
-        value_column = self._decode(self.value_codec, values, self.value_type, "value")
-        schema = self.schema or self._fix_schema(columns[0].type, value_column.type)
-        columns += value_column.flatten() if self.flatten else [value_column]
-        return pa.RecordBatch.from_arrays(columns, schema=schema)
+        if self.partition_column:
+            columns.append(pa.array([partition] * len(keys), pa.int32()))
+        return columns
 
     def _decode(self, codec: Codec, raw: list[bytes], type_: pa.DataType | None, what: str) -> Any:
         pa = self.pa

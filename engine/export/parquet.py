@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.export.columns import KEY, ExportError, TableColumns
 from engine.export.optional import require
+from engine.export.targets import parse_target
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from engine.stores import StoreView
 
 MANIFEST = "_engine_export.json"
-INFER_ROWS = 1024  # an undeclared type is inferred from this many rows (decoded again when written)
 WRITERS = 2
 FORMAT = "engine-table-export/1"
 KEY_LAYOUT = {
@@ -119,37 +119,17 @@ def _describe(snapshot: TableSnapshot, columns: TableColumns) -> dict[str, Any]:
     }
 
 
-def _infer_schema(columns: TableColumns, views: list[StoreView]) -> None:
-    """Fix the schema before any file is written: from declared types, else from the first rows found."""
-    for view in views:
-        if columns.schema is not None:
-            return
-        for _ in columns.batches(view, INFER_ROWS):
-            break  # the first batch fixes the schema
-    columns.final_schema()
-
-
-def export_target(path: Path | str) -> Path:
-    """`path` as an export directory; an ExportError, before any work, if it cannot be one."""
-    target = Path(path)
-    if target.exists() and not target.is_dir():
-        raise ExportError(f"cannot export to {target}: it is a file; an export is a directory (give a new "
-                          "path, or an earlier export's directory to replace it)")
-    return target
-
-
 def write_snapshot(
     snapshot: TableSnapshot, path: Path | str, progress: Callable[[int, int], None] | None = None
 ) -> ExportManifest:
     """Write every partition of `snapshot` under `path` and return the manifest (also written there).
     `progress(rows written, rows expected)` is called after every batch."""
     parquet = require("pyarrow.parquet", "Parquet export")
-    target = export_target(path)
+    target = Path(parse_target(path).location)
     target.mkdir(parents=True, exist_ok=True)
     columns = TableColumns(snapshot.table)
     views = dict(sorted(snapshot.views.items()))
-    _infer_schema(columns, list(views.values()))
-    schema = columns.final_schema()
+    schema = columns.infer(list(views.values()))
     expected = sum(view.approximate_len() for view in views.values())
     done = 0
     lock = threading.Lock()

@@ -70,3 +70,10 @@ class OffsetTracker:
 
     def mark_committed(self, offset: int) -> None:
         self.committed = offset
+
+    def resume_point(self) -> int | None:
+        """Where reading resumes after the last commit: the committed offset, or before any commit the first
+        record fetched (a task starts at its partition's committed offset); None while neither is known."""
+        if self.committed is not None:
+            return self.committed
+        return self._pending[0] if self._pending else None

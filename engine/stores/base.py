@@ -34,14 +34,14 @@ class StoreView(Protocol):
     def items(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Key-ordered pairs with start <= key < end (None: unbounded)."""
 
+    def get(self, key: bytes) -> bytes | None: ...
+
     def approximate_len(self) -> int: ...
 
     def close(self) -> None: ...
 
 
 class PartitionStore(StoreView, Protocol):
-    def get(self, key: bytes) -> bytes | None: ...
-
     def changelog_identity(self) -> bytes | None:
         """The id of the changelog topic this store reflects (None: not recorded)."""
 

@@ -31,7 +31,8 @@ from engine.tables.partition import DELETED, MISSING, TablePartition, Windowing
 from engine.topics import Topic
 
 if TYPE_CHECKING:
-    from engine.events import Event
+    from engine.events import TP, Event
+    from engine.settings import Settings
     from engine.stores.base import PartitionStore, StoreView
     from engine.windows import WindowKind
 
@@ -57,8 +58,9 @@ class _Binding:
     active: dict[int, TablePartition]
     writers: set[str]
     registry: set[str] | None  # told of each topic whose events write the table (the worker's timed topics)
-    checkpoint: Callable[[], Awaitable[None]] | None
+    checkpoint: Callable[[], Awaitable[dict[TP, int]]] | None
     query: Callable[[BaseTable, Any], Awaitable[Any]] | None = None  # the worker's table queries (engine.web)
+    settings: Settings | None = None  # the worker's
 
 
 class _CurrentPartitions(MutableMapping[int, TablePartition]):
@@ -185,15 +187,16 @@ class BaseTable(MutableMapping[Any, Any]):
 
     def bind(self, worker: object, partition_count: int, topic_counts: Mapping[str, int],
              writers: set[str] | None = None,
-             checkpoint: Callable[[], Awaitable[None]] | None = None,
-             query: Callable[[BaseTable, Any], Awaitable[Any]] | None = None) -> None:
+             checkpoint: Callable[[], Awaitable[dict[TP, int]]] | None = None,
+             query: Callable[[BaseTable, Any], Awaitable[Any]] | None = None,
+             settings: Settings | None = None) -> None:
         """Attach to a running worker: the table's partition count (its changelog's), and every topic's, to
         check that the topics whose events write the table are co-partitioned with it; `writers` (if given)
         gets each topic whose events write the table, from its first write on; `checkpoint` runs one of the
         worker's checkpoints; `query` answers `query` (the worker's web server, engine.web)."""
         self._count = partition_count
         self._topic_counts = topic_counts
-        self._bindings.bind(worker, _Binding({}, set(), writers, checkpoint, query))
+        self._bindings.bind(worker, _Binding({}, set(), writers, checkpoint, query, settings))
         self._rebind()
 
     def unbind(self, worker: object) -> None:
@@ -210,14 +213,24 @@ class BaseTable(MutableMapping[Any, Any]):
         else:
             self.active, self._writers = {}, set()
 
-    async def checkpoint(self) -> None:
+    async def checkpoint(self) -> dict[TP, int]:
         """Run a checkpoint of the worker this table is attached to, and return once it completed: from
         then on the stores hold every write made before the call (what a live export needs, since a store
-        holds exactly the state of the last checkpoint)."""
+        holds exactly the state of the last checkpoint). Returns where each of the worker's input
+        partitions resumes after it, where known (engine.tasks.manager)."""
         binding = self._bindings.current()
         if binding is None or binding.checkpoint is None:
             raise TableError(f"table {self.name!r} is not attached to a running worker")
-        await binding.checkpoint()
+        return await binding.checkpoint()
+
+    @property
+    def worker_settings(self) -> Settings:
+        """The settings of the running worker this table is attached to (its broker, for an export that
+        reads the changelog)."""
+        binding = self._bindings.current()
+        if binding is None or binding.settings is None:
+            raise TableError(f"table {self.name!r} is not attached to a running worker")
+        return binding.settings
 
     async def query(self, key: Any) -> Any:
         """The key's current value wherever in the app it lives: read here when its partition is active on
@@ -435,6 +448,18 @@ class BaseTable(MutableMapping[Any, Any]):
         if part.get(key, encoded) is MISSING:
             raise KeyError(key)
         part.delete(key)
+
+    def pop(self, key: Any, default: Any = MISSING) -> Any:
+        """Remove `key` and return its value; for a missing key return `default` (or raise KeyError without
+        one). Never the table's own default: MutableMapping's pop would read a made-up value, then fail to
+        delete it."""
+        found, value = self.find(key)
+        if not found:
+            if default is MISSING:
+                raise KeyError(key)
+            return default
+        del self[key]
+        return value
 
     def stored(self, store: PartitionStore, key: Any) -> Any:
         """`key` as `store` holds it (a standby's store, or one opened offline; without the writes since

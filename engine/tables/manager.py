@@ -73,7 +73,7 @@ class TableManager(Service):
         self.timed_topics: set[str] = set()
         self.warming: frozenset[int] = frozenset()  # the tasks warming up here (the last assignment's)
         self.request_rebalance: Callable[[], None] = lambda: None  # set by the worker
-        self.checkpoint: Callable[[], Awaitable[None]] | None = None  # set by the worker
+        self.checkpoint: Callable[[], Awaitable[dict[TP, int]]] | None = None  # set by the worker
         self.query: Callable[[BaseTable, Any], Awaitable[Any]] | None = None  # set by the worker (engine.web)
 
     # -- stores -------------------------------------------------------------------------------------
@@ -131,7 +131,7 @@ class TableManager(Service):
                                                                                   self.settings)
             timed = table.windowed is not None and table.windowed.timestamp is None
             table.bind(self.owner, count, counts, writers=self.timed_topics if timed else None,
-                       checkpoint=self.checkpoint, query=self.query)
+                       checkpoint=self.checkpoint, query=self.query, settings=self.settings)
         globals_ = [t for t in self.tables.values() if t.is_global]
         if globals_:
             numbers = {t.name: set(range(t.partition_count)) for t in globals_}

@@ -13,19 +13,34 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from engine.events import TP
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from engine.stores import PartitionStore
     from engine.transport.base import Consumer
 
 log = logging.getLogger(__name__)
 
 FETCH = 20_000
+
+
+class ChangelogSink(Protocol):
+    """Where replayed changelog records go: a store (recovery, standbys), or anything else that keeps the
+    offset it reached (a lake export collecting the keys written since its last version)."""
+
+    def changelog_offset(self) -> int | None: ...
+
+    def changelog_identity(self) -> bytes | None: ...
+
+    def set_changelog_identity(self, identity: bytes) -> None: ...
+
+    def write(self, updates: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None: ...
+
+
+Sink = TypeVar("Sink", bound=ChangelogSink)
 
 
 @dataclass
@@ -42,7 +57,7 @@ class Progress:
         return self.applied / elapsed if elapsed > 0 else 0.0
 
 
-def apply_batch(store: PartitionStore, records: list) -> int:  # type: ignore[type-arg]
+def apply_batch(store: ChangelogSink, records: list) -> int:  # type: ignore[type-arg]
     """Write one fetched batch of changelog records (raw bytes; None values delete)."""
     updates: dict[bytes, bytes | None] = {}
     for record in records:
@@ -54,11 +69,11 @@ def apply_batch(store: PartitionStore, records: list) -> int:  # type: ignore[ty
 
 async def start_positions(
     reader: Consumer,
-    stores: Mapping[TP, PartitionStore],
-    rebuild: Callable[[TP], PartitionStore],
+    stores: Mapping[TP, Sink],
+    rebuild: Callable[[TP], Sink],
     identities: Mapping[str, bytes],
     until: Mapping[TP, int] | None = None,
-) -> tuple[dict[TP, int], dict[TP, int], dict[TP, PartitionStore]]:
+) -> tuple[dict[TP, int], dict[TP, int], dict[TP, Sink]]:
     """Where each partition's replay starts and ends (the log's end, or `until` for a partition given
     there); rebuilds stores that do not fit their log or are past `until` (a store written past where its
     task resumes reading would show events a later state), and records in each store the id of the log it
@@ -100,8 +115,8 @@ async def start_positions(
 
 async def replay_to_end(
     reader: Consumer,
-    stores: Mapping[TP, PartitionStore],
-    rebuild: Callable[[TP], PartitionStore],
+    stores: Mapping[TP, Sink],
+    rebuild: Callable[[TP], Sink],
     progress: Progress,
     label: str,
     identities: Mapping[str, bytes] | None = None,

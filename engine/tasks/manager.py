@@ -151,8 +151,10 @@ class TaskManager(Service):
             except TransactionsFailed as exc:
                 await self.tasks_failed(exc.failed)
 
-    async def checkpoint(self) -> None:
+    async def checkpoint(self) -> dict[TP, int]:
         """Checkpoint now (live exports, tests and the final stop use it); one at a time with every other.
+        Returns where each active input partition resumes after it (its tasks' tables reflect the events
+        before), for the partitions where that is known; read as it completes, before any later event.
 
         Under exactly-once a checkpoint waits for every agent to be between events, so one asked for from
         inside an event would wait for its own caller: refused, with the way out."""
@@ -161,6 +163,9 @@ class TaskManager(Service):
                               "for every agent to finish its event, this one included); run it from a timer "
                               "or outside the agents")
         await self.checkpoints.run(self.pause_timeout)
+        return {tp: offset for task in self.active.values() if task.ready
+                for tp, lease in task.leases.items()
+                if not lease.ended and (offset := lease.resume_point()) is not None}
 
     # -- what the group's assignor tells this worker ------------------------------------------------
 

@@ -1,0 +1,86 @@
+"""Delta Lake tables written with delta-rs (`deltalake`, no JVM): the one module that imports it.
+
+A version is one Delta commit, so it is all or nothing: an export that dies before its commit leaves the
+table at its previous version (files written meanwhile are unreferenced, and `VACUUM` removes them). The
+LakeCommit (engine.export.lake) rides in the commit's `commitInfo` under the key `engine`, where Spark's
+`DESCRIBE HISTORY`, delta-rs' `history()` and any Delta reader find it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.export.columns import PARTITION, ExportError
+from engine.export.lake import METADATA_KEY, LakeCommit
+from engine.export.optional import require
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterator
+
+    import pyarrow as pa
+
+DELETED = "_engine_deleted"  # a MERGE source column: this row's key is gone from the table
+COMMIT_RETRIES = 20  # a commit that raced another writer's (two workers exporting) is retried on the new one
+
+
+def _deltalake() -> Any:
+    return require("deltalake", "Delta Lake export")
+
+
+def history(path: Path | str) -> list[tuple[int, LakeCommit]]:
+    """The engine commits of the Delta table at `path`, newest first, with their versions; [] if there is
+    no table there yet."""
+    deltalake = _deltalake()
+    if not (Path(path) / "_delta_log").is_dir():
+        return []
+    found = []
+    for entry in deltalake.DeltaTable(str(path)).history():
+        text = entry.get(METADATA_KEY)
+        commit = LakeCommit.from_json(text) if isinstance(text, str) else None
+        if commit is not None:
+            found.append((int(entry["version"]), commit))
+    return found
+
+
+def _properties(commit: LakeCommit) -> Any:
+    return _deltalake().CommitProperties(custom_metadata={METADATA_KEY: commit.to_json()},
+                                         max_commit_retries=COMMIT_RETRIES)
+
+
+def overwrite(path: Path | str, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
+              partitions: Collection[int] | None, commit: LakeCommit) -> int:
+    """Replace the rows of `partitions` (None: the whole table, its schema too) by `batches`, streamed (never
+    all in memory) in one commit; returns the new version."""
+    deltalake, pa = _deltalake(), require("pyarrow", "Delta Lake export")
+    reader = pa.RecordBatchReader.from_batches(schema, batches)
+    exists = (Path(path) / "_delta_log").is_dir()
+    predicate = None
+    if partitions is not None and exists:
+        numbers = ", ".join(str(n) for n in sorted(partitions))
+        predicate = f"{PARTITION} IN ({numbers})" if partitions else "false"
+    try:
+        deltalake.write_deltalake(str(path), reader, mode="overwrite", predicate=predicate,
+                                  schema_mode="overwrite" if predicate is None else None,
+                                  commit_properties=_properties(commit))
+    except deltalake.exceptions.SchemaMismatchError as exc:
+        raise ExportError(f"{path}: the table's rows no longer fit the Delta table's schema ({exc}); export "
+                          "all partitions at once to replace it, or to a new path") from exc
+    return int(deltalake.DeltaTable(str(path)).version())
+
+
+def merge(path: Path | str, schema: pa.Schema, batches: Iterator[pa.RecordBatch], keys: list[str],
+          commit: LakeCommit) -> int:
+    """One MERGE of `batches` (the table's columns plus DELETED) into the table, matched on `keys`: rows
+    flagged DELETED are deleted, the others inserted or updated; returns the new version."""
+    deltalake, pa = _deltalake(), require("pyarrow", "Delta Lake export")
+    source = pa.RecordBatchReader.from_batches(schema, batches)
+    matched = " AND ".join(f"t.`{name}` = s.`{name}`" for name in keys)
+    values = {f"`{f.name}`": f"s.`{f.name}`" for f in schema if f.name != DELETED}
+    table = deltalake.DeltaTable(str(path))
+    (table.merge(source, matched, source_alias="s", target_alias="t", commit_properties=_properties(commit))
+     .when_matched_delete(f"s.{DELETED}")
+     .when_matched_update(values, f"NOT s.{DELETED}")
+     .when_not_matched_insert(values, f"NOT s.{DELETED}")
+     .execute())
+    return int(deltalake.DeltaTable(str(path)).version())

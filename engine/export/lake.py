@@ -1,0 +1,210 @@
+"""Lake tables (Delta Lake, Iceberg) as export targets: what every version records about the stream, and
+how an export decides between a full copy and an incremental MERGE.
+
+Every version an export commits carries, in the table's own commit metadata (Delta's `commitInfo`, an
+Iceberg snapshot's summary), a `LakeCommit`: the app, the table, and per exported partition the changelog
+offset its rows reflect and the input offsets of the checkpoint they come from. Any reader can therefore
+tell which point of the stream a version is, and the next export knows where to continue.
+
+A table's position is per partition: the newest version that wrote a partition says where that partition
+is (a worker exports only the partitions it owns; a full export of every partition supersedes all earlier
+versions). An incremental export reads the changelog from there to the snapshot's offsets, collects the
+keys written meanwhile, and MERGEs their rows as of the snapshot: upserts for keys the snapshot has, deletes
+for the others (tombstones, expired windows). It is exact because a snapshot and its changelog offset always
+agree (engine.stores), whatever happened in between: compaction only drops records that a later record of
+the same key supersedes, and that one is read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from engine.events import TP
+from engine.export.columns import ExportError
+from engine.tables.keys import META_PREFIX
+from engine.tables.recovery import Progress, replay_to_end
+from engine.transport import transport_for
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from engine.export.sources import TableSnapshot
+    from engine.settings import Settings
+
+LAKE_FORMAT = "engine-lake-commit/1"
+METADATA_KEY = "engine"  # the commit metadata entry that holds a LakeCommit as JSON
+
+
+@dataclass(frozen=True)
+class PartitionPosition:
+    """Where one table partition's rows in a version are in the stream."""
+
+    changelog_offset: int | None  # the last changelog record reflected (None: the partition was empty)
+    inputs: dict[str, int] = field(default_factory=dict)  # input topic: the next offset its task reads
+
+
+@dataclass(frozen=True)
+class LakeCommit:
+    """What one lake version holds: which table, how it was written, and where each partition it wrote is."""
+
+    app: str
+    table: str
+    changelog_topic: str
+    source: str  # "worker", "store" or "changelog"
+    mode: str  # "full" or "incremental"
+    partition_count: int  # the table's
+    partitions: dict[int, PartitionPosition]
+    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="milliseconds"))
+    format: str = LAKE_FORMAT
+
+    @property
+    def complete(self) -> bool:
+        """A full export of every partition: the versions before it no longer matter."""
+        return self.mode == "full" and len(self.partitions) == self.partition_count
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> LakeCommit | None:
+        """None for metadata some other writer (or another format version) left."""
+        try:
+            raw: dict[str, Any] = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(raw, dict) or raw.get("format") != LAKE_FORMAT:
+            return None
+        raw["partitions"] = {int(number): PartitionPosition(**position)
+                             for number, position in raw["partitions"].items()}
+        return cls(**raw)
+
+
+@dataclass(frozen=True)
+class LakeExport:
+    """What one export to a lake table did: the version it committed, what that records, and its rows."""
+
+    target: str
+    version: int
+    commit: LakeCommit
+    rows: int  # written (full) or inserted and updated (incremental)
+    deleted: int = 0
+
+    @property
+    def offsets(self) -> dict[int, int | None]:
+        return {number: where.changelog_offset for number, where in self.commit.partitions.items()}
+
+
+def lake_position(history: Iterable[LakeCommit]) -> dict[int, PartitionPosition]:
+    """Each partition's position in the newest version: from the newest commit that wrote it (`history`
+    newest first), looking no further back than the newest complete export."""
+    position: dict[int, PartitionPosition] = {}
+    for commit in history:
+        for number, where in commit.partitions.items():
+            position.setdefault(number, where)
+        if commit.complete:
+            break
+    return position
+
+
+def describe_position(commit: LakeCommit | None, position: Mapping[int, PartitionPosition]) -> list[str]:
+    """Lines for `engine export --status`: the table, then one per partition."""
+    if commit is None:
+        return ["no version written by an engine export"]
+    lines = [f"table {commit.table} of app {commit.app} (changelog {commit.changelog_topic}), "
+             f"{len(position)} of {commit.partition_count} partitions exported"]
+    for number, where in sorted(position.items()):
+        inputs = ", ".join(f"{topic}@{offset}" for topic, offset in sorted(where.inputs.items()))
+        lines.append(f"  partition {number}: changelog offset {where.changelog_offset}"
+                     + (f"; inputs {inputs}" if inputs else ""))
+    return lines
+
+
+def new_commit(snapshot: TableSnapshot, mode: str, inputs: Mapping[TP, int]) -> LakeCommit:
+    """The LakeCommit of an export of `snapshot` (`inputs`: the committed offsets of its checkpoint)."""
+    table = snapshot.table
+    partitions = {
+        number: PartitionPosition(view.changelog_offset(), {tp.topic: offset for tp, offset in inputs.items()
+                                                            if tp.partition == number})
+        for number, view in sorted(snapshot.views.items())
+    }
+    return LakeCommit(table.app_id, table.name, table.changelog_topic.name, snapshot.origin, mode,
+                      snapshot.partitions, partitions)
+
+
+def incremental_base(snapshot: TableSnapshot, history: list[LakeCommit]) -> dict[int, int | None] | None:
+    """The changelog offsets an incremental export of `snapshot` starts after, per partition; None when only
+    a full export will do: no version yet, another table's, a partition never exported, or a partition whose
+    lake rows are ahead of the snapshot (an older data directory)."""
+    if not history:
+        return None
+    newest, table = history[0], snapshot.table
+    if (newest.app, newest.table, newest.changelog_topic) != (table.app_id, table.name,
+                                                             table.changelog_topic.name):
+        return None
+    position = lake_position(history)
+    base: dict[int, int | None] = {}
+    for number, view in snapshot.views.items():
+        where = position.get(number)
+        if where is None:
+            return None
+        now = view.changelog_offset()
+        if where.changelog_offset is not None and (now is None or where.changelog_offset > now):
+            return None
+        base[number] = where.changelog_offset
+    return base
+
+
+class _ChangedKeys:
+    """A store to replay a changelog range into that only collects the keys written (engine.tables.recovery
+    is the one way a changelog is read; this is where its records go)."""
+
+    def __init__(self, after: int | None) -> None:
+        self.after = after
+        self.keys: set[bytes] = set()
+
+    def changelog_offset(self) -> int | None:
+        return self.after
+
+    def changelog_identity(self) -> bytes | None:
+        return None
+
+    def set_changelog_identity(self, identity: bytes) -> None:
+        pass
+
+    def write(self, updates: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
+        self.keys.update(key for key in updates if not key.startswith(META_PREFIX))
+        if changelog_offset is not None:
+            self.after = changelog_offset
+
+
+
+class ChangelogGone(ExportError):
+    """The changelog no longer holds the records between two exports (deleted by retention)."""
+
+
+async def changed_keys(snapshot: TableSnapshot, base: Mapping[int, int | None],
+                       settings: Settings) -> dict[int, set[bytes]]:
+    """The store keys written to each partition's changelog after `base` and up to the snapshot's offset.
+    Raises ChangelogGone when the log no longer holds all of them (then only a full export is exact)."""
+    topic = snapshot.table.changelog_topic.name
+    collectors = {TP(topic, number): _ChangedKeys(base[number]) for number in snapshot.views}
+    until = {}
+    for tp in collectors:
+        offset = snapshot.views[tp.partition].changelog_offset()
+        until[tp] = 0 if offset is None else offset + 1
+
+    def gone(tp: TP) -> _ChangedKeys:
+        raise ChangelogGone(f"{tp.topic}[{tp.partition}] no longer holds the records after offset "
+                            f"{base[tp.partition]} (the last export's)")
+
+    reader = transport_for(settings).consumer(group_id=None)
+    await reader.start()
+    try:
+        await replay_to_end(reader, collectors, gone, Progress(), f"{topic} since the last export",
+                            until=until)
+    finally:
+        await reader.stop()
+    return {tp.partition: collector.keys for tp, collector in collectors.items()}

@@ -1,0 +1,135 @@
+"""Exports to Delta Lake tables, on the in-memory broker with RocksDB stores: a full export, then incremental
+ones (one MERGE of what changed: upserts, deleted keys, expired windows) that always equal a full export of
+the same checkpoint and the ground truth computed from the events; the stream position in every version's
+commit metadata; one worker's partitions replaced without touching the others'.
+(Spark reading these tables, on a real broker, is in tests/integration/test_export_lake.py.)"""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from deltalake import DeltaTable
+
+import engine
+from engine import export, testing
+from engine.export import delta
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+SIZE, EXPIRES = 10, 30  # the windowed table's, in seconds
+
+
+def build_app() -> tuple[engine.App, engine.Table]:
+    app = engine.App(f"delta-{id(object())}")
+    ops = app.topic("ops", key_type=str, value_type=dict, timestamp=lambda op: op["at"])
+    totals = app.Table("totals", default=int, key_type=str)
+    per_window = app.Table("per-window", default=int, key_type=str).tumbling(SIZE, expires=EXPIRES)
+
+    @app.agent(ops)
+    async def apply(stream):
+        async for event in stream.events():
+            op = event.value
+            if op["op"] == "del":
+                totals.pop(event.key, None)
+            else:
+                totals[event.key] += op["n"]
+                per_window[event.key] += op["n"]
+
+    return app, totals
+
+
+class Truth:
+    """What the tables must hold, from the events alone."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, int] = {}
+        self.windows: dict[tuple[str, int], int] = {}  # (key, window start s): sum
+
+    def apply(self, key: str, op: dict[str, Any]) -> None:
+        if op["op"] == "del":
+            self.totals.pop(key, None)
+            return
+        self.totals[key] = self.totals.get(key, 0) + op["n"]
+        start = int(op["at"] // SIZE * SIZE)
+        self.windows[(key, start)] = self.windows.get((key, start), 0) + op["n"]
+
+    def live_windows(self, stream_time: dict[str, float]) -> dict[tuple[str, datetime], int]:
+        """Windows not yet expired: a window is deleted once its partition's stream time (`stream_time` of
+        its key) reaches its end plus `expires`."""
+        return {(key, datetime.fromtimestamp(start, UTC)): n for (key, start), n in self.windows.items()
+                if stream_time[key] < start + SIZE + EXPIRES}
+
+
+def stream_times(worker: Any, topic: str) -> dict[str, float]:
+    """Each key's partition's stream time: the largest event time (`at`) of the records in that partition."""
+    times: dict[str, float] = {}
+    for log in testing.broker_for(worker.settings.broker).topics[topic]:
+        latest = max((json.loads(record.value)["at"] for record in log), default=0.0)
+        times.update((record.key.decode(), latest) for record in log)
+    return times
+
+
+def ops_round(rng: random.Random, at: float, count: int = 120) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for _ in range(count):
+        at += rng.random() * 0.5
+        key = f"k{rng.randrange(30)}"
+        if rng.random() < 0.1:
+            out.append((key, {"op": "del", "at": at}))
+        else:
+            out.append((key, {"op": "add", "n": rng.randrange(1, 9), "at": at}))
+    return out
+
+
+def lake_rows(path: Path) -> list[dict[str, Any]]:
+    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return sorted(rows, key=lambda r: tuple(str(v) for v in r.values()))
+
+
+async def test_incremental_exports_equal_full_ones_and_the_events(tmp_path: Path) -> None:
+    app, totals = build_app()
+    truth = Truth()
+    rng = random.Random(7)
+    at = 1_000.0
+    ops = app.topics["ops"]
+    lake = f"delta:{tmp_path / 'lake'}"
+    async with testing.running(app, store="rocksdb://", data_dir=tmp_path / "data") as worker:
+        for round_ in range(5):
+            batch = ops_round(rng, at)
+            at = batch[-1][1]["at"] + (40 if round_ == 2 else 1)  # a jump: every earlier window expires
+            for key, op in batch:
+                await ops.send(key=key, value=op)
+                truth.apply(key, op)
+            await testing.eventually(lambda: dict(totals.items()) == truth.totals, 10)
+            await worker.checkpoint()
+            fresh = tmp_path / "full" / str(round_)  # a full export of the same checkpoint, for comparison
+            fulls = await export.export_app(app, f"delta:{fresh}")
+            done = await export.export_app(app, lake)
+            for name, result in done.items():
+                assert isinstance(result, export.LakeExport)
+                assert result.commit.mode == ("full" if round_ == 0 else "incremental"), (round_, name)
+                assert lake_rows(tmp_path / "lake" / name) == lake_rows(fresh / name)
+                assert result.offsets == fulls[name].offsets
+            assert {r["key"]: r["value"] for r in lake_rows(tmp_path / "lake" / "totals")} == truth.totals
+            windows = {(r["key"], r["window_start"]): r["value"]
+                       for r in lake_rows(tmp_path / "lake" / "per-window")}
+            assert windows == truth.live_windows(stream_times(worker, ops.name))
+            if round_ == 2:
+                assert done["per-window"].deleted > 0  # expired windows were deleted by the MERGE
+            if round_ > 0:
+                assert done["totals"].deleted > 0  # and deleted keys
+        history = delta.history(tmp_path / "lake" / "totals")
+        assert [version for version, _ in history] == [4, 3, 2, 1, 0]
+        newest = history[0][1]
+        assert (newest.app, newest.table, newest.source) == (app.id, "totals", "worker")
+        assert sorted(newest.partitions) == [0, 1, 2, 3]
+        stores = {n: part.store.changelog_offset() for n, part in totals.active.items()}
+        assert {n: p.changelog_offset for n, p in newest.partitions.items()} == stores
+        logs = testing.broker_for(worker.settings.broker).topics[ops.name]
+        sent = {number: len(log) for number, log in enumerate(logs)}  # every event was processed
+        assert {n: p.inputs for n, p in newest.partitions.items()} == {
+            n: {ops.name: offset} for n, offset in sent.items()}
