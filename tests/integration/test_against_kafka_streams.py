@@ -222,12 +222,13 @@ async def produce_values(bootstrap: str, topic: str, records: list[tuple[str, in
         await producer.stop()
 
 
-async def test_a_left_join_equals_kafka_streams_exactly_once(kafka: KafkaCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fault", ["join", "sigkill"])
+async def test_a_left_join_equals_kafka_streams_exactly_once(kafka: KafkaCluster, tmp_path: Path,
+                                                              fault: str) -> None:
     """Both streams are in their topics before either system starts (a backlog, as reprocessing is): each
     takes them in timestamp order, so each one's results are determined by the input alone, and Kafka Streams
-    can run first, on its own. One engine worker: with a worker joining or SIGKILLed mid-stream the join's
-    tasks can stall after the rebalance (a known bug, open in the windows-and-joins issue); those variants
-    passed earlier runs and are left out until it is fixed."""
+    can run first, on its own. Mid-stream, a second engine worker joins, or the worker is SIGKILLed (a
+    transaction open: its commits are 0.2 s apart) and started again on its data directory."""
     within_ms, grace_ms = 4_000, 2_000
     left_records, right_records = join_input(21, within_ms, grace_ms)
     left, right, app_id, reference_id = (unique("orders"), unique("payments"), unique("left-join"),
@@ -258,8 +259,16 @@ async def test_a_left_join_equals_kafka_streams_exactly_once(kafka: KafkaCluster
                            for r in await read_all(kafka.bootstrap, reference_out))
     workers = [worker("first", "first")]
     try:
+        await consume_until(kafka.bootstrap, results, lambda rs: len(rs) >= 50)  # mid-stream
+        if fault == "join":
+            workers.append(worker("second", "second"))
+        else:
+            workers[0].kill()
+            workers.append(worker("restarted", "first"))
+        live = [w for w in workers if w.process.returncode != -9]
+        await placed_over(live, PARTITIONS)
         for topic in (left, right):
-            await committed_to_end(kafka.bootstrap, app_id, topic, PARTITIONS, workers=workers)
+            await committed_to_end(kafka.bootstrap, app_id, topic, PARTITIONS, workers=live)
         got = Counter((r.key.decode(), r.value.decode()) for r in await read_all(kafka.bootstrap, results))
     finally:
         stop_all(workers)
