@@ -292,3 +292,62 @@ def test_a_reader_that_stops_early_is_no_error():
     assert process.wait(60) == 0
     assert "BrokenPipeError" not in err
     assert "Traceback" not in err
+
+
+async def test_export_to_delta_then_only_the_changes_and_its_status(capsys, tmp_path):
+    from deltalake import DeltaTable
+
+    from engine import testing
+    from examples import wordcount
+
+    def delta_rows(path) -> dict[str, int]:
+        return {row["key"]: row["value"] for row in DeltaTable(str(path)).to_pyarrow_table().to_pylist()}
+
+    url, lake = testing.memory_url(), tmp_path / "lake"
+    common = ["-A", "examples.wordcount:app", "--broker", url, "--data-dir", str(tmp_path / "data")]
+    async with testing.running(wordcount.app, broker=url, data_dir=str(tmp_path / "data")) as worker:
+        await testing.eventually(lambda: len(wordcount.counts.active) == 4)
+        await wordcount.lines.send(value="the fox and the dog")
+        await testing.eventually(lambda: wordcount.counts["the"] == 2)
+        await worker.checkpoint()
+        code, out, _ = await asyncio.to_thread(run, capsys, "export", *common, "word-counts", "--to",
+                                               f"delta:{lake}")
+        assert code == 0
+        assert out.startswith(f"exported 4 rows of word-counts from store to delta:{lake}, version 0 (full;")
+        assert delta_rows(lake) == {"the": 2, "fox": 1, "and": 1, "dog": 1}
+        await wordcount.lines.send(value="the cat")
+        await testing.eventually(lambda: wordcount.counts["cat"] == 1)
+        await worker.checkpoint()
+        code, out, _ = await asyncio.to_thread(run, capsys, "export", *common, "word-counts", "--to",
+                                               f"delta:{lake}")
+        assert code == 0
+        assert "exported 2 changed rows and 0 deletes of word-counts" in out
+        assert "version 1 (incremental;" in out
+        assert delta_rows(lake) == {"the": 3, "fox": 1, "and": 1, "dog": 1, "cat": 1}
+        code, out, _ = await asyncio.to_thread(run, capsys, "export", *common, "--all", "--to",
+                                               f"delta:{tmp_path / 'all'}")
+        assert code == 0
+        assert delta_rows(tmp_path / "all" / "word-counts") == delta_rows(lake)
+        offsets = {n: part.store.changelog_offset() for n, part in wordcount.counts.active.items()}
+    code, out, _ = run(capsys, "export", "-A", "examples.wordcount:app", "--status", f"delta:{lake}")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith(f"delta:{lake}: version 1, incremental export from store at ")
+    assert lines[1] == "table word-counts of app wordcount (changelog wordcount-word-counts-changelog), " \
+        "4 of 4 partitions exported"
+    assert lines[2:] == [f"  partition {n}: changelog offset {offsets[n]}" for n in range(4)]
+
+
+def test_export_arguments_that_do_not_go_together(capsys, tmp_path):
+    app = ["-A", "examples.wordcount:app"]
+    assert run(capsys, "export", *app, "word-counts")[2].strip() == \
+        "engine: export needs --to TARGET (a directory, or delta:PATH), or --status TARGET"
+    assert run(capsys, "export", *app, "word-counts", "--all", "--to", str(tmp_path))[2].strip() == \
+        "engine: export needs a table name, or --all (not both)"
+    assert "read a Delta table with spark.read.format('delta')" in run(
+        capsys, "export", *app, "word-counts", "--to", f"delta:{tmp_path}", "--spark")[2]
+    code, out, _ = run(capsys, "export", *app, "--status", f"delta:{tmp_path / 'none'}")
+    assert code == 0
+    assert out.strip() == f"delta:{tmp_path / 'none'}: no version written by an engine export"
+    assert "unknown export target 'iceberg'" in run(
+        capsys, "export", *app, "word-counts", "--to", "iceberg:cat.ns.t")[2]
