@@ -19,6 +19,8 @@ from engine.export.optional import require
 from engine.export.parquet import read_manifest
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from engine.export.parquet import ExportManifest
 
 
@@ -53,8 +55,9 @@ logger.spark.level = error
 """
 
 
-def local_session(name: str = "engine", cores: int = 2) -> Any:
-    """A quiet local Spark session on loopback (no UI); stop it when done."""
+def local_session(name: str = "engine", cores: int = 2, options: Mapping[str, str] | None = None) -> Any:
+    """A quiet local Spark session on loopback (no UI), with any further `options` (the jars and extensions
+    that read Delta tables, say); stop it when done."""
     sql = require("pyspark.sql", "Spark export")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # an INFO line per connection otherwise
     config = Path(tempfile.gettempdir()) / "engine-spark-log4j2.properties"
@@ -62,8 +65,11 @@ def local_session(name: str = "engine", cores: int = 2) -> Any:
         written = config.with_name(f"{config.name}.{os.getpid()}")
         written.write_text(QUIET_LOG4J)
         written.replace(config)
+    builder = sql.SparkSession.builder
+    for option, value in (options or {}).items():
+        builder = builder.config(option, value)
     session = (
-        sql.SparkSession.builder.master(f"local[{cores}]").appName(name)
+        builder.master(f"local[{cores}]").appName(name)
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{config}")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

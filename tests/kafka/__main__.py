@@ -10,6 +10,7 @@ import time
 
 from tests.kafka.broker import KafkaCluster, resolve_jars
 from tests.kafka.reference import resolve_reference
+from tests.lake import resolve_delta_jars
 
 
 def main() -> int:
@@ -24,11 +25,13 @@ def main() -> int:
                             "app/app-secret; *ssl: TLS with certificates made at start (in the data dir; ssl "
                             "wants a client certificate, CN=admin a super user); the standard authorizer")
     sub.add_parser("resolve", help="only resolve and cache the broker jars (and build the Kafka Streams "
-                                   "reference app of the differential tests)")
+                                   "reference app of the differential tests, and resolve Delta Lake's "
+                                   "Spark connector)")
     args = parser.parse_args()
     if args.command == "resolve":
         print(resolve_jars())
         print(resolve_reference())
+        print(*resolve_delta_jars(), sep="\n")
         return 0
     ports = [args.port + 2 * i for i in range(args.nodes)]
     cluster = KafkaCluster(args.nodes, ports=ports, security=args.security).start()
