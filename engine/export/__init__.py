@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 ExportResult = ExportManifest | LakeExport  # a Parquet directory's manifest, or a lake table's new version
 
 
-def _write(snapshot: TableSnapshot, target: Target, settings: Settings | None, inputs: Mapping[TP, int],
+def _write(snapshot: TableSnapshot, target: Target, settings: Settings, inputs: Mapping[TP, int],
            progress: Callable[[int, int], None] | None) -> Awaitable[ExportResult]:
     """Write a snapshot to its target, off the event loop (files are written in threads)."""
     if target.is_lake:

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
+class LakeConflict(ExportError):
+    """Another writer committed a version this one conflicts with; planning again on it resolves it."""
+
+
 DELETED = "_engine_deleted"  # a MERGE source column: this row's key is gone from the table
 COMMIT_RETRIES = 20  # a commit that raced another writer's (two workers exporting) is retried on the new one
 
@@ -63,10 +67,12 @@ def overwrite(path: Path | str, schema: pa.Schema, batches: Iterator[pa.RecordBa
         deltalake.write_deltalake(str(path), reader, mode="overwrite", predicate=predicate,
                                   schema_mode="overwrite" if predicate is None else None,
                                   commit_properties=_properties(commit))
+    except deltalake.exceptions.CommitFailedError as exc:
+        raise LakeConflict(str(exc)) from exc
     except deltalake.exceptions.SchemaMismatchError as exc:
         raise ExportError(f"{path}: the table's rows no longer fit the Delta table's schema ({exc}); export "
                           "all partitions at once to replace it, or to a new path") from exc
-    return int(deltalake.DeltaTable(str(path)).version())
+    return _version_of(path, commit)
 
 
 def merge(path: Path | str, schema: pa.Schema, batches: Iterator[pa.RecordBatch], keys: list[str],
@@ -78,9 +84,21 @@ def merge(path: Path | str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]
     matched = " AND ".join(f"t.`{name}` = s.`{name}`" for name in keys)
     values = {f"`{f.name}`": f"s.`{f.name}`" for f in schema if f.name != DELETED}
     table = deltalake.DeltaTable(str(path))
-    (table.merge(source, matched, source_alias="s", target_alias="t", commit_properties=_properties(commit))
-     .when_matched_delete(f"s.{DELETED}")
-     .when_matched_update(values, f"NOT s.{DELETED}")
-     .when_not_matched_insert(values, f"NOT s.{DELETED}")
-     .execute())
-    return int(deltalake.DeltaTable(str(path)).version())
+    try:
+        (table.merge(source, matched, source_alias="s", target_alias="t",
+                     commit_properties=_properties(commit))
+         .when_matched_delete(f"s.{DELETED}")
+         .when_matched_update(values, f"NOT s.{DELETED}")
+         .when_not_matched_insert(values, f"NOT s.{DELETED}")
+         .execute())
+    except deltalake.exceptions.CommitFailedError as exc:
+        raise LakeConflict(str(exc)) from exc
+    return _version_of(path, commit)
+
+
+def _version_of(path: Path | str, commit: LakeCommit) -> int:
+    """The version `commit` became (other writers may have committed after it already)."""
+    for version, found in history(path):
+        if found == commit:
+            return version
+    raise ExportError(f"{path}: the version just committed is not in the table's history")

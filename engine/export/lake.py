@@ -91,6 +91,7 @@ class LakeExport:
     commit: LakeCommit
     rows: int  # written (full) or inserted and updated (incremental)
     deleted: int = 0
+    written: bool = True  # False: nothing had changed, and `version` is the table's newest
 
     @property
     def offsets(self) -> dict[int, int | None]:
@@ -122,39 +123,61 @@ def describe_position(commit: LakeCommit | None, position: Mapping[int, Partitio
     return lines
 
 
-def new_commit(snapshot: TableSnapshot, mode: str, inputs: Mapping[TP, int]) -> LakeCommit:
-    """The LakeCommit of an export of `snapshot` (`inputs`: the committed offsets of its checkpoint)."""
+def new_commit(snapshot: TableSnapshot, mode: str, inputs: Mapping[TP, int],
+               numbers: Iterable[int]) -> LakeCommit:
+    """The LakeCommit of an export of partitions `numbers` of `snapshot` (`inputs`: where its checkpoint's
+    input partitions resume)."""
     table = snapshot.table
-    partitions = {
-        number: PartitionPosition(view.changelog_offset(), {tp.topic: offset for tp, offset in inputs.items()
-                                                            if tp.partition == number})
-        for number, view in sorted(snapshot.views.items())
-    }
+    partitions = {}
+    for number in sorted(numbers):
+        resumes = {tp.topic: offset for tp, offset in inputs.items() if tp.partition == number}
+        partitions[number] = PartitionPosition(snapshot.views[number].changelog_offset(), resumes)
     return LakeCommit(table.app_id, table.name, table.changelog_topic.name, snapshot.origin, mode,
                       snapshot.partitions, partitions)
 
 
-def incremental_base(snapshot: TableSnapshot, history: list[LakeCommit]) -> dict[int, int | None] | None:
-    """The changelog offsets an incremental export of `snapshot` starts after, per partition; None when only
-    a full export will do: no version yet, another table's, a partition never exported, or a partition whose
-    lake rows are ahead of the snapshot (an older data directory)."""
-    if not history:
-        return None
-    newest, table = history[0], snapshot.table
-    if (newest.app, newest.table, newest.changelog_topic) != (table.app_id, table.name,
-                                                             table.changelog_topic.name):
-        return None
+@dataclass(frozen=True)
+class ExportPlan:
+    """How one export writes a snapshot into a lake table that may hold some of its partitions already."""
+
+    partitions: list[int]  # the snapshot's partitions to write
+    base: dict[int, int | None] | None  # incremental: the changelog offset each starts after; None: full
+    ahead: dict[int, int | None] = field(default_factory=dict)  # left out: the lake is newer (its offset)
+
+    @property
+    def whole(self) -> bool:
+        return self.base is None and not self.ahead
+
+
+def plan_export(snapshot: TableSnapshot, history: list[LakeCommit]) -> ExportPlan:
+    """Full (a new table, another table's, or a partition it never held) or incremental from each
+    partition's recorded offset. A partition the lake holds at a newer offset than the snapshot is left out,
+    never moved back: a worker that is losing it, or an older data directory, exports what is already
+    superseded. A partition at the snapshot's very offset has nothing to write."""
+    numbers = sorted(snapshot.views)
+    table = snapshot.table
+    if not history or (history[0].app, history[0].table, history[0].changelog_topic) != (
+            table.app_id, table.name, table.changelog_topic.name):
+        return ExportPlan(numbers, None)
     position = lake_position(history)
+    ahead: dict[int, int | None] = {}
     base: dict[int, int | None] = {}
-    for number, view in snapshot.views.items():
-        where = position.get(number)
+    full = False
+    for number in numbers:
+        where, now = position.get(number), snapshot.views[number].changelog_offset()
         if where is None:
-            return None
-        now = view.changelog_offset()
-        if where.changelog_offset is not None and (now is None or where.changelog_offset > now):
-            return None
-        base[number] = where.changelog_offset
-    return base
+            full = True
+        elif where.changelog_offset is not None and (now is None or where.changelog_offset > now):
+            ahead[number] = where.changelog_offset
+            continue
+        elif where.changelog_offset == now:
+            continue
+        else:
+            base[number] = where.changelog_offset
+    writing = [n for n in numbers if n not in ahead]
+    if full:
+        return ExportPlan(writing, None, ahead)
+    return ExportPlan(sorted(base), base, ahead)
 
 
 class _ChangedKeys:
@@ -190,7 +213,7 @@ async def changed_keys(snapshot: TableSnapshot, base: Mapping[int, int | None],
     """The store keys written to each partition's changelog after `base` and up to the snapshot's offset.
     Raises ChangelogGone when the log no longer holds all of them (then only a full export is exact)."""
     topic = snapshot.table.changelog_topic.name
-    collectors = {TP(topic, number): _ChangedKeys(base[number]) for number in snapshot.views}
+    collectors = {TP(topic, number): _ChangedKeys(after) for number, after in base.items()}
     until = {}
     for tp in collectors:
         offset = snapshot.views[tp.partition].changelog_offset()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from engine.export import delta
 from engine.export.columns import CHUNK, TableColumns
-from engine.export.lake import ChangelogGone, LakeExport, changed_keys, incremental_base, new_commit
+from engine.export.lake import ChangelogGone, LakeExport, changed_keys, new_commit, plan_export
 from engine.export.optional import require
 from engine.export.targets import DELTA
 
@@ -32,31 +32,56 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def write_lake(snapshot: TableSnapshot, target: Target, settings: Settings | None,
+CONFLICT_RETRIES = 10  # attempts at one export while other writers (the app's other workers) commit
+
+
+async def write_lake(snapshot: TableSnapshot, target: Target, settings: Settings,
                      inputs: Mapping[TP, int] | None = None,
                      progress: Callable[[int, int], None] | None = None) -> LakeExport:
-    """Export `snapshot` to the lake table `target` as one new version and return what it records. With
-    `settings` (a broker to read the changelog from) and a table that holds every partition of the snapshot
-    at known offsets, only the changes since are written; else the exported partitions are replaced."""
+    """Export `snapshot` to the lake table `target` as one new version and return what it records
+    (engine.export.lake.plan_export: full, or only the changes since, read from the changelog on
+    `settings.broker`). Another writer's commit in between (a worker exporting its own partitions) makes it
+    plan again on the newer version."""
     assert target.kind == DELTA
-    history = [commit for _, commit in await asyncio.to_thread(delta.history, target.location)]
-    base = incremental_base(snapshot, history) if settings is not None else None
     columns = TableColumns(snapshot.table, partition_column=True)
     columns.infer(list(snapshot.views.values()))
-    if base is not None:
-        assert settings is not None
+    for attempt in range(1, CONFLICT_RETRIES + 1):
         try:
-            changed = await changed_keys(snapshot, base, settings)
+            return await _write_once(snapshot, target, settings, columns, inputs or {}, progress)
+        except delta.LakeConflict as exc:
+            if attempt == CONFLICT_RETRIES:
+                raise
+            log.info("%s: another export committed first (%s); planning again", target, exc)
+    raise AssertionError("unreachable")
+
+
+async def _write_once(snapshot: TableSnapshot, target: Target, settings: Settings, columns: TableColumns,
+                      inputs: Mapping[TP, int], progress: Callable[[int, int], None] | None) -> LakeExport:
+    versions = await asyncio.to_thread(delta.history, target.location)
+    plan = plan_export(snapshot, [commit for _, commit in versions])
+    if plan.ahead:
+        log.warning("%s: partitions %s are left out: the lake holds them at newer changelog offsets (%s) "
+                    "than this snapshot of %s", target, sorted(plan.ahead), plan.ahead, snapshot.table.name)
+    if not plan.partitions:
+        version, newest = versions[0]
+        return LakeExport(str(target), version, newest, 0, written=False)
+    if plan.base is not None:
+        try:
+            changed = await changed_keys(snapshot, plan.base, settings)
         except ChangelogGone as exc:
-            log.warning("%s; exporting %s in full", exc, snapshot.table.name)
+            log.warning("%s; exporting partitions %s of %s in full", exc, plan.partitions,
+                        snapshot.table.name)
         else:
-            return await asyncio.to_thread(_merge, snapshot, target, columns, changed, inputs or {}, progress)
-    return await asyncio.to_thread(_overwrite, snapshot, target, columns, inputs or {}, progress)
+            return await asyncio.to_thread(_merge, snapshot, target, columns, changed, inputs, progress)
+    whole = plan.whole and len(plan.partitions) == snapshot.partitions
+    return await asyncio.to_thread(_overwrite, snapshot, target, columns, plan.partitions, whole, inputs,
+                                   progress)
 
 
-def _overwrite(snapshot: TableSnapshot, target: Target, columns: TableColumns, inputs: Mapping[TP, int],
-               progress: Callable[[int, int], None] | None) -> LakeExport:
-    views = dict(sorted(snapshot.views.items()))
+def _overwrite(snapshot: TableSnapshot, target: Target, columns: TableColumns, numbers: list[int],
+               whole: bool, inputs: Mapping[TP, int], progress: Callable[[int, int], None] | None
+               ) -> LakeExport:
+    views = {number: snapshot.views[number] for number in numbers}
     expected = sum(view.approximate_len() for view in views.values())
     rows = 0
 
@@ -69,10 +94,9 @@ def _overwrite(snapshot: TableSnapshot, target: Target, columns: TableColumns, i
                     progress(rows, max(expected, rows))
                 yield batch
 
-    commit = new_commit(snapshot, "full", inputs)
-    whole = len(views) == snapshot.partitions
-    version = delta.overwrite(target.location, columns.final_schema(), batches(),
-                              None if whole else list(views), commit)
+    commit = new_commit(snapshot, "full", inputs, numbers)
+    version = delta.overwrite(target.location, columns.final_schema(), batches(), None if whole else numbers,
+                              commit)
     if progress is not None:
         progress(rows, rows)
     return LakeExport(str(target), version, commit, rows)
@@ -93,7 +117,7 @@ def _merge(snapshot: TableSnapshot, target: Target, columns: TableColumns, chang
             else:
                 present[number].append((key, value))
     upserted, deleted = sum(map(len, present.values())), sum(map(len, gone.values()))
-    commit = new_commit(snapshot, "incremental", inputs)
+    commit = new_commit(snapshot, "incremental", inputs, changed)
     schema = columns.final_schema().append(arrow.field(delta.DELETED, arrow.bool_(), nullable=False))
     done = 0
 

@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 
 import engine
 from engine import export, testing
-from engine.export import delta
+from engine.export import delta, lake
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -133,3 +133,36 @@ async def test_incremental_exports_equal_full_ones_and_the_events(tmp_path: Path
         sent = {number: len(log) for number, log in enumerate(logs)}  # every event was processed
         assert {n: p.inputs for n, p in newest.partitions.items()} == {
             n: {ops.name: offset} for n, offset in sent.items()}
+
+
+class FixedView:
+    def __init__(self, offset: int | None) -> None:
+        self.offset = offset
+
+    def changelog_offset(self) -> int | None:
+        return self.offset
+
+
+def plan(offsets: dict[int, int | None], *commits: lake.LakeCommit) -> lake.ExportPlan:
+    app = engine.App("plans")
+    table = app.Table("t", default=int)
+    snapshot = export.TableSnapshot(table, "worker", 4, {n: FixedView(o) for n, o in offsets.items()})
+    return lake.plan_export(snapshot, list(commits))
+
+
+def written(mode: str, offsets: dict[int, int | None], table: str = "t") -> lake.LakeCommit:
+    return lake.LakeCommit("plans", table, f"plans-{table}-changelog", "worker", mode, 4,
+                           {n: lake.PartitionPosition(o) for n, o in offsets.items()})
+
+
+def test_an_export_plan_never_moves_a_partition_back_and_skips_what_did_not_change() -> None:
+    everything = {0: 10, 1: 20, 2: None, 3: 5}
+    assert plan(everything) == lake.ExportPlan([0, 1, 2, 3], None)  # a new table: full
+    assert plan(everything, written("full", {0: 3}, table="other")) == lake.ExportPlan([0, 1, 2, 3], None)
+    older = written("full", {0: 4, 1: 20, 2: None, 3: 5})
+    assert plan(everything, older) == lake.ExportPlan([0], {0: 4})  # only partition 0 moved on
+    newer = written("incremental", {0: 12})  # a newer owner of partition 0 exported it since
+    assert plan(everything, newer, older) == lake.ExportPlan([], {}, ahead={0: 12})
+    assert plan({0: 10, 1: 21}, written("full", {1: 20})) == lake.ExportPlan([0, 1], None)  # 0 never held
+    # The newest complete export hides the versions before it.
+    assert plan(everything, written("full", everything), written("full", {0: 99})).partitions == []
