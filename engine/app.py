@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from engine.pipelines import Pipeline
     from engine.processing.streams import AgentFun
     from engine.tables.base import BaseTable
+    from engine.tables.windowed import EventTimeTable
 from engine.tables.global_table import GlobalTable as _GlobalTable
 from engine.tables.source_table import SourceTable as _SourceTable
 from engine.tables.table import Table as _Table
@@ -180,6 +181,23 @@ class App:
             return fun
 
         return register
+
+    def export(self, what: BaseTable | EventTimeTable | str, target: str, *, every: float | timedelta
+               ) -> None:
+        """Export a table (or "all": every table, from one checkpoint) to `target` (`delta:PATH`, or a
+        directory for Parquet) every `every` seconds, from every worker: each exports the partitions it
+        owns, as one version of its own (a lake table's versions record each partition's offsets, so the
+        partitions' commits need no coordination, and each export continues from what the table holds:
+        engine.export.lake). A failed round is logged and the next one catches up."""
+        from engine.export.schedule import scheduled_export  # pyarrow and deltalake only when used
+
+        interval = every if isinstance(every, timedelta) else timedelta(seconds=every)
+        if interval <= timedelta(0):
+            raise ConfigError(f"export interval must be positive, not {every!r}")
+        fun, name = scheduled_export(self, what, target)
+        if name in self.timers:
+            raise ConfigError(f"app {self.id!r} already exports {name.split(':', 1)[1]} to {target}")
+        self.timers[name] = Timer(name, interval, fun)
 
     def __repr__(self) -> str:
         return f"<App {self.id!r}: {len(self.topics)} topics, {len(self.agents)} agents>"

@@ -53,7 +53,7 @@ def _write(snapshot: TableSnapshot, target: Target, settings: Settings, inputs: 
 
 
 async def export_table(
-    table: BaseTable | EventTimeTable, target: Path | str,
+    table: BaseTable | EventTimeTable, target: Target | Path | str,
     progress: Callable[[int, int], None] | None = None,
 ) -> ExportResult:
     """Export a running worker's partitions of `table` (plain or windowed) to `target` (a directory of Parquet
@@ -72,7 +72,7 @@ async def export_table(
 
 
 async def export_app(
-    app: App, target: Path | str, progress: Callable[[int, int], None] | None = None
+    app: App, target: Target | Path | str, progress: Callable[[int, int], None] | None = None
 ) -> dict[str, ExportResult]:
     """Export every table of `app` that has partitions active on this running worker, each to
     `target/<table name>` (a Parquet directory or, for `delta:PATH`, a Delta table), all from one checkpoint

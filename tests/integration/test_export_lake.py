@@ -1,24 +1,36 @@
-"""Delta Lake exports on a real broker, read back by Spark (Delta's own Spark connector): a running worker
-exports every table of its app again and again while events flow (the first export full, then one MERGE of
-what changed each time, deleted keys and expired windows included); every version, read by time travel,
-equals the table's changelog up to the offsets that version records."""
+"""Delta Lake exports on a real broker, read back by Spark (Delta's own Spark connector) and by delta-rs: a
+running worker exports every table of its app again and again while events flow (the first export full, then
+one MERGE of what changed each time, deleted keys and expired windows included); two workers export their
+own partitions on a schedule while one is SIGKILLed. Every version, read by time travel, equals the table's
+changelog up to the offsets that version records."""
 
 from __future__ import annotations
 
 import asyncio
 import random
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from deltalake import DeltaTable
 from pyspark.sql import functions as F  # Spark's own convention
 
-import engine
 from engine import export, testing
 from engine.codecs import dumps
+from engine.export import delta
+from engine.export.lake import lake_position
 from engine.tables.keys import META_PREFIX, split_window_key, window_bounds
-from tests.integration.helpers import create_topics, read_all, unique
+from tests.integration.helpers import (
+    SHORT_SESSION,
+    WorkerProcess,
+    committed_to_end,
+    create_topics,
+    placed_over,
+    read_all,
+    unique,
+    until_done,
+)
+from tests.integration.lake_apps import Hit, make_app
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -28,29 +40,38 @@ pytestmark = pytest.mark.kafka
 WORDS = 60
 
 
-@dataclass
-class Hit:
-    word: str
-    at: float  # event time, seconds
-    drop: bool = False  # remove the word's count
+class Writer:
+    """Hits produced until stopped, about 5,000 a second; one in 20 drops its word's count."""
 
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        self.sent = 0
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._rng = random.Random(5)
 
-def make_app(app_id: str, topic: str) -> engine.App:
-    app = engine.App(app_id, commit_interval=0.2)
-    hits = app.topic(topic, key_type=str, value_type=Hit, timestamp=lambda hit: hit.at)
-    counts = app.Table("counts", default=int, key_type=str, value_type=int)
-    per_minute = app.Table("per-minute", default=int, key_type=str, value_type=int).tumbling(60, expires=600)
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
 
-    @app.agent(hits)
-    async def count(stream):
-        async for hit in stream:
-            if hit.drop:
-                counts.pop(hit.word, None)
-            else:
-                counts[hit.word] += 1
-                per_minute[hit.word] += 1
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            await self._task
 
-    return app
+    async def _run(self) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=5)
+        await producer.start()
+        try:
+            while not self._stop.is_set():
+                for _ in range(100):
+                    hit = Hit(f"w{self._rng.randrange(WORDS)}", 1_000_000 + self.sent * 1.7,
+                              self._rng.random() < 0.05)
+                    await producer.send(self.topic, dumps(hit), key=hit.word.encode())
+                    self.sent += 1
+                await producer.flush()
+                await asyncio.sleep(0.02)
+        finally:
+            await producer.stop()
 
 
 def changelog_state(records: list[Any], upto: dict[int, int | None], windowed: bool) -> dict[Any, int]:
@@ -84,38 +105,19 @@ async def test_delta_versions_exported_while_writing_equal_the_changelog_at_thei
     await create_topics(kafka.bootstrap, [topic])
     app = make_app(app_id, topic)
     counts = app.tables["counts"]
-    rng = random.Random(5)
-    stop = asyncio.Event()
-    sent = 0
-
-    async def write_until_stopped() -> None:
-        nonlocal sent
-        producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, linger_ms=5)
-        await producer.start()
-        try:
-            while not stop.is_set():
-                for _ in range(100):
-                    hit = Hit(f"w{rng.randrange(WORDS)}", 1_000_000 + sent * 1.7, rng.random() < 0.05)
-                    await producer.send(topic, dumps(hit), key=hit.word.encode())
-                    sent += 1
-                await producer.flush()
-                await asyncio.sleep(0.02)
-        finally:
-            await producer.stop()
-
+    writer = Writer(kafka.bootstrap, topic)
     lake = tmp_path / "lake"
     versions: list[dict[str, export.ExportResult]] = []
     async with testing.running(app, broker=kafka.url, store="rocksdb://", data_dir=tmp_path / "data",
                                commit_interval=0.2):
         await testing.eventually(lambda: len(counts.active) == 4, 60)
-        writer = asyncio.create_task(write_until_stopped())
+        writer.start()
         try:
             for round_ in range(4):
-                await testing.eventually(lambda n=round_: sent > 1500 * (n + 1), 60)
+                await testing.eventually(lambda n=round_: writer.sent > 1500 * (n + 1), 60)
                 versions.append(await export.export_app(app, f"delta:{lake}"))
         finally:
-            stop.set()
-            await writer
+            await writer.stop()
     assert [v["counts"].commit.mode for v in versions] == ["full"] + ["incremental"] * 3
     assert sum(v["counts"].deleted for v in versions[1:]) > 0  # dropped words
     assert sum(v["per-minute"].deleted for v in versions[1:]) > 0  # expired windows
@@ -133,3 +135,81 @@ async def test_delta_versions_exported_while_writing_equal_the_changelog_at_thei
             assert all(set(where.inputs) == {topic} for where in positions.values())
     status = export.lake_status(f"delta:{lake / 'counts'}")
     assert status[0].startswith(f"delta:{lake / 'counts'}: version 3, incremental export from worker")
+
+
+def partition_rows(path: Path, version: int, windowed: bool) -> dict[int, dict[Any, int]]:
+    """A version's rows per table partition, read with delta-rs."""
+    found: dict[int, dict[Any, int]] = {}
+    for row in DeltaTable(str(path), version=version).to_pyarrow_table().to_pylist():
+        key = (row["key"], int(row["window_start"].timestamp())) if windowed else row["key"]
+        found.setdefault(row["partition"], {})[key] = row["value"]
+    return found
+
+
+def position_at(history: list[tuple[int, Any]], version: int) -> dict[int, int | None]:
+    """Each partition's changelog offset as of `version`, from the commits up to it."""
+    upto = [commit for found, commit in history if found <= version]
+    return {n: where.changelog_offset for n, where in lake_position(upto).items()}
+
+
+async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_version_consistent(
+        kafka, tmp_path, spark) -> None:
+    """Each worker exports the partitions it owns every second (`app.export("all", ..., every=1)`), each as a
+    version of its own; one is SIGKILLed while events and exports go on, its partitions move to the other.
+    Every version of both tables, read by time travel, holds for each partition exactly the changelog up to
+    the offset the versions so far record for it (none half-written, none mixing rounds within a partition),
+    and once the events stop the lake catches up with the changelogs' ends."""
+    app_id, topic = unique("lake-workers"), unique("hits")
+    await create_topics(kafka.bootstrap, [topic])
+    lake = tmp_path / "lake"
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_LAKE": f"delta:{lake}", "ITEST_EVERY": "1",
+           **SHORT_SESSION}
+    workers = [WorkerProcess("tests.integration.lake_apps:app", kafka.url,
+                             {**env, "ENGINE_DATA_DIR": str(tmp_path / name)}, tmp_path / f"{name}.log")
+               for name in ("first", "second")]
+    writer = Writer(kafka.bootstrap, topic)
+    try:
+        await placed_over(workers, 4)
+        writer.start()
+
+        async def versions_beyond(count: int) -> None:
+            async def probe() -> tuple[bool, Any]:
+                found = len(await asyncio.to_thread(delta.history, lake / "counts"))
+                return found > count, found
+            await until_done(probe, f"more than {count} lake versions", workers=workers)
+
+        await versions_beyond(6)
+        workers[1].kill()  # while events flow and exports run every second
+        killed_at = len(delta.history(lake / "counts"))
+        await placed_over(workers[:1], 4)
+        await versions_beyond(killed_at + 6)
+        await writer.stop()
+        await committed_to_end(kafka.bootstrap, app_id, topic, 4, workers=workers[:1])  # changelogs final
+        for name in ("counts", "per-minute"):
+            changelog = await read_all(kafka.bootstrap, f"{app_id}-{name}-changelog")
+            ends = {p: max(r.offset for r in changelog if r.partition == p) for p in range(4)}
+
+            async def caught_up(table: str = name, last: dict[int, int] = ends) -> tuple[bool, Any]:
+                history = await asyncio.to_thread(delta.history, lake / table)
+                now = {n: w.changelog_offset for n, w in lake_position(c for _, c in history).items()}
+                return now == last, now
+            await until_done(caught_up, f"the {name} lake table catching up", workers=workers[:1])
+    finally:
+        await writer.stop()
+        code = workers[0].terminate()
+    assert code == 0, workers[0].output()[-3000:]
+    for name, windowed in (("counts", False), ("per-minute", True)):
+        changelog = await read_all(kafka.bootstrap, f"{app_id}-{name}-changelog")
+        history = delta.history(lake / name)
+        assert len(history) > 12
+        for version, _ in history:
+            position = position_at(history, version)
+            rows = partition_rows(lake / name, version, windowed)
+            for number, offset in position.items():
+                expected = changelog_state([r for r in changelog if r.partition == number], {number: offset},
+                                           windowed)
+                assert rows.get(number, {}) == expected, (name, version, number)
+            assert set(rows) <= set(position)  # no rows of a partition no version recorded
+        newest = history[0][0]  # in Spark too: every partition, at the changelog's end
+        assert spark_state(spark, lake / name, newest, windowed) == changelog_state(
+            changelog, position_at(history, newest), windowed)

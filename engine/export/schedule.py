@@ -1,0 +1,45 @@
+"""Exports run by every worker on a schedule (`app.export(..., every=)`): a timer's body that exports what
+this worker owns and never stops the worker for a failed round."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from engine.errors import ConfigError, EngineError
+from engine.export.targets import parse_target
+from engine.tables.windowed import EventTimeTable
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from engine.app import App
+    from engine.tables.base import BaseTable
+
+log = logging.getLogger(__name__)
+
+ALL = "all"
+
+
+def scheduled_export(app: App, what: BaseTable | EventTimeTable | str, target: str
+                     ) -> tuple[Callable[[], Awaitable[None]], str]:
+    """The timer body exporting `what` (a table, or ALL) to `target`, and the timer's name."""
+    from engine import export  # (import cycle: engine.export imports the tables)
+
+    where = parse_target(target)  # a bad target fails at declaration, not at the first round
+    if isinstance(what, str) and what != ALL:
+        raise ConfigError(f"app.export takes a table or {ALL!r}, not {what!r}")
+    table = None if isinstance(what, str) else (what.table if isinstance(what, EventTimeTable) else what)
+    name = f"export:{ALL if table is None else table.name}:{where}"
+
+    async def run() -> None:
+        try:
+            if table is None:
+                if any(t.active for t in app.tables.values() if not t.is_global):
+                    await export.export_app(app, where)
+            elif table.active:
+                await export.export_table(table, where)
+        except EngineError as exc:  # the next round starts from what the target holds: it catches up
+            log.warning("scheduled export to %s failed: %s; the next round catches up", where, exc)
+
+    return run, name
