@@ -184,7 +184,8 @@ class Worker(Service):
                                                       is_leader=self._is_leader))
         self.add_child(self.tasks)
         self.add_child(self.conductor)
-        self.add_child(Watchdog(self.conductor.busy_events, settings.stuck_event_warning.total_seconds()))
+        self.add_child(Watchdog(self.conductor.busy_events, settings.stuck_event_warning.total_seconds(),
+                                tasks=self.conductor.task_states))
         self.loop_monitor = self.add_child(LoopMonitor(
             self.conductor.busy_events, settings.blocked_loop_warning.total_seconds(),
             blocked=lambda agent, event, seconds: poison.suspect(TP(event.topic, event.partition),

@@ -134,6 +134,33 @@ class Conductor(Service):
         """(agent, event) of every agent instance inside an event now."""
         return [(runner.agent.name, event) for runner in self.runners() for event in runner.current_events()]
 
+    async def task_states(self) -> dict[int, tuple[object, bool, str]]:
+        """For the stall watch (engine.monitors.watchdog), per ready task: a token that changes whenever the
+        task moves (records acked or handed over), whether work waits for it (records buffered, in flight,
+        or on the broker not fetched yet), and where each of its partitions stands and why it may wait."""
+        states: dict[int, tuple[object, bool, str]] = {}
+        quiesce = self.quiesce
+        for number, task in sorted(self.tasks.items()):
+            if not task.ready or task.closed:
+                continue
+            inputs = task.inputs
+            moved, waiting, parts = [], False, []
+            for tp, lease in sorted(task.leases.items()):
+                buffered = inputs.buffered(tp) if inputs is not None and tp in inputs.inputs else 0
+                lag = await self.consumer.lag(tp)
+                waiting = waiting or bool(buffered or lease.in_flight or lag)
+                moved.append((lease.position, lease.in_flight, buffered))
+                paused = sorted(self.pauses.reasons(tp)) + (["parked"] if tp in self._parked else [])
+                parts.append(f"{tp.topic}[{tp.partition}] at {lease.position}, {lease.in_flight} in flight, "
+                             f"{buffered} buffered, lag {'unknown' if lag is None else lag}"
+                             + (f", paused ({', '.join(paused)})" if paused else ""))
+            if inputs is not None:
+                parts.append(f"timestamp order: releasing {task.releasing}, waiting {task.waiting}")
+            if quiesce is not None and quiesce.closed:
+                parts.append("agents quiesced for a checkpoint")
+            states[number] = (tuple(moved), waiting, "; ".join(parts))
+        return states
+
     # -- lifecycle ----------------------------------------------------------------------------------
 
     async def on_start(self) -> None:

@@ -39,6 +39,10 @@ class Pauses:
         if free:
             self.consumer.resume(free)
 
+    def reasons(self, tp: TP) -> set[str]:
+        """Why `tp` is paused now (empty: it is not)."""
+        return set(self._reasons.get(tp, ()))
+
     def forget(self, tps: Collection[TP]) -> None:
         for tp in tps:
             self._reasons.pop(tp, None)

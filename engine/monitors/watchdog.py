@@ -1,10 +1,14 @@
-"""The stuck-event watchdog: names an agent that has been inside one event for too long.
+"""The stuck-event watchdog: names an agent that has been inside one event for too long, and a task that
+has work waiting yet does not move.
 
 A slow or stuck agent holds back only its own partitions (the conductor pauses a partition whose mailbox is
 full and keeps fetching the rest), so without a word from someone it would stall them silently. Nothing is
 added to the per-event path: every few seconds the watchdog samples the event each agent instance is inside;
 one found inside the same event for longer than `stuck_event_warning` is logged with the agent, topic,
-partition and offset, and again each time that long passes while it stays stuck.
+partition and offset, and again each time that long passes while it stays stuck. Likewise a task whose
+partitions have records waiting (buffered, in flight, or on the broker) but did not move for three times that
+long is logged with where each of its partitions stands and why it may wait (paused, parked, ordering): a
+stall always says what is stalled.
 """
 
 from __future__ import annotations
@@ -17,9 +21,13 @@ from typing import TYPE_CHECKING
 from agents import Service
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from engine.events import Event
+
+    TaskStates = Callable[[], Awaitable[dict[int, tuple[object, bool, str]]]]
+
+STALL_FACTOR = 3  # a task stalls after this many times the stuck-event threshold without moving
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +38,13 @@ class Watchdog(Service):
         busy: Callable[[], list[tuple[str, Event]]],
         threshold: float,
         *,
+        tasks: TaskStates | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__("watchdog")
         self._busy = busy
+        self._task_states = tasks
+        self._still: dict[int, tuple[object, float, float]] = {}  # task -> (token, unchanged since, warn at)
         self.threshold = threshold
         self._clock = clock
         self._since: dict[int, tuple[Event, float, float]] = {}  # id(event) -> (event, first seen, warn at)
@@ -47,6 +58,27 @@ class Watchdog(Service):
             await asyncio.sleep(interval)
             for message in self.sample():
                 log.warning("%s", message)
+            if self._task_states is not None:
+                for message in self.stalls(await self._task_states()):
+                    log.warning("%s", message)
+
+    def stalls(self, states: dict[int, tuple[object, bool, str]]) -> list[str]:
+        """The warnings due now for tasks with work waiting that did not move (`states`: Conductor's)."""
+        now, limit = self._clock(), self.threshold * STALL_FACTOR
+        still: dict[int, tuple[object, float, float]] = {}
+        messages = []
+        for number, (token, waiting, where) in states.items():
+            entry = self._still.get(number)
+            if entry is None or entry[0] != token or not waiting:
+                entry = (token, now, now + limit)
+            _, since, due = entry
+            if waiting and now >= due:
+                due = now + limit
+                messages.append(f"task {number} has not moved for {now - since:.0f}s with records waiting: "
+                                f"{where}")
+            still[number] = (token, since, due)
+        self._still = still
+        return messages
 
     def sample(self) -> list[str]:
         """Look once; returns the warnings due now (one per stuck event, repeated every `threshold`)."""

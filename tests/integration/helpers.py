@@ -251,10 +251,12 @@ async def standbys_caught_up(worker: WorkerProcess, bootstrap: str, changelog: s
 
 async def consume_until(bootstrap: str, topic: str, done: Any, timeout: float = 60.0,
                         isolation_level: str = "read_committed",
-                        auth: Mapping[str, Any] | None = None) -> list[Any]:
+                        auth: Mapping[str, Any] | None = None,
+                        workers: Iterable[WorkerProcess] = ()) -> list[Any]:
     """Read `topic` from the beginning until `done(records)` is true; returns the records. Committed only,
     by default, as engine reads: changelogs are written in transactions (a killed worker's open one is
-    aborted by its successor), and without transactions this is the same as uncommitted."""
+    aborted by its successor), and without transactions this is the same as uncommitted. Fails once no
+    record came for `timeout` seconds, showing the end of each of `workers`' logs."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                                 group_id=None, enable_auto_commit=False, isolation_level=isolation_level,
                                 **(auth or {}))
@@ -265,10 +267,14 @@ async def consume_until(bootstrap: str, topic: str, done: Any, timeout: float = 
         deadline = loop.time() + timeout
         while not done(records):
             if loop.time() > deadline:
-                raise AssertionError(f"timed out reading {topic!r}: {len(records)} records so far")
+                logs = "".join(f"\n--- {w.log_path.name}:\n{w.output()[-3000:]}" for w in workers)
+                raise AssertionError(f"timed out reading {topic!r}: {len(records)} records so far, none for "
+                                     f"{timeout:.0f}s{logs}")
             batches = await consumer.getmany(timeout_ms=500)
             for batch in batches.values():
-                records.extend(batch)
+                if batch:
+                    records.extend(batch)
+                    deadline = loop.time() + timeout
     finally:
         await consumer.stop()
     return records

@@ -259,7 +259,7 @@ async def test_a_left_join_equals_kafka_streams_exactly_once(kafka: KafkaCluster
                            for r in await read_all(kafka.bootstrap, reference_out))
     workers = [worker("first", "first")]
     try:
-        await consume_until(kafka.bootstrap, results, lambda rs: len(rs) >= 50)  # mid-stream
+        await consume_until(kafka.bootstrap, results, lambda rs: len(rs) >= 50, workers=workers)  # mid-stream
         if fault == "join":
             workers.append(worker("second", "second"))
         else:

@@ -38,3 +38,21 @@ def test_a_new_event_starts_its_own_clock():
     now[0] = 18
     assert dog.sample() == ["agent count has been processing words[2]@2 for 10s; the partitions it serves "
                             "wait behind it (the others keep flowing)"]
+
+
+def test_names_a_task_with_records_waiting_that_does_not_move_and_why():
+    now = [0.0]
+    dog = Watchdog(lambda: [], threshold=10, clock=lambda: now[0])  # a task stalls after 30 s
+    where = "orders[1] at 40, 0 in flight, 12 buffered, lag 300, paused (ordering)"
+    assert dog.stalls({1: ((40,), True, where), 2: ((7,), True, "")}) == []
+    now[0] = 20
+    assert dog.stalls({1: ((40,), True, where), 2: ((8,), True, "")}) == []  # task 2 moves
+    now[0] = 30
+    assert dog.stalls({1: ((40,), True, where), 2: ((9,), True, "")}) == [
+        f"task 1 has not moved for 30s with records waiting: {where}"]
+    now[0] = 45
+    assert dog.stalls({1: ((40,), True, where), 2: ((10,), True, "")}) == []  # said again only 30 s later
+    now[0] = 60
+    assert len(dog.stalls({1: ((40,), True, where), 2: ((11,), True, "")})) == 1
+    now[0] = 100  # nothing waits for task 2: still is not stalled
+    assert dog.stalls({1: ((41,), True, where), 2: ((11,), False, "")}) == []
