@@ -1,6 +1,7 @@
 """engine export -A module:app TABLE --to TARGET: a table as Parquet files, or into a Delta Lake table
-(TARGET `delta:PATH`), and optionally into Spark; --all for every table (each to TARGET/<table>);
---status TARGET for where a Delta table is in the stream.
+(TARGET `delta:PATH`) or an Iceberg table (`iceberg:[CATALOG.]NAMESPACE.TABLE`), and optionally into Spark;
+--all for every table (each to TARGET/<table>, or NAMESPACE.<table>); --status TARGET for where a lake
+table is in the stream.
 
 Reads the worker's data dir by default (read-only: fine beside a running worker, which covers the
 partitions that worker holds); --from-changelog rebuilds every partition from the changelog topic instead,
@@ -30,9 +31,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("table", nargs="?", help="the table (or --all)")
     p.add_argument("--all", action="store_true", help="every table of the app, each to TARGET/<table>")
     p.add_argument("--to", metavar="TARGET",
-                   help="a directory for Parquet files, or delta:PATH for a Delta Lake table")
+                   help="a directory for Parquet files, delta:PATH for a Delta Lake table, or "
+                        "iceberg:[CATALOG.]NAMESPACE.TABLE for an Iceberg table (default catalog: SQLite "
+                        "in the data dir)")
     p.add_argument("--status", metavar="TARGET",
-                   help="print where the Delta table TARGET is in the stream (offsets per partition)")
+                   help="print where the lake table TARGET is in the stream (offsets per partition)")
     p.add_argument("--from-changelog", action="store_true",
                    help="rebuild the table from its changelog topic instead of reading a data dir")
     p.add_argument("--data-dir", help="the worker's data dir (default: ./data)")
@@ -91,11 +94,12 @@ def _usage(args: argparse.Namespace) -> str | None:
     if args.status:
         return None
     if args.to is None:
-        return "export needs --to TARGET (a directory, or delta:PATH), or --status TARGET"
+        return ("export needs --to TARGET (a directory, delta:PATH or iceberg:NAMESPACE.TABLE), or --status "
+                "TARGET")
     if args.all == (args.table is not None):
         return "export needs a table name, or --all (not both)"
     if args.spark and (args.all or export.parse_target(args.to).is_lake):
-        return "--spark loads one Parquet export; read a Delta table with spark.read.format('delta')"
+        return "--spark loads one Parquet export; read a lake table with Spark's Delta or Iceberg reader"
     return None
 
 
@@ -128,12 +132,12 @@ def run(args: argparse.Namespace) -> int:
     if wrong is not None:
         print(f"engine: {wrong}", file=sys.stderr)
         return 2
-    if args.status:
-        for line in export.lake_status(args.status):
-            print(line)
-        return 0
     app = load_app(args.app)
     settings = app.settings({"broker": args.broker, "data_dir": args.data_dir})
+    if args.status:
+        for line in export.lake_status(args.status, settings):
+            print(line)
+        return 0
     target = export.parse_target(args.to)
     names = [args.table] if not args.all else sorted(t.name for t in app.tables.values() if not t.is_global)
     for name in names:

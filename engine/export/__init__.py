@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING
 
 from engine.export import delta
 from engine.export.columns import ExportError
+from engine.export.iceberg import IcebergTarget
 from engine.export.lake import LakeCommit, LakeExport, PartitionPosition, describe_position, lake_position
 from engine.export.lake_writer import write_lake
 from engine.export.parquet import ExportManifest, PartitionFile, read_manifest, write_snapshot
 from engine.export.sources import TableSnapshot, from_changelog, from_store, from_worker, require_active
 from engine.export.spark import local_session, read_export, spark_schema, stop_session
-from engine.export.targets import Target, parse_target
+from engine.export.targets import ICEBERG, Target, parse_target
 from engine.tables.inspect import table_named
 from engine.tables.windowed import EventTimeTable
 
@@ -124,13 +125,19 @@ async def export_from_changelog(
         return await _write(snapshot, where, settings, {}, progress)
 
 
-def lake_status(target: Path | str) -> list[str]:
-    """Where the lake table `target` (`delta:PATH`) is in the stream: the newest engine version, and each
-    partition's changelog offset and input offsets (what `engine export --status` prints)."""
+def lake_status(target: Path | str, settings: Settings | None = None) -> list[str]:
+    """Where the lake table `target` (`delta:PATH` or `iceberg:...`) is in the stream: the newest engine
+    version, and each partition's changelog offset and input offsets (what `engine export --status`
+    prints). `settings`: the app's (its data dir holds the default Iceberg catalog)."""
     where = parse_target(target)
     if not where.is_lake:
-        raise ExportError(f"{target} is not a lake table (give delta:PATH)")
-    history = delta.history(where.location)
+        raise ExportError(f"{target} is not a lake table (give delta:PATH or iceberg:NAMESPACE.TABLE)")
+    if where.kind == ICEBERG:
+        if settings is None:
+            raise ExportError(f"{target}: give the app's settings (its data dir holds the default catalog)")
+        history = IcebergTarget(where.location, settings).history()
+    else:
+        history = delta.history(where.location)
     if not history:
         return [f"{where}: no version written by an engine export"]
     version, newest = history[0]

@@ -170,6 +170,10 @@ class TableColumns:
         columns += [pa.nulls(len(keys), f.type) for f in list(schema)[len(columns):]]
         return pa.RecordBatch.from_arrays(columns, schema=schema)
 
+    def key_values(self, keys: list[bytes]) -> list[Any]:
+        """The key column's values of encoded keys (a windowed table's inner keys)."""
+        return list(self._decode(self.key_codec, keys, self.key_type, "key").to_pylist())
+
     def key_names(self) -> list[str]:
         """The columns that identify a row: the key, a window's bounds, the partition."""
         names = [KEY] if self.window is None else [KEY, WINDOW_START, WINDOW_END]

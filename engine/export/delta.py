@@ -12,17 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.export.columns import PARTITION, ExportError
-from engine.export.lake import METADATA_KEY, LakeCommit
+from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict
 from engine.export.optional import require
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterator
 
     import pyarrow as pa
-
-class LakeConflict(ExportError):
-    """Another writer committed a version this one conflicts with; planning again on it resolves it."""
-
 
 DELETED = "_engine_deleted"  # a MERGE source column: this row's key is gone from the table
 COMMIT_RETRIES = 20  # a commit that raced another writer's (two workers exporting) is retried on the new one
@@ -35,16 +31,7 @@ def _deltalake() -> Any:
 def history(path: Path | str) -> list[tuple[int, LakeCommit]]:
     """The engine commits of the Delta table at `path`, newest first, with their versions; [] if there is
     no table there yet."""
-    deltalake = _deltalake()
-    if not (Path(path) / "_delta_log").is_dir():
-        return []
-    found = []
-    for entry in deltalake.DeltaTable(str(path)).history():
-        text = entry.get(METADATA_KEY)
-        commit = LakeCommit.from_json(text) if isinstance(text, str) else None
-        if commit is not None:
-            found.append((int(entry["version"]), commit))
-    return found
+    return DeltaTarget(str(path)).history()
 
 
 def _properties(commit: LakeCommit) -> Any:
@@ -52,53 +39,72 @@ def _properties(commit: LakeCommit) -> Any:
                                          max_commit_retries=COMMIT_RETRIES)
 
 
-def overwrite(path: Path | str, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
-              partitions: Collection[int] | None, commit: LakeCommit) -> int:
-    """Replace the rows of `partitions` (None: the whole table, its schema too) by `batches`, streamed (never
-    all in memory) in one commit; returns the new version."""
-    deltalake, pa = _deltalake(), require("pyarrow", "Delta Lake export")
-    reader = pa.RecordBatchReader.from_batches(schema, batches)
-    exists = (Path(path) / "_delta_log").is_dir()
-    predicate = None
-    if partitions is not None and exists:
-        numbers = ", ".join(str(n) for n in sorted(partitions))
-        predicate = f"{PARTITION} IN ({numbers})" if partitions else "false"
-    try:
-        deltalake.write_deltalake(str(path), reader, mode="overwrite", predicate=predicate,
-                                  schema_mode="overwrite" if predicate is None else None,
-                                  commit_properties=_properties(commit))
-    except deltalake.exceptions.CommitFailedError as exc:
-        raise LakeConflict(str(exc)) from exc
-    except deltalake.exceptions.SchemaMismatchError as exc:
-        raise ExportError(f"{path}: the table's rows no longer fit the Delta table's schema ({exc}); export "
-                          "all partitions at once to replace it, or to a new path") from exc
-    return _version_of(path, commit)
+class DeltaTarget:
+    """The Delta table at one path, created on first write."""
 
+    def __init__(self, location: str) -> None:
+        self.location = location
 
-def merge(path: Path | str, schema: pa.Schema, batches: Iterator[pa.RecordBatch], keys: list[str],
-          commit: LakeCommit) -> int:
-    """One MERGE of `batches` (the table's columns plus DELETED) into the table, matched on `keys`: rows
-    flagged DELETED are deleted, the others inserted or updated; returns the new version."""
-    deltalake, pa = _deltalake(), require("pyarrow", "Delta Lake export")
-    source = pa.RecordBatchReader.from_batches(schema, batches)
-    matched = " AND ".join(f"t.`{name}` = s.`{name}`" for name in keys)
-    values = {f"`{f.name}`": f"s.`{f.name}`" for f in schema if f.name != DELETED}
-    table = deltalake.DeltaTable(str(path))
-    try:
-        (table.merge(source, matched, source_alias="s", target_alias="t",
-                     commit_properties=_properties(commit))
-         .when_matched_delete(f"s.{DELETED}")
-         .when_matched_update(values, f"NOT s.{DELETED}")
-         .when_not_matched_insert(values, f"NOT s.{DELETED}")
-         .execute())
-    except deltalake.exceptions.CommitFailedError as exc:
-        raise LakeConflict(str(exc)) from exc
-    return _version_of(path, commit)
+    def _exists(self) -> bool:
+        return (Path(self.location) / "_delta_log").is_dir()
 
+    def history(self) -> list[tuple[int, LakeCommit]]:
+        """The engine commits of the table, newest first, with their versions; [] if there is none."""
+        if not self._exists():
+            return []
+        found = []
+        for entry in _deltalake().DeltaTable(self.location).history():
+            text = entry.get(METADATA_KEY)
+            commit = LakeCommit.from_json(text) if isinstance(text, str) else None
+            if commit is not None:
+                found.append((int(entry["version"]), commit))
+        return found
 
-def _version_of(path: Path | str, commit: LakeCommit) -> int:
-    """The version `commit` became (other writers may have committed after it already)."""
-    for version, found in history(path):
-        if found == commit:
-            return version
-    raise ExportError(f"{path}: the version just committed is not in the table's history")
+    def overwrite(self, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
+                  partitions: Collection[int] | None, commit: LakeCommit) -> int:
+        """Replace the rows of `partitions` (None: the whole table, its schema too) by `batches`, streamed
+        (never all in memory) in one commit; returns the new version."""
+        deltalake, pa = _deltalake(), require("pyarrow", "Delta Lake export")
+        reader = pa.RecordBatchReader.from_batches(schema, batches)
+        predicate = None
+        if partitions is not None and self._exists():
+            numbers = ", ".join(str(n) for n in sorted(partitions))
+            predicate = f"{PARTITION} IN ({numbers})" if partitions else "false"
+        try:
+            deltalake.write_deltalake(self.location, reader, mode="overwrite", predicate=predicate,
+                                      schema_mode="overwrite" if predicate is None else None,
+                                      commit_properties=_properties(commit))
+        except deltalake.exceptions.CommitFailedError as exc:
+            raise LakeConflict(str(exc)) from exc
+        except deltalake.exceptions.SchemaMismatchError as exc:
+            raise ExportError(f"{self.location}: the table's rows no longer fit the Delta table's schema "
+                              f"({exc}); export all partitions at once to replace it, or to a new "
+                              "path") from exc
+        return self._version_of(commit)
+
+    def merge(self, schema: pa.Schema, batches: Iterator[pa.RecordBatch], keys: list[str],
+              commit: LakeCommit) -> int:
+        """One MERGE of `batches` (the table's columns plus DELETED) into the table, matched on `keys`: rows
+        flagged DELETED are deleted, the others inserted or updated; returns the new version."""
+        deltalake, pa = _deltalake(), require("pyarrow", "Delta Lake export")
+        source = pa.RecordBatchReader.from_batches(schema, batches)
+        matched = " AND ".join(f"t.`{name}` = s.`{name}`" for name in keys)
+        values = {f"`{f.name}`": f"s.`{f.name}`" for f in schema if f.name != DELETED}
+        table = deltalake.DeltaTable(self.location)
+        try:
+            (table.merge(source, matched, source_alias="s", target_alias="t",
+                         commit_properties=_properties(commit))
+             .when_matched_delete(f"s.{DELETED}")
+             .when_matched_update(values, f"NOT s.{DELETED}")
+             .when_not_matched_insert(values, f"NOT s.{DELETED}")
+             .execute())
+        except deltalake.exceptions.CommitFailedError as exc:
+            raise LakeConflict(str(exc)) from exc
+        return self._version_of(commit)
+
+    def _version_of(self, commit: LakeCommit) -> int:
+        """The version `commit` became (other writers may have committed after it already)."""
+        for version, found in self.history():
+            if found == commit:
+                return version
+        raise ExportError(f"{self.location}: the version just committed is not in the table's history")

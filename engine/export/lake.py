@@ -204,6 +204,10 @@ class _ChangedKeys:
 
 
 
+class LakeConflict(ExportError):
+    """Another writer committed a version this one conflicts with; planning again on it resolves it."""
+
+
 class ChangelogGone(ExportError):
     """The changelog no longer holds the records between two exports (deleted by retention)."""
 

@@ -1,6 +1,8 @@
 """Writing a table snapshot to a lake table (engine.export.lake says what a version records): a full
-overwrite of the exported partitions, or, when the table already holds them at known offsets, one MERGE of
-only what changed since (incremental).
+overwrite of the exported partitions, or, when the table already holds them at known offsets, one commit of
+only what changed since (incremental): a Delta MERGE of the changed rows (deleted rows matched by their key
+columns); for Iceberg, which pyiceberg gives no MERGE, the changed keys' rows deleted and appended again as
+of the snapshot (a windowed table's key with all its windows).
 
 Rows are produced a chunk at a time from the snapshot's fixed views, so memory stays bounded whatever the
 table's size: a full export streams every partition's rows; an incremental one holds the changed keys only.
@@ -13,11 +15,20 @@ import logging
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from engine.export import delta
 from engine.export.columns import CHUNK, TableColumns
-from engine.export.lake import ChangelogGone, LakeExport, changed_keys, new_commit, plan_export
+from engine.export.delta import DELETED, DeltaTarget
+from engine.export.iceberg import IcebergTarget
+from engine.export.lake import (
+    ChangelogGone,
+    LakeConflict,
+    LakeExport,
+    changed_keys,
+    new_commit,
+    plan_export,
+)
 from engine.export.optional import require
 from engine.export.targets import DELTA
+from engine.tables.keys import key_prefix, window_inner_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -28,6 +39,7 @@ if TYPE_CHECKING:
     from engine.export.sources import TableSnapshot
     from engine.export.targets import Target
     from engine.settings import Settings
+    from engine.stores import StoreView
 
 log = logging.getLogger(__name__)
 
@@ -42,22 +54,23 @@ async def write_lake(snapshot: TableSnapshot, target: Target, settings: Settings
     (engine.export.lake.plan_export: full, or only the changes since, read from the changelog on
     `settings.broker`). Another writer's commit in between (a worker exporting its own partitions) makes it
     plan again on the newer version."""
-    assert target.kind == DELTA
+    lake = DeltaTarget(target.location) if target.kind == DELTA else IcebergTarget(target.location, settings)
     columns = TableColumns(snapshot.table, partition_column=True)
     columns.infer(list(snapshot.views.values()))
     for attempt in range(1, CONFLICT_RETRIES + 1):
         try:
-            return await _write_once(snapshot, target, settings, columns, inputs or {}, progress)
-        except delta.LakeConflict as exc:
+            return await _write_once(snapshot, target, lake, settings, columns, inputs or {}, progress)
+        except LakeConflict as exc:
             if attempt == CONFLICT_RETRIES:
                 raise
             log.info("%s: another export committed first (%s); planning again", target, exc)
     raise AssertionError("unreachable")
 
 
-async def _write_once(snapshot: TableSnapshot, target: Target, settings: Settings, columns: TableColumns,
-                      inputs: Mapping[TP, int], progress: Callable[[int, int], None] | None) -> LakeExport:
-    versions = await asyncio.to_thread(delta.history, target.location)
+async def _write_once(snapshot: TableSnapshot, target: Target, lake: DeltaTarget | IcebergTarget,
+                      settings: Settings, columns: TableColumns, inputs: Mapping[TP, int],
+                      progress: Callable[[int, int], None] | None) -> LakeExport:
+    versions = await asyncio.to_thread(lake.history)
     plan = plan_export(snapshot, [commit for _, commit in versions])
     if plan.ahead:
         log.warning("%s: partitions %s are left out: the lake holds them at newer changelog offsets (%s) "
@@ -72,15 +85,19 @@ async def _write_once(snapshot: TableSnapshot, target: Target, settings: Setting
             log.warning("%s; exporting partitions %s of %s in full", exc, plan.partitions,
                         snapshot.table.name)
         else:
-            return await asyncio.to_thread(_merge, snapshot, target, columns, changed, inputs, progress)
+            if isinstance(lake, DeltaTarget):
+                return await asyncio.to_thread(_merge, snapshot, target, lake, columns, changed, inputs,
+                                               progress)
+            return await asyncio.to_thread(_replace_keys, snapshot, target, lake, columns, changed, inputs,
+                                           progress)
     whole = plan.whole and len(plan.partitions) == snapshot.partitions
-    return await asyncio.to_thread(_overwrite, snapshot, target, columns, plan.partitions, whole, inputs,
-                                   progress)
+    return await asyncio.to_thread(_overwrite, snapshot, target, lake, columns, plan.partitions, whole,
+                                   inputs, progress)
 
 
-def _overwrite(snapshot: TableSnapshot, target: Target, columns: TableColumns, numbers: list[int],
-               whole: bool, inputs: Mapping[TP, int], progress: Callable[[int, int], None] | None
-               ) -> LakeExport:
+def _overwrite(snapshot: TableSnapshot, target: Target, lake: DeltaTarget | IcebergTarget,
+               columns: TableColumns, numbers: list[int], whole: bool, inputs: Mapping[TP, int],
+               progress: Callable[[int, int], None] | None) -> LakeExport:
     views = {number: snapshot.views[number] for number in numbers}
     expected = sum(view.approximate_len() for view in views.values())
     rows = 0
@@ -95,15 +112,15 @@ def _overwrite(snapshot: TableSnapshot, target: Target, columns: TableColumns, n
                 yield batch
 
     commit = new_commit(snapshot, "full", inputs, numbers)
-    version = delta.overwrite(target.location, columns.final_schema(), batches(), None if whole else numbers,
-                              commit)
+    version = lake.overwrite(columns.final_schema(), batches(), None if whole else numbers, commit)
     if progress is not None:
         progress(rows, rows)
     return LakeExport(str(target), version, commit, rows)
 
 
-def _merge(snapshot: TableSnapshot, target: Target, columns: TableColumns, changed: dict[int, set[bytes]],
-           inputs: Mapping[TP, int], progress: Callable[[int, int], None] | None) -> LakeExport:
+def _merge(snapshot: TableSnapshot, target: Target, lake: DeltaTarget, columns: TableColumns,
+           changed: dict[int, set[bytes]], inputs: Mapping[TP, int],
+           progress: Callable[[int, int], None] | None) -> LakeExport:
     arrow = require("pyarrow", "lake export")
     present: dict[int, list[tuple[bytes, bytes]]] = {}
     gone: dict[int, list[bytes]] = {}
@@ -118,7 +135,7 @@ def _merge(snapshot: TableSnapshot, target: Target, columns: TableColumns, chang
                 present[number].append((key, value))
     upserted, deleted = sum(map(len, present.values())), sum(map(len, gone.values()))
     commit = new_commit(snapshot, "incremental", inputs, changed)
-    schema = columns.final_schema().append(arrow.field(delta.DELETED, arrow.bool_(), nullable=False))
+    schema = columns.final_schema().append(arrow.field(DELETED, arrow.bool_(), nullable=False))
     done = 0
 
     def flagged(batch: pa.RecordBatch, flag: bool) -> pa.RecordBatch:
@@ -138,5 +155,38 @@ def _merge(snapshot: TableSnapshot, target: Target, columns: TableColumns, chang
             while removed := list(islice(keys, CHUNK)):
                 yield flagged(columns.removed(removed, number), True)
 
-    version = delta.merge(target.location, schema, batches(), columns.key_names(), commit)
+    version = lake.merge(schema, batches(), columns.key_names(), commit)
     return LakeExport(str(target), version, commit, upserted, deleted)
+
+
+def _replace_keys(snapshot: TableSnapshot, target: Target, lake: IcebergTarget, columns: TableColumns,
+                  changed: dict[int, set[bytes]], inputs: Mapping[TP, int],
+                  progress: Callable[[int, int], None] | None) -> LakeExport:
+    windowed = columns.window is not None
+    touched = {number: sorted({window_inner_key(key) if windowed else key for key in keys})
+               for number, keys in sorted(changed.items())}
+    values = [value for keys in touched.values() if keys for value in columns.key_values(keys)]
+    commit = new_commit(snapshot, "incremental", inputs, changed)
+    rows = 0
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        nonlocal rows
+        for number, keys in touched.items():
+            pairs = _rows_of(snapshot.views[number], keys, windowed)
+            while chunk := list(islice(pairs, CHUNK)):
+                rows += len(chunk)
+                if progress is not None:
+                    progress(rows, max(rows, len(values)))
+                yield columns.batch([k for k, _ in chunk], [v for _, v in chunk], number)
+
+    version = lake.replace_keys(columns.final_schema(), values, batches(), commit)
+    return LakeExport(str(target), version, commit, rows)
+
+
+def _rows_of(view: StoreView, keys: list[bytes], windowed: bool) -> Iterator[tuple[bytes, bytes]]:
+    """The stored rows of `keys` (encoded keys; of a windowed table, every window of each)."""
+    for key in keys:
+        if windowed:
+            yield from view.items(*key_prefix(key))
+        elif (value := view.get(key)) is not None:
+            yield key, value

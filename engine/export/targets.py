@@ -1,4 +1,5 @@
-"""Where an export goes, as a user writes it: `delta:PATH` for a Delta Lake table, anything else a directory
+"""Where an export goes, as a user writes it: `delta:PATH` for a Delta Lake table,
+`iceberg:[CATALOG.]NAMESPACE.TABLE` for an Iceberg table (engine.export.iceberg), anything else a directory
 of Parquet files with a manifest (engine.export.parquet)."""
 
 from __future__ import annotations
@@ -9,21 +10,25 @@ from pathlib import Path
 from engine.export.columns import ExportError
 
 DELTA = "delta"
+ICEBERG = "iceberg"
 PARQUET = "parquet"
-LAKES = (DELTA,)
+LAKES = (DELTA, ICEBERG)
 
 
 @dataclass(frozen=True)
 class Target:
-    kind: str  # DELTA or PARQUET
-    location: str  # a path
+    kind: str  # DELTA, ICEBERG or PARQUET
+    location: str  # a path; for ICEBERG, [CATALOG.]NAMESPACE.TABLE
 
     @property
     def is_lake(self) -> bool:
         return self.kind in LAKES
 
     def child(self, name: str) -> Target:
-        """The target of one table in an export of several (`export_app`): a sub-directory."""
+        """The target of one table in an export of several (`export_app`): a sub-directory, or for Iceberg
+        a table of that name in the namespace the target names."""
+        if self.kind == ICEBERG:
+            return Target(ICEBERG, f"{self.location}.{name}")
         return Target(self.kind, str(Path(self.location) / name))
 
     def __str__(self) -> str:
@@ -43,9 +48,13 @@ def parse_target(target: Target | Path | str) -> Target:
         if location.exists() and not location.is_dir():
             raise ExportError(f"cannot export to {text}: {rest} is a file; a Delta table is a directory")
         return Target(DELTA, rest)
+    if sep and kind == ICEBERG:
+        if not rest or "/" in rest:
+            raise ExportError(f"{text}: give iceberg:NAMESPACE.TABLE (or iceberg:CATALOG.NAMESPACE.TABLE)")
+        return Target(ICEBERG, rest)
     if sep and kind.isalpha() and len(kind) > 1 and not Path(text).exists():
-        raise ExportError(f"unknown export target {kind!r} in {text!r}: give delta:PATH, or a directory for "
-                          "Parquet files")
+        raise ExportError(f"unknown export target {kind!r} in {text!r}: give delta:PATH, "
+                          "iceberg:NAMESPACE.TABLE, or a directory for Parquet files")
     location = Path(text)
     if location.exists() and not location.is_dir():
         raise ExportError(f"cannot export to {location}: it is a file; an export is a directory (give a new "

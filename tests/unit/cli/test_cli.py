@@ -341,13 +341,14 @@ async def test_export_to_delta_then_only_the_changes_and_its_status(capsys, tmp_
 def test_export_arguments_that_do_not_go_together(capsys, tmp_path):
     app = ["-A", "examples.wordcount:app"]
     assert run(capsys, "export", *app, "word-counts")[2].strip() == \
-        "engine: export needs --to TARGET (a directory, or delta:PATH), or --status TARGET"
+        "engine: export needs --to TARGET (a directory, delta:PATH or iceberg:NAMESPACE.TABLE), or " \
+        "--status TARGET"
     assert run(capsys, "export", *app, "word-counts", "--all", "--to", str(tmp_path))[2].strip() == \
         "engine: export needs a table name, or --all (not both)"
-    assert "read a Delta table with spark.read.format('delta')" in run(
+    assert "read a lake table with Spark's Delta or Iceberg reader" in run(
         capsys, "export", *app, "word-counts", "--to", f"delta:{tmp_path}", "--spark")[2]
     code, out, _ = run(capsys, "export", *app, "--status", f"delta:{tmp_path / 'none'}")
     assert code == 0
     assert out.strip() == f"delta:{tmp_path / 'none'}: no version written by an engine export"
-    assert "unknown export target 'iceberg'" in run(
-        capsys, "export", *app, "word-counts", "--to", "iceberg:cat.ns.t")[2]
+    assert "unknown export target 'hudi'" in run(capsys, "export", *app, "word-counts", "--to", "hudi:t")[2]
+    assert "give iceberg:NAMESPACE.TABLE" in run(capsys, "export", *app, "word-counts", "--to", "iceberg:")[2]

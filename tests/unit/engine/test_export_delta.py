@@ -1,7 +1,7 @@
-"""Exports to Delta Lake tables, on the in-memory broker with RocksDB stores: a full export, then incremental
-ones (one MERGE of what changed: upserts, deleted keys, expired windows) that always equal a full export of
-the same checkpoint and the ground truth computed from the events; the stream position in every version's
-commit metadata; one worker's partitions replaced without touching the others'.
+"""Exports to Delta Lake and Iceberg tables, on the in-memory broker with RocksDB stores: a full export, then
+incremental ones (only what changed: upserts, deleted keys, expired windows) that always equal a full export
+of the same checkpoint and the ground truth computed from the events; the stream position in every version's
+commit metadata; a plan that never moves a partition back.
 (Spark reading these tables, on a real broker, is in tests/integration/test_export_lake.py.)"""
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ import random
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from deltalake import DeltaTable
 
 import engine
 from engine import export, testing
 from engine.export import delta, lake
+from engine.export.iceberg import IcebergTarget
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -85,19 +87,38 @@ def ops_round(rng: random.Random, at: float, count: int = 120) -> list[tuple[str
     return out
 
 
-def lake_rows(path: Path) -> list[dict[str, Any]]:
-    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
-    return sorted(rows, key=lambda r: tuple(str(v) for v in r.values()))
+class Lake:
+    """Where a test's exports go, in one format, and how their tables read back."""
+
+    def __init__(self, kind: str, root: Path, settings: engine.Settings) -> None:
+        self.kind, self.root, self.settings = kind, root, settings
+
+    def target(self, name: str) -> str:
+        return f"delta:{self.root / name}" if self.kind == "delta" else f"iceberg:{name.replace('-', '_')}"
+
+    def rows(self, name: str, table: str) -> list[dict[str, Any]]:
+        if self.kind == "delta":
+            found = DeltaTable(str(self.root / name / table)).to_pyarrow_table().to_pylist()
+        else:
+            found = IcebergTarget(f"{name.replace('-', '_')}.{table}", self.settings).catalog.load_table(
+                f"{name.replace('-', '_')}.{table}").scan().to_arrow().to_pylist()
+        return sorted(found, key=lambda r: tuple(str(v) for v in r.values()))
+
+    def history(self, name: str, table: str) -> list[tuple[int, lake.LakeCommit]]:
+        if self.kind == "delta":
+            return delta.history(self.root / name / table)
+        return IcebergTarget(f"{name.replace('-', '_')}.{table}", self.settings).history()
 
 
-async def test_incremental_exports_equal_full_ones_and_the_events(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+async def test_incremental_exports_equal_full_ones_and_the_events(tmp_path: Path, kind: str) -> None:
     app, totals = build_app()
     truth = Truth()
     rng = random.Random(7)
     at = 1_000.0
     ops = app.topics["ops"]
-    lake = f"delta:{tmp_path / 'lake'}"
     async with testing.running(app, store="rocksdb://", data_dir=tmp_path / "data") as worker:
+        lakes = Lake(kind, tmp_path, worker.settings)
         for round_ in range(5):
             batch = ops_round(rng, at)
             at = batch[-1][1]["at"] + (40 if round_ == 2 else 1)  # a jump: every earlier window expires
@@ -106,24 +127,25 @@ async def test_incremental_exports_equal_full_ones_and_the_events(tmp_path: Path
                 truth.apply(key, op)
             await testing.eventually(lambda: dict(totals.items()) == truth.totals, 10)
             await worker.checkpoint()
-            fresh = tmp_path / "full" / str(round_)  # a full export of the same checkpoint, for comparison
-            fulls = await export.export_app(app, f"delta:{fresh}")
-            done = await export.export_app(app, lake)
+            fresh = f"full-{round_}"  # a full export of the same checkpoint, for comparison
+            fulls = await export.export_app(app, lakes.target(fresh))
+            done = await export.export_app(app, lakes.target("lake"))
             for name, result in done.items():
                 assert isinstance(result, export.LakeExport)
                 assert result.commit.mode == ("full" if round_ == 0 else "incremental"), (round_, name)
-                assert lake_rows(tmp_path / "lake" / name) == lake_rows(fresh / name)
+                assert lakes.rows("lake", name) == lakes.rows(fresh, name)
                 assert result.offsets == fulls[name].offsets
-            assert {r["key"]: r["value"] for r in lake_rows(tmp_path / "lake" / "totals")} == truth.totals
-            windows = {(r["key"], r["window_start"]): r["value"]
-                       for r in lake_rows(tmp_path / "lake" / "per-window")}
+            assert {r["key"]: r["value"] for r in lakes.rows("lake", "totals")} == truth.totals
+            windows = {(r["key"], r["window_start"]): r["value"] for r in lakes.rows("lake", "per-window")}
             assert windows == truth.live_windows(stream_times(worker, ops.name))
-            if round_ == 2:
+            if kind == "delta" and round_ == 2:
                 assert done["per-window"].deleted > 0  # expired windows were deleted by the MERGE
-            if round_ > 0:
+            if kind == "delta" and round_ > 0:
                 assert done["totals"].deleted > 0  # and deleted keys
-        history = delta.history(tmp_path / "lake" / "totals")
-        assert [version for version, _ in history] == [4, 3, 2, 1, 0]
+        history = lakes.history("lake", "totals")
+        assert len(history) == 5
+        if kind == "delta":
+            assert [version for version, _ in history] == [4, 3, 2, 1, 0]
         newest = history[0][1]
         assert (newest.app, newest.table, newest.source) == (app.id, "totals", "worker")
         assert sorted(newest.partitions) == [0, 1, 2, 3]

@@ -1,0 +1,136 @@
+"""Apache Iceberg tables written with pyiceberg: the one module that imports it.
+
+A target is `iceberg:[CATALOG.]NAMESPACE.TABLE`. CATALOG is a pyiceberg catalog configured the usual way
+(`~/.pyiceberg.yaml`, or `PYICEBERG_CATALOG__<NAME>__URI=...`: REST, Glue, Hive, SQL...); without one, or
+named `engine` and not configured, it is a SQL catalog in SQLite under the worker's data dir
+(`<data dir>/iceberg/`), its files beside it.
+
+Each export is one catalog commit. A full export overwrites; an incremental one deletes the rows of the keys
+written since and appends their rows as of the snapshot (pyiceberg has no MERGE, so a windowed table's key
+is replaced with all its windows). The commit's last snapshot carries the LakeCommit (engine.export.lake) in
+its summary under `engine`; that snapshot is the version an export reports (an overwrite may write a delete
+snapshot first, which carries none).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.export.columns import KEY, PARTITION, ExportError
+from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict
+from engine.export.optional import require
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterator
+
+    import pyarrow as pa
+
+    from engine.settings import Settings
+
+DEFAULT_CATALOG = "engine"
+
+
+def identifier(location: str) -> tuple[str, str]:
+    """(catalog name, "namespace.table") of a target's location."""
+    parts = location.split(".")
+    if len(parts) < 2 or not all(parts):
+        raise ExportError(f"iceberg:{location} needs a namespace and a table, as in iceberg:analytics.counts "
+                          "(or iceberg:CATALOG.NAMESPACE.TABLE)")
+    if len(parts) == 2:
+        return DEFAULT_CATALOG, location
+    return parts[0], ".".join(parts[1:])
+
+
+def _catalog(name: str, settings: Settings) -> Any:
+    catalog = require("pyiceberg.catalog", "Iceberg export")
+    try:
+        return catalog.load_catalog(name)
+    except ValueError:  # not configured
+        if name != DEFAULT_CATALOG:
+            raise ExportError(f"no Iceberg catalog {name!r} is configured (~/.pyiceberg.yaml or "
+                              f"PYICEBERG_CATALOG__{name.upper()}__URI)") from None
+    sql = require("pyiceberg.catalog.sql", "Iceberg export")
+    root = Path(settings.data_dir).resolve() / "iceberg"
+    (root / "warehouse").mkdir(parents=True, exist_ok=True)
+    return sql.SqlCatalog(DEFAULT_CATALOG, uri=f"sqlite:///{root / 'catalog.db'}",
+                          warehouse=(root / "warehouse").as_uri())
+
+
+class IcebergTarget:
+    """One Iceberg table, created on first write."""
+
+    def __init__(self, location: str, settings: Settings) -> None:
+        self.location = location
+        catalog_name, self.name = identifier(location)
+        self.catalog = _catalog(catalog_name, settings)
+
+    def _table(self) -> Any | None:
+        exceptions = require("pyiceberg.exceptions", "Iceberg export")
+        try:
+            return self.catalog.load_table(self.name)
+        except exceptions.NoSuchTableError:
+            return None
+
+    def history(self) -> list[tuple[int, LakeCommit]]:
+        """The engine commits of the table, newest first, with their snapshot ids; [] if there is none."""
+        table = self._table()
+        if table is None:
+            return []
+        found = []
+        for snapshot in sorted(table.snapshots(), key=lambda s: s.sequence_number, reverse=True):
+            text = snapshot.summary.additional_properties.get(METADATA_KEY) if snapshot.summary else None
+            commit = LakeCommit.from_json(text) if isinstance(text, str) else None
+            if commit is not None:
+                found.append((int(snapshot.snapshot_id), commit))
+        return found
+
+    def _create(self, schema: pa.Schema) -> Any:
+        namespace = self.name.rsplit(".", 1)[0]
+        self.catalog.create_namespace_if_not_exists(namespace)
+        return self.catalog.create_table_if_not_exists(self.name, schema=schema)
+
+    def overwrite(self, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
+                  partitions: Collection[int] | None, commit: LakeCommit) -> int:
+        """Replace the rows of `partitions` (None: all) by `batches`, streamed, in one commit."""
+        expressions = require("pyiceberg.expressions", "Iceberg export")
+        table = self._table() or self._create(schema)
+        which = expressions.AlwaysTrue() if partitions is None else expressions.In(PARTITION,
+                                                                                      sorted(partitions))
+        return self._commit(table, which, schema, batches, commit)
+
+    def replace_keys(self, schema: pa.Schema, keys: list[Any], batches: Iterator[pa.RecordBatch],
+                     commit: LakeCommit) -> int:
+        """Delete every row of `keys` (values of the key column) and append `batches`, in one commit."""
+        expressions = require("pyiceberg.expressions", "Iceberg export")
+        table = self._table()
+        if table is None:
+            raise ExportError(f"iceberg:{self.location} does not exist; an incremental export needs it")
+        which = expressions.In(KEY, keys) if keys else expressions.AlwaysFalse()
+        return self._commit(table, which, schema, batches, commit)
+
+    def _commit(self, table: Any, delete: Any, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
+                commit: LakeCommit) -> int:
+        """Delete the rows `delete` matches, then append `batches` (streamed), as one catalog commit whose
+        last snapshot carries `commit`."""
+        pa = require("pyarrow", "Iceberg export")
+        exceptions = require("pyiceberg.exceptions", "Iceberg export")
+        expressions = require("pyiceberg.expressions", "Iceberg export")
+        try:
+            with table.transaction() as transaction, warnings.catch_warnings():
+                # (pyiceberg warns of a delete that matched nothing: a new table's, or keys first written)
+                warnings.filterwarnings("ignore", "Delete operation did not match any records")
+                if not isinstance(delete, expressions.AlwaysFalse):
+                    transaction.delete(delete)
+                transaction.append(pa.RecordBatchReader.from_batches(schema, batches),
+                                   snapshot_properties={METADATA_KEY: commit.to_json()})
+        except exceptions.CommitFailedException as exc:
+            raise LakeConflict(str(exc)) from exc
+        return self._version_of(commit)
+
+    def _version_of(self, commit: LakeCommit) -> int:
+        for version, found in self.history():
+            if found == commit:
+                return version
+        raise ExportError(f"iceberg:{self.location}: the snapshot just committed is not in its history")
