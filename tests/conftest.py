@@ -63,8 +63,8 @@ def spark() -> Iterator[object]:
     """One local PySpark session for the whole run (it takes seconds to start), JVM stopped after; it reads
     Delta tables too."""
     from engine.export import local_session, stop_session
-    from tests.lake import delta_spark_config
+    from tests.lake import lake_spark_config
 
-    session = local_session("engine-tests", options=delta_spark_config())
+    session = local_session("engine-tests", options=lake_spark_config())
     yield session
     stop_session(session)

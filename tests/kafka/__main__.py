@@ -10,7 +10,7 @@ import time
 
 from tests.kafka.broker import KafkaCluster, resolve_jars
 from tests.kafka.reference import resolve_reference
-from tests.lake import resolve_delta_jars
+from tests.lake import resolve_lake_jars
 
 
 def main() -> int:
@@ -31,7 +31,7 @@ def main() -> int:
     if args.command == "resolve":
         print(resolve_jars())
         print(resolve_reference())
-        print(*resolve_delta_jars(), sep="\n")
+        print(*resolve_lake_jars(), sep="\n")
         return 0
     ports = [args.port + 2 * i for i in range(args.nodes)]
     cluster = KafkaCluster(args.nodes, ports=ports, security=args.security).start()

@@ -1,5 +1,5 @@
-"""Lake table readers for the tests: Delta Lake's Spark connector, resolved from Maven Central like the
-Kafka broker's jars (tests/kafka), and the Spark settings that read Delta tables with it."""
+"""Lake table readers for the tests: Delta Lake's and Iceberg's Spark connectors, resolved from Maven Central
+like the Kafka broker's jars (tests/kafka), and the Spark settings that read lake tables with them."""
 
 from __future__ import annotations
 
@@ -9,16 +9,18 @@ from pathlib import Path
 from tests.kafka.broker import CACHE_ROOT
 
 HERE = Path(__file__).parent
-DELTA_VERSION = "4.3.0"
+DELTA_VERSION, ICEBERG_VERSION = "4.3.0", "1.12.0"
 
 
-def resolve_delta_jars(version: str = DELTA_VERSION) -> list[Path]:
-    """delta-spark and delta-storage (not their Scala: Spark has its own), resolved once and cached."""
-    target = CACHE_ROOT / f"delta-{version}"
+def resolve_lake_jars() -> list[Path]:
+    """delta-spark, delta-storage and Iceberg's Spark runtime (not their Scala: Spark has its own),
+    resolved once and cached."""
+    target = CACHE_ROOT / f"lake-delta-{DELTA_VERSION}-iceberg-{ICEBERG_VERSION}"
     if not (target / ".complete").exists():
         target.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            ["mvn", "-q", "-B", "-f", str(HERE / "pom.xml"), f"-Ddelta.version={version}",
+            ["mvn", "-q", "-B", "-f", str(HERE / "pom.xml"), f"-Ddelta.version={DELTA_VERSION}",
+             f"-Diceberg.version={ICEBERG_VERSION}",
              "dependency:copy-dependencies", "-DincludeScope=runtime", "-DexcludeTransitive=true",
              f"-DoutputDirectory={target}"],
             check=True,
@@ -27,10 +29,11 @@ def resolve_delta_jars(version: str = DELTA_VERSION) -> list[Path]:
     return sorted(target.glob("*.jar"))
 
 
-def delta_spark_config() -> dict[str, str]:
-    """What a Spark session needs to read (and time-travel) Delta tables."""
+def lake_spark_config() -> dict[str, str]:
+    """What a Spark session needs to read (and time-travel) Delta tables, and Iceberg tables by their
+    metadata file (`spark.read.format("iceberg").load(table.metadata_location)`)."""
     return {
-        "spark.jars": ",".join(str(jar) for jar in resolve_delta_jars()),
+        "spark.jars": ",".join(str(jar) for jar in resolve_lake_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     }
