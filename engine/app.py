@@ -184,12 +184,12 @@ class App:
 
     def export(self, what: BaseTable | EventTimeTable | str, target: str, *, every: float | timedelta
                ) -> None:
-        """Export a table (or "all": every table, from one checkpoint) to `target` (`delta:PATH`, or a
-        directory for Parquet) every `every` seconds, from every worker: each exports the partitions it
-        owns, as one version of its own (a lake table's versions record each partition's offsets, so the
-        partitions' commits need no coordination, and each export continues from what the table holds:
-        engine.export.lake). A failed round is logged and the next one catches up."""
-        from engine.export.schedule import scheduled_export  # pyarrow and deltalake only when used
+        """Export a table (or "all": every table, from one checkpoint) to the lake table `target`
+        (`delta:PATH` or `iceberg:NAMESPACE.TABLE`) every `every` seconds, from every worker: each exports the
+        partitions it owns, as one version of its own (a lake table's versions record each partition's
+        offsets, so the partitions' commits need no coordination, and each export continues from what the
+        table holds: engine.export.lake). A failed round is logged and the next one catches up."""
+        from engine.export.schedule import scheduled_export  # the export's libraries only when used
 
         interval = every if isinstance(every, timedelta) else timedelta(seconds=every)
         if interval <= timedelta(0):

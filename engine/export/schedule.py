@@ -27,6 +27,10 @@ def scheduled_export(app: App, what: BaseTable | EventTimeTable | str, target: s
     from engine import export  # (import cycle: engine.export imports the tables)
 
     where = parse_target(target)  # a bad target fails at declaration, not at the first round
+    if not where.is_lake:
+        raise ConfigError(f"app.export needs a lake table (delta:PATH or iceberg:NAMESPACE.TABLE), not "
+                          f"{target!r}: every worker exports its own partitions into it, where a Parquet "
+                          "directory holds one export's files")
     if isinstance(what, str) and what != ALL:
         raise ConfigError(f"app.export takes a table or {ALL!r}, not {what!r}")
     table = None if isinstance(what, str) else (what.table if isinstance(what, EventTimeTable) else what)

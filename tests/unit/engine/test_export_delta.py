@@ -188,3 +188,17 @@ def test_an_export_plan_never_moves_a_partition_back_and_skips_what_did_not_chan
     assert plan({0: 10, 1: 21}, written("full", {1: 20})) == lake.ExportPlan([0, 1], None)  # 0 never held
     # The newest complete export hides the versions before it.
     assert plan(everything, written("full", everything), written("full", {0: 99})).partitions == []
+
+
+def test_app_export_takes_a_lake_table_and_a_positive_interval(tmp_path: Path) -> None:
+    app, totals = build_app()
+    with pytest.raises(engine.ConfigError, match=r"app\.export needs a lake table"):
+        app.export("all", str(tmp_path / "parquet"), every=10)
+    with pytest.raises(engine.ConfigError, match="export interval must be positive"):
+        app.export(totals, f"delta:{tmp_path}", every=0)
+    with pytest.raises(engine.ConfigError, match="takes a table or 'all'"):
+        app.export("everything", f"delta:{tmp_path}", every=10)
+    app.export(totals, f"delta:{tmp_path / 'totals'}", every=10)
+    with pytest.raises(engine.ConfigError, match="already exports totals"):
+        app.export(totals, f"delta:{tmp_path / 'totals'}", every=10)
+    assert app.timers[f"export:totals:delta:{tmp_path / 'totals'}"].interval.total_seconds() == 10
