@@ -11,9 +11,12 @@ table's size: a full export streams every partition's rows; an incremental one h
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import queue
+import threading
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.export.columns import CHUNK, TableColumns
 from engine.export.delta import DELETED, DeltaTarget
@@ -45,6 +48,57 @@ log = logging.getLogger(__name__)
 
 
 CONFLICT_RETRIES = 10  # attempts at one export while other writers (the app's other workers) commit
+DECODERS = 2  # partitions scanned and decoded at once for a full export
+AHEAD = 4  # decoded batches waiting for the writer, at most (memory stays bounded)
+
+
+def interleaved(scans: list[Iterator[pa.RecordBatch]], threads: int) -> Iterator[pa.RecordBatch]:
+    """The batches of every scan, `threads` scans at a time, in the order they are ready. Why threads: a
+    partition's store scan and Arrow's decoding release the GIL, so one partition decodes while another is
+    read and the lake writer encodes. At most AHEAD batches wait; an exception in a scan is raised here."""
+    done = object()
+    ready: queue.Queue[Any] = queue.Queue(maxsize=AHEAD)
+    pending = iter(scans)
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def drain() -> None:
+        try:
+            while not stop.is_set():
+                with lock:
+                    scan = next(pending, None)
+                if scan is None:
+                    return
+                for batch in scan:
+                    while not stop.is_set():
+                        try:
+                            ready.put(batch, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+        except BaseException as exc:  # handed to the consumer
+            ready.put(exc)
+        finally:
+            ready.put(done)
+
+    workers = [threading.Thread(target=drain, name=f"export-scan-{n}", daemon=True) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    try:
+        finished = 0
+        while finished < len(workers):
+            item = ready.get()
+            if item is done:
+                finished += 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        stop.set()
+        while any(worker.is_alive() for worker in workers):  # unblock writers waiting on a full queue
+            with contextlib.suppress(queue.Empty):
+                ready.get(timeout=0.05)
 
 
 async def write_lake(snapshot: TableSnapshot, target: Target, settings: Settings,
@@ -104,12 +158,12 @@ def _overwrite(snapshot: TableSnapshot, target: Target, lake: DeltaTarget | Iceb
 
     def batches() -> Iterator[pa.RecordBatch]:
         nonlocal rows
-        for number, view in views.items():
-            for batch in columns.batches(view, partition=number):
-                rows += batch.num_rows
-                if progress is not None:
-                    progress(rows, max(expected, rows))
-                yield batch
+        scans = [columns.batches(view, partition=number) for number, view in views.items()]
+        for batch in interleaved(scans, DECODERS):
+            rows += batch.num_rows
+            if progress is not None:
+                progress(rows, max(expected, rows))
+            yield batch
 
     commit = new_commit(snapshot, "full", inputs, numbers)
     version = lake.overwrite(columns.final_schema(), batches(), None if whole else numbers, commit)

@@ -202,3 +202,20 @@ def test_app_export_takes_a_lake_table_and_a_positive_interval(tmp_path: Path) -
     with pytest.raises(engine.ConfigError, match="already exports totals"):
         app.export(totals, f"delta:{tmp_path / 'totals'}", every=10)
     assert app.timers[f"export:totals:delta:{tmp_path / 'totals'}"].interval.total_seconds() == 10
+
+
+def test_interleaved_scans_yield_every_batch_once_and_raise_a_scans_error() -> None:
+    import pyarrow as pa
+
+    from engine.export.lake_writer import interleaved
+
+    def scan(number: int, count: int, fail: bool = False):
+        for i in range(count):
+            if fail and i == 3:
+                raise ValueError(f"scan {number} broke")
+            yield pa.record_batch([pa.array([number * 1000 + i])], names=["n"])
+
+    got = [batch.column(0)[0].as_py() for batch in interleaved([scan(n, 50) for n in range(5)], 2)]
+    assert sorted(got) == [n * 1000 + i for n in range(5) for i in range(50)]
+    with pytest.raises(ValueError, match="scan 2 broke"):
+        list(interleaved([scan(0, 50), scan(1, 50), scan(2, 50, fail=True), scan(3, 50)], 2))
