@@ -40,6 +40,12 @@ log = logging.getLogger(__name__)
 Role = Literal["source", "sink", "repartition", "changelog", "table-source", "closed", "late", "dlq",
                "replies"]
 COMPACTED = {"cleanup.policy": "compact"}
+# Records in transit between two of the app's agents (repartitioned, a foreign-key join's requests) keep the
+# event's time. Reprocessing old events, time retention would delete them before they are read, at the
+# broker's next retention check: they are kept until the app reads them (Kafka Streams' repartition topics
+# likewise have no time retention).
+IN_TRANSIT = {"retention.ms": "-1"}
+ROLE_CONFIG: dict[str, Mapping[str, str]] = {"repartition": IN_TRANSIT}
 
 
 @dataclass(frozen=True)
@@ -95,7 +101,8 @@ class Topology:
         plan = TopicPlan(
             topic, role, count, pinned=topic.partitions is not None,
             replication=topic.replication or self.settings.topic_replication,
-            config={**(config or {}), **topic.config}, users=(user,) if user else (),
+            config={**ROLE_CONFIG.get(role, {}), **(config or {}), **topic.config},
+            users=(user,) if user else (),
         )
         self.topics[topic.name] = plan
         return plan

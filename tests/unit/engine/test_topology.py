@@ -54,7 +54,7 @@ def test_every_topic_with_its_role_partitions_and_config():
         "shop-totals-closed": ("closed", 6, {}),
         "fx-rates": ("table-source", 3, compact),
         "orders": ("source", 6, {}),
-        "shop-by-customer-repartition": ("repartition", 6, {}),
+        "shop-by-customer-repartition": ("repartition", 6, {"retention.ms": "-1"}),  # events in transit
         "quotes": ("source", 3, {}),
         "alerts": ("sink", 3, {}),
         "shop-by_customer-dlq": ("dlq", 3, {}),
