@@ -2,8 +2,7 @@
 the same seeded input topic, with out-of-order and late records; engine under exactly-once, with a second
 worker joining mid-stream, or SIGKILLed mid-stream and restarted. Every final result must be equal, none
 missing, none repeated. Engine runs first; Kafka Streams then, alone, on the complete input (its results
-depend on the input only), as often as it takes two of its runs to agree when its first differs from
-engine's (see agreed_reference)."""
+depend on the input only; alone, since a JVM sharing two busy cores with engine's workers crawls)."""
 
 from __future__ import annotations
 
@@ -143,29 +142,18 @@ async def run_engine(kafka: KafkaCluster, tmp_path: Path, mode: str, a_ms: int, 
     return engine
 
 
-async def agreed_reference(kafka: KafkaCluster, tmp_path: Path, mode: str, a_ms: int, b_ms: int,
-                           topic: str, engine: Counter[Any], results: Callable[[list], Counter[Any]],
-                           right: str | None = None) -> Counter[Any]:
-    """Kafka Streams' results on the (complete) input: its first run's if they equal engine's; else runs
-    again until two of its runs agree (at most three) and returns those. Why: on a busy machine (two cores
-    shared with other tests' JVMs and brokers) the reference app itself once gave two different outputs for
-    one input, about half of its windows missing from one; a single run of it is not ground truth there."""
-    runs: list[Counter[Any]] = []
-    for run in range(3):
-        reference_id, reference_out = unique(f"{mode}-ref"), unique(f"{mode}-ref-out")
-        await create_topics(kafka.bootstrap, [reference_out], partitions=PARTITIONS)
-        with StreamsReference(kafka.bootstrap, reference_id, mode, topic, reference_out, a_ms, b_ms,
-                              *([right] if right is not None else []),
-                              log=tmp_path / f"reference-{run}.log") as reference:
-            await reference.wait_running()
-            for source in (topic, right) if right is not None else (topic,):
-                await committed_to_end(kafka.bootstrap, reference_id, source, PARTITIONS)
-            found = results(await read_all(kafka.bootstrap, reference_out))
-        if found == engine or found in runs:
-            return found
-        runs.append(found)
-    raise AssertionError(f"Kafka Streams gave {len(runs)} different outputs for one input "
-                         f"({[sum(r.values()) for r in runs]} results)")
+async def reference_run(kafka: KafkaCluster, tmp_path: Path, mode: str, a_ms: int, b_ms: int, topic: str,
+                        results: Callable[[list], Counter[Any]], right: str | None = None) -> Counter[Any]:
+    """Kafka Streams' results on the (complete) input, once it committed all of it."""
+    reference_id, reference_out = unique(f"{mode}-ref"), unique(f"{mode}-ref-out")
+    await create_topics(kafka.bootstrap, [reference_out], partitions=PARTITIONS)
+    with StreamsReference(kafka.bootstrap, reference_id, mode, topic, reference_out, a_ms, b_ms,
+                          *([right] if right is not None else []),
+                          log=tmp_path / "reference.log") as reference:
+        await reference.wait_running()
+        for source in (topic, right) if right is not None else (topic,):
+            await committed_to_end(kafka.bootstrap, reference_id, source, PARTITIONS)
+        return results(await read_all(kafka.bootstrap, reference_out))
 
 
 def stop_all(workers: list[WorkerProcess]) -> None:
@@ -183,7 +171,7 @@ async def differential(kafka: KafkaCluster, tmp_path: Path, mode: str, a_ms: int
     topic = unique(f"{mode}-in")
     engine = engine_results(await run_engine(kafka, tmp_path, mode, a_ms, b_ms, records, closing_ms, topic,
                                              fault=fault), size_ms)
-    expected = await agreed_reference(kafka, tmp_path, mode, a_ms, b_ms, topic, engine, reference_results)
+    expected = await reference_run(kafka, tmp_path, mode, a_ms, b_ms, topic, reference_results)
     assert_equal(engine, expected)
 
 
@@ -300,8 +288,7 @@ async def test_a_left_join_equals_kafka_streams_exactly_once(kafka: KafkaCluster
         got = pairs(await read_all(kafka.bootstrap, results))
     finally:
         stop_all(workers)
-    expected = await agreed_reference(kafka, tmp_path, "left-join", within_ms, grace_ms, left, got, pairs,
-                                      right)
+    expected = await reference_run(kafka, tmp_path, "left-join", within_ms, grace_ms, left, pairs, right)
     assert sum(expected.values()) > 500  # results enough to mean something, from Kafka Streams itself
     assert sum(1 for _, value in expected if value.endswith("|null")) > 20  # records alone among them
     assert sorted((got - expected).items()) == []  # none that Kafka Streams does not have (nor more often)
