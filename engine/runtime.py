@@ -34,6 +34,7 @@ from engine.tables.stream_joins import StreamJoin, as_how, stream_join
 from engine.tasks.assignment import Placement
 from engine.tasks.manager import TaskManager
 from engine.tasks.poison import PoisonRecords
+from engine.tasks.purge import RepartitionPurge
 from engine.timers import timer_supervisor
 from engine.topology.declaration import internal_topic
 from engine.topology.plan import build_topology
@@ -186,6 +187,9 @@ class Worker(Service):
         self.add_child(self.conductor)
         self.add_child(Watchdog(self.conductor.busy_events, settings.stuck_event_warning.total_seconds(),
                                 tasks=self.conductor.task_states))
+        self.purge = self.add_child(RepartitionPurge(
+            self.tasks.active, [p.name for p in self.topology.topics.values() if p.role == "repartition"],
+            self.transport.admin, settings.repartition_purge_interval.total_seconds()))
         self.loop_monitor = self.add_child(LoopMonitor(
             self.conductor.busy_events, settings.blocked_loop_warning.total_seconds(),
             blocked=lambda agent, event, seconds: poison.suspect(TP(event.topic, event.partition),

@@ -40,6 +40,8 @@ class Settings:
     commit_interval: timedelta = timedelta(seconds=1)
     shutdown_timeout: timedelta = timedelta(seconds=10)
     stuck_event_warning: timedelta = timedelta(seconds=10)
+    # How often a worker deletes the records its repartition partitions committed (engine.tasks.purge).
+    repartition_purge_interval: timedelta = timedelta(seconds=30)
     # How long the event loop may stand still (an agent blocking it) before the loop monitor names the agent,
     # the record and the blocking stack (engine.monitors.loopwatch).
     blocked_loop_warning: timedelta = timedelta(seconds=2)
@@ -175,8 +177,8 @@ def validate(s: Settings) -> None:
         _fail("app_id", s.app_id, "use 1-200 letters, digits, '.', '_' or '-' (it names Kafka topics)")
     _validate_broker(s.broker)
     for name in ("commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning",
-                 "state_cleanup_delay", "blocked_loop_warning", "max_task_idle", "session_timeout",
-                 "transaction_timeout"):
+                 "repartition_purge_interval", "state_cleanup_delay", "blocked_loop_warning", "max_task_idle",
+                 "session_timeout", "transaction_timeout"):
         value = getattr(s, name)
         if not isinstance(value, timedelta) or value <= timedelta(0):
             _fail(name, value, "expected a positive duration (seconds or timedelta)")
@@ -237,8 +239,8 @@ def _validate_broker(url: object) -> None:
 
 
 _DURATIONS = {"commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning",
-              "state_cleanup_delay", "producer_linger", "blocked_loop_warning", "max_task_idle",
-              "session_timeout", "transaction_timeout"}
+              "repartition_purge_interval", "state_cleanup_delay", "producer_linger", "blocked_loop_warning",
+              "max_task_idle", "session_timeout", "transaction_timeout"}
 _INTS = {"topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "agent_max_restarts",
          "standby_replicas", "acceptable_recovery_lag", "store_memory", "poison_after_losses", "web_port"}
 _BOOLS = {"web_enabled"}

@@ -171,6 +171,9 @@ class Admin(Protocol):
     async def set_committed(self, group_id: str, offsets: Mapping[TP, int]) -> None:
         """Commit these offsets for a group without members (what a reset does)."""
 
+    async def delete_records(self, before: Mapping[TP, int]) -> None:
+        """Delete each partition's records before the offset given (its log start moves there)."""
+
     async def close(self) -> None: ...
 
 

@@ -24,7 +24,7 @@ import ssl
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.conn import create_conn
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
@@ -733,6 +733,14 @@ class KafkaAdmin:
             raise TransportError(f"cannot commit offsets of group {group_id!r}: {exc}") from exc
         finally:
             await _stop_quietly(consumer, "consumer")
+
+    async def delete_records(self, before: Mapping[TP, int]) -> None:
+        await self._ensure_started()
+        try:
+            await self._client.delete_records(
+                {TopicPartition(*tp): RecordsToDelete(before_offset=offset) for tp, offset in before.items()})
+        except KafkaError as exc:
+            raise TransportError(f"cannot delete records of {len(before)} partitions: {exc}") from exc
 
     async def close(self) -> None:
         if self._started:

@@ -399,6 +399,10 @@ class MemoryAdmin:
     async def set_committed(self, group_id: str, offsets: Mapping[TP, int]) -> None:
         self.broker.groups.setdefault(group_id, _Group()).committed.update(offsets)
 
+    async def delete_records(self, before: Mapping[TP, int]) -> None:
+        """Nothing: the in-memory broker lives as long as its process and keeps every record (its offsets
+        are list positions)."""
+
     async def close(self) -> None:
         return None
 

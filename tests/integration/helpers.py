@@ -207,6 +207,28 @@ async def placed_over(workers: Iterable[WorkerProcess], partitions: int) -> None
     await until_done(probe, f"the group settling over {len(members)} workers", workers=members)
 
 
+async def beginning_offsets(bootstrap: str, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """Each partition's log start offset."""
+    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await reader.start()
+    try:
+        return dict(await reader.beginning_offsets(tps))
+    finally:
+        await reader.stop()
+
+
+async def committed_offsets(bootstrap: str, group: str,
+                            tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """The group's committed offset of each partition it committed."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        found = await admin.list_consumer_group_offsets(group, partitions=tps)
+        return {tp: meta.offset for tp, meta in found.items() if meta.offset >= 0}
+    finally:
+        await admin.close()
+
+
 async def committed_to_end(bootstrap: str, group: str, topic: str, partitions: int,
                            workers: Iterable[WorkerProcess] = ()) -> None:
     """Wait until `group` has committed every partition of `topic` up to its end: everything in it was

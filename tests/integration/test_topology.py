@@ -5,11 +5,22 @@ out-of-order arrivals included. Checked against ground truth computed from the o
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import orjson
 import pytest
+from aiokafka import TopicPartition
 
-from tests.integration.helpers import WorkerProcess, create_topics, latest, read_all, unique, until_done
+from tests.integration.helpers import (
+    WorkerProcess,
+    beginning_offsets,
+    committed_offsets,
+    create_topics,
+    latest,
+    read_all,
+    unique,
+    until_done,
+)
 from tests.integration.rebalance_run import CLOSE_AT, START, closed_windows, paced_produce
 
 pytestmark = pytest.mark.kafka
@@ -41,7 +52,8 @@ async def test_group_by_re_keys_across_workers_and_windows_stay_on_event_time(ka
     app_id, topic = unique("topology"), unique("orders")
     await create_topics(kafka.bootstrap, [topic])
     events = orders(8_000)
-    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_GUARANTEE": guarantee}
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_GUARANTEE": guarantee,
+           "ENGINE_REPARTITION_PURGE_INTERVAL": "1"}
 
     def worker(name: str) -> WorkerProcess:
         return WorkerProcess("tests.integration.topology_apps:app", kafka.url,
@@ -92,6 +104,16 @@ async def test_group_by_re_keys_across_workers_and_windows_stay_on_event_time(ka
             return set(late_ids) >= {o["id"] for _, o in late}, len(late_ids)
 
         await until_done(all_late, "late orders on the late topic", workers=workers)
+        repartition = f"{app_id}-by-customer-repartition"
+        tps = [TopicPartition(repartition, p) for p in range(4)]
+
+        async def purged() -> tuple[bool, Any]:
+            """The repartition topic's read records deleted: its log starts where the group committed."""
+            starts = await beginning_offsets(kafka.bootstrap, tps)
+            committed = await committed_offsets(kafka.bootstrap, app_id, tps)
+            return all(0 < starts[tp] == committed.get(tp) for tp in tps), starts
+
+        await until_done(purged, "the repartition topic purged up to the committed offsets", workers=workers)
         closes = closed_windows(await read_all(kafka.bootstrap, f"{app_id}-per-customer-closed"))
         hops = closed_windows(await read_all(kafka.bootstrap, f"{app_id}-per-customer-hop-closed"))
     finally:
