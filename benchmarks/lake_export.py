@@ -1,7 +1,7 @@
-"""A large table to a Delta Lake table: a full export, then an incremental one after 1% of the keys changed
-(updates and deletes), each timed and with the peak RSS of the process that exported.
+"""A large table to a Delta Lake and to an Iceberg table: a full export, then an incremental one after 1% of
+the keys changed (updates and deletes), each timed and with the peak RSS of the process that exported.
 
-    .venv/bin/python -m benchmarks.lake_export [--rows 10000000] [--broker host:port]
+    .venv/bin/python -m benchmarks.lake_export [--rows 10000000] [--formats delta,iceberg] [--broker H:P]
 
 The table is `key -> Product(sku, units, price)` in 4 RocksDB partitions. Its changelog is produced to a
 Kafka topic (a broker is started if none is given) and the same records written into the stores with their
@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +42,7 @@ class Product:
     price: float
 
 
-app = engine.App(APP, store="rocksdb://")
+app = engine.App(os.environ.get("BENCH_LAKE_APP", APP), store="rocksdb://")
 products = app.Table("products", key_type=str, value_type=Product, partitions=PARTITIONS)
 
 
@@ -50,7 +51,7 @@ async def write(bootstrap: str, data_dir: Path, changes: list[tuple[int, Product
     """Each (id, product or None for a delete) to the changelog and the stores, in batches, as a worker's
     checkpoints would: a batch's records and the offset of its last one written together."""
     topic = products.changelog_topic.name
-    backend = RocksDBStoreBackend("rocksdb://", data_dir / APP)
+    backend = RocksDBStoreBackend("rocksdb://", data_dir / app.id)
     stores = [backend.open(products.name, n) for n in range(PARTITIONS)]
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1024 * 1024)
     await producer.start()
@@ -97,19 +98,29 @@ def export(bootstrap: str, data_dir: Path, target: str) -> tuple[float, float, s
     return took, peak_kb / 1024, result.stdout.strip()
 
 
-def delta_rows(path: Path) -> int:
-    from deltalake import DeltaTable
+def lake_rows(target: str, data_dir: Path) -> int:
+    """The row count of the lake table `target`, read with its format's own library."""
+    if target.startswith("delta:"):
+        from deltalake import DeltaTable
 
-    return int(DeltaTable(str(path)).to_pyarrow_dataset().count_rows())
+        return int(DeltaTable(target.removeprefix("delta:")).to_pyarrow_dataset().count_rows())
+    from engine.export.iceberg import IcebergTarget
+
+    lake = IcebergTarget(target.removeprefix("iceberg:"), app.settings({"data_dir": data_dir}))
+    return int(lake.catalog.load_table(lake.name).scan().to_arrow().num_rows)
 
 
 def main() -> None:
     p = parser(__doc__ or "")
     p.add_argument("--rows", type=int, default=10_000_000)
+    p.add_argument("--formats", default="delta,iceberg")
     args = p.parse_args()
     root = Path(tempfile.mkdtemp(prefix="engine-bench-lake-"))
     data_dir, lake = root / "data", root / "lake"
     os.environ.pop("ENGINE_DATA_DIR", None)
+    if "BENCH_LAKE_APP" not in os.environ:  # a fresh changelog topic each run (the exports run this module)
+        os.environ["BENCH_LAKE_APP"] = f"{APP}-{uuid.uuid4().hex[:8]}"
+        os.execv(sys.executable, [sys.executable, "-m", "benchmarks.lake_export", *sys.argv[1:]])
     try:
         with broker(args.broker) as bootstrap:
             asyncio.run(create_topics(bootstrap, [products.changelog_topic.name], PARTITIONS))
@@ -119,19 +130,23 @@ def main() -> None:
             asyncio.run(write(bootstrap, data_dir, rows, offsets))
             del rows
             print(f"built {args.rows:,} rows (changelog and stores) in {time.perf_counter() - started:.0f}s")
-            took, rss, said = export(bootstrap, data_dir, f"delta:{lake}")
-            assert delta_rows(lake) == args.rows
-            print(f"full export:        {took:6.1f}s, peak RSS {rss:6.0f} MB  ({said})")
+            targets = {"delta": f"delta:{lake}", "iceberg": "iceberg:bench.products"}
+            formats = args.formats.split(",")
+            for name in formats:
+                took, rss, said = export(bootstrap, data_dir, targets[name])
+                assert lake_rows(targets[name], data_dir) == args.rows
+                print(f"{name:8} full export:      {took:6.1f}s, peak RSS {rss:6.0f} MB  ({said})")
             changed = max(args.rows // 100, 1)
             step = args.rows // changed
             changes: list[tuple[int, Product | None]] = [  # spread over every partition
                 (i, None if n % 10 == 0 else Product(f"sku-{i:09d}", i % 89 + 1, 1.5))
                 for n in range(changed) if (i := n * step + n % PARTITIONS) < args.rows]
             asyncio.run(write(bootstrap, data_dir, changes, offsets))
-            took, rss, said = export(bootstrap, data_dir, f"delta:{lake}")
             deleted = sum(1 for _, product in changes if product is None)
-            assert delta_rows(lake) == args.rows - deleted
-            print(f"incremental (1%):   {took:6.1f}s, peak RSS {rss:6.0f} MB  ({said})")
+            for name in formats:
+                took, rss, said = export(bootstrap, data_dir, targets[name])
+                assert lake_rows(targets[name], data_dir) == args.rows - deleted
+                print(f"{name:8} incremental (1%): {took:6.1f}s, peak RSS {rss:6.0f} MB  ({said})")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

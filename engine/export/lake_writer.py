@@ -139,6 +139,9 @@ async def _write_once(snapshot: TableSnapshot, target: Target, lake: DeltaTarget
             log.warning("%s; exporting partitions %s of %s in full", exc, plan.partitions,
                         snapshot.table.name)
         else:
+            if not any(changed.values()):  # only engine's own records moved on (a windowed table's time)
+                version, newest = versions[0]
+                return LakeExport(str(target), version, newest, 0, written=False)
             if isinstance(lake, DeltaTarget):
                 return await asyncio.to_thread(_merge, snapshot, target, lake, columns, changed, inputs,
                                                progress)
