@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 DELETED = "_engine_deleted"  # a MERGE source column: this row's key is gone from the table
+# Row groups of this many rows, files of about this size: the writer holds one row group per open file, so
+# these bound an export's memory (delta-rs' defaults buffer a million rows).
+ROW_GROUP = 131_072
+FILE_BYTES = 64 * 1024 * 1024
 COMMIT_RETRIES = 20  # a commit that raced another writer's (two workers exporting) is retried on the new one
 
 
@@ -37,6 +41,10 @@ def history(path: Path | str) -> list[tuple[int, LakeCommit]]:
 def _properties(commit: LakeCommit) -> Any:
     return _deltalake().CommitProperties(custom_metadata={METADATA_KEY: commit.to_json()},
                                          max_commit_retries=COMMIT_RETRIES)
+
+
+def _writer() -> Any:
+    return _deltalake().WriterProperties(max_row_group_size=ROW_GROUP)
 
 
 class DeltaTarget:
@@ -73,7 +81,8 @@ class DeltaTarget:
         try:
             deltalake.write_deltalake(self.location, reader, mode="overwrite", predicate=predicate,
                                       schema_mode="overwrite" if predicate is None else None,
-                                      commit_properties=_properties(commit))
+                                      commit_properties=_properties(commit), target_file_size=FILE_BYTES,
+                                      writer_properties=_writer())
         except deltalake.exceptions.CommitFailedError as exc:
             raise LakeConflict(str(exc)) from exc
         except deltalake.exceptions.SchemaMismatchError as exc:
@@ -93,7 +102,7 @@ class DeltaTarget:
         table = deltalake.DeltaTable(self.location)
         try:
             (table.merge(source, matched, source_alias="s", target_alias="t",
-                         commit_properties=_properties(commit))
+                         commit_properties=_properties(commit), writer_properties=_writer())
              .when_matched_delete(f"s.{DELETED}")
              .when_matched_update(values, f"NOT s.{DELETED}")
              .when_not_matched_insert(values, f"NOT s.{DELETED}")
