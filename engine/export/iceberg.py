@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from engine.settings import Settings
 
 DEFAULT_CATALOG = "engine"
+APPEND_ROWS = 1_000_000
 
 
 def identifier(location: str) -> tuple[str, str]:
@@ -56,6 +57,20 @@ def _catalog(name: str, settings: Settings) -> Any:
     (root / "warehouse").mkdir(parents=True, exist_ok=True)
     return sql.SqlCatalog(DEFAULT_CATALOG, uri=f"sqlite:///{root / 'catalog.db'}",
                           warehouse=(root / "warehouse").as_uri())
+
+
+def _chunks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[list[pa.RecordBatch]]:
+    """`batches` gathered into lists of about `rows` rows."""
+    chunk: list[pa.RecordBatch] = []
+    size = 0
+    for batch in batches:
+        chunk.append(batch)
+        size += batch.num_rows
+        if size >= rows:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
 
 
 class IcebergTarget:
@@ -112,8 +127,10 @@ class IcebergTarget:
 
     def _commit(self, table: Any, delete: Any, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
                 commit: LakeCommit) -> int:
-        """Delete the rows `delete` matches, then append `batches` (streamed), as one catalog commit whose
-        last snapshot carries `commit`."""
+        """Delete the rows `delete` matches, then append `batches`, as one catalog commit whose last snapshot
+        carries `commit`. The rows are appended APPEND_ROWS at a time (pyiceberg gathers an append's rows
+        before it writes them): memory stays bounded, and the snapshots before the last carry no metadata,
+        so no version is reported half-appended."""
         pa = require("pyarrow", "Iceberg export")
         exceptions = require("pyiceberg.exceptions", "Iceberg export")
         expressions = require("pyiceberg.expressions", "Iceberg export")
@@ -123,8 +140,17 @@ class IcebergTarget:
                 warnings.filterwarnings("ignore", "Delete operation did not match any records")
                 if not isinstance(delete, expressions.AlwaysFalse):
                     transaction.delete(delete)
-                transaction.append(pa.RecordBatchReader.from_batches(schema, batches),
-                                   snapshot_properties={METADATA_KEY: commit.to_json()})
+                chunks = _chunks(batches, APPEND_ROWS)
+                chunk = next(chunks, [])
+                while True:
+                    following = next(chunks, None)
+                    rows = pa.Table.from_batches(chunk, schema=schema)
+                    if following is not None:
+                        transaction.append(rows)
+                        chunk = following
+                        continue
+                    transaction.append(rows, snapshot_properties={METADATA_KEY: commit.to_json()})
+                    break
         except exceptions.CommitFailedException as exc:
             raise LakeConflict(str(exc)) from exc
         return self._version_of(commit)
