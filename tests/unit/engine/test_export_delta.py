@@ -221,3 +221,29 @@ def test_interleaved_scans_yield_every_batch_once_and_raise_a_scans_error() -> N
     assert sorted(got) == [n * 1000 + i for n in range(5) for i in range(50)]
     with pytest.raises(ValueError, match="scan 2 broke"):
         list(interleaved([scan(0, 50), scan(1, 50), scan(2, 50, fail=True), scan(3, 50)], 2))
+
+
+async def test_an_export_after_only_stream_time_moved_writes_no_version(tmp_path: Path) -> None:
+    """Deletes write the plain table only; the windowed table's changelog gets only engine's own record of
+    its stream time: its next export has nothing to change, so it commits nothing (and says so)."""
+    app, totals = build_app()
+    ops = app.topics["ops"]
+    async with testing.running(app, store="rocksdb://", data_dir=tmp_path / "data") as worker:
+        for n in range(8):
+            await ops.send(key=f"k{n}", value={"op": "add", "n": 1, "at": 1_000.0 + n})
+        await testing.eventually(lambda: len(totals) == 8)
+        first = await export.export_app(app, f"delta:{tmp_path / 'lake'}")
+        for n in range(8):
+            await ops.send(key=f"k{n}", value={"op": "del", "at": 1_002.0 + n})
+        await testing.eventually(lambda: len(totals) == 0)
+        await worker.checkpoint()
+        windows = app.tables["per-window"]
+        moved = {n: part.store.changelog_offset() for n, part in windows.active.items()}
+        assert any(moved[n] != first["per-window"].offsets[n] for n in moved)  # its changelog moved on
+        second = await export.export_app(app, f"delta:{tmp_path / 'lake'}")
+    result = second["per-window"]
+    assert isinstance(result, export.LakeExport)
+    assert not result.written
+    assert result.version == first["per-window"].version
+    assert second["totals"].written
+    assert DeltaTable(str(tmp_path / "lake" / "totals")).to_pyarrow_table().num_rows == 0
