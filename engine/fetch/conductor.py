@@ -254,24 +254,48 @@ class Conductor(Service):
         consumer, sources = self.consumer, self.table_sources
         loop = asyncio.get_running_loop()
         task.releasing = True
+        # Consecutive runs for the same mailbox (a stream-stream join's two streams, merged into one agent's
+        # stream) are handed over together, in their order: interleaved by time, runs are of one or two
+        # records, and a hand-over each cost more than the records.
+        gathered: list[Event] = []
+        gathered_for: tuple[Lease, Mailbox[Event]] | None = None
         try:
             while not task.closed:
-                lags = {tp: await consumer.lag(tp) for tp in inputs.empty()} if inputs.empty() else {}
+                empty = inputs.empty()
+                lags = {tp: await consumer.lag(tp) for tp in empty} if empty else {}
                 run = inputs.next_run(lags, loop.time())
                 if run is None:
-                    return
+                    break
                 tp, records = run
-                if any(input_tp in self._parked for input_tp in task.leases):
+                if self._parked and any(input_tp in self._parked for input_tp in task.leases):
                     # A batch of this task waits for room in a mailbox: nothing of the task may overtake it
                     # (an agent reading two of its inputs would get them out of order). The fetch loop
                     # releases the task again once it is delivered.
                     inputs.unread(tp, records)
-                    return
+                    break
                 if inputs.buffered(tp) <= self._max_poll_records:
                     self.pauses.release([tp], ORDERING)
                 lease = task.leases.get(tp)
                 if lease is None or not lease.dispatching:
                     continue  # revoked meanwhile: never applied
+                routes = self.routes.get(tp.topic) if tp.topic not in sources else None
+                buried = self.poison.buried
+                if routes is not None and len(routes) == 1 and not (buried and tp in buried):
+                    topic, runner = routes[0]
+                    mailbox = runner.mailbox(topic.name, tp.partition)
+                    if gathered_for is not None and gathered_for[1] is not mailbox:
+                        await self._deliver(*gathered_for, gathered)
+                        gathered, gathered_for = [], None
+                    gathered += await self._events(topic, runner, records, lease)
+                    if gathered_for is None:
+                        gathered_for = (lease, mailbox)
+                    if len(gathered) >= self._max_poll_records:
+                        await self._deliver(*gathered_for, gathered)
+                        gathered, gathered_for = [], None
+                    continue
+                if gathered_for is not None:
+                    await self._deliver(*gathered_for, gathered)
+                    gathered, gathered_for = [], None
                 if tp.topic not in sources:
                     await self._dispatch(records, lease)
                     continue
@@ -279,12 +303,14 @@ class Conductor(Service):
                     inputs.unread(tp, records)
                     task.waiting = True
                     self.spawn(self._release_after_in_flight(task), f"ordering:{task.number}")
-                    return  # released (and this table run applied) once the events before it are done
+                    break  # released (and this table run applied) once the events before it are done
                 for record in records:
                     lease.track(record.offset)
                 if sources[tp.topic](task.number, records):
                     for record in records:
                         lease.ack(record.offset)
+            if gathered_for is not None:  # (every way out of the loop but an exception)
+                await self._deliver(*gathered_for, gathered)
         finally:
             task.releasing = task.waiting
 
@@ -306,6 +332,13 @@ class Conductor(Service):
                             lease: Lease) -> None:
         """A batch for one agent, decoded in one call per codec (no Python call per record); a batch with a
         record that does not decode goes one record at a time, the bad ones to the agent's error policy."""
+        events = await self._events(topic, runner, records, lease)
+        if events:
+            await self._deliver(lease, runner.mailbox(topic.name, lease.tp.partition), events)
+
+    async def _events(self, topic: Topic, runner: AgentRunner, records: list[RawRecord],
+                      lease: Lease) -> list[Event]:
+        """`records` decoded into events for `runner`, tracked on their lease (counted as received)."""
         key_codec = topic.key_codec
         try:
             keys = key_codec.decode_many([r.key for r in records])
@@ -325,9 +358,8 @@ class Conductor(Service):
                 events = list(map(Event, records, keys, values, repeat(lease, len(records))))
         if events and lease.tp[0] in self.timed_topics:
             self._observe(lease, topic, events)
-        if events:
-            runner.received += len(events)
-            await self._deliver(lease, runner.mailbox(topic.name, lease.tp.partition), events)
+        runner.received += len(events)
+        return events
 
     @staticmethod
     async def _decode_each(topic: Topic, runner: AgentRunner, records: list[RawRecord],
