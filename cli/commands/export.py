@@ -118,6 +118,9 @@ def _summary(result: ExportResult, target: str) -> str:
     offsets = ", ".join(f"{p}@{o}" for p, o in result.offsets.items())
     if isinstance(result, export.LakeExport):
         commit = result.commit
+        if not result.written:
+            return (f"nothing to export to {target}: it holds {commit.table} as it is "
+                    f"(version {result.version})")
         what = (f"{result.rows} rows" if commit.mode == "full"
                 else f"{result.rows} changed rows and {result.deleted} deletes")
         return (f"exported {what} of {commit.table} from {commit.source} to {target}, version "

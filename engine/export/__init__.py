@@ -19,15 +19,13 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from engine.export import delta
 from engine.export.columns import ExportError
-from engine.export.iceberg import IcebergTarget
 from engine.export.lake import LakeCommit, LakeExport, PartitionPosition, describe_position, lake_position
-from engine.export.lake_writer import write_lake
+from engine.export.lake_writer import lake_table, write_lake
 from engine.export.parquet import ExportManifest, PartitionFile, read_manifest, write_snapshot
 from engine.export.sources import TableSnapshot, from_changelog, from_store, from_worker, require_active
 from engine.export.spark import local_session, read_export, spark_schema, stop_session
-from engine.export.targets import ICEBERG, Target, parse_target
+from engine.export.targets import Target, parse_target
 from engine.tables.inspect import table_named
 from engine.tables.windowed import EventTimeTable
 
@@ -85,7 +83,7 @@ async def export_app(
     tables = [table for table in app.tables.values() if not table.is_global and table.active]
     if not tables:
         raise ExportError(f"app {app.id!r} has no table with partitions active on this worker")
-    where = {table.name: parse_target(parse_target(target).child(table.name)) for table in tables}
+    where = {table.name: parse_target(target).child(table.name) for table in tables}
     inputs = await tables[0].checkpoint()  # the worker's checkpoint: every task, every table
     snapshots: list[TableSnapshot] = []
     try:
@@ -132,12 +130,7 @@ def lake_status(target: Path | str, settings: Settings | None = None) -> list[st
     where = parse_target(target)
     if not where.is_lake:
         raise ExportError(f"{target} is not a lake table (give delta:PATH or iceberg:NAMESPACE.TABLE)")
-    if where.kind == ICEBERG:
-        if settings is None:
-            raise ExportError(f"{target}: give the app's settings (its data dir holds the default catalog)")
-        history = IcebergTarget(where.location, settings).history()
-    else:
-        history = delta.history(where.location)
+    history = lake_table(where, settings).history()
     if not history:
         return [f"{where}: no version written by an engine export"]
     version, newest = history[0]

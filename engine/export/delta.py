@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.export.columns import PARTITION, ExportError
-from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict
+from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
 from engine.export.optional import require
 
 if TYPE_CHECKING:
@@ -30,12 +30,6 @@ COMMIT_RETRIES = 20  # a commit that raced another writer's (two workers exporti
 
 def _deltalake() -> Any:
     return require("deltalake", "Delta Lake export")
-
-
-def history(path: Path | str) -> list[tuple[int, LakeCommit]]:
-    """The engine commits of the Delta table at `path`, newest first, with their versions; [] if there is
-    no table there yet."""
-    return DeltaTarget(str(path)).history()
 
 
 def _properties(commit: LakeCommit) -> Any:
@@ -89,7 +83,7 @@ class DeltaTarget:
             raise ExportError(f"{self.location}: the table's rows no longer fit the Delta table's schema "
                               f"({exc}); export all partitions at once to replace it, or to a new "
                               "path") from exc
-        return self._version_of(commit)
+        return version_of(self.history(), commit, self.location)
 
     def merge(self, schema: pa.Schema, batches: Iterator[pa.RecordBatch], keys: list[str],
               commit: LakeCommit) -> int:
@@ -109,11 +103,4 @@ class DeltaTarget:
              .execute())
         except deltalake.exceptions.CommitFailedError as exc:
             raise LakeConflict(str(exc)) from exc
-        return self._version_of(commit)
-
-    def _version_of(self, commit: LakeCommit) -> int:
-        """The version `commit` became (other writers may have committed after it already)."""
-        for version, found in self.history():
-            if found == commit:
-                return version
-        raise ExportError(f"{self.location}: the version just committed is not in the table's history")
+        return version_of(self.history(), commit, self.location)

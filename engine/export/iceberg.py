@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.export.columns import KEY, PARTITION, ExportError
-from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict
+from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
 from engine.export.optional import require
 
 if TYPE_CHECKING:
@@ -140,23 +140,13 @@ class IcebergTarget:
                 warnings.filterwarnings("ignore", "Delete operation did not match any records")
                 if not isinstance(delete, expressions.AlwaysFalse):
                     transaction.delete(delete)
-                chunks = _chunks(batches, APPEND_ROWS)
-                chunk = next(chunks, [])
-                while True:
-                    following = next(chunks, None)
-                    rows = pa.Table.from_batches(chunk, schema=schema)
-                    if following is not None:
-                        transaction.append(rows)
-                        chunk = following
-                        continue
-                    transaction.append(rows, snapshot_properties={METADATA_KEY: commit.to_json()})
-                    break
+                last: list[Any] = []  # record batches
+                for chunk in _chunks(batches, APPEND_ROWS):  # each appended once the next one is read
+                    if last:
+                        transaction.append(pa.Table.from_batches(last, schema=schema))
+                    last = chunk
+                transaction.append(pa.Table.from_batches(last, schema=schema),
+                                   snapshot_properties={METADATA_KEY: commit.to_json()})
         except exceptions.CommitFailedException as exc:
             raise LakeConflict(str(exc)) from exc
-        return self._version_of(commit)
-
-    def _version_of(self, commit: LakeCommit) -> int:
-        for version, found in self.history():
-            if found == commit:
-                return version
-        raise ExportError(f"iceberg:{self.location}: the snapshot just committed is not in its history")
+        return version_of(self.history(), commit, f"iceberg:{self.location}")

@@ -98,6 +98,15 @@ class LakeExport:
         return {number: where.changelog_offset for number, where in self.commit.partitions.items()}
 
 
+def version_of(history: list[tuple[int, LakeCommit]], commit: LakeCommit, where: str) -> int:
+    """The version `commit` became, found in the table's `history` (other writers may have committed after
+    it already, so it is not simply the newest)."""
+    for version, found in history:
+        if found == commit:
+            return version
+    raise ExportError(f"{where}: the version just committed is not in the table's history")
+
+
 def lake_position(history: Iterable[LakeCommit]) -> dict[int, PartitionPosition]:
     """Each partition's position in the newest version: from the newest commit that wrote it (`history`
     newest first), looking no further back than the newest complete export."""
@@ -110,10 +119,8 @@ def lake_position(history: Iterable[LakeCommit]) -> dict[int, PartitionPosition]
     return position
 
 
-def describe_position(commit: LakeCommit | None, position: Mapping[int, PartitionPosition]) -> list[str]:
+def describe_position(commit: LakeCommit, position: Mapping[int, PartitionPosition]) -> list[str]:
     """Lines for `engine export --status`: the table, then one per partition."""
-    if commit is None:
-        return ["no version written by an engine export"]
     lines = [f"table {commit.table} of app {commit.app} (changelog {commit.changelog_topic}), "
              f"{len(position)} of {commit.partition_count} partitions exported"]
     for number, where in sorted(position.items()):

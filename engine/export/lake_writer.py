@@ -18,11 +18,12 @@ import threading
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from engine.export.columns import CHUNK, TableColumns
+from engine.export.columns import CHUNK, ExportError, TableColumns
 from engine.export.delta import DELETED, DeltaTarget
 from engine.export.iceberg import IcebergTarget
 from engine.export.lake import (
     ChangelogGone,
+    LakeCommit,
     LakeConflict,
     LakeExport,
     changed_keys,
@@ -101,6 +102,22 @@ def interleaved(scans: list[Iterator[pa.RecordBatch]], threads: int) -> Iterator
                 ready.get(timeout=0.05)
 
 
+def lake_table(target: Target, settings: Settings | None) -> DeltaTarget | IcebergTarget:
+    """The lake table a target names (an Iceberg one needs the app's settings: its data dir holds the default
+    catalog)."""
+    if target.kind == DELTA:
+        return DeltaTarget(target.location)
+    if settings is None:
+        raise ExportError(f"{target}: give the app's settings (its data dir holds the default catalog)")
+    return IcebergTarget(target.location, settings)
+
+
+def _unchanged(target: Target, versions: list[tuple[int, LakeCommit]]) -> LakeExport:
+    """What an export that had nothing to write reports: the table's newest version."""
+    version, newest = versions[0]
+    return LakeExport(str(target), version, newest, 0, written=False)
+
+
 async def write_lake(snapshot: TableSnapshot, target: Target, settings: Settings,
                      inputs: Mapping[TP, int] | None = None,
                      progress: Callable[[int, int], None] | None = None) -> LakeExport:
@@ -108,7 +125,7 @@ async def write_lake(snapshot: TableSnapshot, target: Target, settings: Settings
     (engine.export.lake.plan_export: full, or only the changes since, read from the changelog on
     `settings.broker`). Another writer's commit in between (a worker exporting its own partitions) makes it
     plan again on the newer version."""
-    lake = DeltaTarget(target.location) if target.kind == DELTA else IcebergTarget(target.location, settings)
+    lake = lake_table(target, settings)
     columns = TableColumns(snapshot.table, partition_column=True)
     columns.infer(list(snapshot.views.values()))
     for attempt in range(1, CONFLICT_RETRIES + 1):
@@ -130,8 +147,7 @@ async def _write_once(snapshot: TableSnapshot, target: Target, lake: DeltaTarget
         log.warning("%s: partitions %s are left out: the lake holds them at newer changelog offsets (%s) "
                     "than this snapshot of %s", target, sorted(plan.ahead), plan.ahead, snapshot.table.name)
     if not plan.partitions:
-        version, newest = versions[0]
-        return LakeExport(str(target), version, newest, 0, written=False)
+        return _unchanged(target, versions)
     if plan.base is not None:
         try:
             changed = await changed_keys(snapshot, plan.base, settings)
@@ -140,8 +156,7 @@ async def _write_once(snapshot: TableSnapshot, target: Target, lake: DeltaTarget
                         snapshot.table.name)
         else:
             if not any(changed.values()):  # only engine's own records moved on (a windowed table's time)
-                version, newest = versions[0]
-                return LakeExport(str(target), version, newest, 0, written=False)
+                return _unchanged(target, versions)
             if isinstance(lake, DeltaTarget):
                 return await asyncio.to_thread(_merge, snapshot, target, lake, columns, changed, inputs,
                                                progress)

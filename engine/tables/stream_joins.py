@@ -239,8 +239,7 @@ class StreamJoin:
                 their_pending = self.pending[1 - side]
                 for other_at in found:
                     for other in theirs.values(their_part, key, other_at):
-                        other_value = decode(other)
-                        results.append((key, value, other_value) if side == 0 else (key, other_value, value))
+                        results.append(_pair(side, key, value, decode(other)))
                     if their_pending is not None:
                         self._partnered(their_pending, event, key, other_at)
         if not matched and pending is not None:

@@ -283,6 +283,7 @@ class EventTimeTable:
         records, part.unsent_closes = part.unsent_closes, []
         return records
 
+
 class WindowedTable(EventTimeTable):
     """The windowed face of a Table of fixed-size windows: `table[key]` is that key's WindowSet."""
 

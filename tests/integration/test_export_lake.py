@@ -17,7 +17,7 @@ from pyspark.sql import functions as F  # Spark's own convention
 
 from engine import export, testing
 from engine.codecs import dumps
-from engine.export import delta
+from engine.export.delta import DeltaTarget
 from engine.export.iceberg import IcebergTarget
 from engine.export.lake import lake_position
 from engine.tables.keys import META_PREFIX, split_window_key, window_bounds
@@ -188,13 +188,13 @@ async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_ver
 
         async def versions_beyond(count: int) -> None:
             async def probe() -> tuple[bool, Any]:
-                found = len(await asyncio.to_thread(delta.history, lake / "counts"))
+                found = len(await asyncio.to_thread(DeltaTarget(str(lake / "counts")).history))
                 return found > count, found
             await until_done(probe, f"more than {count} lake versions", workers=workers)
 
         await versions_beyond(6)
         workers[1].kill()  # while events flow and exports run every second
-        killed_at = len(delta.history(lake / "counts"))
+        killed_at = len(DeltaTarget(str(lake / "counts")).history())
         await placed_over(workers[:1], 4)
         await versions_beyond(killed_at + 6)
         await writer.stop()
@@ -204,7 +204,7 @@ async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_ver
             ends = {p: max(r.offset for r in changelog if r.partition == p) for p in range(4)}
 
             async def caught_up(table: str = name, last: dict[int, int] = ends) -> tuple[bool, Any]:
-                history = await asyncio.to_thread(delta.history, lake / table)
+                history = await asyncio.to_thread(DeltaTarget(str(lake / table)).history)
                 now = {n: w.changelog_offset for n, w in lake_position(c for _, c in history).items()}
                 return now == last, now
             await until_done(caught_up, f"the {name} lake table catching up", workers=workers[:1])
@@ -214,7 +214,7 @@ async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_ver
     assert code == 0, workers[0].output()[-3000:]
     for name, windowed in (("counts", False), ("per-minute", True)):
         changelog = await read_all(kafka.bootstrap, f"{app_id}-{name}-changelog")
-        history = delta.history(lake / name)
+        history = DeltaTarget(str(lake / name)).history()
         assert len(history) > 12
         for version, _ in history:
             position = position_at(history, version)

@@ -305,29 +305,31 @@ async def test_export_to_delta_then_only_the_changes_and_its_status(capsys, tmp_
 
     url, lake = testing.memory_url(), tmp_path / "lake"
     common = ["-A", "examples.wordcount:app", "--broker", url, "--data-dir", str(tmp_path / "data")]
+
+    async def export_cli(*args: str) -> str:
+        code, out, _ = await asyncio.to_thread(run, capsys, "export", *common, *args)
+        assert code == 0
+        return out
+
     async with testing.running(wordcount.app, broker=url, data_dir=str(tmp_path / "data")) as worker:
         await testing.eventually(lambda: len(wordcount.counts.active) == 4)
         await wordcount.lines.send(value="the fox and the dog")
         await testing.eventually(lambda: wordcount.counts["the"] == 2)
         await worker.checkpoint()
-        code, out, _ = await asyncio.to_thread(run, capsys, "export", *common, "word-counts", "--to",
-                                               f"delta:{lake}")
-        assert code == 0
+        out = await export_cli("word-counts", "--to", f"delta:{lake}")
         assert out.startswith(f"exported 4 rows of word-counts from store to delta:{lake}, version 0 (full;")
         assert delta_rows(lake) == {"the": 2, "fox": 1, "and": 1, "dog": 1}
         await wordcount.lines.send(value="the cat")
         await testing.eventually(lambda: wordcount.counts["cat"] == 1)
         await worker.checkpoint()
-        code, out, _ = await asyncio.to_thread(run, capsys, "export", *common, "word-counts", "--to",
-                                               f"delta:{lake}")
-        assert code == 0
+        out = await export_cli("word-counts", "--to", f"delta:{lake}")
         assert "exported 2 changed rows and 0 deletes of word-counts" in out
         assert "version 1 (incremental;" in out
         assert delta_rows(lake) == {"the": 3, "fox": 1, "and": 1, "dog": 1, "cat": 1}
-        code, out, _ = await asyncio.to_thread(run, capsys, "export", *common, "--all", "--to",
-                                               f"delta:{tmp_path / 'all'}")
-        assert code == 0
+        await export_cli("--all", "--to", f"delta:{tmp_path / 'all'}")
         assert delta_rows(tmp_path / "all" / "word-counts") == delta_rows(lake)
+        out = await export_cli("word-counts", "--to", f"delta:{lake}")  # nothing changed since: no version
+        assert out.strip() == f"nothing to export to delta:{lake}: it holds word-counts as it is (version 1)"
         offsets = {n: part.store.changelog_offset() for n, part in wordcount.counts.active.items()}
     code, out, _ = run(capsys, "export", "-A", "examples.wordcount:app", "--status", f"delta:{lake}")
     assert code == 0

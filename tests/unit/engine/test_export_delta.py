@@ -16,7 +16,8 @@ from deltalake import DeltaTable
 
 import engine
 from engine import export, testing
-from engine.export import delta, iceberg, lake
+from engine.export import iceberg, lake
+from engine.export.delta import DeltaTarget
 from engine.export.iceberg import IcebergTarget
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ class Lake:
 
     def history(self, name: str, table: str) -> list[tuple[int, lake.LakeCommit]]:
         if self.kind == "delta":
-            return delta.history(self.root / name / table)
+            return DeltaTarget(str(self.root / name / table)).history()
         return IcebergTarget(f"{name.replace('-', '_')}.{table}", self.settings).history()
 
 

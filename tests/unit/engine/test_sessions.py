@@ -18,12 +18,14 @@ from engine.testing import TestDriver
 from engine.windows import WindowRange
 
 
-def sessions_app(gap: float = 10, grace: float = 0, **settings: Any) -> tuple[engine.App, Any, Any, Any]:
+def sessions_app(gap: float = 10, grace: float = 0, *, expires: float | None = None,
+                 close_idle_after: float | None = None, **settings: Any) -> tuple[engine.App, Any, Any, Any]:
     """Clicks keyed by user, with their event time (s) in the value; a session count per user, its final
     sessions forwarded to a topic."""
     app = engine.App("sessions", broker="memory://unused", topic_partitions=1, **settings)
     clicks = app.topic("clicks", key_type=str, value_type=dict, timestamp=lambda c: c["at"])
-    visits = app.stream(clicks).session(gap, grace=grace).count("visits")
+    visits = app.stream(clicks).session(gap, grace=grace, expires=expires,
+                                        close_idle_after=close_idle_after).count("visits")
     finals = app.topic("finals", key_type=str, value_type=list)
 
     @app.agent(visits.closed())
@@ -83,16 +85,7 @@ def test_late_events_and_final_sessions_follow_kafka_streams_suppress_until_wind
 
 
 def test_with_expires_past_the_grace_a_final_session_can_be_merged_and_is_final_again() -> None:
-    app = engine.App("sessions-kept", broker="memory://unused", topic_partitions=1)
-    clicks = app.topic("clicks", key_type=str, value_type=dict, timestamp=lambda c: c["at"])
-    visits = app.stream(clicks).session(10, expires=100).count("visits")
-    finals = app.topic("finals", key_type=str, value_type=list)
-
-    @app.agent(visits.closed())
-    async def report(stream: Any) -> None:
-        async for (user, window), n in stream.items():
-            await finals.send(key=user, value=[window.start, window.end, n])
-
+    app, clicks, _, finals = sessions_app(gap=10, expires=100)
     with TestDriver(app) as driver:
         send(driver, clicks, "a", 0, 18)  # [0, 0] closes at 10: final at 18
         send(driver, clicks, "a", 9)  # bridges [0, 0] and [18, 18]: [0, 18], closing at 28
@@ -204,16 +197,7 @@ def test_a_seeded_out_of_order_stream_gives_the_sessions_of_each_keys_sorted_tim
 def test_close_idle_after_closes_a_quiet_partitions_sessions_on_the_wall_clock() -> None:
     """A departure from Kafka Streams, asked for: with no event for 30 s of wall clock, stream time moves on
     by the wall-clock time since, so the last sessions close."""
-    app = engine.App("sessions-idle", broker="memory://unused", topic_partitions=1)
-    clicks = app.topic("clicks", key_type=str, value_type=dict, timestamp=lambda c: c["at"])
-    visits = app.stream(clicks).session(10, close_idle_after=30).count("visits")
-    finals = app.topic("finals", key_type=str, value_type=list)
-
-    @app.agent(visits.closed())
-    async def report(stream: Any) -> None:
-        async for (user, window), n in stream.items():
-            await finals.send(key=user, value=[window.start, window.end, n])
-
+    app, clicks, _, finals = sessions_app(gap=10, close_idle_after=30)
     with TestDriver(app) as driver:
         send(driver, clicks, "a", 100, 105)
         driver.advance(29)
