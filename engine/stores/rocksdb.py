@@ -97,6 +97,13 @@ class RocksDBPartitionStore:
         self._meta_handle = self._db.get_column_family_handle(META)
         self._meta = self._db.get_column_family(META)
         self._write_options = WriteOptions()
+        # A read-only store is a view read once (an export's scan, `engine table get`): its scans bypass the
+        # block cache, which would otherwise keep up to its size (RocksDB's default: 32 MB a store) of blocks
+        # never read again. Kept as long as the store: an iterator must not outlive its ReadOptions.
+        self._scan_options: ReadOptions | None = None
+        if read_only:
+            self._scan_options = ReadOptions()
+            self._scan_options.fill_cache(False)  # type: ignore[call-arg]  # its stub omits the flag it takes
         self._closed = False
         try:
             self._offset = self._read_offset()
@@ -157,7 +164,8 @@ class RocksDBPartitionStore:
         A bounded scan stops at `end` itself instead of through ReadOptions' iterate_upper_bound: the
         ReadOptions object is freed when this returns, and an iterator outliving it could end early (seen:
         a key's two windows read back as one)."""
-        scan = cast("Iterator[tuple[bytes, bytes]]", self._db.items(from_key=start))
+        scan = cast("Iterator[tuple[bytes, bytes]]",
+                    self._db.items(from_key=start, read_opt=self._scan_options))
         if end is None:
             return scan
         return itertools.takewhile(lambda pair: pair[0] < end, scan)

@@ -293,3 +293,27 @@ async def test_every_table_of_an_app_exports_at_one_checkpoint_while_events_flow
     per_session = {r["key"]: r["value"] for r in rows(tmp_path / "all" / "sessions")}
     assert 0 < sum(per_session.values()) <= 3000
     assert sessions.table.name == "sessions"
+
+
+def test_a_read_only_stores_scans_leave_the_block_cache_empty(tmp_path: Path) -> None:
+    """An export scans a read-only store (or snapshot) once: cached blocks would only grow the process (by up
+    to a cache's size per partition). A store the worker writes keeps caching its scans."""
+    from engine.stores.rocksdb import RocksDBStoreBackend
+
+    backend = RocksDBStoreBackend("rocksdb://", tmp_path)
+    store = backend.open("t", 0)
+    store.write({f"key-{n:06d}".encode(): b"v" * 100 for n in range(20_000)}, 19_999)
+    store.flush()  # to SST files: what a scan reads through the block cache
+
+    def cached(view: object) -> int:
+        return int(view._db.property_int_value("rocksdb.block-cache-usage") or 0)  # type: ignore[attr-defined]
+
+    assert sum(1 for _ in store.items()) == 20_000
+    live = cached(store)  # about the data's size
+    assert live > 1_000_000
+    store.close()
+    view = backend.open_read_only("t", 0)
+    assert view is not None
+    assert sum(1 for _ in view.items()) == 20_000
+    assert cached(view) < live / 100  # what opening it read, not the data
+    view.close()
