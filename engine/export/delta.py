@@ -24,7 +24,7 @@ DELETED = "_engine_deleted"  # a MERGE source column: this row's key is gone fro
 # Row groups of this many rows, files of about this size: the writer holds one row group per open file, so
 # these bound an export's memory (delta-rs' defaults buffer a million rows).
 ROW_GROUP = 131_072
-FILE_BYTES = 64 * 1024 * 1024
+FILE_BYTES = 64 * 1024 * 1024  # also the table's delta.targetFileSize: a MERGE's files (delta-rs: 100 MB)
 COMMIT_RETRIES = 20  # a commit that raced another writer's (two workers exporting) is retried on the new one
 
 
@@ -76,7 +76,8 @@ class DeltaTarget:
             deltalake.write_deltalake(self.location, reader, mode="overwrite", predicate=predicate,
                                       schema_mode="overwrite" if predicate is None else None,
                                       commit_properties=_properties(commit), target_file_size=FILE_BYTES,
-                                      writer_properties=_writer())
+                                      writer_properties=_writer(),
+                                      configuration={"delta.targetFileSize": str(FILE_BYTES)})
         except deltalake.exceptions.CommitFailedError as exc:
             raise LakeConflict(str(exc)) from exc
         except deltalake.exceptions.SchemaMismatchError as exc:

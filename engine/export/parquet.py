@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 MANIFEST = "_engine_export.json"
 WRITERS = 2
+ROW_GROUP = 65_536  # rows per row group: each batch the writer gets is one (pyarrow does not merge them)
 FORMAT = "engine-table-export/1"
 KEY_LAYOUT = {
     "plain": "the key encoded by the table's key codec",
@@ -142,7 +143,7 @@ def write_snapshot(
         def write(temporary: Path) -> None:
             nonlocal rows, done
             with parquet.ParquetWriter(temporary, schema, use_dictionary=dictionary) as writer:
-                for batch in columns.batches(view):
+                for batch in columns.batches(view, ROW_GROUP):
                     writer.write_batch(batch)
                     rows += batch.num_rows
                     with lock:
