@@ -8,12 +8,13 @@ named `engine` and not configured, it is a SQL catalog in SQLite under the worke
 Each export is one catalog commit. A full export overwrites; an incremental one deletes the rows of the keys
 written since and appends their rows as of the snapshot (pyiceberg has no MERGE, so a windowed table's key
 is replaced with all its windows). The commit's last snapshot carries the LakeCommit (engine.export.lake) in
-its summary under `engine`; that snapshot is the version an export reports (an overwrite may write a delete
-snapshot first, which carries none).
+its summary under `engine`; that snapshot is the version an export reports (the snapshots before it in the
+same commit, a delete and appends of earlier rows, carry none).
 """
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from engine.settings import Settings
 
 DEFAULT_CATALOG = "engine"
-APPEND_ROWS = 1_000_000
+APPEND_ROWS = 500_000
 
 
 def identifier(location: str) -> tuple[str, str]:
@@ -118,27 +119,31 @@ class IcebergTarget:
     def replace_keys(self, schema: pa.Schema, keys: list[Any], batches: Iterator[pa.RecordBatch],
                      commit: LakeCommit) -> int:
         """Delete every row of `keys` (values of the key column) and append `batches`, in one commit."""
-        expressions = require("pyiceberg.expressions", "Iceberg export")
         table = self._table()
         if table is None:
             raise ExportError(f"iceberg:{self.location} does not exist; an incremental export needs it")
-        which = expressions.In(KEY, keys) if keys else expressions.AlwaysFalse()
-        return self._commit(table, which, schema, batches, commit)
+        return self._commit(table, keys, schema, batches, commit)
 
     def _commit(self, table: Any, delete: Any, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
                 commit: LakeCommit) -> int:
-        """Delete the rows `delete` matches, then append `batches`, as one catalog commit whose last snapshot
-        carries `commit`. The rows are appended APPEND_ROWS at a time (pyiceberg gathers an append's rows
-        before it writes them): memory stays bounded, and the snapshots before the last carry no metadata,
-        so no version is reported half-appended."""
+        """Delete the rows `delete` matches (a pyiceberg expression, or a list of key values), then append
+        `batches`, as one catalog commit whose last snapshot carries `commit`. The rows are appended
+        APPEND_ROWS at a time (an append gathers its rows before it writes them; given a stream, pyiceberg
+        still reads all of it ahead of its writers): memory stays bounded, and the snapshots before the last
+        carry no metadata, so no version is reported half-appended."""
         pa = require("pyarrow", "Iceberg export")
         exceptions = require("pyiceberg.exceptions", "Iceberg export")
         expressions = require("pyiceberg.expressions", "Iceberg export")
+        metadata = {METADATA_KEY: commit.to_json()}
+        rewritten: list[Any] = []  # data files read again without the rows of `delete` (a list of keys)
         try:
             with table.transaction() as transaction, warnings.catch_warnings():
-                # (pyiceberg warns of a delete that matched nothing: a new table's, or keys first written)
-                warnings.filterwarnings("ignore", "Delete operation did not match any records")
-                if not isinstance(delete, expressions.AlwaysFalse):
+                if isinstance(delete, list):
+                    keys = pa.array(delete, schema.field(KEY).type)
+                    batches = itertools.chain(_without_keys(table, keys, schema, rewritten), batches)
+                elif not isinstance(delete, expressions.AlwaysFalse):
+                    # (pyiceberg warns of a delete that matched nothing: a new table's)
+                    warnings.filterwarnings("ignore", "Delete operation did not match any records")
                     transaction.delete(delete)
                 last: list[Any] = []  # record batches
                 for chunk in _chunks(batches, APPEND_ROWS):  # each appended once the next one is read
@@ -146,7 +151,32 @@ class IcebergTarget:
                         transaction.append(pa.Table.from_batches(last, schema=schema))
                     last = chunk
                 transaction.append(pa.Table.from_batches(last, schema=schema),
-                                   snapshot_properties={METADATA_KEY: commit.to_json()})
+                                   snapshot_properties={} if rewritten else metadata)
+                if rewritten:
+                    with transaction.update_snapshot(snapshot_properties=metadata).overwrite() as overwrite:
+                        for data_file in rewritten:
+                            overwrite.delete_data_file(data_file)
         except exceptions.CommitFailedException as exc:
             raise LakeConflict(str(exc)) from exc
         return version_of(self.history(), commit, f"iceberg:{self.location}")
+
+
+def _without_keys(table: Any, keys: pa.Array, schema: pa.Schema,
+                  rewritten: list[Any]) -> Iterator[pa.RecordBatch]:
+    """The rows of each data file of `table` that holds a row of `keys`, without those rows; each such file
+    is added to `rewritten` once read (for the commit to remove it). A copy-on-write delete, done here and
+    not by pyiceberg's `delete(In(key, keys))`, which binds its filter's literals one at a time, several
+    times over (most of an incremental export's time for many keys): here a row's test is one lookup in an
+    Arrow set."""
+    compute = require("pyarrow.compute", "Iceberg export")
+    arrow_io = require("pyiceberg.io.pyarrow", "Iceberg export")
+    scan = arrow_io.ArrowScan(table_metadata=table.metadata, io=table.io, projected_schema=table.schema(),
+                              row_filter=require("pyiceberg.expressions", "Iceberg export").AlwaysTrue())
+    for task in table.scan().plan_files():
+        # One file at a time (given several, pyiceberg reads them all at once), tested in one call: each
+        # call builds the set of `keys` anew.
+        rows = scan.to_table([task])
+        deleted = compute.is_in(rows.column(KEY), value_set=keys)
+        if compute.any(deleted).as_py():
+            rewritten.append(task.file)
+            yield from rows.filter(compute.invert(deleted)).select(schema.names).cast(schema).to_batches()
