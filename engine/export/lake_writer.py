@@ -239,20 +239,23 @@ def _replace_keys(snapshot: TableSnapshot, target: Target, lake: IcebergTarget, 
                for number, keys in sorted(changed.items())}
     values = [value for keys in touched.values() if keys for value in columns.key_values(keys)]
     commit = new_commit(snapshot, "incremental", inputs, changed)
-    rows = 0
+    rows = deleted = 0
 
     def batches() -> Iterator[pa.RecordBatch]:
-        nonlocal rows
+        nonlocal rows, deleted
         for number, keys in touched.items():
             pairs = _rows_of(snapshot.views[number], keys, windowed)
+            found: set[bytes] = set()  # the changed rows (keys, or windows) the snapshot still has
             while chunk := list(islice(pairs, CHUNK)):
                 rows += len(chunk)
+                found.update(key for key, _ in chunk)
                 if progress is not None:
                     progress(rows, max(rows, len(values)))
                 yield columns.batch([k for k, _ in chunk], [v for _, v in chunk], number)
+            deleted += len(changed[number] - found)  # as a Delta MERGE counts them
 
     version = lake.replace_keys(columns.final_schema(), values, batches(), commit)
-    return LakeExport(str(target), version, commit, rows)
+    return LakeExport(str(target), version, commit, rows, deleted)
 
 
 def _rows_of(view: StoreView, keys: list[bytes], windowed: bool) -> Iterator[tuple[bytes, bytes]]:
