@@ -38,6 +38,9 @@ class Timer:
     on_leader: bool = False  # runs only on the group's leader: the worker that owns task 0
     cron: str | None = None  # a crontab's schedule (then `interval` is unused)
     timezone: tzinfo | None = None  # the crontab's time zone (None: local time)
+    # Ticks at the multiples of `interval` on the wall clock (since the epoch), so that every worker's ticks
+    # coincide (an export round's), instead of every `interval` from the worker's start.
+    aligned: bool = False
 
 
 class App:
@@ -185,19 +188,20 @@ class App:
     def export(self, what: BaseTable | EventTimeTable | str, target: str, *, every: float | timedelta
                ) -> None:
         """Export a table (or "all": every table, from one checkpoint) to the lake table `target`
-        (`delta:PATH` or `iceberg:NAMESPACE.TABLE`) every `every` seconds, from every worker: each exports the
-        partitions it owns, as one version of its own (a lake table's versions record each partition's
-        offsets, so the partitions' commits need no coordination, and each export continues from what the
-        table holds: engine.export.lake). A failed round is logged and the next one catches up."""
+        (`delta:PATH` or `iceberg:NAMESPACE.TABLE`) at every multiple of `every` seconds on the wall clock,
+        from every worker, each exporting the partitions it owns. To Delta, each tick is a round whose
+        version holds every partition (engine.export.rounds); to Iceberg, each worker's partitions are a
+        version of their own (each version records its partitions' offsets: engine.export.lake). A failed
+        round is logged and the next one catches up."""
         from engine.export.schedule import scheduled_export  # the export's libraries only when used
 
         interval = every if isinstance(every, timedelta) else timedelta(seconds=every)
         if interval <= timedelta(0):
             raise ConfigError(f"export interval must be positive, not {every!r}")
-        fun, name = scheduled_export(self, what, target)
+        fun, name = scheduled_export(self, what, target, interval.total_seconds())
         if name in self.timers:
             raise ConfigError(f"app {self.id!r} already exports {name.split(':', 1)[1]} to {target}")
-        self.timers[name] = Timer(name, interval, fun)
+        self.timers[name] = Timer(name, interval, fun, aligned=True)
 
     def __repr__(self) -> str:
         return f"<App {self.id!r}: {len(self.topics)} topics, {len(self.agents)} agents>"

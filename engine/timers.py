@@ -4,6 +4,7 @@ the agents' restart limit."""
 from __future__ import annotations
 
 import asyncio
+import math
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,8 @@ def timer_supervisor(timers: list[Timer], settings: Settings,
 def _ticker(timer: Timer, is_leader: Callable[[], bool]) -> Callable[[], Awaitable[None]]:
     if timer.cron is not None:
         return _cron_ticker(timer, timer.cron, is_leader)
+    if timer.aligned:
+        return _aligned_ticker(timer, is_leader)
 
     async def run() -> None:
         interval = timer.interval.total_seconds()
@@ -45,20 +48,36 @@ def _cron_ticker(timer: Timer, expression: str,
                  is_leader: Callable[[], bool]) -> Callable[[], Awaitable[None]]:
     from engine.schedule import next_fire
 
-    def now() -> datetime:  # in the schedule's zone, or naive local time
-        return datetime.fromtimestamp(wall_time(), timer.timezone)
+    def after(moment: float) -> float:  # in the schedule's zone, or naive local time
+        return next_fire(expression, datetime.fromtimestamp(moment, timer.timezone)).timestamp()
+
+    return _wall_clock_ticker(timer, after, is_leader)
+
+
+def _aligned_ticker(timer: Timer, is_leader: Callable[[], bool]) -> Callable[[], Awaitable[None]]:
+    interval = timer.interval.total_seconds()
+
+    def after(moment: float) -> float:  # the next multiple of the interval since the epoch
+        return (math.floor(moment / interval) + 1) * interval
+
+    return _wall_clock_ticker(timer, after, is_leader)
+
+
+def _wall_clock_ticker(timer: Timer, after: Callable[[float], float],
+                       is_leader: Callable[[], bool]) -> Callable[[], Awaitable[None]]:
+    """Runs `timer` at the wall-clock times `after` gives (the first time strictly after a time)."""
 
     async def run() -> None:
-        after = now()
+        last = wall_time()
         while True:
-            fire = next_fire(expression, after)
+            fire = after(last)
             # Slept on the loop's clock until the wall clock says it is time (the loop's may run a little
             # ahead of it): a schedule never fires before its time, nor twice for one time; the times missed
             # while a machine slept, or while a run took longer than the period, are skipped.
-            while (left := (fire - now()).total_seconds()) > 0:  # noqa: ASYNC110  # waiting for a time
+            while (left := fire - wall_time()) > 0:  # noqa: ASYNC110  # waiting for a time
                 await asyncio.sleep(left)
             if not timer.on_leader or is_leader():
                 await timer.fun()
-            after = max(fire, now())
+            last = max(fire, wall_time())
 
     return run

@@ -23,7 +23,14 @@ from engine.export.columns import ExportError
 from engine.export.lake import LakeCommit, LakeExport, PartitionPosition, describe_position, lake_position
 from engine.export.lake_writer import lake_table, write_lake
 from engine.export.parquet import ExportManifest, PartitionFile, read_manifest, write_snapshot
-from engine.export.sources import TableSnapshot, from_changelog, from_store, from_worker, require_active
+from engine.export.sources import (
+    TableSnapshot,
+    checkpointed,
+    from_changelog,
+    from_store,
+    from_worker,
+    require_active,
+)
 from engine.export.spark import local_session, read_export, spark_schema, stop_session
 from engine.export.targets import Target, parse_target
 from engine.tables.inspect import table_named
@@ -65,8 +72,8 @@ async def export_table(
         table = table.table
     where = parse_target(target)
     require_active(table)
-    inputs = await table.checkpoint()
-    with from_worker(table) as snapshot:  # synchronously after it: no later store write can come between
+    inputs, (snapshot,) = await checkpointed([table])
+    with snapshot:
         return await _write(snapshot, where, table.worker_settings, inputs, progress)
 
 
@@ -84,11 +91,8 @@ async def export_app(
     if not tables:
         raise ExportError(f"app {app.id!r} has no table with partitions active on this worker")
     where = {table.name: parse_target(target).child(table.name) for table in tables}
-    inputs = await tables[0].checkpoint()  # the worker's checkpoint: every task, every table
-    snapshots: list[TableSnapshot] = []
+    inputs, snapshots = await checkpointed(tables)  # the worker's checkpoint: every task, every table
     try:
-        for table in tables:  # synchronously after it, together
-            snapshots.append(from_worker(table))
         results: dict[str, ExportResult] = {}
         for snapshot in snapshots:
             table = snapshot.table

@@ -87,21 +87,25 @@ class DeltaTarget:
         return version_of(self.history(), commit, self.location)
 
     def merge(self, schema: pa.Schema, batches: Iterator[pa.RecordBatch], keys: list[str],
-              commit: LakeCommit) -> int:
+              commit: LakeCommit, replace: Collection[int] = ()) -> int:
         """One MERGE of `batches` (the table's columns plus DELETED) into the table, matched on `keys`: rows
-        flagged DELETED are deleted, the others inserted or updated; returns the new version."""
+        flagged DELETED are deleted, the others inserted or updated; of partitions `replace` (copied in
+        full), every row `batches` does not have is deleted too. Returns the new version."""
         deltalake, pa = _deltalake(), require("pyarrow", "Delta Lake export")
         source = pa.RecordBatchReader.from_batches(schema, batches)
         matched = " AND ".join(f"t.`{name}` = s.`{name}`" for name in keys)
         values = {f"`{f.name}`": f"s.`{f.name}`" for f in schema if f.name != DELETED}
         table = deltalake.DeltaTable(self.location)
         try:
-            (table.merge(source, matched, source_alias="s", target_alias="t",
-                         commit_properties=_properties(commit), writer_properties=_writer())
-             .when_matched_delete(f"s.{DELETED}")
-             .when_matched_update(values, f"NOT s.{DELETED}")
-             .when_not_matched_insert(values, f"NOT s.{DELETED}")
-             .execute())
+            merger = (table.merge(source, matched, source_alias="s", target_alias="t",
+                                  commit_properties=_properties(commit), writer_properties=_writer())
+                      .when_matched_delete(f"s.{DELETED}")
+                      .when_matched_update(values, f"NOT s.{DELETED}")
+                      .when_not_matched_insert(values, f"NOT s.{DELETED}"))
+            if replace:
+                numbers = ", ".join(str(n) for n in sorted(replace))
+                merger = merger.when_not_matched_by_source_delete(f"t.{PARTITION} IN ({numbers})")
+            merger.execute()
         except deltalake.exceptions.CommitFailedError as exc:
             raise LakeConflict(str(exc)) from exc
         return version_of(self.history(), commit, self.location)

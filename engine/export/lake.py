@@ -59,6 +59,7 @@ class LakeCommit:
     partitions: dict[int, PartitionPosition]
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="milliseconds"))
     format: str = LAKE_FORMAT
+    round: int | None = None  # an export round's (engine.export.rounds): every partition at that tick
 
     @property
     def complete(self) -> bool:

@@ -190,45 +190,70 @@ def _overwrite(snapshot: TableSnapshot, target: Target, lake: DeltaTarget | Iceb
     return LakeExport(str(target), version, commit, rows)
 
 
+class Changes:
+    """The rows a MERGE applies for the keys `changed` in a snapshot: an upsert for each key the snapshot has,
+    and for each it no longer has (deleted, expired) a delete: a row of only its key columns, flagged
+    DELETED (engine.export.delta), which the MERGE matches by those columns."""
+
+    def __init__(self, snapshot: TableSnapshot, columns: TableColumns, changed: Mapping[int, set[bytes]]
+                 ) -> None:
+        self.snapshot, self.columns = snapshot, columns
+        self.present: dict[int, list[tuple[bytes, bytes]]] = {}
+        self.gone: dict[int, list[bytes]] = {}
+        for number, keys in sorted(changed.items()):
+            view = snapshot.views[number]
+            self.present[number], self.gone[number] = [], []
+            for key in sorted(keys):
+                value = view.get(key)
+                if value is None:
+                    self.gone[number].append(key)
+                else:
+                    self.present[number].append((key, value))
+        self.upserted = sum(map(len, self.present.values()))
+        self.deleted = sum(map(len, self.gone.values()))
+
+    def batches(self, number: int) -> Iterator[pa.RecordBatch]:
+        """Partition `number`'s rows, flagged (`flagged_schema`)."""
+        columns = self.columns
+        pairs = iter(self.present[number])
+        while chunk := list(islice(pairs, CHUNK)):
+            yield flag(columns.batch([k for k, _ in chunk], [v for _, v in chunk], number), False, columns)
+        keys = iter(self.gone[number])
+        while removed := list(islice(keys, CHUNK)):
+            yield flag(columns.removed(removed, number), True, columns)
+
+
+def flagged_schema(columns: TableColumns) -> pa.Schema:
+    """The table's columns and DELETED: what a MERGE takes."""
+    arrow = require("pyarrow", "lake export")
+    return columns.final_schema().append(arrow.field(DELETED, arrow.bool_(), nullable=False))
+
+
+def flag(batch: pa.RecordBatch, deleted: bool, columns: TableColumns) -> pa.RecordBatch:
+    """`batch` with its DELETED column."""
+    arrow = require("pyarrow", "lake export")
+    flags = arrow.array([deleted] * batch.num_rows, arrow.bool_())
+    return arrow.RecordBatch.from_arrays([*batch.columns, flags], schema=flagged_schema(columns))
+
+
 def _merge(snapshot: TableSnapshot, target: Target, lake: DeltaTarget, columns: TableColumns,
            changed: dict[int, set[bytes]], inputs: Mapping[TP, int],
            progress: Callable[[int, int], None] | None) -> LakeExport:
-    arrow = require("pyarrow", "lake export")
-    present: dict[int, list[tuple[bytes, bytes]]] = {}
-    gone: dict[int, list[bytes]] = {}
-    for number, keys in sorted(changed.items()):
-        view = snapshot.views[number]
-        present[number], gone[number] = [], []
-        for key in sorted(keys):
-            value = view.get(key)
-            if value is None:
-                gone[number].append(key)
-            else:
-                present[number].append((key, value))
-    upserted, deleted = sum(map(len, present.values())), sum(map(len, gone.values()))
+    changes = Changes(snapshot, columns, changed)
     commit = new_commit(snapshot, "incremental", inputs, changed)
-    schema = columns.final_schema().append(arrow.field(DELETED, arrow.bool_(), nullable=False))
-    done = 0
-
-    def flagged(batch: pa.RecordBatch, flag: bool) -> pa.RecordBatch:
-        nonlocal done
-        done += batch.num_rows
-        if progress is not None:
-            progress(done, upserted + deleted)
-        flags = arrow.array([flag] * batch.num_rows, arrow.bool_())
-        return arrow.RecordBatch.from_arrays([*batch.columns, flags], schema=schema)
+    total, done = changes.upserted + changes.deleted, 0
 
     def batches() -> Iterator[pa.RecordBatch]:
-        for number in present:
-            pairs = iter(present[number])
-            while chunk := list(islice(pairs, CHUNK)):
-                yield flagged(columns.batch([k for k, _ in chunk], [v for _, v in chunk], number), False)
-            keys = iter(gone[number])
-            while removed := list(islice(keys, CHUNK)):
-                yield flagged(columns.removed(removed, number), True)
+        nonlocal done
+        for number in changes.present:
+            for batch in changes.batches(number):
+                done += batch.num_rows
+                if progress is not None:
+                    progress(done, total)
+                yield batch
 
-    version = lake.merge(schema, batches(), columns.key_names(), commit)
-    return LakeExport(str(target), version, commit, upserted, deleted)
+    version = lake.merge(flagged_schema(columns), batches(), columns.key_names(), commit)
+    return LakeExport(str(target), version, commit, changes.upserted, changes.deleted)
 
 
 def _replace_keys(snapshot: TableSnapshot, target: Target, lake: IcebergTarget, columns: TableColumns,

@@ -1,13 +1,16 @@
-"""Exports run by every worker on a schedule (`app.export(..., every=)`): a timer's body that exports what
-this worker owns and never stops the worker for a failed round."""
+"""Exports run by every worker on a schedule (`app.export(..., every=)`): the body of a timer that ticks at
+the same wall-clock times on every worker, exports what this worker owns, and never stops the worker for a
+failed round. To a Delta table, each tick is a round that commits every partition as one version
+(engine.export.rounds); to an Iceberg table, each worker commits its own partitions as a version."""
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
 
+from engine.clock import wall_time
 from engine.errors import ConfigError, EngineError
-from engine.export.targets import parse_target
+from engine.export.targets import DELTA, parse_target
 from engine.tables.windowed import EventTimeTable
 
 if TYPE_CHECKING:
@@ -21,10 +24,12 @@ log = logging.getLogger(__name__)
 ALL = "all"
 
 
-def scheduled_export(app: App, what: BaseTable | EventTimeTable | str, target: str
+def scheduled_export(app: App, what: BaseTable | EventTimeTable | str, target: str, every: float
                      ) -> tuple[Callable[[], Awaitable[None]], str]:
-    """The timer body exporting `what` (a table, or ALL) to `target`, and the timer's name."""
+    """The timer body exporting `what` (a table, or ALL) to `target` every `every` seconds, and the timer's
+    name."""
     from engine import export  # (import cycle: engine.export imports the tables)
+    from engine.export.rounds import export_round, round_of
 
     where = parse_target(target)  # a bad target fails at declaration, not at the first round
     if not where.is_lake:
@@ -37,11 +42,18 @@ def scheduled_export(app: App, what: BaseTable | EventTimeTable | str, target: s
     name = f"export:{ALL if table is None else table.name}:{where}"
 
     async def run() -> None:
+        round_ = round_of(wall_time(), every)
+        tables = [t for t in app.tables.values() if not t.is_global and t.active] if table is None else (
+            [table] if table.active else [])
+        if not tables:
+            return
         try:
-            if table is None:
-                if any(t.active for t in app.tables.values() if not t.is_global):
-                    await export.export_app(app, where)
-            elif table.active:
+            if where.kind == DELTA:
+                targets = {t.name: where if table is not None else where.child(t.name) for t in tables}
+                await export_round(tables, targets, round_, every)
+            elif table is None:
+                await export.export_app(app, where)
+            else:
                 await export.export_table(table, where)
         except EngineError as exc:  # the next round starts from what the target holds: it catches up
             log.warning("scheduled export to %s failed: %s; the next round catches up", where, exc)

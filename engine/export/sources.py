@@ -25,7 +25,7 @@ from engine.topology.plan import planned_partitions
 from engine.transport import transport_for
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from engine.settings import Settings
     from engine.stores import PartitionStore, StoreView
@@ -80,6 +80,22 @@ def from_worker(table: BaseTable) -> TableSnapshot:
             view.close()
         raise
     return TableSnapshot(table, "worker", table.partition_count, views)
+
+
+async def checkpointed(tables: list[BaseTable]) -> tuple[Mapping[TP, int], list[TableSnapshot]]:
+    """A checkpoint run now (every task of the worker), and snapshots of `tables` taken together as it
+    completes (no store write can come between them): where each input partition resumes, and the
+    snapshots (the caller closes them)."""
+    inputs = await tables[0].checkpoint()
+    snapshots: list[TableSnapshot] = []
+    try:
+        for table in tables:  # synchronously after it, together
+            snapshots.append(from_worker(table))
+    except BaseException:
+        for snapshot in snapshots:
+            snapshot.close()
+        raise
+    return inputs, snapshots
 
 
 def from_store(table: BaseTable, settings: Settings) -> TableSnapshot:

@@ -168,11 +168,12 @@ def position_at(history: list[tuple[int, Any]], version: int) -> dict[int, int |
 
 async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_version_consistent(
         kafka, tmp_path, spark) -> None:
-    """Each worker exports the partitions it owns every second (`app.export("all", ..., every=1)`), each as a
-    version of its own; one is SIGKILLed while events and exports go on, its partitions move to the other.
-    Every version of both tables, read by time travel, holds for each partition exactly the changelog up to
-    the offset the versions so far record for it (none half-written, none mixing rounds within a partition),
-    and once the events stop the lake catches up with the changelogs' ends."""
+    """Both workers export every second (`app.export("all", ..., every=1)`): each round, each stages the
+    partitions it owns and the owner of partition 0 commits them as one version; one worker is SIGKILLed
+    while events and exports go on, its partitions move to the other. Every version of both tables records
+    all four partitions at one round and, read by time travel, holds for each partition exactly the
+    changelog up to the offset it records (none half-written); once the events stop the lake catches up
+    with the changelogs' ends."""
     app_id, topic = unique("lake-workers"), unique("hits")
     await create_topics(kafka.bootstrap, [topic])
     lake = tmp_path / "lake"
@@ -216,7 +217,11 @@ async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_ver
         changelog = await read_all(kafka.bootstrap, f"{app_id}-{name}-changelog")
         history = DeltaTarget(str(lake / name)).history()
         assert len(history) > 12
-        for version, _ in history:
+        rounds = [commit.round for _, commit in history]
+        assert None not in rounds
+        assert rounds == sorted(set(rounds), reverse=True)  # one version a round
+        for version, commit in history:
+            assert sorted(commit.partitions) == [0, 1, 2, 3], (name, version)  # every partition, one round
             position = position_at(history, version)
             rows = partition_rows(lake / name, version, windowed)
             for number, offset in position.items():

@@ -6,6 +6,7 @@ commit metadata; every version read back by polars as of its time; a plan that n
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from datetime import UTC, datetime
@@ -269,3 +270,62 @@ async def test_an_export_after_only_stream_time_moved_writes_no_version(tmp_path
     assert result.version == first["per-window"].version
     assert second["totals"].written
     assert DeltaTable(str(tmp_path / "lake" / "totals")).to_pyarrow_table().num_rows == 0
+
+
+def changelog_totals(logs: list[Any], upto: dict[int, int | None]) -> dict[int, dict[str, int]]:
+    """Each partition's totals from the changelog records up to its offset in `upto`."""
+    state: dict[int, dict[str, int]] = {}
+    for number, log in enumerate(logs):
+        rows = state.setdefault(number, {})
+        limit = upto.get(number)
+        for offset, record in enumerate(log):
+            if limit is None or offset > limit:
+                break
+            if record.value is None:
+                rows.pop(record.key.decode(), None)
+            else:
+                rows[record.key.decode()] = int(record.value)
+    return state
+
+
+async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_version(tmp_path: Path) -> None:
+    """`app.export` to Delta from two workers: each tick stages both workers' partitions, the worker with
+    partition 0 commits them together. Every version records all four partitions at one round, and holds
+    for each exactly its changelog up to the recorded offset; the last one equals the events' outcome."""
+    app, totals = build_app()
+    lake_path = tmp_path / "lake"
+    app.export("all", f"delta:{lake_path}", every=0.3)
+    truth, rng, at = Truth(), random.Random(11), 1_000.0
+    url = testing.memory_url()
+    async with testing.running(app, broker=url, store="rocksdb://", data_dir=tmp_path / "a") as first, \
+            testing.running(app, broker=url, store="rocksdb://", data_dir=tmp_path / "b") as second:
+        await testing.eventually(lambda: bool(first.tasks.active) and bool(second.tasks.active), 10)
+        for _ in range(6):
+            for key, op in (batch := ops_round(rng, at)):
+                await app.topics["ops"].send(key=key, value=op)
+                truth.apply(key, op)
+            at = batch[-1][1]["at"] + 1
+            await asyncio.sleep(0.3)  # a round or so between batches: versions of several states
+        await testing.eventually(lambda: dict(totals.items()) == truth.totals, 10)
+
+        def exported() -> dict[str, int]:
+            if not (lake_path / "totals" / "_delta_log").is_dir():
+                return {}
+            rows = DeltaTable(str(lake_path / "totals")).to_pyarrow_table().to_pylist()
+            return {row["key"]: row["value"] for row in rows}
+        await testing.eventually(lambda: exported() == truth.totals, 30)
+        logs = testing.broker_for(url).topics[totals.changelog_topic.name]
+    history = DeltaTarget(str(lake_path / "totals")).history()
+    assert len(history) >= 2
+    rounds = [found.round for _, found in history]
+    assert None not in rounds
+    assert rounds == sorted(set(rounds), reverse=True)  # one version a round
+    for version, found in history:
+        assert sorted(found.partitions) == [0, 1, 2, 3], version
+        rows = DeltaTable(str(lake_path / "totals"), version=version).to_pyarrow_table().to_pylist()
+        by_partition: dict[int, dict[str, int]] = {n: {} for n in range(4)}
+        for row in rows:
+            by_partition[row["partition"]][row["key"]] = row["value"]
+        offsets = {n: where.changelog_offset for n, where in found.partitions.items()}
+        assert by_partition == changelog_totals(logs, offsets), version
+    assert not list((lake_path / "totals" / "_engine_rounds").glob("*/*.json"))  # stages cleaned up
