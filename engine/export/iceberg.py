@@ -45,10 +45,11 @@ def identifier(location: str) -> tuple[str, str]:
     return parts[0], ".".join(parts[1:])
 
 
-def _catalog(name: str, settings: Settings) -> Any:
+def _catalog(name: str, settings: Settings) -> tuple[Any, bool]:
+    """The catalog `name`, and whether it is the default one in the worker's data dir."""
     catalog = require("pyiceberg.catalog", "Iceberg export")
     try:
-        return catalog.load_catalog(name)
+        return catalog.load_catalog(name), False
     except ValueError:  # not configured
         if name != DEFAULT_CATALOG:
             raise ExportError(f"no Iceberg catalog {name!r} is configured (~/.pyiceberg.yaml or "
@@ -57,7 +58,7 @@ def _catalog(name: str, settings: Settings) -> Any:
     root = Path(settings.data_dir).resolve() / "iceberg"
     (root / "warehouse").mkdir(parents=True, exist_ok=True)
     return sql.SqlCatalog(DEFAULT_CATALOG, uri=f"sqlite:///{root / 'catalog.db'}",
-                          warehouse=(root / "warehouse").as_uri())
+                          warehouse=(root / "warehouse").as_uri()), True
 
 
 def _chunks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[list[pa.RecordBatch]]:
@@ -80,7 +81,8 @@ class IcebergTarget:
     def __init__(self, location: str, settings: Settings) -> None:
         self.location = location
         catalog_name, self.name = identifier(location)
-        self.catalog = _catalog(catalog_name, settings)
+        # in_data_dir: the default catalog, in this worker's data dir, which no other worker sees
+        self.catalog, self.in_data_dir = _catalog(catalog_name, settings)
 
     def _table(self) -> Any | None:
         exceptions = require("pyiceberg.exceptions", "Iceberg export")

@@ -126,6 +126,10 @@ async def write_lake(snapshot: TableSnapshot, target: Target, settings: Settings
     `settings.broker`). Another writer's commit in between (a worker exporting its own partitions) makes it
     plan again on the newer version."""
     lake = lake_table(target, settings)
+    if isinstance(lake, IcebergTarget) and lake.in_data_dir and len(snapshot.views) < snapshot.partitions:
+        log.warning("%s is in the default catalog of this worker's data dir: the partitions other workers "
+                    "own go to their own data dirs' tables; configure a catalog they share (REST, Glue, "
+                    "SQL...: engine.export.iceberg)", target)
     columns = TableColumns(snapshot.table, partition_column=True)
     columns.infer(list(snapshot.views.values()))
     for attempt in range(1, CONFLICT_RETRIES + 1):

@@ -329,3 +329,17 @@ async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_ver
         offsets = {n: where.changelog_offset for n, where in found.partitions.items()}
         assert by_partition == changelog_totals(logs, offsets), version
     assert not list((lake_path / "totals" / "_engine_rounds").glob("*/*.json"))  # stages cleaned up
+
+
+async def test_an_iceberg_export_of_some_partitions_to_a_data_dirs_catalog_warns(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The default Iceberg catalog lives in a worker's data dir: with two workers, each would write a table
+    of its own partitions. The export says so, naming what to do."""
+    app, totals = build_app()
+    app.export(totals, "iceberg:lake.totals", every=0.2)
+    url = testing.memory_url()
+    async with testing.running(app, broker=url, store="rocksdb://", data_dir=tmp_path / "a") as first, \
+            testing.running(app, broker=url, store="rocksdb://", data_dir=tmp_path / "b") as second:
+        await testing.eventually(lambda: bool(first.tasks.active) and bool(second.tasks.active), 10)
+        await app.topics["ops"].send(key="k", value={"op": "add", "n": 1, "at": 1_000.0})
+        await testing.eventually(lambda: "configure a catalog they share" in caplog.text, 20)
