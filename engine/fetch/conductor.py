@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from agents import Mailbox
     from engine.commit.quiesce import Quiesce
     from engine.fetch.leases import Lease, Leases
+    from engine.fetch.ordering import TaskInputs
     from engine.fetch.pauses import Pauses
     from engine.processing.runner import AgentRunner
     from engine.tasks.active import ActiveTask
@@ -251,68 +252,90 @@ class Conductor(Service):
         order is known; a table run waits (in a task of its own) until the events before it are processed."""
         inputs = task.inputs
         assert inputs is not None
-        consumer, sources = self.consumer, self.table_sources
+        consumer = self.consumer
         loop = asyncio.get_running_loop()
         task.releasing = True
         # Consecutive runs for the same mailbox (a stream-stream join's two streams, merged into one agent's
-        # stream) are handed over together, in their order: interleaved by time, runs are of one or two
-        # records, and a hand-over each cost more than the records.
-        gathered: list[Event] = []
-        gathered_for: tuple[Lease, Mailbox[Event]] | None = None
+        # stream) are handed over together, in their order, each partition's records decoded in one call:
+        # interleaved by time, runs are of one or two records, and a decode and a hand-over each cost more
+        # than the records.
+        gathered = _Gathered()
         try:
             while not task.closed:
                 empty = inputs.empty()
                 lags = {tp: await consumer.lag(tp) for tp in empty} if empty else {}
-                run = inputs.next_run(lags, loop.time())
-                if run is None:
+                runs = inputs.next_runs(lags, loop.time(), self._max_poll_records)
+                if not runs:
                     break
-                tp, records = run
-                if self._parked and any(input_tp in self._parked for input_tp in task.leases):
-                    # A batch of this task waits for room in a mailbox: nothing of the task may overtake it
-                    # (an agent reading two of its inputs would get them out of order). The fetch loop
-                    # releases the task again once it is delivered.
-                    inputs.unread(tp, records)
+                if not await self._release_runs(task, runs, gathered):
                     break
-                if inputs.buffered(tp) <= self._max_poll_records:
-                    self.pauses.release([tp], ORDERING)
-                lease = task.leases.get(tp)
-                if lease is None or not lease.dispatching:
-                    continue  # revoked meanwhile: never applied
-                routes = self.routes.get(tp.topic) if tp.topic not in sources else None
-                buried = self.poison.buried
-                if routes is not None and len(routes) == 1 and not (buried and tp in buried):
-                    topic, runner = routes[0]
-                    mailbox = runner.mailbox(topic.name, tp.partition)
-                    if gathered_for is not None and gathered_for[1] is not mailbox:
-                        await self._deliver(*gathered_for, gathered)
-                        gathered, gathered_for = [], None
-                    gathered += await self._events(topic, runner, records, lease)
-                    if gathered_for is None:
-                        gathered_for = (lease, mailbox)
-                    if len(gathered) >= self._max_poll_records:
-                        await self._deliver(*gathered_for, gathered)
-                        gathered, gathered_for = [], None
-                    continue
-                if gathered_for is not None:
-                    await self._deliver(*gathered_for, gathered)
-                    gathered, gathered_for = [], None
-                if tp.topic not in sources:
-                    await self._dispatch(records, lease)
-                    continue
-                if any(other.in_flight for at, other in task.leases.items() if at.topic not in sources):
-                    inputs.unread(tp, records)
-                    task.waiting = True
-                    self.spawn(self._release_after_in_flight(task), f"ordering:{task.number}")
-                    break  # released (and this table run applied) once the events before it are done
-                for record in records:
-                    lease.track(record.offset)
-                if sources[tp.topic](task.number, records):
-                    for record in records:
-                        lease.ack(record.offset)
-            if gathered_for is not None:  # (every way out of the loop but an exception)
-                await self._deliver(*gathered_for, gathered)
+            await self._hand_over(gathered)  # (every way out of the loop but an exception)
         finally:
             task.releasing = task.waiting
+
+    async def _release_runs(self, task: ActiveTask, runs: list[tuple[TP, list[RawRecord]]],
+                            gathered: _Gathered) -> bool:
+        """Release `runs` (in their order); False if the task must stop releasing (what is left of them is
+        put back first)."""
+        inputs = task.inputs
+        assert inputs is not None
+        sources = self.table_sources
+        for index, (tp, records) in enumerate(runs):
+            if self._parked and any(input_tp in self._parked for input_tp in task.leases):
+                # A batch of this task waits for room in a mailbox: nothing of the task may overtake it (an
+                # agent reading two of its inputs would get them out of order). The fetch loop releases the
+                # task again once it is delivered.
+                _unread(inputs, runs[index:])
+                return False
+            if inputs.buffered(tp) <= self._max_poll_records:
+                self.pauses.release([tp], ORDERING)
+            lease = task.leases.get(tp)
+            if lease is None or not lease.dispatching:
+                continue  # revoked meanwhile: never applied
+            routes = self.routes.get(tp.topic) if tp.topic not in sources else None
+            buried = self.poison.buried
+            if routes is not None and len(routes) == 1 and not (buried and tp in buried):
+                topic, runner = routes[0]
+                mailbox = runner.mailbox(topic.name, tp.partition)
+                if gathered.mailbox is not None and gathered.mailbox is not mailbox:
+                    await self._hand_over(gathered)
+                gathered.add(topic, runner, records, lease, mailbox)
+                if gathered.count >= self._max_poll_records:
+                    await self._hand_over(gathered)
+                continue
+            await self._hand_over(gathered)
+            if tp.topic not in sources:
+                await self._dispatch(records, lease)
+                continue
+            if any(other.in_flight for at, other in task.leases.items() if at.topic not in sources):
+                _unread(inputs, runs[index:])
+                task.waiting = True
+                self.spawn(self._release_after_in_flight(task), f"ordering:{task.number}")
+                return False  # released (and this table run applied) once the events before it are done
+            for record in records:
+                lease.track(record.offset)
+            if sources[tp.topic](task.number, records):
+                for record in records:
+                    lease.ack(record.offset)
+        return True
+
+    async def _hand_over(self, gathered: _Gathered) -> None:
+        """Decode the gathered runs, each partition's in one call, and deliver them in their order."""
+        if gathered.mailbox is None:
+            return
+        parts, mailbox, first = gathered.take()
+        if len(parts) == 1:
+            topic, runner, records, lease = parts[0]
+            events = await self._events(topic, runner, records, lease)
+        else:
+            events = []
+            for topic, runner, records, lease in parts:
+                events += await self._events(topic, runner, records, lease)
+            order = {id(record): at for at, record in enumerate(gathered.order)}
+            events.sort(key=lambda event: order[id(event.record)])
+        gathered.order = []
+        if events:
+            await self._deliver(first, mailbox, events)
 
     async def _release_after_in_flight(self, task: ActiveTask) -> None:
         task.releasing = True
@@ -526,3 +549,43 @@ class Conductor(Service):
             for mailbox in runner.all_mailboxes():
                 mailbox.purge(drop)
         return dropped
+
+
+class _Gathered:
+    """Runs of records for one mailbox, gathered in their order to be handed over together: per input
+    partition its records (decoded together), and the order of all of them."""
+
+    __slots__ = ("count", "first", "mailbox", "order", "parts")
+
+    def __init__(self) -> None:
+        self.parts: dict[TP, tuple[Topic, AgentRunner, list[RawRecord], Lease]] = {}
+        self.order: list[RawRecord] = []
+        self.mailbox: Mailbox[Event] | None = None
+        self.first: Lease | None = None
+        self.count = 0
+
+    def add(self, topic: Topic, runner: AgentRunner, records: list[RawRecord], lease: Lease,
+            mailbox: Mailbox[Event]) -> None:
+        part = self.parts.get(lease.tp)
+        if part is None:
+            self.parts[lease.tp] = (topic, runner, records, lease)  # (a run's list is the release's own)
+        else:
+            part[2].extend(records)
+        if self.mailbox is None:
+            self.mailbox, self.first = mailbox, lease
+        self.order += records
+        self.count += len(records)
+
+    def take(self) -> tuple[list[tuple[Topic, AgentRunner, list[RawRecord], Lease]], Mailbox[Event], Lease]:
+        """What was gathered (the order stays until the caller is done with it), and start afresh."""
+        assert self.mailbox is not None
+        assert self.first is not None
+        taken = (list(self.parts.values()), self.mailbox, self.first)
+        self.parts, self.mailbox, self.first, self.count = {}, None, None, 0
+        return taken
+
+
+def _unread(inputs: TaskInputs, runs: list[tuple[TP, list[RawRecord]]]) -> None:
+    """Put runs taken but not released back in front of their buffers, as they were."""
+    for tp, records in reversed(runs):
+        inputs.unread(tp, records)

@@ -72,17 +72,37 @@ class TaskInputs:
         every other input's head. None if nothing is buffered, or while an empty input may still have older
         records on the broker (`lags` of the empty inputs: records known there and not fetched, None if not
         known), for at most `idle` seconds since the wait began."""
-        heads = {tp: (buffer[0].timestamp, self._rank[tp]) for tp, buffer in self._buffers.items() if buffer}
-        if not heads:
+        buffers = self._buffers
+        if not any(buffers.values()):
             self._waiting_since = None
             return None
-        behind = any(lags.get(tp) != 0 for tp, buffer in self._buffers.items() if not buffer)
+        behind = any(lags.get(tp) != 0 for tp, buffer in buffers.items() if not buffer)
         if behind:
             if self._waiting_since is None:
                 self._waiting_since = now
             if now - self._waiting_since < self.idle:
                 return None
         self._waiting_since = None
+        return self._take()
+
+    def next_runs(self, lags: Mapping[TP, int | None], now: float, limit: int
+                  ) -> list[tuple[TP, list[RawRecord]]]:
+        """`next_run`, then the runs after it for as long as their order is known from the buffers alone
+        (every input still has records buffered), up to about `limit` records: one call for what two
+        interleaved streams give as runs of one or two records."""
+        first = self.next_run(lags, now)
+        if first is None:
+            return []
+        runs, count, buffers = [first], len(first[1]), self._buffers.values()
+        while count < limit and all(buffers):
+            run = self._take()
+            runs.append(run)
+            count += len(run[1])
+        return runs
+
+    def _take(self) -> tuple[TP, list[RawRecord]]:
+        """The run of the input whose head is oldest, up to the next head of any other (one is buffered)."""
+        heads = {tp: (buffer[0].timestamp, self._rank[tp]) for tp, buffer in self._buffers.items() if buffer}
         tp = min(heads, key=heads.__getitem__)
         bound = min((head for other, head in heads.items() if other != tp), default=None)
         buffer, rank = self._buffers[tp], self._rank[tp]

@@ -74,3 +74,17 @@ def test_a_run_put_back_comes_out_first_again_and_clear_drops_everything():
     inputs.add(STREAM, records(4))  # type: ignore[arg-type]
     assert inputs.clear() == 1
     assert inputs.next_run({}, now=0.0) is None
+
+
+def test_next_runs_takes_runs_in_order_while_every_input_has_a_head_and_up_to_a_limit():
+    inputs = TaskInputs([STREAM, TABLE], first=[TABLE], idle=1.0)
+    inputs.add(STREAM, records(1, 2, 5, 6, 9))  # type: ignore[arg-type]
+    inputs.add(TABLE, records(3, 7, 8))  # type: ignore[arg-type]
+    runs = inputs.next_runs({}, now=0.0, limit=100)
+    # the table's buffer empties with [7, 8]: what follows depends on its lag, so a call of its own
+    assert [(tp.topic, [r.timestamp for r in got]) for tp, got in runs] == [
+        ("payments", [1, 2]), ("profiles", [3]), ("payments", [5, 6]), ("profiles", [7, 8])]
+    assert inputs.next_runs({TABLE: 2}, now=0.0, limit=100) == [], "the table is behind: wait"
+    inputs.add(TABLE, records(10))  # type: ignore[arg-type]
+    inputs.add(STREAM, records(11, 12))  # type: ignore[arg-type]
+    assert [len(got) for _, got in inputs.next_runs({}, now=0.0, limit=2)] == [1, 1], "9, then 10: limit 2"
