@@ -55,6 +55,8 @@ if TYPE_CHECKING:
     from engine.topics import Topic
     from engine.transport.base import Admin, Consumer, TopicSpec
 
+    _Target = tuple[Lease, Topic, AgentRunner, Mailbox[Event]]  # where a partition's runs are gathered
+
     ApplySource = Callable[[int, list[RawRecord]], bool]
 
 log = logging.getLogger(__name__)
@@ -279,7 +281,11 @@ class Conductor(Service):
         put back first)."""
         inputs = task.inputs
         assert inputs is not None
-        sources = self.table_sources
+        sources, limit = self.table_sources, self._max_poll_records
+        for tp in {tp for tp, _ in runs}:
+            if inputs.buffered(tp) <= limit:
+                self.pauses.release([tp], ORDERING)
+        mailboxes: dict[TP, _Target | None] = {}  # where each partition's runs are gathered (None: not)
         for index, (tp, records) in enumerate(runs):
             if self._parked and any(input_tp in self._parked for input_tp in task.leases):
                 # A batch of this task waits for room in a mailbox: nothing of the task may overtake it (an
@@ -287,22 +293,19 @@ class Conductor(Service):
                 # task again once it is delivered.
                 _unread(inputs, runs[index:])
                 return False
-            if inputs.buffered(tp) <= self._max_poll_records:
-                self.pauses.release([tp], ORDERING)
+            target = mailboxes[tp] if tp in mailboxes else mailboxes.setdefault(tp, self._target(task, tp))
+            if target is not None:
+                if not target[0].dispatching:
+                    continue  # revoked meanwhile: never applied
+                if gathered.mailbox is not None and gathered.mailbox is not target[3]:
+                    await self._hand_over(gathered)
+                gathered.add(records, *target)
+                if gathered.count >= limit:
+                    await self._hand_over(gathered)
+                continue
             lease = task.leases.get(tp)
             if lease is None or not lease.dispatching:
                 continue  # revoked meanwhile: never applied
-            routes = self.routes.get(tp.topic) if tp.topic not in sources else None
-            buried = self.poison.buried
-            if routes is not None and len(routes) == 1 and not (buried and tp in buried):
-                topic, runner = routes[0]
-                mailbox = runner.mailbox(topic.name, tp.partition)
-                if gathered.mailbox is not None and gathered.mailbox is not mailbox:
-                    await self._hand_over(gathered)
-                gathered.add(topic, runner, records, lease, mailbox)
-                if gathered.count >= self._max_poll_records:
-                    await self._hand_over(gathered)
-                continue
             await self._hand_over(gathered)
             if tp.topic not in sources:
                 await self._dispatch(records, lease)
@@ -318,6 +321,17 @@ class Conductor(Service):
                 for record in records:
                     lease.ack(record.offset)
         return True
+
+    def _target(self, task: ActiveTask, tp: TP) -> _Target | None:
+        """The one mailbox a partition's records go to, if its runs can be gathered (a stream with one agent
+        reading it, no poison record set aside); None for the others (table sources, several agents)."""
+        lease = task.leases.get(tp)
+        routes = self.routes.get(tp.topic) if tp.topic not in self.table_sources else None
+        buried = self.poison.buried
+        if lease is None or routes is None or len(routes) != 1 or (buried and tp in buried):
+            return None
+        topic, runner = routes[0]
+        return lease, topic, runner, runner.mailbox(topic.name, tp.partition)
 
     async def _hand_over(self, gathered: _Gathered) -> None:
         """Decode the gathered runs, each partition's in one call, and deliver them in their order."""
@@ -564,7 +578,7 @@ class _Gathered:
         self.first: Lease | None = None
         self.count = 0
 
-    def add(self, topic: Topic, runner: AgentRunner, records: list[RawRecord], lease: Lease,
+    def add(self, records: list[RawRecord], lease: Lease, topic: Topic, runner: AgentRunner,
             mailbox: Mailbox[Event]) -> None:
         part = self.parts.get(lease.tp)
         if part is None:

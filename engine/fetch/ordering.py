@@ -102,11 +102,22 @@ class TaskInputs:
 
     def _take(self) -> tuple[TP, list[RawRecord]]:
         """The run of the input whose head is oldest, up to the next head of any other (one is buffered)."""
-        heads = {tp: (buffer[0].timestamp, self._rank[tp]) for tp, buffer in self._buffers.items() if buffer}
-        tp = min(heads, key=heads.__getitem__)
-        bound = min((head for other, head in heads.items() if other != tp), default=None)
-        buffer, rank = self._buffers[tp], self._rank[tp]
+        chosen: TP | None = None
+        head = bound = None
+        for tp, buffer in self._buffers.items():
+            if buffer:
+                key = (buffer[0].timestamp, self._rank[tp])
+                if head is None or key < head:
+                    chosen, bound, head = tp, head, key
+                elif bound is None or key < bound:
+                    bound = key
+        assert chosen is not None
+        buffer, rank = self._buffers[chosen], self._rank[chosen]
         run = [buffer.popleft()]
-        while buffer and (bound is None or (buffer[0].timestamp, rank) < bound):
+        if bound is None:
+            run += buffer
+            buffer.clear()
+            return chosen, run
+        while buffer and (buffer[0].timestamp, rank) < bound:
             run.append(buffer.popleft())
-        return tp, run
+        return chosen, run
