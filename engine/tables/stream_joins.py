@@ -23,10 +23,10 @@ a buffer entry is the values at one time, each prefixed by its 4-byte length.
 from __future__ import annotations
 
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from engine.errors import ConfigError
-from engine.tables.partition import MISSING, KeyedWindowState
+from engine.tables.partition import DELETED, MISSING, KeyedWindowState
 from engine.tables.windowed import EventTimeTable
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ def as_how(how: str) -> How:
 
 
 def pack(values: list[bytes]) -> bytes:
+    """Values as one stored value, each prefixed by its length (so appending one is a concatenation)."""
     return b"".join(len(value).to_bytes(4, "big") + value for value in values)
 
 
@@ -96,19 +97,27 @@ class JoinBuffer(EventTimeTable):
             times = state.windows[key] = {}
         entry = times.get(at)
         window_key_ = (key, at)
+        packed = len(raw).to_bytes(4, "big") + raw  # pack([raw])
         if entry is None:
             times[at] = (0, False)
-            part.buffer[window_key_] = pack([raw])
+            part.buffer[window_key_] = packed
         else:
-            part.buffer[window_key_] = pack([*self.values(part, key, at), raw])
+            part.buffer[window_key_] = self._packed(part, window_key_) + packed
         if state.store_time is None or at > state.store_time:
             state.store_time = at
         return entry is None
 
     def values(self, part: TablePartition, key: Any, at: int) -> list[bytes]:
-        window_key_ = (key, at)
-        packed = part.get(window_key_, self.table.locate(window_key_)[0])
-        return [] if packed is MISSING else unpack(packed)
+        packed = self._packed(part, (key, at))
+        return unpack(packed) if packed else []
+
+    def _packed(self, part: TablePartition, window_key_: tuple[Any, int]) -> bytes:
+        """The stored value of a key's records at a time (b"" if none): the buffer's if written since the
+        last checkpoint, else the store's (located only then: most reads are of recent records)."""
+        packed = part.cached(window_key_)
+        if packed is MISSING:
+            packed = part.stored(self.table.locate(window_key_)[0])
+        return b"" if packed is MISSING or packed is DELETED else cast("bytes", packed)
 
     def remove(self, part: TablePartition, state: KeyedWindowState, key: Any, at: int) -> None:
         times = state.windows[key]
