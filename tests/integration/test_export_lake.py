@@ -2,7 +2,8 @@
 running worker exports every table of its app again and again while events flow (the first export full, then
 one MERGE of what changed each time, deleted keys and expired windows included); two workers export their
 own partitions on a schedule while one is SIGKILLed. Every version, read by time travel, equals the table's
-changelog up to the offsets that version records."""
+changelog up to the offsets that version records; an export after the changelog lost records since the last
+one is full, and exact."""
 
 from __future__ import annotations
 
@@ -125,9 +126,8 @@ async def test_lake_versions_exported_while_writing_equal_the_changelog_at_their
             await writer.stop()
         settings = worker.settings
     assert [v["counts"].commit.mode for v in versions] == ["full"] + ["incremental"] * 3
-    if kind == "delta":  # (an Iceberg export replaces whole keys, and counts no deletes)
-        assert sum(v["counts"].deleted for v in versions[1:]) > 0  # dropped words
-        assert sum(v["per-minute"].deleted for v in versions[1:]) > 0  # expired windows
+    assert sum(v["counts"].deleted for v in versions[1:]) > 0  # dropped words
+    assert sum(v["per-minute"].deleted for v in versions[1:]) > 0  # expired windows
     for name, windowed in (("counts", False), ("per-minute", True)):
         changelog = await read_all(kafka.bootstrap, f"{app_id}-{name}-changelog")
         if kind == "delta":
@@ -232,3 +232,51 @@ async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_ver
         newest = history[0][0]  # in Spark too: every partition, at the changelog's end
         assert spark_state(spark, lake / name, newest, windowed) == changelog_state(
             changelog, position_at(history, newest), windowed)
+
+
+async def test_an_export_after_the_changelog_lost_records_since_the_last_one_is_full_and_exact(
+        kafka, tmp_path) -> None:
+    """The records between two exports deleted from the changelog (retention; here DeleteRecords on a topic
+    made compact,delete for the test): the changes since the last export can no longer be read, so the
+    next export is a full one, and its rows are the table's, exactly."""
+    from aiokafka import TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    app_id, topic = unique("lake-gone"), unique("hits")
+    await create_topics(kafka.bootstrap, [topic])
+    app = make_app(app_id, topic)
+    counts = app.tables["counts"]
+    lake = tmp_path / "lake"
+    changelog = f"{app_id}-counts-changelog"
+    writer = Writer(kafka.bootstrap, topic)
+    async with testing.running(app, broker=kafka.url, store="rocksdb://", data_dir=tmp_path / "data",
+                               commit_interval=0.2):
+        await testing.eventually(lambda: len(counts.active) == 4, 60)
+        writer.start()
+        try:
+            await testing.eventually(lambda: writer.sent > 1500, 60)
+            first = await export.export_table(counts, f"delta:{lake}")
+            await testing.eventually(lambda: writer.sent > 3000, 60)
+        finally:
+            await writer.stop()
+        await committed_to_end(kafka.bootstrap, app_id, topic, 4)  # every event processed
+        expected = dict(counts.items())
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+        await admin.start()
+        try:
+            await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, changelog,
+                                                      configs={"cleanup.policy": "compact,delete"})])
+            ends = {n: max(r.offset for r in await read_all(kafka.bootstrap, changelog) if r.partition == n)
+                    for n in range(4)}
+            await admin.delete_records({TopicPartition(changelog, n): RecordsToDelete(end)
+                                        for n, end in ends.items()})
+        finally:
+            await admin.close()
+        second = await export.export_table(counts, f"delta:{lake}")
+    assert isinstance(first, export.LakeExport)
+    assert isinstance(second, export.LakeExport)
+    assert (first.commit.mode, second.commit.mode) == ("full", "full")
+    assert len(expected) > 20
+    assert expected == {k: v for rows in partition_rows(lake, second.version, False).values()
+                        for k, v in rows.items()}
