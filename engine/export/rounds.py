@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.export.columns import CHUNK, TableColumns
+from engine.export.columns import CHUNK, ExportError, TableColumns
 from engine.export.delta import DeltaTarget
 from engine.export.lake import (
     ChangelogGone,
@@ -137,8 +137,11 @@ async def stage(snapshot: TableSnapshot, target: Target, settings: Settings, inp
             base = None
     position = lake_position(history)
     numbers = [number for number in sorted(snapshot.views) if number not in plan.ahead]
-    await asyncio.to_thread(_write_stages, snapshot, columns, _directory(target, round_), round_, numbers,
-                            base, position, changed, inputs)
+    try:
+        await asyncio.to_thread(_write_stages, snapshot, columns, _directory(target, round_), round_, numbers,
+                                base, position, changed, inputs)
+    except FileNotFoundError as exc:  # the committer closed the round meanwhile (it gave up waiting)
+        raise ExportError(f"{target}: round {round_} was closed while this worker staged it ({exc})") from exc
     return columns
 
 
