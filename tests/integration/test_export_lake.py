@@ -1,9 +1,9 @@
 """Delta Lake exports on a real broker, read back by Spark (Delta's own Spark connector) and by delta-rs: a
 running worker exports every table of its app again and again while events flow (the first export full, then
 one MERGE of what changed each time, deleted keys and expired windows included); two workers export on a
-schedule, one version a round holding both workers' partitions, while one is SIGKILLed. Every version, read by time travel, equals the table's
-changelog up to the offsets that version records; an export after the changelog lost records since the last
-one is full, and exact."""
+schedule, one version a round holding both workers' partitions, while one is SIGKILLed. Every version, read
+by time travel, equals the table's changelog up to the offsets that version records; an export after the
+changelog lost records since the last one is full, and exact."""
 
 from __future__ import annotations
 
