@@ -69,7 +69,7 @@ async def engine_count(bootstrap: str, source: str, count: int) -> tuple[float, 
     @app.agent(events)
     async def count_users(stream):
         nonlocal seen
-        async for key, value in stream.items():
+        async for key, _value in stream.items():  # (decoded as the raw loop's are)
             if not first:
                 first.extend((time.perf_counter(), time.process_time()))
             counts[key] += 1  # the key is the value's user (preload keys by user; checked at the end)

@@ -85,6 +85,10 @@ def _right_sized(encoded: bytes) -> bytes:
     return b"".join((encoded, b""))
 
 
+# Types a JSON value decodes to as it is: a batch of them is checked in one pass, not decoded one call each.
+_JSON_TYPES: frozenset[type] = frozenset({int, float, str, list, bool})
+
+
 class JsonCodec:
     """JSON through orjson, optionally into a declared type."""
 
@@ -126,13 +130,17 @@ class JsonCodec:
 
     def decode_many(self, datas: list[bytes | None]) -> list[Any]:
         type_ = self.type
-        if type_ is not None and type_ is not dict:  # (dataclasses, numbers...: one at a time)
-            return [self.decode(data) for data in datas]
+        if type_ is not None and type_ is not dict and type_ not in _JSON_TYPES:
+            return [self.decode(data) for data in datas]  # (dataclasses...: one at a time)
         loads_ = orjson.loads
         try:
             objs = [None if data is None else loads_(data) for data in datas]
         except orjson.JSONDecodeError as exc:
             raise DecodeError(f"not valid JSON ({exc})") from exc
+        if type_ in _JSON_TYPES:  # as they came (the usual case), or one at a time: conversions, errors
+            if all(type(obj) is type_ or obj is None for obj in objs):
+                return objs
+            return [self.decode(data) for data in datas]
         if type_ is dict:
             for obj in objs:
                 if type(obj) is not dict and obj is not None:

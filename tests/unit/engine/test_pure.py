@@ -104,6 +104,21 @@ def test_json_codec_checks_plain_types():
     assert codec_for(None).decode(None) is None
 
 
+def test_a_batch_of_plain_json_values_decodes_as_each_would_alone():
+    """(decode_many checks a batch of numbers, strings or lists in one pass; what needs a conversion or
+    fails goes one at a time, with the same result and error as decode.)"""
+    assert codec_for(int).decode_many([b"1", None, b"22"]) == [1, None, 22]
+    floats = codec_for(float).decode_many([b"2.5", b"3"])
+    assert floats == [2.5, 3.0]
+    assert [type(f) for f in floats] == [float, float]
+    assert codec_for(tuple).decode_many([b"[1, 2]"]) == [(1, 2)]
+    assert codec_for(list).decode_many([b"[1, 2]", b"[]"]) == [[1, 2], []]
+    with pytest.raises(DecodeError, match="expected int, got bool"):
+        codec_for(int).decode_many([b"1", b"true"])
+    with pytest.raises(DecodeError, match="not valid JSON"):
+        codec_for(list).decode_many([b"[1]", b"{nope"])
+
+
 def test_str_and_raw_codecs():
     assert codec_for(str).encode("héllo") == "héllo".encode()
     assert codec_for(str).decode("héllo".encode()) == "héllo"
