@@ -138,7 +138,9 @@ def lake_status(target: Path | str, settings: Settings | None = None) -> list[st
     if not history:
         return [f"{where}: no version written by an engine export"]
     version, newest = history[0]
-    return [f"{where}: version {version}, {newest.mode} export from {newest.source} at {newest.created_at}",
+    round_ = "" if newest.round is None else f" (round {newest.round}: every partition at one tick)"
+    return [f"{where}: version {version}, {newest.mode} export from {newest.source} at {newest.created_at}"
+            + round_,
             *describe_position(newest, lake_position(commit for _, commit in history))]
 
 

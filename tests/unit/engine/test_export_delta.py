@@ -328,6 +328,8 @@ async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_ver
             by_partition[row["partition"]][row["key"]] = row["value"]
         offsets = {n: where.changelog_offset for n, where in found.partitions.items()}
         assert by_partition == changelog_totals(logs, offsets), version
+    status = export.lake_status(f"delta:{lake_path / 'totals'}")
+    assert status[0].endswith(f"(round {rounds[0]}: every partition at one tick)")
     staged = [int(path.parent.name) for path in (lake_path / "totals" / "_engine_rounds").glob("*/*.json")]
     assert all(r > rounds[0] for r in staged)  # a commit removes its round's stages and older ones
 
