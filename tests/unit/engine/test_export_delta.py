@@ -21,6 +21,7 @@ from engine import export, testing
 from engine.export import iceberg, lake
 from engine.export.delta import DeltaTarget
 from engine.export.iceberg import IcebergTarget
+from engine.export.sources import checkpointed
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -346,3 +347,50 @@ async def test_an_iceberg_export_of_some_partitions_to_a_data_dirs_catalog_warns
         await testing.eventually(lambda: bool(first.tasks.active) and bool(second.tasks.active), 10)
         await app.topics["ops"].send(key="k", value={"op": "add", "n": 1, "at": 1_000.0})
         await testing.eventually(lambda: "configure a catalog they share" in caplog.text, 20)
+
+
+async def test_a_round_commits_nothing_when_its_stages_are_stale_or_a_partition_moved_on(tmp_path: Path
+                                                                                           ) -> None:
+    """A round's commit checks what it was given: stages made before a later round's commit no longer
+    continue from the lake's position (committing them would move partitions back); a partition missing
+    from a round but staged for a later one will never come (its worker skipped the round): give up at once,
+    not after the wait."""
+    from engine.export import rounds
+    from engine.export.targets import parse_target
+
+    app, totals = build_app()
+    target = parse_target(f"delta:{tmp_path / 'lake'}")
+    ops = app.topics["ops"]
+
+    async def send(count: int, at: float) -> None:
+        for n in range(count):
+            await ops.send(key=f"k{n}", value={"op": "add", "n": 1, "at": at})
+        await testing.eventually(lambda: sum(totals.values()) == expected[0] + count)
+        expected[0] += count
+
+    expected = [0]
+    async with testing.running(app, store="rocksdb://", data_dir=tmp_path / "data"):
+        await send(12, 1_000.0)
+        assert (await rounds.export_round([totals], {"totals": target}, 1, 0.1))["totals"] is not None
+        await send(12, 1_001.0)
+        inputs, (snapshot,) = await checkpointed([totals])
+        with snapshot:
+            columns = await rounds.stage(snapshot, target, totals.worker_settings, inputs, 5)  # early
+        await send(12, 1_002.0)
+        assert (await rounds.export_round([totals], {"totals": target}, 4, 0.1))["totals"] is not None
+        versions = len(DeltaTarget(target.location).history())
+        assert await rounds.commit(totals, columns, target, 5, 0.1) is None  # stale: from round 1's
+        assert len(DeltaTarget(target.location).history()) == versions
+
+        inputs, (snapshot,) = await checkpointed([totals])
+        with snapshot:
+            await rounds.stage(snapshot, target, totals.worker_settings, inputs, 8)
+        (tmp_path / "lake" / rounds.STAGING / "8" / "partition-00001.json").rename(
+            tmp_path / "lake" / rounds.STAGING / "partition-00001.json")  # partition 1 "skipped" round 8
+        (tmp_path / "lake" / rounds.STAGING / "9").mkdir()
+        (tmp_path / "lake" / rounds.STAGING / "partition-00001.json").rename(
+            tmp_path / "lake" / rounds.STAGING / "9" / "partition-00001.json")  # and staged round 9
+        started = asyncio.get_running_loop().time()
+        assert await rounds.commit(totals, columns, target, 8, 30.0) is None
+        assert asyncio.get_running_loop().time() - started < 10  # not the 30 s wait
+        assert len(DeltaTarget(target.location).history()) == versions
