@@ -18,6 +18,7 @@ import itertools
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from engine.export.columns import KEY, PARTITION, ExportError
 from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
@@ -119,17 +120,24 @@ class IcebergTarget:
         return self._commit(table, which, schema, batches, commit)
 
     def replace_keys(self, schema: pa.Schema, keys: list[Any], batches: Iterator[pa.RecordBatch],
-                     commit: LakeCommit) -> int:
-        """Delete every row of `keys` (values of the key column) and append `batches`, in one commit."""
+                     commit: LakeCommit, partitions: Collection[int] = ()) -> int:
+        """Delete every row of `keys` (values of the key column) and of `partitions`, and append `batches`,
+        in one commit."""
         table = self._table()
         if table is None:
             raise ExportError(f"iceberg:{self.location} does not exist; an incremental export needs it")
-        return self._commit(table, keys, schema, batches, commit)
+        return self._commit(table, (keys, sorted(partitions)), schema, batches, commit)
+
+    def local_location(self, schema: pa.Schema) -> Path | None:
+        """The directory of the table's files (created, empty, if it does not exist), or None if it is not
+        on this machine's file system (an object store)."""
+        location = urlparse((self._table() or self._create(schema)).location())
+        return Path(location.path) if location.scheme in ("", "file") else None
 
     def _commit(self, table: Any, delete: Any, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
                 commit: LakeCommit) -> int:
-        """Delete the rows `delete` matches (a pyiceberg expression, or a list of key values), then append
-        `batches`, as one catalog commit whose last snapshot carries `commit`. The rows are appended
+        """Delete the rows `delete` matches (a pyiceberg expression, or (key values, partitions)), then
+        append `batches`, as one catalog commit whose last snapshot carries `commit`. The rows are appended
         APPEND_ROWS at a time (an append gathers its rows before it writes them; given a stream, pyiceberg
         still reads all of it ahead of its writers): memory stays bounded, and the snapshots before the last
         carry no metadata, so no version is reported half-appended."""
@@ -137,12 +145,14 @@ class IcebergTarget:
         exceptions = require("pyiceberg.exceptions", "Iceberg export")
         expressions = require("pyiceberg.expressions", "Iceberg export")
         metadata = {METADATA_KEY: commit.to_json()}
-        rewritten: list[Any] = []  # data files read again without the rows of `delete` (a list of keys)
+        rewritten: list[Any] = []  # data files read again without the rows of `delete` (keys, partitions)
         try:
             with table.transaction() as transaction, warnings.catch_warnings():
-                if isinstance(delete, list):
-                    keys = pa.array(delete, schema.field(KEY).type)
-                    batches = itertools.chain(_without_keys(table, keys, schema, rewritten), batches)
+                if isinstance(delete, tuple):
+                    keys = pa.array(delete[0], schema.field(KEY).type)
+                    partitions = pa.array(delete[1], schema.field(PARTITION).type)
+                    batches = itertools.chain(_without_keys(table, keys, partitions, schema, rewritten),
+                                              batches)
                 elif not isinstance(delete, expressions.AlwaysFalse):
                     # (pyiceberg warns of a delete that matched nothing: a new table's)
                     warnings.filterwarnings("ignore", "Delete operation did not match any records")
@@ -163,9 +173,10 @@ class IcebergTarget:
         return version_of(self.history(), commit, f"iceberg:{self.location}")
 
 
-def _without_keys(table: Any, keys: pa.Array, schema: pa.Schema,
+def _without_keys(table: Any, keys: pa.Array, partitions: pa.Array, schema: pa.Schema,
                   rewritten: list[Any]) -> Iterator[pa.RecordBatch]:
-    """The rows of each data file of `table` that holds a row of `keys`, without those rows; each such file
+    """The rows of each data file of `table` that holds a row of `keys` (or of `partitions`, replaced whole),
+    without those rows; each such file
     is added to `rewritten` once read (for the commit to remove it). A copy-on-write delete, done here and
     not by pyiceberg's `delete(In(key, keys))`, which binds its filter's literals one at a time, several
     times over (most of an incremental export's time for many keys): here a row's test is one lookup in an
@@ -179,6 +190,8 @@ def _without_keys(table: Any, keys: pa.Array, schema: pa.Schema,
         # call builds the set of `keys` anew.
         rows = scan.to_table([task])
         deleted = compute.is_in(rows.column(KEY), value_set=keys)
+        if len(partitions):
+            deleted = compute.or_(deleted, compute.is_in(rows.column(PARTITION), value_set=partitions))
         if compute.any(deleted).as_py():
             rewritten.append(task.file)
             yield from rows.filter(compute.invert(deleted)).select(schema.names).cast(schema).to_batches()

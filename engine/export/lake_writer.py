@@ -260,31 +260,52 @@ def _merge(snapshot: TableSnapshot, target: Target, lake: DeltaTarget, columns: 
     return LakeExport(str(target), version, commit, changes.upserted, changes.deleted)
 
 
+class TouchedKeys:
+    """What a lake without MERGE (Iceberg) replaces for the keys `changed` in a snapshot: each key whole, its
+    rows as of the snapshot (a windowed table's key with all its windows) after all its old ones deleted."""
+
+    def __init__(self, snapshot: TableSnapshot, columns: TableColumns, changed: Mapping[int, set[bytes]]
+                 ) -> None:
+        self.snapshot, self.columns, self.changed = snapshot, columns, changed
+        self.windowed = columns.window is not None
+        self.touched = {number: sorted({window_inner_key(key) if self.windowed else key for key in keys})
+                        for number, keys in sorted(changed.items())}
+        self.deleted = 0  # changed rows the snapshot no longer has (as a Delta MERGE counts them): once read
+
+    def key_values(self, number: int) -> list[Any]:
+        """Partition `number`'s touched keys, as values of the key column."""
+        keys = self.touched[number]
+        return self.columns.key_values(keys) if keys else []
+
+    def batches(self, number: int) -> Iterator[pa.RecordBatch]:
+        """Partition `number`'s rows of its touched keys."""
+        pairs = _rows_of(self.snapshot.views[number], self.touched[number], self.windowed)
+        found: set[bytes] = set()  # the changed rows (keys, or windows) the snapshot still has
+        while chunk := list(islice(pairs, CHUNK)):
+            found.update(key for key, _ in chunk)
+            yield self.columns.batch([k for k, _ in chunk], [v for _, v in chunk], number)
+        self.deleted += len(self.changed[number] - found)
+
+
 def _replace_keys(snapshot: TableSnapshot, target: Target, lake: IcebergTarget, columns: TableColumns,
                   changed: dict[int, set[bytes]], inputs: Mapping[TP, int],
                   progress: Callable[[int, int], None] | None) -> LakeExport:
-    windowed = columns.window is not None
-    touched = {number: sorted({window_inner_key(key) if windowed else key for key in keys})
-               for number, keys in sorted(changed.items())}
-    values = [value for keys in touched.values() if keys for value in columns.key_values(keys)]
+    touched = TouchedKeys(snapshot, columns, changed)
+    values = [value for number in touched.touched for value in touched.key_values(number)]
     commit = new_commit(snapshot, "incremental", inputs, changed)
-    rows = deleted = 0
+    rows = 0
 
     def batches() -> Iterator[pa.RecordBatch]:
-        nonlocal rows, deleted
-        for number, keys in touched.items():
-            pairs = _rows_of(snapshot.views[number], keys, windowed)
-            found: set[bytes] = set()  # the changed rows (keys, or windows) the snapshot still has
-            while chunk := list(islice(pairs, CHUNK)):
-                rows += len(chunk)
-                found.update(key for key, _ in chunk)
+        nonlocal rows
+        for number in touched.touched:
+            for batch in touched.batches(number):
+                rows += batch.num_rows
                 if progress is not None:
                     progress(rows, max(rows, len(values)))
-                yield columns.batch([k for k, _ in chunk], [v for _, v in chunk], number)
-            deleted += len(changed[number] - found)  # as a Delta MERGE counts them
+                yield batch
 
     version = lake.replace_keys(columns.final_schema(), values, batches(), commit)
-    return LakeExport(str(target), version, commit, rows, deleted)
+    return LakeExport(str(target), version, commit, rows, touched.deleted)
 
 
 def _rows_of(view: StoreView, keys: list[bytes], windowed: bool) -> Iterator[tuple[bytes, bytes]]:
