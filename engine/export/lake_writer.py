@@ -112,6 +112,15 @@ def lake_table(target: Target, settings: Settings | None) -> DeltaTarget | Icebe
     return IcebergTarget(target.location, settings)
 
 
+def warn_if_unshared(lake: DeltaTarget | IcebergTarget, snapshot: TableSnapshot, target: Target) -> None:
+    """Say so when a worker exports some of a table's partitions to the default Iceberg catalog, which is in
+    its own data dir: the other workers' partitions go to their own data dirs' tables."""
+    if isinstance(lake, IcebergTarget) and lake.in_data_dir and len(snapshot.views) < snapshot.partitions:
+        log.warning("%s is in the default catalog of this worker's data dir: the partitions other workers "
+                    "own go to their own data dirs' tables; configure a catalog they share (REST, Glue, "
+                    "SQL...: engine.export.iceberg)", target)
+
+
 def _unchanged(target: Target, versions: list[tuple[int, LakeCommit]]) -> LakeExport:
     """What an export that had nothing to write reports: the table's newest version."""
     version, newest = versions[0]
@@ -126,10 +135,7 @@ async def write_lake(snapshot: TableSnapshot, target: Target, settings: Settings
     `settings.broker`). Another writer's commit in between (a worker exporting its own partitions) makes it
     plan again on the newer version."""
     lake = lake_table(target, settings)
-    if isinstance(lake, IcebergTarget) and lake.in_data_dir and len(snapshot.views) < snapshot.partitions:
-        log.warning("%s is in the default catalog of this worker's data dir: the partitions other workers "
-                    "own go to their own data dirs' tables; configure a catalog they share (REST, Glue, "
-                    "SQL...: engine.export.iceberg)", target)
+    warn_if_unshared(lake, snapshot, target)
     columns = TableColumns(snapshot.table, partition_column=True)
     columns.infer(list(snapshot.views.values()))
     for attempt in range(1, CONFLICT_RETRIES + 1):

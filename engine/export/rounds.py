@@ -1,16 +1,20 @@
-"""Export rounds: `app.export` to a Delta table from several workers, one version per round holding every
+"""Export rounds: `app.export` to a lake table from several workers, one version per round holding every
 partition at that round.
 
 Every worker's export timer ticks at the same wall-clock times (the multiples of `every`); a tick is a
 round, numbered by its time. In round r each worker runs a checkpoint and stages, beside the lake table
-(under STAGING, which Delta readers ignore), its partitions' part of the version: per partition a Parquet
-file of the rows to write (the MERGE's, flagged DELETED or not) and a manifest, the Stage, saying what the
-rows continue from (the lake's position of that partition, or nothing for a full copy) and where they bring
-it (changelog offset, input offsets). The manifest is written last: it is the stage's commit point.
+(under STAGING, which Delta readers ignore; in an Iceberg table's own directory, which its metadata does
+not list), its partitions' part of the version: per partition a Parquet file of the rows to write (Delta:
+the MERGE's, flagged DELETED or not; Iceberg: the changed keys' rows, each key replaced whole, and a file of
+those keys) and a manifest, the Stage, saying what the rows continue from (the lake's position of that
+partition, or nothing for a full copy) and where they bring it (changelog offset, input offsets). The
+manifest is written last: it is the stage's commit point. An Iceberg table whose files are not on this
+machine's file system (an object store) gets no stages: each worker commits its partitions as a version.
 
 The worker that staged partition 0 then waits for every partition's manifest of round r and commits them
-as one version: one MERGE (upserts, deletes, and for partitions copied in full the rows they no longer
-have), whose LakeCommit records every partition and the round. A round that misses a partition within its
+as one version (Delta: one MERGE, deleting too the rows that partitions copied in full no longer have;
+Iceberg: one catalog commit replacing the changed keys and the partitions copied in full), whose
+LakeCommit records every partition and the round. A round that misses a partition within its
 wait (a worker died, partitions were moving) or whose stages no longer continue from the lake's position
 (an earlier round committed after they were staged) commits nothing; the next round continues from the
 last version. So every version holds all partitions at one round, and none is half-written: a version is
@@ -29,8 +33,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.export.columns import CHUNK, ExportError, TableColumns
+from engine.export.columns import CHUNK, KEY, ExportError, TableColumns
 from engine.export.delta import DeltaTarget
+from engine.export.iceberg import IcebergTarget
 from engine.export.lake import (
     ChangelogGone,
     LakeCommit,
@@ -42,7 +47,15 @@ from engine.export.lake import (
     new_commit,
     plan_export,
 )
-from engine.export.lake_writer import Changes, flag, flagged_schema
+from engine.export.lake_writer import (
+    Changes,
+    TouchedKeys,
+    flag,
+    flagged_schema,
+    lake_table,
+    warn_if_unshared,
+    write_lake,
+)
 from engine.export.optional import require
 from engine.export.sources import checkpointed
 
@@ -95,34 +108,42 @@ def round_of(moment: float, every: float) -> int:
 
 async def export_round(tables: list[BaseTable], targets: Mapping[str, Target], round_: int, wait: float
                        ) -> dict[str, LakeExport | None]:
-    """Round `round_` of this worker for `tables` (each to its Delta table in `targets`): a checkpoint, the
+    """Round `round_` of this worker for `tables` (each to its lake table in `targets`): a checkpoint, the
     stages of its partitions, and, for each table whose partition 0 it staged, the round's commit (its
     LakeExport, or None when the round committed nothing)."""
     inputs, snapshots = await checkpointed(tables)
+    results: dict[str, LakeExport | None] = {}
     try:
-        committing: list[tuple[TableSnapshot, TableColumns]] = []
+        committing: list[tuple[BaseTable, TableColumns, Path]] = []
         for snapshot in snapshots:
-            columns = await stage(snapshot, targets[snapshot.table.name], snapshot.table.worker_settings,
-                                  inputs, round_)
-            if 0 in snapshot.views:
-                committing.append((snapshot, columns))
+            table, target = snapshot.table, targets[snapshot.table.name]
+            staged = await stage(snapshot, target, table.worker_settings, inputs, round_)
+            if staged is None:  # no stages for this lake table: this worker's partitions, a version
+                results[table.name] = await write_lake(snapshot, target, table.worker_settings, inputs)
+            elif 0 in snapshot.views:
+                committing.append((table, *staged))
     finally:
         for snapshot in snapshots:
             snapshot.close()
-    results: dict[str, LakeExport | None] = {}
-    for snapshot, columns in committing:
-        table = snapshot.table
-        results[table.name] = await commit(table, columns, targets[table.name], round_, max(wait, MIN_WAIT))
+    for table, columns, root in committing:
+        results[table.name] = await commit(table, columns, targets[table.name], root, round_,
+                                           max(wait, MIN_WAIT))
     return results
 
 
 async def stage(snapshot: TableSnapshot, target: Target, settings: Settings, inputs: Mapping[TP, int],
-                round_: int) -> TableColumns:
+                round_: int) -> tuple[TableColumns, Path] | None:
     """Stage the snapshot's partitions for round `round_` (engine.export.lake.plan_export decides between a
-    full copy and the changes since the lake's position); returns the columns they were written with."""
+    full copy and the changes since the lake's position); returns the columns they were written with and
+    the staging directory, or None if the lake table keeps none (an Iceberg table on an object store)."""
     columns = TableColumns(snapshot.table, partition_column=True)
     columns.infer(list(snapshot.views.values()))
-    history = [found for _, found in await asyncio.to_thread(DeltaTarget(target.location).history)]
+    lake = lake_table(target, settings)
+    warn_if_unshared(lake, snapshot, target)
+    root = await asyncio.to_thread(_staging_root, lake, columns)
+    if root is None:
+        return None
+    history = [found for _, found in await asyncio.to_thread(lake.history)]
     plan = plan_export(snapshot, history)
     if plan.ahead:
         log.warning("%s: round %d leaves out partitions %s: the lake holds them at newer changelog offsets "
@@ -138,72 +159,87 @@ async def stage(snapshot: TableSnapshot, target: Target, settings: Settings, inp
     position = lake_position(history)
     numbers = [number for number in sorted(snapshot.views) if number not in plan.ahead]
     try:
-        await asyncio.to_thread(_write_stages, snapshot, columns, _directory(target, round_), round_, numbers,
-                                base, position, changed, inputs)
+        await asyncio.to_thread(_write_stages, snapshot, columns, root / str(round_), round_, numbers, base,
+                                position, changed, inputs, isinstance(lake, IcebergTarget))
     except FileNotFoundError as exc:  # the committer closed the round meanwhile (it gave up waiting)
         raise ExportError(f"{target}: round {round_} was closed while this worker staged it ({exc})") from exc
-    return columns
+    return columns, root
+
+
+def _staging_root(lake: DeltaTarget | IcebergTarget, columns: TableColumns) -> Path | None:
+    if isinstance(lake, DeltaTarget):
+        return Path(lake.location) / STAGING
+    location = lake.local_location(columns.final_schema())
+    return None if location is None else location / STAGING
 
 
 def _write_stages(snapshot: TableSnapshot, columns: TableColumns, directory: Path, round_: int,
                   numbers: list[int], base: dict[int, int | None] | None,
                   position: Mapping[int, PartitionPosition], changed: dict[int, set[bytes]],
-                  inputs: Mapping[TP, int]) -> None:
-    parquet = require("pyarrow.parquet", "lake export")
+                  inputs: Mapping[TP, int], whole_keys: bool) -> None:
+    """(`whole_keys`: stage a changed key with all its rows and a file of the keys, for a lake without MERGE,
+    instead of the MERGE's flagged rows.)"""
+    arrow, parquet = require("pyarrow", "lake export"), require("pyarrow.parquet", "lake export")
     directory.mkdir(parents=True, exist_ok=True)
-    changes = Changes(snapshot, columns, changed)
-    schema = flagged_schema(columns)
+    changes = TouchedKeys(snapshot, columns, changed) if whole_keys else Changes(snapshot, columns, changed)
+    schema = columns.final_schema() if whole_keys else flagged_schema(columns)
     for number in numbers:
         batches: Iterator[pa.RecordBatch] | None
         if base is None:
             mode, since = FULL, None
-            batches = (flag(batch, False, columns)
-                       for batch in columns.batches(snapshot.views[number], partition=number))
+            rows = columns.batches(snapshot.views[number], partition=number)
+            batches = rows if whole_keys else (flag(batch, False, columns) for batch in rows)
         elif number in base:
             mode, since, batches = INCREMENTAL, base[number], changes.batches(number)
         else:  # the lake holds the partition at the snapshot's offset already
             mode, since, batches = UNCHANGED, position[number].changelog_offset, None
-        rows = deleted = 0
+        written = deleted = 0
         if batches is not None:
             with parquet.ParquetWriter(_data(directory, number, ".tmp"), schema) as writer:
                 for batch in batches:
                     writer.write_batch(batch)
-                    rows += batch.num_rows
-                    deleted += batch.column(len(schema) - 1).true_count
+                    written += batch.num_rows
+                    if not whole_keys:
+                        deleted += batch.column(len(schema) - 1).true_count
+            if isinstance(changes, TouchedKeys):
+                deleted, changes.deleted = changes.deleted, 0
+                if mode == INCREMENTAL:
+                    keys = arrow.table({KEY: arrow.array(changes.key_values(number), schema.field(KEY).type)})
+                    parquet.write_table(keys, _keys(directory, number))
             os.replace(_data(directory, number, ".tmp"), _data(directory, number))
         where = new_commit(snapshot, mode, inputs, [number]).partitions[number]
-        staged = Stage(round_, number, mode, since, where, rows - deleted, deleted)
+        staged = Stage(round_, number, mode, since, where, written - (0 if whole_keys else deleted), deleted)
         manifest = _manifest(directory, number)
         manifest.with_suffix(".tmp").write_text(staged.to_json())
         os.replace(manifest.with_suffix(".tmp"), manifest)  # the stage's commit point
 
 
-async def commit(table: BaseTable, columns: TableColumns, target: Target, round_: int, wait: float
-                 ) -> LakeExport | None:
+async def commit(table: BaseTable, columns: TableColumns, target: Target, root: Path, round_: int,
+                 wait: float) -> LakeExport | None:
     """Round `round_`'s version of `table`, once every partition's stage is there (None if one is missing
     after `wait` seconds, or the stages do not continue from the lake's position)."""
-    directory = _directory(target, round_)
+    directory = root / str(round_)
     deadline = time.monotonic() + wait
     while len(stages := _stages(directory, table.partition_count)) < table.partition_count:
         missing = set(range(table.partition_count)) - set(stages)
-        if time.monotonic() > deadline or _moved_on(target, round_, missing):
+        if time.monotonic() > deadline or _moved_on(root, round_, missing):
             log.info("%s: round %d missed partitions %s; nothing committed (the next round continues from "
                      "the last version)", target, round_, sorted(missing))
-            _clean(target, round_)
+            _clean(root, round_)
             return None
         await asyncio.sleep(POLL)  # waiting for other workers' files
     try:
-        return await asyncio.to_thread(_commit, table, columns, target, round_, stages)
+        return await asyncio.to_thread(_commit, table, columns, target, directory, round_, stages)
     except LakeConflict as exc:  # another worker committed this round (partition 0 moved meanwhile)
         log.info("%s: round %d: %s; nothing committed", target, round_, exc)
         return None
     finally:
-        _clean(target, round_)
+        _clean(root, round_)
 
 
-def _commit(table: BaseTable, columns: TableColumns, target: Target, round_: int,
+def _commit(table: BaseTable, columns: TableColumns, target: Target, directory: Path, round_: int,
             stages: dict[int, Stage]) -> LakeExport | None:
-    lake = DeltaTarget(target.location)
+    lake = lake_table(target, table.worker_settings)
     history = [found for _, found in lake.history()]
     same = bool(history) and (history[0].app, history[0].table, history[0].changelog_topic) == (
         table.app_id, table.name, table.changelog_topic.name)
@@ -222,10 +258,11 @@ def _commit(table: BaseTable, columns: TableColumns, target: Target, round_: int
     commit_ = LakeCommit(table.app_id, table.name, table.changelog_topic.name, "worker",
                          FULL if modes == {FULL} else INCREMENTAL, table.partition_count,
                          {number: staged.position for number, staged in sorted(stages.items())}, round=round_)
-    schema, directory = flagged_schema(columns), _directory(target, round_)
+    merging = isinstance(lake, DeltaTarget)
+    schema = flagged_schema(columns) if merging else columns.final_schema()
+    parquet = require("pyarrow.parquet", "lake export")
 
     def staged_rows() -> Iterator[pa.RecordBatch]:
-        parquet = require("pyarrow.parquet", "lake export")
         for number, staged in sorted(stages.items()):
             if staged.mode != UNCHANGED:
                 for batch in parquet.ParquetFile(_data(directory, number)).iter_batches(CHUNK):
@@ -233,22 +270,26 @@ def _commit(table: BaseTable, columns: TableColumns, target: Target, round_: int
 
     rows = sum(staged.rows for staged in stages.values())
     deleted = sum(staged.deleted for staged in stages.values())
+    full = [number for number, staged in stages.items() if staged.mode == FULL]
     if not same or modes == {FULL}:  # the whole table, copied in full
         final = columns.final_schema()
         version = lake.overwrite(final, (batch.select(final.names) for batch in staged_rows()), None,
                                  commit_)
+    elif isinstance(lake, DeltaTarget):
+        version = lake.merge(schema, staged_rows(), columns.key_names(), commit_, replace=full)
     else:
-        version = lake.merge(schema, staged_rows(), columns.key_names(), commit_,
-                             replace=[number for number, staged in stages.items() if staged.mode == FULL])
+        keys = [key for number, staged in sorted(stages.items()) if staged.mode == INCREMENTAL
+                for key in parquet.read_table(_keys(directory, number)).column(KEY).to_pylist()]
+        version = lake.replace_keys(schema, keys, staged_rows(), commit_, partitions=full)
     return LakeExport(str(target), version, commit_, rows, deleted)
-
-
-def _directory(target: Target, round_: int) -> Path:
-    return Path(target.location) / STAGING / str(round_)
 
 
 def _data(directory: Path, number: int, suffix: str = "") -> Path:
     return directory / f"partition-{number:05d}.parquet{suffix}"
+
+
+def _keys(directory: Path, number: int) -> Path:
+    return directory / f"partition-{number:05d}.keys.parquet"
 
 
 def _manifest(directory: Path, number: int) -> Path:
@@ -265,22 +306,21 @@ def _stages(directory: Path, count: int) -> dict[int, Stage]:
     return found
 
 
-def _rounds(target: Target) -> list[int]:
+def _rounds(root: Path) -> list[int]:
     """The rounds with a staging directory."""
-    root = Path(target.location) / STAGING
     return [int(entry.name) for entry in (root.iterdir() if root.is_dir() else ())
             if entry.name.lstrip("-").isdigit()]
 
 
-def _moved_on(target: Target, round_: int, missing: set[int]) -> bool:
+def _moved_on(root: Path, round_: int, missing: set[int]) -> bool:
     """Whether a partition missing from round `round_` is staged for a later round already: its worker
     skipped this round (its previous one outlasted the period), so this round can no longer complete."""
-    return any(_manifest(_directory(target, later), number).exists()
-               for later in _rounds(target) if later > round_ for number in missing)
+    return any(_manifest(root / str(later), number).exists()
+               for later in _rounds(root) if later > round_ for number in missing)
 
 
-def _clean(target: Target, round_: int) -> None:
+def _clean(root: Path, round_: int) -> None:
     """Remove the stages of this round and of every earlier one (rounds that never completed)."""
-    for found in _rounds(target):
+    for found in _rounds(root):
         if found <= round_:
-            shutil.rmtree(_directory(target, found), ignore_errors=True)
+            shutil.rmtree(root / str(found), ignore_errors=True)

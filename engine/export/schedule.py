@@ -1,7 +1,7 @@
 """Exports run by every worker on a schedule (`app.export(..., every=)`): the body of a timer that ticks at
 the same wall-clock times on every worker, exports what this worker owns, and never stops the worker for a
-failed round. To a Delta table, each tick is a round that commits every partition as one version
-(engine.export.rounds); to an Iceberg table, each worker commits its own partitions as a version."""
+failed round. Each tick is a round that commits every partition as one version (engine.export.rounds; an
+Iceberg table on an object store: each worker's partitions, a version of their own)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from engine.clock import wall_time
 from engine.errors import ConfigError, EngineError
-from engine.export.targets import DELTA, parse_target
+from engine.export.targets import parse_target
 from engine.tables.windowed import EventTimeTable
 
 if TYPE_CHECKING:
@@ -28,8 +28,7 @@ def scheduled_export(app: App, what: BaseTable | EventTimeTable | str, target: s
                      ) -> tuple[Callable[[], Awaitable[None]], str]:
     """The timer body exporting `what` (a table, or ALL) to `target` every `every` seconds, and the timer's
     name."""
-    from engine import export  # (import cycle: engine.export imports the tables)
-    from engine.export.rounds import export_round, round_of
+    from engine.export.rounds import export_round, round_of  # (import cycle: the export imports the tables)
 
     where = parse_target(target)  # a bad target fails at declaration, not at the first round
     if not where.is_lake:
@@ -48,13 +47,8 @@ def scheduled_export(app: App, what: BaseTable | EventTimeTable | str, target: s
         if not tables:
             return
         try:
-            if where.kind == DELTA:
-                targets = {t.name: where if table is not None else where.child(t.name) for t in tables}
-                await export_round(tables, targets, round_, every)
-            elif table is None:
-                await export.export_app(app, where)
-            else:
-                await export.export_table(table, where)
+            targets = {t.name: where if table is not None else where.child(t.name) for t in tables}
+            await export_round(tables, targets, round_, every)
         except EngineError as exc:  # the next round starts from what the target holds: it catches up
             log.warning("scheduled export to %s failed: %s; the next round catches up", where, exc)
 

@@ -10,7 +10,8 @@ import asyncio
 import json
 import random
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -22,9 +23,6 @@ from engine.export import iceberg, lake
 from engine.export.delta import DeltaTarget
 from engine.export.iceberg import IcebergTarget
 from engine.export.sources import checkpointed
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 SIZE, EXPIRES = 10, 30  # the windowed table's, in seconds
 
@@ -289,13 +287,59 @@ def changelog_totals(logs: list[Any], upto: dict[int, int | None]) -> dict[int, 
     return state
 
 
-async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_version(tmp_path: Path) -> None:
-    """`app.export` to Delta from two workers: each tick stages both workers' partitions, the worker with
-    partition 0 commits them together. Every version records all four partitions at one round, and holds
-    for each exactly its changelog up to the recorded offset; the last one equals the events' outcome."""
+class SharedLake:
+    """A lake table both workers of a test write: a Delta path, or an Iceberg table in a SQL catalog both
+    see (configured as a user would, by environment; pyiceberg reads it once, at import)."""
+
+    def __init__(self, kind: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.kind, self.root = kind, root
+        if kind == "iceberg":
+            from pyiceberg import catalog
+            from pyiceberg.utils.config import Config
+
+            monkeypatch.setenv("PYICEBERG_CATALOG__SHARED__URI", f"sqlite:///{root / 'catalog.db'}")
+            (root / "warehouse").mkdir(parents=True)
+            monkeypatch.setenv("PYICEBERG_CATALOG__SHARED__WAREHOUSE", (root / "warehouse").as_uri())
+            monkeypatch.setattr(catalog, "_ENV_CONFIG", Config())
+
+    @property
+    def target(self) -> str:
+        return f"delta:{self.root / 'lake'}" if self.kind == "delta" else "iceberg:shared.lake"
+
+    def table(self, name: str, settings: engine.Settings) -> DeltaTarget | IcebergTarget:
+        if self.kind == "delta":
+            return DeltaTarget(str(self.root / "lake" / name))
+        return IcebergTarget(f"shared.lake.{name}", settings)
+
+    def rows(self, name: str, settings: engine.Settings, version: int | None = None) -> list[dict[str, Any]]:
+        lake = self.table(name, settings)
+        if isinstance(lake, DeltaTarget):
+            if not (Path(lake.location) / "_delta_log").is_dir():
+                return []
+            return DeltaTable(lake.location, version=version).to_pyarrow_table().to_pylist()
+        found = lake.catalog.load_table(lake.name) if lake.history() else None
+        if found is None:
+            return []
+        scan = found.scan() if version is None else found.scan(snapshot_id=version)
+        return scan.to_arrow().to_pylist()
+
+    def staging(self, name: str, settings: engine.Settings) -> Path:
+        lake = self.table(name, settings)
+        if isinstance(lake, DeltaTarget):
+            return Path(lake.location) / "_engine_rounds"
+        location = lake.catalog.load_table(lake.name).location()
+        return Path(location.removeprefix("file://")) / "_engine_rounds"
+
+
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_version(
+        tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`app.export` from two workers: each tick stages both workers' partitions, the worker with partition 0
+    commits them together. Every version records all four partitions at one round, and holds for each
+    exactly its changelog up to the recorded offset; the last one equals the events' outcome."""
     app, totals = build_app()
-    lake_path = tmp_path / "lake"
-    app.export("all", f"delta:{lake_path}", every=0.3)
+    lake = SharedLake(kind, tmp_path / "shared", monkeypatch)
+    app.export("all", lake.target, every=0.3)
     truth, rng, at = Truth(), random.Random(11), 1_000.0
     url = testing.memory_url()
     async with testing.running(app, broker=url, store="rocksdb://", data_dir=tmp_path / "a") as first, \
@@ -308,30 +352,28 @@ async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_ver
             at = batch[-1][1]["at"] + 1
             await asyncio.sleep(0.3)  # a round or so between batches: versions of several states
         await testing.eventually(lambda: dict(totals.items()) == truth.totals, 10)
+        settings = first.settings
 
         def exported() -> dict[str, int]:
-            if not (lake_path / "totals" / "_delta_log").is_dir():
-                return {}
-            rows = DeltaTable(str(lake_path / "totals")).to_pyarrow_table().to_pylist()
-            return {row["key"]: row["value"] for row in rows}
+            return {row["key"]: row["value"] for row in lake.rows("totals", settings)}
         await testing.eventually(lambda: exported() == truth.totals, 30)
         logs = testing.broker_for(url).topics[totals.changelog_topic.name]
-    history = DeltaTarget(str(lake_path / "totals")).history()
+    history = lake.table("totals", settings).history()
     assert len(history) >= 2
     rounds = [found.round for _, found in history]
     assert None not in rounds
     assert rounds == sorted(set(rounds), reverse=True)  # one version a round
     for version, found in history:
         assert sorted(found.partitions) == [0, 1, 2, 3], version
-        rows = DeltaTable(str(lake_path / "totals"), version=version).to_pyarrow_table().to_pylist()
         by_partition: dict[int, dict[str, int]] = {n: {} for n in range(4)}
-        for row in rows:
+        for row in lake.rows("totals", settings, version):
             by_partition[row["partition"]][row["key"]] = row["value"]
         offsets = {n: where.changelog_offset for n, where in found.partitions.items()}
         assert by_partition == changelog_totals(logs, offsets), version
-    status = export.lake_status(f"delta:{lake_path / 'totals'}")
+    totals_lake = lake.table("totals", settings)
+    status = export.lake_status(f"{kind}:{totals_lake.location}", settings)
     assert status[0].endswith(f"(round {rounds[0]}: every partition at one tick)")
-    staged = [int(path.parent.name) for path in (lake_path / "totals" / "_engine_rounds").glob("*/*.json")]
+    staged = [int(path.parent.name) for path in lake.staging("totals", settings).glob("*/*.json")]
     assert all(r > rounds[0] for r in staged)  # a commit removes its round's stages and older ones
 
 
@@ -375,11 +417,13 @@ async def test_a_round_commits_nothing_when_its_stages_are_stale_or_a_partition_
         await send(12, 1_001.0)
         inputs, (snapshot,) = await checkpointed([totals])
         with snapshot:
-            columns = await rounds.stage(snapshot, target, totals.worker_settings, inputs, 5)  # early
+            staged = await rounds.stage(snapshot, target, totals.worker_settings, inputs, 5)  # early
+        assert staged is not None
+        columns, root = staged
         await send(12, 1_002.0)
         assert (await rounds.export_round([totals], {"totals": target}, 4, 0.1))["totals"] is not None
         versions = len(DeltaTarget(target.location).history())
-        assert await rounds.commit(totals, columns, target, 5, 0.1) is None  # stale: from round 1's
+        assert await rounds.commit(totals, columns, target, root, 5, 0.1) is None  # stale: from round 1's
         assert len(DeltaTarget(target.location).history()) == versions
 
         inputs, (snapshot,) = await checkpointed([totals])
@@ -391,6 +435,6 @@ async def test_a_round_commits_nothing_when_its_stages_are_stale_or_a_partition_
         (tmp_path / "lake" / rounds.STAGING / "partition-00001.json").rename(
             tmp_path / "lake" / rounds.STAGING / "9" / "partition-00001.json")  # and staged round 9
         started = asyncio.get_running_loop().time()
-        assert await rounds.commit(totals, columns, target, 8, 30.0) is None
+        assert await rounds.commit(totals, columns, target, root, 8, 30.0) is None
         assert asyncio.get_running_loop().time() - started < 10  # not the 30 s wait
         assert len(DeltaTarget(target.location).history()) == versions
