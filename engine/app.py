@@ -189,10 +189,9 @@ class App:
                ) -> None:
         """Export a table (or "all": every table, from one checkpoint) to the lake table `target`
         (`delta:PATH` or `iceberg:NAMESPACE.TABLE`) at every multiple of `every` seconds on the wall clock,
-        from every worker, each exporting the partitions it owns. To Delta, each tick is a round whose
-        version holds every partition (engine.export.rounds); to Iceberg, each worker's partitions are a
-        version of their own (each version records its partitions' offsets: engine.export.lake). A failed
-        round is logged and the next one catches up."""
+        from every worker, each exporting the partitions it owns. Each tick is a round whose version holds
+        every partition (engine.export.rounds; an Iceberg table on an object store: each worker's
+        partitions, a version of their own). A failed round is logged and the next one catches up."""
         from engine.export.schedule import scheduled_export  # the export's libraries only when used
 
         interval = every if isinstance(every, timedelta) else timedelta(seconds=every)
