@@ -151,34 +151,58 @@ async def test_lake_versions_exported_while_writing_equal_the_changelog_at_their
     assert status[0].startswith(f"{counts_target}: version {version}, incremental export from worker")
 
 
-def partition_rows(path: Path, version: int, windowed: bool) -> dict[int, dict[Any, int]]:
-    """A version's rows per table partition, read with delta-rs."""
+def partition_rows(path: Path | Any, version: int, windowed: bool) -> dict[int, dict[Any, int]]:
+    """A version's rows per table partition, read with delta-rs (a path) or pyiceberg (an Iceberg table)."""
     found: dict[int, dict[Any, int]] = {}
-    for row in DeltaTable(str(path), version=version).to_pyarrow_table().to_pylist():
+    if isinstance(path, IcebergTarget):
+        rows = path.catalog.load_table(path.name).scan(snapshot_id=version).to_arrow().to_pylist()
+    else:
+        rows = DeltaTable(str(path), version=version).to_pyarrow_table().to_pylist()
+    for row in rows:
         key = (row["key"], int(row["window_start"].timestamp())) if windowed else row["key"]
         found.setdefault(row["partition"], {})[key] = row["value"]
     return found
 
 
-def position_at(history: list[tuple[int, Any]], version: int) -> dict[int, int | None]:
-    """Each partition's changelog offset as of `version`, from the commits up to it."""
-    upto = [commit for found, commit in history if found <= version]
-    return {n: where.changelog_offset for n, where in lake_position(upto).items()}
+def offsets_of(commit: Any) -> dict[int, int | None]:
+    """Each partition's changelog offset in a version (a round's records every partition)."""
+    return {n: where.changelog_offset for n, where in commit.partitions.items()}
 
 
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
 async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_version_consistent(
-        kafka, tmp_path, spark) -> None:
+        kafka, tmp_path, spark, kind, monkeypatch) -> None:
     """Both workers export every second (`app.export("all", ..., every=1)`): each round, each stages the
     partitions it owns and the owner of partition 0 commits them as one version; one worker is SIGKILLed
     while events and exports go on, its partitions move to the other. Every version of both tables records
     all four partitions at one round and, read by time travel, holds for each partition exactly the
     changelog up to the offset it records (none half-written); once the events stop the lake catches up
-    with the changelogs' ends."""
+    with the changelogs' ends. (Iceberg: in a SQL catalog both workers share, configured by environment.)"""
     app_id, topic = unique("lake-workers"), unique("hits")
     await create_topics(kafka.bootstrap, [topic])
     lake = tmp_path / "lake"
     env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_LAKE": f"delta:{lake}", "ITEST_EVERY": "1",
            **SHORT_SESSION}
+    if kind == "iceberg":
+        from pyiceberg import catalog
+        from pyiceberg.utils.config import Config
+
+        (tmp_path / "warehouse").mkdir()
+        shared = {"PYICEBERG_CATALOG__SHARED__URI": f"sqlite:///{tmp_path / 'catalog.db'}",
+                  "PYICEBERG_CATALOG__SHARED__WAREHOUSE": (tmp_path / "warehouse").as_uri()}
+        env = {**env, **shared, "ITEST_LAKE": "iceberg:shared.lake"}
+        for name, value in shared.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(catalog, "_ENV_CONFIG", Config())  # (pyiceberg reads it once, at import)
+    settings = make_app(app_id, topic).settings()
+
+    def table(name: str) -> Any:
+        return lake / name if kind == "delta" else IcebergTarget(f"shared.lake.{name}", settings)
+
+    def history(name: str) -> list[tuple[int, Any]]:
+        found = table(name)
+        return DeltaTarget(str(found)).history() if kind == "delta" else found.history()
+
     workers = [WorkerProcess("tests.integration.lake_apps:app", kafka.url,
                              {**env, "ENGINE_DATA_DIR": str(tmp_path / name)}, tmp_path / f"{name}.log")
                for name in ("first", "second")]
@@ -189,13 +213,13 @@ async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_ver
 
         async def versions_beyond(count: int) -> None:
             async def probe() -> tuple[bool, Any]:
-                found = len(await asyncio.to_thread(DeltaTarget(str(lake / "counts")).history))
+                found = len(await asyncio.to_thread(history, "counts"))
                 return found > count, found
             await until_done(probe, f"more than {count} lake versions", workers=workers)
 
         await versions_beyond(6)
         workers[1].kill()  # while events flow and exports run every second
-        killed_at = len(DeltaTarget(str(lake / "counts")).history())
+        killed_at = len(history("counts"))
         await placed_over(workers[:1], 4)
         await versions_beyond(killed_at + 6)
         await writer.stop()
@@ -204,9 +228,9 @@ async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_ver
             changelog = await read_all(kafka.bootstrap, f"{app_id}-{name}-changelog")
             ends = {p: max(r.offset for r in changelog if r.partition == p) for p in range(4)}
 
-            async def caught_up(table: str = name, last: dict[int, int] = ends) -> tuple[bool, Any]:
-                history = await asyncio.to_thread(DeltaTarget(str(lake / table)).history)
-                now = {n: w.changelog_offset for n, w in lake_position(c for _, c in history).items()}
+            async def caught_up(table_name: str = name, last: dict[int, int] = ends) -> tuple[bool, Any]:
+                found = await asyncio.to_thread(history, table_name)
+                now = {n: w.changelog_offset for n, w in lake_position(c for _, c in found).items()}
                 return now == last, now
             await until_done(caught_up, f"the {name} lake table catching up", workers=workers[:1])
     finally:
@@ -215,23 +239,25 @@ async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_ver
     assert code == 0, workers[0].output()[-3000:]
     for name, windowed in (("counts", False), ("per-minute", True)):
         changelog = await read_all(kafka.bootstrap, f"{app_id}-{name}-changelog")
-        history = DeltaTarget(str(lake / name)).history()
-        assert len(history) > 12
-        rounds = [commit.round for _, commit in history]
+        versions = history(name)
+        assert len(versions) > 12
+        rounds = [commit.round for _, commit in versions]
         assert None not in rounds
         assert rounds == sorted(set(rounds), reverse=True)  # one version a round
-        for version, commit in history:
+        for version, commit in versions:
             assert sorted(commit.partitions) == [0, 1, 2, 3], (name, version)  # every partition, one round
-            position = position_at(history, version)
-            rows = partition_rows(lake / name, version, windowed)
+            position = offsets_of(commit)
+            rows = partition_rows(table(name), version, windowed)
             for number, offset in position.items():
                 expected = changelog_state([r for r in changelog if r.partition == number], {number: offset},
                                            windowed)
                 assert rows.get(number, {}) == expected, (name, version, number)
             assert set(rows) <= set(position)  # no rows of a partition no version recorded
-        newest = history[0][0]  # in Spark too: every partition, at the changelog's end
-        assert spark_state(spark, lake / name, newest, windowed) == changelog_state(
-            changelog, position_at(history, newest), windowed)
+        newest = versions[0][0]  # in Spark too: every partition, at the changelog's end
+        source = lake / name if kind == "delta" else table(name).catalog.load_table(
+            table(name).name).metadata_location
+        assert spark_state(spark, source, newest, windowed, kind) == changelog_state(
+            changelog, offsets_of(versions[0][1]), windowed)
 
 
 async def test_an_export_after_the_changelog_lost_records_since_the_last_one_is_full_and_exact(
