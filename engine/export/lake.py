@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from engine.export.sources import TableSnapshot
     from engine.settings import Settings
+    from engine.tables.base import BaseTable
 
 LAKE_FORMAT = "engine-lake-commit/1"
 METADATA_KEY = "engine"  # the commit metadata entry that holds a LakeCommit as JSON
@@ -136,12 +137,23 @@ def new_commit(snapshot: TableSnapshot, mode: str, inputs: Mapping[TP, int],
     """The LakeCommit of an export of partitions `numbers` of `snapshot` (`inputs`: where its checkpoint's
     input partitions resume)."""
     table = snapshot.table
-    partitions = {}
-    for number in sorted(numbers):
-        resumes = {tp.topic: offset for tp, offset in inputs.items() if tp.partition == number}
-        partitions[number] = PartitionPosition(snapshot.views[number].changelog_offset(), resumes)
+    partitions = {number: partition_position(snapshot, inputs, number) for number in sorted(numbers)}
     return LakeCommit(table.app_id, table.name, table.changelog_topic.name, snapshot.origin, mode,
                       snapshot.partitions, partitions)
+
+
+def partition_position(snapshot: TableSnapshot, inputs: Mapping[TP, int], number: int) -> PartitionPosition:
+    """Where partition `number` of `snapshot` is: its changelog offset and its input partitions' resume
+    points (`inputs`: the checkpoint's)."""
+    resumes = {tp.topic: offset for tp, offset in inputs.items() if tp.partition == number}
+    return PartitionPosition(snapshot.views[number].changelog_offset(), resumes)
+
+
+def same_table(history: list[LakeCommit], table: BaseTable) -> bool:
+    """Whether a lake table's newest engine commit (`history`, newest first) is of `table`: its versions
+    then say where each partition is; a new lake table, or another table's, is written in full."""
+    return bool(history) and (history[0].app, history[0].table, history[0].changelog_topic) == (
+        table.app_id, table.name, table.changelog_topic.name)
 
 
 @dataclass(frozen=True)
@@ -163,9 +175,7 @@ def plan_export(snapshot: TableSnapshot, history: list[LakeCommit]) -> ExportPla
     never moved back: a worker that is losing it, or an older data directory, exports what is already
     superseded. A partition at the snapshot's very offset has nothing to write."""
     numbers = sorted(snapshot.views)
-    table = snapshot.table
-    if not history or (history[0].app, history[0].table, history[0].changelog_topic) != (
-            table.app_id, table.name, table.changelog_topic.name):
+    if not same_table(history, snapshot.table):
         return ExportPlan(numbers, None)
     position = lake_position(history)
     ahead: dict[int, int | None] = {}

@@ -23,6 +23,7 @@ from engine.export.delta import DELETED, DeltaTarget
 from engine.export.iceberg import IcebergTarget
 from engine.export.lake import (
     ChangelogGone,
+    ExportPlan,
     LakeCommit,
     LakeConflict,
     LakeExport,
@@ -35,7 +36,7 @@ from engine.export.targets import DELTA
 from engine.tables.keys import key_prefix, window_inner_key
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
     import pyarrow as pa
 
@@ -127,6 +128,24 @@ def _unchanged(target: Target, versions: list[tuple[int, LakeCommit]]) -> LakeEx
     return LakeExport(str(target), version, newest, 0, written=False)
 
 
+async def plan(snapshot: TableSnapshot, target: Target, history: list[LakeCommit], settings: Settings
+               ) -> tuple[ExportPlan, dict[int, set[bytes]] | None]:
+    """What an export of `snapshot` writes into a lake table with `history` (engine.export.lake.plan_export),
+    and for an incremental one the store keys written since each partition's recorded offset; None for a
+    full one, or when the changelog no longer holds those records (then a full one is exact)."""
+    found = plan_export(snapshot, history)
+    if found.ahead:
+        log.warning("%s: partitions %s are left out: the lake holds them at newer changelog offsets (%s) "
+                    "than this snapshot of %s", target, sorted(found.ahead), found.ahead, snapshot.table.name)
+    if found.base is None or not found.base:
+        return found, None if found.base is None else {}
+    try:
+        return found, await changed_keys(snapshot, found.base, settings)
+    except ChangelogGone as exc:
+        log.warning("%s; exporting partitions %s of %s in full", exc, sorted(found.base), snapshot.table.name)
+        return ExportPlan(found.partitions, None, found.ahead), None
+
+
 async def write_lake(snapshot: TableSnapshot, target: Target, settings: Settings,
                      inputs: Mapping[TP, int] | None = None,
                      progress: Callable[[int, int], None] | None = None) -> LakeExport:
@@ -152,52 +171,47 @@ async def _write_once(snapshot: TableSnapshot, target: Target, lake: DeltaTarget
                       settings: Settings, columns: TableColumns, inputs: Mapping[TP, int],
                       progress: Callable[[int, int], None] | None) -> LakeExport:
     versions = await asyncio.to_thread(lake.history)
-    plan = plan_export(snapshot, [commit for _, commit in versions])
-    if plan.ahead:
-        log.warning("%s: partitions %s are left out: the lake holds them at newer changelog offsets (%s) "
-                    "than this snapshot of %s", target, sorted(plan.ahead), plan.ahead, snapshot.table.name)
-    if not plan.partitions:
+    planned, changed = await plan(snapshot, target, [commit for _, commit in versions], settings)
+    if not planned.partitions:
         return _unchanged(target, versions)
-    if plan.base is not None:
-        try:
-            changed = await changed_keys(snapshot, plan.base, settings)
-        except ChangelogGone as exc:
-            log.warning("%s; exporting partitions %s of %s in full", exc, plan.partitions,
-                        snapshot.table.name)
-        else:
-            if not any(changed.values()):  # only engine's own records moved on (a windowed table's time)
-                return _unchanged(target, versions)
-            if isinstance(lake, DeltaTarget):
-                return await asyncio.to_thread(_merge, snapshot, target, lake, columns, changed, inputs,
-                                               progress)
-            return await asyncio.to_thread(_replace_keys, snapshot, target, lake, columns, changed, inputs,
-                                           progress)
-    whole = plan.whole and len(plan.partitions) == snapshot.partitions
-    return await asyncio.to_thread(_overwrite, snapshot, target, lake, columns, plan.partitions, whole,
+    if changed is not None:
+        if not any(changed.values()):  # only engine's own records moved on (a windowed table's time)
+            return _unchanged(target, versions)
+        if isinstance(lake, DeltaTarget):
+            return await asyncio.to_thread(_merge, snapshot, target, lake, columns, changed, inputs, progress)
+        return await asyncio.to_thread(_replace_keys, snapshot, target, lake, columns, changed, inputs,
+                                       progress)
+    whole = planned.whole and len(planned.partitions) == snapshot.partitions
+    return await asyncio.to_thread(_overwrite, snapshot, target, lake, columns, planned.partitions, whole,
                                    inputs, progress)
+
+
+class _Written:
+    """Rows handed to a lake writer, counted, and reported to `progress` as (rows so far, rows expected)."""
+
+    def __init__(self, progress: Callable[[int, int], None] | None, expected: int) -> None:
+        self.progress, self.expected, self.rows = progress, expected, 0
+
+    def through(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            self.rows += batch.num_rows
+            if self.progress is not None:
+                self.progress(self.rows, max(self.expected, self.rows))
+            yield batch
 
 
 def _overwrite(snapshot: TableSnapshot, target: Target, lake: DeltaTarget | IcebergTarget,
                columns: TableColumns, numbers: list[int], whole: bool, inputs: Mapping[TP, int],
                progress: Callable[[int, int], None] | None) -> LakeExport:
     views = {number: snapshot.views[number] for number in numbers}
-    expected = sum(view.approximate_len() for view in views.values())
-    rows = 0
-
-    def batches() -> Iterator[pa.RecordBatch]:
-        nonlocal rows
-        scans = [columns.batches(view, partition=number) for number, view in views.items()]
-        for batch in interleaved(scans, DECODERS):
-            rows += batch.num_rows
-            if progress is not None:
-                progress(rows, max(expected, rows))
-            yield batch
-
+    written = _Written(progress, sum(view.approximate_len() for view in views.values()))
+    scans = [columns.batches(view, partition=number) for number, view in views.items()]
     commit = new_commit(snapshot, "full", inputs, numbers)
-    version = lake.overwrite(columns.final_schema(), batches(), None if whole else numbers, commit)
+    version = lake.overwrite(columns.final_schema(), written.through(interleaved(scans, DECODERS)),
+                             None if whole else numbers, commit)
     if progress is not None:
-        progress(rows, rows)
-    return LakeExport(str(target), version, commit, rows)
+        progress(written.rows, written.rows)
+    return LakeExport(str(target), version, commit, written.rows)
 
 
 class Changes:
@@ -207,7 +221,7 @@ class Changes:
 
     def __init__(self, snapshot: TableSnapshot, columns: TableColumns, changed: Mapping[int, set[bytes]]
                  ) -> None:
-        self.snapshot, self.columns = snapshot, columns
+        self.snapshot, self.columns, self.schema = snapshot, columns, flagged_schema(columns)
         self.present: dict[int, list[tuple[bytes, bytes]]] = {}
         self.gone: dict[int, list[bytes]] = {}
         for number, keys in sorted(changed.items()):
@@ -222,15 +236,19 @@ class Changes:
         self.upserted = sum(map(len, self.present.values()))
         self.deleted = sum(map(len, self.gone.values()))
 
+    def counts(self, number: int) -> tuple[int, int]:
+        """Partition `number`'s (rows upserted, rows deleted)."""
+        return len(self.present[number]), len(self.gone[number])
+
     def batches(self, number: int) -> Iterator[pa.RecordBatch]:
         """Partition `number`'s rows, flagged (`flagged_schema`)."""
-        columns = self.columns
+        columns, schema = self.columns, self.schema
         pairs = iter(self.present[number])
         while chunk := list(islice(pairs, CHUNK)):
-            yield flag(columns.batch([k for k, _ in chunk], [v for _, v in chunk], number), False, columns)
+            yield flag(columns.batch([k for k, _ in chunk], [v for _, v in chunk], number), False, schema)
         keys = iter(self.gone[number])
         while removed := list(islice(keys, CHUNK)):
-            yield flag(columns.removed(removed, number), True, columns)
+            yield flag(columns.removed(removed, number), True, schema)
 
 
 def flagged_schema(columns: TableColumns) -> pa.Schema:
@@ -239,11 +257,11 @@ def flagged_schema(columns: TableColumns) -> pa.Schema:
     return columns.final_schema().append(arrow.field(DELETED, arrow.bool_(), nullable=False))
 
 
-def flag(batch: pa.RecordBatch, deleted: bool, columns: TableColumns) -> pa.RecordBatch:
-    """`batch` with its DELETED column."""
+def flag(batch: pa.RecordBatch, deleted: bool, schema: pa.Schema) -> pa.RecordBatch:
+    """`batch` with its DELETED column (`schema`: the flagged one)."""
     arrow = require("pyarrow", "lake export")
     flags = arrow.array([deleted] * batch.num_rows, arrow.bool_())
-    return arrow.RecordBatch.from_arrays([*batch.columns, flags], schema=flagged_schema(columns))
+    return arrow.RecordBatch.from_arrays([*batch.columns, flags], schema=schema)
 
 
 def _merge(snapshot: TableSnapshot, target: Target, lake: DeltaTarget, columns: TableColumns,
@@ -251,18 +269,9 @@ def _merge(snapshot: TableSnapshot, target: Target, lake: DeltaTarget, columns: 
            progress: Callable[[int, int], None] | None) -> LakeExport:
     changes = Changes(snapshot, columns, changed)
     commit = new_commit(snapshot, "incremental", inputs, changed)
-    total, done = changes.upserted + changes.deleted, 0
-
-    def batches() -> Iterator[pa.RecordBatch]:
-        nonlocal done
-        for number in changes.present:
-            for batch in changes.batches(number):
-                done += batch.num_rows
-                if progress is not None:
-                    progress(done, total)
-                yield batch
-
-    version = lake.merge(flagged_schema(columns), batches(), columns.key_names(), commit)
+    written = _Written(progress, changes.upserted + changes.deleted)
+    batches = (batch for number in changes.present for batch in changes.batches(number))
+    version = lake.merge(changes.schema, written.through(batches), columns.key_names(), commit)
     return LakeExport(str(target), version, commit, changes.upserted, changes.deleted)
 
 
@@ -276,7 +285,17 @@ class TouchedKeys:
         self.windowed = columns.window is not None
         self.touched = {number: sorted({window_inner_key(key) if self.windowed else key for key in keys})
                         for number, keys in sorted(changed.items())}
-        self.deleted = 0  # changed rows the snapshot no longer has (as a Delta MERGE counts them): once read
+        # Per partition, once its batches were read: (rows, changed rows the snapshot no longer has, as a
+        # Delta MERGE counts deletes).
+        self.read: dict[int, tuple[int, int]] = {}
+
+    @property
+    def deleted(self) -> int:
+        return sum(deleted for _, deleted in self.read.values())
+
+    def counts(self, number: int) -> tuple[int, int]:
+        """Partition `number`'s (rows, rows deleted), once its batches were read."""
+        return self.read[number]
 
     def key_values(self, number: int) -> list[Any]:
         """Partition `number`'s touched keys, as values of the key column."""
@@ -287,10 +306,12 @@ class TouchedKeys:
         """Partition `number`'s rows of its touched keys."""
         pairs = _rows_of(self.snapshot.views[number], self.touched[number], self.windowed)
         found: set[bytes] = set()  # the changed rows (keys, or windows) the snapshot still has
+        rows = 0
         while chunk := list(islice(pairs, CHUNK)):
             found.update(key for key, _ in chunk)
+            rows += len(chunk)
             yield self.columns.batch([k for k, _ in chunk], [v for _, v in chunk], number)
-        self.deleted += len(self.changed[number] - found)
+        self.read[number] = (rows, len(self.changed[number] - found))
 
 
 def _replace_keys(snapshot: TableSnapshot, target: Target, lake: IcebergTarget, columns: TableColumns,
@@ -299,19 +320,10 @@ def _replace_keys(snapshot: TableSnapshot, target: Target, lake: IcebergTarget, 
     touched = TouchedKeys(snapshot, columns, changed)
     values = [value for number in touched.touched for value in touched.key_values(number)]
     commit = new_commit(snapshot, "incremental", inputs, changed)
-    rows = 0
-
-    def batches() -> Iterator[pa.RecordBatch]:
-        nonlocal rows
-        for number in touched.touched:
-            for batch in touched.batches(number):
-                rows += batch.num_rows
-                if progress is not None:
-                    progress(rows, max(rows, len(values)))
-                yield batch
-
-    version = lake.replace_keys(columns.final_schema(), values, batches(), commit)
-    return LakeExport(str(target), version, commit, rows, touched.deleted)
+    written = _Written(progress, len(values))
+    batches = (batch for number in touched.touched for batch in touched.batches(number))
+    version = lake.replace_keys(columns.final_schema(), values, written.through(batches), commit)
+    return LakeExport(str(target), version, commit, written.rows, touched.deleted)
 
 
 def _rows_of(view: StoreView, keys: list[bytes], windowed: bool) -> Iterator[tuple[bytes, bytes]]:

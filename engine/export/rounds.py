@@ -37,15 +37,13 @@ from engine.export.columns import CHUNK, KEY, ExportError, TableColumns
 from engine.export.delta import DeltaTarget
 from engine.export.iceberg import IcebergTarget
 from engine.export.lake import (
-    ChangelogGone,
     LakeCommit,
     LakeConflict,
     LakeExport,
     PartitionPosition,
-    changed_keys,
     lake_position,
-    new_commit,
-    plan_export,
+    partition_position,
+    same_table,
 )
 from engine.export.lake_writer import (
     Changes,
@@ -53,6 +51,7 @@ from engine.export.lake_writer import (
     flag,
     flagged_schema,
     lake_table,
+    plan,
     warn_if_unshared,
     write_lake,
 )
@@ -144,23 +143,13 @@ async def stage(snapshot: TableSnapshot, target: Target, settings: Settings, inp
     if root is None:
         return None
     history = [found for _, found in await asyncio.to_thread(lake.history)]
-    plan = plan_export(snapshot, history)
-    if plan.ahead:
-        log.warning("%s: round %d leaves out partitions %s: the lake holds them at newer changelog offsets "
-                    "(%s) than this worker's snapshot", target, round_, sorted(plan.ahead), plan.ahead)
-    changed: dict[int, set[bytes]] = {}
-    base = plan.base
-    if base:
-        try:
-            changed = await changed_keys(snapshot, base, settings)
-        except ChangelogGone as exc:
-            log.warning("%s; staging partitions %s of %s in full", exc, sorted(base), snapshot.table.name)
-            base = None
+    planned, changed = await plan(snapshot, target, history, settings)
     position = lake_position(history)
-    numbers = [number for number in sorted(snapshot.views) if number not in plan.ahead]
+    numbers = [number for number in sorted(snapshot.views) if number not in planned.ahead]
     try:
-        await asyncio.to_thread(_write_stages, snapshot, columns, root / str(round_), round_, numbers, base,
-                                position, changed, inputs, isinstance(lake, IcebergTarget))
+        await asyncio.to_thread(_write_stages, snapshot, columns, root / str(round_), round_, numbers,
+                                planned.base, position, changed or {}, inputs,
+                                isinstance(lake, IcebergTarget))
     except FileNotFoundError as exc:  # the committer closed the round meanwhile (it gave up waiting)
         raise ExportError(f"{target}: round {round_} was closed while this worker staged it ({exc})") from exc
     return columns, root
@@ -188,7 +177,7 @@ def _write_stages(snapshot: TableSnapshot, columns: TableColumns, directory: Pat
         if base is None:
             mode, since = FULL, None
             rows = columns.batches(snapshot.views[number], partition=number)
-            batches = rows if whole_keys else (flag(batch, False, columns) for batch in rows)
+            batches = rows if whole_keys else (flag(batch, False, schema) for batch in rows)
         elif number in base:
             mode, since, batches = INCREMENTAL, base[number], changes.batches(number)
         else:  # the lake holds the partition at the snapshot's offset already
@@ -199,16 +188,14 @@ def _write_stages(snapshot: TableSnapshot, columns: TableColumns, directory: Pat
                 for batch in batches:
                     writer.write_batch(batch)
                     written += batch.num_rows
-                    if not whole_keys:
-                        deleted += batch.column(len(schema) - 1).true_count
-            if isinstance(changes, TouchedKeys):
-                deleted, changes.deleted = changes.deleted, 0
-                if mode == INCREMENTAL:
-                    keys = arrow.table({KEY: arrow.array(changes.key_values(number), schema.field(KEY).type)})
-                    parquet.write_table(keys, _keys(directory, number))
+            if mode == INCREMENTAL:
+                written, deleted = changes.counts(number)
+                if isinstance(changes, TouchedKeys):
+                    keys = arrow.array(changes.key_values(number), schema.field(KEY).type)
+                    parquet.write_table(arrow.table({KEY: keys}), _keys(directory, number))
             os.replace(_data(directory, number, ".tmp"), _data(directory, number))
-        where = new_commit(snapshot, mode, inputs, [number]).partitions[number]
-        staged = Stage(round_, number, mode, since, where, written - (0 if whole_keys else deleted), deleted)
+        staged = Stage(round_, number, mode, since, partition_position(snapshot, inputs, number), written,
+                       deleted)
         manifest = _manifest(directory, number)
         manifest.with_suffix(".tmp").write_text(staged.to_json())
         os.replace(manifest.with_suffix(".tmp"), manifest)  # the stage's commit point
@@ -241,8 +228,7 @@ def _commit(table: BaseTable, columns: TableColumns, target: Target, directory: 
             stages: dict[int, Stage]) -> LakeExport | None:
     lake = lake_table(target, table.worker_settings)
     history = [found for _, found in lake.history()]
-    same = bool(history) and (history[0].app, history[0].table, history[0].changelog_topic) == (
-        table.app_id, table.name, table.changelog_topic.name)
+    same = same_table(history, table)
     position = lake_position(history) if same else {}
     if same and history[0].round is not None and history[0].round >= round_:
         return None  # committed already, or a later round is
@@ -258,8 +244,7 @@ def _commit(table: BaseTable, columns: TableColumns, target: Target, directory: 
     commit_ = LakeCommit(table.app_id, table.name, table.changelog_topic.name, "worker",
                          FULL if modes == {FULL} else INCREMENTAL, table.partition_count,
                          {number: staged.position for number, staged in sorted(stages.items())}, round=round_)
-    merging = isinstance(lake, DeltaTarget)
-    schema = flagged_schema(columns) if merging else columns.final_schema()
+    schema = flagged_schema(columns) if isinstance(lake, DeltaTarget) else columns.final_schema()
     parquet = require("pyarrow.parquet", "lake export")
 
     def staged_rows() -> Iterator[pa.RecordBatch]:
