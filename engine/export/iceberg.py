@@ -113,11 +113,9 @@ class IcebergTarget:
     def overwrite(self, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
                   partitions: Collection[int] | None, commit: LakeCommit) -> int:
         """Replace the rows of `partitions` (None: all) by `batches`, streamed, in one commit."""
-        expressions = require("pyiceberg.expressions", "Iceberg export")
         table = self._table() or self._create(schema)
-        which = expressions.AlwaysTrue() if partitions is None else expressions.In(PARTITION,
-                                                                                      sorted(partitions))
-        return self._commit(table, which, schema, batches, commit)
+        return self._commit(table, [], None if partitions is None else sorted(partitions), schema, batches,
+                            commit)
 
     def replace_keys(self, schema: pa.Schema, keys: list[Any], batches: Iterator[pa.RecordBatch],
                      commit: LakeCommit, partitions: Collection[int] = ()) -> int:
@@ -126,7 +124,7 @@ class IcebergTarget:
         table = self._table()
         if table is None:
             raise ExportError(f"iceberg:{self.location} does not exist; an incremental export needs it")
-        return self._commit(table, (keys, sorted(partitions)), schema, batches, commit)
+        return self._commit(table, keys, sorted(partitions), schema, batches, commit)
 
     def local_location(self, schema: pa.Schema) -> Path | None:
         """The directory of the table's files (created, empty, if it does not exist), or None if it is not
@@ -134,9 +132,9 @@ class IcebergTarget:
         location = urlparse((self._table() or self._create(schema)).location())
         return Path(location.path) if location.scheme in ("", "file") else None
 
-    def _commit(self, table: Any, delete: Any, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
-                commit: LakeCommit) -> int:
-        """Delete the rows `delete` matches (a pyiceberg expression, or (key values, partitions)), then
+    def _commit(self, table: Any, keys: list[Any], partitions: list[int] | None, schema: pa.Schema,
+                batches: Iterator[pa.RecordBatch], commit: LakeCommit) -> int:
+        """Delete the rows of `keys` (values of the key column) and of `partitions` (None: every row), then
         append `batches`, as one catalog commit whose last snapshot carries `commit`. The rows are appended
         APPEND_ROWS at a time (an append gathers its rows before it writes them; given a stream, pyiceberg
         still reads all of it ahead of its writers): memory stays bounded, and the snapshots before the last
@@ -145,18 +143,17 @@ class IcebergTarget:
         exceptions = require("pyiceberg.exceptions", "Iceberg export")
         expressions = require("pyiceberg.expressions", "Iceberg export")
         metadata = {METADATA_KEY: commit.to_json()}
-        rewritten: list[Any] = []  # data files read again without the rows of `delete` (keys, partitions)
+        rewritten: list[Any] = []  # data files read again without the rows deleted
         try:
             with table.transaction() as transaction, warnings.catch_warnings():
-                if isinstance(delete, tuple):
-                    keys = pa.array(delete[0], schema.field(KEY).type)
-                    partitions = pa.array(delete[1], schema.field(PARTITION).type)
-                    batches = itertools.chain(_without_keys(table, keys, partitions, schema, rewritten),
-                                              batches)
-                elif not isinstance(delete, expressions.AlwaysFalse):
+                if partitions is None:  # every data file dropped whole
                     # (pyiceberg warns of a delete that matched nothing: a new table's)
                     warnings.filterwarnings("ignore", "Delete operation did not match any records")
-                    transaction.delete(delete)
+                    transaction.delete(expressions.AlwaysTrue())
+                elif keys or partitions:
+                    kept = _without(table, pa.array(keys, schema.field(KEY).type),
+                                    pa.array(partitions, schema.field(PARTITION).type), schema, rewritten)
+                    batches = itertools.chain(kept, batches)
                 last: list[Any] = []  # record batches
                 for chunk in _chunks(batches, APPEND_ROWS):  # each appended once the next one is read
                     if last:
@@ -173,14 +170,13 @@ class IcebergTarget:
         return version_of(self.history(), commit, f"iceberg:{self.location}")
 
 
-def _without_keys(table: Any, keys: pa.Array, partitions: pa.Array, schema: pa.Schema,
-                  rewritten: list[Any]) -> Iterator[pa.RecordBatch]:
-    """The rows of each data file of `table` that holds a row of `keys` (or of `partitions`, replaced whole),
-    without those rows; each such file
-    is added to `rewritten` once read (for the commit to remove it). A copy-on-write delete, done here and
-    not by pyiceberg's `delete(In(key, keys))`, which binds its filter's literals one at a time, several
-    times over (most of an incremental export's time for many keys): here a row's test is one lookup in an
-    Arrow set."""
+def _without(table: Any, keys: pa.Array, partitions: pa.Array, schema: pa.Schema,
+             rewritten: list[Any]) -> Iterator[pa.RecordBatch]:
+    """The rows of each data file of `table` that holds a row of `keys` or of `partitions`, without those
+    rows; each such file is added to `rewritten` once read (for the commit to remove it). A copy-on-write
+    delete, done here and not by pyiceberg's `delete(In(key, keys))`, which binds its filter's literals one
+    at a time, several times over (most of an incremental export's time for many keys): here a row's test
+    is one lookup in an Arrow set."""
     compute = require("pyarrow.compute", "Iceberg export")
     arrow_io = require("pyiceberg.io.pyarrow", "Iceberg export")
     scan = arrow_io.ArrowScan(table_metadata=table.metadata, io=table.io, projected_schema=table.schema(),

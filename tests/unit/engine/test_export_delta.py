@@ -438,3 +438,31 @@ async def test_a_round_commits_nothing_when_its_stages_are_stale_or_a_partition_
         assert await rounds.commit(totals, columns, target, root, 8, 30.0) is None
         assert asyncio.get_running_loop().time() - started < 10  # not the 30 s wait
         assert len(DeltaTarget(target.location).history()) == versions
+
+
+def test_an_iceberg_commit_replaces_whole_partitions_and_keys_and_keeps_the_rest(tmp_path: Path) -> None:
+    """Both ways an Iceberg version replaces rows go through one copy-on-write delete: whole partitions (a
+    worker exporting its own in full) and keys (an incremental export), here together with a partition."""
+    import pyarrow as pa
+
+    schema = pa.schema([pa.field("key", pa.string()), pa.field("value", pa.int64()),
+                        pa.field("partition", pa.int32())])
+
+    def rows(*triples: tuple[str, int, int]) -> list[pa.RecordBatch]:
+        keys, values, partitions = zip(*triples, strict=True) if triples else ((), (), ())
+        return [pa.record_batch([pa.array(keys, pa.string()), pa.array(values, pa.int64()),
+                                 pa.array(partitions, pa.int32())], schema=schema)]
+
+    lake = IcebergTarget("lake.t", engine.App("iceberg-replace").settings({"data_dir": tmp_path}))
+
+    def table() -> dict[str, tuple[int, int]]:
+        found = lake.catalog.load_table(lake.name).scan().to_arrow().to_pylist()
+        return {r["key"]: (r["value"], r["partition"]) for r in found}
+
+    lake.overwrite(schema, iter(rows(("a", 1, 0), ("b", 1, 1), ("c", 1, 1), ("d", 1, 2))), None,
+                   written("full", {0: 1, 1: 1, 2: 1}))
+    lake.overwrite(schema, iter(rows(("b", 2, 1))), [1], written("full", {1: 2}))
+    assert table() == {"a": (1, 0), "b": (2, 1), "d": (1, 2)}  # c went with its partition
+    lake.replace_keys(schema, ["a"], iter(rows(("a", 3, 0), ("e", 3, 2))), written("incremental", {0: 3}),
+                      partitions=[1])
+    assert table() == {"a": (3, 0), "d": (1, 2), "e": (3, 2)}  # b went with partition 1, a replaced
