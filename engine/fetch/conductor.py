@@ -300,7 +300,7 @@ class Conductor(Service):
                 if gathered.mailbox is not None and gathered.mailbox is not target[3]:
                     await self._hand_over(gathered)
                 gathered.add(records, *target)
-                if gathered.count >= limit:
+                if len(gathered.order) >= limit:
                     await self._hand_over(gathered)
                 continue
             lease = task.leases.get(tp)
@@ -337,7 +337,7 @@ class Conductor(Service):
         """Decode the gathered runs, each partition's in one call, and deliver them in their order."""
         if gathered.mailbox is None:
             return
-        parts, mailbox, first = gathered.take()
+        parts, order, mailbox, first = gathered.take()
         if len(parts) == 1:
             topic, runner, records, lease = parts[0]
             events = await self._events(topic, runner, records, lease)
@@ -345,9 +345,8 @@ class Conductor(Service):
             events = []
             for topic, runner, records, lease in parts:
                 events += await self._events(topic, runner, records, lease)
-            order = {id(record): at for at, record in enumerate(gathered.order)}
-            events.sort(key=lambda event: order[id(event.record)])
-        gathered.order = []
+            position = {id(record): at for at, record in enumerate(order)}
+            events.sort(key=lambda event: position[id(event.record)])
         if events:
             await self._deliver(first, mailbox, events)
 
@@ -569,14 +568,13 @@ class _Gathered:
     """Runs of records for one mailbox, gathered in their order to be handed over together: per input
     partition its records (decoded together), and the order of all of them."""
 
-    __slots__ = ("count", "first", "mailbox", "order", "parts")
+    __slots__ = ("first", "mailbox", "order", "parts")
 
     def __init__(self) -> None:
         self.parts: dict[TP, tuple[Topic, AgentRunner, list[RawRecord], Lease]] = {}
         self.order: list[RawRecord] = []
         self.mailbox: Mailbox[Event] | None = None
         self.first: Lease | None = None
-        self.count = 0
 
     def add(self, records: list[RawRecord], lease: Lease, topic: Topic, runner: AgentRunner,
             mailbox: Mailbox[Event]) -> None:
@@ -588,14 +586,15 @@ class _Gathered:
         if self.mailbox is None:
             self.mailbox, self.first = mailbox, lease
         self.order += records
-        self.count += len(records)
 
-    def take(self) -> tuple[list[tuple[Topic, AgentRunner, list[RawRecord], Lease]], Mailbox[Event], Lease]:
-        """What was gathered (the order stays until the caller is done with it), and start afresh."""
+    def take(self) -> tuple[list[tuple[Topic, AgentRunner, list[RawRecord], Lease]], list[RawRecord],
+                            Mailbox[Event], Lease]:
+        """What was gathered (its parts, their records' order, the mailbox, the first run's lease), and start
+        afresh."""
         assert self.mailbox is not None
         assert self.first is not None
-        taken = (list(self.parts.values()), self.mailbox, self.first)
-        self.parts, self.mailbox, self.first, self.count = {}, None, None, 0
+        taken = (list(self.parts.values()), self.order, self.mailbox, self.first)
+        self.parts, self.order, self.mailbox, self.first = {}, [], None, None
         return taken
 
 

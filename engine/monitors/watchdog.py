@@ -44,7 +44,8 @@ class Watchdog(Service):
         super().__init__("watchdog")
         self._busy = busy
         self._task_states = tasks
-        self._still: dict[int, tuple[object, float, float]] = {}  # task -> (token, unchanged since, warn at)
+        # task -> (token, unchanged since, warn at)
+        self._unmoved: dict[int, tuple[object, float, float]] = {}
         self.threshold = threshold
         self._clock = clock
         self._since: dict[int, tuple[Event, float, float]] = {}  # id(event) -> (event, first seen, warn at)
@@ -65,10 +66,10 @@ class Watchdog(Service):
     def stalls(self, states: dict[int, tuple[object, bool, str]]) -> list[str]:
         """The warnings due now for tasks with work waiting that did not move (`states`: Conductor's)."""
         now, limit = self._clock(), self.threshold * STALL_FACTOR
-        still: dict[int, tuple[object, float, float]] = {}
+        unmoved: dict[int, tuple[object, float, float]] = {}
         messages = []
         for number, (token, waiting, where) in states.items():
-            entry = self._still.get(number)
+            entry = self._unmoved.get(number)
             if entry is None or entry[0] != token or not waiting:
                 entry = (token, now, now + limit)
             _, since, due = entry
@@ -76,8 +77,8 @@ class Watchdog(Service):
                 due = now + limit
                 messages.append(f"task {number} has not moved for {now - since:.0f}s with records waiting: "
                                 f"{where}")
-            still[number] = (token, since, due)
-        self._still = still
+            unmoved[number] = (token, since, due)
+        self._unmoved = unmoved
         return messages
 
     def sample(self) -> list[str]:
