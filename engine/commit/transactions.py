@@ -27,7 +27,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.errors import EngineError, PartitionMigrated, ProducerFenced, TransactionAborted
-from engine.processing.streams import current_event
+from engine.processing.streams import current_stream
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Mapping, Sequence
@@ -117,7 +117,8 @@ class EventProducer:
         timestamp_ms: int | None = None,
     ) -> Coroutine[Any, Any, asyncio.Future[object]]:
         """The chosen producer's send (a plain function returning its awaitable: one frame less per send)."""
-        event = current_event.get()
+        stream = current_stream.get()  # (current_event(), inlined: a call less per send)
+        event = stream.current if stream is not None else None
         if event is None:
             return self._send_outside(topic, key, value, headers=headers, partition=partition,
                                       timestamp_ms=timestamp_ms)

@@ -57,7 +57,7 @@ class ReplyService(Service):
     @contextlib.contextmanager
     def asking(self) -> Iterator[None]:
         """Around an ask's wait: an ask from inside an event holds exactly-once checkpoints' gate open."""
-        quiesce = self.quiesce if current_event.get() is not None else None
+        quiesce = self.quiesce if current_event() is not None else None
         if quiesce is not None:
             quiesce.ask_started()
         try:

@@ -34,11 +34,22 @@ if TYPE_CHECKING:
 TIMED_EVERY = 32  # one event in this many is timed, for the agent's processing-time histogram
 
 
-# The event an agent instance is processing now: each instance runs in its own task, so each sees its own.
-# Tables read it to put a write in the partition of the event that caused it.
-current_event: contextvars.ContextVar[Event | None] = contextvars.ContextVar(
-    "engine_current_event", default=None
+# The stream the running task takes its events from: each agent instance runs in its own task, so each sees
+# its own stream, and through it the event it is processing now (`current_event()`). A stream sets it on its
+# first event in a task and then only checks it: a ContextVar.set per event would build a new context
+# mapping per event.
+current_stream: contextvars.ContextVar[Stream | None] = contextvars.ContextVar(
+    "engine_current_stream", default=None
 )
+
+
+def current_event() -> Event | None:
+    """The event the running agent instance is processing now (None outside agents, and between events).
+    Tables read it to put a write in the partition of the event that caused it; sends, to go in its task's
+    transaction. A task the agent spawned shares the agent's stream: it sees the agent's current event as
+    the agent moves on, not the one it was spawned in."""
+    stream = current_stream.get()
+    return None if stream is None else stream.current
 
 
 class StreamContext(Protocol):
@@ -299,14 +310,14 @@ class _Items:
 
     async def __anext__(self) -> tuple[Any, Any]:
         value = await self._upstream.__anext__()
-        event = self._root._current
+        event = self._root.current
         return (event.key if event is not None else None), value
 
 
 class _Events(_Items):
     async def __anext__(self) -> Any:
         await self._upstream.__anext__()
-        return self._root._current
+        return self._root.current
 
 
 # What a root stream's __anext__ returns: the value, (key, value), or the Event.
@@ -352,7 +363,7 @@ class Stream(_Operators):
         self.context = context
         self.topic = topic
         self._mailbox = mailbox
-        self._current: Event | None = None
+        self.current: Event | None = None  # the event the agent is processing (`current_event()`)
         self._holding = False
         self._held: list[Event] = []
         self._upstream: AsyncIterator[Any] | None = None
@@ -369,16 +380,16 @@ class Stream(_Operators):
 
     @property
     def current_event(self) -> Event | None:
-        return self._current
+        return self.current
 
     def __aiter__(self) -> Stream:
         return self
 
     async def __anext__(self, shape: int = VALUE) -> Any:
         quiesce = self._quiesce  # None unless exactly-once: then checkpoints pause agents between events
-        event = self._current
+        event = self.current
         if event is not None:
-            self._current = None
+            self.current = None
             if self._holding:
                 self._held.append(event)
             elif event.lease is not None:  # Event.ack, inlined on the hottest path
@@ -406,8 +417,9 @@ class Stream(_Operators):
         if not self._countdown:
             self._countdown = TIMED_EVERY
             self._timed_since = time.perf_counter()
-        self._current = event
-        current_event.set(event)
+        self.current = event
+        if current_stream.get() is not self:
+            current_stream.set(self)
         if shape == VALUE:
             return event.value
         return (event.key, event.value) if shape == PAIR else event
@@ -416,12 +428,11 @@ class Stream(_Operators):
         """The current event stands for a result of another key (a stream-stream join's record emitted
         alone when its wait ended, in this partition): `current_event.key` is that key until the next event.
         It is the same record underneath, acked once."""
-        current = self._current
+        current = self.current
         if current is not None and current.key is not key and current.key != key:
             moved = Event(current.record, key, current.value, current.lease)
             moved.time_ms = current.time_ms
-            self._current = moved
-            current_event.set(moved)
+            self.current = moved
 
     def _declared(self) -> None:
         """The first pull found an empty mailbox (nothing is dispatched before the worker subscribed): tell
@@ -445,9 +456,9 @@ class Stream(_Operators):
         for event in self._held:
             event.ack()
         self._held.clear()
-        if self._current is not None:
-            self._current.ack()
-            self._current = None
+        if self.current is not None:
+            self.current.ack()
+            self.current = None
 
     def abandon(self) -> None:
         """The agent died: stop forwarding, and requeue what was taken but never finished."""
@@ -455,19 +466,19 @@ class Stream(_Operators):
             if task is not None:
                 task.cancel()
         self._pump = self._get = None
-        if self._current is not None and self._quiesce is not None:
+        if self.current is not None and self._quiesce is not None:
             self._quiesce.finished()
-        unfinished = [e for e in [*self._held, *([self._current] if self._current is not None else [])]
+        unfinished = [e for e in [*self._held, *([self.current] if self.current is not None else [])]
                       if e.lease is None or e.lease.dispatching]  # a moved partition's: its new owner's
-        self._held, self._current = [], None
+        self._held, self.current = [], None
         if not self._mailbox.closed:
             self._mailbox.requeue(unfinished)
 
     def drop_current(self) -> None:
         """The current event was dealt with elsewhere (dead-lettered and acked, or dropped)."""
-        if self._current is not None and self._quiesce is not None:
+        if self.current is not None and self._quiesce is not None:
             self._quiesce.finished()
-        self._current = None
+        self.current = None
 
     # -- through / group_by -------------------------------------------------------------------------
 

@@ -77,7 +77,7 @@ class SessionTable(KeyedWindowsTable):
         """Add the current event's `value` to the session of `key` its time makes (merging the sessions it
         bridges); False if that session would be late. Then emit the sessions this event closed (after the
         merge: a session merged away by the event that closes it is not final, as in Kafka Streams)."""
-        event = current_event.get() or self._event()
+        event = current_event() or self._event()
         ts = self._valid_time(event)
         part, inner = self.table._route_write(key, event)
         state = part.windows or self._state(part)

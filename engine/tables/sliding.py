@@ -93,7 +93,7 @@ class SlidingTable(KeyedWindowsTable):
 
     def update(self, key: Any, value: Any) -> bool:
         """Add the current event's `value` to the sliding windows of `key` at its time; False if late."""
-        event = current_event.get() or self._event()
+        event = current_event() or self._event()
         ts = self._valid_time(event)
         part, _ = self.table._route_write(key, event)
         state = part.windows or self._state(part)

@@ -158,7 +158,7 @@ class TaskManager(Service):
 
         Under exactly-once a checkpoint waits for every agent to be between events, so one asked for from
         inside an event would wait for its own caller: refused, with the way out."""
-        if self.guarantee.quiesce is not None and current_event.get() is not None:
+        if self.guarantee.quiesce is not None and current_event() is not None:
             raise EngineError("a checkpoint cannot be run from inside an event under exactly_once (it waits "
                               "for every agent to finish its event, this one included); run it from a timer "
                               "or outside the agents")
