@@ -466,3 +466,42 @@ async def test_an_event_that_arrives_while_the_checkpoint_gate_is_closed_waits_f
         gate.resume()
         await testing.eventually(lambda: len(started) == 2)
     assert started == [False, False]
+
+
+async def test_the_current_event_is_the_agents_own_in_each_instance_and_in_the_tasks_it_starts():
+    """current_event() is the event the agent instance is processing: outside agents None; in each instance
+    its own; in a task the agent started, the agent's event as the agent moves on (README, Tables)."""
+    from engine.processing.streams import current_event
+
+    app, _ = app_on_memory()
+    topic = app.topic("t", key_type=str, value_type=int, partitions=2)
+    seen: list = []
+    second = asyncio.Event()
+    spawned: list = []
+
+    async def later() -> None:
+        await second.wait()
+        event = current_event()
+        spawned.append(None if event is None else event.value)
+
+    @app.agent(topic, concurrency=2)
+    async def agent(stream):
+        async for value in stream:
+            event = current_event()
+            assert event is stream.current_event
+            seen.append((event.key, event.partition, value))
+            if value == 0:
+                spawned.append(asyncio.create_task(later()))
+            elif value == 1:
+                second.set()
+                await asyncio.sleep(0.01)  # the started task reads while this event is still current
+
+    assert current_event() is None
+    async with testing.running(app):
+        await topic.send(key="a", value=0, partition=0)
+        await topic.send(key="a", value=1, partition=0)
+        await topic.send(key="b", value=2, partition=1)
+        await testing.eventually(lambda: len(seen) == 3 and len(spawned) == 2)
+    assert sorted(seen) == [("a", 0, 0), ("a", 0, 1), ("b", 1, 2)]
+    assert spawned[1] == 1  # the agent's event when the task read it, not 0 (the one it was started in)
+    assert current_event() is None
