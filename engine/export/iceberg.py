@@ -126,11 +126,20 @@ class IcebergTarget:
             raise ExportError(f"iceberg:{self.location} does not exist; an incremental export needs it")
         return self._commit(table, keys, sorted(partitions), schema, batches, commit)
 
-    def local_location(self, schema: pa.Schema) -> Path | None:
-        """The directory of the table's files (created, empty, if it does not exist), or None if it is not
-        on this machine's file system (an object store)."""
-        location = urlparse((self._table() or self._create(schema)).location())
-        return Path(location.path) if location.scheme in ("", "file") else None
+    def file_system(self, schema: pa.Schema) -> tuple[Any, str] | None:
+        """The pyarrow file system of the table's files (created, empty, if the table does not exist) and
+        its location as that file system takes it: this machine's, or an object store's configured as the
+        catalog configures it (its credentials, endpoint, region). None if the table's file IO is not
+        pyarrow's (pyiceberg's fsspec one)."""
+        table = self._table() or self._create(schema)
+        location = urlparse(table.location())
+        if location.scheme in ("", "file"):
+            fs = require("pyarrow.fs", "Iceberg export")
+            return fs.LocalFileSystem(), location.path
+        by_scheme = getattr(table.io, "fs_by_scheme", None)  # pyiceberg's PyArrowFileIO
+        if by_scheme is None:
+            return None
+        return by_scheme(location.scheme, location.netloc), f"{location.netloc}{location.path}".rstrip("/")
 
     def _commit(self, table: Any, keys: list[Any], partitions: list[int] | None, schema: pa.Schema,
                 batches: Iterator[pa.RecordBatch], commit: LakeCommit) -> int:

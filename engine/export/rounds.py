@@ -3,13 +3,14 @@ partition at that round.
 
 Every worker's export timer ticks at the same wall-clock times (the multiples of `every`); a tick is a
 round, numbered by its time. In round r each worker runs a checkpoint and stages, beside the lake table
-(under STAGING, which Delta readers ignore; in an Iceberg table's own directory, which its metadata does
-not list), its partitions' part of the version: per partition a Parquet file of the rows to write (Delta:
+(under STAGING, which Delta readers ignore; in an Iceberg table's own location, which its metadata does
+not list, on this machine's file system or an object store: engine.export.staging), its partitions' part
+of the version: per partition a Parquet file of the rows to write (Delta:
 the MERGE's, flagged DELETED or not; Iceberg: the changed keys' rows, each key replaced whole, and a file of
 those keys) and a manifest, the Stage, saying what the rows continue from (the lake's position of that
 partition, or nothing for a full copy) and where they bring it (changelog offset, input offsets). The
-manifest is written last: it is the stage's commit point. An Iceberg table whose files are not on this
-machine's file system (an object store) gets no stages: each worker commits its partitions as a version.
+manifest is written last: it is the stage's commit point. An Iceberg table whose file IO is not pyarrow's
+(pyiceberg's fsspec one) gets no stages: each worker commits its partitions as a version.
 
 The worker that staged partition 0 then waits for every partition's manifest of round r and commits them
 as one version (Delta: one MERGE, deleting too the rows that partitions copied in full no longer have;
@@ -26,11 +27,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import shutil
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.export.columns import CHUNK, KEY, ExportError, TableColumns
@@ -57,6 +55,7 @@ from engine.export.lake_writer import (
 )
 from engine.export.optional import require
 from engine.export.sources import checkpointed
+from engine.export.staging import StagingArea
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -113,7 +112,7 @@ async def export_round(tables: list[BaseTable], targets: Mapping[str, Target], r
     inputs, snapshots = await checkpointed(tables)
     results: dict[str, LakeExport | None] = {}
     try:
-        committing: list[tuple[BaseTable, TableColumns, Path]] = []
+        committing: list[tuple[BaseTable, TableColumns, StagingArea]] = []
         for snapshot in snapshots:
             table, target = snapshot.table, targets[snapshot.table.name]
             staged = await stage(snapshot, target, table.worker_settings, inputs, round_)
@@ -131,45 +130,49 @@ async def export_round(tables: list[BaseTable], targets: Mapping[str, Target], r
 
 
 async def stage(snapshot: TableSnapshot, target: Target, settings: Settings, inputs: Mapping[TP, int],
-                round_: int) -> tuple[TableColumns, Path] | None:
+                round_: int) -> tuple[TableColumns, StagingArea] | None:
     """Stage the snapshot's partitions for round `round_` (engine.export.lake.plan_export decides between a
     full copy and the changes since the lake's position); returns the columns they were written with and
-    the staging directory, or None if the lake table keeps none (an Iceberg table on an object store)."""
+    the staging area, or None if the lake table can keep none (an Iceberg table whose file IO is not
+    pyarrow's)."""
     columns = TableColumns(snapshot.table, partition_column=True)
     columns.infer(list(snapshot.views.values()))
     lake = lake_table(target, settings)
     warn_if_unshared(lake, snapshot, target)
-    root = await asyncio.to_thread(_staging_root, lake, columns)
-    if root is None:
+    area = await asyncio.to_thread(_staging_area, lake, columns)
+    if area is None:
         return None
     history = [found for _, found in await asyncio.to_thread(lake.history)]
     planned, changed = await plan(snapshot, target, history, settings)
     position = lake_position(history)
     numbers = [number for number in sorted(snapshot.views) if number not in planned.ahead]
     try:
-        await asyncio.to_thread(_write_stages, snapshot, columns, root / str(round_), round_, numbers,
+        await asyncio.to_thread(_write_stages, snapshot, columns, area, round_, numbers,
                                 planned.base, position, changed or {}, inputs,
                                 isinstance(lake, IcebergTarget))
     except FileNotFoundError as exc:  # the committer closed the round meanwhile (it gave up waiting)
         raise ExportError(f"{target}: round {round_} was closed while this worker staged it ({exc})") from exc
-    return columns, root
+    return columns, area
 
 
-def _staging_root(lake: DeltaTarget | IcebergTarget, columns: TableColumns) -> Path | None:
+def _staging_area(lake: DeltaTarget | IcebergTarget, columns: TableColumns) -> StagingArea | None:
     if isinstance(lake, DeltaTarget):
-        return Path(lake.location) / STAGING
-    location = lake.local_location(columns.final_schema())
-    return None if location is None else location / STAGING
+        return StagingArea.local(f"{lake.location}/{STAGING}")
+    found = lake.file_system(columns.final_schema())
+    if found is None:
+        return None
+    fs, location = found
+    return StagingArea(fs, f"{location}/{STAGING}")
 
 
-def _write_stages(snapshot: TableSnapshot, columns: TableColumns, directory: Path, round_: int,
+def _write_stages(snapshot: TableSnapshot, columns: TableColumns, area: StagingArea, round_: int,
                   numbers: list[int], base: dict[int, int | None] | None,
                   position: Mapping[int, PartitionPosition], changed: dict[int, set[bytes]],
                   inputs: Mapping[TP, int], whole_keys: bool) -> None:
     """(`whole_keys`: stage a changed key with all its rows and a file of the keys, for a lake without MERGE,
     instead of the MERGE's flagged rows.)"""
-    arrow, parquet = require("pyarrow", "lake export"), require("pyarrow.parquet", "lake export")
-    directory.mkdir(parents=True, exist_ok=True)
+    arrow = require("pyarrow", "lake export")
+    area.open_round(round_)
     changes = TouchedKeys(snapshot, columns, changed) if whole_keys else Changes(snapshot, columns, changed)
     schema = columns.final_schema() if whole_keys else flagged_schema(columns)
     for number in numbers:
@@ -184,7 +187,7 @@ def _write_stages(snapshot: TableSnapshot, columns: TableColumns, directory: Pat
             mode, since, batches = UNCHANGED, position[number].changelog_offset, None
         written = deleted = 0
         if batches is not None:
-            with parquet.ParquetWriter(_data(directory, number, ".tmp"), schema) as writer:
+            with area.parquet_writer(area.path(round_, _data(number)), schema) as writer:
                 for batch in batches:
                     writer.write_batch(batch)
                     written += batch.num_rows
@@ -192,39 +195,44 @@ def _write_stages(snapshot: TableSnapshot, columns: TableColumns, directory: Pat
                 written, deleted = changes.counts(number)
                 if isinstance(changes, TouchedKeys):
                     keys = arrow.array(changes.key_values(number), schema.field(KEY).type)
-                    parquet.write_table(arrow.table({KEY: keys}), _keys(directory, number))
-            os.replace(_data(directory, number, ".tmp"), _data(directory, number))
+                    area.write_table(area.path(round_, _keys(number)), arrow.table({KEY: keys}))
         staged = Stage(round_, number, mode, since, partition_position(snapshot, inputs, number), written,
                        deleted)
-        manifest = _manifest(directory, number)
-        manifest.with_suffix(".tmp").write_text(staged.to_json())
-        os.replace(manifest.with_suffix(".tmp"), manifest)  # the stage's commit point
+        area.write_text(area.path(round_, _manifest(number)), staged.to_json())  # the stage's commit point
 
 
-async def commit(table: BaseTable, columns: TableColumns, target: Target, root: Path, round_: int,
+async def commit(table: BaseTable, columns: TableColumns, target: Target, area: StagingArea, round_: int,
                  wait: float) -> LakeExport | None:
     """Round `round_`'s version of `table`, once every partition's stage is there (None if one is missing
     after `wait` seconds, or the stages do not continue from the lake's position)."""
-    directory = root / str(round_)
     deadline = time.monotonic() + wait
-    while len(stages := _stages(directory, table.partition_count)) < table.partition_count:
-        missing = set(range(table.partition_count)) - set(stages)
-        if time.monotonic() > deadline or _moved_on(root, round_, missing):
+    count = table.partition_count
+    while len(stages := await asyncio.to_thread(_stages, area, round_, count)) < count:
+        missing = set(range(count)) - set(stages)
+        if time.monotonic() > deadline or await asyncio.to_thread(_moved_on, area, round_, missing):
             log.info("%s: round %d missed partitions %s; nothing committed (the next round continues from "
                      "the last version)", target, round_, sorted(missing))
-            _clean(root, round_)
+            await asyncio.to_thread(_clean, area, round_)
             return None
         await asyncio.sleep(POLL)  # waiting for other workers' files
     try:
-        return await asyncio.to_thread(_commit, table, columns, target, directory, round_, stages)
+        return await asyncio.to_thread(_commit_and_clean, table, columns, target, area, round_, stages)
     except LakeConflict as exc:  # another worker committed this round (partition 0 moved meanwhile)
         log.info("%s: round %d: %s; nothing committed", target, round_, exc)
         return None
+
+
+def _commit_and_clean(table: BaseTable, columns: TableColumns, target: Target, area: StagingArea,
+                      round_: int, stages: dict[int, Stage]) -> LakeExport | None:
+    """The round's commit, then its stages removed, in one thread: removed even when the worker stops
+    meanwhile (a thread runs to its end; the export's task may be cancelled while it waits)."""
+    try:
+        return _commit(table, columns, target, area, round_, stages)
     finally:
-        _clean(root, round_)
+        _clean(area, round_)
 
 
-def _commit(table: BaseTable, columns: TableColumns, target: Target, directory: Path, round_: int,
+def _commit(table: BaseTable, columns: TableColumns, target: Target, area: StagingArea, round_: int,
             stages: dict[int, Stage]) -> LakeExport | None:
     lake = lake_table(target, table.worker_settings)
     history = [found for _, found in lake.history()]
@@ -245,12 +253,11 @@ def _commit(table: BaseTable, columns: TableColumns, target: Target, directory: 
                          FULL if modes == {FULL} else INCREMENTAL, table.partition_count,
                          {number: staged.position for number, staged in sorted(stages.items())}, round=round_)
     schema = flagged_schema(columns) if isinstance(lake, DeltaTarget) else columns.final_schema()
-    parquet = require("pyarrow.parquet", "lake export")
 
     def staged_rows() -> Iterator[pa.RecordBatch]:
         for number, staged in sorted(stages.items()):
             if staged.mode != UNCHANGED:
-                for batch in parquet.ParquetFile(_data(directory, number)).iter_batches(CHUNK):
+                for batch in area.batches(area.path(round_, _data(number)), CHUNK):
                     yield batch if batch.schema == schema else batch.cast(schema)
 
     rows = sum(staged.rows for staged in stages.values())
@@ -264,48 +271,42 @@ def _commit(table: BaseTable, columns: TableColumns, target: Target, directory: 
         version = lake.merge(schema, staged_rows(), columns.key_names(), commit_, replace=full)
     else:
         keys = [key for number, staged in sorted(stages.items()) if staged.mode == INCREMENTAL
-                for key in parquet.read_table(_keys(directory, number)).column(KEY).to_pylist()]
+                for key in area.read_table(area.path(round_, _keys(number))).column(KEY).to_pylist()]
         version = lake.replace_keys(schema, keys, staged_rows(), commit_, partitions=full)
     return LakeExport(str(target), version, commit_, rows, deleted)
 
 
-def _data(directory: Path, number: int, suffix: str = "") -> Path:
-    return directory / f"partition-{number:05d}.parquet{suffix}"
+def _data(number: int) -> str:
+    return f"partition-{number:05d}.parquet"
 
 
-def _keys(directory: Path, number: int) -> Path:
-    return directory / f"partition-{number:05d}.keys.parquet"
+def _keys(number: int) -> str:
+    return f"partition-{number:05d}.keys.parquet"
 
 
-def _manifest(directory: Path, number: int) -> Path:
-    return directory / f"partition-{number:05d}.json"
+def _manifest(number: int) -> str:
+    return f"partition-{number:05d}.json"
 
 
-def _stages(directory: Path, count: int) -> dict[int, Stage]:
+def _stages(area: StagingArea, round_: int, count: int) -> dict[int, Stage]:
     """The stages of a round complete so far (a manifest exists only once its data is complete)."""
     found = {}
     for number in range(count):
-        manifest = _manifest(directory, number)
-        if manifest.exists():
-            found[number] = Stage.from_json(manifest.read_text())
+        text = area.read_text(area.path(round_, _manifest(number)))
+        if text is not None:
+            found[number] = Stage.from_json(text)
     return found
 
 
-def _rounds(root: Path) -> list[int]:
-    """The rounds with a staging directory."""
-    return [int(entry.name) for entry in (root.iterdir() if root.is_dir() else ())
-            if entry.name.lstrip("-").isdigit()]
-
-
-def _moved_on(root: Path, round_: int, missing: set[int]) -> bool:
+def _moved_on(area: StagingArea, round_: int, missing: set[int]) -> bool:
     """Whether a partition missing from round `round_` is staged for a later round already: its worker
     skipped this round (its previous one outlasted the period), so this round can no longer complete."""
-    return any(_manifest(root / str(later), number).exists()
-               for later in _rounds(root) if later > round_ for number in missing)
+    return any(area.exists(area.path(later, _manifest(number)))
+               for later in area.rounds() if later > round_ for number in missing)
 
 
-def _clean(root: Path, round_: int) -> None:
+def _clean(area: StagingArea, round_: int) -> None:
     """Remove the stages of this round and of every earlier one (rounds that never completed)."""
-    for found in _rounds(root):
+    for found in area.rounds():
         if found <= round_:
-            shutil.rmtree(root / str(found), ignore_errors=True)
+            area.remove_round(found)

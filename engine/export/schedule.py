@@ -1,7 +1,7 @@
 """Exports run by every worker on a schedule (`app.export(..., every=)`): the body of a timer that ticks at
 the same wall-clock times on every worker, exports what this worker owns, and never stops the worker for a
 failed round. Each tick is a round that commits every partition as one version (engine.export.rounds; an
-Iceberg table on an object store: each worker's partitions, a version of their own)."""
+Iceberg table whose file IO is not pyarrow's: each worker's partitions, a version of their own)."""
 
 from __future__ import annotations
 

@@ -289,17 +289,26 @@ def changelog_totals(logs: list[Any], upto: dict[int, int | None]) -> dict[int, 
 
 class SharedLake:
     """A lake table both workers of a test write: a Delta path, or an Iceberg table in a SQL catalog both
-    see (configured as a user would, by environment; pyiceberg reads it once, at import)."""
+    see (configured as a user would, by environment; pyiceberg reads it once, at import), its warehouse in a
+    local directory or (`iceberg-s3`) in a bucket of an S3 endpoint (`s3`: its URL)."""
 
-    def __init__(self, kind: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, kind: str, root: Path, monkeypatch: pytest.MonkeyPatch, s3: str | None = None
+                 ) -> None:
         self.kind, self.root = kind, root
-        if kind == "iceberg":
+        if kind.startswith("iceberg"):
             from pyiceberg import catalog
             from pyiceberg.utils.config import Config
 
+            root.mkdir(parents=True)
             monkeypatch.setenv("PYICEBERG_CATALOG__SHARED__URI", f"sqlite:///{root / 'catalog.db'}")
-            (root / "warehouse").mkdir(parents=True)
-            monkeypatch.setenv("PYICEBERG_CATALOG__SHARED__WAREHOUSE", (root / "warehouse").as_uri())
+            if s3 is None:
+                (root / "warehouse").mkdir()
+                monkeypatch.setenv("PYICEBERG_CATALOG__SHARED__WAREHOUSE", (root / "warehouse").as_uri())
+            else:
+                monkeypatch.setenv("PYICEBERG_CATALOG__SHARED__WAREHOUSE", f"s3://{BUCKET}/warehouse")
+                for name, value in {"ENDPOINT": s3, "ACCESS_KEY_ID": "engine", "SECRET_ACCESS_KEY": "secret",
+                                    "REGION": "us-east-1"}.items():
+                    monkeypatch.setenv(f"PYICEBERG_CATALOG__SHARED__S3__{name}", value)
             monkeypatch.setattr(catalog, "_ENV_CONFIG", Config())
 
     @property
@@ -323,22 +332,57 @@ class SharedLake:
         scan = found.scan() if version is None else found.scan(snapshot_id=version)
         return scan.to_arrow().to_pylist()
 
-    def staging(self, name: str, settings: engine.Settings) -> Path:
+    def staged_rounds(self, name: str, settings: engine.Settings) -> list[int]:
+        """The rounds with a stage's manifest left beside the table."""
+        from pyarrow import fs
+
         lake = self.table(name, settings)
         if isinstance(lake, DeltaTarget):
-            return Path(lake.location) / "_engine_rounds"
-        location = lake.catalog.load_table(lake.name).location()
-        return Path(location.removeprefix("file://")) / "_engine_rounds"
+            files, root = fs.LocalFileSystem(), f"{lake.location}/_engine_rounds"
+        else:
+            found = lake.file_system(pa_schema())
+            assert found is not None
+            files, root = found[0], f"{found[1]}/_engine_rounds"
+        listed = files.get_file_info(fs.FileSelector(root, recursive=True, allow_not_found=True))
+        return [int(info.path.rsplit("/", 2)[1]) for info in listed if info.path.endswith(".json")]
 
 
-@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+def pa_schema() -> Any:
+    """(Any schema: the table exists, so it is not created with it.)"""
+    import pyarrow as pa
+
+    return pa.schema([pa.field("key", pa.string())])
+
+
+BUCKET = "lake"
+
+
+@pytest.fixture
+def s3_endpoint() -> Any:
+    """An S3 endpoint (moto's server, in this process) with the bucket BUCKET."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    boto3.client("s3", endpoint_url=url, aws_access_key_id="engine", aws_secret_access_key="secret",
+                 region_name="us-east-1").create_bucket(Bucket=BUCKET)
+    yield url
+    server.stop()
+
+
+@pytest.mark.parametrize("kind", ["delta", "iceberg", "iceberg-s3"])
 async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_version(
-        tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     """`app.export` from two workers: each tick stages both workers' partitions, the worker with partition 0
-    commits them together. Every version records all four partitions at one round, and holds for each
+    commits them together (`iceberg-s3`: staged in the table's own location on an object store, through
+    the catalog's file IO). Every version records all four partitions at one round, and holds for each
     exactly its changelog up to the recorded offset; the last one equals the events' outcome."""
     app, totals = build_app()
-    lake = SharedLake(kind, tmp_path / "shared", monkeypatch)
+    s3 = request.getfixturevalue("s3_endpoint") if kind == "iceberg-s3" else None
+    lake = SharedLake(kind, tmp_path / "shared", monkeypatch, s3)
     app.export("all", lake.target, every=0.3)
     truth, rng, at = Truth(), random.Random(11), 1_000.0
     url = testing.memory_url()
@@ -371,10 +415,10 @@ async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_ver
         offsets = {n: where.changelog_offset for n, where in found.partitions.items()}
         assert by_partition == changelog_totals(logs, offsets), version
     totals_lake = lake.table("totals", settings)
-    status = export.lake_status(f"{kind}:{totals_lake.location}", settings)
+    status = export.lake_status(f"{kind.removesuffix('-s3')}:{totals_lake.location}", settings)
     assert status[0].endswith(f"(round {rounds[0]}: every partition at one tick)")
-    staged = [int(path.parent.name) for path in lake.staging("totals", settings).glob("*/*.json")]
-    assert all(r > rounds[0] for r in staged)  # a commit removes its round's stages and older ones
+    staged = lake.staged_rounds("totals", settings)
+    assert all(r > rounds[0] for r in staged), (staged, rounds)  # a commit removes its stages and older ones
 
 
 async def test_an_iceberg_export_of_some_partitions_to_a_data_dirs_catalog_warns(
