@@ -23,6 +23,7 @@ from engine.export import iceberg, lake
 from engine.export.delta import DeltaTarget
 from engine.export.iceberg import IcebergTarget
 from engine.export.sources import checkpointed
+from tests.conftest import s3_catalog
 
 SIZE, EXPIRES = 10, 30  # the windowed table's, in seconds
 
@@ -305,10 +306,8 @@ class SharedLake:
                 (root / "warehouse").mkdir()
                 monkeypatch.setenv("PYICEBERG_CATALOG__SHARED__WAREHOUSE", (root / "warehouse").as_uri())
             else:
-                monkeypatch.setenv("PYICEBERG_CATALOG__SHARED__WAREHOUSE", f"s3://{BUCKET}/warehouse")
-                for name, value in {"ENDPOINT": s3, "ACCESS_KEY_ID": "engine", "SECRET_ACCESS_KEY": "secret",
-                                    "REGION": "us-east-1"}.items():
-                    monkeypatch.setenv(f"PYICEBERG_CATALOG__SHARED__S3__{name}", value)
+                for name, value in s3_catalog("SHARED", s3).items():
+                    monkeypatch.setenv(name, value)
             monkeypatch.setattr(catalog, "_ENV_CONFIG", Config())
 
     @property
@@ -354,23 +353,6 @@ def pa_schema() -> Any:
     return pa.schema([pa.field("key", pa.string())])
 
 
-BUCKET = "lake"
-
-
-@pytest.fixture
-def s3_endpoint() -> Any:
-    """An S3 endpoint (moto's server, in this process) with the bucket BUCKET."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    boto3.client("s3", endpoint_url=url, aws_access_key_id="engine", aws_secret_access_key="secret",
-                 region_name="us-east-1").create_bucket(Bucket=BUCKET)
-    yield url
-    server.stop()
 
 
 @pytest.mark.parametrize("kind", ["delta", "iceberg", "iceberg-s3"])
