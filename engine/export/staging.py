@@ -52,9 +52,6 @@ class StagingArea:
         """Create the round's directory (a worker stages into it; on an object store, a marker)."""
         self.fs.create_dir(self.path(round_), recursive=True)
 
-    def has_round(self, round_: int) -> bool:
-        return bool(self.fs.get_file_info(self.path(round_)).type == _directory())
-
     def exists(self, path: str) -> bool:
         return bool(self.fs.get_file_info(path).type == _file())
 
@@ -93,13 +90,10 @@ class StagingArea:
         return parquet.read_table(path, filesystem=self.fs)
 
     def remove_round(self, round_: int) -> None:
-        with contextlib.suppress(FileNotFoundError, OSError):
+        """Remove a round's files; one already gone (another committer removed it) is no error."""
+        with contextlib.suppress(OSError):
             self.fs.delete_dir(self.path(round_))
 
 
 def _file() -> Any:
     return require("pyarrow.fs", "lake export").FileType.File
-
-
-def _directory() -> Any:
-    return require("pyarrow.fs", "lake export").FileType.Directory
