@@ -49,10 +49,9 @@ class OffsetTracker:
         if pending and pending[0] == offset:
             pending.popleft()
             done = self._done
-            if done:  # (acks out of order are rare: most acks skip the loop)
-                while pending and pending[0] in done:
-                    offset = pending.popleft()
-                    done.discard(offset)
+            while pending and pending[0] in done:
+                offset = pending.popleft()
+                done.discard(offset)
             self.position = offset + 1
             if not pending and self.on_drained is not None:
                 self.on_drained()
