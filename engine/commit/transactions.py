@@ -117,8 +117,7 @@ class EventProducer:
         timestamp_ms: int | None = None,
     ) -> Coroutine[Any, Any, asyncio.Future[object]]:
         """The chosen producer's send (a plain function returning its awaitable: one frame less per send)."""
-        stream = current_stream.get()  # (current_event(), inlined: a call less per send)
-        event = stream.current if stream is not None else None
+        event = current_stream.get().current_event  # (current_event(), without its call)
         if event is None:
             return self._send_outside(topic, key, value, headers=headers, partition=partition,
                                       timestamp_ms=timestamp_ms)

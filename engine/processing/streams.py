@@ -34,12 +34,29 @@ if TYPE_CHECKING:
 TIMED_EVERY = 32  # one event in this many is timed, for the agent's processing-time histogram
 
 
+class EventSource(Protocol):
+    """What the running task takes its events from: an agent instance's stream, or OUTSIDE."""
+
+    @property
+    def current_event(self) -> Event | None:
+        """The event being processed now (None between events)."""
+
+
+class _Outside:
+    """Code outside every agent (a timer, a query, a test): it processes no event."""
+
+    __slots__ = ()
+    current_event = None
+
+
+OUTSIDE = _Outside()
+
 # The stream the running task takes its events from: each agent instance runs in its own task, so each sees
 # its own stream, and through it the event it is processing now (`current_event()`). A stream sets it on its
 # first event in a task and then only checks it: a ContextVar.set per event would build a new context
-# mapping per event.
-current_stream: contextvars.ContextVar[Stream | None] = contextvars.ContextVar(
-    "engine_current_stream", default=None
+# mapping per event. Hot paths read `current_stream.get().current_event` (current_event() without its call).
+current_stream: contextvars.ContextVar[EventSource] = contextvars.ContextVar(
+    "engine_current_stream", default=OUTSIDE
 )
 
 
@@ -48,8 +65,7 @@ def current_event() -> Event | None:
     Tables read it to put a write in the partition of the event that caused it; sends, to go in its task's
     transaction. A task the agent spawned shares the agent's stream: it sees the agent's current event as
     the agent moves on, not the one it was spawned in."""
-    stream = current_stream.get()
-    return None if stream is None else stream.current
+    return current_stream.get().current_event
 
 
 class StreamContext(Protocol):
@@ -310,14 +326,14 @@ class _Items:
 
     async def __anext__(self) -> tuple[Any, Any]:
         value = await self._upstream.__anext__()
-        event = self._root.current
+        event = self._root.current_event
         return (event.key if event is not None else None), value
 
 
 class _Events(_Items):
     async def __anext__(self) -> Any:
         await self._upstream.__anext__()
-        return self._root.current
+        return self._root.current_event
 
 
 # What a root stream's __anext__ returns: the value, (key, value), or the Event.
@@ -358,12 +374,14 @@ class DerivedStream(_Operators):
 class Stream(_Operators):
     """A root stream over one mailbox of events; what an agent function receives."""
 
+    current_event: Event | None = None  # an attribute here (the operators' property reads the root's)
+
     def __init__(self, mailbox: Mailbox[Event], context: StreamContext, topic: Topic | None) -> None:
         self.root = self
         self.context = context
         self.topic = topic
         self._mailbox = mailbox
-        self.current: Event | None = None  # the event the agent is processing (`current_event()`)
+        self.current_event = None  # the event the agent is processing (`current_event()`)
         self._holding = False
         self._held: list[Event] = []
         self._upstream: AsyncIterator[Any] | None = None
@@ -378,18 +396,14 @@ class Stream(_Operators):
         self._timed_since = 0.0
         context.opened(self)
 
-    @property
-    def current_event(self) -> Event | None:
-        return self.current
-
     def __aiter__(self) -> Stream:
         return self
 
     async def __anext__(self, shape: int = VALUE) -> Any:
         quiesce = self._quiesce  # None unless exactly-once: then checkpoints pause agents between events
-        event = self.current
+        event = self.current_event
         if event is not None:
-            self.current = None
+            self.current_event = None
             if self._holding:
                 self._held.append(event)
             elif event.lease is not None:  # Event.ack, inlined on the hottest path
@@ -417,7 +431,7 @@ class Stream(_Operators):
         if not self._countdown:
             self._countdown = TIMED_EVERY
             self._timed_since = time.perf_counter()
-        self.current = event
+        self.current_event = event
         if current_stream.get() is not self:
             current_stream.set(self)
         if shape == VALUE:
@@ -428,11 +442,11 @@ class Stream(_Operators):
         """The current event stands for a result of another key (a stream-stream join's record emitted
         alone when its wait ended, in this partition): `current_event.key` is that key until the next event.
         It is the same record underneath, acked once."""
-        current = self.current
+        current = self.current_event
         if current is not None and current.key is not key and current.key != key:
             moved = Event(current.record, key, current.value, current.lease)
             moved.time_ms = current.time_ms
-            self.current = moved
+            self.current_event = moved
 
     def _declared(self) -> None:
         """The first pull found an empty mailbox (nothing is dispatched before the worker subscribed): tell
@@ -456,9 +470,9 @@ class Stream(_Operators):
         for event in self._held:
             event.ack()
         self._held.clear()
-        if self.current is not None:
-            self.current.ack()
-            self.current = None
+        if self.current_event is not None:
+            self.current_event.ack()
+            self.current_event = None
 
     def abandon(self) -> None:
         """The agent died: stop forwarding, and requeue what was taken but never finished."""
@@ -466,19 +480,20 @@ class Stream(_Operators):
             if task is not None:
                 task.cancel()
         self._pump = self._get = None
-        if self.current is not None and self._quiesce is not None:
+        if self.current_event is not None and self._quiesce is not None:
             self._quiesce.finished()
-        unfinished = [e for e in [*self._held, *([self.current] if self.current is not None else [])]
+        taken = [*self._held, *([self.current_event] if self.current_event is not None else [])]
+        unfinished = [e for e in taken
                       if e.lease is None or e.lease.dispatching]  # a moved partition's: its new owner's
-        self._held, self.current = [], None
+        self._held, self.current_event = [], None
         if not self._mailbox.closed:
             self._mailbox.requeue(unfinished)
 
     def drop_current(self) -> None:
         """The current event was dealt with elsewhere (dead-lettered and acked, or dropped)."""
-        if self.current is not None and self._quiesce is not None:
+        if self.current_event is not None and self._quiesce is not None:
             self._quiesce.finished()
-        self.current = None
+        self.current_event = None
 
     # -- through / group_by -------------------------------------------------------------------------
 

@@ -364,8 +364,7 @@ class BaseTable(MutableMapping[Any, Any]):
     def _route_read(self, own: Any) -> tuple[TablePartition, bytes]:
         encoded, number = self._locations.get(own) or self._locate_new(own)
         if not self.is_global:
-            stream = current_stream.get()  # (current_event(), inlined)
-            event = stream.current if stream is not None else None
+            event = current_stream.get().current_event  # (current_event(), without its call)
             if event is not None and own == event.key:
                 number = event.record.partition
         return self._partition(number, own), encoded
@@ -410,8 +409,7 @@ class BaseTable(MutableMapping[Any, Any]):
         # partition, so it is found there without routing, and the write that `+=` makes next reuses what
         # this read found (`_read`).
         if self.window is None and not self.is_global:
-            stream = current_stream.get()  # (current_event(), inlined: a call less per read)
-            event = stream.current if stream is not None else None
+            event = current_stream.get().current_event  # (current_event(), without its call)
             if event is not None and key == event.key:
                 part = self.active.get(event.record.partition)
                 if part is not None:
@@ -435,8 +433,7 @@ class BaseTable(MutableMapping[Any, Any]):
         return value
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        stream = current_stream.get()  # (current_event(), inlined: a call less per write)
-        event = stream.current if stream is not None else None
+        event = current_stream.get().current_event  # (current_event(), without its call)
         read = self._read
         if read is not None and read[0] is event and read[1] is key:  # the write of a `+=` (`__getitem__`)
             lease = event.lease

@@ -326,10 +326,10 @@ async def test_the_write_of_a_plus_equals_on_the_events_key_is_refused_once_its_
 
     lease = Leases().grant([TP("in", 0)])[0]
     class Processing:  # what tables read of the stream an agent takes its events from
-        current: Event | None = None
+        current_event: Event | None = None
 
-    current_stream.set(Processing())  # type: ignore[arg-type]
-    Processing.current = Event(Record(), "k", None, lease)  # type: ignore[arg-type]
+    token = current_stream.set(Processing())
+    Processing.current_event = Event(Record(), "k", None, lease)  # type: ignore[arg-type]
     counts["k"] += 1  # the first write from topic `in` (checked for co-partitioning), then the fast path
     counts["k"] += 1
     assert counts["k"] == 2
@@ -337,10 +337,10 @@ async def test_the_write_of_a_plus_equals_on_the_events_key_is_refused_once_its_
     lease.end()  # lost while the event was in progress: its write must not land
     with pytest.raises(PartitionMigrated):
         counts["k"] = value + 1
-    Processing.current = Event(Record(), "k", None, Leases().grant([TP("in", 0)])[0])  # type: ignore[arg-type]
+    Processing.current_event = Event(Record(), "k", None, Leases().grant([TP("in", 0)])[0])  # type: ignore[arg-type]
     counts["k"] = 7  # no read of this event before it: the routed write
     assert counts["k"] == 7
-    current_stream.set(None)
+    current_stream.reset(token)
 
 
 async def test_an_untyped_group_by_into_a_typed_table_is_warned_about_at_the_group_by(caplog):
