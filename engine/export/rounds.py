@@ -139,7 +139,7 @@ async def stage(snapshot: TableSnapshot, target: Target, settings: Settings, inp
     columns.infer(list(snapshot.views.values()))
     lake = lake_table(target, settings)
     warn_if_unshared(lake, snapshot, target)
-    area = await asyncio.to_thread(_staging_area, lake, columns)
+    area = await asyncio.to_thread(staging_area, lake, columns.final_schema())
     if area is None:
         return None
     history = [found for _, found in await asyncio.to_thread(lake.history)]
@@ -155,10 +155,12 @@ async def stage(snapshot: TableSnapshot, target: Target, settings: Settings, inp
     return columns, area
 
 
-def _staging_area(lake: DeltaTarget | IcebergTarget, columns: TableColumns) -> StagingArea | None:
+def staging_area(lake: DeltaTarget | IcebergTarget, schema: pa.Schema) -> StagingArea | None:
+    """Where the rounds of `lake` are staged (an Iceberg table that does not exist yet is created with
+    `schema`), or None if it can keep none."""
     if isinstance(lake, DeltaTarget):
         return StagingArea.local(f"{lake.location}/{STAGING}")
-    found = lake.file_system(columns.final_schema())
+    found = lake.file_system(schema)
     if found is None:
         return None
     fs, location = found

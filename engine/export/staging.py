@@ -34,9 +34,6 @@ class StagingArea:
     def local(cls, root: str) -> StagingArea:
         return cls(require("pyarrow.fs", "lake export").LocalFileSystem(), root)
 
-    def __str__(self) -> str:
-        return self.root
-
     def path(self, round_: int, name: str = "") -> str:
         """A file of round `round_` (or the round's directory)."""
         return f"{self.root}/{round_}/{name}" if name else f"{self.root}/{round_}"
@@ -53,15 +50,22 @@ class StagingArea:
         self.fs.create_dir(self.path(round_), recursive=True)
 
     def exists(self, path: str) -> bool:
-        return bool(self.fs.get_file_info(path).type == _file())
+        file_type = require("pyarrow.fs", "lake export").FileType.File
+        return bool(self.fs.get_file_info(path).type == file_type)
+
+    @contextlib.contextmanager
+    def _published(self, path: str) -> Iterator[str]:
+        """A temporary name to write `path` under; moved to `path` once the block ended without an error."""
+        yield path + TEMPORARY
+        self.fs.move(path + TEMPORARY, path)
 
     @contextlib.contextmanager
     def parquet_writer(self, path: str, schema: pa.Schema) -> Iterator[Any]:
         """A Parquet writer to `path`, seen there only once it closed without an error."""
         parquet = require("pyarrow.parquet", "lake export")
-        with parquet.ParquetWriter(path + TEMPORARY, schema, filesystem=self.fs) as writer:
+        with self._published(path) as written, \
+                parquet.ParquetWriter(written, schema, filesystem=self.fs) as writer:
             yield writer
-        self.fs.move(path + TEMPORARY, path)
 
     def write_table(self, path: str, table: pa.Table) -> None:
         with self.parquet_writer(path, table.schema) as writer:
@@ -69,16 +73,16 @@ class StagingArea:
 
     def write_text(self, path: str, text: str) -> None:
         """`text` at `path`, whole or not at all (a stage's commit point)."""
-        with self.fs.open_output_stream(path + TEMPORARY) as out:
+        with self._published(path) as written, self.fs.open_output_stream(written) as out:
             out.write(text.encode())
-        self.fs.move(path + TEMPORARY, path)
 
     def read_text(self, path: str) -> str | None:
-        """The text at `path`, or None if there is none."""
-        if not self.exists(path):
+        """The text at `path`, or None if there is none (one request: no existence check first)."""
+        try:
+            with self.fs.open_input_stream(path) as stream:
+                return bytes(stream.read()).decode()
+        except FileNotFoundError:
             return None
-        with self.fs.open_input_stream(path) as stream:
-            return bytes(stream.read()).decode()
 
     def batches(self, path: str, rows: int) -> Iterator[pa.RecordBatch]:
         parquet = require("pyarrow.parquet", "lake export")
@@ -93,7 +97,3 @@ class StagingArea:
         """Remove a round's files; one already gone (another committer removed it) is no error."""
         with contextlib.suppress(OSError):
             self.fs.delete_dir(self.path(round_))
-
-
-def _file() -> Any:
-    return require("pyarrow.fs", "lake export").FileType.File

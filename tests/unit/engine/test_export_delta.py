@@ -333,17 +333,12 @@ class SharedLake:
 
     def staged_rounds(self, name: str, settings: engine.Settings) -> list[int]:
         """The rounds with a stage's manifest left beside the table."""
-        from pyarrow import fs
+        from engine.export import rounds
 
-        lake = self.table(name, settings)
-        if isinstance(lake, DeltaTarget):
-            files, root = fs.LocalFileSystem(), f"{lake.location}/_engine_rounds"
-        else:
-            found = lake.file_system(pa_schema())
-            assert found is not None
-            files, root = found[0], f"{found[1]}/_engine_rounds"
-        listed = files.get_file_info(fs.FileSelector(root, recursive=True, allow_not_found=True))
-        return [int(info.path.rsplit("/", 2)[1]) for info in listed if info.path.endswith(".json")]
+        area = rounds.staging_area(self.table(name, settings), pa_schema())
+        assert area is not None
+        return [r for r in area.rounds() for n in range(4)
+                if area.exists(area.path(r, f"partition-{n:05d}.json"))]
 
 
 def pa_schema() -> Any:
