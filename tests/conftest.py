@@ -70,14 +70,14 @@ def spark() -> Iterator[object]:
     stop_session(session)
 
 
-S3_BUCKET = "lake"
-
 
 @pytest.fixture
 def s3_endpoint() -> Iterator[str]:
     """An S3 endpoint (moto's server, in this process) with the bucket S3_BUCKET; yields its URL."""
     import boto3
     from moto.server import ThreadedMotoServer
+
+    from tests.lake import S3_BUCKET
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -87,12 +87,3 @@ def s3_endpoint() -> Iterator[str]:
                  region_name="us-east-1").create_bucket(Bucket=S3_BUCKET)
     yield url
     server.stop()
-
-
-def s3_catalog(name: str, endpoint: str) -> dict[str, str]:
-    """The environment that makes pyiceberg's catalog `name` keep its warehouse in S3_BUCKET at `endpoint`
-    (its URI, the SQL database, is set apart)."""
-    prefix = f"PYICEBERG_CATALOG__{name}__"
-    return {f"{prefix}WAREHOUSE": f"s3://{S3_BUCKET}/warehouse", f"{prefix}S3__ENDPOINT": endpoint,
-            f"{prefix}S3__ACCESS_KEY_ID": "engine", f"{prefix}S3__SECRET_ACCESS_KEY": "secret",
-            f"{prefix}S3__REGION": "us-east-1"}

@@ -22,7 +22,6 @@ from engine.export.delta import DeltaTarget
 from engine.export.iceberg import IcebergTarget
 from engine.export.lake import lake_position
 from engine.tables.keys import META_PREFIX, split_window_key, window_bounds
-from tests.conftest import s3_catalog
 from tests.integration.helpers import (
     SHORT_SESSION,
     WorkerProcess,
@@ -34,6 +33,7 @@ from tests.integration.helpers import (
     until_done,
 )
 from tests.integration.lake_apps import Hit, make_app
+from tests.lake import s3_catalog
 
 if TYPE_CHECKING:
     from pathlib import Path

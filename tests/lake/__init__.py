@@ -1,5 +1,6 @@
 """Lake table readers for the tests: Delta Lake's and Iceberg's Spark connectors, resolved from Maven Central
-like the Kafka broker's jars (tests/kafka), and the Spark settings that read lake tables with them."""
+like the Kafka broker's jars (tests/kafka), and the Spark settings that read lake tables with them; the
+settings of an Iceberg catalog whose warehouse is on an S3 endpoint (the `s3_endpoint` fixture's)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,15 @@ def lake_spark_config() -> dict[str, str]:
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     }
+
+
+S3_BUCKET = "lake"
+
+
+def s3_catalog(name: str, endpoint: str) -> dict[str, str]:
+    """The environment that makes pyiceberg's catalog `name` keep its warehouse in S3_BUCKET at `endpoint`
+    (its URI, the SQL database, is set apart)."""
+    prefix = f"PYICEBERG_CATALOG__{name}__"
+    return {f"{prefix}WAREHOUSE": f"s3://{S3_BUCKET}/warehouse", f"{prefix}S3__ENDPOINT": endpoint,
+            f"{prefix}S3__ACCESS_KEY_ID": "engine", f"{prefix}S3__SECRET_ACCESS_KEY": "secret",
+            f"{prefix}S3__REGION": "us-east-1"}

@@ -23,7 +23,7 @@ from engine.export import iceberg, lake
 from engine.export.delta import DeltaTarget
 from engine.export.iceberg import IcebergTarget
 from engine.export.sources import checkpointed
-from tests.conftest import s3_catalog
+from tests.lake import s3_catalog
 
 SIZE, EXPIRES = 10, 30  # the windowed table's, in seconds
 
