@@ -366,14 +366,19 @@ async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_ver
     async with testing.running(app, broker=url, store="rocksdb://", data_dir=tmp_path / "a") as first, \
             testing.running(app, broker=url, store="rocksdb://", data_dir=tmp_path / "b") as second:
         await testing.eventually(lambda: bool(first.tasks.active) and bool(second.tasks.active), 10)
+        settings = first.settings
+
+        def versions() -> int:
+            return len(lake.table("totals", settings).history())
         for _ in range(6):
+            committed = versions()
             for key, op in (batch := ops_round(rng, at)):
                 await app.topics["ops"].send(key=key, value=op)
                 truth.apply(key, op)
             at = batch[-1][1]["at"] + 1
-            await asyncio.sleep(0.3)  # a round or so between batches: versions of several states
+            # a version after each batch (however long a round takes here): versions of several states
+            await testing.eventually(lambda before=committed: versions() > before, 60)
         await testing.eventually(lambda: dict(totals.items()) == truth.totals, 10)
-        settings = first.settings
 
         def exported() -> dict[str, int]:
             return {row["key"]: row["value"] for row in lake.rows("totals", settings)}
