@@ -56,8 +56,10 @@ class Settings:
     # transaction holds read_committed readers back. At most the broker's transaction.max.timeout.ms.
     transaction_timeout: timedelta = timedelta(seconds=15)
     # How long a task whose inputs go in timestamp order (a table over a source topic among them) holds its
-    # other inputs back while one has records on the broker not fetched yet (Kafka Streams' max.task.idle.ms).
-    max_task_idle: timedelta = timedelta(seconds=2)
+    # other inputs back while one has nothing buffered and nothing more on the broker, waiting for its
+    # producers (Kafka Streams' max.task.idle.ms). Records known on the broker are always waited for; a
+    # negative value never waits, not even for those (max.task.idle.ms=-1: possibly out of order).
+    max_task_idle: timedelta = timedelta(0)
     topic_partitions: int = 4
     topic_replication: int | None = None  # None: the broker's default.replication.factor
     mailbox_size: int = 1000
@@ -177,11 +179,13 @@ def validate(s: Settings) -> None:
         _fail("app_id", s.app_id, "use 1-200 letters, digits, '.', '_' or '-' (it names Kafka topics)")
     _validate_broker(s.broker)
     for name in ("commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning",
-                 "repartition_purge_interval", "state_cleanup_delay", "blocked_loop_warning", "max_task_idle",
+                 "repartition_purge_interval", "state_cleanup_delay", "blocked_loop_warning",
                  "session_timeout", "transaction_timeout"):
         value = getattr(s, name)
         if not isinstance(value, timedelta) or value <= timedelta(0):
             _fail(name, value, "expected a positive duration (seconds or timedelta)")
+    if not isinstance(s.max_task_idle, timedelta):
+        _fail("max_task_idle", s.max_task_idle, "expected a duration (seconds or a timedelta)")
     if not isinstance(s.producer_linger, timedelta) or s.producer_linger < timedelta(0):
         _fail("producer_linger", s.producer_linger, "expected at least 0 (seconds or a timedelta)")
     for name in ("topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "store_memory",

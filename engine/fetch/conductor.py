@@ -64,6 +64,7 @@ log = logging.getLogger(__name__)
 BACKPRESSURE = "backpressure"
 ORDERING = "ordering"  # a task's input paused while it has this many times max_poll_records buffered
 ORDERING_BUFFERS = 4
+FETCH_WAIT_WARNING = 30.0  # seconds a task's inputs wait for an empty input's records before a warning
 PARK_AFTER = 0.05  # seconds the fetch loop waits for room in a full mailbox before parking the batch
 Parked = list[tuple["Mailbox[Event]", list[Event]]]
 
@@ -266,8 +267,15 @@ class Conductor(Service):
             while not task.closed:
                 empty = inputs.empty()
                 lags = {tp: await consumer.lag(tp) for tp in empty} if empty else {}
-                runs = inputs.next_runs(lags, loop.time(), self._max_poll_records)
+                now = loop.time()
+                runs = inputs.next_runs(lags, now, self._max_poll_records)
                 if not runs:
+                    if overdue := inputs.overdue(now, FETCH_WAIT_WARNING):
+                        log.warning("task %d: its inputs, processed in timestamp order, have waited %.0f s "
+                                    "for records not fetched yet of %s; they go on once those are fetched",
+                                    task.number, FETCH_WAIT_WARNING, ", ".join(
+                                        f"{tp.topic}[{tp.partition}] ({lags.get(tp)} on the broker)"
+                                        for tp in overdue))
                     break
                 if not await self._release_runs(task, runs, gathered):
                     break

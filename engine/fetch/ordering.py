@@ -10,9 +10,14 @@ millisecond, as a live run that wrote the table first would). A stream-stream jo
 which records of one a record of the other finds, and when a record without partner stops waiting, depend
 on that order.
 
-An input with nothing buffered blocks the others only while the broker is known to hold records of it not
-fetched yet (its lag is above zero or not known yet), and for at most `idle` seconds (Kafka Streams'
-max.task.idle.ms): a quiet table topic never holds a live stream back.
+Kafka Streams' readiness rule (KIP-695), exactly: while an input has nothing buffered, the others wait for it
+as long as the broker holds records of it not fetched yet, or its lag is not known yet: those records may
+be older, and going on without them would make a backlog's results differ from a live run's. An input that
+is caught up (lag 0) holds the others back for at most `idle` seconds (max.task.idle.ms, 0 by default: a
+quiet table topic never holds a live stream back); a negative `idle` never waits at all (Kafka Streams' -1:
+what is buffered goes, possibly out of order). The wait for fetched records has no deadline, as in Kafka
+Streams: how long it lasts depends on the fetch (a busy loop, a slow broker), not on the data, so a deadline
+would make results depend on the machine's speed. `overdue` tells when it lasts, for a warning.
 
 Pure and loop-free: tested without Kafka.
 """
@@ -31,7 +36,7 @@ if TYPE_CHECKING:
 class TaskInputs:
     """The buffered records of one task's input partitions, released in timestamp order."""
 
-    __slots__ = ("_buffers", "_rank", "_waiting_since", "idle")
+    __slots__ = ("_buffers", "_fetch_wait_since", "_idle_deadlines", "_rank", "_told", "idle")
 
     def __init__(self, inputs: Collection[TP], first: Collection[TP], idle: float) -> None:
         """`inputs`: the task's partitions; `first`: those whose records go first on equal timestamps (the
@@ -39,7 +44,9 @@ class TaskInputs:
         self._buffers: dict[TP, deque[RawRecord]] = {tp: deque() for tp in inputs}
         ordered = sorted(inputs, key=lambda tp: (tp not in first, tp.topic))
         self._rank = {tp: rank for rank, tp in enumerate(ordered)}
-        self._waiting_since: float | None = None
+        self._fetch_wait_since: float | None = None  # since when an empty input's records are awaited
+        self._idle_deadlines: dict[TP, float] = {}  # caught-up empty inputs: until when they hold the others
+        self._told = False  # whether `overdue` reported the present wait
         self.idle = idle
 
     @property
@@ -69,21 +76,41 @@ class TaskInputs:
 
     def next_run(self, lags: Mapping[TP, int | None], now: float) -> tuple[TP, list[RawRecord]] | None:
         """The next records to process: from the input whose head is oldest, as many in a row as come before
-        every other input's head. None if nothing is buffered, or while an empty input may still have older
-        records on the broker (`lags` of the empty inputs: records known there and not fetched, None if not
-        known), for at most `idle` seconds since the wait began."""
+        every other input's head. None if nothing is buffered, or while an input with nothing buffered may
+        still have older records: records on the broker not fetched yet or a lag not known yet (`lags` of
+        the empty inputs, None if not known), or caught up for less than `idle` seconds."""
         buffers = self._buffers
+        if self._idle_deadlines:
+            for tp in [tp for tp in self._idle_deadlines if buffers[tp]]:
+                del self._idle_deadlines[tp]  # it has records again: a later wait starts anew
         if not any(buffers.values()):
-            self._waiting_since = None
+            self._fetch_wait_since = None
             return None
-        behind = any(lags.get(tp) != 0 for tp, buffer in buffers.items() if not buffer)
-        if behind:
-            if self._waiting_since is None:
-                self._waiting_since = now
-            if now - self._waiting_since < self.idle:
-                return None
-        self._waiting_since = None
+        if self.idle >= 0:
+            for tp, buffer in buffers.items():
+                if buffer:
+                    continue
+                if lags.get(tp) != 0:  # records of it on the broker, or not known yet: wait to fetch them
+                    if self._fetch_wait_since is None:
+                        self._fetch_wait_since, self._told = now, False
+                    return None
+                if self.idle > 0:  # caught up: wait up to `idle` for its producers
+                    deadline = self._idle_deadlines.get(tp)
+                    if deadline is None:
+                        deadline = self._idle_deadlines[tp] = now + self.idle
+                    if now < deadline:
+                        self._fetch_wait_since = None
+                        return None
+        self._fetch_wait_since = None
         return self._take()
+
+    def overdue(self, now: float, after: float) -> list[TP]:
+        """The empty inputs the others have waited for `after` seconds or more to be fetched, once per wait
+        (so that a wait that lasts is told, once)."""
+        if self._fetch_wait_since is None or self._told or now - self._fetch_wait_since < after:
+            return []
+        self._told = True
+        return [tp for tp, buffer in self._buffers.items() if not buffer]
 
     def next_runs(self, lags: Mapping[TP, int | None], now: float, limit: int
                   ) -> list[tuple[TP, list[RawRecord]]]:

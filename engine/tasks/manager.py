@@ -75,7 +75,7 @@ class TaskManager(Service):
         poison: PoisonRecords | None = None,
         table_sources: Collection[str] = (),
         ordered_topics: Collection[str] = (),
-        max_task_idle: float = 2.0,
+        max_task_idle: float = 0.0,
     ) -> None:
         super().__init__("tasks")
         self.table_sources = frozenset(table_sources)  # source topics of tables: inputs of their tasks

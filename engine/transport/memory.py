@@ -174,6 +174,7 @@ class MemoryConsumer:
         self._generation = 0
         self._target: tuple[int, set[TP], Assignment | None] = (0, set(), None)
         self._paused: set[TP] = set()
+        self._polls = 0
         self._running = False
 
     async def start(self) -> None:
@@ -271,9 +272,14 @@ class MemoryConsumer:
             await self._on_assigned(set(target))
 
     def _poll(self, max_records: int) -> dict[TP, list[RawRecord]]:
+        """Up to `max_records`, from each partition in turn: the partition served first moves on at each
+        poll (as a broker rotates a fetch's partitions), so none starves while others have a backlog."""
         out: dict[TP, list[RawRecord]] = {}
         budget = max_records
-        for tp in sorted(self._assigned):
+        order = sorted(self._assigned)
+        self._polls += 1
+        turn = self._polls % len(order) if order else 0
+        for tp in order[turn:] + order[:turn]:
             if budget <= 0:
                 break
             if tp in self._paused:

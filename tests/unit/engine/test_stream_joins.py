@@ -191,3 +191,58 @@ async def test_a_join_over_a_backlog_takes_both_streams_in_timestamp_order_also_
         await testing.eventually(lambda: len(got) >= len(expected), 30)
         await asyncio.sleep(0.2)  # (nothing more comes)
     assert sorted(got) == expected
+
+
+async def test_a_join_over_a_backlog_waits_for_a_stream_whose_fetch_is_slow_however_long_it_takes(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Both streams are in their topics before the worker starts, but the payments are not fetched for 2.5 s
+    (a busy fetch loop, a slow broker): the orders must wait for them, however long (Kafka Streams' rule for
+    records known on the broker), or they would run ahead and find no partner. A wait longer than the
+    warning's threshold is told, naming the stream. Every result, counted here from the input."""
+    from engine.transport.memory import MemoryConsumer
+
+    monkeypatch.setattr(conductor, "FETCH_WAIT_WARNING", 1.0)
+    withheld = asyncio.Event()
+    poll = MemoryConsumer._poll
+
+    def slow_payments(self: MemoryConsumer, max_records: int) -> Any:
+        if withheld.is_set():
+            return poll(self, max_records)
+        paused = set(self._paused)
+        self._paused |= {tp for tp in self._assigned if tp.topic == "payments"}
+        try:
+            return poll(self, max_records)
+        finally:
+            self._paused = paused
+
+    monkeypatch.setattr(MemoryConsumer, "_poll", slow_payments)
+    url = testing.memory_url()
+    app = engine.App("joins-slow-fetch", broker=url, store="memory://", topic_partitions=1)
+    orders = app.topic("orders", key_type=str, value_type=int)
+    payments = app.topic("payments", key_type=str, value_type=int)
+    got: list[tuple[str, int, int]] = []
+
+    @app.agent(orders)
+    async def match(stream: Any) -> None:
+        async for key, (order, payment) in stream.join(payments, within=0.2, grace=0.1).items():
+            got.append((key, order, payment))
+
+    left = [(f"k{n % 7}", 1_000_000 + n * 10) for n in range(300)]
+    right = [(f"k{(n * 3) % 7}", 1_000_000 + n * 10 + 5) for n in range(300)]
+    expected = sorted((kl, tl, tr) for kl, tl in left for kr, tr in right
+                      if kl == kr and abs(tl - tr) <= 200)
+    broker = testing.broker_for(url)
+    for topic, records in ((orders, left), (payments, right)):
+        broker.create_topic(topic.name, 1)
+        for key, at in records:
+            broker.append(topic.name, topic.key_codec.encode(key), topic.value_codec.encode(at), (), None,
+                          timestamp_ms=at)
+    with caplog.at_level("WARNING", logger="engine.fetch.conductor"):
+        async with testing.running(app, broker=url):
+            await testing.eventually(lambda: "payments[0] (300 on the broker)" in caplog.text, 30)
+            await asyncio.sleep(1.5)  # (2.5 s in all: longer than any deadline the wait had)
+            assert got == [], "the orders waited"
+            withheld.set()
+            await testing.eventually(lambda: len(got) >= len(expected), 30)
+            await asyncio.sleep(0.2)  # (nothing more comes)
+    assert sorted(got) == expected
