@@ -80,7 +80,9 @@ async def main() -> None:
                 if result is None:
                     continue
                 rates[mode] = inputs / result["seconds"]
-                print(f"round {round_ + 1}: {mode:11} {rates[mode]:,.0f} input records/s", flush=True)
+                busy = result["cpu"] / result["seconds"]
+                print(f"round {round_ + 1}: {mode:11} {rates[mode]:,.0f} input records/s (CPU {busy:.0%})",
+                      flush=True)
             if len(rates) == 2:
                 ratios.append(rates["join"] / rates["passthrough"])
                 print(f"round {round_ + 1}: join/passthrough = {ratios[-1]:.2f}", flush=True)

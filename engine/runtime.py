@@ -20,7 +20,7 @@ from agents import Service
 from engine.commit.guarantee import choose
 from engine.errors import ConfigError, WorkerFailed
 from engine.events import TP
-from engine.fetch.conductor import Conductor
+from engine.fetch.conductor import ORDERING, Conductor
 from engine.fetch.leases import Leases
 from engine.fetch.pauses import Pauses
 from engine.loops import running_loop_name
@@ -139,7 +139,7 @@ class Worker(Service):
             auto_offset_reset=settings.auto_offset_reset,
             placement=self.placement,
         )
-        pauses = Pauses(self.consumer)
+        pauses = Pauses(self.consumer, keep_fetched=[ORDERING])  # (its records are wanted again soon)
         sources = tables.source_appliers() if tables is not None else {}
         poison = PoisonRecords(settings.poison_after_losses)
         self.conductor = Conductor(

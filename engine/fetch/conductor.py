@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BACKPRESSURE = "backpressure"
-ORDERING = "ordering"  # a task's input paused while it has this many times max_poll_records buffered
+ORDERING = "ordering"  # a task's input held back while it has this many times max_poll_records buffered
 ORDERING_BUFFERS = 4
 FETCH_WAIT_WARNING = 30.0  # seconds a task's inputs wait for an empty input's records before a warning
 PARK_AFTER = 0.05  # seconds the fetch loop waits for room in a full mailbox before parking the batch

@@ -270,6 +270,7 @@ class KafkaConsumer:
         private.refuse_auto_create(private.consumer_client(self._client))
         listener.consumer = self._client
         self._topics: set[str] = set()
+        self._held: set[TopicPartition] = set()  # held back (hold_back): left out of getmany
 
     async def start(self) -> None:
         await _start(self._client, self._servers, self._options)
@@ -283,9 +284,17 @@ class KafkaConsumer:
             self._client.subscribe(topics=sorted(self._topics), listener=self._listener)
 
     async def getmany(self, timeout: float, max_records: int) -> Mapping[TP, list[RawRecord]]:
+        """(Partitions held back are left out of the call: aiokafka keeps their fetched records, and fetches
+        no more of them meanwhile.)"""
+        partitions: list[TopicPartition] = []
+        if self._held:
+            partitions = [tp for tp in self._client.assignment() if tp not in self._held]
+            if not partitions:  # (all held back: asking for none would ask for all)
+                await asyncio.sleep(timeout)
+                return {}
         try:
             batches: Mapping[TP, list[RawRecord]] = await self._client.getmany(
-                timeout_ms=int(timeout * 1000), max_records=max_records
+                *partitions, timeout_ms=int(timeout * 1000), max_records=max_records
             )
         except KafkaConnectionError as exc:
             raise await _unavailable(self._servers, self._options, exc) from exc
@@ -387,6 +396,12 @@ class KafkaConsumer:
 
     def resume(self, tps: Collection[TP]) -> None:
         self._client.resume(*(TopicPartition(*tp) for tp in tps))
+
+    def hold_back(self, tps: Collection[TP]) -> None:
+        self._held.update(TopicPartition(*tp) for tp in tps)
+
+    def let_through(self, tps: Collection[TP]) -> None:
+        self._held.difference_update(TopicPartition(*tp) for tp in tps)
 
 
 DIRECT_MARGIN = 4096  # bytes under max_request_size below which a record surely fits, with its headers

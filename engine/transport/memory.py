@@ -174,6 +174,7 @@ class MemoryConsumer:
         self._generation = 0
         self._target: tuple[int, set[TP], Assignment | None] = (0, set(), None)
         self._paused: set[TP] = set()
+        self._held: set[TP] = set()  # held back (hold_back): not returned, not dropped
         self._polls = 0
         self._running = False
 
@@ -254,6 +255,13 @@ class MemoryConsumer:
         self._paused.difference_update(tps)
         self.broker.notify()  # a fetch waiting for data should look again
 
+    def hold_back(self, tps: Collection[TP]) -> None:
+        self._held.update(tps)  # (nothing is fetched ahead here: holding back is pausing)
+
+    def let_through(self, tps: Collection[TP]) -> None:
+        self._held.difference_update(tps)
+        self.broker.notify()
+
     async def _sync_group(self) -> None:
         generation, target, share = self._target
         if self.group_id is None or generation == self._generation:
@@ -266,6 +274,7 @@ class MemoryConsumer:
         group = self.broker.groups[self.group_id]
         self._assigned = set(target)
         self._paused.clear()
+        self._held.clear()
         ends = {tp: len(self.broker.topics[tp.topic][tp.partition]) if self._from_end else 0 for tp in target}
         self._positions = {tp: group.committed.get(tp, ends[tp]) for tp in target}
         if self._on_assigned is not None:
@@ -282,7 +291,7 @@ class MemoryConsumer:
         for tp in order[turn:] + order[:turn]:
             if budget <= 0:
                 break
-            if tp in self._paused:
+            if tp in self._paused or tp in self._held:
                 continue
             log = self.broker.topics[tp.topic][tp.partition]
             position = self._positions[tp]

@@ -97,6 +97,32 @@ async def test_pause_holds_back_a_partition_until_resumed(transport):
         await consumer.stop()
 
 
+async def test_hold_back_leaves_a_partition_out_until_let_through_and_then_gives_each_record_once(transport):
+    topic = await make_topic(transport)
+    await fill(transport, topic, 5, partition=0)
+    await fill(transport, topic, 5, partition=1)
+    consumer = transport.consumer(group_id=None)
+    await consumer.start()
+    try:
+        consumer.assign([TP(topic, 0), TP(topic, 1)])
+        consumer.seek(TP(topic, 0), 0)
+        consumer.seek(TP(topic, 1), 0)
+        consumer.hold_back([TP(topic, 1)])
+        records = await read(consumer, 5)
+        await asyncio.sleep(0.3)  # (partition 1 fetched meanwhile, in the background)
+        records += await read(consumer, 1, timeout=0.5)
+        assert {r.partition for r in records} == {0}
+        consumer.hold_back([TP(topic, 0)])
+        assert await consumer.getmany(0.2, 1000) == {}, "everything held back: nothing, not everything"
+        consumer.let_through([TP(topic, 0), TP(topic, 1)])
+        more = await read(consumer, 5)
+        await asyncio.sleep(0.3)
+        more += await read(consumer, 1, timeout=0.5)
+        assert [(r.partition, r.offset) for r in more] == [(1, offset) for offset in range(5)]
+    finally:
+        await consumer.stop()
+
+
 async def test_group_consumer_commits_and_a_new_member_resumes_there(transport):
     topic = await make_topic(transport, partitions=1)
     await fill(transport, topic, 6, partition=0)

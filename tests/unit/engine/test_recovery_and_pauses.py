@@ -78,12 +78,19 @@ async def test_a_store_ahead_of_its_log_is_rebuilt_from_the_start():
 class RecordingConsumer:
     def __init__(self) -> None:
         self.paused: set[TP] = set()
+        self.held: set[TP] = set()
 
     def pause(self, tps: Any) -> None:
         self.paused |= set(tps)
 
     def resume(self, tps: Any) -> None:
         self.paused -= set(tps)
+
+    def hold_back(self, tps: Any) -> None:
+        self.held |= set(tps)
+
+    def let_through(self, tps: Any) -> None:
+        self.held -= set(tps)
 
 
 def test_a_partition_resumes_only_once_every_reason_to_pause_it_is_gone():
@@ -100,3 +107,23 @@ def test_a_partition_resumes_only_once_every_reason_to_pause_it_is_gone():
     pauses.forget([words1])  # revoked: its reasons go with it
     pauses.release([words1], "backpressure")
     assert consumer.paused == {words1}, "forgotten reasons do not resume it (the next assignment does)"
+
+
+def test_a_reason_that_keeps_fetched_records_holds_back_instead_of_pausing_and_the_two_kinds_end_apart():
+    consumer = RecordingConsumer()
+    pauses = Pauses(consumer, keep_fetched=["ordering"])  # type: ignore[arg-type]
+    left, right = TP("left", 0), TP("right", 0)
+    pauses.hold([left], "ordering")
+    assert (consumer.paused, consumer.held) == (set(), {left}), "held back, not paused"
+    pauses.hold([left], "backpressure")
+    assert (consumer.paused, consumer.held) == ({left}, {left})
+    pauses.release([left], "backpressure")
+    assert (consumer.paused, consumer.held) == (set(), {left}), "still held back for the order"
+    pauses.hold([left], "backpressure")
+    pauses.release([left], "ordering")
+    assert (consumer.paused, consumer.held) == ({left}, set()), "let through, still paused"
+    pauses.release([left], "backpressure")
+    pauses.hold([left, right], "ordering")
+    pauses.forget([left, right])  # revoked: what is held back is let through with its reasons
+    assert consumer.held == set()
+    assert pauses.reasons(left) == set()
