@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from engine.errors import ConfigError
 from engine.tables.partition import DELETED, MISSING, KeyedWindowState
 from engine.tables.windowed import EventTimeTable
+from engine.topics import event_time_ms
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -58,6 +59,9 @@ def pack(values: list[bytes]) -> bytes:
 
 
 def unpack(raw: bytes) -> list[bytes]:
+    length = int.from_bytes(raw[:4], "big")
+    if length + 4 == len(raw):  # (one value: the usual case)
+        return [raw[4:]]
     values, at = [], 0
     while at < len(raw):
         length = int.from_bytes(raw[at:at + 4], "big")
@@ -184,12 +188,13 @@ class StreamJoin:
 
     def __init__(self, left: Topic, right: Topic, window: JoinWindows, buffers: list[JoinBuffer],
                  pending: list[PendingBuffer | None]) -> None:
-        self.topics = (left, right)
         self.window = window
         self.buffers = buffers  # [left, right]
         self.pending = pending  # [left's, right's]: a side's records with no partner, if that side is outer
         self.outer = pending[0] is not None or pending[1] is not None
         self._left_name = left.name
+        self._decode = (left.value_codec.decode, right.value_codec.decode)
+        self._extract = (left.timestamp, right.timestamp)  # event time extractors (None: the record's)
 
     def process(self, event: Event) -> list[Joined]:
         """The results of one record of either stream, in Kafka Streams' order: the records without partner
@@ -203,7 +208,8 @@ class StreamJoin:
             return [] if pending is None else [_pair(side, None, value, None)]
         at = event.time_ms
         if at is None:
-            at = self.topics[side].event_time_ms(event)
+            extract = self._extract[side]
+            at = event.record.timestamp if extract is None else event_time_ms(extract, event)
         mine, theirs = self.buffers[side], self.buffers[1 - side]
         my_part, _ = mine.table._route_write(key, event)
         their_part = theirs.table.active.get(my_part.number)  # (the same partition: co-partitioned)
@@ -236,19 +242,28 @@ class StreamJoin:
         times = their_state.windows.get(key)
         matched = False
         if times:
-            found = [t for t in times if low <= t <= high]
-            gone = [t for t in times if t < shown] if len(times) > len(found) else ()
-            for other_at in gone:  # past the retention: deleted now (the checkpoint would, later)
-                theirs.remove(their_part, their_state, key, other_at)
+            found: list[int] = []
+            gone: list[int] | None = None
+            for other_at in times:  # (one loop, no comprehension: a key has a few times)
+                if other_at < shown:
+                    if gone is None:
+                        gone = []
+                    gone.append(other_at)
+                elif low <= other_at <= high:
+                    found.append(other_at)
+            if gone is not None:
+                for other_at in gone:  # past the retention: deleted now (the checkpoint would, later)
+                    theirs.remove(their_part, their_state, key, other_at)
             if found:
                 matched = True
                 if len(found) > 1:
                     found.sort()
-                decode = self.topics[1 - side].value_codec.decode
+                decode = self._decode[1 - side]
                 their_pending = self.pending[1 - side]
                 for other_at in found:
                     for other in theirs.values(their_part, key, other_at):
-                        results.append(_pair(side, key, value, decode(other)))
+                        partner = decode(other)
+                        results.append((key, value, partner) if side == 0 else (key, partner, value))
                     if their_pending is not None:
                         self._partnered(their_pending, event, key, other_at)
         if not matched and pending is not None:
@@ -278,7 +293,7 @@ class StreamJoin:
             part = pending.table._partition(event.record.partition, event.key)
             state = pending.state(part)
             due = state.due
-            decode = self.topics[side].value_codec.decode
+            decode = self._decode[side]
             while due and due[0][0] < stream_time:
                 _, _, (key, at) = heappop(due)
                 times = state.windows.get(key)
