@@ -4,6 +4,10 @@ after."""
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
+import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -12,6 +16,7 @@ from tests.kafka.broker import KafkaCluster
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 
 @pytest.fixture(scope="session")
@@ -72,18 +77,34 @@ def spark() -> Iterator[object]:
 
 
 @pytest.fixture
-def s3_endpoint() -> Iterator[str]:
-    """An S3 endpoint (moto's server, in this process) with the bucket S3_BUCKET; yields its URL."""
+def s3_endpoint(tmp_path: Path) -> Iterator[str]:
+    """An S3 endpoint (moto's server) with the bucket S3_BUCKET; yields its URL. In a process of its own:
+    delta-rs holds the GIL while it waits for the store, so a server in this process would never answer."""
     import boto3
-    from moto.server import ThreadedMotoServer
+    import botocore.exceptions
 
     from tests.lake import S3_BUCKET
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    boto3.client("s3", endpoint_url=url, aws_access_key_id="engine", aws_secret_access_key="secret",
-                 region_name="us-east-1").create_bucket(Bucket=S3_BUCKET)
-    yield url
-    server.stop()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with (tmp_path / "moto.log").open("wb") as log:
+        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                  stdout=log, stderr=subprocess.STDOUT)
+    client = boto3.client("s3", endpoint_url=url, aws_access_key_id="engine", aws_secret_access_key="secret",
+                          region_name="us-east-1")
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # until it answers (it takes a few seconds to import)
+            try:
+                client.create_bucket(Bucket=S3_BUCKET)
+                break
+            except botocore.exceptions.EndpointConnectionError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait()

@@ -8,8 +8,8 @@ LakeCommit (engine.export.lake) rides in the commit's `commitInfo` under the key
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from engine.export.columns import PARTITION, ExportError
 from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
@@ -42,13 +42,24 @@ def _writer() -> Any:
 
 
 class DeltaTarget:
-    """The Delta table at one path, created on first write."""
+    """The Delta table at one location, created on first write: a directory here, or an object store's URI
+    (delta-rs and pyarrow both take the store's credentials, region and endpoint from the environment:
+    AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL...)."""
 
     def __init__(self, location: str) -> None:
         self.location = location
 
     def _exists(self) -> bool:
-        return (Path(self.location) / "_delta_log").is_dir()
+        return bool(_deltalake().DeltaTable.is_deltatable(self.location))
+
+    def file_system(self) -> tuple[Any, str]:
+        """The pyarrow file system of the table's location, and the location as that file system takes it
+        (for files kept beside the table: an export round's stages)."""
+        fs = require("pyarrow.fs", "Delta Lake export")
+        if urlparse(self.location).scheme in ("", "file"):
+            return fs.LocalFileSystem(), self.location.removeprefix("file://")
+        found, path = fs.FileSystem.from_uri(self.location)
+        return found, str(path).rstrip("/")
 
     def history(self) -> list[tuple[int, LakeCommit]]:
         """The engine commits of the table, newest first, with their versions; [] if there is none."""

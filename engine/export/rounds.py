@@ -159,7 +159,8 @@ def staging_area(lake: DeltaTarget | IcebergTarget, schema: pa.Schema) -> Stagin
     """Where the rounds of `lake` are staged (an Iceberg table that does not exist yet is created with
     `schema`), or None if it can keep none."""
     if isinstance(lake, DeltaTarget):
-        return StagingArea.local(f"{lake.location}/{STAGING}")
+        fs, location = lake.file_system()
+        return StagingArea(fs, f"{location}/{STAGING}")
     found = lake.file_system(schema)
     if found is None:
         return None

@@ -30,10 +30,6 @@ class StagingArea:
         self.fs = fs
         self.root = root.rstrip("/")
 
-    @classmethod
-    def local(cls, root: str) -> StagingArea:
-        return cls(require("pyarrow.fs", "lake export").LocalFileSystem(), root)
-
     def path(self, round_: int, name: str = "") -> str:
         """A file of round `round_` (or the round's directory)."""
         return f"{self.root}/{round_}/{name}" if name else f"{self.root}/{round_}"

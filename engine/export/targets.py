@@ -1,6 +1,7 @@
-"""Where an export goes, as a user writes it: `delta:PATH` for a Delta Lake table,
-`iceberg:[CATALOG.]NAMESPACE.TABLE` for an Iceberg table (engine.export.iceberg), anything else a directory
-of Parquet files with a manifest (engine.export.parquet)."""
+"""Where an export goes, as a user writes it: `delta:PATH` for a Delta Lake table (PATH a directory here, or
+an object store's URI such as `s3://bucket/path`), `iceberg:[CATALOG.]NAMESPACE.TABLE` for an Iceberg table
+(engine.export.iceberg), anything else a directory of Parquet files with a manifest
+(engine.export.parquet)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ LAKES = (DELTA, ICEBERG)
 @dataclass(frozen=True)
 class Target:
     kind: str  # DELTA, ICEBERG or PARQUET
-    location: str  # a path; for ICEBERG, [CATALOG.]NAMESPACE.TABLE
+    location: str  # a path (for DELTA, or a URI); for ICEBERG, [CATALOG.]NAMESPACE.TABLE
 
     @property
     def is_lake(self) -> bool:
@@ -29,6 +30,8 @@ class Target:
         a table of that name in the namespace the target names."""
         if self.kind == ICEBERG:
             return Target(ICEBERG, f"{self.location}.{name}")
+        if is_uri(self.location):
+            return Target(self.kind, f"{self.location.rstrip('/')}/{name}")
         return Target(self.kind, str(Path(self.location) / name))
 
     def __str__(self) -> str:
@@ -44,6 +47,8 @@ def parse_target(target: Target | Path | str) -> Target:
     if sep and kind == DELTA:
         if not rest:
             raise ExportError("delta: needs a path, as in delta:exports/counts")
+        if is_uri(rest):
+            return Target(DELTA, rest)  # an object store's (its credentials come from the environment)
         location = Path(rest)
         if location.exists() and not location.is_dir():
             raise ExportError(f"cannot export to {text}: {rest} is a file; a Delta table is a directory")
@@ -60,3 +65,9 @@ def parse_target(target: Target | Path | str) -> Target:
         raise ExportError(f"cannot export to {location}: it is a file; an export is a directory (give a new "
                           "path, or an earlier export's directory to replace it)")
     return Target(PARQUET, text)
+
+
+def is_uri(location: str) -> bool:
+    """Whether `location` is a URI (`s3://bucket/path`), not a path on this machine."""
+    scheme, sep, _ = location.partition("://")
+    return bool(sep) and scheme.isalnum() and scheme != "file"

@@ -33,7 +33,7 @@ from tests.integration.helpers import (
     until_done,
 )
 from tests.integration.lake_apps import Hit, make_app
-from tests.lake import s3_catalog
+from tests.lake import S3_BUCKET, s3_catalog, s3_environment
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -170,7 +170,7 @@ def offsets_of(commit: Any) -> dict[int, int | None]:
     return {n: where.changelog_offset for n, where in commit.partitions.items()}
 
 
-@pytest.mark.parametrize("kind", ["delta", "iceberg", "iceberg-s3"])
+@pytest.mark.parametrize("kind", ["delta", "delta-s3", "iceberg", "iceberg-s3"])
 async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_version_consistent(
         kafka, tmp_path, spark, kind, monkeypatch, request) -> None:
     """Both workers export every second (`app.export("all", ..., every=1)`): each round, each stages the
@@ -179,12 +179,19 @@ async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_ver
     all four partitions at one round and, read by time travel, holds for each partition exactly the
     changelog up to the offset it records (none half-written); once the events stop the lake catches up
     with the changelogs' ends. (Iceberg: in a SQL catalog both workers share, configured by environment;
-    `iceberg-s3`: its warehouse on an S3 endpoint, the rounds staged there, read back with pyiceberg.)"""
+    `iceberg-s3`: its warehouse on an S3 endpoint, the rounds staged there, read back with pyiceberg;
+    `delta-s3`: the Delta tables in a bucket there, reached by the workers' AWS_* environment.)"""
     app_id, topic = unique("lake-workers"), unique("hits")
     await create_topics(kafka.bootstrap, [topic])
-    lake = tmp_path / "lake"
+    lake: Path | str = tmp_path / "lake"
     env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_LAKE": f"delta:{lake}", "ITEST_EVERY": "1",
            **SHORT_SESSION}
+    if kind == "delta-s3":
+        lake = f"s3://{S3_BUCKET}/lake"
+        store = s3_environment(request.getfixturevalue("s3_endpoint"))
+        env = {**env, **store, "ITEST_LAKE": f"delta:{lake}"}
+        for name, value in store.items():
+            monkeypatch.setenv(name, value)
     if kind.startswith("iceberg"):
         from pyiceberg import catalog
         from pyiceberg.utils.config import Config
@@ -201,11 +208,13 @@ async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_ver
     settings = make_app(app_id, topic).settings()
 
     def table(name: str) -> Any:
-        return lake / name if kind == "delta" else IcebergTarget(f"shared.lake.{name}", settings)
+        if kind.startswith("delta"):
+            return f"{lake}/{name}"
+        return IcebergTarget(f"shared.lake.{name}", settings)
 
     def history(name: str) -> list[tuple[int, Any]]:
         found = table(name)
-        return DeltaTarget(str(found)).history() if kind == "delta" else found.history()
+        return DeltaTarget(found).history() if kind.startswith("delta") else found.history()
 
     workers = [WorkerProcess("tests.integration.lake_apps:app", kafka.url,
                              {**env, "ENGINE_DATA_DIR": str(tmp_path / name)}, tmp_path / f"{name}.log")
@@ -257,10 +266,10 @@ async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_ver
                                            windowed)
                 assert rows.get(number, {}) == expected, (name, version, number)
             assert set(rows) <= set(position)  # no rows of a partition no version recorded
-        if kind == "iceberg-s3":
-            continue  # (this Spark has no S3 file system: the versions were read with pyiceberg above)
+        if kind.endswith("-s3"):
+            continue  # (this Spark has no S3 file system: the versions were read with delta-rs or pyiceberg)
         newest = versions[0][0]  # in Spark too: every partition, at the changelog's end
-        source = lake / name if kind == "delta" else table(name).catalog.load_table(
+        source = table(name) if kind == "delta" else table(name).catalog.load_table(
             table(name).name).metadata_location
         assert spark_state(spark, source, newest, windowed, kind) == changelog_state(
             changelog, offsets_of(versions[0][1]), windowed)

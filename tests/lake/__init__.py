@@ -43,6 +43,13 @@ def lake_spark_config() -> dict[str, str]:
 S3_BUCKET = "lake"
 
 
+def s3_environment(endpoint: str) -> dict[str, str]:
+    """The environment by which delta-rs and pyarrow reach S3_BUCKET at `endpoint` (a user's AWS_* variables;
+    plain HTTP allowed)."""
+    return {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "engine", "AWS_SECRET_ACCESS_KEY": "secret",
+            "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+
+
 def s3_catalog(name: str, endpoint: str) -> dict[str, str]:
     """The environment that makes pyiceberg's catalog `name` keep its warehouse in S3_BUCKET at `endpoint`
     (its URI, the SQL database, is set apart)."""

@@ -10,8 +10,7 @@ import asyncio
 import json
 import random
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pytest
@@ -23,7 +22,11 @@ from engine.export import iceberg, lake
 from engine.export.delta import DeltaTarget
 from engine.export.iceberg import IcebergTarget
 from engine.export.sources import checkpointed
-from tests.lake import s3_catalog
+from engine.export.targets import parse_target
+from tests.lake import S3_BUCKET, s3_catalog, s3_environment
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 SIZE, EXPIRES = 10, 30  # the windowed table's, in seconds
 
@@ -291,11 +294,17 @@ def changelog_totals(logs: list[Any], upto: dict[int, int | None]) -> dict[int, 
 class SharedLake:
     """A lake table both workers of a test write: a Delta path, or an Iceberg table in a SQL catalog both
     see (configured as a user would, by environment; pyiceberg reads it once, at import), its warehouse in a
-    local directory or (`iceberg-s3`) in a bucket of an S3 endpoint (`s3`: its URL)."""
+    local directory or (`iceberg-s3`) in a bucket of an S3 endpoint (`s3`: its URL); a Delta table in that
+    bucket for `delta-s3`."""
 
     def __init__(self, kind: str, root: Path, monkeypatch: pytest.MonkeyPatch, s3: str | None = None
                  ) -> None:
         self.kind, self.root = kind, root
+        self.delta = f"s3://{S3_BUCKET}/delta" if kind == "delta-s3" else str(root / "lake")
+        if kind == "delta-s3":
+            assert s3 is not None
+            for name, value in s3_environment(s3).items():
+                monkeypatch.setenv(name, value)
         if kind.startswith("iceberg"):
             from pyiceberg import catalog
             from pyiceberg.utils.config import Config
@@ -312,17 +321,17 @@ class SharedLake:
 
     @property
     def target(self) -> str:
-        return f"delta:{self.root / 'lake'}" if self.kind == "delta" else "iceberg:shared.lake"
+        return f"delta:{self.delta}" if self.kind.startswith("delta") else "iceberg:shared.lake"
 
     def table(self, name: str, settings: engine.Settings) -> DeltaTarget | IcebergTarget:
-        if self.kind == "delta":
-            return DeltaTarget(str(self.root / "lake" / name))
+        if self.kind.startswith("delta"):
+            return DeltaTarget(f"{self.delta}/{name}")
         return IcebergTarget(f"shared.lake.{name}", settings)
 
     def rows(self, name: str, settings: engine.Settings, version: int | None = None) -> list[dict[str, Any]]:
         lake = self.table(name, settings)
         if isinstance(lake, DeltaTarget):
-            if not (Path(lake.location) / "_delta_log").is_dir():
+            if not DeltaTable.is_deltatable(lake.location):
                 return []
             return DeltaTable(lake.location, version=version).to_pyarrow_table().to_pylist()
         found = lake.catalog.load_table(lake.name) if lake.history() else None
@@ -350,15 +359,16 @@ def pa_schema() -> Any:
 
 
 
-@pytest.mark.parametrize("kind", ["delta", "iceberg", "iceberg-s3"])
+@pytest.mark.parametrize("kind", ["delta", "delta-s3", "iceberg", "iceberg-s3"])
 async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_version(
         tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     """`app.export` from two workers: each tick stages both workers' partitions, the worker with partition 0
-    commits them together (`iceberg-s3`: staged in the table's own location on an object store, through
-    the catalog's file IO). Every version records all four partitions at one round, and holds for each
-    exactly its changelog up to the recorded offset; the last one equals the events' outcome."""
+    commits them together (`-s3`: the table on an object store, staged in its own location there, through
+    the catalog's file IO for Iceberg, the environment's credentials for Delta). Every version records all
+    four partitions at one round, and holds for each exactly its changelog up to the recorded offset; the
+    last one equals the events' outcome."""
     app, totals = build_app()
-    s3 = request.getfixturevalue("s3_endpoint") if kind == "iceberg-s3" else None
+    s3 = request.getfixturevalue("s3_endpoint") if kind.endswith("-s3") else None
     lake = SharedLake(kind, tmp_path / "shared", monkeypatch, s3)
     app.export("all", lake.target, every=0.3)
     truth, rng, at = Truth(), random.Random(11), 1_000.0
@@ -396,8 +406,7 @@ async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_ver
             by_partition[row["partition"]][row["key"]] = row["value"]
         offsets = {n: where.changelog_offset for n, where in found.partitions.items()}
         assert by_partition == changelog_totals(logs, offsets), version
-    totals_lake = lake.table("totals", settings)
-    status = export.lake_status(f"{kind.removesuffix('-s3')}:{totals_lake.location}", settings)
+    status = export.lake_status(str(parse_target(lake.target).child("totals")), settings)
     assert status[0].endswith(f"(round {rounds[0]}: every partition at one tick)")
     staged = lake.staged_rounds("totals", settings)
     assert all(r > rounds[0] for r in staged), (staged, rounds)  # a commit removes its stages and older ones
@@ -424,8 +433,6 @@ async def test_a_round_commits_nothing_when_its_stages_are_stale_or_a_partition_
     from a round but staged for a later one will never come (its worker skipped the round): give up at once,
     not after the wait."""
     from engine.export import rounds
-    from engine.export.targets import parse_target
-
     app, totals = build_app()
     target = parse_target(f"delta:{tmp_path / 'lake'}")
     ops = app.topics["ops"]
@@ -492,3 +499,15 @@ def test_an_iceberg_commit_replaces_whole_partitions_and_keys_and_keeps_the_rest
     lake.replace_keys(schema, ["a"], iter(rows(("a", 3, 0), ("e", 3, 2))), written("incremental", {0: 3}),
                       partitions=[1])
     assert table() == {"a": (3, 0), "d": (1, 2), "e": (3, 2)}  # b went with partition 1, a replaced
+
+
+def test_a_delta_target_is_a_path_or_an_object_stores_uri_and_its_tables_are_under_it(tmp_path: Path) -> None:
+    from engine.export.targets import DELTA, Target
+
+    on_s3 = parse_target("delta:s3://bucket/lake")
+    assert on_s3 == Target(DELTA, "s3://bucket/lake"), "a URI kept as given, not made a local path"
+    assert str(on_s3.child("counts")) == "delta:s3://bucket/lake/counts"
+    here = parse_target(f"delta:{tmp_path / 'lake'}")
+    assert str(here.child("counts")) == f"delta:{tmp_path / 'lake' / 'counts'}"
+    fs, location = DeltaTarget(str(tmp_path / "lake")).file_system()
+    assert (type(fs).__name__, location) == ("LocalFileSystem", str(tmp_path / "lake"))
