@@ -115,12 +115,16 @@ class TaskInputs:
     def next_runs(self, lags: Mapping[TP, int | None], now: float, limit: int
                   ) -> list[tuple[TP, list[RawRecord]]]:
         """`next_run`, then the runs after it for as long as their order is known from the buffers alone
-        (every input still has records buffered), up to about `limit` records: one call for what two
+        (every input still has records buffered, but those that had none at the call and did not hold the
+        others back: a quiet topic of the task), up to about `limit` records: one call for what two
         interleaved streams give as runs of one or two records."""
+        quiet = [tp for tp, buffer in self._buffers.items() if not buffer]
         first = self.next_run(lags, now)
         if first is None:
             return []
-        runs, count, buffers = [first], len(first[1]), self._buffers.values()
+        runs, count = [first], len(first[1])
+        buffers = [buffer for tp, buffer in self._buffers.items() if tp not in quiet] if quiet \
+            else self._buffers.values()
         while count < limit and all(buffers):
             run = self._take()
             runs.append(run)

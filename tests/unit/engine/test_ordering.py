@@ -119,3 +119,16 @@ def test_next_runs_takes_runs_in_order_while_every_input_has_a_head_and_up_to_a_
     inputs.add(TABLE, records(10))  # type: ignore[arg-type]
     inputs.add(STREAM, records(11, 12))  # type: ignore[arg-type]
     assert [len(got) for _, got in inputs.next_runs({}, now=0.0, limit=2)] == [1, 1], "9, then 10: limit 2"
+
+
+def test_next_runs_goes_on_past_an_input_that_was_quiet_at_the_call_but_stops_where_another_empties():
+    quiet = TP("settings", 0)
+    inputs = TaskInputs([STREAM, TABLE, quiet], first=[TABLE], idle=0.0)
+    inputs.add(STREAM, records(1, 3, 5, 7))  # type: ignore[arg-type]
+    inputs.add(TABLE, records(2, 4, 6))  # type: ignore[arg-type]
+    runs = inputs.next_runs({quiet: 0}, now=0.0, limit=100)
+    # the table's buffer empties with [6]: what follows depends on its lag, so a call of its own
+    assert [(tp.topic, [r.timestamp for r in got]) for tp, got in runs] == [
+        ("payments", [1]), ("profiles", [2]), ("payments", [3]), ("profiles", [4]), ("payments", [5]),
+        ("profiles", [6])]
+    assert inputs.next_runs({TABLE: 1, quiet: 0}, now=0.0, limit=100) == [], "the table is behind: wait"
