@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from engine.events import TP
 from engine.transport import TopicSpec, Transport, open_transport
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 
 @pytest.fixture(params=["memory", pytest.param("kafka", marks=pytest.mark.kafka)])
@@ -74,7 +79,9 @@ async def test_assign_seek_and_offsets(transport):
         await consumer.stop()
 
 
-async def test_pause_holds_back_a_partition_until_resumed(transport):
+@contextlib.asynccontextmanager
+async def reading_two_partitions(transport: Transport) -> AsyncIterator[tuple[Any, str]]:
+    """A consumer outside any group reading both partitions of a new topic from the start (5 records each)."""
     topic = await make_topic(transport)
     await fill(transport, topic, 5, partition=0)
     await fill(transport, topic, 5, partition=1)
@@ -84,6 +91,13 @@ async def test_pause_holds_back_a_partition_until_resumed(transport):
         consumer.assign([TP(topic, 0), TP(topic, 1)])
         consumer.seek(TP(topic, 0), 0)
         consumer.seek(TP(topic, 1), 0)
+        yield consumer, topic
+    finally:
+        await consumer.stop()
+
+
+async def test_pause_holds_back_a_partition_until_resumed(transport):
+    async with reading_two_partitions(transport) as (consumer, topic):
         consumer.pause([TP(topic, 1)])
         records = await read(consumer, 5)
         await asyncio.sleep(0.3)
@@ -93,20 +107,10 @@ async def test_pause_holds_back_a_partition_until_resumed(transport):
         more = await read(consumer, 5)
         assert {r.partition for r in more} == {1}
         assert len(more) == 5
-    finally:
-        await consumer.stop()
 
 
 async def test_hold_back_leaves_a_partition_out_until_let_through_and_then_gives_each_record_once(transport):
-    topic = await make_topic(transport)
-    await fill(transport, topic, 5, partition=0)
-    await fill(transport, topic, 5, partition=1)
-    consumer = transport.consumer(group_id=None)
-    await consumer.start()
-    try:
-        consumer.assign([TP(topic, 0), TP(topic, 1)])
-        consumer.seek(TP(topic, 0), 0)
-        consumer.seek(TP(topic, 1), 0)
+    async with reading_two_partitions(transport) as (consumer, topic):
         consumer.hold_back([TP(topic, 1)])
         records = await read(consumer, 5)
         await asyncio.sleep(0.3)  # (partition 1 fetched meanwhile, in the background)
@@ -119,8 +123,6 @@ async def test_hold_back_leaves_a_partition_out_until_let_through_and_then_gives
         await asyncio.sleep(0.3)
         more += await read(consumer, 1, timeout=0.5)
         assert [(r.partition, r.offset) for r in more] == [(1, offset) for offset in range(5)]
-    finally:
-        await consumer.stop()
 
 
 async def test_group_consumer_commits_and_a_new_member_resumes_there(transport):

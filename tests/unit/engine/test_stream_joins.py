@@ -150,6 +150,35 @@ async def test_the_buffers_are_read_back_after_a_restart() -> None:
         assert got == wanted
 
 
+def backlog_join(name: str, records: int, **settings: Any) -> tuple[engine.App, str, list[Any], list[Any]]:
+    """An app whose agent joins orders with payments within 0.2 s (grace 0.1), on a memory broker where both
+    streams are already in their topics (all of one, then the other's): the app, the broker's URL, the
+    results as they come, and the results expected, counted here from the input."""
+    url = testing.memory_url()
+    app = engine.App(name, broker=url, store="memory://", topic_partitions=1, **settings)
+    orders = app.topic("orders", key_type=str, value_type=int)
+    payments = app.topic("payments", key_type=str, value_type=int)
+    got: list[tuple[str, int, int]] = []
+
+    @app.agent(orders)
+    async def match(stream: Any) -> None:
+        async for key, (order, payment) in stream.join(payments, within=0.2, grace=0.1).items():
+            got.append((key, order, payment))
+            await asyncio.sleep(0)
+
+    left = [(f"k{n % 7}", 1_000_000 + n * 10) for n in range(records)]
+    right = [(f"k{(n * 3) % 7}", 1_000_000 + n * 10 + 5) for n in range(records)]
+    expected = sorted((kl, tl, tr) for kl, tl in left for kr, tr in right
+                      if kl == kr and abs(tl - tr) <= 200)
+    broker = testing.broker_for(url)
+    for topic, pairs in ((orders, left), (payments, right)):
+        broker.create_topic(topic.name, 1)
+        for key, at in pairs:
+            broker.append(topic.name, topic.key_codec.encode(key), topic.value_codec.encode(at), (), None,
+                          timestamp_ms=at)
+    return app, url, got, expected
+
+
 async def test_a_join_over_a_backlog_takes_both_streams_in_timestamp_order_also_when_batches_wait(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Both streams are in their topics before the worker starts, and the agent's mailbox is small and parks
@@ -164,29 +193,7 @@ async def test_a_join_over_a_backlog_takes_both_streams_in_timestamp_order_also_
         await unpark(self, *args)
 
     monkeypatch.setattr(conductor.Conductor, "_unpark", late_unpark)
-    url = testing.memory_url()
-    app = engine.App("joins-backlog", broker=url, store="memory://", topic_partitions=1, mailbox_size=4,
-                     max_poll_records=50)
-    orders = app.topic("orders", key_type=str, value_type=int)
-    payments = app.topic("payments", key_type=str, value_type=int)
-    got: list[tuple[str, int, int]] = []
-
-    @app.agent(orders)
-    async def match(stream: Any) -> None:
-        async for key, (order, payment) in stream.join(payments, within=0.2, grace=0.1).items():
-            got.append((key, order, payment))
-            await asyncio.sleep(0)
-
-    left = [(f"k{n % 7}", 1_000_000 + n * 10) for n in range(600)]
-    right = [(f"k{(n * 3) % 7}", 1_000_000 + n * 10 + 5) for n in range(600)]
-    expected = sorted((kl, tl, tr) for kl, tl in left for kr, tr in right
-                      if kl == kr and abs(tl - tr) <= 200)
-    broker = testing.broker_for(url)
-    for topic, records in ((orders, left), (payments, right)):  # all of one stream, then the other's
-        broker.create_topic(topic.name, 1)
-        for key, at in records:
-            broker.append(topic.name, topic.key_codec.encode(key), topic.value_codec.encode(at), (), None,
-                          timestamp_ms=at)
+    app, url, got, expected = backlog_join("joins-backlog", 600, mailbox_size=4, max_poll_records=50)
     async with testing.running(app, broker=url):
         await testing.eventually(lambda: len(got) >= len(expected), 30)
         await asyncio.sleep(0.2)  # (nothing more comes)
@@ -216,27 +223,7 @@ async def test_a_join_over_a_backlog_waits_for_a_stream_whose_fetch_is_slow_howe
             self._paused = paused
 
     monkeypatch.setattr(MemoryConsumer, "_poll", slow_payments)
-    url = testing.memory_url()
-    app = engine.App("joins-slow-fetch", broker=url, store="memory://", topic_partitions=1)
-    orders = app.topic("orders", key_type=str, value_type=int)
-    payments = app.topic("payments", key_type=str, value_type=int)
-    got: list[tuple[str, int, int]] = []
-
-    @app.agent(orders)
-    async def match(stream: Any) -> None:
-        async for key, (order, payment) in stream.join(payments, within=0.2, grace=0.1).items():
-            got.append((key, order, payment))
-
-    left = [(f"k{n % 7}", 1_000_000 + n * 10) for n in range(300)]
-    right = [(f"k{(n * 3) % 7}", 1_000_000 + n * 10 + 5) for n in range(300)]
-    expected = sorted((kl, tl, tr) for kl, tl in left for kr, tr in right
-                      if kl == kr and abs(tl - tr) <= 200)
-    broker = testing.broker_for(url)
-    for topic, records in ((orders, left), (payments, right)):
-        broker.create_topic(topic.name, 1)
-        for key, at in records:
-            broker.append(topic.name, topic.key_codec.encode(key), topic.value_codec.encode(at), (), None,
-                          timestamp_ms=at)
+    app, url, got, expected = backlog_join("joins-slow-fetch", 300)
     with caplog.at_level("WARNING", logger="engine.fetch.conductor"):
         async with testing.running(app, broker=url):
             await testing.eventually(lambda: "payments[0] (300 on the broker)" in caplog.text, 30)
