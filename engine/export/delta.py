@@ -8,12 +8,13 @@ LakeCommit (engine.export.lake) rides in the commit's `commitInfo` under the key
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 from engine.export.columns import PARTITION, ExportError
 from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
 from engine.export.optional import require
+from engine.export.targets import is_uri
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterator
@@ -55,10 +56,8 @@ class DeltaTarget:
     def file_system(self) -> tuple[Any, str]:
         """The pyarrow file system of the table's location, and the location as that file system takes it
         (for files kept beside the table: an export round's stages)."""
-        fs = require("pyarrow.fs", "Delta Lake export")
-        if urlparse(self.location).scheme in ("", "file"):
-            return fs.LocalFileSystem(), self.location.removeprefix("file://")
-        found, path = fs.FileSystem.from_uri(self.location)
+        location = self.location if is_uri(self.location) else os.path.abspath(self.location)
+        found, path = require("pyarrow.fs", "Delta Lake export").FileSystem.from_uri(location)
         return found, str(path).rstrip("/")
 
     def history(self) -> list[tuple[int, LakeCommit]]:

@@ -158,10 +158,7 @@ async def stage(snapshot: TableSnapshot, target: Target, settings: Settings, inp
 def staging_area(lake: DeltaTarget | IcebergTarget, schema: pa.Schema) -> StagingArea | None:
     """Where the rounds of `lake` are staged (an Iceberg table that does not exist yet is created with
     `schema`), or None if it can keep none."""
-    if isinstance(lake, DeltaTarget):
-        fs, location = lake.file_system()
-        return StagingArea(fs, f"{location}/{STAGING}")
-    found = lake.file_system(schema)
+    found = lake.file_system() if isinstance(lake, DeltaTarget) else lake.file_system(schema)
     if found is None:
         return None
     fs, location = found

@@ -86,23 +86,26 @@ class TaskInputs:
         if not any(buffers.values()):
             self._fetch_wait_since = None
             return None
-        if self.idle >= 0:
-            for tp, buffer in buffers.items():
-                if buffer:
-                    continue
-                if lags.get(tp) != 0:  # records of it on the broker, or not known yet: wait to fetch them
-                    if self._fetch_wait_since is None:
-                        self._fetch_wait_since, self._told = now, False
-                    return None
-                if self.idle > 0:  # caught up: wait up to `idle` for its producers
-                    deadline = self._idle_deadlines.get(tp)
-                    if deadline is None:
-                        deadline = self._idle_deadlines[tp] = now + self.idle
-                    if now < deadline:
-                        self._fetch_wait_since = None
-                        return None
+        if self.idle >= 0 and self._held_back(lags, now):
+            return None
         self._fetch_wait_since = None
         return self._take()
+
+    def _held_back(self, lags: Mapping[TP, int | None], now: float) -> bool:
+        """Whether an input with nothing buffered holds the others back now; a wait for its fetch is timed
+        from its start (`overdue`)."""
+        for tp, buffer in self._buffers.items():
+            if buffer:
+                continue
+            if lags.get(tp) != 0:  # records of it on the broker, or not known yet: wait to fetch them
+                if self._fetch_wait_since is None:
+                    self._fetch_wait_since, self._told = now, False
+                return True
+            # caught up: wait up to `idle` for its producers, from when it was first seen so
+            if self.idle > 0 and now < self._idle_deadlines.setdefault(tp, now + self.idle):
+                self._fetch_wait_since = None
+                return True
+        return False
 
     def overdue(self, now: float, after: float) -> list[TP]:
         """The empty inputs the others have waited for `after` seconds or more to be fetched, once per wait

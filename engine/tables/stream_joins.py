@@ -208,8 +208,7 @@ class StreamJoin:
             return [] if pending is None else [_pair(side, None, value, None)]
         at = event.time_ms
         if at is None:
-            extract = self._extract[side]
-            at = event.record.timestamp if extract is None else event_time_ms(extract, event)
+            at = event_time_ms(self._extract[side], event)
         mine, theirs = self.buffers[side], self.buffers[1 - side]
         my_part, _ = mine.table._route_write(key, event)
         their_part = theirs.table.active.get(my_part.number)  # (the same partition: co-partitioned)
@@ -243,17 +242,14 @@ class StreamJoin:
         matched = False
         if times:
             found: list[int] = []
-            gone: list[int] | None = None
+            gone: list[int] = []
             for other_at in times:  # (one loop, no comprehension: a key has a few times)
                 if other_at < shown:
-                    if gone is None:
-                        gone = []
                     gone.append(other_at)
                 elif low <= other_at <= high:
                     found.append(other_at)
-            if gone is not None:
-                for other_at in gone:  # past the retention: deleted now (the checkpoint would, later)
-                    theirs.remove(their_part, their_state, key, other_at)
+            for other_at in gone:  # past the retention: deleted now (the checkpoint would, later)
+                theirs.remove(their_part, their_state, key, other_at)
             if found:
                 matched = True
                 if len(found) > 1:
@@ -262,8 +258,7 @@ class StreamJoin:
                 their_pending = self.pending[1 - side]
                 for other_at in found:
                     for other in theirs.values(their_part, key, other_at):
-                        partner = decode(other)
-                        results.append((key, value, partner) if side == 0 else (key, partner, value))
+                        results.append(_pair(side, key, value, decode(other)))
                     if their_pending is not None:
                         self._partnered(their_pending, event, key, other_at)
         if not matched and pending is not None:
