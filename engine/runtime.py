@@ -117,6 +117,7 @@ class Worker(Service):
         )
         self.web: Service | None = None  # engine.web.server.WebServer, imported only when it serves
         if settings.web_enabled:  # started before the consumer joins: its address goes into the assignment
+            from engine.export.schedule import AskedExports  # (the export's libraries only when asked)
             from engine.web.queries import TableQueries
             from engine.web.server import WebServer  # aiohttp is imported only by a worker that serves
 
@@ -126,7 +127,7 @@ class Worker(Service):
                                    standbys=lambda: self.tasks.standby)
             web = self.web = self.add_child(WebServer(app.id, queries, settings.web_host, settings.web_port,
                                                       on_bound=self._web_bound, metrics=self.metrics,
-                                                      status=self.status))
+                                                      status=self.status, exports=AskedExports(app)))
             if self.tables is not None:
                 self.tables.query = web.query
         self.consumer = self.transport.consumer(

@@ -33,12 +33,14 @@ from engine.transport.base import Admin, GroupDescription, TopicSpec
 from engine.web.queries import key_text, parse_key
 
 
-async def ask_worker(url: str, path: str) -> tuple[int, _Any] | None:
-    """GET `path` of a running worker's web server at `url`: (status, JSON body), or None if none answers
-    (engine.web.server; aiohttp is imported only when a tool asks)."""
+async def ask_worker(url: str, path: str, body: _Any = None, timeout: float = 5.0
+                     ) -> tuple[int, _Any] | None:
+    """GET `path` of a running worker's web server at `url` (or POST `body` as JSON): (status, JSON body), or
+    None if none answers within `timeout` seconds (engine.web.server; aiohttp is imported only when a tool
+    asks)."""
     from engine.web.server import ask_worker as ask
 
-    return await ask(url, path)
+    return await ask(url, path, body, timeout)
 
 __all__ = [
     "MISSING",

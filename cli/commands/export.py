@@ -4,20 +4,23 @@
 table is in the stream.
 
 Reads the worker's data dir by default (read-only: fine beside a running worker, which covers the
-partitions that worker holds); --from-changelog rebuilds every partition from the changelog topic instead,
-so no worker or data dir is needed. A Delta table written before gets only what changed since.
+partitions that worker holds, as of its last checkpoint); --from-changelog rebuilds every partition from
+the changelog topic instead, so no worker or data dir is needed; --live asks the running workers (through
+one's web server) for an export round now: each runs a checkpoint and stages its partitions, and one lake
+version holds them all (engine.export.rounds). A lake table written before gets only what changed since.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from cli.loader import load_app
-from engine import export
-from engine.tools import Progress
+from engine import EngineError, export
+from engine.tools import Progress, ask_worker
 
 if TYPE_CHECKING:
     import argparse
@@ -39,6 +42,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--from-changelog", action="store_true",
                    help="rebuild the table from its changelog topic instead of reading a data dir")
     p.add_argument("--data-dir", help="the worker's data dir (default: ./data)")
+    p.add_argument("--live", action="store_true",
+                   help="ask the running workers for an export round now (a lake TARGET the workers reach: "
+                        "a local Delta path is taken from this directory): one checkpoint each, every "
+                        "partition in one version")
+    p.add_argument("--url", help="with --live: a running worker's web address (default: http://web_host:"
+                                 "web_port of the app's settings)")
+    p.add_argument("--wait", type=float, default=30.0,
+                   help="with --live: seconds the round waits for every worker's part (default 30)")
+    p.add_argument("--timeout", type=float, default=3600.0,
+                   help="with --live: seconds to wait for the round's answer (default 3600)")
     p.add_argument("--spark", action="store_true",
                    help="load a Parquet export into a local Spark session; print its schema and row count")
     p.set_defaults(run=run)
@@ -100,6 +113,9 @@ def _usage(args: argparse.Namespace) -> str | None:
         return "export needs a table name, or --all (not both)"
     if args.spark and (args.all or export.parse_target(args.to).is_lake):
         return "--spark loads one Parquet export; read a lake table with Spark's Delta or Iceberg reader"
+    if args.live and (args.from_changelog or not export.parse_target(args.to).is_lake):
+        return ("--live exports into a lake table (delta:PATH or iceberg:NAMESPACE.TABLE), from the running "
+                "workers (not --from-changelog)")
     return None
 
 
@@ -130,6 +146,69 @@ def _summary(result: ExportResult, target: str) -> str:
             f"({len(result.files)} of {result.partitions} partitions; changelog offsets {offsets})")
 
 
+def _reachable(target: export.Target) -> str:
+    """A lake target as the workers should take it: a local Delta path made absolute here (workers run in
+    their own directories)."""
+    if target.kind == "delta" and "://" not in target.location:
+        return f"delta:{os.path.abspath(target.location)}"
+    return str(target)
+
+
+def _live(args: argparse.Namespace, app: App, settings: Settings) -> int:
+    """Ask the worker at --url for an export round of the table (or --all) and print what it committed."""
+    url = args.url or f"http://{settings.web_host}:{settings.web_port}"
+    target = _reachable(export.parse_target(args.to))
+    health = asyncio.run(ask_worker(url, "/health"))
+    if health is None or not isinstance(health[1], dict) or health[1].get("app") != app.id:
+        raise EngineError(f"no worker of {app.id!r} answered at {url} (a worker logs its address as 'web "
+                          "server at http://...'); pass --url")
+    asked = {"tables": "all" if args.all else args.table, "target": target, "wait": args.wait}
+    answer = asyncio.run(ask_worker(url, "/export", asked, timeout=args.timeout))
+    if answer is None:
+        raise EngineError(f"the worker at {url} gave no answer to the export within {args.timeout:.0f}s")
+    status, body = answer
+    if status != 200:
+        raise EngineError(f"the worker at {url} refused the export: {body.get('error', status)}")
+    failed = 0
+    for endpoint, part in sorted(body["workers"].items()):
+        if "error" in part:
+            print(f"worker {endpoint}: {part['error']}", file=sys.stderr)
+            failed += 1
+    for line, ok in _round_lines(args, body):
+        print(line, file=sys.stdout if ok else sys.stderr)
+        failed += not ok
+    return 1 if failed else 0
+
+
+def _round_lines(args: argparse.Namespace, body: dict[str, Any]) -> list[tuple[str, bool]]:
+    """Per table of an asked round's answer: a line saying what was committed (and which worker staged
+    which partitions), or why nothing was; and whether that is a success."""
+    tables: dict[str, dict[str, Any]] = {}
+    for endpoint, part in body["workers"].items():
+        for name, result in part.get("tables", {}).items():
+            table = tables.setdefault(name, {"staged": {}, "exports": [], "skipped": None})
+            table["staged"][endpoint] = result["staged"]
+            if result["export"] is not None:  # the committer's (or each worker's: see README, Iceberg)
+                table["exports"].append(result["export"])
+            table["skipped"] = table["skipped"] or result["skipped"]
+    if not tables:
+        return [(f"no worker holds partitions of {'any table' if args.all else args.table} (round "
+                 f"{body['round']})", False)]
+    lines = []
+    for name, table in sorted(tables.items()):
+        staged = "; ".join(f"{', '.join(map(str, numbers))} from {endpoint}" for endpoint, numbers in
+                           sorted(table["staged"].items(), key=lambda item: item[1] or [-1]) if numbers)
+        for raw in table["exports"]:
+            result = export.LakeExport.from_dict(raw)
+            lines.append((f"{_summary(result, result.target)} (round {body['round']}: partitions {staged})",
+                          True))
+        if not table["exports"]:
+            why = table["skipped"] or "the worker that holds partition 0 did not take part"
+            lines.append((f"round {body['round']} committed nothing of {name}: {why} (partitions {staged})",
+                          False))
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     wrong = _usage(args)
     if wrong is not None:
@@ -141,6 +220,8 @@ def run(args: argparse.Namespace) -> int:
         for line in export.lake_status(args.status, settings):
             print(line)
         return 0
+    if args.live:
+        return _live(args, app, settings)
     target = export.parse_target(args.to)
     names = [args.table] if not args.all else sorted(t.name for t in app.tables.values() if not t.is_global)
     for name in names:

@@ -99,6 +99,18 @@ class LakeExport:
     def offsets(self) -> dict[int, int | None]:
         return {number: where.changelog_offset for number, where in self.commit.partitions.items()}
 
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON has it (a worker's answer to `engine export --live`)."""
+        return {"target": self.target, "version": self.version, "commit": self.commit.to_json(),
+                "rows": self.rows, "deleted": self.deleted, "written": self.written}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> LakeExport:
+        commit = LakeCommit.from_json(raw["commit"])
+        if commit is None:
+            raise ExportError(f"{raw['target']}: a version's metadata is not engine's ({raw['commit']!r})")
+        return cls(raw["target"], raw["version"], commit, raw["rows"], raw["deleted"], raw["written"])
+
 
 def version_of(history: list[tuple[int, LakeCommit]], commit: LakeCommit, where: str) -> int:
     """The version `commit` became, found in the table's `history` (other writers may have committed after

@@ -122,7 +122,7 @@ def warn_if_unshared(lake: DeltaTarget | IcebergTarget, snapshot: TableSnapshot,
                     "SQL...: engine.export.iceberg)", target)
 
 
-def _unchanged(target: Target, versions: list[tuple[int, LakeCommit]]) -> LakeExport:
+def unchanged(target: Target, versions: list[tuple[int, LakeCommit]]) -> LakeExport:
     """What an export that had nothing to write reports: the table's newest version."""
     version, newest = versions[0]
     return LakeExport(str(target), version, newest, 0, written=False)
@@ -173,10 +173,10 @@ async def _write_once(snapshot: TableSnapshot, target: Target, lake: DeltaTarget
     versions = await asyncio.to_thread(lake.history)
     planned, changed = await plan(snapshot, target, [commit for _, commit in versions], settings)
     if not planned.partitions:
-        return _unchanged(target, versions)
+        return unchanged(target, versions)
     if changed is not None:
         if not any(changed.values()):  # only engine's own records moved on (a windowed table's time)
-            return _unchanged(target, versions)
+            return unchanged(target, versions)
         if isinstance(lake, DeltaTarget):
             return await asyncio.to_thread(_merge, snapshot, target, lake, columns, changed, inputs, progress)
         return await asyncio.to_thread(_replace_keys, snapshot, target, lake, columns, changed, inputs,

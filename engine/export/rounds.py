@@ -2,15 +2,17 @@
 partition at that round.
 
 Every worker's export timer ticks at the same wall-clock times (the multiples of `every`); a tick is a
-round, numbered by its time. In round r each worker runs a checkpoint and stages, beside the lake table
-(under STAGING, which Delta readers ignore; in an Iceberg table's own location, which its metadata does
-not list, on this machine's file system or an object store: engine.export.staging), its partitions' part
-of the version: per partition a Parquet file of the rows to write (Delta:
-the MERGE's, flagged DELETED or not; Iceberg: the changed keys' rows, each key replaced whole, and a file of
-those keys) and a manifest, the Stage, saying what the rows continue from (the lake's position of that
-partition, or nothing for a full copy) and where they bring it (changelog offset, input offsets). The
-manifest is written last: it is the stage's commit point. An Iceberg table whose file IO is not pyarrow's
-(pyiceberg's fsspec one) gets no stages: each worker commits its partitions as a version.
+round, numbered by its time in milliseconds. A round can also be asked for (`engine export --live`, through
+a worker's web server: engine.export.schedule), numbered by the time it was asked; both kinds share one
+sequence, so either continues from the other. In round r each worker runs a checkpoint and stages, beside
+the lake table (under STAGING, which Delta readers ignore; in an Iceberg table's own location, which its
+metadata does not list, on this machine's file system or an object store: engine.export.staging), its
+partitions' part of the version: per partition a Parquet file of the rows to write (Delta: the MERGE's,
+flagged DELETED or not; Iceberg: the changed keys' rows, each key replaced whole, and a file of those keys)
+and a manifest, the Stage, saying what the rows continue from (the lake's position of that partition, or
+nothing for a full copy) and where they bring it (changelog offset, input offsets). The manifest is written
+last: it is the stage's commit point. An Iceberg table whose file IO is not pyarrow's (pyiceberg's fsspec
+one) gets no stages: each worker commits its partitions as a version.
 
 The worker that staged partition 0 then waits for every partition's manifest of round r and commits them
 as one version (Delta: one MERGE, deleting too the rows that partitions copied in full no longer have;
@@ -50,6 +52,7 @@ from engine.export.lake_writer import (
     flagged_schema,
     lake_table,
     plan,
+    unchanged,
     warn_if_unshared,
     write_lake,
 )
@@ -100,32 +103,57 @@ class Stage:
 
 def round_of(moment: float, every: float) -> int:
     """The round a tick at wall time `moment` belongs to: the nearest multiple of `every` (a tick runs at
-    that multiple, or a little after it)."""
-    return round(moment / every)
+    that multiple, or a little after it), in milliseconds, as a round asked for at that time would be."""
+    return round(round(moment / every) * every * 1000)
+
+
+def asked_round(moment: float) -> int:
+    """The round of an export asked for at wall time `moment`: later than every tick before it."""
+    return round(moment * 1000)
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What one worker did in a round for one table: the partitions it staged and, if it committed the
+    round (it staged partition 0), the version, or why it committed none."""
+
+    staged: list[int]
+    export: LakeExport | None = None
+    skipped: str | None = None  # the committer's reason for no version (None: it committed one, or it is
+    # not the committer)
+
+    @property
+    def committed(self) -> bool:
+        return self.export is not None
 
 
 async def export_round(tables: list[BaseTable], targets: Mapping[str, Target], round_: int, wait: float
-                       ) -> dict[str, LakeExport | None]:
+                       ) -> dict[str, RoundResult]:
     """Round `round_` of this worker for `tables` (each to its lake table in `targets`): a checkpoint, the
-    stages of its partitions, and, for each table whose partition 0 it staged, the round's commit (its
-    LakeExport, or None when the round committed nothing)."""
+    stages of its partitions, and, for each table whose partition 0 it staged, the round's commit."""
     inputs, snapshots = await checkpointed(tables)
-    results: dict[str, LakeExport | None] = {}
+    results: dict[str, RoundResult] = {}
     try:
         committing: list[tuple[BaseTable, TableColumns, StagingArea]] = []
         for snapshot in snapshots:
             table, target = snapshot.table, targets[snapshot.table.name]
+            numbers = sorted(snapshot.views)
             staged = await stage(snapshot, target, table.worker_settings, inputs, round_)
             if staged is None:  # no stages for this lake table: this worker's partitions, a version
-                results[table.name] = await write_lake(snapshot, target, table.worker_settings, inputs)
-            elif 0 in snapshot.views:
-                committing.append((table, *staged))
+                export = await write_lake(snapshot, target, table.worker_settings, inputs)
+                results[table.name] = RoundResult(numbers, export)
+            else:
+                results[table.name] = RoundResult(numbers)
+                if 0 in snapshot.views:
+                    committing.append((table, *staged))
     finally:
         for snapshot in snapshots:
             snapshot.close()
     for table, columns, root in committing:
-        results[table.name] = await commit(table, columns, targets[table.name], root, round_,
-                                           max(wait, MIN_WAIT))
+        outcome = await commit(table, columns, targets[table.name], root, round_, max(wait, MIN_WAIT))
+        staged_here = results[table.name].staged
+        results[table.name] = (RoundResult(staged_here, outcome) if isinstance(outcome, LakeExport)
+                               else RoundResult(staged_here, skipped=outcome))
     return results
 
 
@@ -202,28 +230,36 @@ def _write_stages(snapshot: TableSnapshot, columns: TableColumns, area: StagingA
 
 
 async def commit(table: BaseTable, columns: TableColumns, target: Target, area: StagingArea, round_: int,
-                 wait: float) -> LakeExport | None:
-    """Round `round_`'s version of `table`, once every partition's stage is there (None if one is missing
-    after `wait` seconds, or the stages do not continue from the lake's position)."""
+                 wait: float) -> LakeExport | str:
+    """Round `round_`'s version of `table`, once every partition's stage is there (nothing changed: the
+    table's newest, not written); or why there is none (a partition is missing after `wait` seconds, the
+    stages do not continue from the lake's position), as logged."""
     deadline = time.monotonic() + wait
     count = table.partition_count
     while len(stages := await asyncio.to_thread(_stages, area, round_, count)) < count:
         missing = set(range(count)) - set(stages)
-        if time.monotonic() > deadline or await asyncio.to_thread(_moved_on, area, round_, missing):
-            log.info("%s: round %d missed partitions %s; nothing committed (the next round continues from "
-                     "the last version)", target, round_, sorted(missing))
+        moved_on = await asyncio.to_thread(_moved_on, area, round_, missing)
+        if moved_on or time.monotonic() > deadline:
+            why = (f"partitions {sorted(missing)} were staged for a later round instead" if moved_on else
+                   f"partitions {sorted(missing)} were not staged within {wait:.0f}s (their workers did "
+                   "not take part: stopped, or partitions moving)")
             await asyncio.to_thread(_clean, area, round_)
-            return None
+            return _skipped(target, round_, why)
         await asyncio.sleep(POLL)  # waiting for other workers' files
     try:
         return await asyncio.to_thread(_commit_and_clean, table, columns, target, area, round_, stages)
     except LakeConflict as exc:  # another worker committed this round (partition 0 moved meanwhile)
-        log.info("%s: round %d: %s; nothing committed", target, round_, exc)
-        return None
+        return _skipped(target, round_, str(exc))
+
+
+def _skipped(target: Target, round_: int, why: str) -> str:
+    log.info("%s: round %d committed nothing: %s (the next round continues from the last version)", target,
+             round_, why)
+    return why
 
 
 def _commit_and_clean(table: BaseTable, columns: TableColumns, target: Target, area: StagingArea,
-                      round_: int, stages: dict[int, Stage]) -> LakeExport | None:
+                      round_: int, stages: dict[int, Stage]) -> LakeExport | str:
     """The round's commit, then its stages removed, in one thread: removed even when the worker stops
     meanwhile (a thread runs to its end; the export's task may be cancelled while it waits)."""
     try:
@@ -233,21 +269,21 @@ def _commit_and_clean(table: BaseTable, columns: TableColumns, target: Target, a
 
 
 def _commit(table: BaseTable, columns: TableColumns, target: Target, area: StagingArea, round_: int,
-            stages: dict[int, Stage]) -> LakeExport | None:
+            stages: dict[int, Stage]) -> LakeExport | str:
     lake = lake_table(target, table.worker_settings)
-    history = [found for _, found in lake.history()]
+    versions = lake.history()
+    history = [found for _, found in versions]
     same = same_table(history, table)
     position = lake_position(history) if same else {}
     if same and history[0].round is not None and history[0].round >= round_:
-        return None  # committed already, or a later round is
+        return _skipped(target, round_, f"round {history[0].round} is committed already")
     for number, staged in sorted(stages.items()):
         at = position[number].changelog_offset if number in position else None
         if staged.mode != FULL and (number not in position or at != staged.base):
-            log.info("%s: round %d: partition %d was staged from changelog offset %s, the lake is at %s; "
-                     "nothing committed", target, round_, number, staged.base, at)
-            return None
+            return _skipped(target, round_, f"partition {number} was staged from changelog offset "
+                                             f"{staged.base}, the lake is at {at}")
     if all(staged.mode == UNCHANGED for staged in stages.values()):
-        return None
+        return unchanged(target, versions)
     modes = {staged.mode for staged in stages.values()}
     commit_ = LakeCommit(table.app_id, table.name, table.changelog_topic.name, "worker",
                          FULL if modes == {FULL} else INCREMENTAL, table.partition_count,

@@ -1,22 +1,30 @@
-"""Exports run by every worker on a schedule (`app.export(..., every=)`): the body of a timer that ticks at
-the same wall-clock times on every worker, exports what this worker owns, and never stops the worker for a
-failed round. Each tick is a round that commits every partition as one version (engine.export.rounds; an
-Iceberg table whose file IO is not pyarrow's: each worker's partitions, a version of their own)."""
+"""Export rounds run by every worker (engine.export.rounds), on a schedule or when asked.
+
+- On a schedule (`app.export(..., every=)`): the body of a timer that ticks at the same wall-clock times on
+  every worker, exports what this worker owns, and never stops the worker for a failed round.
+- When asked (`engine export --live`): a worker's web server is asked for a round, picks its number and asks
+  every other worker for the same round (engine.web.server); `AskedExports` runs this worker's part and
+  reports it as JSON.
+
+Either way a round commits every partition as one version (an Iceberg table whose file IO is not
+pyarrow's: each worker's partitions, a version of their own)."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
 from engine.errors import ConfigError, EngineError
-from engine.export.targets import parse_target
+from engine.export.targets import Target, parse_target
+from engine.tables.inspect import table_named
 from engine.tables.windowed import EventTimeTable
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from engine.app import App
+    from engine.export.rounds import RoundResult
     from engine.tables.base import BaseTable
 
 log = logging.getLogger(__name__)
@@ -30,26 +38,73 @@ def scheduled_export(app: App, what: BaseTable | EventTimeTable | str, target: s
     name."""
     from engine.export.rounds import export_round, round_of  # (import cycle: the export imports the tables)
 
-    where = parse_target(target)  # a bad target fails at declaration, not at the first round
-    if not where.is_lake:
-        raise ConfigError(f"app.export needs a lake table (delta:PATH or iceberg:NAMESPACE.TABLE), not "
-                          f"{target!r}: every worker exports its own partitions into it, where a Parquet "
-                          "directory holds one export's files")
+    where = lake_target(target, "app.export")  # a bad target fails at declaration, not at the first round
     if isinstance(what, str) and what != ALL:
         raise ConfigError(f"app.export takes a table or {ALL!r}, not {what!r}")
     table = None if isinstance(what, str) else (what.table if isinstance(what, EventTimeTable) else what)
     name = f"export:{ALL if table is None else table.name}:{where}"
 
     async def run() -> None:
-        round_ = round_of(wall_time(), every)
-        tables = [t for t in app.tables.values() if not t.is_global and t.active] if table is None else (
-            [table] if table.active else [])
+        tables, targets = round_tables(app, table, where)
         if not tables:
             return
         try:
-            targets = {t.name: where if table is not None else where.child(t.name) for t in tables}
-            await export_round(tables, targets, round_, every)
+            await export_round(tables, targets, round_of(wall_time(), every), every)
         except EngineError as exc:  # the next round starts from what the target holds: it catches up
             log.warning("scheduled export to %s failed: %s; the next round catches up", where, exc)
 
     return run, name
+
+
+def lake_target(target: str, what: str) -> Target:
+    """`target` parsed; a ConfigError unless it is a lake table (rounds go into one)."""
+    where = parse_target(target)
+    if not where.is_lake:
+        raise ConfigError(f"{what} needs a lake table (delta:PATH or iceberg:NAMESPACE.TABLE), not "
+                          f"{target!r}: every worker exports its own partitions into it, where a Parquet "
+                          "directory holds one export's files")
+    return where
+
+
+def round_tables(app: App, table: BaseTable | None, where: Target
+                 ) -> tuple[list[BaseTable], dict[str, Target]]:
+    """The tables this worker exports in a round of `table` (None: every table that is not global) to
+    `where`, those with partitions active here, and each one's lake table (for every table: each a child of
+    `where`)."""
+    candidates = [t for t in app.tables.values() if not t.is_global] if table is None else [table]
+    tables = [t for t in candidates if t.active]
+    return tables, {t.name: where if table is not None else where.child(t.name) for t in tables}
+
+
+class AskedExports:
+    """This worker's part of a round asked for over HTTP (engine.web.server, `POST /export`)."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    def new_round(self) -> int:
+        """The number of a round asked for now (after every scheduled tick before it)."""
+        from engine.export.rounds import asked_round
+
+        return asked_round(wall_time())
+
+    async def run(self, what: str, target: str, round_: int, wait: float) -> dict[str, Any]:
+        """Round `round_` of `what` (a table's name, or ALL) to `target`, this worker's part: per table the
+        partitions staged here and, from the worker that committed, the version (`round_report`). A
+        ConfigError (or ExportError) for a request that cannot be done."""
+        from engine.export.rounds import export_round
+
+        where = lake_target(target, "a live export")
+        table = None if what == ALL else table_named(self.app, what)
+        if table is not None and table.is_global:
+            raise ConfigError(f"table {what!r} is global: every worker holds all of it; export it with "
+                              "`engine export --data-dir` or --from-changelog")
+        tables, targets = round_tables(self.app, table, where)
+        return round_report(await export_round(tables, targets, round_, wait) if tables else {})
+
+
+def round_report(results: dict[str, RoundResult]) -> dict[str, Any]:
+    """A worker's round results as JSON (what `engine export --live` reads back with `read_report`)."""
+    return {name: {"staged": result.staged, "skipped": result.skipped,
+                   "export": None if result.export is None else result.export.to_dict()}
+            for name, result in results.items()}

@@ -242,6 +242,11 @@ class TableQueries:
             grouped.setdefault("" if owner == me else owner, []).append(number)
         return grouped
 
+    def other_workers(self) -> list[str]:
+        """The endpoints of every other worker the assignment names (the owners of tasks)."""
+        me = self._endpoint()
+        return sorted({owner for owner in self._owners().values() if owner and owner != me})
+
     # -- health -------------------------------------------------------------------------------------
 
     def ready(self) -> Answer:

@@ -14,6 +14,10 @@ health and readiness.
                                 keys from `from` to `to` (both included, either may be left out) in the
                                 order of their bytes, at most `limit` (100); `next` is the `from` of the next
                                 page. Every owner is asked for its partitions and the answers are merged.
+    POST /export                {"tables": NAME or "all", "target": LAKE TABLE, "wait": SECONDS}: an export
+                                round now (engine.export.rounds: every worker's partitions, one version);
+                                every other worker is asked for the same round; the answer is each
+                                worker's part, by endpoint (`engine export --live`)
 
 A query for a key another worker owns is forwarded there once (engine.web.queries says when), so any worker
 answers for the whole app. The server binds `web_host:web_port`, or the next free port when that one is
@@ -26,14 +30,14 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlencode
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
 from agents import Service
 from engine.codecs import dumps, loads
-from engine.errors import ConfigError
+from engine.errors import ConfigError, EngineError
 from engine.monitors.metrics import CONTENT_TYPE
 from engine.tables.base import TableError
 from engine.web.queries import RETRY_AFTER, Answer, QueryError, key_text
@@ -48,6 +52,16 @@ log = logging.getLogger(__name__)
 
 FORWARDED = "X-Engine-Forwarded"  # set on a forwarded query: it is answered where it lands, never sent on
 FORWARD_TIMEOUT = 5.0  # seconds a forwarded query may take
+EXPORT_WAIT = 30.0  # seconds the committer of an asked round waits for the other workers' parts, by default
+EXPORT_TIMEOUT = 3600.0  # seconds a worker's part of an asked round may take (it writes the lake table)
+
+
+class Exports(Protocol):
+    """Export rounds asked for over HTTP (engine.export.schedule.AskedExports)."""
+
+    def new_round(self) -> int: ...
+
+    async def run(self, what: str, target: str, round_: int, wait: float) -> dict[str, Any]: ...
 PORTS_TRIED = 100  # taken ports skipped before giving up
 
 
@@ -55,12 +69,14 @@ class WebServer(Service):
     def __init__(self, app_id: str, queries: TableQueries, host: str, port: int,
                  on_bound: Callable[[str], None] = lambda endpoint: None,
                  metrics: Callable[[], Awaitable[bytes]] | None = None,
-                 status: Callable[[], Mapping[str, Any]] | None = None) -> None:
+                 status: Callable[[], Mapping[str, Any]] | None = None,
+                 exports: Exports | None = None) -> None:
         super().__init__("web")
         self.app_id = app_id
         self.queries = queries
         self._metrics = metrics
         self._status = status
+        self._exports = exports
         self._on_bound = on_bound
         self.host = host
         self.port = port
@@ -77,6 +93,7 @@ class WebServer(Service):
         app.router.add_get("/tables", self._tables)
         app.router.add_get("/tables/{table}", self._range)
         app.router.add_get("/tables/{table}/{key}", self._get)
+        app.router.add_post("/export", self._export)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         self._client = ClientSession(timeout=ClientTimeout(total=FORWARD_TIMEOUT))
@@ -178,6 +195,47 @@ class WebServer(Service):
         return _json(200, {"table": table.name, "entries": shown,
                            "next": more[0].decode() if more is not None else None})
 
+    async def _export(self, request: web.Request) -> web.Response:
+        """An export round: this worker's part, and, unless the request was forwarded, every other worker's
+        (asked at once, for the same round), by endpoint."""
+        if self._exports is None:
+            return _json(404, {"error": "this worker takes no export requests"})
+        try:
+            body = loads(await request.read())
+            what, target = str(body["tables"]), str(body["target"])
+            wait = float(body.get("wait", EXPORT_WAIT))
+            forwarded = FORWARDED in request.headers
+            round_ = int(body["round"]) if forwarded else self._exports.new_round()
+        except (ValueError, TypeError, KeyError) as exc:
+            return _json(400, {"error": f"an export request is JSON with tables, target and wait: {exc!r}"})
+        asked = {"tables": what, "target": target, "wait": wait, "round": round_}
+        others = [] if forwarded else self.queries.other_workers()
+        parts = await asyncio.gather(self._export_here(what, target, round_, wait),
+                                     *(self._forward_export(endpoint, asked) for endpoint in others))
+        workers = dict(zip([self.endpoint, *others], parts, strict=True))
+        return _json(200, {"round": round_, "workers": workers})
+
+    async def _export_here(self, what: str, target: str, round_: int, wait: float) -> dict[str, Any]:
+        assert self._exports is not None
+        try:
+            return {"tables": await self._exports.run(what, target, round_, wait)}
+        except EngineError as exc:
+            log.warning("export round %d to %s failed here: %s", round_, target, exc)
+            return {"error": str(exc)}
+
+    async def _forward_export(self, endpoint: str, asked: Mapping[str, Any]) -> dict[str, Any]:
+        """Another worker's part of an export round: its answer, or the error it gave."""
+        assert self._client is not None
+        try:
+            async with self._client.post(f"http://{endpoint}/export", data=dumps(asked),
+                                         headers={FORWARDED: self.endpoint},
+                                         timeout=ClientTimeout(total=EXPORT_TIMEOUT)) as reply:
+                answer = loads(await reply.read())
+        except (ClientError, TimeoutError, ValueError) as exc:
+            return {"error": f"{endpoint} did not answer: {exc!r}"}
+        parts = answer.get("workers", {}) if isinstance(answer, dict) else {}
+        return parts.get(endpoint) or {"error": answer.get("error", f"status {reply.status}")}
+
     async def forward(self, endpoint: str, path: str) -> tuple[int, bytes]:
         """Ask the worker at `endpoint` (marked as forwarded: it answers, never sends on); a worker that does
         not answer is a 503, as a partition that moves."""
@@ -208,12 +266,14 @@ class WebServer(Service):
         raise TableError(f"table {table.name!r}, key {key!r}: {body.get('error', status)}")
 
 
-async def ask_worker(url: str, path: str, timeout: float = FORWARD_TIMEOUT) -> tuple[int, Any] | None:
-    """GET `path` of the worker serving at `url` (http://host:port): (status, its JSON body), or None when
-    nothing answers there (the CLI asks a running worker this way)."""
+async def ask_worker(url: str, path: str, body: Any = None, timeout: float = FORWARD_TIMEOUT
+                     ) -> tuple[int, Any] | None:
+    """GET `path` of the worker serving at `url` (http://host:port), or POST `body` to it as JSON: (status,
+    its JSON body), or None when nothing answers there (the CLI asks a running worker this way)."""
     try:
         async with ClientSession(timeout=ClientTimeout(total=timeout)) as session, \
-                session.get(url.rstrip("/") + path) as reply:
+                session.request("GET" if body is None else "POST", url.rstrip("/") + path,
+                                data=None if body is None else dumps(body)) as reply:
             return reply.status, loads(await reply.read())
     except (ClientError, TimeoutError, OSError):
         return None

@@ -8,7 +8,10 @@ changelog lost records since the last one is full, and exact."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import re
+import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -23,6 +26,7 @@ from engine.export.iceberg import IcebergTarget
 from engine.export.lake import lake_position
 from engine.tables.keys import META_PREFIX, split_window_key, window_bounds
 from tests.integration.helpers import (
+    ROOT,
     SHORT_SESSION,
     WorkerProcess,
     committed_to_end,
@@ -31,11 +35,13 @@ from tests.integration.helpers import (
     read_all,
     unique,
     until_done,
+    web_address,
 )
 from tests.integration.lake_apps import Hit, make_app
 from tests.lake import S3_BUCKET, s3_catalog, s3_environment
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
     from pathlib import Path
 
 pytestmark = pytest.mark.kafka
@@ -170,6 +176,46 @@ def offsets_of(commit: Any) -> dict[int, int | None]:
     return {n: where.changelog_offset for n, where in commit.partitions.items()}
 
 
+class SharedLake:
+    """The lake both workers of a test export into, configured for them by environment as a user would
+    (`env`; the test's process gets the same): a Delta directory or bucket path (`delta-s3`: on the S3
+    endpoint), or an Iceberg namespace in a SQL catalog both share (`iceberg-s3`: its warehouse in a bucket
+    there)."""
+
+    def __init__(self, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                 request: pytest.FixtureRequest, settings: Any) -> None:
+        self.kind, self.settings = kind, settings
+        self.env: dict[str, str] = {}
+        self.delta: str = str(tmp_path / "lake")
+        if kind == "delta-s3":
+            self.delta = f"s3://{S3_BUCKET}/lake"
+            self.env = s3_environment(request.getfixturevalue("s3_endpoint"))
+        if kind.startswith("iceberg"):
+            from pyiceberg import catalog
+            from pyiceberg.utils.config import Config
+
+            (tmp_path / "warehouse").mkdir()
+            self.env = {"PYICEBERG_CATALOG__SHARED__URI": f"sqlite:///{tmp_path / 'catalog.db'}",
+                        "PYICEBERG_CATALOG__SHARED__WAREHOUSE": (tmp_path / "warehouse").as_uri()}
+            if kind == "iceberg-s3":
+                self.env.update(s3_catalog("SHARED", request.getfixturevalue("s3_endpoint")))
+        for name, value in self.env.items():
+            monkeypatch.setenv(name, value)
+        if kind.startswith("iceberg"):
+            monkeypatch.setattr(catalog, "_ENV_CONFIG", Config())  # (pyiceberg reads it once, at import)
+        self.target = f"delta:{self.delta}" if kind.startswith("delta") else "iceberg:shared.lake"
+
+    def table(self, name: str) -> Any:
+        """A table's Delta location, or its IcebergTarget."""
+        if self.kind.startswith("delta"):
+            return f"{self.delta}/{name}"
+        return IcebergTarget(f"shared.lake.{name}", self.settings)
+
+    def history(self, name: str) -> list[tuple[int, Any]]:
+        found = self.table(name)
+        return DeltaTarget(found).history() if self.kind.startswith("delta") else found.history()
+
+
 @pytest.mark.parametrize("kind", ["delta", "delta-s3", "iceberg", "iceberg-s3"])
 async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_version_consistent(
         kafka, tmp_path, spark, kind, monkeypatch, request) -> None:
@@ -183,39 +229,10 @@ async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_ver
     `delta-s3`: the Delta tables in a bucket there, reached by the workers' AWS_* environment.)"""
     app_id, topic = unique("lake-workers"), unique("hits")
     await create_topics(kafka.bootstrap, [topic])
-    lake: Path | str = tmp_path / "lake"
-    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_LAKE": f"delta:{lake}", "ITEST_EVERY": "1",
-           **SHORT_SESSION}
-    if kind == "delta-s3":
-        lake = f"s3://{S3_BUCKET}/lake"
-        store = s3_environment(request.getfixturevalue("s3_endpoint"))
-        env = {**env, **store, "ITEST_LAKE": f"delta:{lake}"}
-        for name, value in store.items():
-            monkeypatch.setenv(name, value)
-    if kind.startswith("iceberg"):
-        from pyiceberg import catalog
-        from pyiceberg.utils.config import Config
-
-        (tmp_path / "warehouse").mkdir()
-        shared = {"PYICEBERG_CATALOG__SHARED__URI": f"sqlite:///{tmp_path / 'catalog.db'}",
-                  "PYICEBERG_CATALOG__SHARED__WAREHOUSE": (tmp_path / "warehouse").as_uri()}
-        if kind == "iceberg-s3":
-            shared.update(s3_catalog("SHARED", request.getfixturevalue("s3_endpoint")))
-        env = {**env, **shared, "ITEST_LAKE": "iceberg:shared.lake"}
-        for name, value in shared.items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.setattr(catalog, "_ENV_CONFIG", Config())  # (pyiceberg reads it once, at import)
-    settings = make_app(app_id, topic).settings()
-
-    def table(name: str) -> Any:
-        if kind.startswith("delta"):
-            return f"{lake}/{name}"
-        return IcebergTarget(f"shared.lake.{name}", settings)
-
-    def history(name: str) -> list[tuple[int, Any]]:
-        found = table(name)
-        return DeltaTarget(found).history() if kind.startswith("delta") else found.history()
-
+    lake = SharedLake(kind, tmp_path, monkeypatch, request, make_app(app_id, topic).settings())
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_LAKE": lake.target, "ITEST_EVERY": "1",
+           **SHORT_SESSION, **lake.env}
+    history = lake.history
     workers = [WorkerProcess("tests.integration.lake_apps:app", kafka.url,
                              {**env, "ENGINE_DATA_DIR": str(tmp_path / name)}, tmp_path / f"{name}.log")
                for name in ("first", "second")]
@@ -237,23 +254,97 @@ async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_ver
         await versions_beyond(killed_at + 6)
         await writer.stop()
         await committed_to_end(kafka.bootstrap, app_id, topic, 4, workers=workers[:1])  # changelogs final
-        for name in ("counts", "per-minute"):
-            changelog = await read_all(kafka.bootstrap, f"{app_id}-{name}-changelog")
-            ends = {p: max(r.offset for r in changelog if r.partition == p) for p in range(4)}
-
-            async def caught_up(table_name: str = name, last: dict[int, int] = ends) -> tuple[bool, Any]:
-                found = await asyncio.to_thread(history, table_name)
-                now = {n: w.changelog_offset for n, w in lake_position(c for _, c in found).items()}
-                return now == last, now
-            await until_done(caught_up, f"the {name} lake table catching up", workers=workers[:1])
+        await lake_caught_up(kafka.bootstrap, app_id, lake, workers[:1])
     finally:
         await writer.stop()
         code = workers[0].terminate()
     assert code == 0, workers[0].output()[-3000:]
+    await check_every_version(kafka.bootstrap, app_id, lake, spark, more_than=12)
+
+
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+async def test_live_exports_asked_from_the_cli_while_a_worker_is_sigkilled_leave_every_version_consistent(
+        kafka, tmp_path, spark, kind, monkeypatch, request) -> None:
+    """`engine export --live --all` asked, while events flow, of one of two `engine worker`s (no schedule):
+    each answer is one version holding both workers' partitions at one round. Then one worker is SIGKILLed:
+    asked of the survivor while the partitions move, a round may miss some (the CLI exits 1 naming them and
+    commits nothing), until one commits all four again. Every version equals the changelog at the offsets it
+    records; asked once more after the events stop, the lake is at the changelogs' ends."""
+    app_id, topic = unique("lake-live"), unique("hits")
+    await create_topics(kafka.bootstrap, [topic])
+    lake = SharedLake(kind, tmp_path, monkeypatch, request, make_app(app_id, topic).settings())
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_WEB_PORT": "0", **SHORT_SESSION, **lake.env}
+    workers = [WorkerProcess("tests.integration.lake_apps:app", kafka.url,
+                             {**env, "ENGINE_DATA_DIR": str(tmp_path / name)}, tmp_path / f"{name}.log")
+               for name in ("first", "second")]
+    writer = Writer(kafka.bootstrap, topic)
+    answers: list[tuple[int, str]] = []
+
+    async def export_live(worker: WorkerProcess) -> int:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "cli.main", "export", "-A", "tests.integration.lake_apps:app", "--all",
+            "--to", lake.target, "--live", "--url", f"http://{web_address(worker)}", "--wait", "10",
+            "--broker", kafka.url, "--loglevel", "WARNING", cwd=ROOT, env={**os.environ, **env},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, _ = await process.communicate()
+        answers.append((process.returncode or 0, out.decode()))
+        return process.returncode or 0
+
+    try:
+        await placed_over(workers, 4)
+        writer.start()
+        for n in range(4):  # asked of either worker: the other takes part all the same
+            await testing.eventually(lambda m=n: writer.sent > 1000 * (m + 1), 60)
+            assert await export_live(workers[n % 2]) == 0, answers[-1][1]
+            assert answers[-1][1].count("4 of 4 partitions") == 2, answers[-1][1]  # both tables
+        workers[1].kill()  # while events flow
+
+        async def committed_again() -> tuple[bool, Any]:  # a round while partitions move may miss some
+            return await export_live(workers[0]) == 0, len(answers)
+        await until_done(committed_again, "a live export committing every partition again",
+                         workers=workers[:1])
+        await placed_over(workers[:1], 4)
+        assert await export_live(workers[0]) == 0, answers[-1][1]
+        await writer.stop()
+        await committed_to_end(kafka.bootstrap, app_id, topic, 4, workers=workers[:1])  # changelogs final
+        await lake_caught_up(kafka.bootstrap, app_id, lake, workers[:1], lambda: export_live(workers[0]))
+    finally:
+        await writer.stop()
+        code = workers[0].terminate()
+    assert code == 0, workers[0].output()[-3000:]
+    for returned, said in answers:
+        assert returned == 0 or re.search(r"round \d+ committed nothing of \S+: partitions \[[\d, ]+\] were "
+                                          r"not staged within 10s", said) or "did not answer" in said, said
+    await check_every_version(kafka.bootstrap, app_id, lake, spark, more_than=5)
+
+
+async def lake_caught_up(bootstrap: str, app_id: str, lake: SharedLake, workers: list[WorkerProcess],
+                         export: Callable[[], Awaitable[Any]] | None = None) -> None:
+    """Wait until both lake tables are at their changelogs' ends (`export`: how each try asks for a version;
+    without it, scheduled rounds make them)."""
+    for name in ("counts", "per-minute"):
+        changelog = await read_all(bootstrap, f"{app_id}-{name}-changelog")
+        ends = {p: max(r.offset for r in changelog if r.partition == p) for p in range(4)}
+
+        async def caught_up(table_name: str = name, last: dict[int, int] = ends) -> tuple[bool, Any]:
+            if export is not None:
+                await export()
+            found = await asyncio.to_thread(lake.history, table_name)
+            now = {n: w.changelog_offset for n, w in lake_position(c for _, c in found).items()}
+            return now == last, now
+        await until_done(caught_up, f"the {name} lake table catching up", workers=workers)
+
+
+async def check_every_version(bootstrap: str, app_id: str, lake: SharedLake, spark: Any, more_than: int
+                              ) -> None:
+    """Every version of both tables of the lake (more than `more_than` each) records all four partitions at
+    one round, one version a round, and, read by time travel, holds for each partition exactly the changelog
+    up to the offset it records (none half-written); the newest reads the same in Spark (not on S3)."""
+    kind, table = lake.kind, lake.table
     for name, windowed in (("counts", False), ("per-minute", True)):
-        changelog = await read_all(kafka.bootstrap, f"{app_id}-{name}-changelog")
-        versions = history(name)
-        assert len(versions) > 12
+        changelog = await read_all(bootstrap, f"{app_id}-{name}-changelog")
+        versions = lake.history(name)
+        assert len(versions) > more_than, (name, len(versions))
         rounds = [commit.round for _, commit in versions]
         assert None not in rounds
         assert rounds == sorted(set(rounds), reverse=True)  # one version a round

@@ -152,6 +152,16 @@ def test_export_errors_name_what_is_wrong(capsys, tmp_path):
     assert code == 1
     assert err.strip() == f"engine: cannot export to {existing}: it is a file; an export is a directory " \
         "(give a new path, or an earlier export's directory to replace it)"
+    code, _, err = run(capsys, "export", "-A", "examples.wordcount:app", "word-counts", "--to",
+                       str(tmp_path / "out"), "--live")
+    assert code == 2
+    assert err.strip() == ("engine: --live exports into a lake table (delta:PATH or "
+                           "iceberg:NAMESPACE.TABLE), from the running workers (not --from-changelog)")
+    code, _, err = run(capsys, "export", "-A", "examples.wordcount:app", "word-counts", "--to",
+                       f"delta:{tmp_path / 'lake'}", "--live", "--url", "http://127.0.0.1:9")
+    assert code == 1
+    assert err.strip() == ("engine: no worker of 'wordcount' answered at http://127.0.0.1:9 (a worker logs "
+                           "its address as 'web server at http://...'); pass --url")
 
 
 def test_export_progress_bar_draws_on_a_terminal():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -412,6 +413,82 @@ async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_ver
     assert all(r > rounds[0] for r in staged), (staged, rounds)  # a commit removes its stages and older ones
 
 
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+async def test_a_live_export_asked_of_one_worker_is_one_version_of_both_workers_partitions(
+        tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`engine export --live --all` asks one worker's web server for a round; it asks the other worker for
+    the same round, each runs a checkpoint (so every event processed before the request is in it) and stages
+    its partitions, and one version holds all four. Asked again after more events (updates, deletes), the
+    next version is incremental; both equal the events' outcome and, per partition, the changelog at the
+    offsets they record. Asked of the other worker, after nothing changed, nothing is written."""
+    from cli.main import main
+
+    app, totals = build_app()
+    monkeypatch.setattr("cli.commands.export.load_app", lambda spec: app)
+    lake = SharedLake(kind, tmp_path / "shared", monkeypatch)
+    truth, rng, at = Truth(), random.Random(5), 1_000.0
+    url = testing.memory_url()
+    options = {"broker": url, "store": "rocksdb://", "web_enabled": True, "web_port": 0}
+    async with testing.running(app, data_dir=tmp_path / "a", **options) as first, \
+            testing.running(app, data_dir=tmp_path / "b", **options) as second:
+        def placed(worker: Any) -> bool:
+            current = worker.placement.current
+            return current is not None and len(current.owners) == 4 and bool(worker.tasks.active)
+        await testing.eventually(lambda: placed(first) and placed(second), 10)
+        settings = first.settings
+
+        async def export_live(worker: Any) -> tuple[int, str, str]:
+            capsys.readouterr()
+            code = await asyncio.to_thread(main, [
+                "export", "-A", "tests:app", "--all", "--to", lake.target, "--live", "--url",
+                f"http://{worker.placement.endpoint}", "--wait", "20"])
+            out, err = capsys.readouterr()
+            return code, out, err
+
+        for mode, worker in (("full", first), ("incremental", second)):
+            for key, op in (batch := ops_round(rng, at)):
+                await app.topics["ops"].send(key=key, value=op)
+                truth.apply(key, op)
+            at = batch[-1][1]["at"] + 1
+            await testing.eventually(lambda: dict(totals.items()) == truth.totals, 10)  # processed, not
+            code, out, err = await export_live(worker)  # yet checkpointed: the export's checkpoint has them
+            assert code == 0, err
+            line = next(line for line in out.splitlines() if " of totals " in line)
+            assert f"({mode}; 4 of 4 partitions;" in line, out
+            by_worker = re.search(r"\(round \d+: partitions (.+)\)$", line)
+            assert by_worker is not None, line
+            staged = {endpoint: [int(n) for n in numbers.split(", ")] for numbers, endpoint in
+                      (part.split(" from ") for part in by_worker[1].split("; "))}
+            assert staged == {w.placement.endpoint: sorted(w.tasks.active) for w in (first, second)}, line
+            assert {row["key"]: row["value"] for row in lake.rows("totals", settings)} == truth.totals
+        code, out, err = await export_live(first)
+        assert code == 0, err
+        assert "nothing to export to" in out, out
+        assert "it holds totals as it is" in out, out
+        capsys.readouterr()
+        code = await asyncio.to_thread(main, ["export", "-A", "tests:app", "nope", "--to", lake.target,
+                                              "--live", "--url", f"http://{first.placement.endpoint}"])
+        err = capsys.readouterr().err
+        assert code == 1
+        for worker in (first, second):  # each worker's part says what was wrong
+            assert f"worker {worker.placement.endpoint}: app {app.id!r} has no table 'nope'" in err, err
+        logs = testing.broker_for(url).topics[totals.changelog_topic.name]
+    history = lake.table("totals", settings).history()
+    assert [found.mode for _, found in history] == ["incremental", "full"]
+    rounds = [found.round for _, found in history]
+    assert None not in rounds
+    assert rounds == sorted(set(rounds), reverse=True), rounds
+    for version, found in history:
+        assert sorted(found.partitions) == [0, 1, 2, 3], version
+        by_partition: dict[int, dict[str, int]] = {n: {} for n in range(4)}
+        for row in lake.rows("totals", settings, version):
+            by_partition[row["partition"]][row["key"]] = row["value"]
+        offsets = {n: where.changelog_offset for n, where in found.partitions.items()}
+        assert by_partition == changelog_totals(logs, offsets), version
+        assert all(where.inputs for where in found.partitions.values()), found  # from the workers
+
+
 async def test_an_iceberg_export_of_some_partitions_to_a_data_dirs_catalog_warns(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The default Iceberg catalog lives in a worker's data dir: with two workers, each would write a table
@@ -446,7 +523,7 @@ async def test_a_round_commits_nothing_when_its_stages_are_stale_or_a_partition_
     expected = [0]
     async with testing.running(app, store="rocksdb://", data_dir=tmp_path / "data"):
         await send(12, 1_000.0)
-        assert (await rounds.export_round([totals], {"totals": target}, 1, 0.1))["totals"] is not None
+        assert (await rounds.export_round([totals], {"totals": target}, 1, 0.1))["totals"].committed
         await send(12, 1_001.0)
         inputs, (snapshot,) = await checkpointed([totals])
         with snapshot:
@@ -454,9 +531,11 @@ async def test_a_round_commits_nothing_when_its_stages_are_stale_or_a_partition_
         assert staged is not None
         columns, root = staged
         await send(12, 1_002.0)
-        assert (await rounds.export_round([totals], {"totals": target}, 4, 0.1))["totals"] is not None
+        assert (await rounds.export_round([totals], {"totals": target}, 4, 0.1))["totals"].committed
         versions = len(DeltaTarget(target.location).history())
-        assert await rounds.commit(totals, columns, target, root, 5, 0.1) is None  # stale: from round 1's
+        skipped = await rounds.commit(totals, columns, target, root, 5, 0.1)  # stale: from round 1's
+        assert isinstance(skipped, str), skipped
+        assert re.fullmatch(r"partition 0 was staged from changelog offset \d+, the lake is at \d+", skipped)
         assert len(DeltaTarget(target.location).history()) == versions
 
         inputs, (snapshot,) = await checkpointed([totals])
@@ -468,7 +547,8 @@ async def test_a_round_commits_nothing_when_its_stages_are_stale_or_a_partition_
         (tmp_path / "lake" / rounds.STAGING / "partition-00001.json").rename(
             tmp_path / "lake" / rounds.STAGING / "9" / "partition-00001.json")  # and staged round 9
         started = asyncio.get_running_loop().time()
-        assert await rounds.commit(totals, columns, target, root, 8, 30.0) is None
+        skipped = await rounds.commit(totals, columns, target, root, 8, 30.0)
+        assert skipped == "partitions [1] were staged for a later round instead", skipped
         assert asyncio.get_running_loop().time() - started < 10  # not the 30 s wait
         assert len(DeltaTarget(target.location).history()) == versions
 
