@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -101,9 +102,11 @@ def run_job(module: str, bootstrap: str, topic: str, count: int, *, group: str |
             process.wait()
     if not out.exists():
         tail = (workdir / "log.txt").read_text(errors="replace")[-1500:]
-        print(f"  {name}: no result after {time.perf_counter() - started:.0f}s; log tail:\n{tail}")
+        print(f"  {name}: no result after {time.perf_counter() - started:.0f}s (its files kept in "
+              f"{workdir}); log tail:\n{tail}")
         return None
     result: dict[str, Any] = json.loads(out.read_text())
+    shutil.rmtree(workdir, ignore_errors=True)  # its stores: a benchmark run leaves no state behind
     return result
 
 

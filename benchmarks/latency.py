@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -116,6 +117,7 @@ async def run_one(bootstrap: str, name: str, env: dict[str, str], rate: float, s
         await collector
         process.send_signal(signal.SIGTERM)
         process.wait(60)
+    shutil.rmtree(work, ignore_errors=True)  # (kept when the run failed: its job's log is there)
     return latencies, sent
 
 

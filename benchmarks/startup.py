@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -76,6 +77,7 @@ async def run(bootstrap: str, rounds: int) -> None:
             new = await time_to_first(env)
             await send(bootstrap, topic, 10)
             existing = await time_to_first(env)
+            shutil.rmtree(env["BENCH_STATE_DIR"], ignore_errors=True)
             for kind, took in (("new group", new), ("existing group", existing)):
                 results.setdefault(mode, {}).setdefault(kind, []).append(took)
             print(f"  {mode:7} new group {new:.2f} s, existing group {existing:.2f} s")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import shutil
 import tempfile
 import time
 import uuid
@@ -58,8 +59,8 @@ async def raw_count(bootstrap: str, source: str, count: int) -> tuple[float, flo
 
 
 async def engine_count(bootstrap: str, source: str, count: int) -> tuple[float, float, Counter[str]]:
-    app = engine.App(f"bench-{uuid.uuid4().hex[:8]}", broker=f"kafka://{bootstrap}",
-                     data_dir=tempfile.mkdtemp(prefix="bench-json-"))
+    data_dir = tempfile.mkdtemp(prefix="bench-json-")
+    app = engine.App(f"bench-{uuid.uuid4().hex[:8]}", broker=f"kafka://{bootstrap}", data_dir=data_dir)
     events = app.topic(source, key_type=str, value_type=dict)
     counts = app.Table("counts", default=int, key_type=str, value_type=int)
     done = asyncio.Event()
@@ -89,6 +90,7 @@ async def engine_count(bootstrap: str, source: str, count: int) -> tuple[float, 
         gc.unfreeze()
         worker.request_stop()
         await worker.run_until_stopped()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 async def main() -> None:

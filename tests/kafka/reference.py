@@ -12,12 +12,10 @@ import asyncio
 import hashlib
 import shutil
 import subprocess
-from typing import TYPE_CHECKING
+import tempfile
+from pathlib import Path
 
 from tests.kafka.broker import CACHE_ROOT, HERE, KAFKA_VERSION, LOG4J2
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 SOURCE = HERE / "reference" / "Reference.java"
 
@@ -54,6 +52,7 @@ class StreamsReference:
         classes = resolve_reference()
         jars = classes.parent / "jars"
         self.log_path = log
+        self.app_id = app_id
         with log.open("ab") as out:
             self.process = subprocess.Popen(
                 ["java", "-Xmx512m", "-Djava.awt.headless=true",
@@ -83,6 +82,8 @@ class StreamsReference:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        for state in Path(tempfile.gettempdir()).glob(f"reference-{self.app_id}*"):  # Reference.java's
+            shutil.rmtree(state, ignore_errors=True)
 
     def __enter__(self) -> StreamsReference:
         return self
