@@ -7,8 +7,8 @@ The table is `key -> Product(sku, units, price)` in 4 RocksDB partitions. Its ch
 Kafka topic (a broker is started if none is given) and the same records written into the stores with their
 offsets, as a worker's would be; the changes likewise. Each export runs `engine export` itself in a
 fresh process from the data dir, so its peak RSS is the export's alone. The incremental export reads the
-changed keys from the changelog and MERGEs them; the benchmark checks the Delta table's row count after
-each.
+changed keys from the changelog and replaces their rows (engine.export.rewrite); the benchmark checks the
+lake table's row count after each.
 """
 
 from __future__ import annotations

@@ -165,22 +165,9 @@ class TableColumns:
         columns += value_column.flatten() if self.flatten else [value_column]
         return self.pa.RecordBatch.from_arrays(columns, schema=schema)
 
-    def removed(self, keys: list[bytes], partition: int = 0) -> pa.RecordBatch:
-        """Rows for stored keys that are gone (deleted, expired): their key columns, every value null; what a
-        lake MERGE matches its deletes by. (The schema must be fixed already.)"""
-        pa, schema = self.pa, self.final_schema()
-        columns = self._key_columns(keys, partition)
-        columns += [pa.nulls(len(keys), f.type) for f in list(schema)[len(columns):]]
-        return pa.RecordBatch.from_arrays(columns, schema=schema)
-
     def key_values(self, keys: list[bytes]) -> list[Any]:
         """The key column's values of encoded keys (a windowed table's inner keys)."""
         return list(self._decode(self.key_codec, keys, self.key_type, "key").to_pylist())
-
-    def key_names(self) -> list[str]:
-        """The columns that identify a row: the key, a window's bounds, the partition."""
-        names = [KEY] if self.window is None else [KEY, WINDOW_START, WINDOW_END]
-        return [*names, PARTITION] if self.partition_column else names
 
     def _key_columns(self, keys: list[bytes], partition: int) -> list[Any]:
         pa = self.pa

@@ -6,8 +6,8 @@ named `engine` and not configured, it is a SQL catalog in SQLite under the worke
 (`<data dir>/iceberg/`), its files beside it.
 
 Each export is one catalog commit. A full export overwrites; an incremental one deletes the rows of the keys
-written since and appends their rows as of the snapshot (pyiceberg has no MERGE, so a windowed table's key
-is replaced with all its windows). The commit's last snapshot carries the LakeCommit (engine.export.lake) in
+written since and appends their rows as of the snapshot (a windowed table's key with all its windows:
+engine.export.rewrite). The commit's last snapshot carries the LakeCommit (engine.export.lake) in
 its summary under `engine`; that snapshot is the version an export reports (the snapshots before it in the
 same commit, a delete and appends of earlier rows, carry none).
 """
@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 from engine.export.columns import KEY, PARTITION, ExportError
 from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
 from engine.export.optional import require
+from engine.export.rewrite import removed_rows
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterator
@@ -183,9 +184,9 @@ def _without(table: Any, keys: pa.Array, partitions: pa.Array, schema: pa.Schema
              rewritten: list[Any]) -> Iterator[pa.RecordBatch]:
     """The rows of each data file of `table` that holds a row of `keys` or of `partitions`, without those
     rows; each such file is added to `rewritten` once read (for the commit to remove it). A copy-on-write
-    delete, done here and not by pyiceberg's `delete(In(key, keys))`, which binds its filter's literals one
-    at a time, several times over (most of an incremental export's time for many keys): here a row's test
-    is one lookup in an Arrow set."""
+    delete (engine.export.rewrite), done here and not by pyiceberg's `delete(In(key, keys))`, which binds
+    its filter's literals one at a time, several times over (most of an incremental export's time for many
+    keys): here a row's test is one lookup in an Arrow set."""
     compute = require("pyarrow.compute", "Iceberg export")
     arrow_io = require("pyiceberg.io.pyarrow", "Iceberg export")
     scan = arrow_io.ArrowScan(table_metadata=table.metadata, io=table.io, projected_schema=table.schema(),
@@ -194,9 +195,7 @@ def _without(table: Any, keys: pa.Array, partitions: pa.Array, schema: pa.Schema
         # One file at a time (given several, pyiceberg reads them all at once), tested in one call: each
         # call builds the set of `keys` anew.
         rows = scan.to_table([task])
-        deleted = compute.is_in(rows.column(KEY), value_set=keys)
-        if len(partitions):
-            deleted = compute.or_(deleted, compute.is_in(rows.column(PARTITION), value_set=partitions))
-        if compute.any(deleted).as_py():
+        deleted = removed_rows(rows, keys, partitions)
+        if deleted is not None:
             rewritten.append(task.file)
             yield from rows.filter(compute.invert(deleted)).select(schema.names).cast(schema).to_batches()

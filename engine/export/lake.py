@@ -1,18 +1,18 @@
 """Lake tables (Delta Lake, Iceberg) as export targets: what every version records about the stream, and
-how an export decides between a full copy and an incremental MERGE.
+how an export decides between a full copy and an incremental one.
 
 Every version an export commits carries, in the table's own commit metadata (Delta's `commitInfo`, an
 Iceberg snapshot's summary), a `LakeCommit`: the app, the table, and per exported partition the changelog
 offset its rows reflect and the input offsets of the checkpoint they come from. Any reader can therefore
 tell which point of the stream a version is, and the next export knows where to continue.
 
-A table's position is per partition: the newest version that wrote a partition says where that partition
-is (a worker exports only the partitions it owns; a full export of every partition supersedes all earlier
-versions). An incremental export reads the changelog from there to the snapshot's offsets, collects the
-keys written meanwhile, and MERGEs their rows as of the snapshot: upserts for keys the snapshot has, deletes
-for the others (tombstones, expired windows). It is exact because a snapshot and its changelog offset always
-agree (engine.stores), whatever happened in between: compaction only drops records that a later record of
-the same key supersedes, and that one is read.
+A table's position is per partition: the newest version that wrote a partition says where that partition is (a
+worker exports only the partitions it owns; a full export of every partition supersedes all earlier versions).
+An incremental export reads the changelog from there to the snapshot's offsets, collects the keys written
+meanwhile, and replaces their rows by their rows as of the snapshot (engine.export.rewrite): none for the keys
+the snapshot no longer has (tombstones, expired windows). It is exact because a snapshot and its changelog
+offset always agree (engine.stores), whatever happened in between: compaction only drops records that a later
+record of the same key supersedes, and that one is read.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Writing a table snapshot to a lake table (engine.export.lake says what a version records): a full
 overwrite of the exported partitions, or, when the table already holds them at known offsets, one commit of
-only what changed since (incremental): a Delta MERGE of the changed rows (deleted rows matched by their key
-columns); for Iceberg, which pyiceberg gives no MERGE, the changed keys' rows deleted and appended again as
-of the snapshot (a windowed table's key with all its windows).
+only what changed since (incremental): the changed keys' rows deleted and added again as of the snapshot (a
+windowed table's key with all its windows), copy-on-write (engine.export.rewrite), in both formats.
 
 Rows are produced a chunk at a time from the snapshot's fixed views, so memory stays bounded whatever the
 table's size: a full export streams every partition's rows; an incremental one holds the changed keys only.
@@ -19,7 +18,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from engine.export.columns import CHUNK, ExportError, TableColumns
-from engine.export.delta import DELETED, DeltaTarget
+from engine.export.delta import DeltaTarget
 from engine.export.iceberg import IcebergTarget
 from engine.export.lake import (
     ChangelogGone,
@@ -31,7 +30,6 @@ from engine.export.lake import (
     new_commit,
     plan_export,
 )
-from engine.export.optional import require
 from engine.export.targets import DELTA
 from engine.tables.keys import key_prefix, window_inner_key
 
@@ -177,8 +175,6 @@ async def _write_once(snapshot: TableSnapshot, target: Target, lake: DeltaTarget
     if changed is not None:
         if not any(changed.values()):  # only engine's own records moved on (a windowed table's time)
             return unchanged(target, versions)
-        if isinstance(lake, DeltaTarget):
-            return await asyncio.to_thread(_merge, snapshot, target, lake, columns, changed, inputs, progress)
         return await asyncio.to_thread(_replace_keys, snapshot, target, lake, columns, changed, inputs,
                                        progress)
     whole = planned.whole and len(planned.partitions) == snapshot.partitions
@@ -214,70 +210,9 @@ def _overwrite(snapshot: TableSnapshot, target: Target, lake: DeltaTarget | Iceb
     return LakeExport(str(target), version, commit, written.rows)
 
 
-class Changes:
-    """The rows a MERGE applies for the keys `changed` in a snapshot: an upsert for each key the snapshot has,
-    and for each it no longer has (deleted, expired) a delete: a row of only its key columns, flagged
-    DELETED (engine.export.delta), which the MERGE matches by those columns."""
-
-    def __init__(self, snapshot: TableSnapshot, columns: TableColumns, changed: Mapping[int, set[bytes]]
-                 ) -> None:
-        self.snapshot, self.columns, self.schema = snapshot, columns, flagged_schema(columns)
-        self.present: dict[int, list[tuple[bytes, bytes]]] = {}
-        self.gone: dict[int, list[bytes]] = {}
-        for number, keys in sorted(changed.items()):
-            view = snapshot.views[number]
-            self.present[number], self.gone[number] = [], []
-            for key in sorted(keys):
-                value = view.get(key)
-                if value is None:
-                    self.gone[number].append(key)
-                else:
-                    self.present[number].append((key, value))
-        self.upserted = sum(map(len, self.present.values()))
-        self.deleted = sum(map(len, self.gone.values()))
-
-    def counts(self, number: int) -> tuple[int, int]:
-        """Partition `number`'s (rows upserted, rows deleted)."""
-        return len(self.present[number]), len(self.gone[number])
-
-    def batches(self, number: int) -> Iterator[pa.RecordBatch]:
-        """Partition `number`'s rows, flagged (`flagged_schema`)."""
-        columns, schema = self.columns, self.schema
-        pairs = iter(self.present[number])
-        while chunk := list(islice(pairs, CHUNK)):
-            yield flag(columns.batch([k for k, _ in chunk], [v for _, v in chunk], number), False, schema)
-        keys = iter(self.gone[number])
-        while removed := list(islice(keys, CHUNK)):
-            yield flag(columns.removed(removed, number), True, schema)
-
-
-def flagged_schema(columns: TableColumns) -> pa.Schema:
-    """The table's columns and DELETED: what a MERGE takes."""
-    arrow = require("pyarrow", "lake export")
-    return columns.final_schema().append(arrow.field(DELETED, arrow.bool_(), nullable=False))
-
-
-def flag(batch: pa.RecordBatch, deleted: bool, schema: pa.Schema) -> pa.RecordBatch:
-    """`batch` with its DELETED column (`schema`: the flagged one)."""
-    arrow = require("pyarrow", "lake export")
-    flags = arrow.array([deleted] * batch.num_rows, arrow.bool_())
-    return arrow.RecordBatch.from_arrays([*batch.columns, flags], schema=schema)
-
-
-def _merge(snapshot: TableSnapshot, target: Target, lake: DeltaTarget, columns: TableColumns,
-           changed: dict[int, set[bytes]], inputs: Mapping[TP, int],
-           progress: Callable[[int, int], None] | None) -> LakeExport:
-    changes = Changes(snapshot, columns, changed)
-    commit = new_commit(snapshot, "incremental", inputs, changed)
-    written = _Written(progress, changes.upserted + changes.deleted)
-    batches = (batch for number in changes.present for batch in changes.batches(number))
-    version = lake.merge(changes.schema, written.through(batches), columns.key_names(), commit)
-    return LakeExport(str(target), version, commit, changes.upserted, changes.deleted)
-
-
 class TouchedKeys:
-    """What a lake without MERGE (Iceberg) replaces for the keys `changed` in a snapshot: each key whole, its
-    rows as of the snapshot (a windowed table's key with all its windows) after all its old ones deleted."""
+    """What an incremental export replaces for the keys `changed` in a snapshot: each key whole, its rows as
+    of the snapshot (a windowed table's key with all its windows) after all its old ones deleted."""
 
     def __init__(self, snapshot: TableSnapshot, columns: TableColumns, changed: Mapping[int, set[bytes]]
                  ) -> None:
@@ -285,8 +220,8 @@ class TouchedKeys:
         self.windowed = columns.window is not None
         self.touched = {number: sorted({window_inner_key(key) if self.windowed else key for key in keys})
                         for number, keys in sorted(changed.items())}
-        # Per partition, once its batches were read: (rows, changed rows the snapshot no longer has, as a
-        # Delta MERGE counts deletes).
+        # Per partition, once its batches were read: (rows, changed rows the snapshot no longer has: the
+        # deletes).
         self.read: dict[int, tuple[int, int]] = {}
 
     @property
@@ -314,8 +249,8 @@ class TouchedKeys:
         self.read[number] = (rows, len(self.changed[number] - found))
 
 
-def _replace_keys(snapshot: TableSnapshot, target: Target, lake: IcebergTarget, columns: TableColumns,
-                  changed: dict[int, set[bytes]], inputs: Mapping[TP, int],
+def _replace_keys(snapshot: TableSnapshot, target: Target, lake: DeltaTarget | IcebergTarget,
+                  columns: TableColumns, changed: dict[int, set[bytes]], inputs: Mapping[TP, int],
                   progress: Callable[[int, int], None] | None) -> LakeExport:
     touched = TouchedKeys(snapshot, columns, changed)
     values = [value for number in touched.touched for value in touched.key_values(number)]

@@ -1,27 +1,26 @@
 """Export rounds: `app.export` to a lake table from several workers, one version per round holding every
 partition at that round.
 
-Every worker's export timer ticks at the same wall-clock times (the multiples of `every`); a tick is a
-round, numbered by its time in milliseconds. A round can also be asked for (`engine export --live`, through
-a worker's web server: engine.export.schedule), numbered by the time it was asked; both kinds share one
-sequence, so either continues from the other. In round r each worker runs a checkpoint and stages, beside
-the lake table (under STAGING, which Delta readers ignore; in an Iceberg table's own location, which its
-metadata does not list, on this machine's file system or an object store: engine.export.staging), its
-partitions' part of the version: per partition a Parquet file of the rows to write (Delta: the MERGE's,
-flagged DELETED or not; Iceberg: the changed keys' rows, each key replaced whole, and a file of those keys)
-and a manifest, the Stage, saying what the rows continue from (the lake's position of that partition, or
-nothing for a full copy) and where they bring it (changelog offset, input offsets). The manifest is written
-last: it is the stage's commit point. An Iceberg table whose file IO is not pyarrow's (pyiceberg's fsspec
-one) gets no stages: each worker commits its partitions as a version.
+Every worker's export timer ticks at the same wall-clock times (the multiples of `every`); a tick is a round,
+numbered by its time in milliseconds. A round can also be asked for (`engine export --live`, through a
+worker's web server: engine.export.schedule), numbered by the time it was asked; both kinds share one
+sequence, so either continues from the other. In round r each worker runs a checkpoint and stages, beside the
+lake table (under STAGING, which Delta readers ignore; in an Iceberg table's own location, which its metadata
+does not list, on this machine's file system or an object store: engine.export.staging), its partitions' part
+of the version: per partition a Parquet file of the rows to write (a full copy, or the changed keys' rows,
+each key replaced whole, and a file of those keys) and a manifest, the Stage, saying what the rows continue
+from (the lake's position of that partition, or nothing for a full copy) and where they bring it (changelog
+offset, input offsets). The manifest is written last: it is the stage's commit point. An Iceberg table whose
+file IO is not pyarrow's (pyiceberg's fsspec one) gets no stages: each worker commits its partitions as a
+version.
 
-The worker that staged partition 0 then waits for every partition's manifest of round r and commits them
-as one version (Delta: one MERGE, deleting too the rows that partitions copied in full no longer have;
-Iceberg: one catalog commit replacing the changed keys and the partitions copied in full), whose
-LakeCommit records every partition and the round. A round that misses a partition within its
-wait (a worker died, partitions were moving) or whose stages no longer continue from the lake's position
-(an earlier round committed after they were staged) commits nothing; the next round continues from the
-last version. So every version holds all partitions at one round, and none is half-written: a version is
-one commit, and the staged files are read only once all of them are complete.
+The worker that staged partition 0 then waits for every partition's manifest of round r and commits them as
+one version (one commit replacing the changed keys and the partitions copied in full, copy-on-write:
+engine.export.rewrite), whose LakeCommit records every partition and the round. A round that misses a
+partition within its wait (a worker died, partitions were moving) or whose stages no longer continue from the
+lake's position (an earlier round committed after they were staged) commits nothing; the next round continues
+from the last version. So every version holds all partitions at one round, and none is half-written: a version
+is one commit, and the staged files are read only once all of them are complete.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ from typing import TYPE_CHECKING
 
 from engine.export.columns import CHUNK, KEY, ExportError, TableColumns
 from engine.export.delta import DeltaTarget
-from engine.export.iceberg import IcebergTarget
 from engine.export.lake import (
     LakeCommit,
     LakeConflict,
@@ -46,10 +44,7 @@ from engine.export.lake import (
     same_table,
 )
 from engine.export.lake_writer import (
-    Changes,
     TouchedKeys,
-    flag,
-    flagged_schema,
     lake_table,
     plan,
     unchanged,
@@ -66,6 +61,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from engine.events import TP
+    from engine.export.iceberg import IcebergTarget
     from engine.export.sources import TableSnapshot
     from engine.export.targets import Target
     from engine.settings import Settings
@@ -176,8 +172,7 @@ async def stage(snapshot: TableSnapshot, target: Target, settings: Settings, inp
     numbers = [number for number in sorted(snapshot.views) if number not in planned.ahead]
     try:
         await asyncio.to_thread(_write_stages, snapshot, columns, area, round_, numbers,
-                                planned.base, position, changed or {}, inputs,
-                                isinstance(lake, IcebergTarget))
+                                planned.base, position, changed or {}, inputs)
     except FileNotFoundError as exc:  # the committer closed the round meanwhile (it gave up waiting)
         raise ExportError(f"{target}: round {round_} was closed while this worker staged it ({exc})") from exc
     return columns, area
@@ -196,19 +191,16 @@ def staging_area(lake: DeltaTarget | IcebergTarget, schema: pa.Schema) -> Stagin
 def _write_stages(snapshot: TableSnapshot, columns: TableColumns, area: StagingArea, round_: int,
                   numbers: list[int], base: dict[int, int | None] | None,
                   position: Mapping[int, PartitionPosition], changed: dict[int, set[bytes]],
-                  inputs: Mapping[TP, int], whole_keys: bool) -> None:
-    """(`whole_keys`: stage a changed key with all its rows and a file of the keys, for a lake without MERGE,
-    instead of the MERGE's flagged rows.)"""
+                  inputs: Mapping[TP, int]) -> None:
     arrow = require("pyarrow", "lake export")
     area.open_round(round_)
-    changes = TouchedKeys(snapshot, columns, changed) if whole_keys else Changes(snapshot, columns, changed)
-    schema = columns.final_schema() if whole_keys else flagged_schema(columns)
+    changes = TouchedKeys(snapshot, columns, changed)
+    schema = columns.final_schema()
     for number in numbers:
         batches: Iterator[pa.RecordBatch] | None
         if base is None:
             mode, since = FULL, None
-            rows = columns.batches(snapshot.views[number], partition=number)
-            batches = rows if whole_keys else (flag(batch, False, schema) for batch in rows)
+            batches = columns.batches(snapshot.views[number], partition=number)
         elif number in base:
             mode, since, batches = INCREMENTAL, base[number], changes.batches(number)
         else:  # the lake holds the partition at the snapshot's offset already
@@ -221,9 +213,8 @@ def _write_stages(snapshot: TableSnapshot, columns: TableColumns, area: StagingA
                     written += batch.num_rows
             if mode == INCREMENTAL:
                 written, deleted = changes.counts(number)
-                if isinstance(changes, TouchedKeys):
-                    keys = arrow.array(changes.key_values(number), schema.field(KEY).type)
-                    area.write_table(area.path(round_, _keys(number)), arrow.table({KEY: keys}))
+                keys = arrow.array(changes.key_values(number), schema.field(KEY).type)
+                area.write_table(area.path(round_, _keys(number)), arrow.table({KEY: keys}))
         staged = Stage(round_, number, mode, since, partition_position(snapshot, inputs, number), written,
                        deleted)
         area.write_text(area.path(round_, _manifest(number)), staged.to_json())  # the stage's commit point
@@ -288,7 +279,7 @@ def _commit(table: BaseTable, columns: TableColumns, target: Target, area: Stagi
     commit_ = LakeCommit(table.app_id, table.name, table.changelog_topic.name, "worker",
                          FULL if modes == {FULL} else INCREMENTAL, table.partition_count,
                          {number: staged.position for number, staged in sorted(stages.items())}, round=round_)
-    schema = flagged_schema(columns) if isinstance(lake, DeltaTarget) else columns.final_schema()
+    schema = columns.final_schema()
 
     def staged_rows() -> Iterator[pa.RecordBatch]:
         for number, staged in sorted(stages.items()):
@@ -300,11 +291,7 @@ def _commit(table: BaseTable, columns: TableColumns, target: Target, area: Stagi
     deleted = sum(staged.deleted for staged in stages.values())
     full = [number for number, staged in stages.items() if staged.mode == FULL]
     if not same or modes == {FULL}:  # the whole table, copied in full
-        final = columns.final_schema()
-        version = lake.overwrite(final, (batch.select(final.names) for batch in staged_rows()), None,
-                                 commit_)
-    elif isinstance(lake, DeltaTarget):
-        version = lake.merge(schema, staged_rows(), columns.key_names(), commit_, replace=full)
+        version = lake.overwrite(schema, staged_rows(), None, commit_)
     else:
         keys = [key for number, staged in sorted(stages.items()) if staged.mode == INCREMENTAL
                 for key in area.read_table(area.path(round_, _keys(number))).column(KEY).to_pylist()]

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
@@ -553,32 +554,101 @@ async def test_a_round_commits_nothing_when_its_stages_are_stale_or_a_partition_
         assert len(DeltaTarget(target.location).history()) == versions
 
 
-def test_an_iceberg_commit_replaces_whole_partitions_and_keys_and_keeps_the_rest(tmp_path: Path) -> None:
-    """Both ways an Iceberg version replaces rows go through one copy-on-write delete: whole partitions (a
-    worker exporting its own in full) and keys (an incremental export), here together with a partition."""
+def replaced_rows(*triples: tuple[str, int, int]) -> list[Any]:
+    """Record batches of (key, value, partition) rows, in `replaced_schema()`."""
     import pyarrow as pa
 
-    schema = pa.schema([pa.field("key", pa.string()), pa.field("value", pa.int64()),
-                        pa.field("partition", pa.int32())])
+    keys, values, partitions = zip(*triples, strict=True) if triples else ((), (), ())
+    return [pa.record_batch([pa.array(keys, pa.string()), pa.array(values, pa.int64()),
+                             pa.array(partitions, pa.int32())], schema=replaced_schema())]
 
-    def rows(*triples: tuple[str, int, int]) -> list[pa.RecordBatch]:
-        keys, values, partitions = zip(*triples, strict=True) if triples else ((), (), ())
-        return [pa.record_batch([pa.array(keys, pa.string()), pa.array(values, pa.int64()),
-                                 pa.array(partitions, pa.int32())], schema=schema)]
 
-    lake = IcebergTarget("lake.t", engine.App("iceberg-replace").settings({"data_dir": tmp_path}))
+def replaced_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([pa.field("key", pa.string()), pa.field("value", pa.int64()),
+                      pa.field("partition", pa.int32())])
+
+
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+def test_a_commit_replaces_whole_partitions_and_keys_and_keeps_the_rest(tmp_path: Path, kind: str) -> None:
+    """Both ways a version replaces rows go through one copy-on-write delete (engine.export.rewrite), in both
+    formats: whole partitions (a worker exporting its own in full) and keys (an incremental export), here
+    together with a partition."""
+    lake: DeltaTarget | IcebergTarget = (
+        DeltaTarget(str(tmp_path / "lake")) if kind == "delta"
+        else IcebergTarget("lake.t", engine.App("iceberg-replace").settings({"data_dir": tmp_path})))
 
     def table() -> dict[str, tuple[int, int]]:
-        found = lake.catalog.load_table(lake.name).scan().to_arrow().to_pylist()
+        if isinstance(lake, DeltaTarget):
+            found = DeltaTable(lake.location).to_pyarrow_table().to_pylist()
+        else:
+            found = lake.catalog.load_table(lake.name).scan().to_arrow().to_pylist()
         return {r["key"]: (r["value"], r["partition"]) for r in found}
 
-    lake.overwrite(schema, iter(rows(("a", 1, 0), ("b", 1, 1), ("c", 1, 1), ("d", 1, 2))), None,
+    schema = replaced_schema()
+    lake.overwrite(schema, iter(replaced_rows(("a", 1, 0), ("b", 1, 1), ("c", 1, 1), ("d", 1, 2))), None,
                    written("full", {0: 1, 1: 1, 2: 1}))
-    lake.overwrite(schema, iter(rows(("b", 2, 1))), [1], written("full", {1: 2}))
+    lake.overwrite(schema, iter(replaced_rows(("b", 2, 1))), [1], written("full", {1: 2}))
     assert table() == {"a": (1, 0), "b": (2, 1), "d": (1, 2)}  # c went with its partition
-    lake.replace_keys(schema, ["a"], iter(rows(("a", 3, 0), ("e", 3, 2))), written("incremental", {0: 3}),
-                      partitions=[1])
+    lake.replace_keys(schema, ["a"], iter(replaced_rows(("a", 3, 0), ("e", 3, 2))),
+                      written("incremental", {0: 3}), partitions=[1])
     assert table() == {"a": (3, 0), "d": (1, 2), "e": (3, 2)}  # b went with partition 1, a replaced
+
+
+def test_a_delta_commit_rewrites_only_the_files_that_hold_a_replaced_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file whose key and partition ranges hold no replaced row is kept without being read; one that holds
+    some is written again, a row group at a time (here two rows each, the first removal in a later one),
+    without them; one left with no row is removed. Readers see the same rows as ever."""
+    import pyarrow as pa
+
+    from engine.export import delta
+
+    monkeypatch.setattr(delta, "ROW_GROUP", 2)
+    lake, schema = DeltaTarget(str(tmp_path / "lake")), replaced_schema()
+
+    def files() -> list[str]:
+        return [uri.rsplit("/", 1)[-1] for uri in DeltaTable(lake.location).file_uris()]
+
+    lake.overwrite(schema, iter(replaced_rows(*((k, 1, 0) for k in "abcdef"))), None, written("full", {0: 1}))
+    first = files()
+    lake.replace_keys(schema, ["x"], iter(replaced_rows(("x", 1, 0), ("y", 1, 0))),
+                      written("incremental", {0: 2}))  # (x is new)
+    second = files()
+    assert set(first) < set(second), "a..f's file was kept: its key range holds no x"
+    (added,) = set(second) - set(first)
+    stats = pa.table(DeltaTable(lake.location).get_add_actions(flatten=True)).to_pylist()
+    assert {(f["num_records"], f["min.key"], f["max.key"]) for f in stats} == {(6, "a", "f"), (2, "x", "y")}
+
+    lake.replace_keys(schema, ["e"], iter(replaced_rows(("e", 2, 0))), written("incremental", {0: 3}))
+    third = files()
+    assert added in third, "x, y's file was kept"
+    assert first[0] not in third, "a..f's file was written again without e"
+    groups = [pq.ParquetFile(tmp_path / "lake" / name).num_row_groups for name in set(third) - set(second)]
+    assert sorted(groups) == [1, 3]  # e's new row, and a, b | c, d | f
+
+    lake.replace_keys(schema, ["x", "y"], iter(()), written("incremental", {0: 4}))
+    assert added not in files(), "x, y's file is gone, not replaced by an empty one"
+    rows = DeltaTable(lake.location).to_pyarrow_table().to_pylist()
+    assert {r["key"]: r["value"] for r in rows} == {"a": 1, "b": 1, "c": 1, "d": 1, "e": 2, "f": 1}
+
+
+def test_an_incremental_export_refuses_a_delta_table_another_writer_gave_deletion_vectors(tmp_path: Path
+                                                                                         ) -> None:
+    """Files are rewritten as engine writes them: a table with deletion vectors (Spark's merge-on-read) would
+    have deleted rows come back; the export says what to do instead."""
+    from deltalake import TableFeatures
+
+    from engine.export.columns import ExportError
+
+    lake, schema = DeltaTarget(str(tmp_path / "lake")), replaced_schema()
+    lake.overwrite(schema, iter(replaced_rows(("a", 1, 0))), None, written("full", {0: 1}))
+    DeltaTable(lake.location).alter.add_feature(TableFeatures.DeletionVectors,
+                                                allow_protocol_versions_increase=True)
+    with pytest.raises(ExportError, match="deletion vectors, column mapping or partition columns, which an "
+                                          "incremental export cannot rewrite; export in full to a new path"):
+        lake.replace_keys(schema, ["a"], iter(()), written("incremental", {0: 2}))
 
 
 def test_a_delta_target_is_a_path_or_an_object_stores_uri_and_its_tables_are_under_it(tmp_path: Path) -> None:
