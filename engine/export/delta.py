@@ -13,32 +13,25 @@ writer's commit of the same files in between.
 
 from __future__ import annotations
 
-import bisect
 import json
 import os
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from engine.export.columns import KEY, PARTITION, ExportError
 from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
 from engine.export.optional import require
-from engine.export.rewrite import removed_rows
+from engine.export.rewrite import FILE_BYTES, ROW_GROUP, Rewrite, may_hold, write_files
 from engine.export.targets import is_uri
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable, Iterator
+    from collections.abc import Collection, Iterator
 
     import pyarrow as pa
 
-# Row groups of this many rows, files of about this size: a writer holds one row group per open file, so
-# these bound an export's memory (delta-rs' defaults buffer a million rows).
-ROW_GROUP = 131_072
-FILE_BYTES = 64 * 1024 * 1024  # also the table's delta.targetFileSize (delta-rs: 100 MB)
 COMMIT_RETRIES = 20  # a commit that raced another writer's (two workers exporting) is retried on the new one
-REWRITERS = 2  # files rewritten at once (reading and writing Parquet release the GIL)
 
 
 def _deltalake() -> Any:
@@ -51,6 +44,8 @@ def _properties(commit: LakeCommit) -> Any:
 
 
 def _writer() -> Any:
+    # (delta-rs' writer holds a row group per open file: its default, a million rows, would be most of an
+    # export's memory)
     return _deltalake().WriterProperties(max_row_group_size=ROW_GROUP)
 
 
@@ -116,20 +111,28 @@ class DeltaTarget:
         table = deltalake.DeltaTable(self.location)
         _require_plain_files(table, self.location)
         fs, root = self.file_system()
-        files = Files(fs, root, pa.schema(table.schema().to_arrow()))  # as delta-rs wrote them
-        gone = pa.array(keys, schema.field(KEY).type)
-        numbers = pa.array(sorted(partitions), schema.field(PARTITION).type)
+        file_schema = pa.schema(table.schema().to_arrow())  # as delta-rs writes engine's columns
+
+        def new_file() -> _DeltaFile:
+            return _DeltaFile(fs, root, file_schema)
+
+        def open_file(found: dict[str, Any]) -> Any:
+            path = found["path"]
+            return fs.open_input_file(path if is_uri(path) else f"{root}/{unquote(path)}")
+
+        rewrite = Rewrite(pa.array(keys, schema.field(KEY).type),
+                          pa.array(sorted(partitions), schema.field(PARTITION).type), file_schema.names,
+                          new_file)
+        ordered = sorted(keys)
         held = [found for found in pa.table(table.get_add_actions(flatten=True)).to_pylist()
-                if _may_hold(found, sorted(keys), set(partitions))]
-        with ThreadPoolExecutor(REWRITERS, thread_name_prefix="delta-rewrite") as pool:
-            rewritten = [done for done in pool.map(lambda found: files.without(found, gone, numbers), held)
-                         if done is not None]
+                if may_hold(_bounds(found), ordered, partitions)]
+        rewritten = rewrite.files(held, open_file)
         now = int(time.time() * 1000)
         remove = require("deltalake.transaction", "Delta Lake export").RemoveAction
         actions: list[Any] = [remove(found["path"], True, now, found["size_bytes"], {})
                               for found, _ in rewritten]
         actions += [add for _, add in rewritten if add is not None]
-        actions += files.write(batches)
+        actions += write_files(batches, new_file)
         try:
             table.create_write_transaction(actions, "append", table.schema(),
                                            commit_properties=_properties(commit))
@@ -149,115 +152,50 @@ def _require_plain_files(table: Any, location: str) -> None:
                           "in full to a new path")
 
 
-def _may_hold(found: dict[str, Any], keys: list[Any], partitions: set[int]) -> bool:
-    """Whether a data file (an add action, its statistics flattened) may hold a row of `keys` (sorted) or of
-    `partitions`: one whose key and partition ranges hold none is kept without being read."""
-    low, high = found.get(f"min.{KEY}"), found.get(f"max.{KEY}")
-    first, last = found.get(f"min.{PARTITION}"), found.get(f"max.{PARTITION}")
-    if low is None or high is None or first is None or last is None:
-        return True
-    if any(first <= number <= last for number in partitions):
-        return True
-    at = bisect.bisect_left(keys, low)
-    return at < len(keys) and keys[at] <= high
+def _bounds(found: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """A data file's key and partition ranges, from its add action's statistics (flattened)."""
+    return (found.get(f"min.{KEY}"), found.get(f"max.{KEY}"), found.get(f"min.{PARTITION}"),
+            found.get(f"max.{PARTITION}"))
 
 
-class Files:
-    """Data files of one Delta table read and written with pyarrow, in the table's Arrow schema (`schema`:
-    what delta-rs makes of engine's columns, its timestamps in microseconds, so every file has the same
-    types), each with the add action that names it."""
-
-    def __init__(self, fs: Any, root: str, schema: pa.Schema) -> None:
-        self.fs, self.root, self.schema = fs, root, schema
-        self.parquet = require("pyarrow.parquet", "Delta Lake export")
-
-    def without(self, found: dict[str, Any], keys: pa.Array, partitions: pa.Array
-                ) -> tuple[dict[str, Any], Any | None] | None:
-        """The data file `found` (an add action) written again without the rows of `keys` and `partitions`,
-        a row group at a time: (its action, the new file's add action, None if no row is left); None when
-        it holds none of them (it stays as it is)."""
-        compute = require("pyarrow.compute", "Delta Lake export")
-        path = found["path"]
-        with self.fs.open_input_file(path if is_uri(path) else f"{self.root}/{unquote(path)}") as source:
-            reader = self.parquet.ParquetFile(source)
-            for first in range(reader.num_row_groups):  # the first row group with a row to remove
-                rows = reader.read_row_group(first)
-                if (gone := removed_rows(rows, keys, partitions)) is not None:
-                    break
-            else:
-                return None
-            writer = _Writer(self)
-            try:
-                for group in range(first):
-                    writer.write(reader.read_row_group(group))
-                writer.write(rows.filter(compute.invert(gone)))
-                for group in range(first + 1, reader.num_row_groups):
-                    rows = reader.read_row_group(group)
-                    gone = removed_rows(rows, keys, partitions)
-                    writer.write(rows if gone is None else rows.filter(compute.invert(gone)))
-            except BaseException:
-                writer.abort()
-                raise
-        return found, writer.close()
-
-    def write(self, batches: Iterable[pa.RecordBatch]) -> list[Any]:
-        """`batches` as new data files of about FILE_BYTES (in memory, uncompressed) each: their add
-        actions."""
-        added: list[Any] = []
-        writer: _Writer | None = None
-        try:
-            for batch in batches:
-                writer = writer or _Writer(self)
-                writer.write(batch)
-                if writer.bytes >= FILE_BYTES:
-                    added.append(writer.close())
-                    writer = None
-        except BaseException:
-            if writer is not None:
-                writer.abort()
-            raise
-        if writer is not None and (last := writer.close()) is not None:
-            added.append(last)
-        return added
-
-
-class _Writer:
-    """One new data file: rows written to it (cast to the table's schema), then, once closed, its add action
-    with the statistics Delta readers (and `_may_hold`) skip files by: row count, the key's and the
+class _DeltaFile:
+    """One new data file, plain Parquet in the table's Arrow schema (`schema`: what delta-rs makes of engine's
+    columns, its timestamps in microseconds, so every file has the same types); once closed, its add action
+    with the statistics Delta readers (and engine.export.rewrite) skip files by: row count, the key's and the
     partition's ranges and null counts."""
 
-    def __init__(self, files: Files) -> None:
-        self.files = files
+    def __init__(self, fs: Any, root: str, schema: pa.Schema) -> None:
+        self.fs, self.schema = fs, schema
         self.name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-        self.path = f"{files.root}/{self.name}"
+        self.path = f"{root}/{self.name}"
         self.rows = self.bytes = 0
-        self._sink = files.fs.open_output_stream(self.path)
-        self._parquet = files.parquet.ParquetWriter(self._sink, files.schema, compression="snappy")
+        self._sink = fs.open_output_stream(self.path)
+        parquet = require("pyarrow.parquet", "Delta Lake export")
+        self._parquet = parquet.ParquetWriter(self._sink, schema, compression="snappy")
 
     def write(self, rows: pa.Table | pa.RecordBatch) -> None:
         if rows.num_rows:
-            if rows.schema != self.files.schema:
-                rows = rows.select(self.files.schema.names).cast(self.files.schema)
-            self._parquet.write(rows, row_group_size=ROW_GROUP)
+            if rows.schema != self.schema:
+                rows = rows.select(self.schema.names).cast(self.schema)
+            self._parquet.write(rows)
             self.rows += rows.num_rows
             self.bytes += rows.nbytes
 
     def close(self) -> Any | None:
-        """The file's add action; None for a file that got no row (it is deleted)."""
         self._parquet.close()
         size = self._sink.tell()
         self._sink.close()  # (on an object store, the upload completes here)
         if not self.rows:
-            self.files.fs.delete_file(self.path)
+            self.fs.delete_file(self.path)
             return None
-        stats = _statistics(self._parquet.writer.metadata, self.files.schema.names)
+        stats = _statistics(self._parquet.writer.metadata, self.schema.names)
         transaction = require("deltalake.transaction", "Delta Lake export")
         return transaction.AddAction(self.name, size, {}, int(time.time() * 1000), True, stats)
 
     def abort(self) -> None:
         self._parquet.close()
         self._sink.close()
-        self.files.fs.delete_file(self.path)
+        self.fs.delete_file(self.path)
 
 
 def _statistics(metadata: Any, names: list[str]) -> str:

@@ -14,8 +14,8 @@ same commit, a delete and appends of earlier rows, carry none).
 
 from __future__ import annotations
 
-import itertools
-import warnings
+import contextlib
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 from engine.export.columns import KEY, PARTITION, ExportError
 from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
 from engine.export.optional import require
-from engine.export.rewrite import removed_rows
+from engine.export.rewrite import Rewrite, may_hold, write_files
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterator
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from engine.settings import Settings
 
 DEFAULT_CATALOG = "engine"
-APPEND_ROWS = 500_000
 
 
 def identifier(location: str) -> tuple[str, str]:
@@ -61,20 +60,6 @@ def _catalog(name: str, settings: Settings) -> tuple[Any, bool]:
     (root / "warehouse").mkdir(parents=True, exist_ok=True)
     return sql.SqlCatalog(DEFAULT_CATALOG, uri=f"sqlite:///{root / 'catalog.db'}",
                           warehouse=(root / "warehouse").as_uri()), True
-
-
-def _chunks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[list[pa.RecordBatch]]:
-    """`batches` gathered into lists of about `rows` rows."""
-    chunk: list[pa.RecordBatch] = []
-    size = 0
-    for batch in batches:
-        chunk.append(batch)
-        size += batch.num_rows
-        if size >= rows:
-            yield chunk
-            chunk, size = [], 0
-    if chunk:
-        yield chunk
 
 
 class IcebergTarget:
@@ -145,57 +130,110 @@ class IcebergTarget:
     def _commit(self, table: Any, keys: list[Any], partitions: list[int] | None, schema: pa.Schema,
                 batches: Iterator[pa.RecordBatch], commit: LakeCommit) -> int:
         """Delete the rows of `keys` (values of the key column) and of `partitions` (None: every row), then
-        append `batches`, as one catalog commit whose last snapshot carries `commit`. The rows are appended
-        APPEND_ROWS at a time (an append gathers its rows before it writes them; given a stream, pyiceberg
-        still reads all of it ahead of its writers): memory stays bounded, and the snapshots before the last
-        carry no metadata, so no version is reported half-appended."""
+        add `batches`, as one snapshot (one catalog commit) that carries `commit`. The files are written as
+        the rows come (engine.export.rewrite): memory stays bounded, and the table's history has no
+        snapshot of half an export."""
         pa = require("pyarrow", "Iceberg export")
         exceptions = require("pyiceberg.exceptions", "Iceberg export")
-        expressions = require("pyiceberg.expressions", "Iceberg export")
-        metadata = {METADATA_KEY: commit.to_json()}
-        rewritten: list[Any] = []  # data files read again without the rows deleted
+        tasks = list(table.scan().plan_files()) if table.current_snapshot() is not None else []
+        if any(task.delete_files for task in tasks):
+            raise ExportError(f"iceberg:{self.location}: another writer gave the table delete files "
+                              "(merge-on-read), which an export cannot rewrite; export to a new table")
+        files = _Files(table)
+        if partitions is None:  # every data file dropped whole
+            rewritten: list[tuple[Any, Any | None]] = [(task.file, None) for task in tasks]
+        else:
+            rewrite = Rewrite(pa.array(keys, schema.field(KEY).type),
+                              pa.array(partitions, schema.field(PARTITION).type), files.schema.names,
+                              files.new_file)
+            ordered = sorted(keys)
+            held = [task.file for task in tasks if may_hold(files.bounds(task.file), ordered, partitions)]
+            rewritten = rewrite.files(held, files.open)
+        added = [new for _, new in rewritten if new is not None] + write_files(batches, files.new_file)
         try:
-            with table.transaction() as transaction, warnings.catch_warnings():
-                if partitions is None:  # every data file dropped whole
-                    # (pyiceberg warns of a delete that matched nothing: a new table's)
-                    warnings.filterwarnings("ignore", "Delete operation did not match any records")
-                    transaction.delete(expressions.AlwaysTrue())
-                elif keys or partitions:
-                    kept = _without(table, pa.array(keys, schema.field(KEY).type),
-                                    pa.array(partitions, schema.field(PARTITION).type), schema, rewritten)
-                    batches = itertools.chain(kept, batches)
-                last: list[Any] = []  # record batches
-                for chunk in _chunks(batches, APPEND_ROWS):  # each appended once the next one is read
-                    if last:
-                        transaction.append(pa.Table.from_batches(last, schema=schema))
-                    last = chunk
-                transaction.append(pa.Table.from_batches(last, schema=schema),
-                                   snapshot_properties={} if rewritten else metadata)
-                if rewritten:
-                    with transaction.update_snapshot(snapshot_properties=metadata).overwrite() as overwrite:
-                        for data_file in rewritten:
-                            overwrite.delete_data_file(data_file)
+            with table.transaction() as transaction:
+                update = transaction.update_snapshot(snapshot_properties={METADATA_KEY: commit.to_json()})
+                with update.overwrite() if rewritten else update.fast_append() as snapshot:
+                    for old, _ in rewritten:
+                        snapshot.delete_data_file(old)
+                    for new in added:
+                        snapshot.append_data_file(new)
         except exceptions.CommitFailedException as exc:
             raise LakeConflict(str(exc)) from exc
         return version_of(self.history(), commit, f"iceberg:{self.location}")
 
 
-def _without(table: Any, keys: pa.Array, partitions: pa.Array, schema: pa.Schema,
-             rewritten: list[Any]) -> Iterator[pa.RecordBatch]:
-    """The rows of each data file of `table` that holds a row of `keys` or of `partitions`, without those
-    rows; each such file is added to `rewritten` once read (for the commit to remove it). A copy-on-write
-    delete (engine.export.rewrite), done here and not by pyiceberg's `delete(In(key, keys))`, which binds
-    its filter's literals one at a time, several times over (most of an incremental export's time for many
-    keys): here a row's test is one lookup in an Arrow set."""
-    compute = require("pyarrow.compute", "Iceberg export")
-    arrow_io = require("pyiceberg.io.pyarrow", "Iceberg export")
-    scan = arrow_io.ArrowScan(table_metadata=table.metadata, io=table.io, projected_schema=table.schema(),
-                              row_filter=require("pyiceberg.expressions", "Iceberg export").AlwaysTrue())
-    for task in table.scan().plan_files():
-        # One file at a time (given several, pyiceberg reads them all at once), tested in one call: each
-        # call builds the set of `keys` anew.
-        rows = scan.to_table([task])
-        deleted = removed_rows(rows, keys, partitions)
-        if deleted is not None:
-            rewritten.append(task.file)
-            yield from rows.filter(compute.invert(deleted)).select(schema.names).cast(schema).to_batches()
+class _Files:
+    """The data files of one Iceberg table, read and written through its own file IO (this machine's, an
+    object store's: whatever the catalog configures), in its schema with its field ids."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+        arrow_io = require("pyiceberg.io.pyarrow", "Iceberg export")
+        self.schema = arrow_io.schema_to_pyarrow(table.schema(), include_field_ids=True)
+        locations = require("pyiceberg.table.locations", "Iceberg export")
+        self.locations = locations.load_location_provider(table.location(), table.properties)
+        fields = table.schema()
+        self.bounded = [(fields.find_field(name).field_id, fields.find_field(name).field_type)
+                        for name in (KEY, PARTITION)]
+
+    def open(self, data_file: Any) -> Any:
+        return self.table.io.new_input(data_file.file_path).open()
+
+    def new_file(self) -> _IcebergFile:
+        path = self.locations.new_data_location(f"00000-0-{uuid.uuid4()}.parquet")
+        return _IcebergFile(self, path)
+
+    def bounds(self, data_file: Any) -> tuple[Any, Any, Any, Any]:
+        """A data file's key and partition ranges, from its statistics (None where it has none)."""
+        conversions = require("pyiceberg.conversions", "Iceberg export")
+        lows, highs = data_file.lower_bounds or {}, data_file.upper_bounds or {}
+        (key, key_type), (partition, partition_type) = self.bounded
+
+        def bound(found: dict[int, bytes], field: int, type_: Any) -> Any:
+            raw = found.get(field)
+            return None if raw is None else conversions.from_bytes(type_, raw)
+
+        return (bound(lows, key, key_type), bound(highs, key, key_type),
+                bound(lows, partition, partition_type), bound(highs, partition, partition_type))
+
+
+class _IcebergFile:
+    """One new data file, written by pyiceberg's Parquet writer (its compression, statistics and field
+    ids); once closed, its DataFile."""
+
+    def __init__(self, files: _Files, path: str) -> None:
+        self.files, self.path = files, path
+        self.rows = self.bytes = 0
+        fileformat = require("pyiceberg.io.fileformat", "Iceberg export")
+        manifest = require("pyiceberg.manifest", "Iceberg export")
+        self._writer = fileformat.FileFormatFactory.get(manifest.FileFormat.PARQUET).create_writer(
+            files.table.io.new_output(path), files.table.schema(), files.table.properties)
+
+    def write(self, rows: pa.Table | pa.RecordBatch) -> None:
+        if rows.num_rows:
+            pa = require("pyarrow", "Iceberg export")
+            rows = rows.select(self.files.schema.names).cast(self.files.schema)
+            self._writer.write(rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows]))
+            self.rows += rows.num_rows
+            self.bytes += rows.nbytes
+
+    def close(self) -> Any | None:
+        if not self.rows:  # (pyiceberg's writer creates its file at the first write)
+            return None
+        statistics = self._writer.close()
+        manifest = require("pyiceberg.manifest", "Iceberg export")
+        typedef = require("pyiceberg.typedef", "Iceberg export")
+        table = self.files.table
+        return manifest.DataFile.from_args(
+            content=manifest.DataFileContent.DATA, file_path=self.path,
+            file_format=manifest.FileFormat.PARQUET, partition=typedef.Record(),
+            file_size_in_bytes=len(table.io.new_input(self.path)), sort_order_id=None,
+            spec_id=table.metadata.default_spec_id, equality_ids=None, key_metadata=None,
+            **statistics.to_serialized_dict())
+
+    def abort(self) -> None:
+        if self.rows:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+            self.files.table.io.delete(self.path)

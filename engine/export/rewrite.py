@@ -1,23 +1,55 @@
-"""Copy-on-write deletes: how a lake table loses rows in an incremental export (engine.export.lake), for
-both formats. The rows of a changed key (and of a partition copied in full) are replaced whole: every data
-file that holds one of them is read again without them and replaced by what is left, and the keys' rows as
-of the snapshot are added, in one commit. A file that holds none is kept as it is.
+"""Copy-on-write deletes: how a lake table loses rows in an export (engine.export.lake), for both formats.
+The rows of a changed key (and of a partition copied in full) are replaced whole: every data file that holds
+one of them is read again without them and replaced by what is left, and the new rows are added, in one
+commit. A file that holds none is kept as it is; one whose key and partition ranges (its statistics) hold
+none is not even read.
 
-Why not a MERGE (delta-rs has one): it rewrites the same files, but joins every row of the table with the
-changes and holds more of it in memory; a set lookup per row, a row group at a time, does the same work
-with less. Why not merge-on-read (deletion vectors, delete files): neither delta-rs nor pyiceberg writes
-them.
+Files are read and written here with pyarrow, a row group at a time (memory stays bounded whatever the
+table's size), REWRITERS at once; each format says how a file is opened, how a new one is written (Delta:
+plain Parquet and an add action; Iceberg: pyiceberg's writer, field ids and a DataFile) and commits the
+result. Why not a MERGE (delta-rs has one): it rewrites the same files, but joins every row of the table
+with the changes and holds more of it in memory. Why not merge-on-read (deletion vectors, delete files):
+neither delta-rs nor pyiceberg writes them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import bisect
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from engine.export.columns import KEY, PARTITION
 from engine.export.optional import require
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Iterable, Sequence
+    from contextlib import AbstractContextManager
+
     import pyarrow as pa
+
+REWRITERS = 2  # files rewritten at once (reading and writing Parquet release the GIL)
+# Rows per row group of a file written here: rows come in smaller batches (an export decodes 16,384 at a
+# time; a rewritten file's row groups lose rows), gathered to this many. Bounds a writer's memory, and a
+# rewrite's key lookups are per row group.
+ROW_GROUP = 131_072
+# A new file is closed once this much (in memory, uncompressed) is written to it; also a Delta table's
+# delta.targetFileSize, for delta-rs' own writes (a full export).
+FILE_BYTES = 64 * 1024 * 1024
+
+Entry = TypeVar("Entry")  # a format's entry for a data file (Delta: an add action; Iceberg: a DataFile)
+
+
+class NewFile(Protocol):
+    """A data file being written, in its table's schema."""
+
+    bytes: int  # written so far, in memory (uncompressed)
+
+    def write(self, rows: pa.Table | pa.RecordBatch) -> None: ...
+
+    def close(self) -> Any | None:
+        """The format's entry for the file; None if it got no row (then there is no file)."""
+
+    def abort(self) -> None: ...
 
 
 def removed_rows(rows: pa.Table | pa.RecordBatch, keys: pa.Array, partitions: pa.Array) -> pa.Array | None:
@@ -28,3 +60,112 @@ def removed_rows(rows: pa.Table | pa.RecordBatch, keys: pa.Array, partitions: pa
     if len(partitions):
         gone = compute.or_(gone, compute.is_in(rows.column(PARTITION), value_set=partitions))
     return gone if compute.any(gone).as_py() else None
+
+
+def may_hold(bounds: tuple[Any, Any, Any, Any], keys: Sequence[Any], partitions: Collection[int]) -> bool:
+    """Whether a file whose statistics give `bounds` (lowest key, highest key, lowest partition, highest
+    partition; None where unknown) may hold a row of `keys` (sorted) or of `partitions`."""
+    low, high, first, last = bounds
+    if low is None or high is None or first is None or last is None:
+        return True
+    if any(first <= number <= last for number in partitions):
+        return True
+    at = bisect.bisect_left(keys, low)
+    return at < len(keys) and keys[at] <= high
+
+
+class RowGroups:
+    """A new file whose rows are gathered into row groups of ROW_GROUP rows before they are written."""
+
+    def __init__(self, file: NewFile) -> None:
+        self.file = file
+        self.bytes = 0
+        self._gathered: list[pa.RecordBatch] = []
+        self._rows = 0
+
+    def write(self, rows: pa.Table | pa.RecordBatch) -> None:
+        pa = require("pyarrow", "lake export")
+        self._gathered += rows.to_batches() if isinstance(rows, pa.Table) else [rows]
+        self._rows += rows.num_rows
+        self.bytes += rows.nbytes
+        if self._rows >= ROW_GROUP:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._gathered:
+            pa = require("pyarrow", "lake export")
+            self.file.write(pa.Table.from_batches(self._gathered))
+            self._gathered, self._rows = [], 0
+
+    def close(self) -> Any | None:
+        self._flush()
+        return self.file.close()
+
+    def abort(self) -> None:
+        self.file.abort()
+
+
+class Rewrite:
+    """The copy-on-write of one commit: the rows of `keys` (values of the key column) and of `partitions` go;
+    files are read through `open_file`, their `columns`, and new ones written with `new_file`."""
+
+    def __init__(self, keys: pa.Array, partitions: pa.Array, columns: list[str],
+                 new_file: Callable[[], NewFile]) -> None:
+        self.keys, self.partitions, self.columns, self.new_file = keys, partitions, columns, new_file
+        self.parquet = require("pyarrow.parquet", "lake export")
+
+    def files(self, held: Iterable[Entry], open_file: Callable[[Entry], AbstractContextManager[Any]]
+              ) -> list[tuple[Entry, Any | None]]:
+        """Each file of `held` that holds a row to remove, with the entry of the file that replaces it (None
+        if no row is left)."""
+        def one(entry: Entry) -> tuple[Entry, Any | None] | None:
+            with open_file(entry) as source:
+                return self._without(entry, source)
+
+        with ThreadPoolExecutor(REWRITERS, thread_name_prefix="lake-rewrite") as pool:
+            return [done for done in pool.map(one, held) if done is not None]
+
+    def _without(self, entry: Entry, source: Any) -> tuple[Entry, Any | None] | None:
+        """The file `source` written again without the rows to remove, a row group at a time; None when it
+        holds none (it stays as it is)."""
+        compute = require("pyarrow.compute", "lake export")
+        reader = self.parquet.ParquetFile(source)
+        for first in range(reader.num_row_groups):  # the first row group with a row to remove
+            rows = reader.read_row_group(first, columns=self.columns)
+            if (gone := removed_rows(rows, self.keys, self.partitions)) is not None:
+                break
+        else:
+            return None
+        written = RowGroups(self.new_file())
+        try:
+            for group in range(first):
+                written.write(reader.read_row_group(group, columns=self.columns))
+            written.write(rows.filter(compute.invert(gone)))
+            for group in range(first + 1, reader.num_row_groups):
+                rows = reader.read_row_group(group, columns=self.columns)
+                gone = removed_rows(rows, self.keys, self.partitions)
+                written.write(rows if gone is None else rows.filter(compute.invert(gone)))
+        except BaseException:
+            written.abort()
+            raise
+        return entry, written.close()
+
+
+def write_files(batches: Iterable[pa.RecordBatch], new_file: Callable[[], NewFile]) -> list[Any]:
+    """`batches` as new data files of about FILE_BYTES (in memory) each: their entries."""
+    entries: list[Any] = []
+    written: RowGroups | None = None
+    try:
+        for batch in batches:
+            written = written or RowGroups(new_file())
+            written.write(batch)
+            if written.bytes >= FILE_BYTES:
+                entries.append(written.close())
+                written = None
+    except BaseException:
+        if written is not None:
+            written.abort()
+        raise
+    if written is not None and (last := written.close()) is not None:
+        entries.append(last)
+    return entries

@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 
 import engine
 from engine import export, testing
-from engine.export import iceberg, lake
+from engine.export import lake, rewrite
 from engine.export.delta import DeltaTarget
 from engine.export.iceberg import IcebergTarget
 from engine.export.sources import checkpointed
@@ -132,7 +132,7 @@ class Lake:
 @pytest.mark.parametrize("kind", ["delta", "iceberg"])
 async def test_incremental_exports_equal_full_ones_and_the_events(tmp_path: Path, kind: str,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(iceberg, "APPEND_ROWS", 7)  # Iceberg exports append (and rewrite) several files
+    monkeypatch.setattr(rewrite, "FILE_BYTES", 300)  # exports write (and rewrite) several files
     monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")  # polars' own planner is a separate package
     app, totals = build_app()
     truth = Truth()
@@ -605,7 +605,8 @@ def test_a_delta_commit_rewrites_only_the_files_that_hold_a_replaced_row(
 
     from engine.export import delta
 
-    monkeypatch.setattr(delta, "ROW_GROUP", 2)
+    monkeypatch.setattr(delta, "ROW_GROUP", 2)  # delta-rs' writer's
+    monkeypatch.setattr(rewrite, "ROW_GROUP", 2)  # engine's
     lake, schema = DeltaTarget(str(tmp_path / "lake")), replaced_schema()
 
     def files() -> list[str]:
