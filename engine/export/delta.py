@@ -23,7 +23,7 @@ from urllib.parse import unquote
 from engine.export.columns import KEY, PARTITION, ExportError
 from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
 from engine.export.optional import require
-from engine.export.rewrite import FILE_BYTES, ROW_GROUP, Rewrite, may_hold, write_files
+from engine.export.rewrite import FILE_BYTES, ROW_GROUP, Rewrite, write_files
 from engine.export.targets import is_uri
 
 if TYPE_CHECKING:
@@ -120,12 +120,10 @@ class DeltaTarget:
             path = found["path"]
             return fs.open_input_file(path if is_uri(path) else f"{root}/{unquote(path)}")
 
-        rewrite = Rewrite(pa.array(keys, schema.field(KEY).type),
-                          pa.array(sorted(partitions), schema.field(PARTITION).type), file_schema.names,
-                          new_file)
-        ordered = sorted(keys)
+        rewrite = Rewrite(keys, schema.field(KEY).type, partitions, schema.field(PARTITION).type,
+                          file_schema.names, new_file)
         held = [found for found in pa.table(table.get_add_actions(flatten=True)).to_pylist()
-                if may_hold(_bounds(found), ordered, partitions)]
+                if rewrite.holds(_bounds(found))]
         rewritten = rewrite.files(held, open_file)
         now = int(time.time() * 1000)
         remove = require("deltalake.transaction", "Delta Lake export").RemoveAction

@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 from engine.export.columns import KEY, PARTITION, ExportError
 from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
 from engine.export.optional import require
-from engine.export.rewrite import Rewrite, may_hold, write_files
+from engine.export.rewrite import Rewrite, write_files
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterator
@@ -133,7 +133,6 @@ class IcebergTarget:
         add `batches`, as one snapshot (one catalog commit) that carries `commit`. The files are written as
         the rows come (engine.export.rewrite): memory stays bounded, and the table's history has no
         snapshot of half an export."""
-        pa = require("pyarrow", "Iceberg export")
         exceptions = require("pyiceberg.exceptions", "Iceberg export")
         tasks = list(table.scan().plan_files()) if table.current_snapshot() is not None else []
         if any(task.delete_files for task in tasks):
@@ -143,11 +142,9 @@ class IcebergTarget:
         if partitions is None:  # every data file dropped whole
             rewritten: list[tuple[Any, Any | None]] = [(task.file, None) for task in tasks]
         else:
-            rewrite = Rewrite(pa.array(keys, schema.field(KEY).type),
-                              pa.array(partitions, schema.field(PARTITION).type), files.schema.names,
-                              files.new_file)
-            ordered = sorted(keys)
-            held = [task.file for task in tasks if may_hold(files.bounds(task.file), ordered, partitions)]
+            rewrite = Rewrite(keys, schema.field(KEY).type, partitions, schema.field(PARTITION).type,
+                              files.schema.names, files.new_file)
+            held = [task.file for task in tasks if rewrite.holds(files.bounds(task.file))]
             rewritten = rewrite.files(held, files.open)
         added = [new for _, new in rewritten if new is not None] + write_files(batches, files.new_file)
         try:

@@ -106,13 +106,23 @@ class RowGroups:
 
 
 class Rewrite:
-    """The copy-on-write of one commit: the rows of `keys` (values of the key column) and of `partitions` go;
-    files are read through `open_file`, their `columns`, and new ones written with `new_file`."""
+    """The copy-on-write of one commit: the rows of `keys` (values of the key column, of `key_type`) and of
+    `partitions` go; files are read through `open_file`, their `columns`, and new ones written with
+    `new_file`. A row group whose statistics hold no such row is copied without a test; another is tested
+    against only the keys in its range (a set lookup's cost is mostly building the set)."""
 
-    def __init__(self, keys: pa.Array, partitions: pa.Array, columns: list[str],
-                 new_file: Callable[[], NewFile]) -> None:
-        self.keys, self.partitions, self.columns, self.new_file = keys, partitions, columns, new_file
+    def __init__(self, keys: list[Any], key_type: pa.DataType, partitions: Collection[int],
+                 partition_type: pa.DataType, columns: list[str], new_file: Callable[[], NewFile]) -> None:
+        pa = require("pyarrow", "lake export")
+        self.sorted, self.key_type = sorted(keys), key_type
+        self.numbers = sorted(partitions)
+        self.partitions = pa.array(self.numbers, partition_type)
+        self.columns, self.new_file = columns, new_file
         self.parquet = require("pyarrow.parquet", "lake export")
+
+    def holds(self, bounds: tuple[Any, Any, Any, Any]) -> bool:
+        """Whether a file or row group with these statistics may hold a row to remove (`may_hold`)."""
+        return may_hold(bounds, self.sorted, self.numbers)
 
     def files(self, held: Iterable[Entry], open_file: Callable[[Entry], AbstractContextManager[Any]]
               ) -> list[tuple[Entry, Any | None]]:
@@ -120,35 +130,65 @@ class Rewrite:
         if no row is left)."""
         def one(entry: Entry) -> tuple[Entry, Any | None] | None:
             with open_file(entry) as source:
-                return self._without(entry, source)
+                return self._without(entry, self.parquet.ParquetFile(source))
 
         with ThreadPoolExecutor(REWRITERS, thread_name_prefix="lake-rewrite") as pool:
             return [done for done in pool.map(one, held) if done is not None]
 
-    def _without(self, entry: Entry, source: Any) -> tuple[Entry, Any | None] | None:
-        """The file `source` written again without the rows to remove, a row group at a time; None when it
-        holds none (it stays as it is)."""
+    def _without(self, entry: Entry, reader: Any) -> tuple[Entry, Any | None] | None:
+        """The file of `reader` written again without the rows to remove, a row group at a time; None when
+        it holds none (it stays as it is). (Row groups are decoded a column at a time: the rewriters are
+        the parallelism.)"""
         compute = require("pyarrow.compute", "lake export")
-        reader = self.parquet.ParquetFile(source)
+        groups = _RowGroups(reader)
         for first in range(reader.num_row_groups):  # the first row group with a row to remove
-            rows = reader.read_row_group(first, columns=self.columns)
-            if (gone := removed_rows(rows, self.keys, self.partitions)) is not None:
+            if (gone := self._gone(groups, first)) is not None:
                 break
         else:
             return None
         written = RowGroups(self.new_file())
         try:
-            for group in range(first):
-                written.write(reader.read_row_group(group, columns=self.columns))
-            written.write(rows.filter(compute.invert(gone)))
-            for group in range(first + 1, reader.num_row_groups):
-                rows = reader.read_row_group(group, columns=self.columns)
-                gone = removed_rows(rows, self.keys, self.partitions)
-                written.write(rows if gone is None else rows.filter(compute.invert(gone)))
+            for group in range(reader.num_row_groups):
+                rows = reader.read_row_group(group, columns=self.columns, use_threads=False)
+                if group > first:
+                    gone = self._gone(groups, group, rows)
+                written.write(rows if group < first or gone is None else rows.filter(compute.invert(gone)))
         except BaseException:
             written.abort()
             raise
         return entry, written.close()
+
+    def _gone(self, groups: _RowGroups, group: int, rows: pa.Table | None = None) -> pa.Array | None:
+        """Which rows of row group `group` (read, if not given) go; None if none does."""
+        bounds = groups.bounds(group)
+        if not self.holds(bounds):
+            return None
+        low, high = bounds[:2]
+        keys = self.sorted if low is None or high is None else \
+            self.sorted[bisect.bisect_left(self.sorted, low):bisect.bisect_right(self.sorted, high)]
+        if not keys and not self.numbers:
+            return None
+        if rows is None:
+            rows = groups.reader.read_row_group(group, columns=self.columns, use_threads=False)
+        pa = require("pyarrow", "lake export")
+        return removed_rows(rows, pa.array(keys, self.key_type), self.partitions)
+
+
+class _RowGroups:
+    """The key's and the partition's ranges in each row group of a Parquet file, from its footer."""
+
+    def __init__(self, reader: Any) -> None:
+        self.reader = reader
+        self.metadata = reader.metadata
+        paths = [self.metadata.schema.column(i).path for i in range(self.metadata.num_columns)]
+        self.indexes = [paths.index(name) if name in paths else None for name in (KEY, PARTITION)]
+
+    def bounds(self, group: int) -> tuple[Any, Any, Any, Any]:
+        found: list[Any] = []
+        for index in self.indexes:
+            stats = None if index is None else self.metadata.row_group(group).column(index).statistics
+            found += [stats.min, stats.max] if stats is not None and stats.has_min_max else [None, None]
+        return found[0], found[1], found[2], found[3]
 
 
 def write_files(batches: Iterable[pa.RecordBatch], new_file: Callable[[], NewFile]) -> list[Any]:
