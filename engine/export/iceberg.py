@@ -15,6 +15,7 @@ same commit, a delete and appends of earlier rows, carry none).
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from engine.settings import Settings
 
 DEFAULT_CATALOG = "engine"
+CREATE_ATTEMPTS = 5  # a table's creation, raced by another worker's
 
 
 def identifier(location: str) -> tuple[str, str]:
@@ -92,9 +94,24 @@ class IcebergTarget:
         return found
 
     def _create(self, schema: pa.Schema) -> Any:
+        """The table, created with `schema` (and its namespace) unless it exists. Workers of one app create
+        it at the same time (their first round): a catalog may then fail the creation that lost the race
+        with an error of its own (SQLite's unique constraint, or a locked database); the table the other
+        worker created is as good."""
         namespace = self.name.rsplit(".", 1)[0]
-        self.catalog.create_namespace_if_not_exists(namespace)
-        return self.catalog.create_table_if_not_exists(self.name, schema=schema)
+        for attempt in range(1, CREATE_ATTEMPTS + 1):
+            try:
+                self.catalog.create_namespace_if_not_exists(namespace)
+                return self.catalog.create_table_if_not_exists(self.name, schema=schema)
+            except Exception as exc:  # (whatever this catalog raises)
+                found = self._table()
+                if found is not None:
+                    return found
+                if attempt == CREATE_ATTEMPTS:
+                    raise ExportError(f"iceberg:{self.location}: the table could not be created: "
+                                      f"{type(exc).__name__}: {exc}") from exc
+                time.sleep(0.1 * attempt)
+        raise AssertionError("unreachable")
 
     def overwrite(self, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
                   partitions: Collection[int] | None, commit: LakeCommit) -> int:

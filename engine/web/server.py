@@ -222,6 +222,9 @@ class WebServer(Service):
         except EngineError as exc:
             log.warning("export round %d to %s failed here: %s", round_, target, exc)
             return {"error": str(exc)}
+        except Exception as exc:  # (a library's own error: the asker hears of it, the log has its trace)
+            log.exception("export round %d to %s failed here", round_, target)
+            return {"error": f"{type(exc).__name__}: {exc}"}
 
     async def _forward_export(self, endpoint: str, asked: Mapping[str, Any]) -> dict[str, Any]:
         """Another worker's part of an export round: its answer, or the error it gave."""

@@ -652,6 +652,38 @@ def test_an_incremental_export_refuses_a_delta_table_another_writer_gave_deletio
         lake.replace_keys(schema, ["a"], iter(()), written("incremental", {0: 2}))
 
 
+def test_an_iceberg_table_created_by_two_workers_at_once_is_the_one_that_won(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two workers create the table at their first round: the catalog may fail the loser with an error of
+    its own (SQLite's unique constraint); the winner's table is used. A creation that fails with no table
+    made is an ExportError saying why."""
+    from engine.export import iceberg
+    from engine.export.columns import ExportError
+
+    settings = engine.App("iceberg-race").settings({"data_dir": tmp_path})
+    winner, loser = IcebergTarget("lake.t", settings), IcebergTarget("lake.t", settings)
+
+    def raced(name: str, schema: Any) -> Any:
+        winner._create(schema)  # the other worker, just before
+        raise RuntimeError("(sqlite3.IntegrityError) UNIQUE constraint failed")
+
+    monkeypatch.setattr(loser.catalog, "create_table_if_not_exists", raced)
+    table = loser._create(replaced_schema())
+    assert table.name() == ("lake", "t")
+    assert winner.catalog.load_table("lake.t").metadata_location == table.metadata_location
+
+    monkeypatch.setattr(iceberg, "CREATE_ATTEMPTS", 2)
+    other = IcebergTarget("lake.u", settings)
+
+    def broken(name: str, schema: Any) -> Any:
+        raise RuntimeError("database is locked")
+
+    monkeypatch.setattr(other.catalog, "create_table_if_not_exists", broken)
+    with pytest.raises(ExportError, match=r"iceberg:lake.u: the table could not be created: RuntimeError: "
+                                          r"database is locked"):
+        other._create(replaced_schema())
+
+
 def test_a_delta_target_is_a_path_or_an_object_stores_uri_and_its_tables_are_under_it(tmp_path: Path) -> None:
     from engine.export.targets import DELTA, Target
 
