@@ -18,7 +18,7 @@ import contextlib
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
 from engine.export.columns import KEY, PARTITION, ExportError
@@ -27,14 +27,15 @@ from engine.export.optional import require
 from engine.export.rewrite import Rewrite, write_files
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterator
+    from collections.abc import Callable, Collection, Iterator
 
     import pyarrow as pa
 
     from engine.settings import Settings
 
 DEFAULT_CATALOG = "engine"
-CREATE_ATTEMPTS = 5  # a table's creation, raced by another worker's
+CREATE_ATTEMPTS = 5  # a catalog's or a table's creation, raced by another worker's
+T = TypeVar("T")
 
 
 def identifier(location: str) -> tuple[str, str]:
@@ -51,8 +52,9 @@ def identifier(location: str) -> tuple[str, str]:
 def _catalog(name: str, settings: Settings) -> tuple[Any, bool]:
     """The catalog `name`, and whether it is the default one in the worker's data dir."""
     catalog = require("pyiceberg.catalog", "Iceberg export")
-    try:
-        return catalog.load_catalog(name), False
+    try:  # (a SQL catalog creates its own tables at its first load: workers race there too)
+        return _despite_races(f"Iceberg catalog {name!r}", lambda: catalog.load_catalog(name),
+                              lambda: None), False
     except ValueError:  # not configured
         if name != DEFAULT_CATALOG:
             raise ExportError(f"no Iceberg catalog {name!r} is configured (~/.pyiceberg.yaml or "
@@ -62,6 +64,27 @@ def _catalog(name: str, settings: Settings) -> tuple[Any, bool]:
     (root / "warehouse").mkdir(parents=True, exist_ok=True)
     return sql.SqlCatalog(DEFAULT_CATALOG, uri=f"sqlite:///{root / 'catalog.db'}",
                           warehouse=(root / "warehouse").as_uri()), True
+
+
+def _despite_races(what: str, attempt: Callable[[], T], already: Callable[[], T | None]) -> T:
+    """`attempt()`, which creates what every worker of an app creates at the same time (their first round:
+    a SQL catalog's own tables, a namespace, a table). A catalog may fail the one that lost the race with
+    an error of its own (SQLite's "already exists" or unique constraint, a locked database): what `already`
+    finds then is as good, or the attempt is made again. An ExportError saying why after CREATE_ATTEMPTS;
+    ValueError (pyiceberg's "not configured") is not retried."""
+    for number in range(1, CREATE_ATTEMPTS + 1):
+        try:
+            return attempt()
+        except ValueError:
+            raise
+        except Exception as exc:  # (whatever this catalog raises)
+            found = already()
+            if found is not None:
+                return found
+            if number == CREATE_ATTEMPTS:
+                raise ExportError(f"{what} could not be created: {type(exc).__name__}: {exc}") from exc
+            time.sleep(0.1 * number)
+    raise AssertionError("unreachable")
 
 
 class IcebergTarget:
@@ -94,24 +117,14 @@ class IcebergTarget:
         return found
 
     def _create(self, schema: pa.Schema) -> Any:
-        """The table, created with `schema` (and its namespace) unless it exists. Workers of one app create
-        it at the same time (their first round): a catalog may then fail the creation that lost the race
-        with an error of its own (SQLite's unique constraint, or a locked database); the table the other
-        worker created is as good."""
+        """The table, created with `schema` (and its namespace) unless it exists."""
         namespace = self.name.rsplit(".", 1)[0]
-        for attempt in range(1, CREATE_ATTEMPTS + 1):
-            try:
-                self.catalog.create_namespace_if_not_exists(namespace)
-                return self.catalog.create_table_if_not_exists(self.name, schema=schema)
-            except Exception as exc:  # (whatever this catalog raises)
-                found = self._table()
-                if found is not None:
-                    return found
-                if attempt == CREATE_ATTEMPTS:
-                    raise ExportError(f"iceberg:{self.location}: the table could not be created: "
-                                      f"{type(exc).__name__}: {exc}") from exc
-                time.sleep(0.1 * attempt)
-        raise AssertionError("unreachable")
+
+        def create() -> Any:
+            self.catalog.create_namespace_if_not_exists(namespace)
+            return self.catalog.create_table_if_not_exists(self.name, schema=schema)
+
+        return _despite_races(f"iceberg:{self.location}: the table", create, self._table)
 
     def overwrite(self, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
                   partitions: Collection[int] | None, commit: LakeCommit) -> int:

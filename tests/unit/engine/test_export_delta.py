@@ -654,9 +654,9 @@ def test_an_incremental_export_refuses_a_delta_table_another_writer_gave_deletio
 
 def test_an_iceberg_table_created_by_two_workers_at_once_is_the_one_that_won(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two workers create the table at their first round: the catalog may fail the loser with an error of
-    its own (SQLite's unique constraint); the winner's table is used. A creation that fails with no table
-    made is an ExportError saying why."""
+    """Two workers create the table (and a SQL catalog its own tables) at their first round: the catalog may
+    fail the loser with an error of its own (SQLite's unique constraint); the winner's table is used, the
+    catalog loaded again. A creation that fails with no table made is an ExportError saying why."""
     from engine.export import iceberg
     from engine.export.columns import ExportError
 
@@ -682,6 +682,17 @@ def test_an_iceberg_table_created_by_two_workers_at_once_is_the_one_that_won(
     with pytest.raises(ExportError, match=r"iceberg:lake.u: the table could not be created: RuntimeError: "
                                           r"database is locked"):
         other._create(replaced_schema())
+
+    from pyiceberg import catalog  # a SQL catalog creates its own tables at its first load: raced too
+    loads = iter([RuntimeError("(sqlite3.OperationalError) table iceberg_tables already exists")])
+
+    def load_catalog(name: str) -> Any:
+        if (failure := next(loads, None)) is not None:
+            raise failure
+        return "the catalog"
+
+    monkeypatch.setattr(catalog, "load_catalog", load_catalog)
+    assert iceberg._catalog("shared", settings) == ("the catalog", False)
 
 
 def test_a_delta_target_is_a_path_or_an_object_stores_uri_and_its_tables_are_under_it(tmp_path: Path) -> None:
