@@ -361,6 +361,23 @@ def pa_schema() -> Any:
 
 
 
+def rounds_consistent(lake: SharedLake, settings: engine.Settings, logs: list[Any]) -> list[int | None]:
+    """Check every version of the totals lake table: one a round, all four partitions each, every partition
+    exactly its changelog (`logs`) up to the offset the version records; the rounds, newest first."""
+    history = lake.table("totals", settings).history()
+    rounds = [found.round for _, found in history]
+    assert None not in rounds
+    assert rounds == sorted(set(rounds), reverse=True), rounds  # one version a round
+    for version, found in history:
+        assert sorted(found.partitions) == [0, 1, 2, 3], version
+        by_partition: dict[int, dict[str, int]] = {n: {} for n in range(4)}
+        for row in lake.rows("totals", settings, version):
+            by_partition[row["partition"]][row["key"]] = row["value"]
+        offsets = {n: where.changelog_offset for n, where in found.partitions.items()}
+        assert by_partition == changelog_totals(logs, offsets), version
+    return rounds
+
+
 @pytest.mark.parametrize("kind", ["delta", "delta-s3", "iceberg", "iceberg-s3"])
 async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_version(
         tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
@@ -398,16 +415,7 @@ async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_ver
         logs = testing.broker_for(url).topics[totals.changelog_topic.name]
     history = lake.table("totals", settings).history()
     assert len(history) >= 2
-    rounds = [found.round for _, found in history]
-    assert None not in rounds
-    assert rounds == sorted(set(rounds), reverse=True)  # one version a round
-    for version, found in history:
-        assert sorted(found.partitions) == [0, 1, 2, 3], version
-        by_partition: dict[int, dict[str, int]] = {n: {} for n in range(4)}
-        for row in lake.rows("totals", settings, version):
-            by_partition[row["partition"]][row["key"]] = row["value"]
-        offsets = {n: where.changelog_offset for n, where in found.partitions.items()}
-        assert by_partition == changelog_totals(logs, offsets), version
+    rounds = rounds_consistent(lake, settings, logs)
     status = export.lake_status(str(parse_target(lake.target).child("totals")), settings)
     assert status[0].endswith(f"(round {rounds[0]}: every partition at one tick)")
     staged = lake.staged_rounds("totals", settings)
@@ -477,17 +485,8 @@ async def test_a_live_export_asked_of_one_worker_is_one_version_of_both_workers_
         logs = testing.broker_for(url).topics[totals.changelog_topic.name]
     history = lake.table("totals", settings).history()
     assert [found.mode for _, found in history] == ["incremental", "full"]
-    rounds = [found.round for _, found in history]
-    assert None not in rounds
-    assert rounds == sorted(set(rounds), reverse=True), rounds
-    for version, found in history:
-        assert sorted(found.partitions) == [0, 1, 2, 3], version
-        by_partition: dict[int, dict[str, int]] = {n: {} for n in range(4)}
-        for row in lake.rows("totals", settings, version):
-            by_partition[row["partition"]][row["key"]] = row["value"]
-        offsets = {n: where.changelog_offset for n, where in found.partitions.items()}
-        assert by_partition == changelog_totals(logs, offsets), version
-        assert all(where.inputs for where in found.partitions.values()), found  # from the workers
+    rounds_consistent(lake, settings, logs)
+    assert all(where.inputs for _, found in history for where in found.partitions.values())  # from workers
 
 
 async def test_an_iceberg_export_of_some_partitions_to_a_data_dirs_catalog_warns(
