@@ -56,7 +56,7 @@ from engine.export.sources import checkpointed
 from engine.export.staging import StagingArea
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterable, Iterator, Mapping
 
     import pyarrow as pa
 
@@ -72,7 +72,10 @@ log = logging.getLogger(__name__)
 STAGING = "_engine_rounds"  # beside the Delta log: directories starting with "_" are not the table's
 FULL, INCREMENTAL, UNCHANGED = "full", "incremental", "unchanged"
 MIN_WAIT = 10.0  # seconds the committer waits for the other stages of a round, at least
+# The committer looks for the stages still missing after POLL seconds, then less and less often, at least
+# every POLL_LONGEST (each look is a request per missing stage on an object store).
 POLL = 0.05
+POLL_LONGEST = 1.0
 
 
 @dataclass(frozen=True)
@@ -226,9 +229,14 @@ async def commit(table: BaseTable, columns: TableColumns, target: Target, area: 
     table's newest, not written); or why there is none (a partition is missing after `wait` seconds, the
     stages do not continue from the lake's position), as logged."""
     deadline = time.monotonic() + wait
-    count = table.partition_count
-    while len(stages := await asyncio.to_thread(_stages, area, round_, count)) < count:
-        missing = set(range(count)) - set(stages)
+    stages: dict[int, Stage] = {}
+    missing = set(range(table.partition_count))
+    pause = POLL
+    while True:
+        stages.update(await asyncio.to_thread(_stages, area, round_, missing))
+        missing -= set(stages)
+        if not missing:
+            break
         moved_on = await asyncio.to_thread(_moved_on, area, round_, missing)
         if moved_on or time.monotonic() > deadline:
             why = (f"partitions {sorted(missing)} were staged for a later round instead" if moved_on else
@@ -236,7 +244,8 @@ async def commit(table: BaseTable, columns: TableColumns, target: Target, area: 
                    "not take part: stopped, or partitions moving)")
             await asyncio.to_thread(_clean, area, round_)
             return _skipped(target, round_, why)
-        await asyncio.sleep(POLL)  # waiting for other workers' files
+        await asyncio.sleep(pause)  # waiting for other workers' files
+        pause = min(pause * 1.5, POLL_LONGEST)
     try:
         return await asyncio.to_thread(_commit_and_clean, table, columns, target, area, round_, stages)
     except LakeConflict as exc:  # another worker committed this round (partition 0 moved meanwhile)
@@ -311,10 +320,11 @@ def _manifest(number: int) -> str:
     return f"partition-{number:05d}.json"
 
 
-def _stages(area: StagingArea, round_: int, count: int) -> dict[int, Stage]:
-    """The stages of a round complete so far (a manifest exists only once its data is complete)."""
+def _stages(area: StagingArea, round_: int, numbers: Iterable[int]) -> dict[int, Stage]:
+    """The stages of partitions `numbers` in a round complete so far (a manifest exists only once its data
+    is complete)."""
     found = {}
-    for number in range(count):
+    for number in sorted(numbers):
         text = area.read_text(area.path(round_, _manifest(number)))
         if text is not None:
             found[number] = Stage.from_json(text)
