@@ -192,8 +192,9 @@ def _round_lines(args: argparse.Namespace, body: dict[str, Any]) -> list[tuple[s
                 table["exports"].append(result["export"])
             table["skipped"] = table["skipped"] or result["skipped"]
     if not tables:
-        return [(f"no worker holds partitions of {'any table' if args.all else args.table} (round "
-                 f"{body['round']})", False)]
+        return [(f"round {body['round']} exported nothing: no worker holds partitions of "
+                 f"{'any table' if args.all else args.table} now (partitions moving, or not assigned yet); "
+                 "ask again once they are placed", False)]
     lines = []
     for name, table in sorted(tables.items()):
         staged = "; ".join(f"{', '.join(map(str, numbers))} from {endpoint}" for endpoint, numbers in
