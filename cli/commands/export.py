@@ -13,10 +13,9 @@ version holds them all (engine.export.rounds). A lake table written before gets 
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from cli.loader import load_app
 from engine import EngineError, export
@@ -146,18 +145,10 @@ def _summary(result: ExportResult, target: str) -> str:
             f"({len(result.files)} of {result.partitions} partitions; changelog offsets {offsets})")
 
 
-def _reachable(target: export.Target) -> str:
-    """A lake target as the workers should take it: a local Delta path made absolute here (workers run in
-    their own directories)."""
-    if target.kind == "delta" and "://" not in target.location:
-        return f"delta:{os.path.abspath(target.location)}"
-    return str(target)
-
-
 def _live(args: argparse.Namespace, app: App, settings: Settings) -> int:
     """Ask the worker at --url for an export round of the table (or --all) and print what it committed."""
     url = args.url or f"http://{settings.web_host}:{settings.web_port}"
-    target = _reachable(export.parse_target(args.to))
+    target = str(export.parse_target(args.to).absolute())  # (workers run in their own directories)
     health = asyncio.run(ask_worker(url, "/health"))
     if health is None or not isinstance(health[1], dict) or health[1].get("app") != app.id:
         raise EngineError(f"no worker of {app.id!r} answered at {url} (a worker logs its address as 'web "
@@ -169,43 +160,31 @@ def _live(args: argparse.Namespace, app: App, settings: Settings) -> int:
     status, body = answer
     if status != 200:
         raise EngineError(f"the worker at {url} refused the export: {body.get('error', status)}")
-    failed = 0
-    for endpoint, part in sorted(body["workers"].items()):
-        if "error" in part:
-            print(f"worker {endpoint}: {part['error']}", file=sys.stderr)
-            failed += 1
-    for line, ok in _round_lines(args, body):
+    done = export.read_round(body)
+    for endpoint, error in sorted(done.errors.items()):
+        print(f"worker {endpoint}: {error}", file=sys.stderr)
+    lines = _round_lines(args, done)
+    for line, ok in lines:
         print(line, file=sys.stdout if ok else sys.stderr)
-        failed += not ok
-    return 1 if failed else 0
+    return 1 if done.errors or not all(ok for _, ok in lines) else 0
 
 
-def _round_lines(args: argparse.Namespace, body: dict[str, Any]) -> list[tuple[str, bool]]:
-    """Per table of an asked round's answer: a line saying what was committed (and which worker staged
-    which partitions), or why nothing was; and whether that is a success."""
-    tables: dict[str, dict[str, Any]] = {}
-    for endpoint, part in body["workers"].items():
-        for name, result in part.get("tables", {}).items():
-            table = tables.setdefault(name, {"staged": {}, "exports": [], "skipped": None})
-            table["staged"][endpoint] = result["staged"]
-            if result["export"] is not None:  # the committer's (or each worker's: see README, Iceberg)
-                table["exports"].append(result["export"])
-            table["skipped"] = table["skipped"] or result["skipped"]
-    if not tables:
-        return [(f"round {body['round']} exported nothing: no worker holds partitions of "
+def _round_lines(args: argparse.Namespace, done: export.AskedRound) -> list[tuple[str, bool]]:
+    """Per table of an asked round: a line saying what was committed (and which worker staged which
+    partitions), or why nothing was; and whether that is a success."""
+    if not done.tables:
+        return [(f"round {done.round} exported nothing: no worker holds partitions of "
                  f"{'any table' if args.all else args.table} now (partitions moving, or not assigned yet); "
                  "ask again once they are placed", False)]
     lines = []
-    for name, table in sorted(tables.items()):
+    for name, table in sorted(done.tables.items()):
         staged = "; ".join(f"{', '.join(map(str, numbers))} from {endpoint}" for endpoint, numbers in
-                           sorted(table["staged"].items(), key=lambda item: item[1] or [-1]) if numbers)
-        for raw in table["exports"]:
-            result = export.LakeExport.from_dict(raw)
-            lines.append((f"{_summary(result, result.target)} (round {body['round']}: partitions {staged})",
-                          True))
-        if not table["exports"]:
-            why = table["skipped"] or "the worker that holds partition 0 did not take part"
-            lines.append((f"round {body['round']} committed nothing of {name}: {why} (partitions {staged})",
+                           sorted(table.staged.items(), key=lambda item: item[1] or [-1]) if numbers)
+        lines += [(f"{_summary(result, result.target)} (round {done.round}: partitions {staged})", True)
+                  for result in table.exports]
+        if not table.exports:
+            why = table.skipped or "the worker that holds partition 0 did not take part"
+            lines.append((f"round {done.round} committed nothing of {name}: {why} (partitions {staged})",
                           False))
     return lines
 

@@ -23,6 +23,7 @@ from engine.export.columns import ExportError
 from engine.export.lake import LakeCommit, LakeExport, PartitionPosition, describe_position, lake_position
 from engine.export.lake_writer import lake_table, write_lake
 from engine.export.parquet import ExportManifest, PartitionFile, read_manifest, write_snapshot
+from engine.export.schedule import AskedRound, TableRound, read_round
 from engine.export.sources import (
     TableSnapshot,
     checkpointed,
@@ -145,9 +146,9 @@ def lake_status(target: Path | str, settings: Settings | None = None) -> list[st
 
 
 __all__ = [
-    "ExportError", "ExportManifest", "ExportResult", "LakeCommit", "LakeExport", "PartitionFile",
-    "PartitionPosition", "TableSnapshot", "Target", "export_app", "export_from_changelog",
-    "export_from_store", "export_table", "from_changelog", "from_store", "from_worker", "lake_status",
-    "local_session", "parse_target", "read_export", "read_manifest", "spark_schema", "stop_session",
-    "write_snapshot",
+    "AskedRound", "ExportError", "ExportManifest", "ExportResult", "LakeCommit", "LakeExport",
+    "PartitionFile", "PartitionPosition", "TableRound", "TableSnapshot", "Target", "export_app",
+    "export_from_changelog", "export_from_store", "export_table", "from_changelog", "from_store",
+    "from_worker", "lake_status", "local_session", "parse_target", "read_export", "read_manifest",
+    "read_round", "spark_schema", "stop_session", "write_snapshot",
 ]

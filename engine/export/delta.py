@@ -14,7 +14,6 @@ writer's commit of the same files in between.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -23,8 +22,8 @@ from urllib.parse import unquote
 from engine.export.columns import KEY, PARTITION, ExportError
 from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
 from engine.export.optional import require
-from engine.export.rewrite import FILE_BYTES, ROW_GROUP, Rewrite, write_files
-from engine.export.targets import is_uri
+from engine.export.rewrite import FILE_BYTES, ROW_GROUP, Footer, Rewrite, write_files
+from engine.export.targets import DELTA, Target, is_uri
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterator
@@ -63,7 +62,7 @@ class DeltaTarget:
     def file_system(self) -> tuple[Any, str]:
         """The pyarrow file system of the table's location, and the location as that file system takes it
         (for files kept beside the table: an export round's stages)."""
-        location = self.location if is_uri(self.location) else os.path.abspath(self.location)
+        location = Target(DELTA, self.location).absolute().location
         found, path = require("pyarrow.fs", "Delta Lake export").FileSystem.from_uri(location)
         return found, str(path).rstrip("/")
 
@@ -166,18 +165,14 @@ class _DeltaFile:
         self.fs, self.schema = fs, schema
         self.name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
         self.path = f"{root}/{self.name}"
-        self.rows = self.bytes = 0
+        self.rows = 0
         self._sink = fs.open_output_stream(self.path)
         parquet = require("pyarrow.parquet", "Delta Lake export")
         self._parquet = parquet.ParquetWriter(self._sink, schema, compression="snappy")
 
-    def write(self, rows: pa.Table | pa.RecordBatch) -> None:
-        if rows.num_rows:
-            if rows.schema != self.schema:
-                rows = rows.select(self.schema.names).cast(self.schema)
-            self._parquet.write(rows)
-            self.rows += rows.num_rows
-            self.bytes += rows.nbytes
+    def write(self, rows: pa.Table) -> None:
+        self._parquet.write(rows)
+        self.rows += rows.num_rows
 
     def close(self) -> Any | None:
         self._parquet.close()
@@ -186,7 +181,7 @@ class _DeltaFile:
         if not self.rows:
             self.fs.delete_file(self.path)
             return None
-        stats = _statistics(self._parquet.writer.metadata, self.schema.names)
+        stats = _statistics(self._parquet.writer.metadata)
         transaction = require("deltalake.transaction", "Delta Lake export")
         return transaction.AddAction(self.name, size, {}, int(time.time() * 1000), True, stats)
 
@@ -196,24 +191,12 @@ class _DeltaFile:
         self.fs.delete_file(self.path)
 
 
-def _statistics(metadata: Any, names: list[str]) -> str:
+def _statistics(metadata: Any) -> str:
     """A file's Delta statistics (JSON) from its Parquet footer: the row count, and the key's and the
-    partition's minimum, maximum and null count (columns whose values JSON has as they are)."""
+    partition's minimum, maximum and null count (where the footer has them, as JSON has them)."""
     found: dict[str, Any] = {"numRecords": metadata.num_rows, "minValues": {}, "maxValues": {},
                              "nullCount": {}}
-    for name in (KEY, PARTITION):
-        column = names.index(name)
-        low = high = None
-        nulls = 0
-        for group in range(metadata.num_row_groups):
-            stats = metadata.row_group(group).column(column).statistics
-            if stats is None or not stats.has_min_max or not isinstance(stats.min, (int, str)):
-                break
-            low = stats.min if low is None else min(low, stats.min)
-            high = stats.max if high is None else max(high, stats.max)
-            nulls += stats.null_count
-        else:
-            if low is not None:
-                found["minValues"][name], found["maxValues"][name] = low, high
-                found["nullCount"][name] = nulls
+    for name, (low, high, nulls) in zip((KEY, PARTITION), Footer(metadata).ranges(), strict=True):
+        if isinstance(low, (int, str)) and isinstance(high, (int, str)):
+            found["minValues"][name], found["maxValues"][name], found["nullCount"][name] = low, high, nulls
     return json.dumps(found)

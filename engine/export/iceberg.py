@@ -230,20 +230,16 @@ class _IcebergFile:
     ids); once closed, its DataFile."""
 
     def __init__(self, files: _Files, path: str) -> None:
-        self.files, self.path = files, path
-        self.rows = self.bytes = 0
+        self.files, self.path, self.schema = files, path, files.schema
+        self.rows = 0
         fileformat = require("pyiceberg.io.fileformat", "Iceberg export")
         manifest = require("pyiceberg.manifest", "Iceberg export")
         self._writer = fileformat.FileFormatFactory.get(manifest.FileFormat.PARQUET).create_writer(
             files.table.io.new_output(path), files.table.schema(), files.table.properties)
 
-    def write(self, rows: pa.Table | pa.RecordBatch) -> None:
-        if rows.num_rows:
-            pa = require("pyarrow", "Iceberg export")
-            rows = rows.select(self.files.schema.names).cast(self.files.schema)
-            self._writer.write(rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows]))
-            self.rows += rows.num_rows
-            self.bytes += rows.nbytes
+    def write(self, rows: pa.Table) -> None:
+        self._writer.write(rows)
+        self.rows += rows.num_rows
 
     def close(self) -> Any | None:
         if not self.rows:  # (pyiceberg's writer creates its file at the first write)

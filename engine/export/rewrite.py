@@ -40,11 +40,12 @@ Entry = TypeVar("Entry")  # a format's entry for a data file (Delta: an add acti
 
 
 class NewFile(Protocol):
-    """A data file being written, in its table's schema."""
+    """A data file being written by a format's writer."""
 
-    bytes: int  # written so far, in memory (uncompressed)
+    schema: pa.Schema  # the file's (its rows are cast to it, field metadata included)
 
-    def write(self, rows: pa.Table | pa.RecordBatch) -> None: ...
+    def write(self, rows: pa.Table) -> None:
+        """One row group (never empty)."""
 
     def close(self) -> Any | None:
         """The format's entry for the file; None if it got no row (then there is no file)."""
@@ -75,16 +76,20 @@ def may_hold(bounds: tuple[Any, Any, Any, Any], keys: Sequence[Any], partitions:
 
 
 class RowGroups:
-    """A new file whose rows are gathered into row groups of ROW_GROUP rows before they are written."""
+    """A new file whose rows are cast to its schema and gathered into row groups of ROW_GROUP rows before
+    they are written."""
 
     def __init__(self, file: NewFile) -> None:
         self.file = file
-        self.bytes = 0
+        self.bytes = 0  # written so far, in memory (uncompressed)
         self._gathered: list[pa.RecordBatch] = []
         self._rows = 0
 
     def write(self, rows: pa.Table | pa.RecordBatch) -> None:
         pa = require("pyarrow", "lake export")
+        schema = self.file.schema
+        if not rows.schema.equals(schema, check_metadata=True):  # (Iceberg's field ids are metadata)
+            rows = rows.select(schema.names).cast(schema)
         self._gathered += rows.to_batches() if isinstance(rows, pa.Table) else [rows]
         self._rows += rows.num_rows
         self.bytes += rows.nbytes
@@ -92,10 +97,10 @@ class RowGroups:
             self._flush()
 
     def _flush(self) -> None:
-        if self._gathered:
+        if self._rows:
             pa = require("pyarrow", "lake export")
-            self.file.write(pa.Table.from_batches(self._gathered))
-            self._gathered, self._rows = [], 0
+            self.file.write(pa.Table.from_batches(self._gathered, schema=self.file.schema))
+        self._gathered, self._rows = [], 0
 
     def close(self) -> Any | None:
         self._flush()
@@ -137,58 +142,83 @@ class Rewrite:
 
     def _without(self, entry: Entry, reader: Any) -> tuple[Entry, Any | None] | None:
         """The file of `reader` written again without the rows to remove, a row group at a time; None when
-        it holds none (it stays as it is). (Row groups are decoded a column at a time: the rewriters are
-        the parallelism.)"""
+        it holds none (it stays as it is)."""
         compute = require("pyarrow.compute", "lake export")
-        groups = _RowGroups(reader)
+        footer = Footer(reader.metadata)
         for first in range(reader.num_row_groups):  # the first row group with a row to remove
-            if (gone := self._gone(groups, first)) is not None:
+            if (found := self._gone(reader, footer, first)) is not None:
                 break
         else:
             return None
         written = RowGroups(self.new_file())
         try:
-            for group in range(reader.num_row_groups):
-                rows = reader.read_row_group(group, columns=self.columns, use_threads=False)
+            for group in range(first):
+                written.write(self._read(reader, group))
+            for group in range(first, reader.num_row_groups):
                 if group > first:
-                    gone = self._gone(groups, group, rows)
-                written.write(rows if group < first or gone is None else rows.filter(compute.invert(gone)))
+                    found = self._gone(reader, footer, group)
+                if found is not None:
+                    rows, gone = found
+                    written.write(rows.filter(compute.invert(gone)))
+                else:
+                    written.write(self._read(reader, group))
         except BaseException:
             written.abort()
             raise
         return entry, written.close()
 
-    def _gone(self, groups: _RowGroups, group: int, rows: pa.Table | None = None) -> pa.Array | None:
-        """Which rows of row group `group` (read, if not given) go; None if none does."""
-        bounds = groups.bounds(group)
+    def _read(self, reader: Any, group: int) -> pa.Table:
+        """(A column at a time: the rewriters are the parallelism.)"""
+        return reader.read_row_group(group, columns=self.columns, use_threads=False)
+
+    def _gone(self, reader: Any, footer: Footer, group: int) -> tuple[pa.Table, pa.Array] | None:
+        """Row group `group`, read, and which of its rows go; None (and not read) if none does."""
+        bounds = footer.bounds(group)
         if not self.holds(bounds):
             return None
         low, high = bounds[:2]
         keys = self.sorted if low is None or high is None else \
             self.sorted[bisect.bisect_left(self.sorted, low):bisect.bisect_right(self.sorted, high)]
-        if not keys and not self.numbers:
-            return None
-        if rows is None:
-            rows = groups.reader.read_row_group(group, columns=self.columns, use_threads=False)
+        rows = self._read(reader, group)
         pa = require("pyarrow", "lake export")
-        return removed_rows(rows, pa.array(keys, self.key_type), self.partitions)
+        gone = removed_rows(rows, pa.array(keys, self.key_type), self.partitions)
+        return None if gone is None else (rows, gone)
 
 
-class _RowGroups:
-    """The key's and the partition's ranges in each row group of a Parquet file, from its footer."""
+class Footer:
+    """The key's and the partition's statistics in a Parquet file's footer (what Delta's add actions and
+    the rewrite's row groups are ruled out by)."""
 
-    def __init__(self, reader: Any) -> None:
-        self.reader = reader
-        self.metadata = reader.metadata
-        paths = [self.metadata.schema.column(i).path for i in range(self.metadata.num_columns)]
+    def __init__(self, metadata: Any) -> None:
+        self.metadata = metadata
+        paths = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
         self.indexes = [paths.index(name) if name in paths else None for name in (KEY, PARTITION)]
 
+    def _stats(self, group: int, index: int | None) -> Any | None:
+        stats = None if index is None else self.metadata.row_group(group).column(index).statistics
+        return stats if stats is not None and stats.has_min_max else None
+
     def bounds(self, group: int) -> tuple[Any, Any, Any, Any]:
-        found: list[Any] = []
+        """Row group `group`'s (lowest key, highest key, lowest partition, highest partition), None where
+        unknown."""
+        key, partition = (self._stats(group, index) for index in self.indexes)
+        low, high = (None, None) if key is None else (key.min, key.max)
+        first, last = (None, None) if partition is None else (partition.min, partition.max)
+        return low, high, first, last
+
+    def ranges(self) -> list[tuple[Any, Any, int]]:
+        """For the key and the partition, the whole file's (minimum, maximum, null count); None for the
+        minimum and maximum if a row group has no statistics."""
+        found = []
         for index in self.indexes:
-            stats = None if index is None else self.metadata.row_group(group).column(index).statistics
-            found += [stats.min, stats.max] if stats is not None and stats.has_min_max else [None, None]
-        return found[0], found[1], found[2], found[3]
+            each = [self._stats(group, index) for group in range(self.metadata.num_row_groups)]
+            known = [stats for stats in each if stats is not None]
+            if not known or len(known) < len(each):
+                found.append((None, None, 0))
+            else:
+                found.append((min(s.min for s in known), max(s.max for s in known),
+                              sum(s.null_count for s in known)))
+        return found
 
 
 def write_files(batches: Iterable[pa.RecordBatch], new_file: Callable[[], NewFile]) -> list[Any]:

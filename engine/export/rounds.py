@@ -29,7 +29,7 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 from engine.export.columns import CHUNK, KEY, ExportError, TableColumns
@@ -150,9 +150,9 @@ async def export_round(tables: list[BaseTable], targets: Mapping[str, Target], r
             snapshot.close()
     for table, columns, root in committing:
         outcome = await commit(table, columns, targets[table.name], root, round_, max(wait, MIN_WAIT))
-        staged_here = results[table.name].staged
-        results[table.name] = (RoundResult(staged_here, outcome) if isinstance(outcome, LakeExport)
-                               else RoundResult(staged_here, skipped=outcome))
+        done = results[table.name]
+        results[table.name] = (replace(done, export=outcome) if isinstance(outcome, LakeExport)
+                               else replace(done, skipped=outcome))
     return results
 
 

@@ -12,16 +12,18 @@ pyarrow's: each worker's partitions, a version of their own)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
 from engine.errors import ConfigError, EngineError
+from engine.export.lake import LakeExport
 from engine.export.targets import Target, parse_target
 from engine.tables.inspect import table_named
 from engine.tables.windowed import EventTimeTable
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Mapping
 
     from engine.app import App
     from engine.export.rounds import RoundResult
@@ -104,7 +106,43 @@ class AskedExports:
 
 
 def round_report(results: dict[str, RoundResult]) -> dict[str, Any]:
-    """A worker's round results as JSON (what `engine export --live` reads back with `read_report`)."""
+    """A worker's round results as JSON (its part of the answer `read_round` reads)."""
     return {name: {"staged": result.staged, "skipped": result.skipped,
                    "export": None if result.export is None else result.export.to_dict()}
             for name, result in results.items()}
+
+
+@dataclass
+class TableRound:
+    """What an asked round did with one table, over every worker."""
+
+    staged: dict[str, list[int]] = field(default_factory=dict)  # worker endpoint: the partitions it staged
+    exports: list[LakeExport] = field(default_factory=list)  # the committer's version (one per worker for
+    # an Iceberg table that keeps no stages)
+    skipped: str | None = None  # why no version, as the committer said
+
+
+@dataclass
+class AskedRound:
+    """The answer of a worker's web server to `POST /export`, read: the round, each worker's error (a part
+    it could not do), and what was done with each table."""
+
+    round: int
+    errors: dict[str, str]
+    tables: dict[str, TableRound]
+
+
+def read_round(answer: Mapping[str, Any]) -> AskedRound:
+    """The answer to `POST /export` (engine.web.server: each worker's `round_report`, by endpoint)."""
+    errors: dict[str, str] = {}
+    tables: dict[str, TableRound] = {}
+    for endpoint, part in answer["workers"].items():
+        if "error" in part:
+            errors[endpoint] = part["error"]
+        for name, result in part.get("tables", {}).items():
+            table = tables.setdefault(name, TableRound())
+            table.staged[endpoint] = result["staged"]
+            if result["export"] is not None:
+                table.exports.append(LakeExport.from_dict(result["export"]))
+            table.skipped = table.skipped or result["skipped"]
+    return AskedRound(int(answer["round"]), errors, tables)

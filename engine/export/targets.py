@@ -5,6 +5,7 @@ an object store's URI such as `s3://bucket/path`), `iceberg:[CATALOG.]NAMESPACE.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,13 @@ class Target:
         if is_uri(self.location):
             return Target(self.kind, f"{self.location.rstrip('/')}/{name}")
         return Target(self.kind, str(Path(self.location) / name))
+
+    def absolute(self) -> Target:
+        """The target as another process takes it (a worker, in its own directory): a path on this machine
+        made absolute; a URI, or an Iceberg table, as it is."""
+        if self.kind == ICEBERG or is_uri(self.location):
+            return self
+        return Target(self.kind, os.path.abspath(self.location))
 
     def __str__(self) -> str:
         return self.location if self.kind == PARQUET else f"{self.kind}:{self.location}"

@@ -113,7 +113,7 @@ class TaskInputs:
         if self._fetch_wait_since is None or self._told or now - self._fetch_wait_since < after:
             return []
         self._told = True
-        return [tp for tp, buffer in self._buffers.items() if not buffer]
+        return self.empty()
 
     def next_runs(self, lags: Mapping[TP, int | None], now: float, limit: int
                   ) -> list[tuple[TP, list[RawRecord]]]:
@@ -121,13 +121,11 @@ class TaskInputs:
         (every input still has records buffered, but those that had none at the call and did not hold the
         others back: a quiet topic of the task), up to about `limit` records: one call for what two
         interleaved streams give as runs of one or two records."""
-        quiet = [tp for tp, buffer in self._buffers.items() if not buffer]
+        buffers = [buffer for buffer in self._buffers.values() if buffer]  # (the deques, which runs drain)
         first = self.next_run(lags, now)
         if first is None:
             return []
         runs, count = [first], len(first[1])
-        buffers = [buffer for tp, buffer in self._buffers.items() if tp not in quiet] if quiet \
-            else self._buffers.values()
         while count < limit and all(buffers):
             run = self._take()
             runs.append(run)
