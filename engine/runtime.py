@@ -268,6 +268,9 @@ class Worker(Service):
     async def on_start(self) -> None:
         admin = self.transport.admin()
         try:
+            existing = await admin.describe_topics()
+            self.topology.resolve(existing)  # the internal topics to create follow the topics that write them
+            self.topology.check(existing, None)  # the counts, before anything is created
             counts = await admin.create_topics(self.topology.specs())
             sources = [p.name for p in self.topology.topics.values() if p.role == "table-source"]
             self.topology.check(counts, await admin.topic_configs(sources) if sources else {})

@@ -49,6 +49,7 @@ class AgentDeclaration:
     """What one agent's pipeline declared before its first pull."""
 
     internal: list[Topic] = field(default_factory=list)  # repartition and `through` topics it writes
+    sources: dict[str, str] = field(default_factory=dict)  # internal topic -> the topic whose events it gets
     reads: list[Topic] = field(default_factory=list)  # topics it reads besides its channel, in order
     joins: list[tuple[Topic, BaseTable]] = field(default_factory=list)  # (stream topic, non-global table)
     # Topics read into the agent's own stream, in timestamp order with its channel (a stream-stream join's
@@ -108,6 +109,8 @@ class _Declaring:
                           value_type: type | None = None) -> Topic:
         topic = self.declaration.internal_topic(name, like, key_type, value_type)
         self.declared.internal.append(topic)
+        if like is not None:
+            self.declared.sources[topic.name] = like.name
         return topic
 
     def opened(self, stream: Stream) -> None:

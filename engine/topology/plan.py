@@ -10,10 +10,15 @@ topology at run time is `declare_late`, for what an agent that awaited something
 declares when it gets there.
 
 Partition counts (Kafka Streams' rules, see README "Topology"): a topic declared with `partitions=` must have
-that many; a table has its changelog's count; a repartition topic has its source's declared count (else
-`topic_partitions`); closed and late topics have their table's. Topics that must be co-partitioned (a
-stream and the non-global table it joins, a table and every topic whose events write it) must have equal
-counts, or keys would be looked up in, or written to, partitions that do not hold them.
+that many; a table has its changelog's count. An internal topic engine creates without a declared count
+takes the count of the topics whose events write it, which only the broker knows: `resolve` settles them
+from its counts before the worker creates anything (engine.topology.partitions); until then, and for the
+topics with nothing to follow, they have `topic_partitions`. Topics that must be co-partitioned (a stream
+and the non-global table it joins, a table and every topic whose events write it) must have equal counts,
+or keys would be looked up in, or written to, partitions that do not hold them.
+
+Which topics write a table, and which topics the app writes besides its declared sinks, `through` and
+`group_by`: its agents' and timers' code says (engine.topology.uses, read from their bytecode).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from typing import TYPE_CHECKING, Literal
 from engine.errors import TopologyError
 from engine.topics import Topic
 from engine.topology.declaration import Declaration, declare
+from engine.topology.partitions import followed_counts
+from engine.topology.writers import find_writers
 from engine.transport.base import TopicSpec
 
 if TYPE_CHECKING:
@@ -46,6 +53,8 @@ COMPACTED = {"cleanup.policy": "compact"}
 # likewise have no time retention).
 IN_TRANSIT = {"retention.ms": "-1"}
 ROLE_CONFIG: dict[str, Mapping[str, str]] = {"repartition": IN_TRANSIT}
+# Internal topics whose partition count follows the topics whose events write them, when engine creates them.
+FOLLOWING_ROLES = ("changelog", "repartition", "closed", "late")
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,14 @@ class TopicPlan:
     replication: int | None
     config: Mapping[str, str]
     users: tuple[str, ...] = ()  # agents or tables, for messages
+    follows: tuple[str, ...] = ()  # the topics whose count it takes when created, unless a group says
+
+    @property
+    def follower(self) -> bool:
+        """An internal topic whose count engine chooses when it creates it (none is declared)."""
+        if self.pinned or self.role in ("dlq", "replies"):
+            return False
+        return self.role in FOLLOWING_ROLES or self.topic.internal
 
     @property
     def name(self) -> str:
@@ -86,11 +103,13 @@ class Topology:
     merged: dict[str, list[str]] = field(default_factory=dict)  # agent -> of those, read into its own stream
     copartitioned: list[CoPartitioned] = field(default_factory=list)
     undeclared: dict[str, str] = field(default_factory=dict)  # agent -> why its pipeline is not known
+    writes: dict[str, list[str]] = field(default_factory=dict)  # topic -> who in the app writes it, and how
+    unresolved: list[str] = field(default_factory=list)  # sends in the app's code to a topic not known
 
     # -- building -----------------------------------------------------------------------------------
 
     def add(self, topic: Topic, role: Role, *, user: str | None = None, partitions: int | None = None,
-            config: Mapping[str, str] | None = None) -> TopicPlan:
+            config: Mapping[str, str] | None = None, follows: tuple[str, ...] = ()) -> TopicPlan:
         """Record `topic` in `role` (the first role a topic gets is kept: a source is not also a sink)."""
         existing = self.topics.get(topic.name)
         if existing is not None:
@@ -102,7 +121,7 @@ class Topology:
             topic, role, count, pinned=topic.partitions is not None,
             replication=topic.replication or self.settings.topic_replication,
             config={**ROLE_CONFIG.get(role, {}), **(config or {}), **topic.config},
-            users=(user,) if user else (),
+            users=(user,) if user else (), follows=follows,
         )
         self.topics[topic.name] = plan
         return plan
@@ -112,6 +131,17 @@ class Topology:
         its first event declares when it gets there (a topic it reads, or an internal topic it writes);
         a topic the topology has already is returned as it is."""
         return self.add(topic, role)
+
+    def resolve(self, counts: Mapping[str, int]) -> None:
+        """Settle the partition count of every internal topic that the broker does not have (`counts`: the
+        partitions of the topics it has) and that declares none: that of the topics whose events write it
+        (engine.topology.partitions). Run before the worker creates its topics."""
+        fixed = {name: counts.get(name, plan.partitions) for name, plan in self.topics.items()
+                 if name in counts or not plan.follower}
+        open_ = {name: plan.follows for name, plan in self.topics.items() if name not in fixed}
+        groups = [group.topics for group in self.copartitioned]
+        for name, count in followed_counts(fixed, open_, groups).items():
+            self.topics[name] = replace(self.topics[name], partitions=count)
 
     def dlq(self, agent: Agent) -> Topic:
         return self.topics[dlq_name(self.app_id, agent)].topic
@@ -135,10 +165,10 @@ class Topology:
         """Every topic some agent reads (its channel and its declared pipeline)."""
         return sorted({name for names in self.reads.values() for name in names})
 
-    def check(self, counts: Mapping[str, int], configs: Mapping[str, Mapping[str, str]]) -> None:
+    def check(self, counts: Mapping[str, int], configs: Mapping[str, Mapping[str, str]] | None) -> None:
         """Compare the topology with what the broker has (`counts`: partitions per topic, `configs`: the
-        configs of the topics tables read as their changelog); raise one TopologyError naming every
-        problem, its topics and counts, and what to do."""
+        configs of the topics tables read as their changelog, None: not checked yet); raise one
+        TopologyError naming every problem, its topics and counts, and what to do."""
         problems: list[str] = []
         for plan in self.topics.values():
             found = counts.get(plan.name)
@@ -147,7 +177,7 @@ class Topology:
                     f"topic {plan.name!r} has {found} partitions, but the app declares partitions="
                     f"{plan.partitions}: change the declaration, or recreate the topic with "
                     f"{plan.partitions} partitions")
-            if plan.role == "table-source":
+            if plan.role == "table-source" and plan.name in counts and configs is not None:
                 policy = configs.get(plan.name, {}).get("cleanup.policy", "")
                 if "compact" not in policy.split(","):
                     tables = ", ".join(map(repr, plan.users))
@@ -159,13 +189,30 @@ class Topology:
         for group in self.copartitioned:
             found_counts = {name: counts.get(name, self.topics[name].partitions) for name in group.topics}
             if len(set(found_counts.values())) > 1:
-                listed = ", ".join(f"{name!r} has {n}" for name, n in found_counts.items())
-                problems.append(
-                    f"{group.why}, so their topics must have the same number of partitions, but {listed}; "
-                    "declare the same partitions= on both, or recreate the smaller one (and re-key with "
-                    "group_by if the source cannot change)")
+                # (A topic not made yet whose count follows the others is not named: it has none of its own.)
+                fixed = {name: n for name, n in found_counts.items()
+                         if name in counts or not self.topics[name].follower}
+                shown = fixed if len(set(fixed.values())) > 1 else found_counts
+                listed = ", ".join(f"{name!r} has {n}" for name, n in shown.items())
+                problems.append(f"{group.why}, so their topics must have the same number of partitions, but "
+                                f"{listed}; {self._mend(group, found_counts)}")
         if problems:
             raise TopologyError("the topology does not fit the broker: " + "; ".join(problems))
+
+
+    def _mend(self, group: CoPartitioned, found: Mapping[str, int]) -> str:
+        """What fixes a group whose counts differ: an internal topic engine made with another count than its
+        writers' goes with a reset (engine creates it again, following them); otherwise declarations."""
+        made = sorted(name for name in group.topics if self.topics[name].role in FOLLOWING_ROLES
+                      and not self.topics[name].pinned)
+        others = {found[name] for name in group.topics if name not in made}
+        if made and len(others) == 1:
+            return (f"{', '.join(map(repr, made))} {'was' if len(made) == 1 else 'were'} created by engine "
+                    f"before, with another count: `engine reset -A <module>:app --execute` (app "
+                    f"{self.app_id!r}) deletes the app's internal topics and local state, and the next start "
+                    f"creates them with {others.pop()} partitions and processes the input again")
+        return ("declare the same partitions= on both, or recreate the smaller one (and re-key with group_by "
+                "if the source cannot change)")
 
 
 def dlq_name(app_id: str, agent: Agent) -> str:
@@ -192,7 +239,8 @@ def build_topology(app: App, settings: Settings, declaration: Declaration | None
         pipeline = declared.agents.get(agent.name)
         if pipeline is not None:
             for topic in pipeline.internal:
-                topology.add(topic, "repartition")
+                source = pipeline.sources.get(topic.name)
+                topology.add(topic, "repartition", follows=(source,) if source else ())
             for topic in pipeline.reads:
                 topology.add(topic, "source", user=agent.name)
                 topology.reads[agent.name].append(topic.name)
@@ -219,16 +267,26 @@ def build_topology(app: App, settings: Settings, declaration: Declaration | None
     for topic in app.topics.values():
         topology.add(topic, "sink")
     topology.add(Topic(f"{app.id}-replies", internal=True), "replies")
+    writers = find_writers(app, declared)
+    topology.writes, topology.unresolved = writers.topics, writers.unresolved
+    for name, written in writers.tables.items():
+        group = (app.tables[name].changelog_topic.name, *written.topics)
+        if not any(set(known.topics) == set(group) for known in topology.copartitioned):
+            topics = ", ".join(map(repr, written.topics))
+            topology.copartitioned.append(CoPartitioned(group, (
+                f"table {name!r} is used by key in {', '.join(written.uses)}, which process"
+                f"{'es' if len(written.uses) == 1 else ''} the events of {topics}")))
     return topology
 
 
 def _add_table(topology: Topology, table: BaseTable) -> None:
     count = table.changelog_topic.partitions  # closed and late topics are partitioned like the table
     role: Role = "changelog" if table.has_own_changelog else "table-source"
-    topology.add(table.changelog_topic, role, user=table.name, config=COMPACTED)
+    changelog = topology.add(table.changelog_topic, role, user=table.name, config=COMPACTED)
     windowed = table.windowed
     if windowed is not None:
-        if windowed.closed_topic is not None:
-            topology.add(windowed.closed_topic, "closed", user=table.name, partitions=count)
-        if windowed.late_topic is not None:
-            topology.add(windowed.late_topic, "late", user=table.name, partitions=count)
+        kinds: tuple[tuple[Topic | None, Role], ...] = ((windowed.closed_topic, "closed"),
+                                                        (windowed.late_topic, "late"))
+        for topic, kind in kinds:
+            if topic is not None:
+                topology.add(topic, kind, user=table.name, partitions=count, follows=(changelog.name,))

@@ -4,6 +4,9 @@ do not fit, and the co-partitioning check at a table's first write from a topic.
 from __future__ import annotations
 
 import asyncio
+import inspect
+import re
+from collections import Counter
 
 import pytest
 
@@ -68,16 +71,30 @@ def test_every_topic_with_its_role_partitions_and_config():
         "convert": ["quotes"],
     }
     assert topology.undeclared == {}
+    line = by_customer_line()
     assert [(g.topics, g.why) for g in topology.copartitioned] == [
         (("shop-by-customer-repartition", "shop-customers-changelog"),
          "agent 'by_customer' joins stream 'shop-by-customer-repartition' with table 'customers'"),
         (("quotes", "fx-rates"), "agent 'convert' joins stream 'quotes' with table 'rates'"),
+        (("shop-totals-changelog", "shop-by-customer-repartition"),  # its code writes `totals` by key
+         f"table 'totals' is used by key in agent 'by_customer' (test_topology.py:{line}), which "
+         "processes the events of 'shop-by-customer-repartition'"),
     ]
+    assert topology.writes == {
+        "shop-by-customer-repartition": ["agent by_customer, which forwards its stream to it"],
+        "alerts": ["agent watch, whose sink it is"]}
     # The repartition topic is typed like its source, and a worker gets the very same Topic object.
     worker = engine.Worker(app, app.settings())
     repartition = worker._internal_topic("by-customer-repartition", None)
     assert repartition is worker.topology.topics["shop-by-customer-repartition"].topic
     assert repartition.value_type is dict
+
+
+def by_customer_line() -> int:
+    """The line of `shop`'s by_customer agent that writes `totals`."""
+    source = inspect.getsource(shop).splitlines()
+    first = inspect.getsourcelines(shop)[1]
+    return first + next(n for n, text in enumerate(source) if "totals[order" in text)
 
 
 def test_the_declaration_run_is_a_step_of_its_own_and_the_topology_consumes_it():
@@ -132,26 +149,96 @@ def test_check_names_each_mismatch_with_counts_and_what_to_do():
     )
 
 
-async def counting_worker(app_id: str, words_partitions: int) -> tuple[engine.App, engine.Worker, str]:
-    """A started worker counting words into a 4-partition table, over a `words` topic made beforehand (like
-    a broker's auto-creation) with `words_partitions`."""
+async def counting_worker(app_id: str, words_partitions: int, hidden: bool = False,
+                          made: dict[str, int] | None = None) -> tuple[engine.App, engine.Worker, str]:
+    """A started worker counting words into a table, over a `words` topic made beforehand (as a team makes
+    its input topics) with `words_partitions`, with `topic_partitions` 4; the topics in `made` exist too.
+    `hidden`: the agent reaches the table through a dict, where the topology cannot see that it writes it
+    (engine.topology.uses): only the table's first write finds out."""
     url = testing.memory_url()
-    testing.broker_for(url).create_topic("words", words_partitions)
+    broker = testing.broker_for(url)
+    broker.create_topic("words", words_partitions)
+    for name, count in (made or {}).items():
+        broker.create_topic(name, count)
     app = engine.App(app_id, broker=url, topic_partitions=4)
-    counts = app.Table("counts", default=int, key_type=str)
+    tables = {"counts": app.Table("counts", default=int, key_type=str)}
 
     @app.agent(app.topic("words", key_type=str))
     async def count(stream):
         async for word in stream:
-            counts[word] += 1
+            if hidden:
+                tables["counts"][word] += 1
+            else:
+                counts[word] += 1
 
+    counts = tables["counts"] if not hidden else None
     worker = engine.Worker(app, app.settings({"commit_interval": 0.05}))
-    await worker.start()
+    try:
+        await worker.start()
+    except BaseException:
+        await worker.stop()
+        raise
     return app, worker, url
 
 
+async def test_a_table_takes_the_partition_count_of_the_topic_that_writes_it():
+    app, worker, url = await counting_worker("follows", 6)
+    try:
+        assert len(testing.broker_for(url).topics["follows-counts-changelog"]) == 6
+        words = [f"w{n % 9}" for n in range(60)]
+        for word in words:
+            await app.topics["words"].send(key=word, value=word)
+        counts = app.tables["counts"]
+        await testing.eventually(lambda: dict(counts.items()) == dict(Counter(words)))
+    finally:
+        await worker.stop()
+
+
+async def test_a_table_written_from_topics_of_other_counts_is_refused_at_start():
+    url = testing.memory_url()
+    testing.broker_for(url).create_topic("sales", 6)
+    testing.broker_for(url).create_topic("returns", 2)
+    app = engine.App("two", broker=url)
+    stock = app.Table("stock", default=int, key_type=str)
+
+    @app.agent(app.topic("sales", key_type=str))
+    async def sell(stream):
+        async for sku in stream:
+            stock[sku] -= 1
+
+    @app.agent(app.topic("returns", key_type=str))
+    async def take_back(stream):
+        async for sku in stream:
+            stock[sku] += 1
+
+    worker = engine.Worker(app, app.settings())
+    with pytest.raises(TopologyError) as raised:
+        await worker.start()
+    await worker.stop()
+    assert re.fullmatch(
+        r"the topology does not fit the broker: table 'stock' is used by key in agent 'sell' "
+        r"\(test_topology\.py:\d+\), agent 'take_back' \(test_topology\.py:\d+\), which process the "
+        r"events of 'sales', 'returns', so their topics must have the same number of partitions, but 'sales' "
+        r"has 6, 'returns' has 2; declare the same partitions= on both, or recreate the smaller one \(and "
+        r"re-key with group_by if the source cannot change\)", str(raised.value))
+    assert "two-stock-changelog" not in testing.broker_for(url).topics, "refused before creating it"
+
+
+async def test_a_changelog_made_with_another_count_is_refused_at_start_naming_the_reset():
+    with pytest.raises(TopologyError) as raised:
+        await counting_worker("made", 6, made={"made-counts-changelog": 4})
+    assert str(raised.value).startswith(
+        "the topology does not fit the broker: table 'counts' is used by key in agent 'count' (test_topology")
+    assert str(raised.value).endswith(
+        "which processes the events of 'words', so their topics must have the same number of partitions, "
+        "but 'made-counts-changelog' has 4, 'words' has 6; 'made-counts-changelog' was created by engine "
+        "before, with another count: `engine reset -A <module>:app --execute` (app 'made') deletes the "
+        "app's internal topics and local state, and the next start creates them with 6 partitions and "
+        "processes the input again")
+
+
 async def test_a_table_written_from_a_topic_with_another_partition_count_stops_the_worker():
-    app, worker, url = await counting_worker("cp", 1)
+    app, worker, url = await counting_worker("cp", 1, hidden=True)
     await app.topics["words"].send(key="a", value="a")
     with pytest.raises(engine.WorkerFailed) as raised:
         await asyncio.wait_for(worker.run_until_stopped(), 5)
@@ -166,7 +253,7 @@ async def test_a_table_written_from_a_topic_with_another_partition_count_stops_t
 
 
 async def test_a_record_of_a_partition_the_table_does_not_have_stops_the_worker_and_stays_uncommitted():
-    app, worker, url = await counting_worker("cp6", 6)
+    app, worker, url = await counting_worker("cp6", 6, hidden=True)
     broker = testing.broker_for(url)
     for _ in range(20):  # partition 5 first: its reads meet a table partition that does not exist
         await app.topics["words"].send(key="a", value="a", partition=5)
