@@ -1,7 +1,10 @@
-"""engine reset -A module:app [--to-datetime WHEN | --shift-by N] [--execute]: make an app reprocess.
+"""engine reset -A module:app [--to-datetime WHEN | --shift-by N] [--intermediate TOPIC]... [--input TOPIC]...
+[--execute]: make an app reprocess.
 
-Prints the plan (each input partition's committed offset and where it goes, the internal topics deleted,
-the local state wiped); does it only with --execute. Refused while a worker of the app runs."""
+Prints the plan (each topic the app reads with its class, input, intermediate or internal, and each
+partition's committed offset and where it goes; the internal topics deleted, the local state wiped); does it
+only with --execute. Refused while a worker of the app runs, and while the plan cannot tell whether the app
+writes a topic it reads (--intermediate and --input say, as Kafka Streams' --intermediate-topics does)."""
 
 from __future__ import annotations
 
@@ -25,6 +28,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                             "go to the first record at or after it (default: to their start)")
     where.add_argument("--shift-by", type=int, metavar="N",
                        help="move each input's committed offset by N records (negative: back)")
+    p.add_argument("--intermediate", action="append", default=[], metavar="TOPIC",
+                   help="a topic the app writes and reads again: it goes to its end (repeatable; the plan "
+                        "finds those its agents declare or send to by name)")
+    p.add_argument("--input", action="append", default=[], metavar="TOPIC",
+                   help="a topic the app reads that only others write: it goes back like every input "
+                        "(repeatable)")
     p.add_argument("--data-dir", help="where this machine keeps the app's stores (default: its data_dir)")
     p.add_argument("--execute", action="store_true", help="do it (without it, only the plan is printed)")
     p.set_defaults(run=run)
@@ -49,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     if settings.transport_scheme == "memory":
         raise ConfigError(f"engine reset cannot reach {settings.broker}: an in-memory broker lives inside "
                           "the worker's process; run it against Kafka (--broker kafka://host:port)")
-    plan = asyncio.run(plan_reset(app, settings, _target(args)))
+    plan = asyncio.run(plan_reset(app, settings, _target(args), intermediate=args.intermediate,
+                                  inputs=args.input))
     for line in plan.lines():
         print(line)
     if not args.execute:

@@ -89,12 +89,15 @@ class _Scan:
         chain: list[str] = []  # the names of the load chain on top of the stack, from its root
         value: Any = None  # what that chain names (_UNRESOLVED when it cannot), None: no chain
         previous: dis.Instruction | None = None
+        before: dis.Instruction | None = None  # the instruction before the chain's root
         for ins in dis.get_instructions(code):
             op = ins.opname
             if op in _TRANSPARENT:
                 continue
             if value is not None and op not in ("LOAD_ATTR", "LOAD_METHOD"):
-                self._used(value, ins, previous, code)
+                self._used(value, ins, before, code)
+            if op.startswith("LOAD_") and op not in ("LOAD_ATTR", "LOAD_METHOD"):
+                before = previous
             if op in ("LOAD_GLOBAL", "LOAD_NAME"):
                 chain, value = [ins.argval], names.get(ins.argval, _UNRESOLVED)
             elif op in ("LOAD_DEREF", "LOAD_CLASSDEREF"):
@@ -134,14 +137,15 @@ class _Scan:
         if _table(_attribute(value, attribute)) is None:
             self.uses.tables.setdefault(table.name, []).append(_where(code, ins))
 
-    def _used(self, value: Any, ins: dis.Instruction, previous: dis.Instruction | None,
+    def _used(self, value: Any, ins: dis.Instruction, before: dis.Instruction | None,
               code: types.CodeType) -> None:
-        """The chain ended: what it named is used as a value (subscripted, passed, returned...)."""
+        """The chain ended (at `ins`; `before`: what came before its root): what it named is used as a value
+        (subscripted, passed, returned...)."""
         if value is _UNRESOLVED:
             return
         table = _table(value)
         if table is not None:
-            counted = previous is not None and ins.opname in ("PRECALL", "CALL") and _is_len(previous, code)
+            counted = before is not None and ins.opname in ("PRECALL", "CALL") and _is_len(before)
             if ins.opname != "GET_ITER" and not counted:
                 self.uses.tables.setdefault(table.name, []).append(_where(code, ins))
         elif _is_app_function(value):
@@ -177,9 +181,9 @@ def _table(value: Any) -> BaseTable | None:
     return value if isinstance(value, BaseTable) and not value.is_global else None
 
 
-def _is_len(previous: dis.Instruction, code: types.CodeType) -> bool:
+def _is_len(before: dis.Instruction) -> bool:
     """`len(table)`: the instruction before the table's load named the builtin `len`."""
-    return previous.opname == "LOAD_GLOBAL" and previous.argval == "len" and "len" in code.co_names
+    return before.opname == "LOAD_GLOBAL" and before.argval == "len"
 
 
 def _is_app_function(value: Any) -> bool:

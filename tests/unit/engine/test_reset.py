@@ -4,6 +4,7 @@ recomputes the same tables and closed windows from the start (or from a point in
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections import Counter
 
@@ -112,3 +113,101 @@ async def test_a_reset_to_a_point_in_time_and_by_a_shift_stays_inside_each_log(t
     with pytest.raises(ResetRefused, match="not both"):
         await plan_reset(app, app.settings(settings), ResetTarget(timestamp_ms=middle, shift_by=1))
     assert TP("clicks", 0) in at.offsets
+
+
+def word_count(app_id: str):
+    """The README's word count: `split` sends to `words`, which `count` reads into a table."""
+    app = engine.App(app_id)
+    lines = app.topic("lines", value_type=str)
+    words = app.topic("words", key_type=str, value_type=int)
+    counts = app.Table("word-counts", default=int, key_type=str, value_type=int)
+
+    @app.agent(lines, concurrency=2)
+    async def split(stream):
+        async for line in stream:
+            for word in line.lower().split():
+                await words.send(key=word, value=1)
+
+    @app.agent(words)
+    async def count(stream):
+        async for word, n in stream.items():
+            counts[word] += n
+
+    return app, lines, counts
+
+
+async def test_a_topic_the_app_writes_and_reads_goes_to_its_end_so_a_rerun_counts_once():
+    app_id = f"wc-{uuid.uuid4().hex[:6]}"
+    app, lines, counts = word_count(app_id)
+    settings = {"broker": f"memory://{app_id}", "store": "memory://"}
+    truth = {"alpha": 6, "beta": 3}
+    async with testing.running(app, **settings):
+        for _ in range(3):
+            await lines.send(value="alpha beta alpha")
+        await testing.eventually(lambda: dict(counts.items()) == truth)
+
+    plan = await plan_reset(app, app.settings(settings))
+    assert {name: what.kind for name, what in plan.classes.items()} == {"lines": "input",
+                                                                        "words": "intermediate"}
+    assert plan.classes["words"].why.startswith("written by agent split: `words.send` (test_reset.py:")
+    broker = open_transport(settings["broker"]).broker  # type: ignore[attr-defined]
+    assert {tp: then for tp, (_, then) in plan.offsets.items() if tp.topic == "words"} == {
+        TP("words", p): len(records) for p, records in enumerate(broker.topics["words"])}, "to their end"
+    assert all(then == 0 for tp, (_, then) in plan.offsets.items() if tp.topic == "lines")
+    shown = "\n".join(plan.lines())
+    assert "  words: intermediate (written by agent split: `words.send`" in shown
+    assert "    words[0]: " in shown
+    assert "  lines: input (nothing in the app writes it)" in shown
+
+    await execute_reset(plan, app.settings(settings))
+    group = broker.groups[app_id]
+
+    def all_committed() -> bool:
+        ends = {TP(name, p): len(records) for name in ("lines", "words")
+                for p, records in enumerate(broker.topics[name])}
+        return all(group.committed.get(tp, 0) == end for tp, end in ends.items())
+
+    async with testing.running(app, **settings):
+        await testing.eventually(lambda: sum(map(len, broker.topics["words"])) == 18)
+        await testing.eventually(all_committed)  # every word of both runs processed, as far as it goes
+        assert dict(counts.items()) == truth
+
+
+async def test_a_send_the_plan_cannot_follow_is_refused_until_said():
+    app_id = f"relay-{uuid.uuid4().hex[:6]}"
+    app = engine.App(app_id)
+    orders = app.topic("orders", value_type=dict)
+    routed = app.topic("routed", value_type=dict)
+    counts = app.Table("per-kind", default=int, key_type=str)
+    targets = {"routed": routed}
+
+    @app.agent(orders)
+    async def route(stream):
+        async for order in stream:
+            out = targets[order["to"]]
+            await out.send(value=order)
+
+    @app.agent(routed)
+    async def tally(stream):
+        async for order in stream:
+            counts[order["kind"]] += 1
+
+    settings = app.settings({"broker": f"memory://{app_id}", "store": "memory://"})
+    with pytest.raises(ResetRefused) as refused:
+        await plan_reset(app, settings)
+    assert re.fullmatch(
+        r"the plan cannot tell which of the topics it reads the app writes too: its code sends where it does "
+        r"not name the topic \(agent route: `out\.send` \(test_reset\.py:\d+\)\)\. An input topic "
+        r"\(written by others\) goes back to its start, an intermediate one \(written by the app and read by "
+        r"it again\) to its end, or its records would be processed twice: say which, with --input TOPIC or "
+        r"--intermediate TOPIC, for each of orders, routed", str(refused.value))
+    with pytest.raises(ResetRefused, match=r"for each of routed$"):
+        await plan_reset(app, settings, inputs=["orders"])
+    plan = await plan_reset(app, settings, inputs=["orders"], intermediate=["routed"])
+    assert {name: (what.kind, what.why) for name, what in plan.classes.items()} == {
+        "orders": ("input", "as said"), "routed": ("intermediate", "as said")}
+    with pytest.raises(ResetRefused, match=r"does not read a topic 'rooted' of its own \(it reads orders, "
+                                           r"routed\)"):
+        await plan_reset(app, settings, intermediate=["rooted"])
+    with pytest.raises(ResetRefused, match="both an input and an intermediate"):
+        await plan_reset(app, settings, inputs=["routed"], intermediate=["routed"])
