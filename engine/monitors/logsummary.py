@@ -4,6 +4,12 @@ level and message template, so the same error about any node or partition counts
 time; repeats within `interval` seconds are counted instead, and the next line of that cause after the
 interval says how many were left out.
 
+A few of aiokafka's error lines are about an error it retries by itself, and which a healthy start meets
+on a new cluster: the group's coordinator is not known yet (the cluster creates its offsets topic at the
+first group's request), and a topic just created has partitions without a leader yet. With a retriable
+error, those lines are logged at INFO (summarised the same way): a healthy start prints no ERROR. The same
+lines with an error that is not retriable stay errors.
+
 The filter goes on a handler (`summarise_repeats`), so it sees the records of every logger below the root;
 `engine worker` installs it, and so can an application that runs a Worker itself.
 """
@@ -19,6 +25,11 @@ if TYPE_CHECKING:
 
 INTERVAL = 10.0  # seconds during which repeats of one cause are counted, not logged
 SUMMARISED = ("aiokafka",)  # loggers (and their children) whose repeats are summarised
+# aiokafka's lines (their templates) about an error that it retries by itself.
+RETRIED = frozenset({
+    "Group Coordinator Request failed: %s",  # consumer.group_coordinator: until the coordinator is known
+    "Failed fetch offsets from %s: %s",  # consumer.fetcher: at its next round
+})
 
 
 class RepeatSummary(logging.Filter):
@@ -28,12 +39,14 @@ class RepeatSummary(logging.Filter):
         self._interval = interval
         self._prefixes = prefixes
         self._clock = clock
-        self._causes: dict[tuple[str, int, str], tuple[float, int]] = {}  # cause -> (logged at, left out)
+        # cause (logger, level, template, whether retried) -> (logged at, left out)
+        self._causes: dict[tuple[str, int, str, bool], tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING or not record.name.startswith(self._prefixes):
             return True
-        cause = (record.name, record.levelno, str(record.msg))
+        retried = _retried(record)
+        cause = (record.name, record.levelno, str(record.msg), retried)
         now = self._clock()
         logged_at, left_out = self._causes.get(cause, (None, 0))
         if logged_at is not None and now - logged_at < self._interval:
@@ -42,7 +55,17 @@ class RepeatSummary(logging.Filter):
         self._causes[cause] = (now, 0)
         if left_out and logged_at is not None:
             record.msg = f"{record.msg} [and {left_out} more like it in the last {now - logged_at:.0f}s]"
+        if retried:
+            record.msg = f"{record.msg} (transient: retried)"
+            record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+            return logging.getLogger(record.name).isEnabledFor(logging.INFO)
         return True
+
+
+def _retried(record: logging.LogRecord) -> bool:
+    """One of aiokafka's lines about an error it retries, with a retriable error (aiokafka's errors say)."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    return str(record.msg) in RETRIED and any(getattr(arg, "retriable", False) is True for arg in args)
 
 
 def summarise_repeats(interval: float = INTERVAL) -> None:
