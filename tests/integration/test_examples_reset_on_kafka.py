@@ -278,7 +278,8 @@ async def test_not_viewing_notifies_once_per_tick_after_a_reset(kafka, tmp_path)
     assert classes(plan) == {"app-events": "input", "not-viewing-ticks": "intermediate"}
     assert "written by timer tick: `ticks.send` (not_viewing.py:" in plan
     for partition, end in ticks_end.items():  # to its end
-        assert re.search(rf"^    not-viewing-ticks\[{partition}\]: ({end}|-) -> {end}$", plan, re.MULTILINE), plan
+        target = rf"^    not-viewing-ticks\[{partition}\]: ({end}|-) -> {end}$"
+        assert re.search(target, plan, re.MULTILINE), plan
     await check_run(ticks_end, notes_end)
 
 
