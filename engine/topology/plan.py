@@ -195,16 +195,16 @@ class Topology:
                 shown = fixed if len(set(fixed.values())) > 1 else found_counts
                 listed = ", ".join(f"{name!r} has {n}" for name, n in shown.items())
                 problems.append(f"{group.why}, so their topics must have the same number of partitions, but "
-                                f"{listed}; {self._mend(group, found_counts)}")
+                                f"{listed}; {self._mend(group, found_counts, counts)}")
         if problems:
             raise TopologyError("the topology does not fit the broker: " + "; ".join(problems))
 
 
-    def _mend(self, group: CoPartitioned, found: Mapping[str, int]) -> str:
+    def _mend(self, group: CoPartitioned, found: Mapping[str, int], existing: Mapping[str, int]) -> str:
         """What fixes a group whose counts differ: an internal topic engine made with another count than its
         writers' goes with a reset (engine creates it again, following them); otherwise declarations."""
-        made = sorted(name for name in group.topics if self.topics[name].role in FOLLOWING_ROLES
-                      and not self.topics[name].pinned)
+        made = sorted(name for name in group.topics if name in existing
+                      and self.topics[name].role in FOLLOWING_ROLES and not self.topics[name].pinned)
         others = {found[name] for name in group.topics if name not in made}
         if made and len(others) == 1:
             return (f"{', '.join(map(repr, made))} {'was' if len(made) == 1 else 'were'} created by engine "
