@@ -270,9 +270,10 @@ class Worker(Service):
         try:
             existing = await admin.describe_topics()
             self.topology.resolve(existing)  # the internal topics to create follow the topics that write them
-            self.topology.check(existing, None)  # the counts, before anything is created
-            counts = await admin.create_topics(self.topology.specs())
             sources = [p.name for p in self.topology.topics.values() if p.role == "table-source"]
+            present = [name for name in sources if name in existing]
+            self.topology.check(existing, await admin.topic_configs(present) if present else {})  # first
+            counts = await admin.create_topics(self.topology.specs())
             self.topology.check(counts, await admin.topic_configs(sources) if sources else {})
             self.replies.partitions = counts[self.replies.topic]
         finally:

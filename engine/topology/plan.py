@@ -165,10 +165,11 @@ class Topology:
         """Every topic some agent reads (its channel and its declared pipeline)."""
         return sorted({name for names in self.reads.values() for name in names})
 
-    def check(self, counts: Mapping[str, int], configs: Mapping[str, Mapping[str, str]] | None) -> None:
+    def check(self, counts: Mapping[str, int], configs: Mapping[str, Mapping[str, str]]) -> None:
         """Compare the topology with what the broker has (`counts`: partitions per topic, `configs`: the
-        configs of the topics tables read as their changelog, None: not checked yet); raise one
-        TopologyError naming every problem, its topics and counts, and what to do."""
+        configs of the topics tables read as their changelog); raise one TopologyError naming every problem,
+        its topics and counts, and what to do. (Run before the worker creates its topics too: a topic not
+        there yet is as planned, and a table's source topic engine creates is compacted.)"""
         problems: list[str] = []
         for plan in self.topics.values():
             found = counts.get(plan.name)
@@ -177,7 +178,7 @@ class Topology:
                     f"topic {plan.name!r} has {found} partitions, but the app declares partitions="
                     f"{plan.partitions}: change the declaration, or recreate the topic with "
                     f"{plan.partitions} partitions")
-            if plan.role == "table-source" and plan.name in counts and configs is not None:
+            if plan.role == "table-source" and plan.name in counts:
                 policy = configs.get(plan.name, {}).get("cleanup.policy", "")
                 if "compact" not in policy.split(","):
                     tables = ", ".join(map(repr, plan.users))
