@@ -97,14 +97,15 @@ class Example:
         started = worker.output().split(f"worker {self.app.id} running")[0]
         assert " ERROR " not in started, f"a healthy start prints no ERROR:\n{started[-3000:]}"
 
-    def reset(self) -> str:
-        """`engine reset --execute`: the plan it printed."""
+    def reset(self, *options: str, execute: bool = True) -> str:
+        """`engine reset [options] --execute`: the plan it printed."""
         done = subprocess.run(
-            [sys.executable, "-m", "cli.main", "reset", "-A", self.spec, "--broker", self.url, "--execute"],
+            [sys.executable, "-m", "cli.main", "reset", "-A", self.spec, "--broker", self.url, *options,
+             *(["--execute"] if execute else [])],
             cwd=ROOT, env={**os.environ, **self.env}, capture_output=True, text=True, timeout=120,
             check=False)
         assert done.returncode == 0, done.stderr
-        assert "reset done" in done.stdout
+        assert ("reset done" if execute else "nothing done") in done.stdout
         return done.stdout
 
     async def ends(self, topic: str) -> dict[int, int]:
@@ -167,6 +168,9 @@ async def test_wordcount_counts_each_word_once_after_a_reset(kafka, tmp_path):
     assert Counter(r.key.decode() for r in await example.records("words")) == truth
     before = await example.ends("words")
 
+    said = example.reset("--input", "words", execute=False)  # what a user who knows better says wins
+    assert classes(said) == {"lines": "input", "words": "input"}
+    assert "  words: input (as said)" in said
     plan = example.reset()
     assert classes(plan) == {"lines": "input", "words": "intermediate"}
     assert "  words: intermediate (written by agent split: `words.send` (wordcount.py:" in plan
