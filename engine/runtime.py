@@ -148,7 +148,7 @@ class Worker(Service):
             admin_factory=self.transport.admin, quiesce=self.guarantee.quiesce, poison=poison,
             timed_topics=tables.timed_topics if tables is not None else None,
             plan=lambda topic: self.topology.declare_late(topic, "source").spec,
-            table_sources=sources, ordered_topics=self.topology.ordered(),
+            table_sources=sources, ordered_topics=self.topology.ordered(), serial_topics=self.topology.serial,
         )
         self.tasks = TaskManager(
             leases=leases, consumer=self.consumer, pauses=pauses, guarantee=self.guarantee, tables=tables,

@@ -22,10 +22,13 @@ each agent that received it; only the contiguous prefix of finished records is c
 Tables over a source topic: that topic's partitions are inputs of their tasks like the streams'. A task with
 such an input releases its batches in timestamp order (engine.fetch.ordering); a run of the table's records is
 applied to its store once every event of the task dispatched before it was processed, so each event sees
-the table as of its own time, over a backlog as live. A stream-stream join's two streams are released the
-same way; while a batch of such a task is parked, nothing else of the task is released (an agent reading
-both streams would otherwise get the other's next batch first), and its release resumes once the parked
-batch is handed over.
+the table as of its own time, over a backlog as live. The topics from whose events several agents use one
+table (engine.topology.plan: `serial`) are released in timestamp order too, and a run of them goes to its
+agent only once the events of the task the other agents hold are processed: the table sees the events of
+both in timestamp order, over a backlog as live (Kafka Streams processes a task's inputs one record at a
+time, by timestamp). A stream-stream join's two streams are released the same way; while a batch of such
+a task is parked, nothing else of the task is released (an agent reading both streams would otherwise get
+the other's next batch first), and its release resumes once the parked batch is handed over.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ class Conductor(Service):
         tasks: Mapping[int, ActiveTask] | None = None,
         table_sources: Mapping[str, ApplySource] | None = None,
         ordered_topics: Collection[str] = (),
+        serial_topics: Collection[str] = (),
     ) -> None:
         super().__init__("conductor")
         self.tasks: Mapping[int, ActiveTask] = tasks if tasks is not None else {}
@@ -92,6 +96,9 @@ class Conductor(Service):
         self.table_sources: dict[str, ApplySource] = dict(table_sources or {})
         # Stream-stream joins' streams: handed to their agent in their tasks' timestamp order too.
         self.ordered_topics = frozenset(ordered_topics)
+        # Topics whose events several agents use one table from: released in timestamp order too, and to
+        # one of those agents only once the events the others hold of the task are processed.
+        self.serial_topics = frozenset(serial_topics)
         self.consumer = consumer
         self.leases = leases
         self.pauses = pauses
@@ -302,6 +309,15 @@ class Conductor(Service):
                 _unread(inputs, runs[index:])
                 return False
             target = mailboxes[tp] if tp in mailboxes else mailboxes.setdefault(tp, self._target(task, tp))
+            if tp.topic in self.serial_topics:
+                mine = target[3] if target is not None else None
+                if gathered.mailbox is not None and gathered.mailbox is not mine:
+                    await self._hand_over(gathered)  # (tracked from here: in flight until processed)
+                if self._busy_elsewhere(task, tp, mine, mailboxes):
+                    _unread(inputs, runs[index:])
+                    task.waiting = True
+                    self.spawn(self._release_after_in_flight(task), f"ordering:{task.number}")
+                    return False  # released once the other agents processed what they hold
             if target is not None:
                 if not target[0].dispatching:
                     continue  # revoked meanwhile: never applied
@@ -329,6 +345,18 @@ class Conductor(Service):
                 for record in records:
                     lease.ack(record.offset)
         return True
+
+    def _busy_elsewhere(self, task: ActiveTask, tp: TP, mailbox: Mailbox[Event] | None,
+                        mailboxes: dict[TP, _Target | None]) -> bool:
+        """Whether an agent other than the one `tp`'s records go to (`mailbox`; None: several) still holds
+        events of the task's other serial topics."""
+        for at, lease in task.leases.items():
+            if at == tp or at.topic not in self.serial_topics or not lease.in_flight:
+                continue
+            target = mailboxes[at] if at in mailboxes else mailboxes.setdefault(at, self._target(task, at))
+            if mailbox is None or target is None or target[3] is not mailbox:
+                return True
+        return False
 
     def _target(self, task: ActiveTask, tp: TP) -> _Target | None:
         """The one mailbox a partition's records go to, if its runs can be gathered (a stream with one agent

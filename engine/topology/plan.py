@@ -104,6 +104,9 @@ class Topology:
     copartitioned: list[CoPartitioned] = field(default_factory=list)
     undeclared: dict[str, str] = field(default_factory=dict)  # agent -> why its pipeline is not known
     writes: dict[str, list[str]] = field(default_factory=dict)  # topic -> who in the app writes it, and how
+    # Topics whose events several agents use one table from: within a task, in timestamp order, one agent at
+    # a time (engine.fetch.conductor), as one Kafka Streams task processes every input of its store.
+    serial: set[str] = field(default_factory=set)
     unresolved: list[str] = field(default_factory=list)  # sends in the app's code to a topic not known
 
     # -- building -----------------------------------------------------------------------------------
@@ -157,9 +160,9 @@ class Topology:
 
     def ordered(self) -> set[str]:
         """The topics whose records reach agents in timestamp order within a task (engine.fetch.ordering):
-        those of stream-stream joins, read into one stream."""
+        those of stream-stream joins, read into one stream, and those several agents use a table from."""
         return {name for agent, merged in self.merged.items() if merged
-                for name in (self.reads[agent][0], *merged)}
+                for name in (self.reads[agent][0], *merged)} | self.serial
 
     def subscribed(self) -> list[str]:
         """Every topic some agent reads (its channel and its declared pipeline)."""
@@ -271,6 +274,8 @@ def build_topology(app: App, settings: Settings, declaration: Declaration | None
     writers = find_writers(app, declared)
     topology.writes, topology.unresolved = writers.topics, writers.unresolved
     for name, written in writers.tables.items():
+        if len(set(written.agents)) > 1:
+            topology.serial.update(written.topics)
         group = (app.tables[name].changelog_topic.name, *written.topics)
         if not any(set(known.topics) == set(group) for known in topology.copartitioned):
             topics = ", ".join(map(repr, written.topics))

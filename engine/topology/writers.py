@@ -24,6 +24,7 @@ class TableWriters:
     """The topics whose events reach the code of the agents that use a table by key, and where they do."""
 
     topics: list[str] = field(default_factory=list)
+    agents: list[str] = field(default_factory=list)
     uses: list[str] = field(default_factory=list)  # "agent 'count' (wordcount.py:26)"
 
 
@@ -74,4 +75,5 @@ def _agent_code(writers: Writers, app: App, agent: Agent, pipeline: AgentDeclara
             continue  # a table of another app; an agent over the table's own changes
         found = writers.tables.setdefault(name, TableWriters())
         found.topics.extend(topic for topic in body if topic not in found.topics)
+        found.agents.append(agent.name)
         found.uses.append(f"agent {agent.name!r} {where[0]}")
