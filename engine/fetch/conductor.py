@@ -275,7 +275,7 @@ class Conductor(Service):
                 empty = inputs.empty()
                 lags = {tp: await consumer.lag(tp) for tp in empty} if empty else {}
                 now = loop.time()
-                runs = inputs.next_runs(lags, now, self._max_poll_records)
+                runs = inputs.next_runs(lags, now, self._max_poll_records, self.serial_topics)
                 if not runs:
                     if overdue := inputs.overdue(now, FETCH_WAIT_WARNING):
                         log.warning("task %d: its inputs, processed in timestamp order, have waited %.0f s "

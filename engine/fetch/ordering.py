@@ -115,12 +115,14 @@ class TaskInputs:
         self._told = True
         return self.empty()
 
-    def next_runs(self, lags: Mapping[TP, int | None], now: float, limit: int
-                  ) -> list[tuple[TP, list[RawRecord]]]:
+    def next_runs(self, lags: Mapping[TP, int | None], now: float, limit: int,
+                  apart: Collection[str] = ()) -> list[tuple[TP, list[RawRecord]]]:
         """`next_run`, then the runs after it for as long as their order is known from the buffers alone
         (every input still has records buffered, but those that had none at the call and did not hold the
         others back: a quiet topic of the task), up to about `limit` records: one call for what two
-        interleaved streams give as runs of one or two records."""
+        interleaved streams give as runs of one or two records. A run of a topic of `apart` ends the call
+        before a run of another of them (their caller hands each to its agent only once the other's are
+        processed: what it took beyond would go back)."""
         buffers = [buffer for buffer in self._buffers.values() if buffer]  # (the deques, which runs drain)
         first = self.next_run(lags, now)
         if first is None:
@@ -128,6 +130,10 @@ class TaskInputs:
         runs, count = [first], len(first[1])
         while count < limit and all(buffers):
             run = self._take()
+            last = runs[-1][0].topic
+            if last in apart and run[0].topic in apart and run[0].topic != last:
+                self.unread(*run)
+                break
             runs.append(run)
             count += len(run[1])
         return runs

@@ -132,3 +132,21 @@ def test_next_runs_goes_on_past_an_input_that_was_quiet_at_the_call_but_stops_wh
         ("payments", [1]), ("profiles", [2]), ("payments", [3]), ("profiles", [4]), ("payments", [5]),
         ("profiles", [6])]
     assert inputs.next_runs({TABLE: 1, quiet: 0}, now=0.0, limit=100) == [], "the table is behind: wait"
+
+
+def test_runs_of_two_topics_kept_apart_come_one_call_each():
+    """Topics from which two agents use one table: a call ends before a run of the other one (what the
+    caller could not hand over yet is not taken at all)."""
+    shipments, sales = TP("shipments", 0), TP("sales", 0)
+    inputs = TaskInputs([shipments, sales], first=[], idle=0.0)
+    inputs.add(shipments, records(1, 4, 7))  # type: ignore[arg-type]
+    inputs.add(sales, records(2, 3, 5, 8))  # type: ignore[arg-type]
+    lags = {shipments: 0, sales: 0}
+    calls = []
+    while runs := inputs.next_runs(lags, 0.0, 100, apart={"shipments", "sales"}):
+        calls.append([(tp.topic, [r.timestamp for r in got]) for tp, got in runs])
+    assert calls == [[("shipments", [1])], [("sales", [2, 3])], [("shipments", [4])], [("sales", [5])],
+                     [("shipments", [7])], [("sales", [8])]]
+    inputs.add(shipments, records(1, 4))  # type: ignore[arg-type]
+    inputs.add(sales, records(2, 5))  # type: ignore[arg-type]
+    assert len(inputs.next_runs(lags, 0.0, 100)) == 3, "otherwise in one call (while both have records)"
