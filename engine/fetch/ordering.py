@@ -8,7 +8,8 @@ So a task whose inputs include a table's source topic buffers its fetched batche
 releases them by timestamp (ties: the table's records first, so an event sees a table update of the same
 millisecond, as a live run that wrote the table first would). A stream-stream join's two streams likewise:
 which records of one a record of the other finds, and when a record without partner stops waiting, depend
-on that order.
+on that order. And the topics from which several agents use one table (a sale must see the stock its own
+time saw, whether the shipment before it is processed live or from a backlog).
 
 Kafka Streams' readiness rule (KIP-695), exactly: while an input has nothing buffered, the others wait for it
 as long as the broker holds records of it not fetched yet, or its lag is not known yet: those records may
