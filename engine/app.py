@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     from engine.pipelines import Pipeline
-    from engine.processing.streams import AgentFun
+    from engine.streams.stream import AgentFun
     from engine.tables.base import BaseTable
     from engine.tables.windowed import EventTimeTable
 from engine.tables.global_table import GlobalTable as _GlobalTable

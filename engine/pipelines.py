@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from engine.app import App
-    from engine.processing.streams import DerivedStream, Stream
+    from engine.streams.stream import DerivedStream, Stream
     from engine.tables.table import Table
     from engine.topics import Topic
     from engine.windows import Seconds, Window, WindowKind

@@ -17,12 +17,11 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from agents import Service
+from engine.assignor import Placement
 from engine.commit.guarantee import choose
 from engine.errors import ConfigError, WorkerFailed
 from engine.events import TP
 from engine.fetch.conductor import ORDERING, Conductor
-from engine.fetch.leases import Leases
-from engine.fetch.pauses import Pauses
 from engine.loops import running_loop_name
 from engine.monitors.loopwatch import LoopMonitor
 from engine.monitors.watchdog import Watchdog
@@ -31,8 +30,9 @@ from engine.processing.runner import AgentRunner
 from engine.scope import running_as
 from engine.tables.manager import TableManager
 from engine.tables.stream_joins import StreamJoin, as_how, stream_join
-from engine.tasks.assignment import Placement
+from engine.tasks.leases import Leases
 from engine.tasks.manager import TaskManager
+from engine.tasks.pauses import Pauses
 from engine.tasks.poison import PoisonRecords
 from engine.tasks.purge import RepartitionPurge
 from engine.timers import timer_supervisor

@@ -22,12 +22,13 @@ from typing import Any as _Any
 from engine.codecs import dumps, loads
 from engine.loops import run as run_on_loop
 from engine.monitors.logsummary import summarise_repeats
+from engine.operations.inspect import local_partitions, read_key, table_named
 from engine.operations.reset import ResetPlan, ResetRefused, ResetTarget, plan_reset
 from engine.operations.reset import execute as execute_reset
-from engine.tables.inspect import local_partitions, read_key, table_named
 from engine.tables.partition import MISSING
 from engine.tables.recovery import Progress
-from engine.topology.plan import Topology, build_topology, planned_partitions
+from engine.topics import planned_partitions
+from engine.topology.plan import Topology, build_topology
 from engine.transport import open_transport, transport_for
 from engine.transport.base import Admin, GroupDescription, TopicSpec
 from engine.web.queries import key_text, parse_key

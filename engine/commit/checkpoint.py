@@ -22,7 +22,7 @@ were "Invalid state transition READY -> COMMITTING_TRANSACTION"; two interleaved
 partition's flushing buffer).
 
 Exactly-once needs agents between events when the cut is taken: the checkpoint closes the quiesce gate
-(engine.commit.quiesce) and waits, bounded, for the agents inside an event. Past the bound it goes on without
+(engine.streams.quiesce) and waits, bounded, for the agents inside an event. Past the bound it goes on without
 the tasks those events belong to: their offsets, buffered writes and closed windows stay out of the cut and
 their transactions stay open (whatever the event sent so far is in there), while every other task commits. The
 guarantee never weakens: a task commits only at a point where none of its events is half done. Later
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from engine.commit.transactions import TransactionsFailed
 from engine.errors import EngineError, TransactionAborted, TransportError
-from engine.monitors.stats import Histogram
+from engine.stats import Histogram
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping

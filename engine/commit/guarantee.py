@@ -4,8 +4,9 @@ It decides everything that differs between the two, so that nothing else asks wh
 - which producer agents send with (exactly-once: the tasks' transactions, engine.commit.transactions;
   at-least-once: a plain producer), and which one `ask` uses (always outside transactions,
   engine.processing.replies);
-- whether checkpoints pause agents between events (exactly-once: the quiesce gate, engine.commit.quiesce), and
-  which tasks a cut leaves out because one of their events is still in progress;
+- whether checkpoints pause agents between events (exactly-once: the quiesce gate,
+  engine.streams.quiesce), and which tasks a cut leaves out because one of their events is still in
+  progress;
 - how a checkpoint commits: at-least-once confirms the group membership, flushes what agents sent, commits
   the changelogs' transactions, then commits the offsets through the group; exactly-once commits each task's
   transaction with its offsets (on a transport without transactions, memory://, it flushes and commits the
@@ -23,9 +24,9 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from engine.commit.quiesce import Quiesce
 from engine.commit.transactions import EventProducer, HasProducer, commit_transactions, task_transactional_id
 from engine.errors import PartitionMigrated
+from engine.streams.quiesce import Quiesce
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -27,7 +27,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.errors import EngineError, PartitionMigrated, ProducerFenced, TransactionAborted
-from engine.processing.streams import current_stream
+from engine.streams.current import current_event
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Mapping, Sequence
@@ -117,7 +117,7 @@ class EventProducer:
         timestamp_ms: int | None = None,
     ) -> Coroutine[Any, Any, asyncio.Future[object]]:
         """The chosen producer's send (a plain function returning its awaitable: one frame less per send)."""
-        event = current_stream.get().current_event  # (current_event(), without its call)
+        event = current_event()
         if event is None:
             return self._send_outside(topic, key, value, headers=headers, partition=partition,
                                       timestamp_ms=timestamp_ms)

@@ -34,7 +34,7 @@ from engine.export.sources import (
 )
 from engine.export.spark import local_session, read_export, spark_schema, stop_session
 from engine.export.targets import Target, parse_target
-from engine.tables.inspect import table_named
+from engine.operations.inspect import table_named
 from engine.tables.windowed import EventTimeTable
 
 if TYPE_CHECKING:

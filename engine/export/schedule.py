@@ -19,7 +19,7 @@ from engine.clock import wall_time
 from engine.errors import ConfigError, EngineError
 from engine.export.lake import LakeExport
 from engine.export.targets import Target, parse_target
-from engine.tables.inspect import table_named
+from engine.operations.inspect import table_named
 from engine.tables.windowed import EventTimeTable
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ Offsets (the at-least-once rule): every dispatched record is tracked by its part
 each agent that received it; only the contiguous prefix of finished records is committed.
 
 Tables over a source topic: that topic's partitions are inputs of their tasks like the streams'. A task with
-such an input releases its batches in timestamp order (engine.fetch.ordering); a run of the table's records is
+such an input releases its batches in timestamp order (engine.tasks.inputs); a run of the table's records is
 applied to its store once every event of the task dispatched before it was processed, so each event sees
 the table as of its own time, over a backlog as live. A stream-stream join's two streams are released the
 same way; while a batch of such a task is parked, nothing else of the task is released (an agent reading
@@ -46,12 +46,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping
 
     from agents import Mailbox
-    from engine.commit.quiesce import Quiesce
-    from engine.fetch.leases import Lease, Leases
-    from engine.fetch.ordering import TaskInputs
-    from engine.fetch.pauses import Pauses
     from engine.processing.runner import AgentRunner
+    from engine.streams.quiesce import Quiesce
     from engine.tasks.active import ActiveTask
+    from engine.tasks.inputs import TaskInputs
+    from engine.tasks.leases import Lease, Leases
+    from engine.tasks.pauses import Pauses
     from engine.topics import Topic
     from engine.transport.base import Admin, Consumer, TopicSpec
 
@@ -241,7 +241,7 @@ class Conductor(Service):
         else:
             await self._dispatch_many(topic_routes, records, lease)
 
-    # -- a task's inputs in timestamp order (engine.fetch.ordering) ---------------------------------------
+    # -- a task's inputs in timestamp order (engine.tasks.inputs) ---------------------------------------
 
     def _buffer(self, task: ActiveTask, tp: TP, records: list[RawRecord]) -> None:
         inputs = task.inputs

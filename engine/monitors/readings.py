@@ -3,7 +3,7 @@ metric families (engine.monitors.metrics renders them).
 
 Counted on the per-event path: events handed to each agent and records fetched per topic (per batch, by the
 conductor), records sent per topic (an increment in `Topic.send`), and the processing time of one event in
-TIMED_EVERY per agent (engine.processing.streams). Everything else is counted where it happens off that
+TIMED_EVERY per agent (engine.streams.stream). Everything else is counted where it happens off that
 path (checkpoints, rebalances, dead letters, restarts, late events, recovery) or read when scraped (lag).
 Topics and tables are the app's, shared by every worker of the app in one process: their counts are the
 process's.

@@ -7,7 +7,7 @@ Requests and replies are sent by a producer outside transactions, under both gua
 exactly-once, a request sent in the asker's transaction would be invisible (read_committed) until that
 transaction commits, which waits for the asker to finish its event, which waits for the reply: every ask
 from an agent took the checkpoint's pause timeout (seconds). Sent outside, the request is seen at once, the
-reply too, and the checkpoint lets the replier run while an asker waits (engine.commit.quiesce). The asking
+reply too, and the checkpoint lets the replier run while an asker waits (engine.streams.quiesce). The asking
 and the answering events stay exactly-once in their own effects (table writes, sends, offsets); the request is
 at-least-once: an asker that fails before its commit asks again when its event is processed again, so an
 answering agent with side effects should be idempotent per request (the README says so).
@@ -24,12 +24,12 @@ from agents import Service
 from engine.agent import CORRELATION_ID, REPLY_TO
 from engine.codecs import loads
 from engine.events import TP
-from engine.processing.streams import current_event
+from engine.streams.current import current_event
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from engine.commit.quiesce import Quiesce
+    from engine.streams.quiesce import Quiesce
     from engine.topics import Topic
     from engine.transport.base import Producer, Transport
 

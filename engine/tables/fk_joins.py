@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from engine.app import App
-    from engine.processing.streams import Stream
+    from engine.streams.stream import Stream
     from engine.tables.base import BaseTable
 
 

@@ -22,7 +22,7 @@ from engine.errors import ConfigError
 
 if TYPE_CHECKING:
     from engine.app import App
-    from engine.processing.streams import Stream
+    from engine.streams.stream import Stream
     from engine.tables.base import BaseTable
 
 How = Literal["inner", "left", "outer"]

@@ -5,7 +5,7 @@ tasks (engine.tasks) say which partitions are wanted in which role:
 - an active task's: on assignment the store is opened (rebuilt if missing or corrupt) and its changelog
   replayed from the store's offset to the end (`activate`) before the task's partitions are resumed; the
   task then owns the table partition (buffers, window state) until it closes (`release`).
-- a standby task's: the group's assignment (engine.tasks.assignment) names it a standby of this worker
+- a standby task's: the group's assignment (engine.assignor) names it a standby of this worker
   (`standby_replicas` per partition, or a warm-up before the partition moves here): its changelog is
   followed to keep a warm copy, so that on failover only the tail is replayed. The lag of each store is
   reported at the next join; once every warm-up caught up, the worker asks for a rebalance so that the
@@ -27,7 +27,7 @@ from engine.events import TP
 from engine.stores import PartitionStore, StoreBackend, StoreCorrupt, open_store_backend
 from engine.tables.partition import TablePartition
 from engine.tables.recovery import Progress, apply_batch, replay_to_end
-from engine.topology.plan import planned_partitions
+from engine.topics import planned_partitions
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Mapping

@@ -6,7 +6,7 @@
             ...  # the key is current_event().key
 
 The agent reads both topics, co-partitioned by key, into its own stream: their records reach it in timestamp
-order (engine.fetch.ordering, as Kafka Streams' tasks take them). Each record is kept in its stream's join
+order (engine.tasks.inputs, as Kafka Streams' tasks take them). Each record is kept in its stream's join
 buffer, a table `<agent>-join-<n>-left` or `-right` of (key, event time) -> the raw values at that time, with
 a changelog like any table's; it is joined with every record of the other buffer with its key and a time at
 most `within` away, found while that record is within the other stream's retention (engine.windows.

@@ -28,10 +28,10 @@ if TYPE_CHECKING:
     from collections.abc import Collection
 
     from engine.events import RawRecord
-    from engine.fetch.leases import Lease
-    from engine.fetch.ordering import TaskInputs
     from engine.tables.base import BaseTable
     from engine.tables.partition import TablePartition
+    from engine.tasks.inputs import TaskInputs
+    from engine.tasks.leases import Lease
     from engine.transport.base import Producer
 
 

@@ -34,22 +34,22 @@ from agents import Service, ServiceState
 from engine.commit.checkpoint import Checkpointer
 from engine.commit.transactions import TransactionsFailed
 from engine.errors import EngineError, MembershipLost, ProducerFenced
-from engine.fetch.ordering import TaskInputs
-from engine.monitors.stats import Histogram
-from engine.processing.streams import current_event
+from engine.stats import Histogram
+from engine.streams.current import current_event
 from engine.tasks.active import ActiveTask
+from engine.tasks.inputs import TaskInputs
 from engine.tasks.poison import PoisonRecords
 from engine.tasks.standby import StandbyTask
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
+    from engine.assignor import Assignment
     from engine.commit.guarantee import Guarantee
     from engine.events import TP, Event
-    from engine.fetch.leases import Lease, Leases
-    from engine.fetch.pauses import Pauses
     from engine.tables.manager import TableManager
-    from engine.tasks.assignment import Assignment
+    from engine.tasks.leases import Lease, Leases
+    from engine.tasks.pauses import Pauses
     from engine.transport.base import Consumer
 
 log = logging.getLogger(__name__)
@@ -210,7 +210,7 @@ class TaskManager(Service):
             task = self.active[number]
             sources = [tp for tp in task.leases if tp.topic in self.table_sources]
             if sources or any(tp.topic in self.ordered_topics for tp in task.leases):
-                # its inputs go in timestamp order (engine.fetch.ordering)
+                # its inputs go in timestamp order (engine.tasks.inputs)
                 task.inputs = TaskInputs(task.leases, sources, self.max_task_idle)
         if not tps:
             self._moved()

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from engine.errors import TopologyError
-from engine.topics import Topic
+from engine.topics import Topic, planned_partitions
 from engine.topology.declaration import Declaration, declare
 from engine.transport.base import TopicSpec
 
@@ -126,7 +126,7 @@ class Topology:
         return [plan.spec for plan in self.topics.values()]
 
     def ordered(self) -> set[str]:
-        """The topics whose records reach agents in timestamp order within a task (engine.fetch.ordering):
+        """The topics whose records reach agents in timestamp order within a task (engine.tasks.inputs):
         those of stream-stream joins, read into one stream."""
         return {name for agent, merged in self.merged.items() if merged
                 for name in (self.reads[agent][0], *merged)}
@@ -170,12 +170,6 @@ class Topology:
 
 def dlq_name(app_id: str, agent: Agent) -> str:
     return f"{app_id}-{agent.dlq_suffix}"
-
-
-def planned_partitions(topic: Topic, settings: Settings, like: int | None = None) -> int:
-    """The partition count the worker creates `topic` with: its declared count, else `like` (the count of
-    the topic it follows), else `topic_partitions`. (An existing topic keeps its own.)"""
-    return topic.partitions or like or settings.topic_partitions
 
 
 def build_topology(app: App, settings: Settings, declaration: Declaration | None = None) -> Topology:

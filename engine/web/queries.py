@@ -2,7 +2,7 @@
 say who owns the partition (the worker forwards the query there, once) or that it is moving or recovering.
 
 Routing is the assignment's: every member hears the whole group's placement (task -> owner's endpoint, see
-engine.tasks.assignment), and a table's partition n belongs to task n (tables are partitioned like the
+engine.assignor), and a table's partition n belongs to task n (tables are partitioned like the
 streams that write them). A global table is answered by every worker from its own copy. A forwarded query
 is never forwarded again: if the worker it reached no longer owns the partition, the answer is "moving",
 so a query cannot loop between two workers whose views of the assignment differ for a moment.
@@ -24,9 +24,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import DecodeError, EncodeError
+from engine.operations.inspect import window_entries
 from engine.scope import running_as
 from engine.tables.base import PartitionNotLocal
-from engine.tables.inspect import window_entries
 from engine.tables.partition import MISSING
 
 if TYPE_CHECKING:

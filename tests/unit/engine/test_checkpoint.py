@@ -16,11 +16,11 @@ from engine.commit.guarantee import AtLeastOnce, ExactlyOnce, Guarantee
 from engine.commit.transactions import TransactionsFailed
 from engine.errors import DeliveryFailed, TransactionAborted
 from engine.events import TP
-from engine.fetch.leases import Leases
 from engine.stores import open_store_backend
 from engine.tables.keys import META_PREFIX
 from engine.tables.partition import TablePartition
 from engine.tasks.active import ActiveTask
+from engine.tasks.leases import Leases
 
 if TYPE_CHECKING:
     from pathlib import Path

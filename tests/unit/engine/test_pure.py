@@ -196,7 +196,7 @@ def test_a_record_shared_by_several_agents_is_done_when_all_acked():
 
 def test_stream_time_counts_a_batch_only_once_every_record_of_it_is_processed():
     from engine.events import TP
-    from engine.fetch.leases import Lease
+    from engine.tasks.leases import Lease
 
     lease = Lease(TP("t", 0), 1)
     for offset in range(6):

@@ -1,8 +1,8 @@
 """Which repartition records a worker deletes: those its ready tasks committed, past what it deleted."""
 
 from engine.events import TP
-from engine.fetch.leases import Lease
 from engine.tasks.active import ActiveTask
+from engine.tasks.leases import Lease
 from engine.tasks.purge import purgeable
 
 

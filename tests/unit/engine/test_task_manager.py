@@ -13,9 +13,9 @@ import pytest
 from engine.commit.guarantee import AtLeastOnce, ExactlyOnce
 from engine.errors import DeliveryFailed, MembershipLost
 from engine.events import TP
-from engine.fetch.leases import Leases
-from engine.fetch.pauses import Pauses
+from engine.tasks.leases import Leases
 from engine.tasks.manager import RECOVERING, TaskManager
+from engine.tasks.pauses import Pauses
 
 IN0, IN1 = TP("in", 0), TP("in", 1)
 

@@ -14,7 +14,6 @@ upstream (a failing key function, a poison value) surfaces in the agent body, wh
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,48 +23,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agents import Mailbox, MailboxClosed
 from engine.errors import ConfigError
 from engine.events import Event
+from engine.streams.current import enter
 
 if TYPE_CHECKING:
-    from engine.commit.quiesce import Quiesce
-    from engine.monitors.stats import Histogram
+    from engine.stats import Histogram
+    from engine.streams.quiesce import Quiesce
     from engine.topics import Topic
     from engine.windows import Seconds
 
 TIMED_EVERY = 32  # one event in this many is timed, for the agent's processing-time histogram
-
-
-class EventSource(Protocol):
-    """What the running task takes its events from: an agent instance's stream, or OUTSIDE."""
-
-    @property
-    def current_event(self) -> Event | None:
-        """The event being processed now (None between events)."""
-
-
-class _Outside:
-    """Code outside every agent (a timer, a query, a test): it processes no event."""
-
-    __slots__ = ()
-    current_event = None
-
-
-OUTSIDE = _Outside()
-
-# The stream the running task takes its events from: each agent instance runs in its own task, so each sees
-# its own stream, and through it the event it is processing now (`current_event()`). A stream sets it on its
-# first event in a task and then only checks it: a ContextVar.set per event would build a new context
-# mapping per event. Hot paths read `current_stream.get().current_event` (current_event() without its call).
-current_stream: contextvars.ContextVar[EventSource] = contextvars.ContextVar(
-    "engine_current_stream", default=OUTSIDE
-)
-
-
-def current_event() -> Event | None:
-    """The event the running agent instance is processing now (None outside agents, and between events).
-    Tables read it to put a write in the partition of the event that caused it; sends, to go in its task's
-    transaction. A task the agent spawned shares the agent's stream: it sees the agent's current event as
-    the agent moves on, not the one it was spawned in."""
-    return current_stream.get().current_event
 
 
 class StreamContext(Protocol):
@@ -432,8 +398,7 @@ class Stream(_Operators):
             self._countdown = TIMED_EVERY
             self._timed_since = time.perf_counter()
         self.current_event = event
-        if current_stream.get() is not self:
-            current_stream.set(self)
+        enter(self)
         if shape == VALUE:
             return event.value
         return (event.key, event.value) if shape == PAIR else event
