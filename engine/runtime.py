@@ -44,7 +44,7 @@ from engine.windows import JoinWindows
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from engine.app import App
+    from engine.app import App, Timer
     from engine.settings import Settings
     from engine.topics import Topic
     from engine.windows import Seconds
@@ -182,8 +182,8 @@ class Worker(Service):
         ]
         for runner in self.runners:
             self.conductor.add_route(runner.agent.channel, runner)
-        self.timers = self.add_child(timer_supervisor(list(app.timers.values()), settings,
-                                                      is_leader=self._is_leader))
+        timers = [*app.timers.values(), *self._export_timers()]
+        self.timers = self.add_child(timer_supervisor(timers, settings, is_leader=self._is_leader))
         self.add_child(self.tasks)
         self.add_child(self.conductor)
         self.add_child(Watchdog(self.conductor.busy_events, settings.stuck_event_warning.total_seconds(),
@@ -197,6 +197,14 @@ class Worker(Service):
                                                                  event.offset, agent, seconds),
         )) if watch_loop else None
         self._stopping = asyncio.Event()
+
+    def _export_timers(self) -> list[Timer]:
+        """The timers of the app's scheduled exports (`app.export`)."""
+        if not self.app.exports:
+            return []
+        from engine.export.schedule import scheduled_export  # (the export's libraries only when used)
+
+        return [scheduled_export(self.app, export) for export in self.app.exports.values()]
 
     def _is_leader(self) -> bool:
         """The group's leader for `on_leader` timers: the worker that owns task 0, set up and not moving

@@ -47,10 +47,10 @@ from engine.stats import Histogram
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping
 
+    from engine.commit.cut import CutTask, TaskCut
     from engine.commit.guarantee import Guarantee
     from engine.events import TP, Event
     from engine.tables.base import BaseTable
-    from engine.tasks.active import ActiveTask, TaskCut
     from engine.transport.base import Consumer
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class Checkpointer:
     def __init__(
         self,
         *,
-        tasks: Mapping[int, ActiveTask],
+        tasks: Mapping[int, CutTask],
         consumer: Consumer,
         guarantee: Guarantee,
         busy: Callable[[], list[tuple[str, Event]]],

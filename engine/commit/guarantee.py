@@ -31,8 +31,8 @@ from engine.streams.quiesce import Quiesce
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from engine.commit.cut import TaskCut
     from engine.events import TP, Event
-    from engine.tasks.active import TaskCut
     from engine.transport.base import Consumer, Producer, Transport
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from engine.codecs import loads_many
-from engine.errors import EngineError
+from engine.errors import EngineError, ExportError
 from engine.export.optional import require
 from engine.tables.keys import META_PREFIX, window_bounds, window_inner_key
 
@@ -46,10 +46,6 @@ KEY, WINDOW_START, WINDOW_END, PARTITION, VALUE = "key", "window_start", "window
 # writers gather batches into their own row groups, so a smaller chunk costs them nothing.
 CHUNK = 16_384
 INFER_ROWS = 1024  # an undeclared type is inferred from this many rows (decoded again when written)
-
-
-class ExportError(EngineError):
-    """A table cannot be exported as asked (its values do not fit one schema, no stores, ...)."""
 
 
 def arrow_type(type_: Any) -> pa.DataType | None:

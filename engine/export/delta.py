@@ -19,11 +19,12 @@ import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from engine.export.columns import KEY, PARTITION, ExportError
+from engine.errors import ExportError
+from engine.export.columns import KEY, PARTITION
 from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
 from engine.export.optional import require
 from engine.export.rewrite import FILE_BYTES, ROW_GROUP, Footer, Rewrite, write_files
-from engine.export.targets import DELTA, Target, is_uri
+from engine.targets import DELTA, Target, is_uri
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterator

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
-from engine.export.columns import KEY, PARTITION, ExportError
+from engine.errors import ExportError
+from engine.export.columns import KEY, PARTITION
 from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
 from engine.export.optional import require
 from engine.export.rewrite import Rewrite, write_files

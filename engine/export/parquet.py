@@ -23,9 +23,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.export.columns import KEY, ExportError, TableColumns
+from engine.errors import ExportError
+from engine.export.columns import KEY, TableColumns
 from engine.export.optional import require
-from engine.export.targets import parse_target
+from engine.targets import parse_target
 
 if TYPE_CHECKING:
     from collections.abc import Callable

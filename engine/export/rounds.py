@@ -32,7 +32,8 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
-from engine.export.columns import CHUNK, KEY, ExportError, TableColumns
+from engine.errors import ExportError
+from engine.export.columns import CHUNK, KEY, TableColumns
 from engine.export.delta import DeltaTarget
 from engine.export.lake import (
     LakeCommit,
@@ -63,9 +64,9 @@ if TYPE_CHECKING:
     from engine.events import TP
     from engine.export.iceberg import IcebergTarget
     from engine.export.sources import TableSnapshot
-    from engine.export.targets import Target
     from engine.settings import Settings
     from engine.tables.base import BaseTable
+    from engine.targets import Target
 
 log = logging.getLogger(__name__)
 

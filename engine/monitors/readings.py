@@ -11,12 +11,46 @@ process's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from engine.monitors.metrics import Family
 
 if TYPE_CHECKING:
-    from engine.runtime import Worker
+    from engine.app import App
+    from engine.fetch.conductor import Conductor
+    from engine.monitors.loopwatch import LoopMonitor
+    from engine.processing.runner import AgentRunner
+    from engine.tables.manager import TableManager
+    from engine.tasks.manager import TaskManager
+    from engine.topics import Topic
+    from engine.transport.base import Consumer
+
+
+class Worker(Protocol):
+    """What the readings read of a worker (engine.runtime.Worker is one): its parts, each where it counts."""
+
+    @property
+    def app(self) -> App: ...
+
+    @property
+    def conductor(self) -> Conductor: ...
+
+    @property
+    def consumer(self) -> Consumer: ...
+
+    @property
+    def loop_monitor(self) -> LoopMonitor | None: ...
+
+    @property
+    def runners(self) -> list[AgentRunner]: ...
+
+    @property
+    def tables(self) -> TableManager | None: ...
+
+    @property
+    def tasks(self) -> TaskManager: ...
+
+    def all_topics(self) -> list[Topic]: ...
 
 
 async def worker_families(worker: Worker) -> list[Family]:

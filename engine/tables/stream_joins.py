@@ -33,9 +33,9 @@ from engine.topics import event_time_ms
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from engine.app import App
     from engine.events import Event
     from engine.tables.base import BaseTable
+    from engine.tables.declarer import Declarer
     from engine.tables.partition import TablePartition, WindowState
     from engine.topics import Topic
     from engine.windows import JoinWindows
@@ -303,8 +303,8 @@ def _pair(side: int, key: Any, mine: Any, theirs: Any) -> Joined:
     return (key, mine, theirs) if side == 0 else (key, theirs, mine)
 
 
-def stream_join(app: App, agent: str, number: int, left: Topic, right: Topic, window: JoinWindows, how: How,
-                *, declaring: bool) -> StreamJoin:
+def stream_join(app: Declarer, agent: str, number: int, left: Topic, right: Topic, window: JoinWindows,
+                how: How, *, declaring: bool) -> StreamJoin:
     """The `number`th stream-stream join of `agent`, over the tables the declaration run declared (it declares
     them when `declaring`)."""
     base = f"{agent}-join-{number}"

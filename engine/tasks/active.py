@@ -16,15 +16,14 @@ failed has its cut `drop`ped (its events are processed again once the task is re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from engine.commit.cut import TableWrites, TaskCut
 from engine.errors import PartitionMigrated
 from engine.events import TP
 from engine.tables.partition import DELETED
 
 if TYPE_CHECKING:
-    import asyncio
     from collections.abc import Collection
 
     from engine.events import RawRecord
@@ -33,36 +32,6 @@ if TYPE_CHECKING:
     from engine.tasks.inputs import TaskInputs
     from engine.tasks.leases import Lease
     from engine.transport.base import Producer
-
-
-@dataclass
-class TableWrites:
-    """One table partition's part of a cut: its writes, engine records, closed windows and late records."""
-
-    table: BaseTable
-    part: TablePartition
-    writes: dict[Any, Any]
-    meta: dict[bytes, bytes | None]
-    closes: list[tuple[bytes, bytes]] = field(default_factory=list)
-    late: list[RawRecord] = field(default_factory=list)
-    encoded: dict[bytes, bytes | None] = field(default_factory=dict)
-    last: asyncio.Future[int] | None = None  # the offset of the changelog's last record
-
-
-@dataclass
-class TaskCut:
-    """A task's part of one checkpoint: the offsets it commits (with their leases) and its table writes."""
-
-    task: ActiveTask
-    offsets: dict[TP, tuple[Lease, int]] = field(default_factory=dict)
-    writes: list[TableWrites] = field(default_factory=list)
-
-    @property
-    def empty(self) -> bool:
-        return not self.offsets and not self.writes
-
-    def committable(self) -> dict[TP, int]:
-        return {tp: offset for tp, (_, offset) in self.offsets.items()}
 
 
 class ActiveTask:

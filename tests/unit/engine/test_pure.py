@@ -8,9 +8,9 @@ import pytest
 
 from engine import ConfigError, DecodeError, EncodeError
 from engine.codecs import codec_for, dumps
-from engine.fetch.offsets import OffsetTracker
 from engine.partitioner import KeyHashes, murmur2, partition_for
 from engine.settings import load_settings
+from engine.tasks.offsets import OffsetTracker
 
 
 def test_commit_point_is_last_contiguous_ack_plus_one():

@@ -8,11 +8,12 @@ import asyncio
 
 import pytest
 
+from engine.commit.cut import TaskCut
 from engine.commit.guarantee import ExactlyOnce
 from engine.commit.transactions import TransactionsFailed
 from engine.errors import TransactionAborted
 from engine.events import TP
-from engine.tasks.active import ActiveTask, TaskCut
+from engine.tasks.active import ActiveTask
 
 
 class RecordingProducer:
