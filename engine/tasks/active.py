@@ -22,6 +22,7 @@ from engine.commit.cut import TableWrites, TaskCut
 from engine.errors import PartitionMigrated
 from engine.events import TP
 from engine.tables.partition import DELETED
+from engine.tasks.lifecycle import Lifecycle, TaskState
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -34,18 +35,16 @@ if TYPE_CHECKING:
     from engine.transport.base import Producer
 
 
-class ActiveTask:
+class ActiveTask(Lifecycle):
     """Task `number` while assigned here: its leases (one per source partition numbered n), its table
     partitions once recovered, and its producer (started, fencing every earlier owner, before anything of
-    the task is read)."""
+    the task is read). Its life: engine.tasks.lifecycle."""
 
     def __init__(self, number: int) -> None:
-        self.number = number
+        super().__init__(number)
         self.leases: dict[TP, Lease] = {}
         self.producer: Producer | None = None
         self.partitions: list[tuple[BaseTable, TablePartition]] = []
-        self.ready = False  # set up (producer started, offsets sought, tables recovered): in checkpoints
-        self.closed = False
         # With a table's source topic among its inputs: its batches, released in timestamp order by the
         # conductor (`releasing` while it does, `waiting` while a table run waits for earlier events).
         self.inputs: TaskInputs | None = None
@@ -53,25 +52,28 @@ class ActiveTask:
         self.waiting = False
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"{len(self.leases)} partitions, {len(self.partitions)} tables"
-        return f"<ActiveTask {self.number}: {state}>"
+        return (f"<ActiveTask {self.number}: {self.state.value}, {len(self.leases)} partitions, "
+                f"{len(self.partitions)} tables>")
 
     # -- lifecycle (driven by the task manager) -----------------------------------------------------
+
+    def restoring(self) -> None:
+        """Its set-up starts (producer, offsets, stores); its partitions stay paused until `open`."""
+        self.to(TaskState.RESTORING)
 
     def open(self, partitions: list[tuple[BaseTable, TablePartition]]) -> None:
         """The task is set up (its producer started, its offsets sought, these table partitions recovered):
         from now on its events read and write them, and checkpoints include it."""
+        self.to(TaskState.RUNNING)
         self.partitions = partitions
         for table, part in partitions:
             table.active[self.number] = part
-        self.ready = True
 
     def close(self) -> None:
         """End every lease and take the table partitions out of their tables, buffers and window state
         with them: nothing of the task is applied, sent or committed any more (a clean close checkpoints
         first). Its producer is stopped by the task manager (`stop_producer`)."""
-        self.closed = True
-        self.ready = False
+        self.to(TaskState.CLOSED)
         if self.inputs is not None:
             self.inputs.clear()  # never dispatched nor tracked: the next owner reads them
         for lease in self.leases.values():
@@ -86,9 +88,6 @@ class ActiveTask:
         producer, self.producer = self.producer, None
         if producer is not None:
             await producer.stop()
-
-    def live_leases(self) -> list[Lease]:
-        return [lease for lease in self.leases.values() if not lease.ended]
 
     # -- its part of a checkpoint -------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from engine.stats import Histogram
 from engine.streams.current import current_event
 from engine.tasks.active import ActiveTask
 from engine.tasks.inputs import TaskInputs
+from engine.tasks.lifecycle import TaskState
 from engine.tasks.poison import PoisonRecords
 from engine.tasks.standby import StandbyTask
 
@@ -215,9 +216,13 @@ class TaskManager(Service):
         if not tps:
             self._moved()
             return
+        fresh = [task for n in sorted({tp.partition for tp in tps})
+                 if (task := self.active[n]).state is TaskState.CREATED]
+        for task in fresh:
+            task.restoring()
         if self.new_producer is None and self.tables is None:  # nothing to set up
-            for number in {tp.partition for tp in tps}:
-                self.active[number].open([])
+            for task in fresh:
+                task.open([])
             self._moved()
             return
         # Fenced and recovered before any of their events is processed.
@@ -240,7 +245,7 @@ class TaskManager(Service):
         else:
             parts = {}
         for task in tasks:
-            if not task.closed:
+            if task.state is TaskState.RESTORING:
                 task.open(parts.get(task.number, []))
         resumable = {tp for tp in tps
                      if (lease := self.leases.current.get(tp)) is not None and lease.dispatching}

@@ -107,6 +107,7 @@ class Tasks:
             assert guarantee.task_producer is not None
             task.producer = guarantee.task_producer(number)
             part = TablePartition(number, backend.open("counts", number), self.table.value_codec)
+            task.restoring()
             task.open([(self.table, part)])
 
     def write(self, number: int, **values: int) -> None:

@@ -12,7 +12,9 @@ def task(number: int, committed: dict[str, int | None], ready: bool = True) -> A
         lease = Lease(TP(topic, number), 1)
         lease.committed = offset
         made.leases[lease.tp] = lease
-    made.ready = ready
+    if ready:
+        made.restoring()
+        made.open([])
     return made
 
 
