@@ -60,9 +60,6 @@ class Guarantee(Protocol):
         """A new producer for task n (its changelogs; under exactly-once every send of its events), if tasks
         need one."""
 
-    def route_to(self, tasks: Mapping[int, HasProducer]) -> None:
-        """The active tasks, whose producers take what agents send inside their events."""
-
     @property
     def producers(self) -> list[Producer]:
         """Every producer to start and stop, each once."""
@@ -111,9 +108,6 @@ class AtLeastOnce:
     def producers(self) -> list[Producer]:
         return [self.producer]
 
-    def route_to(self, tasks: Mapping[int, HasProducer]) -> None:
-        pass  # agents send with the plain producer
-
     @property
     def commits_empty_cuts(self) -> bool:
         return False
@@ -153,9 +147,11 @@ class ExactlyOnce:
 
     name = "exactly_once"
 
-    def __init__(self, transport: Transport, app_id: str, worker_id: str) -> None:
+    def __init__(self, transport: Transport, app_id: str, worker_id: str, tasks: Mapping[int, HasProducer]
+                 ) -> None:
+        """`tasks`: the active tasks, whose producers take what agents send inside their events."""
         self.group_id = app_id
-        self.events = EventProducer(transport, worker_id)
+        self.events = EventProducer(transport, worker_id, tasks)
         self.producer: Producer = self.events  # agents' sends go to their event's task's transaction
         self.task_producer: Callable[[int], Producer] = (
             lambda n: transport.producer(task_transactional_id(app_id, n)))
@@ -167,9 +163,6 @@ class ExactlyOnce:
     @property
     def producers(self) -> list[Producer]:
         return [self.events, self.ask_producer]
-
-    def route_to(self, tasks: Mapping[int, HasProducer]) -> None:
-        self.events.tasks = tasks
 
     @property
     def commits_empty_cuts(self) -> bool:
@@ -220,8 +213,8 @@ class ExactlyOnce:
 
 
 def choose(name: str, transport: Transport, app_id: str, *, tables: bool,
-           worker_id: Callable[[], str]) -> Guarantee:
-    """The strategy for the `processing_guarantee` setting."""
+           worker_id: Callable[[], str], tasks: Mapping[int, HasProducer]) -> Guarantee:
+    """The strategy for the `processing_guarantee` setting; `tasks`: the worker's active tasks."""
     if name == "exactly_once":
-        return ExactlyOnce(transport, app_id, worker_id())
+        return ExactlyOnce(transport, app_id, worker_id(), tasks)
     return AtLeastOnce(transport, app_id, tables=tables)

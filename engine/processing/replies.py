@@ -37,13 +37,15 @@ log = logging.getLogger(__name__)
 
 
 class ReplyService(Service):
-    def __init__(self, transport: Transport, topic: str, producer: Producer) -> None:
+    def __init__(self, transport: Transport, topic: str, producer: Producer, quiesce: Quiesce | None
+                 ) -> None:
+        """`quiesce`: the checkpoints' gate (exactly-once), which an ask from inside an event holds open."""
         super().__init__("replies")
         self.topic = topic
         self.partitions = 1  # set by the worker from the broker before this starts
         self.consumer = transport.consumer(group_id=None)
         self.producer = producer  # not transactional (see above); started and stopped by the worker
-        self.quiesce: Quiesce | None = None  # the checkpoints' gate (exactly-once), set by the worker
+        self.quiesce = quiesce
         self._waiting: dict[str, asyncio.Future[Any]] = {}
 
     async def request(self, channel: Topic, key: Any, value: Any, correlation_id: str) -> None:

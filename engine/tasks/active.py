@@ -25,11 +25,12 @@ from engine.tables.partition import DELETED
 from engine.tasks.lifecycle import Lifecycle, TaskState
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Callable, Collection, Iterable, Mapping
 
     from engine.events import RawRecord
     from engine.tables.base import BaseTable
     from engine.tables.partition import TablePartition
+    from engine.tables.state import StateManager
     from engine.tasks.inputs import TaskInputs
     from engine.tasks.leases import Lease
     from engine.transport.base import Producer
@@ -45,6 +46,7 @@ class ActiveTask(Lifecycle):
         self.leases: dict[TP, Lease] = {}
         self.producer: Producer | None = None
         self.partitions: list[tuple[BaseTable, TablePartition]] = []
+        self.state_manager: StateManager | None = None  # its stores (engine.tables.state), once set up
         # With a table's source topic among its inputs: its batches, released in timestamp order by the
         # conductor (`releasing` while it does, `waiting` while a table run waits for earlier events).
         self.inputs: TaskInputs | None = None
@@ -57,22 +59,27 @@ class ActiveTask(Lifecycle):
 
     # -- lifecycle (driven by the task manager) -----------------------------------------------------
 
-    def restoring(self) -> None:
-        """Its set-up starts (producer, offsets, stores); its partitions stay paused until `open`."""
+    def restoring(self, state_manager: StateManager | None = None) -> None:
+        """Its set-up starts (producer, offsets, the stores of `state_manager`, open and to be restored);
+        its partitions stay paused until `open`."""
         self.to(TaskState.RESTORING)
+        self.state_manager = state_manager
 
-    def open(self, partitions: list[tuple[BaseTable, TablePartition]]) -> None:
-        """The task is set up (its producer started, its offsets sought, these table partitions recovered):
-        from now on its events read and write them, and checkpoints include it."""
+    def open(self) -> None:
+        """The task is set up (its producer started, its offsets sought, the stores of its state manager
+        restored): from now on its events read and write their table partitions, and checkpoints include
+        it."""
         self.to(TaskState.RUNNING)
-        self.partitions = partitions
-        for table, part in partitions:
+        state_manager = self.state_manager
+        self.partitions = state_manager.partitions() if state_manager is not None else []
+        for table, part in self.partitions:
             table.active[self.number] = part
 
-    def close(self) -> None:
+    def close(self) -> StateManager | None:
         """End every lease and take the table partitions out of their tables, buffers and window state
         with them: nothing of the task is applied, sent or committed any more (a clean close checkpoints
-        first). Its producer is stopped by the task manager (`stop_producer`)."""
+        first). Returns its state manager, stores open, for the task manager to keep warm or close; its
+        producer is stopped by the task manager (`stop_producer`)."""
         self.to(TaskState.CLOSED)
         if self.inputs is not None:
             self.inputs.clear()  # never dispatched nor tracked: the next owner reads them
@@ -82,6 +89,8 @@ class ActiveTask(Lifecycle):
             if table.active.get(self.number) is part:
                 del table.active[self.number]
         self.partitions = []
+        state_manager, self.state_manager = self.state_manager, None
+        return state_manager
 
     async def stop_producer(self) -> None:
         """After the last commit, or once lost (its open transaction is aborted by the next owner's fence)."""
@@ -189,3 +198,19 @@ class ActiveTask(Lifecycle):
             part.unsent_closes = [*item.closes, *part.unsent_closes]
             part.late = [*item.late, *part.late]
 
+
+def source_appliers(tasks: Mapping[int, ActiveTask], tables: Iterable[BaseTable]
+                    ) -> dict[str, Callable[[int, list[RawRecord]], bool]]:
+    """For each partitioned table over a source topic: how a run of that topic's records is applied to the
+    store of task n (its partition of the table, through the task's state manager); False if task n is not
+    running here."""
+    def applier(topic: str) -> Callable[[int, list[RawRecord]], bool]:
+        def apply(number: int, records: list[RawRecord]) -> bool:
+            task = tasks.get(number)
+            if task is None or not task.ready or task.state_manager is None:
+                return False
+            return task.state_manager.apply_source(topic, records)
+        return apply
+
+    return {t.changelog_topic.name: applier(t.changelog_topic.name) for t in tables
+            if not t.is_global and not t.has_own_changelog}

@@ -14,7 +14,7 @@ def task(number: int, committed: dict[str, int | None], ready: bool = True) -> A
         made.leases[lease.tp] = lease
     if ready:
         made.restoring()
-        made.open([])
+        made.open()
     return made
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from engine.tables.partition import TablePartition
 from engine.tasks.active import ActiveTask
 from engine.tasks.lifecycle import IllegalTaskTransition, TaskState
 
@@ -17,7 +16,7 @@ def test_an_active_task_is_created_restored_run_and_closed() -> None:
     task.restoring()
     assert task.state is TaskState.RESTORING
     assert not task.ready
-    task.open([])
+    task.open()
     assert task.state is TaskState.RUNNING
     assert task.ready
     task.close()
@@ -32,7 +31,7 @@ def test_a_task_closes_from_every_state_but_closed(steps: int) -> None:
     if steps >= 1:
         task.restoring()
     if steps >= 2:
-        task.open([])
+        task.open()
     task.close()
     assert task.closed
     with pytest.raises(IllegalTaskTransition, match="task 0 cannot go from closed to closed"):
@@ -42,26 +41,37 @@ def test_a_task_closes_from_every_state_but_closed(steps: int) -> None:
 def test_illegal_transitions_are_refused_naming_the_task_and_both_states() -> None:
     task = ActiveTask(7)
     with pytest.raises(IllegalTaskTransition, match="task 7 cannot go from created to running"):
-        task.open([])
+        task.open()
     task.restoring()
     with pytest.raises(IllegalTaskTransition, match="from restoring to restoring"):
         task.restoring()
-    task.open([])
+    task.open()
     with pytest.raises(IllegalTaskTransition, match="from running to restoring"):
         task.restoring()
 
 
-def test_closing_takes_the_table_partitions_out_of_their_tables() -> None:
+def test_a_task_owns_its_state_manager_from_set_up_to_close_and_hands_it_back() -> None:
     from engine.app import App
     from engine.stores.memory import MemoryStoreBackend
+    from engine.tables.state import StateManager
+
+    class Stores:
+        backend = MemoryStoreBackend()
+
+        def open_store(self, table: object, number: int) -> object:
+            return self.backend.open("counts", number)
 
     app = App("lifecycle", broker="memory://")
     table = app.Table("counts", default=int)
-    part = TablePartition(2, MemoryStoreBackend().open("counts", 2), table.value_codec)
+    state = StateManager("task 2", Stores())  # type: ignore[arg-type]
+    state.open([(table, 2)])
     task = ActiveTask(2)
-    task.restoring()
-    task.open([(table, part)])
-    assert table.active[2] is part
-    task.close()
+    task.restoring(state)
+    assert 2 not in table.active, "nothing of it is read before it is set up"
+    task.open()
+    part = table.active[2]
+    assert part.store is state.store(table, 2)
+    assert task.close() is state
     assert 2 not in table.active
     assert task.partitions == []
+    assert task.state_manager is None
