@@ -77,11 +77,10 @@ class StrCodec:
 
 def _right_sized(encoded: bytes) -> bytes:
     """A copy of `encoded` that owns exactly its length. orjson (since 3.12) returns bytes that keep the whole
-    buffer it serialized into: 4 KB behind a 10-byte document. Wherever encoded bytes are kept (a memory
-    store's values, a checkpoint's pending changelog, the tables' key caches) that multiplied memory by up
-    to 400: the soak's memory-store worker held 459 MB for 100k counts. The copy costs ~45 ns per encode
-    (timeit, a 4-field dict: 112 -> 160 ns), 0.5% of the passthrough's per-event CPU. `bytes.join` of two
-    parts always copies; `bytes(b)` and `b[:]` return `b` itself."""
+    buffer it serialized into, many times the size of a small document. Wherever encoded bytes are kept (a
+    memory store's values, a checkpoint's pending changelog, the tables' key caches) that multiplied memory
+    by as much, and the copy is cheap beside the encode (both measured: benchmarks/README.md). `bytes.join`
+    of two parts always copies; `bytes(b)` and `b[:]` return `b` itself."""
     return b"".join((encoded, b""))
 
 
@@ -187,8 +186,9 @@ def loads(data: bytes | str) -> Any:
 
 
 def loads_many(documents: list[bytes]) -> list[Any]:
-    """Decode many JSON documents in one call, as one array: about 3x faster than one `loads` each, which
-    matters when a table export decodes millions of stored values. Values come back as plain JSON types."""
+    """Decode many JSON documents in one call, as one array: one call into orjson instead of one per
+    document, which matters when a table export decodes millions of stored values. Values come back as plain
+    JSON types."""
     try:
         decoded: list[Any] = orjson.loads(b"[" + b",".join(documents) + b"]")
     except orjson.JSONDecodeError as exc:
