@@ -176,6 +176,18 @@ def codec_for(type_: type | None, serializer: str | None = None) -> Codec:
     raise ConfigError(f"unknown serializer {serializer!r}; expected one of {', '.join(SERIALIZERS)}")
 
 
+def decode_text(codec: Codec, text: str, declared: type | None) -> Any:
+    """A key or value as a person types it (on a command line, in a URL), decoded with `codec`, so its type
+    is checked the same way as a record's. The JSON codec of an undeclared or str type takes a bare word
+    that is not JSON as the string itself: typing `ada` means "ada", without the quotes a shell would eat."""
+    try:
+        return codec.decode(text.encode())
+    except DecodeError:
+        if codec.name == "json" and declared in (None, str):
+            return text
+        raise
+
+
 def dumps(value: Any) -> bytes:
     """JSON for engine's own metadata (headers, replies, CLI output)."""
     return _right_sized(orjson.dumps(value))

@@ -12,6 +12,8 @@ manage an app. The CLI imports only this, the `engine` package and `engine.expor
   (`Progress`).
 - A key as a person types it, decoded with a table's key codec (`parse_key`), and as a URL names it
   (`key_text`); a running worker's web server asked (`ask_worker`).
+- Sending to a topic from outside a worker (`sending`: the topic created first where the app declares it,
+  or when asked), a key or value typed by a person decoded with a codec (`decode_text`).
 - Running as `engine worker` does: aiokafka's repeated errors summarised (`summarise_repeats`), on the
   event loop the `event_loop` setting picks (`run_on_loop`: uvloop when installed).
 - Resetting an app for reprocessing (`plan_reset`, `execute_reset`, `ResetTarget`, `ResetRefused`).
@@ -19,12 +21,13 @@ manage an app. The CLI imports only this, the `engine` package and `engine.expor
 
 from typing import Any as _Any
 
-from engine.codecs import dumps, loads
+from engine.codecs import decode_text, dumps, loads
 from engine.loops import run as run_on_loop
 from engine.monitors.logsummary import summarise_repeats
 from engine.operations.inspect import local_partitions, read_key, table_named
 from engine.operations.reset import ResetPlan, ResetRefused, ResetTarget, plan_reset
 from engine.operations.reset import execute as execute_reset
+from engine.operations.send import sending
 from engine.tables.partition import MISSING
 from engine.tables.recovery import Progress
 from engine.topics import planned_partitions
@@ -55,6 +58,7 @@ __all__ = [
     "Topology",
     "ask_worker",
     "build_topology",
+    "decode_text",
     "dumps",
     "execute_reset",
     "key_text",
@@ -66,6 +70,7 @@ __all__ = [
     "planned_partitions",
     "read_key",
     "run_on_loop",
+    "sending",
     "summarise_repeats",
     "table_named",
     "transport_for",
