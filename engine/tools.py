@@ -4,8 +4,8 @@ exactly what it imports from this module (tests/unit/cli checks both).
 
 - The topology an app declares (`build_topology`) and the partition count a topic gets
   (`planned_partitions`).
-- The broker an app's settings name, with their security settings: `transport_for(settings)` gives its
-  admin (topics, groups as `GroupDescription`, offsets).
+- An app's group on the broker its settings name: its members (`GroupDescription`) and its lag
+  (`group_status`).
 - An app's local table stores, read beside a running worker or offline (`table_named`, `local_partitions`,
   `read_key`, which returns `MISSING` for a key that is not there).
 - JSON as engine encodes and decodes it (`dumps`, `loads`), and the progress of a changelog replay
@@ -28,11 +28,11 @@ from engine.operations.inspect import local_partitions, read_key, table_named
 from engine.operations.reset import ResetTarget, plan_reset
 from engine.operations.reset import execute as execute_reset
 from engine.operations.send import sending
+from engine.operations.status import group_status
 from engine.tables.partition import MISSING
 from engine.tables.recovery import Progress
 from engine.topics import planned_partitions
 from engine.topology.plan import build_topology
-from engine.transport import transport_for
 from engine.transport.base import GroupDescription
 from engine.web.queries import key_text, parse_key
 
@@ -56,6 +56,7 @@ __all__ = [
     "decode_text",
     "dumps",
     "execute_reset",
+    "group_status",
     "key_text",
     "loads",
     "local_partitions",
@@ -67,5 +68,4 @@ __all__ = [
     "sending",
     "summarise_repeats",
     "table_named",
-    "transport_for",
 ]

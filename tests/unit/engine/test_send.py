@@ -10,7 +10,8 @@ import pytest
 
 import engine
 from engine.operations.send import ensure_topic
-from engine.tools import build_topology, sending, transport_for
+from engine.tools import build_topology, sending
+from engine.transport import transport_for
 from engine.transport.base import TopicSpec
 
 
