@@ -195,12 +195,12 @@ class Checkpointer:
         partition's go with the task of its number if it is in this cut, else with the first task that is.
         Under exactly-once they therefore commit with that task's offsets, not necessarily with those of
         the events that made them (README: global tables)."""
-        by_number = {part.task.number: part for part in cut.cuts}
+        by_number = {task_cut.task.number: task_cut for task_cut in cut.cuts}
         first = cut.cuts[0]
         for table in self.global_tables:
-            for number, part in table.active.items():
+            for number, partition in table.active.items():
                 owner = by_number.get(number, first)
-                owner.task.take(owner, table, part)
+                owner.task.take(owner, table, partition)
 
     @staticmethod
     def _split(cut: Checkpoint, failed: dict[int, BaseException]) -> None:

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from engine.tables.base import BaseTable
 
 KEY, WINDOW_START, WINDOW_END, PARTITION, VALUE = "key", "window_start", "window_end", "partition", "value"
-# Rows decoded at once. A chunk's pairs are Python objects until Arrow has them (about 200 bytes a row), and
+# Rows decoded at once. A chunk's pairs are Python objects until Arrow has them (far larger than Arrow's), and
 # an export has several chunks in flight (its decoding threads, the batches waiting for the writer); lake
 # writers gather batches into their own row groups, so a smaller chunk costs them nothing.
 CHUNK = 16_384

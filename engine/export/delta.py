@@ -22,7 +22,7 @@ from urllib.parse import unquote
 from engine.errors import ExportError
 from engine.export.columns import KEY, PARTITION
 from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
-from engine.export.optional import require
+from engine.export.optional import needs, require
 from engine.export.rewrite import FILE_BYTES, ROW_GROUP, Footer, Rewrite, write_files
 from engine.targets import DELTA, Target, is_uri
 
@@ -35,7 +35,11 @@ COMMIT_RETRIES = 20  # a commit that raced another writer's (two workers exporti
 
 
 def _deltalake() -> Any:
-    return require("deltalake", "Delta Lake export")
+    """deltalake, imported on the first use of a Delta table (only an export to one needs it)."""
+    with needs("deltalake", "Delta Lake export"):
+        import deltalake
+        import deltalake.transaction
+    return deltalake
 
 
 def _properties(commit: LakeCommit) -> Any:
@@ -126,7 +130,7 @@ class DeltaTarget:
                 if rewrite.holds(_bounds(found))]
         rewritten = rewrite.files(held, open_file)
         now = int(time.time() * 1000)
-        remove = require("deltalake.transaction", "Delta Lake export").RemoveAction
+        remove = deltalake.transaction.RemoveAction
         actions: list[Any] = [remove(found["path"], True, now, found["size_bytes"], {})
                               for found, _ in rewritten]
         actions += [add for _, add in rewritten if add is not None]
@@ -183,7 +187,7 @@ class _DeltaFile:
             self.fs.delete_file(self.path)
             return None
         stats = _statistics(self._parquet.writer.metadata)
-        transaction = require("deltalake.transaction", "Delta Lake export")
+        transaction = _deltalake().transaction
         return transaction.AddAction(self.name, size, {}, int(time.time() * 1000), True, stats)
 
     def abort(self) -> None:

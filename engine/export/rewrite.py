@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 REWRITERS = 2  # files rewritten at once (reading and writing Parquet release the GIL)
-# Rows per row group of a file written here: rows come in smaller batches (an export decodes 16,384 at a
-# time; a rewritten file's row groups lose rows), gathered to this many. Bounds a writer's memory, and a
-# rewrite's key lookups are per row group.
+# Rows per row group of a file written here: rows come in smaller batches (an export decodes CHUNK at a
+# time, engine.export.columns; a rewritten file's row groups lose rows), gathered to this many. Bounds a
+# writer's memory, and a rewrite's key lookups are per row group.
 ROW_GROUP = 131_072
 # A new file is closed once this much (in memory, uncompressed) is written to it; also a Delta table's
 # delta.targetFileSize, for delta-rs' own writes (a full export).

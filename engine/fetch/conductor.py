@@ -12,9 +12,9 @@ for at most PARK_AFTER: when a mailbox stays full longer, the batch is parked an
 paused until the mailbox has room again, so a stuck agent holds back its own partitions and no others
 (per-partition backpressure; memory stays bounded by the mailbox size plus one batch per parked partition).
 Why wait at all: aiokafka drops what it prefetched for a partition when it is paused and fetches it again
-after the resume, so pausing on every momentarily full mailbox cost a busy worker about 1.5 µs of CPU per
-event (benchmarks/passthrough.py, 12.5 -> 14.1 µs/msg); a full mailbox usually has room again within
-a fraction of a millisecond.
+after the resume, so pausing on every momentarily full mailbox cost a busy worker CPU on every event
+(benchmarks/passthrough.py; the figure is in benchmarks/README.md), while a full mailbox usually has room
+again well within PARK_AFTER.
 
 Offsets (the at-least-once rule): every dispatched record is tracked by its partition's lease and acked by
 each agent that received it; only the contiguous prefix of finished records is committed.

@@ -314,8 +314,7 @@ class WindowedTable(EventTimeTable):
         key is built only to read the store; and the store is read only for a window the live index says
         the store has, so a new window costs no RocksDB read, nor any lookup at all. The event, its time, the
         partition's state and stream time, and the buffer (`TablePartition.cached`/`set`) are inlined, and
-        the window gives its open starts in one call: 1,585 -> 1,165 ns per `table[key] += 1` against a plain
-        table's 760 (in-process on the memory store, fastest of 6 x 200k updates, two runs each)."""
+        the window gives its open starts in one call (what that saved: benchmarks/README.md)."""
         event = current_event()
         if event is None:
             event = self._event()  # raises, naming the table
@@ -422,7 +421,7 @@ class WindowedTable(EventTimeTable):
 
     def __getitem__(self, key: Any) -> WindowSet:
         """(Cached per key, bounded like the table's key locations: `table[key] += n` asks for one per event,
-        and a new object cost ~100 ns of the update's ~1.4 µs.)"""
+        and building a new one each time was a noticeable part of the update.)"""
         found = self._sets.get(key)
         if found is None:
             if len(self._sets) >= CACHED_KEYS:

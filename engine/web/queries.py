@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from engine.codecs import decode_text
 from engine.errors import DecodeError, EncodeError
 from engine.operations.inspect import window_entries
 from engine.scope import running_as
@@ -331,15 +332,6 @@ def key_text(table: BaseTable, key: Any) -> str:
 
 
 def parse_key(table: BaseTable, text: str) -> Any:
-    """A key as typed in a URL or on a command line, decoded with the table's own key codec (so its type is
-    checked the same way as a record's); on a JSON table without a declared key type a bare word is the
-    string itself."""
-    codec = table.plain_key_codec
-    if codec.name == "raw":
-        return text.encode()
-    try:
-        return codec.decode(text.encode())
-    except DecodeError:
-        if codec.name == "json" and table.changelog_topic.key_type in (None, str):
-            return text
-        raise
+    """A key as typed in a URL or on a command line, decoded with the table's own key codec
+    (engine.codecs.decode_text: on a JSON table without a declared key type a bare word is the string)."""
+    return decode_text(table.plain_key_codec, text, table.changelog_topic.key_type)

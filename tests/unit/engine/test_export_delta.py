@@ -10,6 +10,7 @@ import asyncio
 import json
 import random
 import re
+import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from engine import export, testing
 from engine.export import lake, rewrite
 from engine.export.delta import DeltaTarget
 from engine.export.iceberg import IcebergTarget
+from engine.export.optional import MissingDependency
 from engine.export.sources import checkpointed
 from engine.targets import parse_target
 from tests.lake import S3_BUCKET, s3_catalog, s3_environment
@@ -232,6 +234,18 @@ def test_app_export_takes_a_lake_table_and_a_positive_interval(tmp_path: Path) -
     with pytest.raises(engine.ConfigError, match="already exports totals"):
         app.export(totals, f"delta:{tmp_path / 'totals'}", every=10)
     assert app.exports[f"export:totals:delta:{tmp_path / 'totals'}"].every.total_seconds() == 10
+
+
+@pytest.mark.parametrize(("library", "target", "feature"), [("deltalake", "delta:{}", "Delta Lake export"),
+                                                           ("pyiceberg", "iceberg:ns.t", "Iceberg export")])
+def test_without_its_library_a_lake_export_says_how_to_install_it(tmp_path: Path, monkeypatch: Any,
+                                                                   library: str, target: str,
+                                                                   feature: str) -> None:
+    monkeypatch.setitem(sys.modules, library, None)  # what an import finds when it is not installed
+    app, _ = build_app()
+    settings = app.settings({"data_dir": tmp_path})
+    with pytest.raises(MissingDependency, match=rf"{feature} needs {library}.*pip install 'engine\[spark\]'"):
+        export.lake_table(parse_target(target.format(tmp_path / "t")), settings).history()
 
 
 def test_interleaved_scans_yield_every_batch_once_and_raise_a_scans_error() -> None:

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from engine import ConfigError, DecodeError, EncodeError
-from engine.codecs import codec_for, dumps
+from engine.codecs import codec_for, decode_text, dumps
 from engine.partitioner import KeyHashes, murmur2, partition_for
 from engine.settings import load_settings
 from engine.tasks.offsets import OffsetTracker
@@ -133,6 +133,19 @@ def test_str_and_raw_codecs():
         codec_for(None, "xml")
     with pytest.raises(EncodeError, match="cannot encode object"):
         codec_for(None).encode(object())
+
+
+def test_typed_text_is_decoded_by_the_codec_and_a_bare_word_is_a_string_where_one_fits():
+    """How `engine send` and the table queries read a key or value typed by a person (decode_text)."""
+    assert decode_text(codec_for(None), '{"n": 1}', None) == {"n": 1}
+    assert decode_text(codec_for(None), "1", None) == 1
+    assert decode_text(codec_for(None), "ada", None) == "ada"
+    assert decode_text(codec_for(None, "json"), "ada", str) == "ada"
+    assert decode_text(codec_for(None, "json"), '"ada"', str) == "ada"
+    with pytest.raises(DecodeError):
+        decode_text(codec_for(int), "ada", int)
+    assert decode_text(codec_for(str), "1", str) == "1"
+    assert decode_text(codec_for(bytes), "ada", bytes) == b"ada"
 
 
 def test_settings_precedence_and_coercion():
