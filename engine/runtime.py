@@ -372,9 +372,9 @@ def settle_heap() -> None:
     """Hide the start-up heap (modules, the app, clients) from the garbage collector.
 
     Everything allocated before the worker runs lives as long as the process; left in the collector's
-    generations, every full collection rescans it, and on the per-event path that cost up to 40% more CPU
-    per message in some runs of benchmarks/passthrough.py. A worker process owns its interpreter, so it
-    freezes that heap once, after start-up (the standard-library recipe for long-lived servers).
+    generations, every full collection rescans it, at a cost on the per-event path (benchmarks/README.md).
+    A worker process owns its interpreter, so it freezes that heap once, after start-up (the
+    standard-library recipe for long-lived servers).
     """
     gc.collect()
     gc.freeze()

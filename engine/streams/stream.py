@@ -14,6 +14,7 @@ upstream (a failing key function, a poison value) surfaces in the agent body, wh
 from __future__ import annotations
 
 import asyncio
+import enum
 import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -126,13 +127,13 @@ class _Operators:
     def items(self) -> DerivedStream:
         """(key, value) pairs."""
         if self is self.root:
-            return DerivedStream(self.root, _RootShaped(self.root, PAIR))
+            return DerivedStream(self.root, _RootShaped(self.root, Shape.PAIR))
         return DerivedStream(self.root, _Items(self.__aiter__(), self.root))
 
     def events(self) -> DerivedStream:
         """The Event objects (key, value, headers, timestamp, topic, partition, offset)."""
         if self is self.root:
-            return DerivedStream(self.root, _RootShaped(self.root, EVENT))
+            return DerivedStream(self.root, _RootShaped(self.root, Shape.EVENT))
         return DerivedStream(self.root, _Events(self.__aiter__(), self.root))
 
     def enumerate(self, start: int = 0) -> DerivedStream:
@@ -302,18 +303,25 @@ class _Events(_Items):
         return self._root.current_event
 
 
-# What a root stream's __anext__ returns: the value, (key, value), or the Event.
-VALUE, PAIR, EVENT = 0, 1, 2
+class Shape(enum.Enum):
+    """What a root stream's __anext__ returns for each event (compared by identity on the per-event path)."""
+
+    VALUE = "value"  # `async for value in stream`
+    PAIR = "pair"  # `stream.items()`: (key, value)
+    EVENT = "event"  # `stream.events()`: the Event
+
+
+# The shapes __anext__ compares with, as module globals: reading a global is cheaper than an enum's attribute.
+_VALUE, _PAIR = Shape.VALUE, Shape.PAIR
 
 
 class _RootShaped:
     """items() or events() of a root stream: its own __anext__, told what to return. A plain method, not a
-    coroutine awaiting the root's: the agent awaits one coroutine per event instead of two (a coroutine
-    frame less per event; on `benchmarks.stateful_count` its effect is within this machine's drift)."""
+    coroutine awaiting the root's: the agent awaits one coroutine per event instead of two."""
 
     __slots__ = ("_root", "_shape")
 
-    def __init__(self, root: Stream, shape: int) -> None:
+    def __init__(self, root: Stream, shape: Shape) -> None:
         self._root = root
         self._shape = shape
 
@@ -365,7 +373,7 @@ class Stream(_Operators):
     def __aiter__(self) -> Stream:
         return self
 
-    async def __anext__(self, shape: int = VALUE) -> Any:
+    async def __anext__(self, shape: Shape = Shape.VALUE) -> Any:
         quiesce = self._quiesce  # None unless exactly-once: then checkpoints pause agents between events
         event = self.current_event
         if event is not None:
@@ -399,9 +407,9 @@ class Stream(_Operators):
             self._timed_since = time.perf_counter()
         self.current_event = event
         enter(self)
-        if shape == VALUE:
+        if shape is _VALUE:
             return event.value
-        return (event.key, event.value) if shape == PAIR else event
+        return (event.key, event.value) if shape is _PAIR else event
 
     def rekey(self, key: Any) -> None:
         """The current event stands for a result of another key (a stream-stream join's record emitted

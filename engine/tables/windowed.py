@@ -312,9 +312,9 @@ class WindowedTable(EventTimeTable):
         The per-event path of every windowed table, so it avoids what cost most in `benchmarks.windowed`
         (py-spy): the key is routed once, by its own cached location, not once per window; a window's store
         key is built only to read the store; and the store is read only for a window the live index says
-        the store has, so a new window costs no RocksDB read, nor any lookup at all. The event, its time, the
-        partition's state and stream time, and the buffer (`TablePartition.cached`/`set`) are inlined, and
-        the window gives its open starts in one call (what that saved: benchmarks/README.md)."""
+        the store has, so a new window costs no RocksDB read, nor any lookup at all. Its time, the partition's
+        state and stream time, and the buffer (`TablePartition.cached`/`set`) are inlined, and the window
+        gives its open starts in one call (what that saved: benchmarks/README.md)."""
         event = current_event()
         if event is None:
             event = self._event()  # raises, naming the table
