@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.codecs import loads_many
 from engine.errors import EngineError, ExportError
-from engine.export.optional import require
+from engine.export.optional import needs
 from engine.tables.keys import META_PREFIX, window_bounds, window_inner_key
 
 if TYPE_CHECKING:
@@ -50,7 +50,8 @@ INFER_ROWS = 1024  # an undeclared type is inferred from this many rows (decoded
 
 def arrow_type(type_: Any) -> pa.DataType | None:
     """The Arrow type of a Python type annotation, or None when it must be inferred from the data."""
-    pa = require("pyarrow", "table export")
+    with needs("pyarrow", "table export"):
+        import pyarrow as pa
     scalars = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_(), bytes: pa.binary()}
     if type_ in scalars:
         return scalars[type_]
@@ -74,7 +75,8 @@ def arrow_type(type_: Any) -> pa.DataType | None:
 
 
 def _codec_type(codec: Codec, declared: Any) -> pa.DataType | None:
-    pa = require("pyarrow", "table export")
+    with needs("pyarrow", "table export"):
+        import pyarrow as pa
     if codec.name == "str":
         return pa.string()
     if codec.name == "raw":
@@ -86,7 +88,9 @@ class TableColumns:
     """Decodes one table's raw store pairs into record batches of a schema that stays fixed."""
 
     def __init__(self, table: BaseTable, *, partition_column: bool = False) -> None:
-        self.pa = require("pyarrow", "table export")
+        with needs("pyarrow", "table export"):
+            import pyarrow
+        self.pa = pyarrow
         self.table = table
         self.partition_column = partition_column
         self.window = table.window
@@ -203,7 +207,8 @@ class TableColumns:
     def _json_records(self, raw: list[bytes], type_: pa.DataType | None) -> Any:
         """JSON objects through Arrow's JSON reader: columns come out without a Python object per row."""
         pa = self.pa
-        json = require("pyarrow.json", "table export")
+        with needs("pyarrow", "table export"):
+            import pyarrow.json as json
         options = json.ParseOptions(
             explicit_schema=pa.schema(list(type_)) if type_ is not None else None,
             newlines_in_values=not self.table.has_own_changelog,  # others' JSON may be pretty-printed

@@ -22,7 +22,7 @@ from urllib.parse import unquote
 from engine.errors import ExportError
 from engine.export.columns import KEY, PARTITION
 from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
-from engine.export.optional import needs, require
+from engine.export.optional import needs
 from engine.export.rewrite import FILE_BYTES, ROW_GROUP, Footer, Rewrite, write_files
 from engine.targets import DELTA, Target, is_uri
 
@@ -68,7 +68,9 @@ class DeltaTarget:
         """The pyarrow file system of the table's location, and the location as that file system takes it
         (for files kept beside the table: an export round's stages)."""
         location = Target(DELTA, self.location).absolute().location
-        found, path = require("pyarrow.fs", "Delta Lake export").FileSystem.from_uri(location)
+        with needs("pyarrow", "Delta Lake export"):
+            import pyarrow.fs as fs_module
+        found, path = fs_module.FileSystem.from_uri(location)
         return found, str(path).rstrip("/")
 
     def history(self) -> list[tuple[int, LakeCommit]]:
@@ -87,7 +89,9 @@ class DeltaTarget:
                   partitions: Collection[int] | None, commit: LakeCommit) -> int:
         """Replace the rows of `partitions` (None: the whole table, its schema too) by `batches`, streamed
         (never all in memory) in one commit; returns the new version."""
-        deltalake, pa = _deltalake(), require("pyarrow", "Delta Lake export")
+        with needs("pyarrow", "Delta Lake export"):
+            import pyarrow as pa
+        deltalake = _deltalake()
         reader = pa.RecordBatchReader.from_batches(schema, batches)
         predicate = None
         if partitions is not None and self._exists():
@@ -111,7 +115,9 @@ class DeltaTarget:
                      commit: LakeCommit, partitions: Collection[int] = ()) -> int:
         """Delete every row of `keys` (values of the key column) and of `partitions`, and add `batches`, in
         one commit (engine.export.rewrite); returns the new version."""
-        deltalake, pa = _deltalake(), require("pyarrow", "Delta Lake export")
+        with needs("pyarrow", "Delta Lake export"):
+            import pyarrow as pa
+        deltalake = _deltalake()
         table = deltalake.DeltaTable(self.location)
         _require_plain_files(table, self.location)
         fs, root = self.file_system()
@@ -172,7 +178,8 @@ class _DeltaFile:
         self.path = f"{root}/{self.name}"
         self.rows = 0
         self._sink = fs.open_output_stream(self.path)
-        parquet = require("pyarrow.parquet", "Delta Lake export")
+        with needs("pyarrow", "Delta Lake export"):
+            import pyarrow.parquet as parquet
         self._parquet = parquet.ParquetWriter(self._sink, schema, compression="snappy")
 
     def write(self, rows: pa.Table) -> None:

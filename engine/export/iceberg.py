@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 from engine.errors import ExportError
 from engine.export.columns import KEY, PARTITION
 from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
-from engine.export.optional import needs, require
+from engine.export.optional import needs
 from engine.export.rewrite import Rewrite, write_files
 
 if TYPE_CHECKING:
@@ -154,7 +154,8 @@ class IcebergTarget:
         table = self._table() or self._create(schema)
         location = urlparse(table.location())
         if location.scheme in ("", "file"):
-            fs = require("pyarrow.fs", "Iceberg export")
+            with needs("pyarrow", "Iceberg export"):
+                import pyarrow.fs as fs
             return fs.LocalFileSystem(), location.path
         by_scheme = getattr(table.io, "fs_by_scheme", None)  # pyiceberg's PyArrowFileIO
         if by_scheme is None:

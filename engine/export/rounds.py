@@ -52,7 +52,7 @@ from engine.export.lake_writer import (
     warn_if_unshared,
     write_lake,
 )
-from engine.export.optional import require
+from engine.export.optional import needs
 from engine.export.sources import checkpointed
 from engine.export.staging import StagingArea
 
@@ -196,7 +196,8 @@ def _write_stages(snapshot: TableSnapshot, columns: TableColumns, area: StagingA
                   numbers: list[int], base: dict[int, int | None] | None,
                   position: Mapping[int, PartitionPosition], changed: dict[int, set[bytes]],
                   inputs: Mapping[TP, int]) -> None:
-    arrow = require("pyarrow", "lake export")
+    with needs("pyarrow", "lake export"):
+        import pyarrow as arrow
     area.open_round(round_)
     changes = TouchedKeys(snapshot, columns, changed)
     schema = columns.final_schema()
