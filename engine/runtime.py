@@ -21,7 +21,7 @@ from engine.assignor import Placement
 from engine.commit.guarantee import choose
 from engine.errors import ConfigError, WorkerFailed
 from engine.events import TP
-from engine.fetch.conductor import ORDERING, Conductor
+from engine.fetch.conductor import Conductor
 from engine.loops import running_loop_name
 from engine.monitors.loopwatch import LoopMonitor
 from engine.monitors.watchdog import Watchdog
@@ -36,6 +36,7 @@ from engine.tasks.manager import REVOKE_WAIT, TaskManager
 from engine.tasks.pauses import Pauses
 from engine.tasks.poison import PoisonRecords
 from engine.tasks.purge import RepartitionPurge
+from engine.tasks.release import ORDERING
 from engine.timers import timer_supervisor
 from engine.topics import planned_partitions
 from engine.topology.declaration import internal_topic

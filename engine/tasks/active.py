@@ -23,6 +23,7 @@ from engine.errors import PartitionMigrated
 from engine.events import TP
 from engine.tables.partition import DELETED
 from engine.tasks.lifecycle import Lifecycle, TaskState
+from engine.tasks.release import TaskRelease
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Mapping
@@ -47,11 +48,10 @@ class ActiveTask(Lifecycle):
         self.producer: Producer | None = None
         self.partitions: list[tuple[BaseTable, TablePartition]] = []
         self.state_manager: StateManager | None = None  # its stores (engine.tables.state), once set up
-        # With a table's source topic among its inputs: its batches, released in timestamp order by the
-        # conductor (`releasing` while it does, `waiting` while a table run waits for earlier events).
+        # With a table's source topic or a stream-stream join's streams among its inputs: its buffered
+        # batches, which the task releases in timestamp order (`release`).
         self.inputs: TaskInputs | None = None
-        self.releasing = False
-        self.waiting = False
+        self.release = TaskRelease(self)
 
     def __repr__(self) -> str:
         return (f"<ActiveTask {self.number}: {self.state.value}, {len(self.leases)} partitions, "
