@@ -49,6 +49,10 @@ FETCH_WAIT_WARNING = 30.0  # seconds a task's inputs wait for an empty input's r
 
 
 class ReleaseState(enum.Enum):
+    """Where a task's release stands: IDLE until asked (by the fetch loop, or once a parked batch is handed
+    over), RELEASING while it hands runs over, WAITING while a table's run waits in the background for the
+    events before it; a task is released by one of them at a time."""
+
     IDLE = "idle"
     RELEASING = "releasing"
     WAITING = "waiting for the events before a table run"
@@ -97,7 +101,7 @@ class Ordering:
     pauses: Pauses
     limit: int  # max_poll_records: about how many records one choice of runs takes
     tables: Mapping[str, ApplySource]  # per table source topic: how a task applies a run of it
-    quiesce: Quiesce | None  # the exactly-once gate: a table run waits while it is closed
+    quiesce: Quiesce | None  # the exactly-once gate: a table run that waited for events waits for it too
 
 
 class TaskRelease:
