@@ -20,9 +20,9 @@ from engine.errors import (
     WorkerFailed,
 )
 from engine.events import TP, Event
-from engine.processing.streams import Stream
 from engine.runtime import Worker, run_worker
 from engine.settings import Settings
+from engine.streams.stream import Stream
 from engine.topics import Topic
 
 __all__ = [

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Sequence
     from contextlib import AbstractContextManager
 
-    from engine.processing.streams import AgentFun
+    from engine.streams.stream import AgentFun
     from engine.topics import Topic
 
 REPLY_TO = "engine-reply-to"

@@ -22,12 +22,13 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     from engine.pipelines import Pipeline
-    from engine.processing.streams import AgentFun
+    from engine.streams.stream import AgentFun
     from engine.tables.base import BaseTable
-    from engine.tables.windowed import EventTimeTable
 from engine.tables.global_table import GlobalTable as _GlobalTable
 from engine.tables.source_table import SourceTable as _SourceTable
 from engine.tables.table import Table as _Table
+from engine.tables.windowed import EventTimeTable
+from engine.targets import ALL, Target, lake_target
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,24 @@ class Timer:
     aligned: bool = False
 
 
+@dataclass(frozen=True)
+class ScheduledExport:
+    """An export declared with `app.export`: the worker runs it as a timer aligned on the wall clock
+    (engine.export.schedule)."""
+
+    table: BaseTable | None  # None: every table that is not global
+    target: Target
+    every: timedelta
+
+    @property
+    def what(self) -> str:
+        return ALL if self.table is None else self.table.name
+
+    @property
+    def name(self) -> str:
+        return f"export:{self.what}:{self.target}"
+
+
 class App:
     def __init__(self, id: str, **settings: Any) -> None:
         self.id = id
@@ -52,6 +71,7 @@ class App:
         self.agents: dict[str, Agent] = {}
         self.timers: dict[str, Timer] = {}
         self.tables: dict[str, BaseTable] = {}
+        self.exports: dict[str, ScheduledExport] = {}
 
     def settings(self, overrides: Mapping[str, Any] | None = None) -> Settings:
         """The validated settings: App arguments < ENGINE_* environment < `overrides`."""
@@ -191,16 +211,19 @@ class App:
         (`delta:PATH` or `iceberg:NAMESPACE.TABLE`) at every multiple of `every` seconds on the wall clock,
         from every worker, each exporting the partitions it owns. Each tick is a round whose version holds
         every partition (engine.export.rounds; an Iceberg table on an object store: each worker's
-        partitions, a version of their own). A failed round is logged and the next one catches up."""
-        from engine.export.schedule import scheduled_export  # the export's libraries only when used
-
+        partitions, a version of their own). A failed round is logged and the next one catches up.
+        Declared here and checked now (a bad target fails at declaration); the worker runs it."""
         interval = every if isinstance(every, timedelta) else timedelta(seconds=every)
         if interval <= timedelta(0):
             raise ConfigError(f"export interval must be positive, not {every!r}")
-        fun, name = scheduled_export(self, what, target, interval.total_seconds())
-        if name in self.timers:
-            raise ConfigError(f"app {self.id!r} already exports {name.split(':', 1)[1]} to {target}")
-        self.timers[name] = Timer(name, interval, fun, aligned=True)
+        where = lake_target(target, "app.export")
+        if isinstance(what, str) and what != ALL:
+            raise ConfigError(f"app.export takes a table or {ALL!r}, not {what!r}")
+        table = None if isinstance(what, str) else (what.table if isinstance(what, EventTimeTable) else what)
+        export = ScheduledExport(table, where, interval)
+        if export.name in self.exports:
+            raise ConfigError(f"app {self.id!r} already exports {export.what} to {target}")
+        self.exports[export.name] = export
 
     def __repr__(self) -> str:
         return f"<App {self.id!r}: {len(self.topics)} topics, {len(self.agents)} agents>"

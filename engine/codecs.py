@@ -77,11 +77,10 @@ class StrCodec:
 
 def _right_sized(encoded: bytes) -> bytes:
     """A copy of `encoded` that owns exactly its length. orjson (since 3.12) returns bytes that keep the whole
-    buffer it serialized into: 4 KB behind a 10-byte document. Wherever encoded bytes are kept (a memory
-    store's values, a checkpoint's pending changelog, the tables' key caches) that multiplied memory by up
-    to 400: the soak's memory-store worker held 459 MB for 100k counts. The copy costs ~45 ns per encode
-    (timeit, a 4-field dict: 112 -> 160 ns), 0.5% of the passthrough's per-event CPU. `bytes.join` of two
-    parts always copies; `bytes(b)` and `b[:]` return `b` itself."""
+    buffer it serialized into, many times the size of a small document. Wherever encoded bytes are kept (a
+    memory store's values, a checkpoint's pending changelog, the tables' key caches) that multiplied memory
+    by as much, and the copy is cheap beside the encode (both measured: benchmarks/README.md). `bytes.join`
+    of two parts always copies; `bytes(b)` and `b[:]` return `b` itself."""
     return b"".join((encoded, b""))
 
 
@@ -177,6 +176,18 @@ def codec_for(type_: type | None, serializer: str | None = None) -> Codec:
     raise ConfigError(f"unknown serializer {serializer!r}; expected one of {', '.join(SERIALIZERS)}")
 
 
+def decode_text(codec: Codec, text: str, declared: type | None) -> Any:
+    """A key or value as a person types it (on a command line, in a URL), decoded with `codec`, so its type
+    is checked the same way as a record's. The JSON codec of an undeclared or str type takes a bare word
+    that is not JSON as the string itself: typing `ada` means "ada", without the quotes a shell would eat."""
+    try:
+        return codec.decode(text.encode())
+    except DecodeError:
+        if codec.name == "json" and declared in (None, str):
+            return text
+        raise
+
+
 def dumps(value: Any) -> bytes:
     """JSON for engine's own metadata (headers, replies, CLI output)."""
     return _right_sized(orjson.dumps(value))
@@ -187,8 +198,9 @@ def loads(data: bytes | str) -> Any:
 
 
 def loads_many(documents: list[bytes]) -> list[Any]:
-    """Decode many JSON documents in one call, as one array: about 3x faster than one `loads` each, which
-    matters when a table export decodes millions of stored values. Values come back as plain JSON types."""
+    """Decode many JSON documents in one call, as one array: one call into orjson instead of one per
+    document, which matters when a table export decodes millions of stored values. Values come back as plain
+    JSON types."""
     try:
         decoded: list[Any] = orjson.loads(b"[" + b",".join(documents) + b"]")
     except orjson.JSONDecodeError as exc:

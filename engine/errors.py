@@ -15,6 +15,7 @@
     ├── InvalidTimestamp       an event's time is negative (no timestamp): it cannot be put in a window
     ├── NotRunning             a send/ask before the worker started, or after it stopped
     ├── AskTimeout             an agent did not reply in time
+    ├── ExportError            a table cannot be exported as asked (a target, a schema, no stores)
     └── WorkerFailed           an agent or timer failed past its policy; the worker stopped
 """
 
@@ -100,3 +101,8 @@ class AskTimeout(EngineError, TimeoutError):
 
 class WorkerFailed(EngineError):
     """An agent or a timer failed beyond its error policy, so the worker stopped."""
+
+
+class ExportError(EngineError):
+    """A table cannot be exported as asked (its target is not one engine writes, its values do not fit one
+    schema, no stores, ...)."""

@@ -17,7 +17,7 @@ class TP(NamedTuple):
 
 
 class EventLease(Protocol):
-    """What an event needs of the assignment it was fetched under (engine.fetch.leases.Lease is one): whether
+    """What an event needs of the assignment it was fetched under (engine.tasks.leases.Lease is one): whether
     it is still dispatched and whether it ended, and where to ack its record."""
 
     dispatching: bool
@@ -50,7 +50,7 @@ class Event:
 
     Each agent that receives the record gets its own Event and acks it once; the partition's lease (its
     offset tracker) counts the acks of a record several agents share (see OffsetTracker.track). An event whose
-    lease ended belongs to a partition this worker no longer owns (engine.fetch.leases): it is never applied.
+    lease ended belongs to a partition this worker no longer owns (engine.tasks.leases): it is never applied.
     """
 
     __slots__ = ("key", "lease", "record", "time_ms", "value")

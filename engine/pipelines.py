@@ -30,8 +30,8 @@ from engine.windows import HoppingWindow, SessionWindow, SlidingWindow, Tumbling
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from engine.app import App
-    from engine.processing.streams import DerivedStream, Stream
+    from engine.streams.stream import DerivedStream, Stream
+    from engine.tables.declarer import Declarer
     from engine.tables.table import Table
     from engine.topics import Topic
     from engine.windows import Seconds, Window, WindowKind
@@ -52,7 +52,7 @@ class _Step:
 class Pipeline:
     """`app.stream(topic)`: steps, then optionally a window, then an aggregation."""
 
-    app: App
+    app: Declarer
     topic: Topic
     steps: tuple[_Step, ...] = ()
     window: WindowKind | None = None

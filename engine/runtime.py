@@ -17,12 +17,11 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from agents import Service
+from engine.assignor import Placement
 from engine.commit.guarantee import choose
 from engine.errors import ConfigError, WorkerFailed
 from engine.events import TP
-from engine.fetch.conductor import ORDERING, Conductor
-from engine.fetch.leases import Leases
-from engine.fetch.pauses import Pauses
+from engine.fetch.conductor import Conductor
 from engine.loops import running_loop_name
 from engine.monitors.loopwatch import LoopMonitor
 from engine.monitors.watchdog import Watchdog
@@ -31,11 +30,15 @@ from engine.processing.runner import AgentRunner
 from engine.scope import running_as
 from engine.tables.manager import TableManager
 from engine.tables.stream_joins import StreamJoin, as_how, stream_join
-from engine.tasks.assignment import Placement
-from engine.tasks.manager import TaskManager
+from engine.tasks.active import ActiveTask, source_appliers
+from engine.tasks.leases import Leases
+from engine.tasks.manager import REVOKE_WAIT, TaskManager
+from engine.tasks.pauses import Pauses
 from engine.tasks.poison import PoisonRecords
 from engine.tasks.purge import RepartitionPurge
+from engine.tasks.release import ORDERING
 from engine.timers import timer_supervisor
+from engine.topics import planned_partitions
 from engine.topology.declaration import internal_topic
 from engine.topology.plan import build_topology
 from engine.transport import ClientTuning, Producer, transport_for
@@ -44,9 +47,10 @@ from engine.windows import JoinWindows
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from engine.app import App
+    from engine.app import App, Timer
     from engine.settings import Settings
     from engine.topics import Topic
+    from engine.web.server import WebServer
     from engine.windows import Seconds
 
 log = logging.getLogger(__name__)
@@ -94,42 +98,27 @@ class Worker(Service):
             linger=settings.producer_linger.total_seconds(),
             session_timeout=settings.session_timeout.total_seconds(),
             transaction_timeout=settings.transaction_timeout.total_seconds()))
+        # The tasks active here: kept by the task manager, read by the conductor (whose task a batch is) and
+        # by the guarantee (whose transaction an event's sends go to).
+        active: dict[int, ActiveTask] = {}
         self.guarantee = choose(settings.processing_guarantee, self.transport, app.id,
-                                tables=bool(app.tables), worker_id=lambda: worker_identity(settings))
+                                tables=bool(app.tables), worker_id=lambda: worker_identity(settings),
+                                tasks=active)
         self.producer = self.guarantee.producer
         for producer in self.guarantee.producers:
             self.add_child(_ProducerService(producer))
-        ask_producer = self.guarantee.ask_producer
-        self.replies = self.add_child(ReplyService(self.transport, self.topology.replies.name, ask_producer))
-        self.tables = self.add_child(TableManager(
-            app.tables.values(), transport=self.transport, settings=settings,
-            admin_factory=self.transport.admin, owner=self,
-        )) if app.tables else None
-        tables = self.tables
-        instance = settings.group_instance_id
-        leases = Leases()
+        self.replies = self.add_child(ReplyService(self.transport, self.topology.replies.name,
+                                                   self.guarantee.ask_producer, self.guarantee.quiesce))
+        # The group's callbacks reach the task manager, made below with the consumer it reads from: they are
+        # the one place the worker's parts call each other in a circle (Kafka Streams' rebalance listener).
         self.placement = Placement(
             standby_replicas=settings.standby_replicas,
             acceptable_lag=settings.acceptable_recovery_lag,
-            stateful=tables is not None and any(not t.is_global for t in tables.tables.values()),
-            positions=tables.positions if tables is not None else dict,
+            stateful=any(not t.is_global for t in app.tables.values()),
+            positions=lambda: self.tasks.positions(),
             on_assignment=lambda assignment: self.tasks.on_assignment(assignment),
         )
-        self.web: Service | None = None  # engine.web.server.WebServer, imported only when it serves
-        if settings.web_enabled:  # started before the consumer joins: its address goes into the assignment
-            from engine.export.schedule import AskedExports  # (the export's libraries only when asked)
-            from engine.web.queries import TableQueries
-            from engine.web.server import WebServer  # aiohttp is imported only by a worker that serves
-
-            queries = TableQueries(self, app.tables, owners=self._owners, assigned=self._assigned,
-                                   endpoint=lambda: self.placement.endpoint,
-                                   standby=tables.standby_store if tables is not None else None,
-                                   standbys=lambda: self.tasks.standby)
-            web = self.web = self.add_child(WebServer(app.id, queries, settings.web_host, settings.web_port,
-                                                      on_bound=self._web_bound, metrics=self.metrics,
-                                                      status=self.status, exports=AskedExports(app)))
-            if self.tables is not None:
-                self.tables.query = web.query
+        instance = settings.group_instance_id
         self.consumer = self.transport.consumer(
             group_id=settings.app_id,
             instance_id=worker_identity(settings) if instance == "auto" else instance,
@@ -140,13 +129,24 @@ class Worker(Service):
             auto_offset_reset=settings.auto_offset_reset,
             placement=self.placement,
         )
+        tables = self.tables = self.add_child(TableManager(
+            app.tables.values(), transport=self.transport, settings=settings,
+            admin_factory=self.transport.admin, request_rebalance=self.consumer.request_rebalance,
+        )) if app.tables else None
+        self.web: WebServer | None = None  # imported only by a worker that serves
+        if settings.web_enabled:  # started before the consumer joins: its address goes into the assignment
+            self.web = self.add_child(self._web_server())
+        # Topics whose events write windowed tables on their topic's time: the conductor records, per batch,
+        # the largest event time of these topics' partitions (the tables add them at their first write).
+        self.timed_topics: set[str] = set()
+        leases = Leases()
         pauses = Pauses(self.consumer, keep_fetched=[ORDERING])  # (its records are wanted again soon)
-        sources = tables.source_appliers() if tables is not None else {}
+        sources = source_appliers(active, app.tables.values())
         poison = PoisonRecords(settings.poison_after_losses)
         self.conductor = Conductor(
             self.consumer, leases=leases, pauses=pauses, max_poll_records=settings.max_poll_records,
             admin_factory=self.transport.admin, quiesce=self.guarantee.quiesce, poison=poison,
-            timed_topics=tables.timed_topics if tables is not None else None,
+            timed_topics=self.timed_topics, tasks=active,
             plan=lambda topic: self.topology.declare_late(topic, "source").spec,
             table_sources=sources, ordered_topics=self.topology.ordered(), serial_topics=self.topology.serial,
         )
@@ -154,19 +154,13 @@ class Worker(Service):
             leases=leases, consumer=self.consumer, pauses=pauses, guarantee=self.guarantee, tables=tables,
             drop_queued=self.conductor.drop_queued, busy=self.conductor.busy_events,
             commit_interval=settings.commit_interval.total_seconds(),
-            revoke_wait=min(settings.shutdown_timeout.total_seconds(), 5.0),
+            revoke_wait=min(settings.shutdown_timeout.total_seconds(), REVOKE_WAIT),
             reset_to_end=settings.auto_offset_reset == "latest", poison=poison,
             table_sources=sources, ordered_topics=self.topology.ordered(),
             max_task_idle=settings.max_task_idle.total_seconds(),
+            active=active, on_settled=self._settled,
         )
-        self.conductor.tasks = self.tasks.active
-        self.tasks.on_settled = self._settled
         self._said_ready = False
-        self.guarantee.route_to(self.tasks.active)
-        if tables is not None:
-            tables.request_rebalance = self.consumer.request_rebalance
-            tables.checkpoint = self.tasks.checkpoint
-        self.replies.quiesce = self.guarantee.quiesce
         topics = self.topology.topics
         self.runners = [
             self.add_child(AgentRunner(
@@ -182,14 +176,14 @@ class Worker(Service):
         ]
         for runner in self.runners:
             self.conductor.add_route(runner.agent.channel, runner)
-        self.timers = self.add_child(timer_supervisor(list(app.timers.values()), settings,
-                                                      is_leader=self._is_leader))
+        timers = [*app.timers.values(), *self._export_timers()]
+        self.timers = self.add_child(timer_supervisor(timers, settings, is_leader=self._is_leader))
         self.add_child(self.tasks)
         self.add_child(self.conductor)
         self.add_child(Watchdog(self.conductor.busy_events, settings.stuck_event_warning.total_seconds(),
                                 tasks=self.conductor.task_states))
         self.purge = self.add_child(RepartitionPurge(
-            self.tasks.active, [p.name for p in self.topology.topics.values() if p.role == "repartition"],
+            active, [p.name for p in self.topology.topics.values() if p.role == "repartition"],
             self.transport.admin, settings.repartition_purge_interval.total_seconds()))
         self.loop_monitor = self.add_child(LoopMonitor(
             self.conductor.busy_events, settings.blocked_loop_warning.total_seconds(),
@@ -197,6 +191,29 @@ class Worker(Service):
                                                                  event.offset, agent, seconds),
         )) if watch_loop else None
         self._stopping = asyncio.Event()
+
+    def _web_server(self) -> WebServer:
+        """The worker's web server (engine.web): aiohttp and the export's modules are imported only by a
+        worker that serves."""
+        from engine.export.schedule import AskedExports
+        from engine.web.queries import TableQueries
+        from engine.web.server import WebServer
+
+        queries = TableQueries(self, self.app.tables, owners=self._owners, assigned=self._assigned,
+                               endpoint=lambda: self.placement.endpoint,
+                               standby=lambda table, number: self.tasks.standby_store(table, number),
+                               standbys=lambda: self.tasks.standby)
+        return WebServer(self.app.id, queries, self.settings.web_host, self.settings.web_port,
+                         on_bound=self._web_bound, metrics=self.metrics, status=self.status,
+                         exports=AskedExports(self.app))
+
+    def _export_timers(self) -> list[Timer]:
+        """The timers of the app's scheduled exports (`app.export`)."""
+        if not self.app.exports:
+            return []
+        from engine.export.schedule import scheduled_export  # (the export's libraries only when used)
+
+        return [scheduled_export(self.app, export) for export in self.app.exports.values()]
 
     def _is_leader(self) -> bool:
         """The group's leader for `on_leader` timers: the worker that owns task 0, set up and not moving
@@ -219,7 +236,7 @@ class Worker(Service):
             "active": sorted(assigned), "recovering": sorted(n for n, ready in assigned.items() if not ready),
             "standby": sorted(self.tasks.standby),
             "store_positions": {str(n): at for n, at in sorted(
-                (self.tables.positions() if self.tables is not None else {}).items())},
+                self.tasks.positions().items())},
             "late_events": {t.name: t.windowed.late_events for t in self.app.tables.values()
                             if t.windowed is not None},
         }
@@ -276,6 +293,8 @@ class Worker(Service):
             counts = await admin.create_topics(self.topology.specs())
             self.topology.check(counts, await admin.topic_configs(sources) if sources else {})
             self.replies.partitions = counts[self.replies.topic]
+            if self.app.tables:
+                self._bind_tables(await admin.describe_topics())
         finally:
             await admin.close()
         for name in self.topology.undeclared:
@@ -285,11 +304,22 @@ class Worker(Service):
             topic.attach(self.producer, self)
         for agent in self.app.agents.values():
             agent.attach(self.replies, self)
-        for table in self.app.tables.values():
-            if table.windowed is not None:
-                table.windowed.topics = self.app.topics
         log.info("worker %s starting on %s (event loop: %s): agents %s", self.app.id, self.settings.broker,
                  running_loop_name(), ", ".join(self.app.agents) or "none")
+
+    def _bind_tables(self, counts: Mapping[str, int]) -> None:
+        """Bind the app's tables to this worker (engine.scope): their partition counts (their changelogs',
+        `counts` of every topic on the broker), the topics whose events give stream time, this worker's
+        checkpoint and web server; each windowed table learns the app's topics (for their extractors)."""
+        query = self.web.query if self.web is not None else None
+        for table in self.app.tables.values():
+            count = counts.get(table.changelog_topic.name) or planned_partitions(table.changelog_topic,
+                                                                                  self.settings)
+            timed = table.windowed is not None and table.windowed.timestamp is None
+            table.bind(self, count, counts, writers=self.timed_topics if timed else None,
+                       checkpoint=self.tasks.checkpoint, query=query, settings=self.settings)
+            if table.windowed is not None:
+                table.windowed.topics = self.app.topics
 
     async def start(self) -> None:
         """Start, with every task the worker starts knowing it belongs to this worker (engine.scope)."""
@@ -299,6 +329,8 @@ class Worker(Service):
     async def stop(self) -> None:
         with running_as(self):
             await super().stop()
+        for table in self.app.tables.values():
+            table.unbind(self)
 
     async def on_stop(self) -> None:
         self.conductor.stop_fetching()
@@ -345,9 +377,9 @@ def settle_heap() -> None:
     """Hide the start-up heap (modules, the app, clients) from the garbage collector.
 
     Everything allocated before the worker runs lives as long as the process; left in the collector's
-    generations, every full collection rescans it, and on the per-event path that cost up to 40% more CPU
-    per message in some runs of benchmarks/passthrough.py. A worker process owns its interpreter, so it
-    freezes that heap once, after start-up (the standard-library recipe for long-lived servers).
+    generations, every full collection rescans it, at a cost on the per-event path (benchmarks/README.md).
+    A worker process owns its interpreter, so it freezes that heap once, after start-up (the
+    standard-library recipe for long-lived servers).
     """
     gc.collect()
     gc.freeze()

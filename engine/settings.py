@@ -67,7 +67,7 @@ class Settings:
     store: str = "rocksdb://"
     # Bytes of memory every RocksDB store of a worker shares: one block cache, with the memtables charged to
     # it (up to half), as Kafka Streams' BoundedMemoryRocksDBConfig. Unbounded, each store's memtables grew
-    # until 64 MB before their first flush (4 stores: 38 -> 121 MB over 2.4M writes; with it 55-70 MB).
+    # until 64 MB before their first flush, so a worker's memory grew with its writes times its stores.
     store_memory: int = 64 * 1024 * 1024
     standby_replicas: int = 0
     # Static membership (KIP-345): "auto" (the worker id kept in the data dir) or a name unique in the group;
@@ -76,10 +76,10 @@ class Settings:
     acceptable_recovery_lag: int = 10_000  # records: a partition moves only to a store this close to its end
     state_cleanup_delay: timedelta = timedelta(minutes=10)  # a store not assigned here this long is deleted
     # How long the producer of agents' sends (at-least-once) waits to fill a batch. 0 (aiokafka's default):
-    # under load batches fill while the previous request is in flight anyway (benchmarks/passthrough.py:
-    # 90.3k msg/s at 5 ms, 90.6k at 0), and a lone event is not held back (benchmarks/latency.py: p50 7 ms
-    # at 5 ms, 2 ms at 0). Transactional producers (changelogs; everything under exactly-once) batch for
-    # 5 ms whatever this says: their records are visible only at commit.
+    # under load batches fill while the previous request is in flight anyway, so throughput does not need
+    # the wait, and a lone event is not held back by it (benchmarks/passthrough.py, benchmarks/latency.py).
+    # Transactional producers (changelogs; everything under exactly-once) wait TRANSACTIONAL_LINGER
+    # (engine.transport.kafka) whatever this says: their records are visible only at commit.
     producer_linger: timedelta = timedelta(0)
     agent_error_policy: ErrorPolicy = "dlq"
     processing_guarantee: Guarantee = "at_least_once"

@@ -1,35 +1,39 @@
 """What operations tools use besides the App API: the `engine` CLI, and scripts of users that inspect or
-manage an app. The CLI imports only this, the `engine` package and `engine.export` (a test checks it).
+manage an app. The CLI imports only this, the `engine` package and `engine.export`, and `__all__` here is
+exactly what it imports from this module (tests/unit/cli checks both).
 
-- The topology an app declares (`build_topology`, `Topology`) and the partition count a topic gets
+- The topology an app declares (`build_topology`) and the partition count a topic gets
   (`planned_partitions`).
-- The broker an app's settings name, with their security settings: `transport_for(settings)` (or
-  `open_transport(url, options)`) gives its admin (`Admin`: topics, groups, offsets), with `TopicSpec` and
-  `GroupDescription`.
+- An app's group on the broker its settings name: its members (`GroupDescription`) and its lag
+  (`group_status`).
 - An app's local table stores, read beside a running worker or offline (`table_named`, `local_partitions`,
   `read_key`, which returns `MISSING` for a key that is not there).
 - JSON as engine encodes and decodes it (`dumps`, `loads`), and the progress of a changelog replay
   (`Progress`).
 - A key as a person types it, decoded with a table's key codec (`parse_key`), and as a URL names it
   (`key_text`); a running worker's web server asked (`ask_worker`).
+- Sending to a topic from outside a worker (`sending`: the topic created first where the app declares it,
+  or when asked), a key or value typed by a person decoded with a codec (`decode_text`).
 - Running as `engine worker` does: aiokafka's repeated errors summarised (`summarise_repeats`), on the
   event loop the `event_loop` setting picks (`run_on_loop`: uvloop when installed).
-- Resetting an app for reprocessing (`plan_reset`, `execute_reset`, `ResetTarget`, `ResetRefused`).
+- Resetting an app for reprocessing (`plan_reset`, `execute_reset`, `ResetTarget`).
 """
 
 from typing import Any as _Any
 
-from engine.codecs import dumps, loads
+from engine.codecs import decode_text, dumps, loads
 from engine.loops import run as run_on_loop
 from engine.monitors.logsummary import summarise_repeats
-from engine.operations.reset import ResetPlan, ResetRefused, ResetTarget, plan_reset
+from engine.operations.inspect import local_partitions, read_key, table_named
+from engine.operations.reset import ResetTarget, plan_reset
 from engine.operations.reset import execute as execute_reset
-from engine.tables.inspect import local_partitions, read_key, table_named
+from engine.operations.send import sending
+from engine.operations.status import group_status
 from engine.tables.partition import MISSING
 from engine.tables.recovery import Progress
-from engine.topology.plan import Topology, build_topology, planned_partitions
-from engine.transport import open_transport, transport_for
-from engine.transport.base import Admin, GroupDescription, TopicSpec
+from engine.topics import planned_partitions
+from engine.topology.plan import build_topology
+from engine.transport.base import GroupDescription
 from engine.web.queries import key_text, parse_key
 
 
@@ -44,28 +48,24 @@ async def ask_worker(url: str, path: str, body: _Any = None, timeout: float = 5.
 
 __all__ = [
     "MISSING",
-    "Admin",
     "GroupDescription",
     "Progress",
-    "ResetPlan",
-    "ResetRefused",
     "ResetTarget",
-    "TopicSpec",
-    "Topology",
     "ask_worker",
     "build_topology",
+    "decode_text",
     "dumps",
     "execute_reset",
+    "group_status",
     "key_text",
     "loads",
     "local_partitions",
-    "open_transport",
     "parse_key",
     "plan_reset",
     "planned_partitions",
     "read_key",
     "run_on_loop",
+    "sending",
     "summarise_repeats",
     "table_named",
-    "transport_for",
 ]

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
     from engine.events import Event, Headers, RawRecord
+    from engine.settings import Settings
     from engine.transport.base import Producer
 
 
@@ -150,3 +151,9 @@ class _CurrentProducer:
         producer = self._producers.current()
         assert producer is not None
         return producer.send(topic, key, value, **options)
+
+
+def planned_partitions(topic: Topic, settings: Settings, like: int | None = None) -> int:
+    """The partition count the worker creates `topic` with: its declared count, else `like` (the count of
+    the topic it follows), else `topic_partitions`. (An existing topic keeps its own.)"""
+    return topic.partitions or like or settings.topic_partitions

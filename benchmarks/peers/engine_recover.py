@@ -24,18 +24,16 @@ async def main() -> None:
 
     worker = engine.Worker(app, app.settings())
     assert worker.tables is not None
-    activate = worker.tables.activate
+    restore = worker.tables.restore
     done = asyncio.Event()
 
-    async def timed_activate(numbers: Collection[int], sources: Any = None,
-                             ) -> dict[int, list[tuple[Any, Any]]]:
-        parts = await activate(numbers, sources)
+    async def timed_restore(states: Collection[Any], until: Any = None) -> None:
+        await restore(states, until)
         job.extra["replayed"] = sum(worker.tables.replayed.values())  # type: ignore[union-attr]
         job.report(time.perf_counter() - started)
         done.set()
-        return parts
 
-    worker.tables.activate = timed_activate  # type: ignore[method-assign]
+    worker.tables.restore = timed_restore  # type: ignore[method-assign]
     await worker.start()
     await done.wait()
     worker.request_stop()

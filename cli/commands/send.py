@@ -14,12 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from cli.loader import load_app
 from engine import App, ConfigError, DecodeError, EngineError, Topic
-from engine.tools import TopicSpec, Topology, build_topology, loads, transport_for
+from engine.tools import decode_text, loads, sending
 
 if TYPE_CHECKING:
     import argparse
-
-    from engine.tools import Admin
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -42,10 +40,8 @@ def _parse(topic: Topic, text: str | None, what: str) -> Any:
     codec = topic.value_codec if what == "value" else topic.key_codec
     declared = topic.value_type if what == "value" else topic.key_type
     try:
-        return codec.decode(text.encode())
+        return decode_text(codec, text, declared)
     except DecodeError as exc:
-        if codec.name == "json" and declared in (None, str):
-            return text  # a bare word on a JSON topic means the string
         raise DecodeError(f"{what} {text!r} does not fit topic {topic.name!r}: {exc}") from None
 
 
@@ -57,27 +53,15 @@ async def _send(app: App, broker: str | None, args: argparse.Namespace) -> None:
     if args.file is None:
         key = _parse(topic, args.key, "key")
         value = _parse(topic, args.value, "value")
-    if settings.transport_scheme == "memory":
-        raise ConfigError(
-            f"engine send cannot use {settings.broker}: an in-memory broker lives inside one process, so the "
-            "record would be gone when this command exits; send to Kafka (--broker kafka://host:port), or "
-            "from inside the app (a timer, or engine.testing in a test)"
-        )
-    transport = transport_for(settings)
-    await _ensure_topic(transport.admin(), build_topology(app, settings), topic, args.create)
-    producer = transport.producer()
-    await producer.start()
-    try:
-        topic.attach(producer)
+    async with sending(app, settings, topic, create=args.create) as created:
+        if created is not None:
+            print(f"created topic {created.name} with {created.partitions} partitions")
         if args.file is not None:
             await _send_lines(topic, args.file)
             return
         future = await topic.send(key=key, value=value, timestamp_ms=args.timestamp_ms)
         metadata: Any = await future
         print(f"sent to {metadata.topic}[{metadata.partition}] at offset {metadata.offset}")
-    finally:
-        topic.attach(None)
-        await producer.stop()
 
 
 PROGRESS_EVERY = 10_000  # records between two progress lines
@@ -111,25 +95,6 @@ async def _send_lines(topic: Topic, path: str) -> None:
     for future in pending:
         await future
     print(f"sent {len(pending)} records to {topic.name}")
-
-
-async def _ensure_topic(admin: Admin, topology: Topology, topic: Topic, create: bool) -> None:
-    try:
-        if topic.name in await admin.describe_topics():
-            return
-        plan = topology.topics.get(topic.name)
-        if plan is None and not create:
-            declared = ", ".join(sorted(p.name for p in topology.topics.values() if not p.topic.internal))
-            raise ConfigError(
-                f"topic {topic.name!r} does not exist on {topology.settings.broker} and app "
-                f"{topology.app_id!r} does not declare it (it declares {declared or 'no topics'}); check the "
-                "name, or pass --create to create it")
-        spec = plan.spec if plan is not None else TopicSpec(
-            topic.name, topology.settings.topic_partitions, topology.settings.topic_replication)
-        await admin.create_topics([spec])
-        print(f"created topic {spec.name} with {spec.partitions} partitions")
-    finally:
-        await admin.close()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,14 +11,12 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from cli.loader import load_app
-from engine import TP, ConfigError
-from engine.tools import ask_worker, build_topology, transport_for
+from engine.tools import ask_worker, group_status
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Iterable
 
-    from engine import App
     from engine.tools import GroupDescription
 
 
@@ -31,36 +29,10 @@ def _numbers(values: Iterable[int]) -> str:
     return ",".join(str(n) for n in sorted(values)) or "-"
 
 
-async def _status(app: App, broker: str | None) -> tuple[GroupDescription, dict[int, int]]:
-    settings = app.settings({"broker": broker})
-    if settings.transport_scheme == "memory":
-        raise ConfigError(f"engine status cannot see {settings.broker}: an in-memory broker lives inside the "
-                          "worker's process; run it against Kafka (--broker kafka://host:port)")
-    topology = build_topology(app, settings)
-    transport = transport_for(settings)
-    admin = transport.admin()
-    try:
-        group = await admin.describe_group(app.id)
-        committed = await admin.committed(app.id)
-        counts = await admin.describe_topics()
-    finally:
-        await admin.close()
-    tps = [TP(t, p) for t in topology.subscribed() if t in counts for p in range(counts[t])]
-    reader = transport.consumer(group_id=None)
-    await reader.start()
-    try:
-        bounds = await reader.offsets(tps) if tps else {}
-    finally:
-        await reader.stop()
-    lag: dict[int, int] = {}
-    for tp, (first, end) in bounds.items():
-        lag[tp.partition] = lag.get(tp.partition, 0) + end - max(committed.get(tp, first), first)
-    return group, lag
-
-
 def run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
-    group, lag = asyncio.run(_status(app, args.broker))
+    status = asyncio.run(group_status(app, app.settings({"broker": args.broker})))
+    group, lag = status.group, status.lag
     live = asyncio.run(_ask_members(group))
     print(f"group {app.id}: {group.state}, {len(group.members)} members")
     if group.members:

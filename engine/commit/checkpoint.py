@@ -22,7 +22,7 @@ were "Invalid state transition READY -> COMMITTING_TRANSACTION"; two interleaved
 partition's flushing buffer).
 
 Exactly-once needs agents between events when the cut is taken: the checkpoint closes the quiesce gate
-(engine.commit.quiesce) and waits, bounded, for the agents inside an event. Past the bound it goes on without
+(engine.streams.quiesce) and waits, bounded, for the agents inside an event. Past the bound it goes on without
 the tasks those events belong to: their offsets, buffered writes and closed windows stay out of the cut and
 their transactions stay open (whatever the event sent so far is in there), while every other task commits. The
 guarantee never weakens: a task commits only at a point where none of its events is half done. Later
@@ -42,15 +42,15 @@ from typing import TYPE_CHECKING
 
 from engine.commit.transactions import TransactionsFailed
 from engine.errors import EngineError, TransactionAborted, TransportError
-from engine.monitors.stats import Histogram
+from engine.stats import Histogram
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping
 
+    from engine.commit.cut import CutTask, TaskCut
     from engine.commit.guarantee import Guarantee
     from engine.events import TP, Event
     from engine.tables.base import BaseTable
-    from engine.tasks.active import ActiveTask, TaskCut
     from engine.transport.base import Consumer
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class Checkpointer:
     def __init__(
         self,
         *,
-        tasks: Mapping[int, ActiveTask],
+        tasks: Mapping[int, CutTask],
         consumer: Consumer,
         guarantee: Guarantee,
         busy: Callable[[], list[tuple[str, Event]]],
@@ -195,12 +195,12 @@ class Checkpointer:
         partition's go with the task of its number if it is in this cut, else with the first task that is.
         Under exactly-once they therefore commit with that task's offsets, not necessarily with those of
         the events that made them (README: global tables)."""
-        by_number = {part.task.number: part for part in cut.cuts}
+        by_number = {task_cut.task.number: task_cut for task_cut in cut.cuts}
         first = cut.cuts[0]
         for table in self.global_tables:
-            for number, part in table.active.items():
+            for number, partition in table.active.items():
                 owner = by_number.get(number, first)
-                owner.task.take(owner, table, part)
+                owner.task.take(owner, table, partition)
 
     @staticmethod
     def _split(cut: Checkpoint, failed: dict[int, BaseException]) -> None:

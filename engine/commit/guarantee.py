@@ -4,8 +4,9 @@ It decides everything that differs between the two, so that nothing else asks wh
 - which producer agents send with (exactly-once: the tasks' transactions, engine.commit.transactions;
   at-least-once: a plain producer), and which one `ask` uses (always outside transactions,
   engine.processing.replies);
-- whether checkpoints pause agents between events (exactly-once: the quiesce gate, engine.commit.quiesce), and
-  which tasks a cut leaves out because one of their events is still in progress;
+- whether checkpoints pause agents between events (exactly-once: the quiesce gate,
+  engine.streams.quiesce), and which tasks a cut leaves out because one of their events is still in
+  progress;
 - how a checkpoint commits: at-least-once confirms the group membership, flushes what agents sent, commits
   the changelogs' transactions, then commits the offsets through the group; exactly-once commits each task's
   transaction with its offsets (on a transport without transactions, memory://, it flushes and commits the
@@ -23,15 +24,15 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from engine.commit.quiesce import Quiesce
 from engine.commit.transactions import EventProducer, HasProducer, commit_transactions, task_transactional_id
 from engine.errors import PartitionMigrated
+from engine.streams.quiesce import Quiesce
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from engine.commit.cut import TaskCut
     from engine.events import TP, Event
-    from engine.tasks.active import TaskCut
     from engine.transport.base import Consumer, Producer, Transport
 
 log = logging.getLogger(__name__)
@@ -58,9 +59,6 @@ class Guarantee(Protocol):
     def task_producer(self) -> Callable[[int], Producer] | None:
         """A new producer for task n (its changelogs; under exactly-once every send of its events), if tasks
         need one."""
-
-    def route_to(self, tasks: Mapping[int, HasProducer]) -> None:
-        """The active tasks, whose producers take what agents send inside their events."""
 
     @property
     def producers(self) -> list[Producer]:
@@ -110,9 +108,6 @@ class AtLeastOnce:
     def producers(self) -> list[Producer]:
         return [self.producer]
 
-    def route_to(self, tasks: Mapping[int, HasProducer]) -> None:
-        pass  # agents send with the plain producer
-
     @property
     def commits_empty_cuts(self) -> bool:
         return False
@@ -152,9 +147,11 @@ class ExactlyOnce:
 
     name = "exactly_once"
 
-    def __init__(self, transport: Transport, app_id: str, worker_id: str) -> None:
+    def __init__(self, transport: Transport, app_id: str, worker_id: str, tasks: Mapping[int, HasProducer]
+                 ) -> None:
+        """`tasks`: the active tasks, whose producers take what agents send inside their events."""
         self.group_id = app_id
-        self.events = EventProducer(transport, worker_id)
+        self.events = EventProducer(transport, worker_id, tasks)
         self.producer: Producer = self.events  # agents' sends go to their event's task's transaction
         self.task_producer: Callable[[int], Producer] = (
             lambda n: transport.producer(task_transactional_id(app_id, n)))
@@ -166,9 +163,6 @@ class ExactlyOnce:
     @property
     def producers(self) -> list[Producer]:
         return [self.events, self.ask_producer]
-
-    def route_to(self, tasks: Mapping[int, HasProducer]) -> None:
-        self.events.tasks = tasks
 
     @property
     def commits_empty_cuts(self) -> bool:
@@ -219,8 +213,8 @@ class ExactlyOnce:
 
 
 def choose(name: str, transport: Transport, app_id: str, *, tables: bool,
-           worker_id: Callable[[], str]) -> Guarantee:
-    """The strategy for the `processing_guarantee` setting."""
+           worker_id: Callable[[], str], tasks: Mapping[int, HasProducer]) -> Guarantee:
+    """The strategy for the `processing_guarantee` setting; `tasks`: the worker's active tasks."""
     if name == "exactly_once":
-        return ExactlyOnce(transport, app_id, worker_id())
+        return ExactlyOnce(transport, app_id, worker_id(), tasks)
     return AtLeastOnce(transport, app_id, tables=tables)

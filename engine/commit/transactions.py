@@ -27,7 +27,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.errors import EngineError, PartitionMigrated, ProducerFenced, TransactionAborted
-from engine.processing.streams import current_stream
+from engine.streams.current import current_event
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Mapping, Sequence
@@ -75,14 +75,14 @@ async def commit_transactions(commits: Mapping[int, tuple[Producer, Mapping[TP, 
 
 class EventProducer:
     """The Producer agents send with under exactly-once: a send made inside an event goes to its task's
-    transaction, any other to the worker's own. `tasks` is the task manager's map of active tasks (set by
-    the worker, the composition root)."""
+    transaction, any other to the worker's own. `tasks` is the worker's map of active tasks (the task
+    manager's, which keeps it current)."""
 
-    def __init__(self, transport: Transport, worker_id: str) -> None:
+    def __init__(self, transport: Transport, worker_id: str, tasks: Mapping[int, HasProducer]) -> None:
         self._transport = transport
         self._worker_id = worker_id
         self.worker: Producer = transport.producer(worker_id)
-        self.tasks: Mapping[int, HasProducer] = {}
+        self.tasks = tasks
         # Clear while the worker's own transaction commits or its producer is replaced after a failed
         # commit: sends outside events wait for the next transaction instead of failing with the old one.
         self._worker_open = asyncio.Event()
@@ -117,7 +117,7 @@ class EventProducer:
         timestamp_ms: int | None = None,
     ) -> Coroutine[Any, Any, asyncio.Future[object]]:
         """The chosen producer's send (a plain function returning its awaitable: one frame less per send)."""
-        event = current_stream.get().current_event  # (current_event(), without its call)
+        event = current_event()
         if event is None:
             return self._send_outside(topic, key, value, headers=headers, partition=partition,
                                       timestamp_ms=timestamp_ms)

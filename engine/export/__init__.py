@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from engine.export.columns import ExportError
+from engine.errors import ExportError
 from engine.export.lake import LakeCommit, LakeExport, PartitionPosition, describe_position, lake_position
 from engine.export.lake_writer import lake_table, write_lake
 from engine.export.parquet import ExportManifest, PartitionFile, read_manifest, write_snapshot
@@ -33,9 +33,9 @@ from engine.export.sources import (
     require_active,
 )
 from engine.export.spark import local_session, read_export, spark_schema, stop_session
-from engine.export.targets import Target, parse_target
-from engine.tables.inspect import table_named
+from engine.operations.inspect import table_named
 from engine.tables.windowed import EventTimeTable
+from engine.targets import Target, parse_target
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping

@@ -27,8 +27,8 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from engine.codecs import loads_many
-from engine.errors import EngineError
-from engine.export.optional import require
+from engine.errors import EngineError, ExportError
+from engine.export.optional import needs
 from engine.tables.keys import META_PREFIX, window_bounds, window_inner_key
 
 if TYPE_CHECKING:
@@ -41,20 +41,17 @@ if TYPE_CHECKING:
     from engine.tables.base import BaseTable
 
 KEY, WINDOW_START, WINDOW_END, PARTITION, VALUE = "key", "window_start", "window_end", "partition", "value"
-# Rows decoded at once. A chunk's pairs are Python objects until Arrow has them (about 200 bytes a row), and
+# Rows decoded at once. A chunk's pairs are Python objects until Arrow has them (far larger than Arrow's), and
 # an export has several chunks in flight (its decoding threads, the batches waiting for the writer); lake
 # writers gather batches into their own row groups, so a smaller chunk costs them nothing.
 CHUNK = 16_384
 INFER_ROWS = 1024  # an undeclared type is inferred from this many rows (decoded again when written)
 
 
-class ExportError(EngineError):
-    """A table cannot be exported as asked (its values do not fit one schema, no stores, ...)."""
-
-
 def arrow_type(type_: Any) -> pa.DataType | None:
     """The Arrow type of a Python type annotation, or None when it must be inferred from the data."""
-    pa = require("pyarrow", "table export")
+    with needs("pyarrow", "table export"):
+        import pyarrow as pa
     scalars = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_(), bytes: pa.binary()}
     if type_ in scalars:
         return scalars[type_]
@@ -78,7 +75,8 @@ def arrow_type(type_: Any) -> pa.DataType | None:
 
 
 def _codec_type(codec: Codec, declared: Any) -> pa.DataType | None:
-    pa = require("pyarrow", "table export")
+    with needs("pyarrow", "table export"):
+        import pyarrow as pa
     if codec.name == "str":
         return pa.string()
     if codec.name == "raw":
@@ -90,7 +88,9 @@ class TableColumns:
     """Decodes one table's raw store pairs into record batches of a schema that stays fixed."""
 
     def __init__(self, table: BaseTable, *, partition_column: bool = False) -> None:
-        self.pa = require("pyarrow", "table export")
+        with needs("pyarrow", "table export"):
+            import pyarrow
+        self.pa = pyarrow
         self.table = table
         self.partition_column = partition_column
         self.window = table.window
@@ -207,7 +207,8 @@ class TableColumns:
     def _json_records(self, raw: list[bytes], type_: pa.DataType | None) -> Any:
         """JSON objects through Arrow's JSON reader: columns come out without a Python object per row."""
         pa = self.pa
-        json = require("pyarrow.json", "table export")
+        with needs("pyarrow", "table export"):
+            import pyarrow.json as json
         options = json.ParseOptions(
             explicit_schema=pa.schema(list(type_)) if type_ is not None else None,
             newlines_in_values=not self.table.has_own_changelog,  # others' JSON may be pretty-printed

@@ -19,11 +19,12 @@ import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from engine.export.columns import KEY, PARTITION, ExportError
+from engine.errors import ExportError
+from engine.export.columns import KEY, PARTITION
 from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
-from engine.export.optional import require
+from engine.export.optional import needs
 from engine.export.rewrite import FILE_BYTES, ROW_GROUP, Footer, Rewrite, write_files
-from engine.export.targets import DELTA, Target, is_uri
+from engine.targets import DELTA, Target, is_uri
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterator
@@ -34,7 +35,11 @@ COMMIT_RETRIES = 20  # a commit that raced another writer's (two workers exporti
 
 
 def _deltalake() -> Any:
-    return require("deltalake", "Delta Lake export")
+    """deltalake, imported on the first use of a Delta table (only an export to one needs it)."""
+    with needs("deltalake", "Delta Lake export"):
+        import deltalake
+        import deltalake.transaction
+    return deltalake
 
 
 def _properties(commit: LakeCommit) -> Any:
@@ -63,7 +68,9 @@ class DeltaTarget:
         """The pyarrow file system of the table's location, and the location as that file system takes it
         (for files kept beside the table: an export round's stages)."""
         location = Target(DELTA, self.location).absolute().location
-        found, path = require("pyarrow.fs", "Delta Lake export").FileSystem.from_uri(location)
+        with needs("pyarrow", "Delta Lake export"):
+            import pyarrow.fs as fs_module
+        found, path = fs_module.FileSystem.from_uri(location)
         return found, str(path).rstrip("/")
 
     def history(self) -> list[tuple[int, LakeCommit]]:
@@ -82,7 +89,9 @@ class DeltaTarget:
                   partitions: Collection[int] | None, commit: LakeCommit) -> int:
         """Replace the rows of `partitions` (None: the whole table, its schema too) by `batches`, streamed
         (never all in memory) in one commit; returns the new version."""
-        deltalake, pa = _deltalake(), require("pyarrow", "Delta Lake export")
+        with needs("pyarrow", "Delta Lake export"):
+            import pyarrow as pa
+        deltalake = _deltalake()
         reader = pa.RecordBatchReader.from_batches(schema, batches)
         predicate = None
         if partitions is not None and self._exists():
@@ -106,7 +115,9 @@ class DeltaTarget:
                      commit: LakeCommit, partitions: Collection[int] = ()) -> int:
         """Delete every row of `keys` (values of the key column) and of `partitions`, and add `batches`, in
         one commit (engine.export.rewrite); returns the new version."""
-        deltalake, pa = _deltalake(), require("pyarrow", "Delta Lake export")
+        with needs("pyarrow", "Delta Lake export"):
+            import pyarrow as pa
+        deltalake = _deltalake()
         table = deltalake.DeltaTable(self.location)
         _require_plain_files(table, self.location)
         fs, root = self.file_system()
@@ -125,7 +136,7 @@ class DeltaTarget:
                 if rewrite.holds(_bounds(found))]
         rewritten = rewrite.files(held, open_file)
         now = int(time.time() * 1000)
-        remove = require("deltalake.transaction", "Delta Lake export").RemoveAction
+        remove = deltalake.transaction.RemoveAction
         actions: list[Any] = [remove(found["path"], True, now, found["size_bytes"], {})
                               for found, _ in rewritten]
         actions += [add for _, add in rewritten if add is not None]
@@ -167,7 +178,8 @@ class _DeltaFile:
         self.path = f"{root}/{self.name}"
         self.rows = 0
         self._sink = fs.open_output_stream(self.path)
-        parquet = require("pyarrow.parquet", "Delta Lake export")
+        with needs("pyarrow", "Delta Lake export"):
+            import pyarrow.parquet as parquet
         self._parquet = parquet.ParquetWriter(self._sink, schema, compression="snappy")
 
     def write(self, rows: pa.Table) -> None:
@@ -182,7 +194,7 @@ class _DeltaFile:
             self.fs.delete_file(self.path)
             return None
         stats = _statistics(self._parquet.writer.metadata)
-        transaction = require("deltalake.transaction", "Delta Lake export")
+        transaction = _deltalake().transaction
         return transaction.AddAction(self.name, size, {}, int(time.time() * 1000), True, stats)
 
     def abort(self) -> None:

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
-from engine.export.columns import KEY, PARTITION, ExportError
+from engine.errors import ExportError
+from engine.export.columns import KEY, PARTITION
 from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
-from engine.export.optional import require
+from engine.export.optional import needs
 from engine.export.rewrite import Rewrite, write_files
 
 if TYPE_CHECKING:
@@ -51,7 +52,8 @@ def identifier(location: str) -> tuple[str, str]:
 
 def _catalog(name: str, settings: Settings) -> tuple[Any, bool]:
     """The catalog `name`, and whether it is the default one in the worker's data dir."""
-    catalog = require("pyiceberg.catalog", "Iceberg export")
+    with needs("pyiceberg", "Iceberg export"):
+        from pyiceberg import catalog
     try:  # (a SQL catalog creates its own tables at its first load: workers race there too)
         return _despite_races(f"Iceberg catalog {name!r}", lambda: catalog.load_catalog(name),
                               lambda: None), False
@@ -59,7 +61,8 @@ def _catalog(name: str, settings: Settings) -> tuple[Any, bool]:
         if name != DEFAULT_CATALOG:
             raise ExportError(f"no Iceberg catalog {name!r} is configured (~/.pyiceberg.yaml or "
                               f"PYICEBERG_CATALOG__{name.upper()}__URI)") from None
-    sql = require("pyiceberg.catalog.sql", "Iceberg export")
+    with needs("pyiceberg", "Iceberg export"):
+        from pyiceberg.catalog import sql
     root = Path(settings.data_dir).resolve() / "iceberg"
     (root / "warehouse").mkdir(parents=True, exist_ok=True)
     return sql.SqlCatalog(DEFAULT_CATALOG, uri=f"sqlite:///{root / 'catalog.db'}",
@@ -97,7 +100,8 @@ class IcebergTarget:
         self.catalog, self.in_data_dir = _catalog(catalog_name, settings)
 
     def _table(self) -> Any | None:
-        exceptions = require("pyiceberg.exceptions", "Iceberg export")
+        with needs("pyiceberg", "Iceberg export"):
+            from pyiceberg import exceptions
         try:
             return self.catalog.load_table(self.name)
         except exceptions.NoSuchTableError:
@@ -150,7 +154,8 @@ class IcebergTarget:
         table = self._table() or self._create(schema)
         location = urlparse(table.location())
         if location.scheme in ("", "file"):
-            fs = require("pyarrow.fs", "Iceberg export")
+            with needs("pyarrow", "Iceberg export"):
+                import pyarrow.fs as fs
             return fs.LocalFileSystem(), location.path
         by_scheme = getattr(table.io, "fs_by_scheme", None)  # pyiceberg's PyArrowFileIO
         if by_scheme is None:
@@ -163,7 +168,8 @@ class IcebergTarget:
         add `batches`, as one snapshot (one catalog commit) that carries `commit`. The files are written as
         the rows come (engine.export.rewrite): memory stays bounded, and the table's history has no
         snapshot of half an export."""
-        exceptions = require("pyiceberg.exceptions", "Iceberg export")
+        with needs("pyiceberg", "Iceberg export"):
+            from pyiceberg import exceptions
         tasks = list(table.scan().plan_files()) if table.current_snapshot() is not None else []
         if any(task.delete_files for task in tasks):
             raise ExportError(f"iceberg:{self.location}: another writer gave the table delete files "
@@ -196,9 +202,10 @@ class _Files:
 
     def __init__(self, table: Any) -> None:
         self.table = table
-        arrow_io = require("pyiceberg.io.pyarrow", "Iceberg export")
+        with needs("pyiceberg", "Iceberg export"):
+            from pyiceberg.io import pyarrow as arrow_io
+            from pyiceberg.table import locations
         self.schema = arrow_io.schema_to_pyarrow(table.schema(), include_field_ids=True)
-        locations = require("pyiceberg.table.locations", "Iceberg export")
         self.locations = locations.load_location_provider(table.location(), table.properties)
         fields = table.schema()
         self.bounded = [(fields.find_field(name).field_id, fields.find_field(name).field_type)
@@ -213,7 +220,8 @@ class _Files:
 
     def bounds(self, data_file: Any) -> tuple[Any, Any, Any, Any]:
         """A data file's key and partition ranges, from its statistics (None where it has none)."""
-        conversions = require("pyiceberg.conversions", "Iceberg export")
+        with needs("pyiceberg", "Iceberg export"):
+            from pyiceberg import conversions
         lows, highs = data_file.lower_bounds or {}, data_file.upper_bounds or {}
         (key, key_type), (partition, partition_type) = self.bounded
 
@@ -232,8 +240,9 @@ class _IcebergFile:
     def __init__(self, files: _Files, path: str) -> None:
         self.files, self.path, self.schema = files, path, files.schema
         self.rows = 0
-        fileformat = require("pyiceberg.io.fileformat", "Iceberg export")
-        manifest = require("pyiceberg.manifest", "Iceberg export")
+        with needs("pyiceberg", "Iceberg export"):
+            from pyiceberg import manifest
+            from pyiceberg.io import fileformat
         self._writer = fileformat.FileFormatFactory.get(manifest.FileFormat.PARQUET).create_writer(
             files.table.io.new_output(path), files.table.schema(), files.table.properties)
 
@@ -245,8 +254,8 @@ class _IcebergFile:
         if not self.rows:  # (pyiceberg's writer creates its file at the first write)
             return None
         statistics = self._writer.close()
-        manifest = require("pyiceberg.manifest", "Iceberg export")
-        typedef = require("pyiceberg.typedef", "Iceberg export")
+        with needs("pyiceberg", "Iceberg export"):
+            from pyiceberg import manifest, typedef
         table = self.files.table
         return manifest.DataFile.from_args(
             content=manifest.DataFileContent.DATA, file_path=self.path,

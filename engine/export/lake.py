@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from engine.errors import ExportError
 from engine.events import TP
-from engine.export.columns import ExportError
 from engine.tables.keys import META_PREFIX
 from engine.tables.recovery import Progress, replay_to_end
 from engine.transport import transport_for

@@ -17,7 +17,8 @@ import threading
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from engine.export.columns import CHUNK, ExportError, TableColumns
+from engine.errors import ExportError
+from engine.export.columns import CHUNK, TableColumns
 from engine.export.delta import DeltaTarget
 from engine.export.iceberg import IcebergTarget
 from engine.export.lake import (
@@ -30,8 +31,8 @@ from engine.export.lake import (
     new_commit,
     plan_export,
 )
-from engine.export.targets import DELTA
 from engine.tables.keys import key_prefix, window_inner_key
+from engine.targets import DELTA
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -40,9 +41,9 @@ if TYPE_CHECKING:
 
     from engine.events import TP
     from engine.export.sources import TableSnapshot
-    from engine.export.targets import Target
     from engine.settings import Settings
     from engine.stores import StoreView
+    from engine.targets import Target
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.export.columns import KEY, ExportError, TableColumns
-from engine.export.optional import require
-from engine.export.targets import parse_target
+from engine.errors import ExportError
+from engine.export.columns import KEY, TableColumns
+from engine.export.optional import needs
+from engine.targets import parse_target
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -125,7 +126,8 @@ def write_snapshot(
 ) -> ExportManifest:
     """Write every partition of `snapshot` under `path` and return the manifest (also written there).
     `progress(rows written, rows expected)` is called after every batch."""
-    parquet = require("pyarrow.parquet", "Parquet export")
+    with needs("pyarrow", "Parquet export"):
+        import pyarrow.parquet as parquet
     target = Path(parse_target(path).location)
     target.mkdir(parents=True, exist_ok=True)
     columns = TableColumns(snapshot.table)

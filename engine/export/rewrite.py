@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from engine.export.columns import KEY, PARTITION
-from engine.export.optional import require
+from engine.export.optional import needs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Sequence
@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 REWRITERS = 2  # files rewritten at once (reading and writing Parquet release the GIL)
-# Rows per row group of a file written here: rows come in smaller batches (an export decodes 16,384 at a
-# time; a rewritten file's row groups lose rows), gathered to this many. Bounds a writer's memory, and a
-# rewrite's key lookups are per row group.
+# Rows per row group of a file written here: rows come in smaller batches (an export decodes CHUNK at a
+# time, engine.export.columns; a rewritten file's row groups lose rows), gathered to this many. Bounds a
+# writer's memory, and a rewrite's key lookups are per row group.
 ROW_GROUP = 131_072
 # A new file is closed once this much (in memory, uncompressed) is written to it; also a Delta table's
 # delta.targetFileSize, for delta-rs' own writes (a full export).
@@ -56,7 +56,8 @@ class NewFile(Protocol):
 def removed_rows(rows: pa.Table | pa.RecordBatch, keys: pa.Array, partitions: pa.Array) -> pa.Array | None:
     """Which of `rows` go: those whose key is in `keys` or whose partition is in `partitions` (a boolean
     mask), or None when none does."""
-    compute = require("pyarrow.compute", "lake export")
+    with needs("pyarrow", "lake export"):
+        import pyarrow.compute as compute
     gone = compute.is_in(rows.column(KEY), value_set=keys)
     if len(partitions):
         gone = compute.or_(gone, compute.is_in(rows.column(PARTITION), value_set=partitions))
@@ -86,7 +87,8 @@ class RowGroups:
         self._rows = 0
 
     def write(self, rows: pa.Table | pa.RecordBatch) -> None:
-        pa = require("pyarrow", "lake export")
+        with needs("pyarrow", "lake export"):
+            import pyarrow as pa
         schema = self.file.schema
         if not rows.schema.equals(schema, check_metadata=True):  # (Iceberg's field ids are metadata)
             rows = rows.select(schema.names).cast(schema)
@@ -98,7 +100,8 @@ class RowGroups:
 
     def _flush(self) -> None:
         if self._rows:
-            pa = require("pyarrow", "lake export")
+            with needs("pyarrow", "lake export"):
+                import pyarrow as pa
             self.file.write(pa.Table.from_batches(self._gathered, schema=self.file.schema))
         self._gathered, self._rows = [], 0
 
@@ -118,12 +121,15 @@ class Rewrite:
 
     def __init__(self, keys: list[Any], key_type: pa.DataType, partitions: Collection[int],
                  partition_type: pa.DataType, columns: list[str], new_file: Callable[[], NewFile]) -> None:
-        pa = require("pyarrow", "lake export")
+        with needs("pyarrow", "lake export"):
+            import pyarrow as pa
         self.sorted, self.key_type = sorted(keys), key_type
         self.numbers = sorted(partitions)
         self.partitions = pa.array(self.numbers, partition_type)
         self.columns, self.new_file = columns, new_file
-        self.parquet = require("pyarrow.parquet", "lake export")
+        with needs("pyarrow", "lake export"):
+            import pyarrow.parquet as parquet
+        self.parquet = parquet
 
     def holds(self, bounds: tuple[Any, Any, Any, Any]) -> bool:
         """Whether a file or row group with these statistics may hold a row to remove (`may_hold`)."""
@@ -143,7 +149,8 @@ class Rewrite:
     def _without(self, entry: Entry, reader: Any) -> tuple[Entry, Any | None] | None:
         """The file of `reader` written again without the rows to remove, a row group at a time; None when
         it holds none (it stays as it is)."""
-        compute = require("pyarrow.compute", "lake export")
+        with needs("pyarrow", "lake export"):
+            import pyarrow.compute as compute
         footer = Footer(reader.metadata)
         for first in range(reader.num_row_groups):  # the first row group with a row to remove
             if (found := self._gone(reader, footer, first)) is not None:
@@ -180,7 +187,8 @@ class Rewrite:
         keys = self.sorted if low is None or high is None else \
             self.sorted[bisect.bisect_left(self.sorted, low):bisect.bisect_right(self.sorted, high)]
         rows = self._read(reader, group)
-        pa = require("pyarrow", "lake export")
+        with needs("pyarrow", "lake export"):
+            import pyarrow as pa
         gone = removed_rows(rows, pa.array(keys, self.key_type), self.partitions)
         return None if gone is None else (rows, gone)
 

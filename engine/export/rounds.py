@@ -32,7 +32,8 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
-from engine.export.columns import CHUNK, KEY, ExportError, TableColumns
+from engine.errors import ExportError
+from engine.export.columns import CHUNK, KEY, TableColumns
 from engine.export.delta import DeltaTarget
 from engine.export.lake import (
     LakeCommit,
@@ -51,7 +52,7 @@ from engine.export.lake_writer import (
     warn_if_unshared,
     write_lake,
 )
-from engine.export.optional import require
+from engine.export.optional import needs
 from engine.export.sources import checkpointed
 from engine.export.staging import StagingArea
 
@@ -63,9 +64,9 @@ if TYPE_CHECKING:
     from engine.events import TP
     from engine.export.iceberg import IcebergTarget
     from engine.export.sources import TableSnapshot
-    from engine.export.targets import Target
     from engine.settings import Settings
     from engine.tables.base import BaseTable
+    from engine.targets import Target
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +196,8 @@ def _write_stages(snapshot: TableSnapshot, columns: TableColumns, area: StagingA
                   numbers: list[int], base: dict[int, int | None] | None,
                   position: Mapping[int, PartitionPosition], changed: dict[int, set[bytes]],
                   inputs: Mapping[TP, int]) -> None:
-    arrow = require("pyarrow", "lake export")
+    with needs("pyarrow", "lake export"):
+        import pyarrow as arrow
     area.open_round(round_)
     changes = TouchedKeys(snapshot, columns, changed)
     schema = columns.final_schema()

@@ -15,57 +15,37 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from engine.app import Timer
 from engine.clock import wall_time
 from engine.errors import ConfigError, EngineError
 from engine.export.lake import LakeExport
-from engine.export.targets import Target, parse_target
-from engine.tables.inspect import table_named
-from engine.tables.windowed import EventTimeTable
+from engine.export.rounds import asked_round, export_round, round_of
+from engine.operations.inspect import table_named
+from engine.targets import ALL, Target, lake_target
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Mapping
 
-    from engine.app import App
+    from engine.app import App, ScheduledExport
     from engine.export.rounds import RoundResult
     from engine.tables.base import BaseTable
 
 log = logging.getLogger(__name__)
 
-ALL = "all"
-
-
-def scheduled_export(app: App, what: BaseTable | EventTimeTable | str, target: str, every: float
-                     ) -> tuple[Callable[[], Awaitable[None]], str]:
-    """The timer body exporting `what` (a table, or ALL) to `target` every `every` seconds, and the timer's
-    name."""
-    from engine.export.rounds import export_round, round_of  # (import cycle: the export imports the tables)
-
-    where = lake_target(target, "app.export")  # a bad target fails at declaration, not at the first round
-    if isinstance(what, str) and what != ALL:
-        raise ConfigError(f"app.export takes a table or {ALL!r}, not {what!r}")
-    table = None if isinstance(what, str) else (what.table if isinstance(what, EventTimeTable) else what)
-    name = f"export:{ALL if table is None else table.name}:{where}"
+def scheduled_export(app: App, export: ScheduledExport) -> Timer:
+    """The timer of a scheduled export (`app.export`): each tick, a round of what this worker owns."""
+    every = export.every.total_seconds()
 
     async def run() -> None:
-        tables, targets = round_tables(app, table, where)
+        tables, targets = round_tables(app, export.table, export.target)
         if not tables:
             return
         try:
             await export_round(tables, targets, round_of(wall_time(), every), every)
         except EngineError as exc:  # the next round starts from what the target holds: it catches up
-            log.warning("scheduled export to %s failed: %s; the next round catches up", where, exc)
+            log.warning("scheduled export to %s failed: %s; the next round catches up", export.target, exc)
 
-    return run, name
-
-
-def lake_target(target: str, what: str) -> Target:
-    """`target` parsed; a ConfigError unless it is a lake table (rounds go into one)."""
-    where = parse_target(target)
-    if not where.is_lake:
-        raise ConfigError(f"{what} needs a lake table (delta:PATH or iceberg:NAMESPACE.TABLE), not "
-                          f"{target!r}: every worker exports its own partitions into it, where a Parquet "
-                          "directory holds one export's files")
-    return where
+    return Timer(export.name, export.every, run, aligned=True)
 
 
 def round_tables(app: App, table: BaseTable | None, where: Target
@@ -86,16 +66,12 @@ class AskedExports:
 
     def new_round(self) -> int:
         """The number of a round asked for now (after every scheduled tick before it)."""
-        from engine.export.rounds import asked_round
-
         return asked_round(wall_time())
 
     async def run(self, what: str, target: str, round_: int, wait: float) -> dict[str, Any]:
         """Round `round_` of `what` (a table's name, or ALL) to `target`, this worker's part: per table the
         partitions staged here and, from the worker that committed, the version (`round_report`). A
         ConfigError (or ExportError) for a request that cannot be done."""
-        from engine.export.rounds import export_round
-
         where = lake_target(target, "a live export")
         table = None if what == ALL else table_named(self.app, what)
         if table is not None and table.is_global:

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.errors import ExportError
 from engine.events import TP
-from engine.export.columns import ExportError
-from engine.tables.inspect import disk_backend
+from engine.operations.inspect import disk_backend
 from engine.tables.recovery import Progress, replay_to_end
-from engine.topology.plan import planned_partitions
+from engine.topics import planned_partitions
 from engine.transport import transport_for
 
 if TYPE_CHECKING:

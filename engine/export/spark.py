@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.export.optional import require
+from engine.export.optional import needs
 from engine.export.parquet import read_manifest
 
 if TYPE_CHECKING:
@@ -27,8 +27,10 @@ if TYPE_CHECKING:
 def spark_schema(path: Path | str, manifest: ExportManifest | None = None) -> Any:
     """The Spark StructType of an export, from the Arrow schema stored in its files."""
     manifest = manifest or read_manifest(path)
-    parquet = require("pyarrow.parquet", "Spark export")
-    types = require("pyspark.sql.pandas.types", "Spark export")
+    with needs("pyarrow", "Spark export"):
+        import pyarrow.parquet as parquet
+    with needs("pyspark", "Spark export"):
+        import pyspark.sql.pandas.types as types
     arrow_schema = parquet.read_schema(Path(path) / manifest.files[0].path)
     return types.from_arrow_schema(arrow_schema)
 
@@ -58,7 +60,8 @@ logger.spark.level = error
 def local_session(name: str = "engine", cores: int = 2, options: Mapping[str, str] | None = None) -> Any:
     """A quiet local Spark session on loopback (no UI), with any further `options` (the jars and extensions
     that read Delta tables, say); stop it when done."""
-    sql = require("pyspark.sql", "Spark export")
+    with needs("pyspark", "Spark export"):
+        import pyspark.sql as sql
     logging.getLogger("py4j").setLevel(logging.WARNING)  # an INFO line per connection otherwise
     config = Path(tempfile.gettempdir()) / "engine-spark-log4j2.properties"
     if not config.exists() or config.read_text() != QUIET_LOG4J:  # written whole: others may read it now
@@ -90,7 +93,8 @@ def stop_session(session: Any) -> None:
     gateway = getattr(context, "_gateway", None)
     process = getattr(gateway, "proc", None)
     session.stop()
-    sql = require("pyspark", "Spark export")
+    with needs("pyspark", "Spark export"):
+        import pyspark as sql
     if gateway is not None:
         gateway.shutdown()
         sql.SparkContext._gateway = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from engine.export.optional import require
+from engine.export.optional import needs
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -36,7 +36,8 @@ class StagingArea:
 
     def rounds(self) -> list[int]:
         """The rounds with a staging directory."""
-        fs_module = require("pyarrow.fs", "lake export")
+        with needs("pyarrow", "lake export"):
+            import pyarrow.fs as fs_module
         found = self.fs.get_file_info(fs_module.FileSelector(self.root, allow_not_found=True))
         return [int(info.base_name) for info in found
                 if info.type == fs_module.FileType.Directory and info.base_name.lstrip("-").isdigit()]
@@ -46,7 +47,9 @@ class StagingArea:
         self.fs.create_dir(self.path(round_), recursive=True)
 
     def exists(self, path: str) -> bool:
-        file_type = require("pyarrow.fs", "lake export").FileType.File
+        with needs("pyarrow", "lake export"):
+            import pyarrow.fs as fs_module
+        file_type = fs_module.FileType.File
         return bool(self.fs.get_file_info(path).type == file_type)
 
     @contextlib.contextmanager
@@ -58,7 +61,8 @@ class StagingArea:
     @contextlib.contextmanager
     def parquet_writer(self, path: str, schema: pa.Schema) -> Iterator[Any]:
         """A Parquet writer to `path`, seen there only once it closed without an error."""
-        parquet = require("pyarrow.parquet", "lake export")
+        with needs("pyarrow", "lake export"):
+            import pyarrow.parquet as parquet
         with self._published(path) as written, \
                 parquet.ParquetWriter(written, schema, filesystem=self.fs) as writer:
             yield writer
@@ -81,12 +85,14 @@ class StagingArea:
             return None
 
     def batches(self, path: str, rows: int) -> Iterator[pa.RecordBatch]:
-        parquet = require("pyarrow.parquet", "lake export")
+        with needs("pyarrow", "lake export"):
+            import pyarrow.parquet as parquet
         with self.fs.open_input_file(path) as source:
             yield from parquet.ParquetFile(source).iter_batches(rows)
 
     def read_table(self, path: str) -> pa.Table:
-        parquet = require("pyarrow.parquet", "lake export")
+        with needs("pyarrow", "lake export"):
+            import pyarrow.parquet as parquet
         return parquet.read_table(path, filesystem=self.fs)
 
     def remove_round(self, round_: int) -> None:

@@ -1,2 +1,2 @@
-"""Fetching and dispatch: the worker's one consumer, what it hands to which agent, and the offsets of what
-agents finished (the conductor, leases and their offset trackers, pauses, timestamp order within a task)."""
+"""Fetching and dispatch: the worker's one consumer, decoding each batch once, and handing it to the task
+that owns its partition (engine.tasks), which releases it to the agent instances."""

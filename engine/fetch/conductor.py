@@ -1,9 +1,9 @@
-"""The conductor: one consumer for the worker; it fetches, decodes and hands events to agents. That is all.
+"""The conductor: one consumer for the worker; it fetches, decodes and hands events to agents.
 
 Everything else about a partition lives with its task (engine.tasks: leases, tables, producer, its part of
-each checkpoint), which the task manager creates and closes as the group assigns, revokes and loses
-partitions; the conductor only reads the leases to know what is dispatched, and drops what is queued for a
-partition the task manager lets go of.
+each checkpoint, the timestamp order of its inputs), which the task manager creates and closes as the group
+assigns, revokes and loses partitions; the conductor reads the leases to know what is dispatched, and drops
+what is queued for a partition the task manager lets go of.
 
 Dispatch: each fetched batch of a partition is decoded once per reading topic's codecs and handed to the
 mailbox of the agent instance that owns the partition, only while the partition's lease is dispatching
@@ -12,23 +12,20 @@ for at most PARK_AFTER: when a mailbox stays full longer, the batch is parked an
 paused until the mailbox has room again, so a stuck agent holds back its own partitions and no others
 (per-partition backpressure; memory stays bounded by the mailbox size plus one batch per parked partition).
 Why wait at all: aiokafka drops what it prefetched for a partition when it is paused and fetches it again
-after the resume, so pausing on every momentarily full mailbox cost a busy worker about 1.5 µs of CPU per
-event (benchmarks/passthrough.py, 12.5 -> 14.1 µs/msg); a full mailbox usually has room again within
-a fraction of a millisecond.
+after the resume, so pausing on every momentarily full mailbox cost a busy worker CPU on every event
+(benchmarks/passthrough.py; the figure is in benchmarks/README.md), while a full mailbox usually has room
+again well within PARK_AFTER.
 
 Offsets (the at-least-once rule): every dispatched record is tracked by its partition's lease and acked by
 each agent that received it; only the contiguous prefix of finished records is committed.
 
-Tables over a source topic: that topic's partitions are inputs of their tasks like the streams'. A task with
-such an input releases its batches in timestamp order (engine.fetch.ordering); a run of the table's records is
-applied to its store once every event of the task dispatched before it was processed, so each event sees
-the table as of its own time, over a backlog as live. The topics from whose events several agents use one
-table (engine.topology.plan: `serial`) are released in timestamp order too, and a run of them goes to its
-agent only once the events of the task the other agents hold are processed: the table sees the events of
-both in timestamp order, over a backlog as live (Kafka Streams processes a task's inputs one record at a
-time, by timestamp). A stream-stream join's two streams are released the same way; while a batch of such
-a task is parked, nothing else of the task is released (an agent reading both streams would otherwise get
-the other's next batch first), and its release resumes once the parked batch is handed over.
+A task whose inputs go in timestamp order (a table's source topic, a stream-stream join's streams, or topics
+from which several agents use one table among them) chooses its next records itself (engine.tasks.release):
+the fetch loop gives it its fetched batches and asks it to release them; the conductor is its `Delivery`:
+the lag of an empty input, the hand-over of its streams' runs (consecutive runs for one mailbox decoded a
+partition at a time and handed over together, a run that cannot be gathered dispatched alone), whether a
+batch of it is parked (and, once that batch is handed over, asking the task to go on), and the background
+tasks it waits in.
 """
 
 from __future__ import annotations
@@ -43,31 +40,27 @@ from engine.codecs import SKIP
 from engine.errors import DecodeError
 from engine.events import TP, Event, RawRecord
 from engine.tasks.poison import PoisonRecords
+from engine.tasks.release import Ordering
 from engine.topics import decode_error, event_time_ms
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Mapping
+    from collections.abc import Callable, Collection, Mapping, Sequence
 
     from agents import Mailbox
-    from engine.commit.quiesce import Quiesce
-    from engine.fetch.leases import Lease, Leases
-    from engine.fetch.ordering import TaskInputs
-    from engine.fetch.pauses import Pauses
     from engine.processing.runner import AgentRunner
+    from engine.streams.quiesce import Quiesce
     from engine.tasks.active import ActiveTask
+    from engine.tasks.leases import Lease, Leases
+    from engine.tasks.pauses import Pauses
+    from engine.tasks.release import ApplySource, Run
     from engine.topics import Topic
     from engine.transport.base import Admin, Consumer, TopicSpec
 
     _Target = tuple[Lease, Topic, AgentRunner, Mailbox[Event]]  # where a partition's runs are gathered
 
-    ApplySource = Callable[[int, list[RawRecord]], bool]
-
 log = logging.getLogger(__name__)
 
 BACKPRESSURE = "backpressure"
-ORDERING = "ordering"  # a task's input held back while it has this many times max_poll_records buffered
-ORDERING_BUFFERS = 4
-FETCH_WAIT_WARNING = 30.0  # seconds a task's inputs wait for an empty input's records before a warning
 PARK_AFTER = 0.05  # seconds the fetch loop waits for room in a full mailbox before parking the batch
 Parked = list[tuple["Mailbox[Event]", list[Event]]]
 
@@ -92,13 +85,10 @@ class Conductor(Service):
     ) -> None:
         super().__init__("conductor")
         self.tasks: Mapping[int, ActiveTask] = tasks if tasks is not None else {}
-        # Source topics of tables: applied in their tasks' timestamp order, never handed to agents.
+        # Source topics of tables: applied by their tasks in timestamp order, never handed to agents.
         self.table_sources: dict[str, ApplySource] = dict(table_sources or {})
         # Stream-stream joins' streams: handed to their agent in their tasks' timestamp order too.
         self.ordered_topics = frozenset(ordered_topics)
-        # Topics whose events several agents use one table from: released in timestamp order too, and to
-        # one of those agents only once the events the others hold of the task are processed.
-        self.serial_topics = frozenset(serial_topics)
         self.consumer = consumer
         self.leases = leases
         self.pauses = pauses
@@ -113,6 +103,9 @@ class Conductor(Service):
         # at their first write from a topic).
         self.timed_topics: set[str] = timed_topics if timed_topics is not None else set()
         self._parked: dict[TP, Parked] = {}
+        # What the tasks whose inputs go in timestamp order release them with (engine.tasks.release).
+        self._ordering = Ordering(self, pauses, max_poll_records, self.table_sources, quiesce,
+                                  frozenset(serial_topics))
         self._fetcher: asyncio.Task[None] | None = None
         self._subscribed = False
 
@@ -166,7 +159,7 @@ class Conductor(Service):
                              f"{buffered} buffered, lag {'unknown' if lag is None else lag}"
                              + (f", paused ({', '.join(paused)})" if paused else ""))
             if inputs is not None:
-                parts.append(f"timestamp order: releasing {task.releasing}, waiting {task.waiting}")
+                parts.append(f"timestamp order: {task.release.state.value}")
             if quiesce is not None and quiesce.closed:
                 parts.append("agents quiesced for a checkpoint")
             states[number] = (tuple(moved), waiting, "; ".join(parts))
@@ -204,6 +197,7 @@ class Conductor(Service):
         buried = self.poison.buried  # partitions with a poison record (engine.tasks.poison): usually none
         # Tasks with a table's source topic or a stream-stream join's streams among their inputs.
         ordered = bool(self.table_sources or self.ordered_topics)
+        ordering = self._ordering
         tasks = self.tasks
         consumed = self.consumed
         while True:
@@ -217,7 +211,7 @@ class Conductor(Service):
                 consumed[tp[0]] = consumed.get(tp[0], 0) + len(records)
                 if ordered and (task := tasks.get(tp[1])) is not None and task.inputs is not None \
                         and lease.tp in task.inputs.inputs:  # (a topic subscribed later goes as it comes)
-                    self._buffer(task, lease.tp, records)
+                    task.release.buffer(lease.tp, records, ordering)
                     continue
                 topic_routes = routes.get(tp[0])
                 if not topic_routes:
@@ -231,10 +225,8 @@ class Conductor(Service):
                     await self._dispatch_many(topic_routes, records, lease)
             if ordered:
                 for task in list(tasks.values()):
-                    # (Not while it is set up: its partitions are paused and their positions not sought
-                    # yet, and asking their lag would wait for a position only the set-up gives.)
-                    if task.inputs is not None and not task.releasing and task.ready:
-                        await self._release(task)
+                    if task.inputs is not None:
+                        await task.release.run(ordering)
 
     async def _dispatch(self, records: list[RawRecord], lease: Lease) -> None:
         topic_routes = self.routes.get(lease.tp[0])
@@ -248,120 +240,22 @@ class Conductor(Service):
         else:
             await self._dispatch_many(topic_routes, records, lease)
 
-    # -- a task's inputs in timestamp order (engine.fetch.ordering) ---------------------------------------
+    # -- the delivery of a task's runs in timestamp order (engine.tasks.release.Delivery) -----------------
 
-    def _buffer(self, task: ActiveTask, tp: TP, records: list[RawRecord]) -> None:
-        inputs = task.inputs
-        assert inputs is not None
-        inputs.add(tp, records)
-        if inputs.buffered(tp) > self._max_poll_records * ORDERING_BUFFERS:
-            self.pauses.hold([tp], ORDERING)  # bounded memory while the task's other inputs lag
+    async def lag(self, tp: TP) -> int | None:
+        return await self.consumer.lag(tp)
 
-    async def _release(self, task: ActiveTask) -> None:
-        """Hand the task's buffered records to agents and its tables in timestamp order, for as long as the
-        order is known; a table run waits (in a task of its own) until the events before it are processed."""
-        inputs = task.inputs
-        assert inputs is not None
-        consumer = self.consumer
-        loop = asyncio.get_running_loop()
-        task.releasing = True
-        # Consecutive runs for the same mailbox (a stream-stream join's two streams, merged into one agent's
-        # stream) are handed over together, in their order, each partition's records decoded in one call:
-        # interleaved by time, runs are of one or two records, and a decode and a hand-over each cost more
-        # than the records.
-        gathered = _Gathered()
-        try:
-            while not task.closed:
-                empty = inputs.empty()
-                lags = {tp: await consumer.lag(tp) for tp in empty} if empty else {}
-                now = loop.time()
-                runs = inputs.next_runs(lags, now, self._max_poll_records, self.serial_topics)
-                if not runs:
-                    if overdue := inputs.overdue(now, FETCH_WAIT_WARNING):
-                        log.warning("task %d: its inputs, processed in timestamp order, have waited %.0f s "
-                                    "for records not fetched yet of %s; they go on once those are fetched",
-                                    task.number, FETCH_WAIT_WARNING, ", ".join(
-                                        f"{tp.topic}[{tp.partition}] ({lags.get(tp)} on the broker)"
-                                        for tp in overdue))
-                    break
-                if not await self._release_runs(task, runs, gathered):
-                    break
-            await self._hand_over(gathered)  # (every way out of the loop but an exception)
-        finally:
-            task.releasing = task.waiting
+    def handover(self, leases: Mapping[TP, Lease]) -> _Handover:
+        return _Handover(self, leases)
 
-    async def _release_runs(self, task: ActiveTask, runs: list[tuple[TP, list[RawRecord]]],
-                            gathered: _Gathered) -> bool:
-        """Release `runs` (in their order); False if the task must stop releasing (what is left of them is
-        put back first)."""
-        inputs = task.inputs
-        assert inputs is not None
-        sources, limit = self.table_sources, self._max_poll_records
-        for tp in {tp for tp, _ in runs}:
-            if inputs.buffered(tp) <= limit:
-                self.pauses.release([tp], ORDERING)
-        mailboxes: dict[TP, _Target | None] = {}  # where each partition's runs are gathered (None: not)
-        for index, (tp, records) in enumerate(runs):
-            if self._parked and any(input_tp in self._parked for input_tp in task.leases):
-                # A batch of this task waits for room in a mailbox: nothing of the task may overtake it (an
-                # agent reading two of its inputs would get them out of order). The fetch loop releases the
-                # task again once it is delivered.
-                _unread(inputs, runs[index:])
-                return False
-            target = mailboxes[tp] if tp in mailboxes else mailboxes.setdefault(tp, self._target(task, tp))
-            if tp.topic in self.serial_topics:
-                mine = target[3] if target is not None else None
-                if gathered.mailbox is not None and gathered.mailbox is not mine:
-                    await self._hand_over(gathered)  # (tracked from here: in flight until processed)
-                if self._busy_elsewhere(task, tp, mine, mailboxes):
-                    _unread(inputs, runs[index:])
-                    task.waiting = True
-                    self.spawn(self._release_after_in_flight(task), f"ordering:{task.number}")
-                    return False  # released once the other agents processed what they hold
-            if target is not None:
-                if not target[0].dispatching:
-                    continue  # revoked meanwhile: never applied
-                if gathered.mailbox is not None and gathered.mailbox is not target[3]:
-                    await self._hand_over(gathered)
-                gathered.add(records, *target)
-                if len(gathered.order) >= limit:
-                    await self._hand_over(gathered)
-                continue
-            lease = task.leases.get(tp)
-            if lease is None or not lease.dispatching:
-                continue  # revoked meanwhile: never applied
-            await self._hand_over(gathered)
-            if tp.topic not in sources:
-                await self._dispatch(records, lease)
-                continue
-            if any(other.in_flight for at, other in task.leases.items() if at.topic not in sources):
-                _unread(inputs, runs[index:])
-                task.waiting = True
-                self.spawn(self._release_after_in_flight(task), f"ordering:{task.number}")
-                return False  # released (and this table run applied) once the events before it are done
-            for record in records:
-                lease.track(record.offset)
-            if sources[tp.topic](task.number, records):
-                for record in records:
-                    lease.ack(record.offset)
-        return True
+    def parked(self, tps: Collection[TP]) -> bool:
+        parked = self._parked
+        return bool(parked) and any(tp in parked for tp in tps)
 
-    def _busy_elsewhere(self, task: ActiveTask, tp: TP, mailbox: Mailbox[Event] | None,
-                        mailboxes: dict[TP, _Target | None]) -> bool:
-        """Whether an agent other than the one `tp`'s records go to (`mailbox`; None: several) still holds
-        events of the task's other serial topics."""
-        for at, lease in task.leases.items():
-            if at == tp or at.topic not in self.serial_topics or not lease.in_flight:
-                continue
-            target = mailboxes[at] if at in mailboxes else mailboxes.setdefault(at, self._target(task, at))
-            if mailbox is None or target is None or target[3] is not mailbox:
-                return True
-        return False
-
-    def _target(self, task: ActiveTask, tp: TP) -> _Target | None:
+    def _target(self, leases: Mapping[TP, Lease], tp: TP) -> _Target | None:
         """The one mailbox a partition's records go to, if its runs can be gathered (a stream with one agent
         reading it, no poison record set aside); None for the others (table sources, several agents)."""
-        lease = task.leases.get(tp)
+        lease = leases.get(tp)
         routes = self.routes.get(tp.topic) if tp.topic not in self.table_sources else None
         buried = self.poison.buried
         if lease is None or routes is None or len(routes) != 1 or (buried and tp in buried):
@@ -385,20 +279,6 @@ class Conductor(Service):
             events.sort(key=lambda event: position[id(event.record)])
         if events:
             await self._deliver(first, mailbox, events)
-
-    async def _release_after_in_flight(self, task: ActiveTask) -> None:
-        task.releasing = True
-        try:
-            sources = self.table_sources
-            for tp, lease in list(task.leases.items()):
-                if tp.topic not in sources:
-                    await lease.drained()
-            if self.quiesce is not None and self.quiesce.closed:
-                await self.quiesce.wait_open()
-        finally:
-            task.waiting = task.releasing = False
-        if not task.closed:
-            await self._release(task)
 
     async def _dispatch_one(self, topic: Topic, runner: AgentRunner, records: list[RawRecord],
                             lease: Lease) -> None:
@@ -574,9 +454,8 @@ class Conductor(Service):
             if lease.dispatching:
                 self.pauses.release([tp], BACKPRESSURE)
             task = self.tasks.get(tp.partition)
-            if task is not None and task.inputs is not None and task.ready and not task.releasing \
-                    and not task.closed:
-                self.spawn(self._release(task), f"ordering:{task.number}")  # it stopped for this batch
+            if task is not None and task.inputs is not None:
+                task.release.unparked(self._ordering)  # its release stopped for this batch
 
     def drop_queued(self, tps: Collection[TP]) -> dict[TP, int]:
         """Drop the events of `tps` that no agent has taken yet (parked or in mailboxes); counts per TP."""
@@ -634,7 +513,45 @@ class _Gathered:
         return taken
 
 
-def _unread(inputs: TaskInputs, runs: list[tuple[TP, list[RawRecord]]]) -> None:
-    """Put runs taken but not released back in front of their buffers, as they were."""
-    for tp, records in reversed(runs):
-        inputs.unread(tp, records)
+class _Handover:
+    """One pass of a task's release handing its streams' runs over (engine.tasks.release.Handover): runs for
+    one mailbox gathered across calls, decoded and handed over together."""
+
+    __slots__ = ("_conductor", "_gathered", "_leases", "_targets")
+
+    def __init__(self, conductor: Conductor, leases: Mapping[TP, Lease]) -> None:
+        self._conductor = conductor
+        self._leases = leases
+        self._gathered = _Gathered()
+        self._targets: dict[TP, _Target | None] = {}  # where each partition's runs are gathered (None: not)
+
+    async def deliver(self, runs: Sequence[Run], start: int) -> int:
+        conductor, leases, gathered, targets = self._conductor, self._leases, self._gathered, self._targets
+        parked, sources, limit = conductor._parked, conductor.table_sources, conductor._max_poll_records
+        if start == 0:
+            targets.clear()  # (looked up once per choice of runs)
+        for index in range(start, len(runs)):
+            if parked and conductor.parked(leases):
+                return index  # a batch of the task waits for room: nothing of the task may overtake it
+            tp, records = runs[index]
+            target = targets[tp] if tp in targets else targets.setdefault(tp, conductor._target(leases, tp))
+            if target is not None:
+                if not target[0].dispatching:
+                    continue  # revoked meanwhile: never handed over
+                if gathered.mailbox is not None and gathered.mailbox is not target[3]:
+                    await conductor._hand_over(gathered)
+                gathered.add(records, *target)
+                if len(gathered.order) >= limit:
+                    await conductor._hand_over(gathered)
+                continue
+            if tp.topic in sources:
+                return index  # a table's run: the task applies it
+            lease = leases.get(tp)
+            if lease is None or not lease.dispatching:
+                continue  # revoked meanwhile: never handed over
+            await conductor._hand_over(gathered)
+            await conductor._dispatch(records, lease)
+        return len(runs)
+
+    async def flush(self) -> None:
+        await self._conductor._hand_over(self._gathered)

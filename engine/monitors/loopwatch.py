@@ -24,7 +24,7 @@ import traceback
 from typing import TYPE_CHECKING
 
 from agents import Service
-from engine.monitors.stats import Histogram
+from engine.stats import Histogram
 
 if TYPE_CHECKING:
     from collections.abc import Callable

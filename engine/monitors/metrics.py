@@ -1,6 +1,6 @@
 """Metrics in Prometheus' text format (prometheus-client lives here and only here).
 
-The worker keeps its numbers where they arise, as plain counters and engine.monitors.stats histograms (an
+The worker keeps its numbers where they arise, as plain counters and engine.stats histograms (an
 attribute increment on the per-event path, nothing more), and describes them as `Family`s when scraped;
 this module turns those into the exposition format with prometheus-client's own families and encoder.
 """
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from engine.monitors.stats import Histogram
+from engine.stats import Histogram
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence

@@ -3,7 +3,7 @@ metric families (engine.monitors.metrics renders them).
 
 Counted on the per-event path: events handed to each agent and records fetched per topic (per batch, by the
 conductor), records sent per topic (an increment in `Topic.send`), and the processing time of one event in
-TIMED_EVERY per agent (engine.processing.streams). Everything else is counted where it happens off that
+TIMED_EVERY per agent (engine.streams.stream). Everything else is counted where it happens off that
 path (checkpoints, rebalances, dead letters, restarts, late events, recovery) or read when scraped (lag).
 Topics and tables are the app's, shared by every worker of the app in one process: their counts are the
 process's.
@@ -11,12 +11,46 @@ process's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from engine.monitors.metrics import Family
 
 if TYPE_CHECKING:
-    from engine.runtime import Worker
+    from engine.app import App
+    from engine.fetch.conductor import Conductor
+    from engine.monitors.loopwatch import LoopMonitor
+    from engine.processing.runner import AgentRunner
+    from engine.tables.manager import TableManager
+    from engine.tasks.manager import TaskManager
+    from engine.topics import Topic
+    from engine.transport.base import Consumer
+
+
+class Worker(Protocol):
+    """What the readings read of a worker (engine.runtime.Worker is one): its parts, each where it counts."""
+
+    @property
+    def app(self) -> App: ...
+
+    @property
+    def conductor(self) -> Conductor: ...
+
+    @property
+    def consumer(self) -> Consumer: ...
+
+    @property
+    def loop_monitor(self) -> LoopMonitor | None: ...
+
+    @property
+    def runners(self) -> list[AgentRunner]: ...
+
+    @property
+    def tables(self) -> TableManager | None: ...
+
+    @property
+    def tasks(self) -> TaskManager: ...
+
+    def all_topics(self) -> list[Topic]: ...
 
 
 async def worker_families(worker: Worker) -> list[Family]:

@@ -1,1 +1,2 @@
-"""Operations on an app as a whole, run by tools while no worker runs it (reset)."""
+"""Operations on an app as a whole, run by tools beside its workers: resetting it while none runs (reset),
+sending records to its topics (send), its group's members and lag (status)."""

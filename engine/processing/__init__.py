@@ -1,2 +1,1 @@
-"""Agents at run time: their instances under a supervisor (the runner), the streams they iterate and the
-operators on them, and the replies to `ask`."""
+"""Agents at run time: their instances under a supervisor (the runner) and the replies to `ask`."""

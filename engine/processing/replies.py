@@ -7,7 +7,7 @@ Requests and replies are sent by a producer outside transactions, under both gua
 exactly-once, a request sent in the asker's transaction would be invisible (read_committed) until that
 transaction commits, which waits for the asker to finish its event, which waits for the reply: every ask
 from an agent took the checkpoint's pause timeout (seconds). Sent outside, the request is seen at once, the
-reply too, and the checkpoint lets the replier run while an asker waits (engine.commit.quiesce). The asking
+reply too, and the checkpoint lets the replier run while an asker waits (engine.streams.quiesce). The asking
 and the answering events stay exactly-once in their own effects (table writes, sends, offsets); the request is
 at-least-once: an asker that fails before its commit asks again when its event is processed again, so an
 answering agent with side effects should be idempotent per request (the README says so).
@@ -24,12 +24,12 @@ from agents import Service
 from engine.agent import CORRELATION_ID, REPLY_TO
 from engine.codecs import loads
 from engine.events import TP
-from engine.processing.streams import current_event
+from engine.streams.current import current_event
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from engine.commit.quiesce import Quiesce
+    from engine.streams.quiesce import Quiesce
     from engine.topics import Topic
     from engine.transport.base import Producer, Transport
 
@@ -37,13 +37,15 @@ log = logging.getLogger(__name__)
 
 
 class ReplyService(Service):
-    def __init__(self, transport: Transport, topic: str, producer: Producer) -> None:
+    def __init__(self, transport: Transport, topic: str, producer: Producer, quiesce: Quiesce | None
+                 ) -> None:
+        """`quiesce`: the checkpoints' gate (exactly-once), which an ask from inside an event holds open."""
         super().__init__("replies")
         self.topic = topic
         self.partitions = 1  # set by the worker from the broker before this starts
         self.consumer = transport.consumer(group_id=None)
         self.producer = producer  # not transactional (see above); started and stopped by the worker
-        self.quiesce: Quiesce | None = None  # the checkpoints' gate (exactly-once), set by the worker
+        self.quiesce = quiesce
         self._waiting: dict[str, asyncio.Future[Any]] = {}
 
     async def request(self, channel: Topic, key: Any, value: Any, correlation_id: str) -> None:

@@ -19,17 +19,17 @@ from agents import ActorGroup, Fatal, Mailbox, RestartPolicy, Service
 from engine.agent import CORRELATION_ID, REPLY_TO, Agent
 from engine.codecs import dumps
 from engine.errors import EngineError, PartitionMigrated, TopologyError
-from engine.monitors.stats import Histogram
-from engine.processing.streams import Stream, UpstreamError
+from engine.stats import Histogram
+from engine.streams.stream import Stream, UpstreamError
 from engine.topics import Topic
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from engine.commit.quiesce import Quiesce
     from engine.events import Event, RawRecord
-    from engine.processing.streams import Lookup, RecordJoin
     from engine.settings import Settings
+    from engine.streams.quiesce import Quiesce
+    from engine.streams.stream import Lookup, RecordJoin
     from engine.transport.base import Producer
     from engine.windows import Seconds
 

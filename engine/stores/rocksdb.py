@@ -60,9 +60,8 @@ class SharedMemory:
     """One memory budget for every store of a backend (so of a worker): a block cache of `size` bytes, and
     memtables charged to it, flushed once they hold half of it together. Without it each store had its own
     cache and memtables of up to 64 MB each (RocksDB's defaults): memory grew with every write until then,
-    times the number of stores (4 stores written 2.4M times: 38 -> 121 MB; with a 64 MiB budget it levels at
-    55-70 MB). A single memtable stays small too, so that one busy store flushes before it takes the whole
-    budget."""
+    times the number of stores; with the budget it levels off (benchmarks/README.md). A single memtable
+    stays small too, so that one busy store flushes before it takes the whole budget."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -117,7 +116,7 @@ class RocksDBPartitionStore:
         """Read every block once, so that RocksDB checks its checksum now. A garbled SST file opens without
         complaint and fails only when a read reaches the bad block: in the middle of processing, where it
         would look like the agent's fault. Found here, the store is rebuilt from the changelog instead.
-        (Costs a scan at open: about 0.3 s per million keys.) rocksdict's `keys()` and `items()` would end
+        (Costs a scan at open, proportional to the store's size.) rocksdict's `keys()` and `items()` would end
         quietly at the bad block (they do not check the iterator's status): the raw iterator is used."""
         read_options = ReadOptions()
         read_options.fill_cache(False)  # type: ignore[call-arg]  # its stub omits the flag it takes
@@ -159,7 +158,8 @@ class RocksDBPartitionStore:
         self._meta[IDENTITY_KEY] = identity
 
     def items(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-        """rocksdict's own items iterator (no Python generator between): scans run at about 3M pairs/s.
+        """rocksdict's own items iterator (no Python generator between): an export scans every pair of a
+        store, and a generator would add a Python frame resume to each.
 
         A bounded scan stops at `end` itself instead of through ReadOptions' iterate_upper_bound: the
         ReadOptions object is freed when this returns, and an iterator outliving it could end early (seen:

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from engine.errors import ConfigError, EngineError, PartitionMigrated, TopologyError
 from engine.partitioner import CACHED_KEYS, partition_for
-from engine.processing.streams import current_event, current_stream
 from engine.scope import PerWorker
 from engine.stores import store_scheme
+from engine.streams.current import current_event
 from engine.tables.keys import META_PREFIX, stored_key
 from engine.tables.partition import DELETED, MISSING, TablePartition, Windowing
 from engine.topics import Topic
@@ -364,7 +364,7 @@ class BaseTable(MutableMapping[Any, Any]):
     def _route_read(self, own: Any) -> tuple[TablePartition, bytes]:
         encoded, number = self._locations.get(own) or self._locate_new(own)
         if not self.is_global:
-            event = current_stream.get().current_event  # (current_event(), without its call)
+            event = current_event()
             if event is not None and own == event.key:
                 number = event.record.partition
         return self._partition(number, own), encoded
@@ -409,7 +409,7 @@ class BaseTable(MutableMapping[Any, Any]):
         # partition, so it is found there without routing, and the write that `+=` makes next reuses what
         # this read found (`_read`).
         if self.window is None and not self.is_global:
-            event = current_stream.get().current_event  # (current_event(), without its call)
+            event = current_event()
             if event is not None and key == event.key:
                 part = self.active.get(event.record.partition)
                 if part is not None:
@@ -433,7 +433,7 @@ class BaseTable(MutableMapping[Any, Any]):
         return value
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        event = current_stream.get().current_event  # (current_event(), without its call)
+        event = current_event()
         read = self._read
         if read is not None and read[0] is event and read[1] is key:  # the write of a `+=` (`__getitem__`)
             lease = event.lease

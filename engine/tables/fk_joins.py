@@ -33,9 +33,9 @@ from engine.errors import ConfigError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from engine.app import App
-    from engine.processing.streams import Stream
+    from engine.streams.stream import Stream
     from engine.tables.base import BaseTable
+    from engine.tables.declarer import Declarer
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -46,7 +46,7 @@ def _unb64(text: str | None) -> bytes | None:
     return None if text is None else base64.b64decode(text)
 
 
-def join_by_foreign_key(app: App, left: BaseTable, right: BaseTable, foreign_key: Callable[[Any], Any],
+def join_by_foreign_key(app: Declarer, left: BaseTable, right: BaseTable, foreign_key: Callable[[Any], Any],
                         how: str, name: str | None) -> BaseTable:
     """Declare the result table of `left` joined with `right` by `foreign_key(left row)` (`how`: "inner" or
     "left") and the agents and topics that keep it."""

@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from engine.errors import ConfigError
 
 if TYPE_CHECKING:
-    from engine.app import App
-    from engine.processing.streams import Stream
+    from engine.streams.stream import Stream
     from engine.tables.base import BaseTable
+    from engine.tables.declarer import Declarer
 
 How = Literal["inner", "left", "outer"]
 
 
-def join_tables(app: App, left: BaseTable, right: BaseTable, how: How, name: str | None) -> BaseTable:
+def join_tables(app: Declarer, left: BaseTable, right: BaseTable, how: How, name: str | None) -> BaseTable:
     """Declare the result table of `left` joined with `right` and the agents that keep it."""
     for side in (left, right):
         if side.window is not None or side.is_global or not side.has_own_changelog:

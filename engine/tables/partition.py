@@ -104,8 +104,8 @@ class TablePartition:
         self.unsent_closes: list[tuple[bytes, bytes]] = []  # closed windows of a checkpoint that failed
 
     def get(self, key: Any, key_bytes: bytes) -> Any:
-        """The value, or MISSING. (`cached`, then `stored`, inlined: this is every table read, and the
-        two calls cost 24 ns more per read, timeit.)"""
+        """The value, or MISSING. (`cached`, then `stored`, inlined: this is every table read, so the two
+        calls would be paid on every read.)"""
         value = self.buffer.get(key, MISSING)
         if value is MISSING and self.flushing is not None:
             value = self.flushing.get(key, MISSING)

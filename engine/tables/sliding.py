@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
-from engine.processing.streams import current_event
+from engine.streams.current import current_event
 from engine.tables.keyed import KeyedWindowsTable
 from engine.tables.keys import META_PREFIX
 from engine.tables.partition import DELETED, MISSING, KeyedWindowState

@@ -6,7 +6,7 @@
             ...  # the key is current_event().key
 
 The agent reads both topics, co-partitioned by key, into its own stream: their records reach it in timestamp
-order (engine.fetch.ordering, as Kafka Streams' tasks take them). Each record is kept in its stream's join
+order (engine.tasks.inputs, as Kafka Streams' tasks take them). Each record is kept in its stream's join
 buffer, a table `<agent>-join-<n>-left` or `-right` of (key, event time) -> the raw values at that time, with
 a changelog like any table's; it is joined with every record of the other buffer with its key and a time at
 most `within` away, found while that record is within the other stream's retention (engine.windows.
@@ -33,9 +33,9 @@ from engine.topics import event_time_ms
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from engine.app import App
     from engine.events import Event
     from engine.tables.base import BaseTable
+    from engine.tables.declarer import Declarer
     from engine.tables.partition import TablePartition, WindowState
     from engine.topics import Topic
     from engine.windows import JoinWindows
@@ -303,8 +303,8 @@ def _pair(side: int, key: Any, mine: Any, theirs: Any) -> Joined:
     return (key, mine, theirs) if side == 0 else (key, theirs, mine)
 
 
-def stream_join(app: App, agent: str, number: int, left: Topic, right: Topic, window: JoinWindows, how: How,
-                *, declaring: bool) -> StreamJoin:
+def stream_join(app: Declarer, agent: str, number: int, left: Topic, right: Topic, window: JoinWindows,
+                how: How, *, declaring: bool) -> StreamJoin:
     """The `number`th stream-stream join of `agent`, over the tables the declaration run declared (it declares
     them when `declaring`)."""
     base = f"{agent}-join-{number}"

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from engine.app import App
+    from engine.tables.declarer import Declarer
     from engine.windows import JoinWindows, SessionWindow, SlidingWindow, Window, WindowKind
 
 __all__ = ["KeyNotInPartition", "PartitionNotLocal", "Table", "TableError"]
@@ -36,7 +36,7 @@ __all__ = ["KeyNotInPartition", "PartitionNotLocal", "Table", "TableError"]
 class Table(BaseTable):
     """A table partitioned like the stream that writes it, with its own compacted changelog."""
 
-    declared_by: App | None = None  # the app that declared it (set by App.Table): joins declare more there
+    declared_by: Declarer | None = None  # the app that declared it (set by App.Table): joins declare there
 
     # -- joins with another table (engine.tables.joins) ---------------------------------------------
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from engine.clock import wall_time
 from engine.errors import ConfigError, EngineError, InvalidTimestamp
 from engine.partitioner import CACHED_KEYS
-from engine.processing.streams import current_event, current_stream
+from engine.streams.current import current_event
 from engine.tables.keys import (
     CLOSED_KEY,
     META_PREFIX,
@@ -312,11 +312,10 @@ class WindowedTable(EventTimeTable):
         The per-event path of every windowed table, so it avoids what cost most in `benchmarks.windowed`
         (py-spy): the key is routed once, by its own cached location, not once per window; a window's store
         key is built only to read the store; and the store is read only for a window the live index says
-        the store has, so a new window costs no RocksDB read, nor any lookup at all. The event, its time, the
-        partition's state and stream time, and the buffer (`TablePartition.cached`/`set`) are inlined, and
-        the window gives its open starts in one call: 1,585 -> 1,165 ns per `table[key] += 1` against a plain
-        table's 760 (in-process on the memory store, fastest of 6 x 200k updates, two runs each)."""
-        event = current_stream.get().current_event  # (current_event(), without its call)
+        the store has, so a new window costs no RocksDB read, nor any lookup at all. Its time, the partition's
+        state and stream time, and the buffer (`TablePartition.cached`/`set`) are inlined, and the window
+        gives its open starts in one call (what that saved: benchmarks/README.md)."""
+        event = current_event()
         if event is None:
             event = self._event()  # raises, naming the table
         ts = event.time_ms  # the topic's extractor, applied at dispatch
@@ -422,7 +421,7 @@ class WindowedTable(EventTimeTable):
 
     def __getitem__(self, key: Any) -> WindowSet:
         """(Cached per key, bounded like the table's key locations: `table[key] += n` asks for one per event,
-        and a new object cost ~100 ns of the update's ~1.4 µs.)"""
+        and building a new one each time was a noticeable part of the update.)"""
         found = self._sets.get(key)
         if found is None:
             if len(self._sets) >= CACHED_KEYS:

@@ -16,93 +16,71 @@ failed has its cut `drop`ped (its events are processed again once the task is re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from engine.commit.cut import TableWrites, TaskCut
 from engine.errors import PartitionMigrated
 from engine.events import TP
 from engine.tables.partition import DELETED
+from engine.tasks.lifecycle import Lifecycle, TaskState
+from engine.tasks.release import TaskRelease
 
 if TYPE_CHECKING:
-    import asyncio
-    from collections.abc import Collection
+    from collections.abc import Callable, Collection, Iterable, Mapping
 
     from engine.events import RawRecord
-    from engine.fetch.leases import Lease
-    from engine.fetch.ordering import TaskInputs
     from engine.tables.base import BaseTable
     from engine.tables.partition import TablePartition
+    from engine.tables.state import StateManager
+    from engine.tasks.inputs import TaskInputs
+    from engine.tasks.leases import Lease
     from engine.transport.base import Producer
 
 
-@dataclass
-class TableWrites:
-    """One table partition's part of a cut: its writes, engine records, closed windows and late records."""
-
-    table: BaseTable
-    part: TablePartition
-    writes: dict[Any, Any]
-    meta: dict[bytes, bytes | None]
-    closes: list[tuple[bytes, bytes]] = field(default_factory=list)
-    late: list[RawRecord] = field(default_factory=list)
-    encoded: dict[bytes, bytes | None] = field(default_factory=dict)
-    last: asyncio.Future[int] | None = None  # the offset of the changelog's last record
-
-
-@dataclass
-class TaskCut:
-    """A task's part of one checkpoint: the offsets it commits (with their leases) and its table writes."""
-
-    task: ActiveTask
-    offsets: dict[TP, tuple[Lease, int]] = field(default_factory=dict)
-    writes: list[TableWrites] = field(default_factory=list)
-
-    @property
-    def empty(self) -> bool:
-        return not self.offsets and not self.writes
-
-    def committable(self) -> dict[TP, int]:
-        return {tp: offset for tp, (_, offset) in self.offsets.items()}
-
-
-class ActiveTask:
+class ActiveTask(Lifecycle):
     """Task `number` while assigned here: its leases (one per source partition numbered n), its table
     partitions once recovered, and its producer (started, fencing every earlier owner, before anything of
-    the task is read)."""
+    the task is read). Its life: engine.tasks.lifecycle."""
 
     def __init__(self, number: int) -> None:
-        self.number = number
+        super().__init__(number)
         self.leases: dict[TP, Lease] = {}
         self.producer: Producer | None = None
         self.partitions: list[tuple[BaseTable, TablePartition]] = []
-        self.ready = False  # set up (producer started, offsets sought, tables recovered): in checkpoints
-        self.closed = False
-        # With a table's source topic among its inputs: its batches, released in timestamp order by the
-        # conductor (`releasing` while it does, `waiting` while a table run waits for earlier events).
+        self.state_manager: StateManager | None = None  # its stores (engine.tables.state), once set up
+        # With a table's source topic or a stream-stream join's streams among its inputs: its buffered
+        # batches, which the task releases in timestamp order (`release`).
         self.inputs: TaskInputs | None = None
-        self.releasing = False
-        self.waiting = False
+        self.release = TaskRelease(self)
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"{len(self.leases)} partitions, {len(self.partitions)} tables"
-        return f"<ActiveTask {self.number}: {state}>"
+        return (f"<ActiveTask {self.number}: {self.state.value}, {len(self.leases)} partitions, "
+                f"{len(self.partitions)} tables>")
 
     # -- lifecycle (driven by the task manager) -----------------------------------------------------
 
-    def open(self, partitions: list[tuple[BaseTable, TablePartition]]) -> None:
-        """The task is set up (its producer started, its offsets sought, these table partitions recovered):
-        from now on its events read and write them, and checkpoints include it."""
-        self.partitions = partitions
-        for table, part in partitions:
-            table.active[self.number] = part
-        self.ready = True
+    def restoring(self, state_manager: StateManager | None = None) -> None:
+        """Its set-up starts (producer, offsets, the stores of `state_manager`, open and to be restored);
+        its partitions stay paused until `open`."""
+        self.to(TaskState.RESTORING)
+        self.state_manager = state_manager
 
-    def close(self) -> None:
+    def open(self) -> None:
+        """The task is set up (its producer started, its offsets sought, the stores of its state manager
+        restored): from now on its events read and write their table partitions, and checkpoints include
+        it."""
+        self.to(TaskState.RUNNING)
+        state_manager = self.state_manager
+        self.partitions = state_manager.partitions() if state_manager is not None else []
+        for table, part in self.partitions:
+            table.active[self.number] = part
+
+    def close(self) -> StateManager | None:
         """End every lease and take the table partitions out of their tables, buffers and window state
         with them: nothing of the task is applied, sent or committed any more (a clean close checkpoints
-        first). Its producer is stopped by the task manager (`stop_producer`)."""
-        self.closed = True
-        self.ready = False
+        first). Returns its state manager, stores open, for the task manager to keep warm or close; its
+        producer is stopped by the task manager (`stop_producer`)."""
+        self.to(TaskState.CLOSED)
         if self.inputs is not None:
             self.inputs.clear()  # never dispatched nor tracked: the next owner reads them
         for lease in self.leases.values():
@@ -111,15 +89,14 @@ class ActiveTask:
             if table.active.get(self.number) is part:
                 del table.active[self.number]
         self.partitions = []
+        state_manager, self.state_manager = self.state_manager, None
+        return state_manager
 
     async def stop_producer(self) -> None:
         """After the last commit, or once lost (its open transaction is aborted by the next owner's fence)."""
         producer, self.producer = self.producer, None
         if producer is not None:
             await producer.stop()
-
-    def live_leases(self) -> list[Lease]:
-        return [lease for lease in self.leases.values() if not lease.ended]
 
     # -- its part of a checkpoint -------------------------------------------------------------------
 
@@ -221,3 +198,19 @@ class ActiveTask:
             part.unsent_closes = [*item.closes, *part.unsent_closes]
             part.late = [*item.late, *part.late]
 
+
+def source_appliers(tasks: Mapping[int, ActiveTask], tables: Iterable[BaseTable]
+                    ) -> dict[str, Callable[[int, list[RawRecord]], bool]]:
+    """For each partitioned table over a source topic: how a run of that topic's records is applied to the
+    store of task n (its partition of the table, through the task's state manager); False if task n is not
+    running here."""
+    def applier(topic: str) -> Callable[[int, list[RawRecord]], bool]:
+        def apply(number: int, records: list[RawRecord]) -> bool:
+            task = tasks.get(number)
+            if task is None or not task.ready or task.state_manager is None:
+                return False
+            return task.state_manager.apply_source(topic, records)
+        return apply
+
+    return {t.changelog_topic.name: applier(t.changelog_topic.name) for t in tables
+            if not t.is_global and not t.has_own_changelog}

@@ -34,22 +34,26 @@ from agents import Service, ServiceState
 from engine.commit.checkpoint import Checkpointer
 from engine.commit.transactions import TransactionsFailed
 from engine.errors import EngineError, MembershipLost, ProducerFenced
-from engine.fetch.ordering import TaskInputs
-from engine.monitors.stats import Histogram
-from engine.processing.streams import current_event
+from engine.stats import Histogram
+from engine.streams.current import current_event
+from engine.tables.state import StateManager
 from engine.tasks.active import ActiveTask
+from engine.tasks.inputs import TaskInputs
+from engine.tasks.lifecycle import TaskState
 from engine.tasks.poison import PoisonRecords
 from engine.tasks.standby import StandbyTask
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
+    from engine.assignor import Assignment
     from engine.commit.guarantee import Guarantee
     from engine.events import TP, Event
-    from engine.fetch.leases import Lease, Leases
-    from engine.fetch.pauses import Pauses
+    from engine.stores import PartitionStore
+    from engine.tables.base import BaseTable
     from engine.tables.manager import TableManager
-    from engine.tasks.assignment import Assignment
+    from engine.tasks.leases import Lease, Leases
+    from engine.tasks.pauses import Pauses
     from engine.transport.base import Consumer
 
 log = logging.getLogger(__name__)
@@ -76,13 +80,20 @@ class TaskManager(Service):
         table_sources: Collection[str] = (),
         ordered_topics: Collection[str] = (),
         max_task_idle: float = 0.0,
+        active: dict[int, ActiveTask] | None = None,
+        on_settled: Callable[[], None] = lambda: None,
     ) -> None:
+        """`active`: the worker's map of active tasks, which this keeps (the conductor and the guarantee read
+        it); `on_settled`: called when a change of ownership finished."""
         super().__init__("tasks")
         self.table_sources = frozenset(table_sources)  # source topics of tables: inputs of their tasks
         self.ordered_topics = frozenset(ordered_topics)  # stream-stream joins' streams: in timestamp order
         self.max_task_idle = max_task_idle
-        self.active: dict[int, ActiveTask] = {}
+        self.active: dict[int, ActiveTask] = active if active is not None else {}
         self.standby: dict[int, StandbyTask] = {}
+        # Tasks closed clean here (revoked), their stores kept open and followed until the next assignment
+        # says whether they are active, standby, or neither here.
+        self.warm: dict[int, StateManager] = {}
         self.assignment: Assignment | None = None  # the group's last word on this worker
         self.poison = poison if poison is not None else PoisonRecords()
         self.reset_to_end = reset_to_end  # auto_offset_reset="latest": never committed, start at the end
@@ -108,7 +119,7 @@ class TaskManager(Service):
         self.rebalances = 0
         self.stalls = Histogram()
         self._moving_since: float | None = None
-        self.on_settled: Callable[[], None] = lambda: None  # an ownership change finished (set by the worker)
+        self.on_settled = on_settled
 
     @property
     def pause_timeout(self) -> float:
@@ -210,14 +221,20 @@ class TaskManager(Service):
             task = self.active[number]
             sources = [tp for tp in task.leases if tp.topic in self.table_sources]
             if sources or any(tp.topic in self.ordered_topics for tp in task.leases):
-                # its inputs go in timestamp order (engine.fetch.ordering)
+                # its inputs go in timestamp order (engine.tasks.inputs)
                 task.inputs = TaskInputs(task.leases, sources, self.max_task_idle)
         if not tps:
+            if self.tables is not None:
+                self._settle_standbys()
             self._moved()
             return
+        fresh = [task for n in sorted({tp.partition for tp in tps})
+                 if (task := self.active[n]).state is TaskState.CREATED]
+        for task in fresh:
+            task.restoring(self._state_for(task.number) if self.tables is not None else None)
         if self.new_producer is None and self.tables is None:  # nothing to set up
-            for number in {tp.partition for tp in tps}:
-                self.active[number].open([])
+            for task in fresh:
+                task.open()
             self._moved()
             return
         # Fenced and recovered before any of their events is processed.
@@ -230,18 +247,15 @@ class TaskManager(Service):
         starts: dict[TP, int] = {}
         if self.new_producer is not None:
             starts = await self._seek_committed(tps)  # after the fence: earlier owners' commits are final
+        restoring = [task for task in tasks if task.state is TaskState.RESTORING]
         if self.tables is not None:
-            recycled = sorted(n for n in self.standby if n in {task.number for task in tasks})
-            if recycled:
-                log.info("standby tasks %s become active here: their stores replay only the tail", recycled)
             sources = {tp: offset for tp, offset in starts.items() if tp.topic in self.table_sources}
-            parts = await self.tables.activate([task.number for task in tasks], sources)
+            states = [task.state_manager for task in restoring if task.state_manager is not None]
+            await self.tables.restore(states, sources)
             self._settle_standbys()
-        else:
-            parts = {}
-        for task in tasks:
-            if not task.closed:
-                task.open(parts.get(task.number, []))
+        for task in restoring:
+            if task.state is TaskState.RESTORING:  # (not closed meanwhile)
+                task.open()
         resumable = {tp for tp in tps
                      if (lease := self.leases.current.get(tp)) is not None and lease.dispatching}
         self.pauses.release(resumable, RECOVERING)
@@ -285,13 +299,71 @@ class TaskManager(Service):
             starts[tp] = offset
         return starts
 
+    def _state_for(self, number: int) -> StateManager:
+        """The state manager of task `number` becoming active here, its stores open: a standby's recycled
+        (only the tail of each changelog is replayed), the one it had before its last revoke here, or new."""
+        tables = self.tables
+        assert tables is not None
+        standby = self.standby.pop(number, None)
+        if standby is not None:
+            log.info("standby task %d becomes active here: its stores replay only the tail", number)
+            state = standby.close()
+        else:
+            state = self.warm.pop(number) if number in self.warm else StateManager(f"task {number}", tables)
+        state.open(tables.task_partitions(number))
+        return state
+
     def _settle_standbys(self) -> None:
-        """The standby tasks the last assignment names, but those active here."""
-        assert self.tables is not None
+        """After an assignment: exactly the standby tasks it names (but those active here), their stores
+        followed; the stores of tasks neither active nor standby here closed; old stores cleaned up."""
+        tables = self.tables
+        assert tables is not None
         wanted = self.assignment.standby if self.assignment is not None else frozenset()
         active = {n for n, task in self.active.items() if not task.closed}
-        self.standby = {n: StandbyTask(n, changelogs)
-                        for n, changelogs in self.tables.settle(active, wanted).items()}
+        for number in sorted(set(self.standby) - (wanted - active)):
+            self.standby.pop(number).close().close()
+        for number in sorted(wanted - active - set(self.standby)):
+            state = self.warm.pop(number) if number in self.warm else StateManager(f"task {number}", tables)
+            state.open((table, n) for table, n in tables.task_partitions(number) if table.has_own_changelog)
+            standby = self.standby[number] = StandbyTask(number, state)
+            standby.start()
+            tables.follow(state)
+        for number in sorted(set(self.warm) - active):
+            self.warm.pop(number).close()
+        tables.clean_up({tp for state in self._state_managers() for tp in state.stores})
+
+    def _state_managers(self) -> list[StateManager]:
+        """Every task's state manager here: active (set up or being set up), standby, kept warm."""
+        active = [task.state_manager for task in self.active.values() if task.state_manager is not None]
+        return [*active, *(standby.state_manager for standby in self.standby.values()), *self.warm.values()]
+
+    def positions(self) -> dict[int, int]:
+        """Per task this worker has stores of (open: active, standby or kept warm; or kept on disk): how far
+        they have read their changelogs, summed over the tables (what the assignor compares to find who is
+        caught up)."""
+        positions = self.tables.kept_positions() if self.tables is not None else {}
+        for state in self._state_managers():
+            for tp, (_, store) in state.stores.items():
+                read = 0 if (offset := store.changelog_offset()) is None else offset + 1
+                positions[tp.partition] = positions.get(tp.partition, 0) + read
+        return positions
+
+    def standby_store(self, table: BaseTable, number: int) -> PartitionStore | None:
+        """The store of a table partition this worker keeps current without owning it (a standby's, or one
+        kept warm since its revoke), or None: what `?stale=ok` queries read."""
+        standby = self.standby.get(number)
+        state = standby.state_manager if standby is not None else self.warm.get(number)
+        return state.store(table, number) if state is not None and table.has_own_changelog else None
+
+    def _released(self, number: int, state: StateManager | None) -> None:
+        """A task closed clean here: its stores stay open and followed until the next assignment says
+        whether it is active, standby, or neither here (those of tables over a source topic close: only its
+        active task applies that topic)."""
+        if state is None or self.tables is None:
+            return
+        state.close_sources()
+        self.warm[number] = state
+        self.tables.follow(state)
 
     # -- revoked, lost, failed ----------------------------------------------------------------------
 
@@ -433,11 +505,9 @@ class TaskManager(Service):
                 if lease is not None:
                     lease.end()
             if not task.leases:
-                task.close()
+                self._released(number, task.close())
                 del self.active[number]
                 closed.append(task)
-        if self.tables is not None and closed:
-            self.tables.release([task.number for task in closed])
         return closed
 
     @staticmethod
@@ -448,11 +518,14 @@ class TaskManager(Service):
         """The worker stops (after its final checkpoint): every task closes and stops its producer."""
         self.leases.end(list(self.leases.current))
         closed = list(self.active.values())
-        for task in closed:
-            task.close()
+        states = [state for task in closed if (state := task.close()) is not None]
         self.active.clear()
-        if self.tables is not None and closed:
-            self.tables.release([task.number for task in closed])
+        states += [standby.close() for standby in self.standby.values()]
+        self.standby.clear()
+        states += self.warm.values()
+        self.warm.clear()
+        for state in states:
+            state.close()
         await self._stop_producers(closed)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agents import Mailbox
-from engine.processing.streams import Stream
+from engine.streams.stream import Stream
 from engine.tables.base import BaseTable
 from engine.tables.stream_joins import StreamJoin, as_how, stream_join
 from engine.topics import Topic
@@ -25,9 +25,9 @@ from engine.windows import JoinWindows
 if TYPE_CHECKING:
     from engine.agent import Agent
     from engine.app import App
-    from engine.commit.quiesce import Quiesce
     from engine.events import Event
-    from engine.monitors.stats import Histogram
+    from engine.stats import Histogram
+    from engine.streams.quiesce import Quiesce
     from engine.windows import Seconds
 
 

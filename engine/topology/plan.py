@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from engine.errors import TopologyError
-from engine.topics import Topic
+from engine.topics import Topic, planned_partitions
 from engine.topology.declaration import Declaration, declare
 from engine.topology.partitions import followed_counts
 from engine.topology.writers import find_writers
@@ -159,7 +159,7 @@ class Topology:
         return [plan.spec for plan in self.topics.values()]
 
     def ordered(self) -> set[str]:
-        """The topics whose records reach agents in timestamp order within a task (engine.fetch.ordering):
+        """The topics whose records reach agents in timestamp order within a task (engine.tasks.inputs):
         those of stream-stream joins, read into one stream, and those several agents use a table from."""
         return {name for agent, merged in self.merged.items() if merged
                 for name in (self.reads[agent][0], *merged)} | self.serial
@@ -221,12 +221,6 @@ class Topology:
 
 def dlq_name(app_id: str, agent: Agent) -> str:
     return f"{app_id}-{agent.dlq_suffix}"
-
-
-def planned_partitions(topic: Topic, settings: Settings, like: int | None = None) -> int:
-    """The partition count the worker creates `topic` with: its declared count, else `like` (the count of
-    the topic it follows), else `topic_partitions`. (An existing topic keeps its own.)"""
-    return topic.partitions or like or settings.topic_partitions
 
 
 def build_topology(app: App, settings: Settings, declaration: Declaration | None = None) -> Topology:

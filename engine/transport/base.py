@@ -11,7 +11,7 @@ from engine.events import TP, Headers, RawRecord
 if TYPE_CHECKING:
     import asyncio
 
-    from engine.tasks.assignment import Assignment, Placement
+    from engine.assignor import Assignment, Placement
 
 PartitionsCallback = Callable[[set[TP]], Awaitable[None]]
 
@@ -202,7 +202,7 @@ class Transport(Protocol):
         still their owner, `on_lost` with partitions the group gave away after this member's session expired
         (no `on_lost`: both go to `on_revoked`). A partition the group never committed is read from its
         first offset ("earliest") or from its end ("latest"). A group's partitions are placed by
-        engine.tasks.assignment (the same on every transport), with what `placement` brings and hears. With
+        engine.assignor (the same on every transport), with what `placement` brings and hears. With
         `instance_id` the member is static (KIP-345): it does not leave the group when it stops, and if it
         comes back within the session timeout it gets its partitions back without a rebalance."""
 

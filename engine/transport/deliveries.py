@@ -1,10 +1,9 @@
 """The delivery futures of a producer's sends, until a flush checks that the broker acknowledged them all.
 
 A flush must raise if any record sent since the previous flush failed. Keeping every future until then made
-each one live for a whole commit interval: with ~100k sends/s they were promoted to the oldest garbage
-collector generation, and its full collections took 0.13-0.20 s per 300k records of the passthrough
-benchmark (gc callbacks around `benchmarks.passthrough`'s engine agent), 0.03-0.07 s once settled futures are
-dropped. So the futures already settled are dropped every so often, their first failure kept: a future lives
+each one live for a whole commit interval: at a busy worker's rate they were promoted to the oldest garbage
+collector generation, and every full collection rescanned them all (what that cost: benchmarks/README.md).
+So the futures already settled are dropped every so often, their first failure kept: a future lives
 about as long as its batch's round trip, as in a raw aiokafka loop. The pruning is amortised O(1) per send:
 it runs when the list doubles past what the last pruning kept (a done-callback per future would cost a
 `call_soon` per record instead).

@@ -48,6 +48,14 @@ from aiokafka.errors import (
 from aiokafka.errors import ProducerFenced as KafkaProducerFenced
 from aiokafka.helpers import create_ssl_context
 
+from engine.assignor import (
+    VERSION,
+    Placement,
+    decode_assignment,
+    decode_member,
+    encode_assignment,
+    encode_member,
+)
 from engine.errors import (
     BrokerRefused,
     BrokerUnavailable,
@@ -59,14 +67,6 @@ from engine.errors import (
 )
 from engine.events import TP, Headers, RawRecord
 from engine.partitioner import KeyHashes
-from engine.tasks.assignment import (
-    VERSION,
-    Placement,
-    decode_assignment,
-    decode_member,
-    encode_assignment,
-    encode_member,
-)
 from engine.transport import aiokafka_private as private
 from engine.transport.deliveries import Deliveries, first_failure
 from engine.transport.kafka_protocol import BROKER_DEFAULT, CreateTopicsRequest, TopicIdsRequest, topic_ids
@@ -197,7 +197,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka's 
 
 
 class _EngineAssignor(AbstractPartitionAssignor):  # type: ignore[misc]  # aiokafka's base is untyped
-    """engine.tasks.assignment through aiokafka's assignor interface. aiokafka declares the methods as class
+    """engine.assignor through aiokafka's assignor interface. aiokafka declares the methods as class
     methods; an instance serves as well (it calls them on the objects it is given) and carries the worker's
     Placement. Tasks are partition numbers: the task count is the largest partition count subscribed."""
 
@@ -259,7 +259,7 @@ class KafkaConsumer:
             # open ones only once committed; without transactions this reads like read_uncommitted.
             isolation_level="read_committed",
             # engine's assignor: partition p of every topic goes with task p (co-partitioned), sticky,
-            # with standbys and warm-up (engine.tasks.assignment).
+            # with standbys and warm-up (engine.assignor).
             partition_assignment_strategy=(_EngineAssignor(placement or Placement()),),
             rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
             session_timeout_ms=round(session_timeout * 1000),
@@ -507,9 +507,9 @@ class KafkaProducer:
             # `AIOKafkaProducer.send` would check is known to hold: the partition exists, there are no
             # headers, the record is not empty and far below the request size, a transaction is open if
             # the producer has them. That send re-reads the metadata twice (a set built each time),
-            # estimates the size, logs and adds two coroutine frames: 10% of the passthrough's samples
-            # (py-spy). Anything else takes aiokafka's own send, with its checks and errors. The
-            # accumulator itself adds the partition to the open transaction.
+            # estimates the size, logs and adds two coroutine frames: a noticeable share of the
+            # passthrough's per-event time (py-spy). Anything else takes aiokafka's own send, with its
+            # checks and errors. The accumulator itself adds the partition to the open transaction.
             size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
             if (partition is not None and partition < len(tps) and not headers
                     and 0 < size < self._direct_size

@@ -14,10 +14,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from engine.assignor import Assignment, Placement
 from engine.clock import wall_time
 from engine.events import TP, Headers, RawRecord
 from engine.partitioner import KeyHashes
-from engine.tasks.assignment import Assignment, Placement
 from engine.transport.base import GroupDescription, GroupMember
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class MemoryBroker:
             self.rebalance(group)
 
     def rebalance(self, group: _Group) -> None:
-        """Assign with engine's assignor (engine.tasks.assignment, the same placement as on Kafka): partition
+        """Assign with engine's assignor (engine.assignor, the same placement as on Kafka): partition
         p of every topic a member reads goes with task p."""
         group.generation += 1
         topics = sorted({t for m in group.members for t in m.topics if t in self.topics})

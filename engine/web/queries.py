@@ -2,7 +2,7 @@
 say who owns the partition (the worker forwards the query there, once) or that it is moving or recovering.
 
 Routing is the assignment's: every member hears the whole group's placement (task -> owner's endpoint, see
-engine.tasks.assignment), and a table's partition n belongs to task n (tables are partitioned like the
+engine.assignor), and a table's partition n belongs to task n (tables are partitioned like the
 streams that write them). A global table is answered by every worker from its own copy. A forwarded query
 is never forwarded again: if the worker it reached no longer owns the partition, the answer is "moving",
 so a query cannot loop between two workers whose views of the assignment differ for a moment.
@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from engine.codecs import decode_text
 from engine.errors import DecodeError, EncodeError
+from engine.operations.inspect import window_entries
 from engine.scope import running_as
 from engine.tables.base import PartitionNotLocal
-from engine.tables.inspect import window_entries
 from engine.tables.partition import MISSING
 
 if TYPE_CHECKING:
@@ -331,15 +332,6 @@ def key_text(table: BaseTable, key: Any) -> str:
 
 
 def parse_key(table: BaseTable, text: str) -> Any:
-    """A key as typed in a URL or on a command line, decoded with the table's own key codec (so its type is
-    checked the same way as a record's); on a JSON table without a declared key type a bare word is the
-    string itself."""
-    codec = table.plain_key_codec
-    if codec.name == "raw":
-        return text.encode()
-    try:
-        return codec.decode(text.encode())
-    except DecodeError:
-        if codec.name == "json" and table.changelog_topic.key_type in (None, str):
-            return text
-        raise
+    """A key as typed in a URL or on a command line, decoded with the table's own key codec
+    (engine.codecs.decode_text: on a JSON table without a declared key type a bare word is the string)."""
+    return decode_text(table.plain_key_codec, text, table.changelog_topic.key_type)

@@ -34,6 +34,8 @@ from tests.integration.table_apps import make_app
 if TYPE_CHECKING:
     from collections.abc import Collection
 
+    from engine.tables.state import StateManager
+
 pytestmark = pytest.mark.kafka
 
 
@@ -77,17 +79,15 @@ async def test_sigkill_then_rebuild_from_the_changelog_with_no_data_dir(kafka, t
     counts = app.counts  # type: ignore[attr-defined]
     at_recovery: list[dict[str, int]] = []
     assert rebuilt.tables is not None
-    activate = rebuilt.tables.activate
+    restore = rebuilt.tables.restore
 
-    async def activate_and_look(numbers: Collection[int], sources: Any = None,
-                                ) -> dict[int, list[tuple[Any, Any]]]:
-        parts = await activate(numbers, sources)  # recovered; the tasks resume their partitions after this
+    async def restore_and_look(states: Collection[StateManager], until: Any = None) -> None:
+        await restore(states, until)  # recovered; the tasks resume their partitions after this
         at_recovery.append({counts.key_codec.decode(key): counts.value_codec.decode(value)
-                            for owned in parts.values() for _, part in owned
-                            for key, value in part.store.items() if not key.startswith(META_PREFIX)})
-        return parts
+                            for state in states for _, store in state.stores.values()
+                            for key, value in store.items() if not key.startswith(META_PREFIX)})
 
-    rebuilt.tables.activate = activate_and_look  # type: ignore[method-assign]
+    rebuilt.tables.restore = restore_and_look  # type: ignore[method-assign]
     await rebuilt.start()
     try:
         await testing.eventually(lambda: bool(at_recovery), 60)

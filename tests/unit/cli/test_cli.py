@@ -86,23 +86,63 @@ def test_public_api_is_sorted_and_complete(package):
     assert public <= set(module.__all__) | {"annotations"}
 
 
-def test_the_cli_imports_only_engines_public_api():
-    """cli is a thin shell: it uses what users can use (the engine package, engine.export, engine.tools)."""
+def cli_uses_of_engine() -> list[tuple[str, str, str | None]]:
+    """(file, module, name) for everything the cli takes from engine: each module it imports (name None),
+    each name it imports from one (type-checking imports too), and each attribute it reads of a module it
+    imported by name (`export.parse_target` after `from engine import export`: module engine.export)."""
     import ast
+    import contextlib
+    import importlib
     from pathlib import Path
 
-    public = {"engine", "engine.export", "engine.tools"}
-    found = {}
+    uses: list[tuple[str, str, str | None]] = []
     for path in Path(__file__).resolve().parents[3].joinpath("cli").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        modules = {}  # local name -> engine module it is
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("engine"):
-                found.setdefault(node.module, set()).add(path.name)
+                uses.append((path.name, node.module, None))
+                for alias in node.names:
+                    uses.append((path.name, node.module, alias.name))
+                    full = f"{node.module}.{alias.name}"
+                    with contextlib.suppress(ImportError):  # (not a module: a class, a function)
+                        importlib.import_module(full)
+                        modules[alias.asname or alias.name] = full
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.startswith("engine"):
-                        found.setdefault(alias.name, set()).add(path.name)
+                        uses.append((path.name, alias.name, None))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in modules):
+                uses.append((path.name, modules[node.value.id], node.attr))
+    return uses
+
+
+def test_the_cli_imports_only_engines_public_api():
+    """cli is a thin shell: it uses what users can use (the engine package, engine.export, engine.tools)."""
+    public = {"engine", "engine.export", "engine.tools"}
+    found = {}
+    for file, module, _ in cli_uses_of_engine():
+        found.setdefault(module, set()).add(file)
     assert found, "the cli imports engine"
     assert {m: files for m, files in found.items() if m not in public} == {}
+
+
+def test_the_cli_uses_only_public_names_and_engine_tools_is_what_it_uses():
+    """Every name the cli takes from engine, engine.export and engine.tools is in that module's `__all__`
+    (engine.export itself, a package, aside); and engine.tools' `__all__` is exactly what the cli uses:
+    the operations API has no names for nothing."""
+    import importlib
+
+    used: dict[str, set[str]] = {}
+    for _, module, name in cli_uses_of_engine():
+        if name is not None and f"{module}.{name}" != "engine.export":
+            used.setdefault(module, set()).add(name)
+    for module, names in used.items():
+        public = set(importlib.import_module(module).__all__)
+        assert names - public == set(), f"the cli uses names {module}.__all__ does not have"
+    assert used["engine.tools"] == set(importlib.import_module("engine.tools").__all__)
 
 
 async def test_tables_and_table_get_read_the_local_rocksdb_stores(capsys, tmp_path, monkeypatch):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from engine.tasks.assignment import (
+from engine.assignor import (
     Assignment,
     Member,
     assign,

@@ -10,8 +10,8 @@ from typing import Any
 from agents import Mailbox
 from engine.events import TP, Event
 from engine.fetch.conductor import Conductor
-from engine.fetch.leases import Leases
-from engine.fetch.pauses import Pauses
+from engine.tasks.leases import Leases
+from engine.tasks.pauses import Pauses
 
 SLOW, OTHER = TP("in", 0), TP("in", 1)
 

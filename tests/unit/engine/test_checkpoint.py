@@ -16,16 +16,32 @@ from engine.commit.guarantee import AtLeastOnce, ExactlyOnce, Guarantee
 from engine.commit.transactions import TransactionsFailed
 from engine.errors import DeliveryFailed, TransactionAborted
 from engine.events import TP
-from engine.fetch.leases import Leases
 from engine.stores import open_store_backend
 from engine.tables.keys import META_PREFIX
-from engine.tables.partition import TablePartition
+from engine.tables.state import StateManager
 from engine.tasks.active import ActiveTask
+from engine.tasks.leases import Leases
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 IN0, IN1 = TP("in", 0), TP("in", 1)
+
+
+class BackendStores:
+    """What a state manager needs of the table manager, over one store backend."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def open_store(self, table: Any, number: int) -> Any:
+        return self.backend.open(table.name, number)
+
+    def destroy_store(self, table: Any, number: int) -> None:
+        self.backend.destroy(table.name, number)
+
+    def closed_store(self, table: Any, tp: TP, store: Any) -> None:
+        store.close()
 
 
 class FakeProducer:
@@ -106,8 +122,10 @@ class Tasks:
             task.leases[lease.tp] = lease
             assert guarantee.task_producer is not None
             task.producer = guarantee.task_producer(number)
-            part = TablePartition(number, backend.open("counts", number), self.table.value_codec)
-            task.open([(self.table, part)])
+            state = StateManager(f"task {number}", BackendStores(backend))
+            state.open([(self.table, number)])
+            task.restoring(state)
+            task.open()
 
     def write(self, number: int, **values: int) -> None:
         self.table.active[number].buffer.update(values)
@@ -168,7 +186,7 @@ async def test_a_cut_whose_send_fails_is_aborted_and_its_writes_go_back_under_ne
 
 async def test_exactly_once_commits_each_task_with_its_offsets_and_splits_out_the_failed_ones(tmp_path):
     transport = FakeTransport()
-    guarantee = ExactlyOnce(transport, "app", "worker")  # type: ignore[arg-type]
+    guarantee = ExactlyOnce(transport, "app", "worker", {})  # type: ignore[arg-type]
     tasks = Tasks(tmp_path, guarantee, {IN0: 5, IN1: 3})
     tasks.write(0, a=1)
     tasks.write(1, b=2)
@@ -185,7 +203,7 @@ async def test_exactly_once_commits_each_task_with_its_offsets_and_splits_out_th
 
 async def test_a_task_whose_transaction_the_broker_aborted_fails_alone(tmp_path):
     transport = FakeTransport()
-    guarantee = ExactlyOnce(transport, "app", "worker")  # type: ignore[arg-type]
+    guarantee = ExactlyOnce(transport, "app", "worker", {})  # type: ignore[arg-type]
     tasks = Tasks(tmp_path, guarantee, {IN0: 5, IN1: 3})
     tasks.write(0, a=1)
     tasks.write(1, b=2)
@@ -200,7 +218,7 @@ async def test_a_task_whose_transaction_the_broker_aborted_fails_alone(tmp_path)
 
 async def test_exactly_once_leaves_out_a_task_with_an_event_in_progress_and_commits_the_others(tmp_path):
     transport = FakeTransport()
-    guarantee = ExactlyOnce(transport, "app", "worker")  # type: ignore[arg-type]
+    guarantee = ExactlyOnce(transport, "app", "worker", {})  # type: ignore[arg-type]
     tasks = Tasks(tmp_path, guarantee, {IN0: 5, IN1: 3})
     tasks.write(0, a=1)
     tasks.write(1, b=2)
@@ -226,7 +244,7 @@ async def test_exactly_once_leaves_out_a_task_with_an_event_in_progress_and_comm
 
 async def test_a_closed_task_or_one_still_setting_up_is_not_in_a_cut(tmp_path):
     transport = FakeTransport()
-    guarantee = ExactlyOnce(transport, "app", "worker")  # type: ignore[arg-type]
+    guarantee = ExactlyOnce(transport, "app", "worker", {})  # type: ignore[arg-type]
     tasks = Tasks(tmp_path, guarantee, {IN0: 5, IN1: 3})
     tasks.active[0].close()
     tasks.active[2] = ActiveTask(2)  # assigned, its producer not started yet

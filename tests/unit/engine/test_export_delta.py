@@ -10,6 +10,7 @@ import asyncio
 import json
 import random
 import re
+import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +24,9 @@ from engine import export, testing
 from engine.export import lake, rewrite
 from engine.export.delta import DeltaTarget
 from engine.export.iceberg import IcebergTarget
+from engine.export.optional import MissingDependency
 from engine.export.sources import checkpointed
-from engine.export.targets import parse_target
+from engine.targets import parse_target
 from tests.lake import S3_BUCKET, s3_catalog, s3_environment
 
 if TYPE_CHECKING:
@@ -231,7 +233,19 @@ def test_app_export_takes_a_lake_table_and_a_positive_interval(tmp_path: Path) -
     app.export(totals, f"delta:{tmp_path / 'totals'}", every=10)
     with pytest.raises(engine.ConfigError, match="already exports totals"):
         app.export(totals, f"delta:{tmp_path / 'totals'}", every=10)
-    assert app.timers[f"export:totals:delta:{tmp_path / 'totals'}"].interval.total_seconds() == 10
+    assert app.exports[f"export:totals:delta:{tmp_path / 'totals'}"].every.total_seconds() == 10
+
+
+@pytest.mark.parametrize(("library", "target", "feature"), [("deltalake", "delta:{}", "Delta Lake export"),
+                                                           ("pyiceberg", "iceberg:ns.t", "Iceberg export")])
+def test_without_its_library_a_lake_export_says_how_to_install_it(tmp_path: Path, monkeypatch: Any,
+                                                                   library: str, target: str,
+                                                                   feature: str) -> None:
+    monkeypatch.setitem(sys.modules, library, None)  # what an import finds when it is not installed
+    app, _ = build_app()
+    settings = app.settings({"data_dir": tmp_path})
+    with pytest.raises(MissingDependency, match=rf"{feature} needs {library}.*pip install 'engine\[spark\]'"):
+        export.lake_table(parse_target(target.format(tmp_path / "t")), settings).history()
 
 
 def test_interleaved_scans_yield_every_batch_once_and_raise_a_scans_error() -> None:
@@ -640,7 +654,7 @@ def test_an_incremental_export_refuses_a_delta_table_another_writer_gave_deletio
     have deleted rows come back; the export says what to do instead."""
     from deltalake import TableFeatures
 
-    from engine.export.columns import ExportError
+    from engine.errors import ExportError
 
     lake, schema = DeltaTarget(str(tmp_path / "lake")), replaced_schema()
     lake.overwrite(schema, iter(replaced_rows(("a", 1, 0))), None, written("full", {0: 1}))
@@ -656,8 +670,8 @@ def test_an_iceberg_table_created_by_two_workers_at_once_is_the_one_that_won(
     """Two workers create the table (and a SQL catalog its own tables) at their first round: the catalog may
     fail the loser with an error of its own (SQLite's unique constraint); the winner's table is used, the
     catalog loaded again. A creation that fails with no table made is an ExportError saying why."""
+    from engine.errors import ExportError
     from engine.export import iceberg
-    from engine.export.columns import ExportError
 
     settings = engine.App("iceberg-race").settings({"data_dir": tmp_path})
     winner, loser = IcebergTarget("lake.t", settings), IcebergTarget("lake.t", settings)
@@ -695,7 +709,7 @@ def test_an_iceberg_table_created_by_two_workers_at_once_is_the_one_that_won(
 
 
 def test_a_delta_target_is_a_path_or_an_object_stores_uri_and_its_tables_are_under_it(tmp_path: Path) -> None:
-    from engine.export.targets import DELTA, Target
+    from engine.targets import DELTA, Target
 
     on_s3 = parse_target("delta:s3://bucket/lake")
     assert on_s3 == Target(DELTA, "s3://bucket/lake"), "a URI kept as given, not made a local path"

@@ -1,4 +1,4 @@
-"""A task's inputs released in timestamp order (engine.fetch.ordering), without Kafka: the oldest head first,
+"""A task's inputs released in timestamp order (engine.tasks.inputs), without Kafka: the oldest head first,
 runs up to the next head of another input, table records first on equal timestamps; an empty input that is
 behind holds the others until it is fetched, however long that takes (Kafka Streams' KIP-695), one that is
 caught up for `idle` seconds, and none does with a negative `idle`."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.events import TP
-from engine.fetch.ordering import TaskInputs
+from engine.tasks.inputs import TaskInputs
 
 STREAM, TABLE = TP("payments", 0), TP("profiles", 0)
 

@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 
 from engine import ConfigError, DecodeError, EncodeError
-from engine.codecs import codec_for, dumps
-from engine.fetch.offsets import OffsetTracker
+from engine.codecs import codec_for, decode_text, dumps
 from engine.partitioner import KeyHashes, murmur2, partition_for
 from engine.settings import load_settings
+from engine.tasks.offsets import OffsetTracker
 
 
 def test_commit_point_is_last_contiguous_ack_plus_one():
@@ -135,6 +135,19 @@ def test_str_and_raw_codecs():
         codec_for(None).encode(object())
 
 
+def test_typed_text_is_decoded_by_the_codec_and_a_bare_word_is_a_string_where_one_fits():
+    """How `engine send` and the table queries read a key or value typed by a person (decode_text)."""
+    assert decode_text(codec_for(None), '{"n": 1}', None) == {"n": 1}
+    assert decode_text(codec_for(None), "1", None) == 1
+    assert decode_text(codec_for(None), "ada", None) == "ada"
+    assert decode_text(codec_for(None, "json"), "ada", str) == "ada"
+    assert decode_text(codec_for(None, "json"), '"ada"', str) == "ada"
+    with pytest.raises(DecodeError):
+        decode_text(codec_for(int), "ada", int)
+    assert decode_text(codec_for(str), "1", str) == "1"
+    assert decode_text(codec_for(bytes), "ada", bytes) == b"ada"
+
+
 def test_settings_precedence_and_coercion():
     env = {"ENGINE_COMMIT_INTERVAL": "0.25", "ENGINE_BROKER": "memory://env"}
     s = load_settings("app", {"broker": "kafka://a:1", "commit_interval": 5}, None, env)
@@ -196,7 +209,7 @@ def test_a_record_shared_by_several_agents_is_done_when_all_acked():
 
 def test_stream_time_counts_a_batch_only_once_every_record_of_it_is_processed():
     from engine.events import TP
-    from engine.fetch.leases import Lease
+    from engine.tasks.leases import Lease
 
     lease = Lease(TP("t", 0), 1)
     for offset in range(6):

@@ -1,8 +1,8 @@
 """Which repartition records a worker deletes: those its ready tasks committed, past what it deleted."""
 
 from engine.events import TP
-from engine.fetch.leases import Lease
 from engine.tasks.active import ActiveTask
+from engine.tasks.leases import Lease
 from engine.tasks.purge import purgeable
 
 
@@ -12,7 +12,9 @@ def task(number: int, committed: dict[str, int | None], ready: bool = True) -> A
         lease = Lease(TP(topic, number), 1)
         lease.committed = offset
         made.leases[lease.tp] = lease
-    made.ready = ready
+    if ready:
+        made.restoring()
+        made.open()
     return made
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from engine.commit.quiesce import Quiesce
+from engine.streams.quiesce import Quiesce
 
 
 async def test_pause_waits_for_the_event_in_progress_then_holds_the_next():

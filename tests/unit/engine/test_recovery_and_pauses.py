@@ -7,9 +7,9 @@ import uuid
 from typing import Any
 
 from engine.events import TP
-from engine.fetch.pauses import Pauses
 from engine.stores.memory import MemoryStoreBackend
 from engine.tables.recovery import Progress, replay_to_end
+from engine.tasks.pauses import Pauses
 from engine.transport import TopicSpec, open_transport
 
 

@@ -13,7 +13,8 @@ import pytest
 import engine
 from engine import testing
 from engine.events import TP
-from engine.tools import ResetRefused, ResetTarget, execute_reset, plan_reset
+from engine.operations.reset import ResetRefused
+from engine.tools import ResetTarget, execute_reset, plan_reset
 from engine.transport import open_transport
 
 T0 = 1_700_000_000  # seconds of event time

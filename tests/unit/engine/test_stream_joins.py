@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import engine
 from engine import testing
 from engine.fetch import conductor
+from engine.tasks import release
 from engine.testing import TestDriver
 from engine.topology.declaration import declare
 from engine.windows import WindowRange
@@ -208,7 +209,7 @@ async def test_a_join_over_a_backlog_waits_for_a_stream_whose_fetch_is_slow_howe
     warning's threshold is told, naming the stream. Every result, counted here from the input."""
     from engine.transport.memory import MemoryConsumer
 
-    monkeypatch.setattr(conductor, "FETCH_WAIT_WARNING", 1.0)
+    monkeypatch.setattr(release, "FETCH_WAIT_WARNING", 1.0)
     withheld = asyncio.Event()
     poll = MemoryConsumer._poll
 
@@ -224,7 +225,7 @@ async def test_a_join_over_a_backlog_waits_for_a_stream_whose_fetch_is_slow_howe
 
     monkeypatch.setattr(MemoryConsumer, "_poll", slow_payments)
     app, url, got, expected = backlog_join("joins-slow-fetch", 300)
-    with caplog.at_level("WARNING", logger="engine.fetch.conductor"):
+    with caplog.at_level("WARNING", logger="engine.tasks.release"):
         async with testing.running(app, broker=url):
             await testing.eventually(lambda: "payments[0] (300 on the broker)" in caplog.text, 30)
             await asyncio.sleep(1.5)  # (2.5 s in all: longer than any deadline the wait had)

@@ -310,10 +310,10 @@ async def test_table_settings_are_checked():
 async def test_the_write_of_a_plus_equals_on_the_events_key_is_refused_once_its_partition_moved(tmp_path):
     from engine.errors import PartitionMigrated
     from engine.events import TP, Event
-    from engine.fetch.leases import Leases
-    from engine.processing.streams import current_stream
     from engine.stores import open_store_backend
+    from engine.streams.current import current_source
     from engine.tables.partition import TablePartition
+    from engine.tasks.leases import Leases
 
     app = engine.App("pe", broker="memory://")
     counts = app.Table("counts", default=int, key_type=str, value_type=int)
@@ -328,7 +328,7 @@ async def test_the_write_of_a_plus_equals_on_the_events_key_is_refused_once_its_
     class Processing:  # what tables read of the stream an agent takes its events from
         current_event: Event | None = None
 
-    token = current_stream.set(Processing())
+    token = current_source.set(Processing())
     Processing.current_event = Event(Record(), "k", None, lease)  # type: ignore[arg-type]
     counts["k"] += 1  # the first write from topic `in` (checked for co-partitioning), then the fast path
     counts["k"] += 1
@@ -340,7 +340,7 @@ async def test_the_write_of_a_plus_equals_on_the_events_key_is_refused_once_its_
     Processing.current_event = Event(Record(), "k", None, Leases().grant([TP("in", 0)])[0])  # type: ignore[arg-type]
     counts["k"] = 7  # no read of this event before it: the routed write
     assert counts["k"] == 7
-    current_stream.reset(token)
+    current_source.reset(token)
 
 
 async def test_an_untyped_group_by_into_a_typed_table_is_warned_about_at_the_group_by(caplog):

@@ -6,16 +6,21 @@ the active one, and a task whose commit failed is rewound while this worker is a
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from engine.app import App
 from engine.commit.guarantee import AtLeastOnce, ExactlyOnce
 from engine.errors import DeliveryFailed, MembershipLost
 from engine.events import TP
-from engine.fetch.leases import Leases
-from engine.fetch.pauses import Pauses
+from engine.stores.memory import MemoryStoreBackend
+from engine.tasks.leases import Leases
 from engine.tasks.manager import RECOVERING, TaskManager
+from engine.tasks.pauses import Pauses
+
+if TYPE_CHECKING:
+    from engine.tasks.active import ActiveTask
 
 IN0, IN1 = TP("in", 0), TP("in", 1)
 
@@ -81,23 +86,51 @@ class FakeConsumer:
 
 
 class FakeTables:
-    """The table manager's side of tasks: no tables, but what was asked of it."""
+    """The table manager's side of tasks: one table, stores in memory, and what was asked of it."""
 
     def __init__(self) -> None:
-        self.tables: dict[str, Any] = {}
+        app = App("app", broker="memory://")
+        self.table = app.Table("counts", default=int)
+        self.tables: dict[str, Any] = {"counts": self.table}
         self.warming: frozenset[int] = frozenset()
-        self.activated: list[list[int]] = []
-        self.released: list[list[int]] = []
+        self.backend = MemoryStoreBackend()
+        self.restored: list[list[str]] = []  # per restore, the state managers restored
+        self.followed: set[TP] = set()
+        self.closed: list[TP] = []
+        self.kept: set[TP] = set()
 
-    async def activate(self, numbers: Any, sources: Any = None) -> dict[int, list[Any]]:
-        self.activated.append(sorted(numbers))
-        return {n: [] for n in numbers}
+    def changelog(self, number: int) -> TP:
+        return TP(self.table.changelog_topic.name, number)
 
-    def settle(self, active: Any, standby: Any) -> dict[int, frozenset[TP]]:
-        return {n: frozenset({TP("counts-changelog", n)}) for n in set(standby) - set(active)}
+    def task_partitions(self, number: int) -> list[tuple[Any, int]]:
+        return [(self.table, number)]
 
-    def release(self, numbers: Any) -> None:
-        self.released.append(sorted(numbers))
+    async def restore(self, states: Any, until: Any = None) -> None:
+        self.restored.append(sorted(state.label for state in states))
+        self.unfollow([tp for state in states for tp in state.stores])
+
+    def follow(self, state: Any) -> None:
+        self.followed |= set(state.followed())
+
+    def unfollow(self, tps: Any) -> None:
+        self.followed -= set(tps)
+
+    def clean_up(self, keep: Any) -> None:
+        self.kept = set(keep)
+
+    def kept_positions(self) -> dict[int, int]:
+        return {}
+
+    def open_store(self, table: Any, number: int) -> Any:
+        return self.backend.open(table.name, number)
+
+    def destroy_store(self, table: Any, number: int) -> None:
+        self.backend.destroy(table.name, number)
+
+    def closed_store(self, table: Any, tp: TP, store: Any) -> None:
+        self.unfollow([tp])
+        self.closed.append(tp)
+        store.close()
 
 
 class Assignment:
@@ -108,15 +141,15 @@ class Assignment:
 def manager(log: list[tuple[Any, ...]], *, exactly_once: bool = True, tables: FakeTables | None = None,
             dropped: dict[TP, int] | None = None) -> tuple[TaskManager, FakeConsumer]:
     transport = FakeTransport(log)
-    guarantee = (ExactlyOnce(transport, "app", "worker") if exactly_once  # type: ignore[arg-type]
+    active: dict[int, ActiveTask] = {}
+    guarantee = (ExactlyOnce(transport, "app", "worker", active) if exactly_once  # type: ignore[arg-type]
                  else AtLeastOnce(transport, "app", tables=True))  # type: ignore[arg-type]
     consumer = FakeConsumer(log)
     tasks = TaskManager(
         leases=Leases(), consumer=consumer, pauses=Pauses(consumer), guarantee=guarantee,  # type: ignore[arg-type]
         tables=tables, drop_queued=lambda tps: dict(dropped or {}), busy=list,  # type: ignore[arg-type]
-        commit_interval=3600, revoke_wait=0.3,
+        commit_interval=3600, revoke_wait=0.3, active=active,
     )
-    guarantee.route_to(tasks.active)
     return tasks, consumer
 
 
@@ -158,7 +191,8 @@ async def test_a_revoke_waits_for_held_events_then_checkpoints_and_closes_clean(
         assert task.closed
         assert lease.ended
         assert set(tasks.active) == {1}
-        assert tables.released == [[0]]
+        assert set(tasks.warm) == {0}, "its stores kept open until the next assignment says what it is"
+        assert tables.followed == {tables.changelog(0)}, "and followed meanwhile"
     finally:
         await tasks.stop()
 
@@ -201,11 +235,41 @@ async def test_a_standby_task_is_recycled_when_its_number_becomes_active_here(ca
     tasks.on_assignment(Assignment({0}, {1}))  # type: ignore[arg-type]
     await ready(tasks, {IN0})
     assert set(tasks.standby) == {1}
+    standby = tasks.standby[1]
+    assert standby.ready, "a running standby: its stores followed"
+    assert tables.followed == {tables.changelog(1)}
     tasks.on_assignment(Assignment({0, 1}, set()))  # type: ignore[arg-type]
     await ready(tasks, {IN1})
-    assert "standby tasks [1] become active here" in caplog.text
-    assert tables.activated == [[0], [1]]
+    assert "standby task 1 becomes active here" in caplog.text
+    assert tables.restored == [["task 0"], ["task 1"]]
+    assert tasks.active[1].state_manager is standby.state_manager, "handed over, stores open"
+    assert standby.closed
     assert tasks.standby == {}
+    assert tables.followed == set(), "an active task's stores are its own: not followed"
+    assert tables.closed == []
+
+
+async def test_a_revoked_task_kept_warm_becomes_a_standby_or_closes_at_the_next_assignment():
+    log: list[tuple[Any, ...]] = []
+    tables = FakeTables()
+    tasks, _ = manager(log, exactly_once=False, tables=tables)
+    await tasks.start()
+    try:
+        tasks.on_assignment(Assignment({0, 1}, set()))  # type: ignore[arg-type]
+        await ready(tasks, {IN0, IN1})
+        states = {n: tasks.active[n].state_manager for n in (0, 1)}
+        await tasks.revoked({IN0, IN1})
+        assert tasks.warm == states
+        tasks.on_assignment(Assignment(set(), {0}))  # type: ignore[arg-type]
+        await tasks.assigned(set())
+        assert tasks.standby[0].state_manager is states[0], "kept warm, now a standby: not reopened"
+        assert tasks.warm == {}
+        assert tables.closed == [tables.changelog(1)], "neither active nor standby here: closed"
+        assert tables.followed == {tables.changelog(0)}
+        assert tables.kept == {tables.changelog(0)}
+    finally:
+        await tasks.stop()
+    assert tables.closed == [tables.changelog(1), tables.changelog(0)], "every store closed at stop"
 
 
 async def test_a_failed_commit_rewinds_the_task_while_a_member_and_loses_it_otherwise():

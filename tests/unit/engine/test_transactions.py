@@ -8,11 +8,12 @@ import asyncio
 
 import pytest
 
+from engine.commit.cut import TaskCut
 from engine.commit.guarantee import ExactlyOnce
 from engine.commit.transactions import TransactionsFailed
 from engine.errors import TransactionAborted
 from engine.events import TP
-from engine.tasks.active import ActiveTask, TaskCut
+from engine.tasks.active import ActiveTask
 
 
 class RecordingProducer:
@@ -69,7 +70,7 @@ OFFSETS = {TP("in", 0): 10, TP("other", 0): 3, TP("in", 1): 7}
 
 async def started(transport: RecordingTransport) -> tuple[ExactlyOnce, list[TaskCut]]:
     """The guarantee with tasks 0 and 1 started, and a cut of each holding its partitions' OFFSETS."""
-    guarantee = ExactlyOnce(transport, "app", "worker-1")  # type: ignore[arg-type]
+    guarantee = ExactlyOnce(transport, "app", "worker-1", {})  # type: ignore[arg-type]
     await guarantee.events.start()
     cuts = []
     for number in (0, 1):

@@ -50,7 +50,7 @@ async def test_two_workers_of_one_app_share_the_work_each_with_its_own_state(tmp
         assert second.failure is None
         assert first.tables is not None
         assert second.tables is not None
-        assert first.tables.timed_topics == {"words"} == second.tables.timed_topics
+        assert first.timed_topics == {"words"} == second.timed_topics
         await first.checkpoint()
         await second.checkpoint()
         closed = broker.topics.get(windows.closed().name, [])

@@ -14,7 +14,7 @@ upstream (a failing key function, a poison value) surfaces in the agent body, wh
 from __future__ import annotations
 
 import asyncio
-import contextvars
+import enum
 import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,48 +24,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agents import Mailbox, MailboxClosed
 from engine.errors import ConfigError
 from engine.events import Event
+from engine.streams.current import enter
 
 if TYPE_CHECKING:
-    from engine.commit.quiesce import Quiesce
-    from engine.monitors.stats import Histogram
+    from engine.stats import Histogram
+    from engine.streams.quiesce import Quiesce
     from engine.topics import Topic
     from engine.windows import Seconds
 
 TIMED_EVERY = 32  # one event in this many is timed, for the agent's processing-time histogram
-
-
-class EventSource(Protocol):
-    """What the running task takes its events from: an agent instance's stream, or OUTSIDE."""
-
-    @property
-    def current_event(self) -> Event | None:
-        """The event being processed now (None between events)."""
-
-
-class _Outside:
-    """Code outside every agent (a timer, a query, a test): it processes no event."""
-
-    __slots__ = ()
-    current_event = None
-
-
-OUTSIDE = _Outside()
-
-# The stream the running task takes its events from: each agent instance runs in its own task, so each sees
-# its own stream, and through it the event it is processing now (`current_event()`). A stream sets it on its
-# first event in a task and then only checks it: a ContextVar.set per event would build a new context
-# mapping per event. Hot paths read `current_stream.get().current_event` (current_event() without its call).
-current_stream: contextvars.ContextVar[EventSource] = contextvars.ContextVar(
-    "engine_current_stream", default=OUTSIDE
-)
-
-
-def current_event() -> Event | None:
-    """The event the running agent instance is processing now (None outside agents, and between events).
-    Tables read it to put a write in the partition of the event that caused it; sends, to go in its task's
-    transaction. A task the agent spawned shares the agent's stream: it sees the agent's current event as
-    the agent moves on, not the one it was spawned in."""
-    return current_stream.get().current_event
 
 
 class StreamContext(Protocol):
@@ -160,13 +127,13 @@ class _Operators:
     def items(self) -> DerivedStream:
         """(key, value) pairs."""
         if self is self.root:
-            return DerivedStream(self.root, _RootShaped(self.root, PAIR))
+            return DerivedStream(self.root, _RootShaped(self.root, Shape.PAIR))
         return DerivedStream(self.root, _Items(self.__aiter__(), self.root))
 
     def events(self) -> DerivedStream:
         """The Event objects (key, value, headers, timestamp, topic, partition, offset)."""
         if self is self.root:
-            return DerivedStream(self.root, _RootShaped(self.root, EVENT))
+            return DerivedStream(self.root, _RootShaped(self.root, Shape.EVENT))
         return DerivedStream(self.root, _Events(self.__aiter__(), self.root))
 
     def enumerate(self, start: int = 0) -> DerivedStream:
@@ -336,18 +303,25 @@ class _Events(_Items):
         return self._root.current_event
 
 
-# What a root stream's __anext__ returns: the value, (key, value), or the Event.
-VALUE, PAIR, EVENT = 0, 1, 2
+class Shape(enum.Enum):
+    """What a root stream's __anext__ returns for each event (compared by identity on the per-event path)."""
+
+    VALUE = "value"  # `async for value in stream`
+    PAIR = "pair"  # `stream.items()`: (key, value)
+    EVENT = "event"  # `stream.events()`: the Event
+
+
+# The shapes __anext__ compares with, as module globals: reading a global is cheaper than an enum's attribute.
+_VALUE, _PAIR = Shape.VALUE, Shape.PAIR
 
 
 class _RootShaped:
     """items() or events() of a root stream: its own __anext__, told what to return. A plain method, not a
-    coroutine awaiting the root's: the agent awaits one coroutine per event instead of two (a coroutine
-    frame less per event; on `benchmarks.stateful_count` its effect is within this machine's drift)."""
+    coroutine awaiting the root's: the agent awaits one coroutine per event instead of two."""
 
     __slots__ = ("_root", "_shape")
 
-    def __init__(self, root: Stream, shape: int) -> None:
+    def __init__(self, root: Stream, shape: Shape) -> None:
         self._root = root
         self._shape = shape
 
@@ -399,7 +373,7 @@ class Stream(_Operators):
     def __aiter__(self) -> Stream:
         return self
 
-    async def __anext__(self, shape: int = VALUE) -> Any:
+    async def __anext__(self, shape: Shape = Shape.VALUE) -> Any:
         quiesce = self._quiesce  # None unless exactly-once: then checkpoints pause agents between events
         event = self.current_event
         if event is not None:
@@ -432,11 +406,10 @@ class Stream(_Operators):
             self._countdown = TIMED_EVERY
             self._timed_since = time.perf_counter()
         self.current_event = event
-        if current_stream.get() is not self:
-            current_stream.set(self)
-        if shape == VALUE:
+        enter(self)
+        if shape is _VALUE:
             return event.value
-        return (event.key, event.value) if shape == PAIR else event
+        return (event.key, event.value) if shape is _PAIR else event
 
     def rekey(self, key: Any) -> None:
         """The current event stands for a result of another key (a stream-stream join's record emitted

@@ -14,7 +14,7 @@ from engine.partitioner import partition_for
 from engine.stores import store_scheme
 from engine.tables.keys import META_PREFIX, split_window_key
 from engine.tables.partition import MISSING
-from engine.topology.plan import planned_partitions
+from engine.topics import planned_partitions
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

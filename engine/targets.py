@@ -9,12 +9,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.export.columns import ExportError
+from engine.errors import ConfigError, ExportError
 
 DELTA = "delta"
 ICEBERG = "iceberg"
 PARQUET = "parquet"
 LAKES = (DELTA, ICEBERG)
+ALL = "all"  # every table of the app (that is not global), in one export
 
 
 @dataclass(frozen=True)
@@ -79,3 +80,13 @@ def is_uri(location: str) -> bool:
     """Whether `location` is a URI (`s3://bucket/path`), not a path on this machine."""
     scheme, sep, _ = location.partition("://")
     return bool(sep) and scheme.isalnum() and scheme != "file"
+
+
+def lake_target(target: str, what: str) -> Target:
+    """`target` parsed; a ConfigError unless it is a lake table (rounds go into one)."""
+    where = parse_target(target)
+    if not where.is_lake:
+        raise ConfigError(f"{what} needs a lake table (delta:PATH or iceberg:NAMESPACE.TABLE), not "
+                          f"{target!r}: every worker exports its own partitions into it, where a Parquet "
+                          "directory holds one export's files")
+    return where

@@ -24,7 +24,7 @@ class OffsetTracker:
         self._shares: dict[int, int] = {}  # acks still expected for offsets several agents received
         self.position: int | None = None  # next offset to commit; None until something finished
         self.committed: int | None = None  # what the last checkpoint committed
-        # Called when the last record in flight is acked, for whoever waits for that (engine.fetch.leases).
+        # Called when the last record in flight is acked, for whoever waits for that (engine.tasks.leases).
         self.on_drained: Callable[[], None] | None = None
 
     def track(self, offset: int, shares: int = 1) -> None:

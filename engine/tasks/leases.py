@@ -22,7 +22,7 @@ from collections import deque
 from functools import partial
 from typing import TYPE_CHECKING
 
-from engine.fetch.offsets import OffsetTracker
+from engine.tasks.offsets import OffsetTracker
 
 if TYPE_CHECKING:
     from collections.abc import Collection

@@ -1,0 +1,119 @@
+"""The state of one task: the stores of its table partitions, their changelog offsets, and what they become
+for the task (Kafka Streams' ProcessorStateManager).
+
+Every task has one, active or standby: an active task builds its table partitions from it once its stores
+are restored (engine.tables.manager restores several tasks' stores in one pass); a standby task's stores
+follow their changelogs through the worker's follower. When a task moves between the two roles here (a
+standby becoming active, an active task revoked and kept warm until the next assignment says what it is),
+its state manager is handed over, stores open: only the tail of each changelog is replayed. When it closes,
+its stores close and what they hold stays on disk, for a later task of that number here.
+
+Global tables' partitions are held by one state manager of the table manager, the same way.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from engine.events import TP
+from engine.tables.partition import TablePartition
+from engine.tables.recovery import apply_batch
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from engine.events import RawRecord
+    from engine.stores import PartitionStore
+    from engine.tables.base import BaseTable
+
+
+class Stores(Protocol):
+    """Where a state manager opens and deletes its stores (engine.tables.manager.TableManager is that): the
+    worker's store backends and its inventory of the stores kept on disk."""
+
+    def open_store(self, table: BaseTable, number: int) -> PartitionStore: ...
+
+    def destroy_store(self, table: BaseTable, number: int) -> None: ...
+
+    def closed_store(self, table: BaseTable, tp: TP, store: PartitionStore) -> None: ...
+
+
+class StateManager:
+    """The open stores of one task (or of the global tables), by changelog partition."""
+
+    __slots__ = ("_stores", "follows_sources", "label", "stores")
+
+    def __init__(self, label: str, stores: Stores, *, follows_sources: bool = False) -> None:
+        """`follows_sources`: whether a follower keeps the stores of tables over a source topic current too
+        (the global tables': every worker reads all of them, and nothing else applies the topic)."""
+        self.label = label  # "task 3", "global tables": for logs
+        self._stores = stores
+        self.follows_sources = follows_sources
+        self.stores: dict[TP, tuple[BaseTable, PartitionStore]] = {}
+
+    def __repr__(self) -> str:
+        return f"<StateManager of {self.label}: {len(self.stores)} stores>"
+
+    def open(self, partitions: Iterable[tuple[BaseTable, int]]) -> None:
+        """Open the store of each (table, partition) not open yet (rebuilt if corrupt, by the backend)."""
+        for table, number in partitions:
+            tp = TP(table.changelog_topic.name, number)
+            if tp not in self.stores:
+                self.stores[tp] = (table, self._stores.open_store(table, number))
+
+    def rebuild(self, tp: TP) -> PartitionStore:
+        """Delete the store of `tp` and open it empty (it does not fit its changelog: recovery replays it)."""
+        table, store = self.stores.pop(tp)
+        store.close()
+        self._stores.destroy_store(table, tp.partition)
+        self.open([(table, tp.partition)])
+        return self.stores[tp][1]
+
+    def partitions(self) -> list[tuple[BaseTable, TablePartition]]:
+        """A table partition over each store, for an active task to own (buffers and window state start
+        empty: what was not committed is not in the stores)."""
+        return [(table, TablePartition(tp.partition, store, table.value_codec))
+                for tp, (table, store) in sorted(self.stores.items())]
+
+    def store(self, table: BaseTable, number: int) -> PartitionStore | None:
+        entry = self.stores.get(TP(table.changelog_topic.name, number))
+        return entry[1] if entry is not None else None
+
+    def followed(self) -> dict[TP, PartitionStore]:
+        """The stores a follower keeps current: those of tables with a changelog of their own (a task's table
+        over a source topic applies that topic in its task's order, only while the task is active), or all
+        of them (`follows_sources`)."""
+        every = self.follows_sources
+        return {tp: store for tp, (table, store) in self.stores.items() if every or table.has_own_changelog}
+
+    def position(self) -> int:
+        """How far the stores have read their changelogs, summed: what the assignor compares to find the
+        member whose copy of a task is caught up."""
+        return sum(0 if (offset := store.changelog_offset()) is None else offset + 1
+                   for _, store in self.stores.values())
+
+    def apply_source(self, topic: str, records: list[RawRecord]) -> bool:
+        """Apply a run of a table's source topic to its store (data and offset in one batch: the topic is
+        the table's changelog); False if this task has no store of that table."""
+        for tp, (_, store) in self.stores.items():
+            if tp.topic == topic:
+                if records:
+                    apply_batch(store, records)
+                return bool(records)
+        return False
+
+    def close_sources(self) -> None:
+        """Close the stores of tables over a source topic: only an active task applies that topic, in its
+        order, and nothing follows it for a task that is not active."""
+        for tp, (table, _) in list(self.stores.items()):
+            if not table.has_own_changelog:
+                self._close(tp)
+
+    def close(self) -> None:
+        """Close every store; what they hold stays on disk (the table manager's inventory says so)."""
+        for tp in list(self.stores):
+            self._close(tp)
+
+    def _close(self, tp: TP) -> None:
+        table, store = self.stores.pop(tp)
+        self._stores.closed_store(table, tp, store)
