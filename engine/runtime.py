@@ -30,7 +30,7 @@ from engine.processing.runner import AgentRunner
 from engine.scope import running_as
 from engine.tables.manager import TableManager
 from engine.tables.stream_joins import StreamJoin, as_how, stream_join
-from engine.tasks.active import ActiveTask, source_appliers
+from engine.tasks.inputs import InputPlan
 from engine.tasks.leases import Leases
 from engine.tasks.manager import REVOKE_WAIT, TaskManager
 from engine.tasks.pauses import Pauses
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
     from engine.app import App, Timer
     from engine.settings import Settings
+    from engine.tasks.active import ActiveTask
     from engine.topics import Topic
     from engine.web.server import WebServer
     from engine.windows import Seconds
@@ -141,14 +142,20 @@ class Worker(Service):
         self.timed_topics: set[str] = set()
         leases = Leases()
         pauses = Pauses(self.consumer, keep_fetched=[ORDERING])  # (its records are wanted again soon)
-        sources = source_appliers(active, app.tables.values())
+        inputs = InputPlan(
+            table_sources=frozenset(t.changelog_topic.name for t in app.tables.values()
+                                    if not t.is_global and not t.has_own_changelog),
+            joined_streams=frozenset(self.topology.ordered()),
+            serial=frozenset(self.topology.serial),
+            max_idle=settings.max_task_idle.total_seconds(),
+        )
         poison = PoisonRecords(settings.poison_after_losses)
         self.conductor = Conductor(
             self.consumer, leases=leases, pauses=pauses, max_poll_records=settings.max_poll_records,
             admin_factory=self.transport.admin, quiesce=self.guarantee.quiesce, poison=poison,
             timed_topics=self.timed_topics, tasks=active,
             plan=lambda topic: self.topology.declare_late(topic, "source").spec,
-            table_sources=sources, ordered_topics=self.topology.ordered(), serial_topics=self.topology.serial,
+            inputs=inputs,
         )
         self.tasks = TaskManager(
             leases=leases, consumer=self.consumer, pauses=pauses, guarantee=self.guarantee, tables=tables,
@@ -156,8 +163,7 @@ class Worker(Service):
             commit_interval=settings.commit_interval.total_seconds(),
             revoke_wait=min(settings.shutdown_timeout.total_seconds(), REVOKE_WAIT),
             reset_to_end=settings.auto_offset_reset == "latest", poison=poison,
-            table_sources=sources, ordered_topics=self.topology.ordered(),
-            max_task_idle=settings.max_task_idle.total_seconds(),
+            inputs=inputs,
             active=active, on_settled=self._settled,
         )
         self._said_ready = False

@@ -39,6 +39,7 @@ from agents import MailboxClosed, Service
 from engine.codecs import SKIP
 from engine.errors import DecodeError
 from engine.events import TP, Event, RawRecord
+from engine.tasks.inputs import InputPlan
 from engine.tasks.poison import PoisonRecords
 from engine.tasks.release import Ordering
 from engine.topics import decode_error, event_time_ms
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from engine.tasks.active import ActiveTask
     from engine.tasks.leases import Lease, Leases
     from engine.tasks.pauses import Pauses
-    from engine.tasks.release import ApplySource, Run
+    from engine.tasks.release import Run
     from engine.topics import Topic
     from engine.transport.base import Admin, Consumer, TopicSpec
 
@@ -79,16 +80,14 @@ class Conductor(Service):
         plan: Callable[[Topic], TopicSpec] | None = None,
         poison: PoisonRecords | None = None,
         tasks: Mapping[int, ActiveTask] | None = None,
-        table_sources: Mapping[str, ApplySource] | None = None,
-        ordered_topics: Collection[str] = (),
-        serial_topics: Collection[str] = (),
+        inputs: InputPlan | None = None,
     ) -> None:
+        """`inputs`: which topics tasks take in timestamp order (engine.tasks.inputs)."""
         super().__init__("conductor")
         self.tasks: Mapping[int, ActiveTask] = tasks if tasks is not None else {}
+        self.inputs = inputs if inputs is not None else InputPlan()
         # Source topics of tables: applied by their tasks in timestamp order, never handed to agents.
-        self.table_sources: dict[str, ApplySource] = dict(table_sources or {})
-        # Stream-stream joins' streams: handed to their agent in their tasks' timestamp order too.
-        self.ordered_topics = frozenset(ordered_topics)
+        self.table_sources = self.inputs.table_sources
         self.consumer = consumer
         self.leases = leases
         self.pauses = pauses
@@ -105,7 +104,7 @@ class Conductor(Service):
         self._parked: dict[TP, Parked] = {}
         # What the tasks whose inputs go in timestamp order release them with (engine.tasks.release).
         self._ordering = Ordering(self, pauses, max_poll_records, self.table_sources, quiesce,
-                                  frozenset(serial_topics))
+                                  self.inputs.serial)
         self._fetcher: asyncio.Task[None] | None = None
         self._subscribed = False
 
@@ -196,7 +195,7 @@ class Conductor(Service):
         quiesce = self.quiesce
         buried = self.poison.buried  # partitions with a poison record (engine.tasks.poison): usually none
         # Tasks with a table's source topic or a stream-stream join's streams among their inputs.
-        ordered = bool(self.table_sources or self.ordered_topics)
+        ordered = self.inputs.ordered
         ordering = self._ordering
         tasks = self.tasks
         consumed = self.consumed

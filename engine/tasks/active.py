@@ -26,7 +26,7 @@ from engine.tasks.lifecycle import Lifecycle, TaskState
 from engine.tasks.release import TaskRelease
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Iterable, Mapping
+    from collections.abc import Collection
 
     from engine.events import RawRecord
     from engine.tables.base import BaseTable
@@ -91,6 +91,12 @@ class ActiveTask(Lifecycle):
         self.partitions = []
         state_manager, self.state_manager = self.state_manager, None
         return state_manager
+
+    def apply_source(self, topic: str, records: list[RawRecord]) -> bool:
+        """Apply a run of a table's source topic to this task's partition of the table (the topic is its
+        changelog: data and offset in one batch); False unless the task runs here with that table."""
+        state_manager = self.state_manager
+        return self.ready and state_manager is not None and state_manager.apply_source(topic, records)
 
     async def stop_producer(self) -> None:
         """After the last commit, or once lost (its open transaction is aborted by the next owner's fence)."""
@@ -197,20 +203,3 @@ class ActiveTask(Lifecycle):
             part.flushed()
             part.unsent_closes = [*item.closes, *part.unsent_closes]
             part.late = [*item.late, *part.late]
-
-
-def source_appliers(tasks: Mapping[int, ActiveTask], tables: Iterable[BaseTable]
-                    ) -> dict[str, Callable[[int, list[RawRecord]], bool]]:
-    """For each partitioned table over a source topic: how a run of that topic's records is applied to the
-    store of task n (its partition of the table, through the task's state manager); False if task n is not
-    running here."""
-    def applier(topic: str) -> Callable[[int, list[RawRecord]], bool]:
-        def apply(number: int, records: list[RawRecord]) -> bool:
-            task = tasks.get(number)
-            if task is None or not task.ready or task.state_manager is None:
-                return False
-            return task.state_manager.apply_source(topic, records)
-        return apply
-
-    return {t.changelog_topic.name: applier(t.changelog_topic.name) for t in tables
-            if not t.is_global and not t.has_own_changelog}

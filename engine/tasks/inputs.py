@@ -26,12 +26,40 @@ Pure and loop-free: tested without Kafka.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
 
     from engine.events import TP, RawRecord
+
+
+@dataclass(frozen=True)
+class InputPlan:
+    """Which topics a worker's tasks release in timestamp order, made once by the worker from the topology and
+    read by the conductor (what it gives a task to buffer instead of dispatching) and the task manager (which
+    tasks get ordered inputs): the source topics of tables (applied to the task's table partition, never
+    handed to agents), the streams of stream-stream joins, and the topics from which several agents use one
+    table (`serial`: a run of one goes to its agent once the others processed theirs, engine.tasks.release);
+    and `max_idle`, how long a caught-up input holds the others back (max_task_idle)."""
+
+    table_sources: frozenset[str] = frozenset()
+    joined_streams: frozenset[str] = frozenset()
+    serial: frozenset[str] = frozenset()
+    max_idle: float = 0.0
+
+    @property
+    def ordered(self) -> bool:
+        """Whether any task of this worker may have inputs in timestamp order."""
+        return bool(self.table_sources or self.joined_streams or self.serial)
+
+    def inputs(self, tps: Collection[TP]) -> TaskInputs | None:
+        """The timestamp-ordered inputs of a task reading `tps`, or None if its records go as they come."""
+        sources = [tp for tp in tps if tp.topic in self.table_sources]
+        if sources or any(tp.topic in self.joined_streams or tp.topic in self.serial for tp in tps):
+            return TaskInputs(tps, sources, self.max_idle)
+        return None
 
 
 class TaskInputs:

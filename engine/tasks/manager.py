@@ -38,7 +38,7 @@ from engine.stats import Histogram
 from engine.streams.current import current_event
 from engine.tables.state import StateManager
 from engine.tasks.active import ActiveTask
-from engine.tasks.inputs import TaskInputs
+from engine.tasks.inputs import InputPlan
 from engine.tasks.lifecycle import TaskState
 from engine.tasks.poison import PoisonRecords
 from engine.tasks.standby import StandbyTask
@@ -77,18 +77,16 @@ class TaskManager(Service):
         revoke_wait: float = REVOKE_WAIT,
         reset_to_end: bool = False,
         poison: PoisonRecords | None = None,
-        table_sources: Collection[str] = (),
-        ordered_topics: Collection[str] = (),
-        max_task_idle: float = 0.0,
+        inputs: InputPlan | None = None,
         active: dict[int, ActiveTask] | None = None,
         on_settled: Callable[[], None] = lambda: None,
     ) -> None:
         """`active`: the worker's map of active tasks, which this keeps (the conductor and the guarantee read
-        it); `on_settled`: called when a change of ownership finished."""
+        it); `inputs`: which topics tasks take in timestamp order; `on_settled`: called when a change of
+        ownership finished."""
         super().__init__("tasks")
-        self.table_sources = frozenset(table_sources)  # source topics of tables: inputs of their tasks
-        self.ordered_topics = frozenset(ordered_topics)  # stream-stream joins' streams: in timestamp order
-        self.max_task_idle = max_task_idle
+        self.inputs = inputs if inputs is not None else InputPlan()
+        self.table_sources = self.inputs.table_sources  # source topics of tables: read from their start
         self.active: dict[int, ActiveTask] = active if active is not None else {}
         self.standby: dict[int, StandbyTask] = {}
         # Tasks closed clean here (revoked), their stores kept open and followed until the next assignment
@@ -219,10 +217,7 @@ class TaskManager(Service):
             task.leases[lease.tp] = lease
         for number in {tp.partition for tp in tps}:
             task = self.active[number]
-            sources = [tp for tp in task.leases if tp.topic in self.table_sources]
-            if sources or any(tp.topic in self.ordered_topics for tp in task.leases):
-                # its inputs go in timestamp order (engine.tasks.inputs)
-                task.inputs = TaskInputs(task.leases, sources, self.max_task_idle)
+            task.inputs = self.inputs.inputs(task.leases)  # (in timestamp order, or None)
         if not tps:
             if self.tables is not None:
                 self._settle_standbys()

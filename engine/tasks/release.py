@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
+    from collections.abc import Collection, Coroutine, Mapping, Sequence
 
     from engine.events import TP, RawRecord
     from engine.streams.quiesce import Quiesce
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from engine.tasks.pauses import Pauses
 
     Run = tuple[TP, list[RawRecord]]
-    ApplySource = Callable[[int, list[RawRecord]], bool]  # (task number, a run) -> applied (active here)
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +105,7 @@ class Ordering:
     delivery: Delivery
     pauses: Pauses
     limit: int  # max_poll_records: about how many records one choice of runs takes
-    tables: Mapping[str, ApplySource]  # per table source topic: how a task applies a run of it
+    tables: frozenset[str]  # the source topics of tables: their runs go to the task's table partitions
     quiesce: Quiesce | None  # the exactly-once gate: a table run that waited for events waits for it too
     serial: frozenset[str] = frozenset()  # topics from which several agents use one table
 
@@ -208,7 +207,7 @@ class TaskRelease:
                 return False  # released (and this table run applied) once the events before it are done
             for record in records:
                 lease.track(record.offset)
-            if ordering.tables[tp.topic](task.number, records):
+            if task.apply_source(tp.topic, records):
                 for record in records:
                     lease.ack(record.offset)
             index += 1

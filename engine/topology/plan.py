@@ -160,9 +160,9 @@ class Topology:
 
     def ordered(self) -> set[str]:
         """The topics whose records reach agents in timestamp order within a task (engine.tasks.inputs):
-        those of stream-stream joins, read into one stream, and those several agents use a table from."""
+        those of stream-stream joins, read into one stream (and the `serial` topics, kept apart)."""
         return {name for agent, merged in self.merged.items() if merged
-                for name in (self.reads[agent][0], *merged)} | self.serial
+                for name in (self.reads[agent][0], *merged)}
 
     def subscribed(self) -> list[str]:
         """Every topic some agent reads (its channel and its declared pipeline)."""

@@ -14,7 +14,7 @@ from engine.events import TP
 from engine.streams.quiesce import Quiesce
 from engine.tasks import release
 from engine.tasks.active import ActiveTask
-from engine.tasks.inputs import TaskInputs
+from engine.tasks.inputs import InputPlan, TaskInputs
 from engine.tasks.leases import Leases
 from engine.tasks.pauses import Pauses
 from engine.tasks.release import ORDERING, ORDERING_BUFFERS, Ordering, ReleaseState
@@ -101,30 +101,34 @@ class FakeHandover:
 
 
 class Applied:
+    """The task's state manager, as far as table runs go: what was applied to its table partitions."""
+
     def __init__(self) -> None:
         self.runs: list[list[int]] = []
 
-    def __call__(self, number: int, got: list[Any]) -> bool:
+    def apply_source(self, topic: str, got: list[Any]) -> bool:
         self.runs.append([record.timestamp for record in got])
         return True
 
+    def partitions(self) -> list[Any]:
+        return []
 
-def task_of(*tps: TP, tables: Collection[str] = ()) -> ActiveTask:
+
+def task_of(*tps: TP, tables: Collection[str] = (), applied: Applied | None = None) -> ActiveTask:
     task = ActiveTask(0)
     for lease in Leases().grant(tps):
         task.leases[lease.tp] = lease
     task.inputs = TaskInputs(tps, [tp for tp in tps if tp.topic in tables], idle=0.0)
-    task.restoring()
+    task.restoring(applied or Applied())  # type: ignore[arg-type]
     task.open()
     return task
 
 
-def ordering(delivery: FakeDelivery, applied: Applied | None = None, *, limit: int = 100,
-             quiesce: Quiesce | None = None) -> tuple[Ordering, FakeConsumer]:
+def ordering(delivery: FakeDelivery, *, limit: int = 100, quiesce: Quiesce | None = None
+             ) -> tuple[Ordering, FakeConsumer]:
     consumer = FakeConsumer()
     pauses = Pauses(consumer, keep_fetched=[ORDERING])  # type: ignore[arg-type]
-    tables = {topic: applied or Applied() for topic in delivery.tables}
-    return Ordering(delivery, pauses, limit, tables, quiesce), consumer
+    return Ordering(delivery, pauses, limit, frozenset(delivery.tables), quiesce), consumer
 
 
 def ack(task: ActiveTask, tp: TP, *offsets: int) -> None:
@@ -162,10 +166,10 @@ async def test_an_empty_input_with_records_on_the_broker_holds_the_others_back()
 
 
 async def test_a_table_run_waits_for_the_events_before_it_and_the_release_goes_on_after() -> None:
-    task = task_of(LEFT, TABLE, tables={"profiles"})
     applied = Applied()
+    task = task_of(LEFT, TABLE, tables={"profiles"}, applied=applied)
     delivery = FakeDelivery(tables={"profiles"})
-    order, _ = ordering(delivery, applied)
+    order, _ = ordering(delivery)
     task.release.buffer(LEFT, records(1, 2, 5), order)
     task.release.buffer(TABLE, records(3, 4, 6), order)
     await task.release.run(order)
@@ -190,10 +194,10 @@ async def test_a_table_run_waits_for_the_events_before_it_and_the_release_goes_o
 
 
 async def test_a_table_run_waits_while_the_quiesce_gate_is_closed() -> None:
-    task = task_of(LEFT, TABLE, tables={"profiles"})
     applied, quiesce = Applied(), Quiesce()
+    task = task_of(LEFT, TABLE, tables={"profiles"}, applied=applied)
     delivery = FakeDelivery(tables={"profiles"})
-    order, _ = ordering(delivery, applied, quiesce=quiesce)
+    order, _ = ordering(delivery, quiesce=quiesce)
     task.release.buffer(LEFT, records(1), order)
     task.release.buffer(TABLE, records(2), order)
     await task.release.run(order)
@@ -250,10 +254,10 @@ async def test_an_input_with_much_buffered_is_held_back_until_the_task_released_
 
 
 async def test_a_closed_task_releases_nothing_more() -> None:
-    task = task_of(LEFT, TABLE, tables={"profiles"})
     applied = Applied()
+    task = task_of(LEFT, TABLE, tables={"profiles"}, applied=applied)
     delivery = FakeDelivery(tables={"profiles"})
-    order, _ = ordering(delivery, applied)
+    order, _ = ordering(delivery)
     task.release.buffer(LEFT, records(1, 3), order)
     task.release.buffer(TABLE, records(2), order)
     await task.release.run(order)
@@ -301,3 +305,28 @@ async def test_a_long_wait_for_an_input_to_be_fetched_is_told_once(monkeypatch: 
         await task.release.run(order)
         await task.release.run(order)
     assert caplog.text.count("payments[0] (7 on the broker)") == 1
+
+
+def test_the_input_plan_orders_only_tasks_with_a_table_source_or_a_joined_stream() -> None:
+    plan = InputPlan(table_sources=frozenset({"profiles"}), joined_streams=frozenset({"clicks"}),
+                     max_idle=2.0)
+    assert plan.ordered
+    assert not InputPlan().ordered
+    assert plan.inputs([TP("orders", 0)]) is None, "a plain stream's records go as they come"
+    with_table = plan.inputs([LEFT, TABLE])
+    assert with_table is not None
+    assert set(with_table.inputs) == {LEFT, TABLE}
+    assert with_table.idle == 2.0
+    assert plan.inputs([TP("clicks", 0), TP("views", 0)]) is not None
+
+
+def test_a_table_run_is_applied_only_by_a_running_task_with_its_state() -> None:
+    applied = Applied()
+    task = ActiveTask(0)
+    task.restoring(applied)  # type: ignore[arg-type]
+    assert not task.apply_source("profiles", records(5)), "not before it runs"
+    task.open()
+    assert task.apply_source("profiles", records(5))
+    assert applied.runs == [[5]]
+    task.close()
+    assert not task.apply_source("profiles", records(6)), "nor once closed"
