@@ -3,9 +3,10 @@ streams that needs to know which event caused what it does (a table write goes t
 send into its task's transaction, an `ask` holds the quiesce gate open).
 
 Each agent instance runs in its own asyncio task, so the running task's *source* (a ContextVar) is that
-instance's stream, and the stream's `current_event` attribute is the event it is processing. A stream sets
-the ContextVar once, on its first event in a task (`enter`), and from then on only moves its attribute: a
-ContextVar.set per event would build a new context mapping per event.
+instance's stream, and the stream's `current_event` attribute is the event it is processing. A stream (the
+one writer: engine.streams.stream) sets `current_source` once, on its first event in a task, and from then
+on only checks it and moves its attribute: a ContextVar.set per event would build a new context mapping per
+event.
 """
 
 from __future__ import annotations
@@ -46,9 +47,3 @@ def current_event() -> Event | None:
     transaction. A task the agent spawned shares the agent's stream: it sees the agent's current event as
     the agent moves on, not the one it was spawned in."""
     return _source().current_event
-
-
-def enter(source: EventSource) -> None:
-    """Make `source` the running task's source of events (a stream on its first event in this task)."""
-    if _source() is not source:
-        current_source.set(source)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agents import Mailbox, MailboxClosed
 from engine.errors import ConfigError
 from engine.events import Event
-from engine.streams.current import enter
+from engine.streams.current import current_source
 
 if TYPE_CHECKING:
     from engine.stats import Histogram
@@ -313,6 +313,7 @@ class Shape(enum.Enum):
 
 # The shapes __anext__ compares with, as module globals: reading a global is cheaper than an enum's attribute.
 _VALUE, _PAIR = Shape.VALUE, Shape.PAIR
+_source = current_source.get
 
 
 class _RootShaped:
@@ -406,7 +407,8 @@ class Stream(_Operators):
             self._countdown = TIMED_EVERY
             self._timed_since = time.perf_counter()
         self.current_event = event
-        enter(self)
+        if _source() is not self:  # (its first event in this task: engine.streams.current)
+            current_source.set(self)
         if shape is _VALUE:
             return event.value
         return (event.key, event.value) if shape is _PAIR else event
