@@ -117,7 +117,7 @@ class KeyedWindowsTable(EventTimeTable):
         state = part.windows
         if isinstance(state, KeyedWindowState) and state.stream_time is not None and self.closed_topic:
             self._close_due(part, state)
-        records, part.unsent_closes = part.unsent_closes, []
+        records = part.take_closes()
         return records
 
     # -- the mapping face ---------------------------------------------------------------------------

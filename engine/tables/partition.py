@@ -148,5 +148,27 @@ class TablePartition:
         taken, self.meta = self.meta, {}
         return taken
 
+    def take_late(self) -> list[RawRecord]:
+        """The records too late for their windows since the last checkpoint, for the late topic."""
+        taken, self.late = self.late, []
+        return taken
+
+    def take_closes(self) -> list[tuple[bytes, bytes]]:
+        """The closed windows a failed checkpoint did not send, to send first."""
+        taken, self.unsent_closes = self.unsent_closes, []
+        return taken
+
+    def put_back(self, writes: Mapping[Any, Any], meta: Mapping[bytes, bytes | None],
+                 closes: list[tuple[bytes, bytes]], late: list[RawRecord]) -> None:
+        """A checkpoint that took these failed before anything committed: they go back under what was
+        written since (newer writes of a key win), to be sent by the next checkpoint; the flush ends."""
+        merged = dict(writes)
+        merged.update(self.buffer)
+        self.buffer = merged
+        self.meta = {**meta, **self.meta}
+        self.flushing = None
+        self.unsent_closes = [*closes, *self.unsent_closes]
+        self.late = [*late, *self.late]
+
     def flushed(self) -> None:
         self.flushing = None

@@ -280,7 +280,7 @@ class EventTimeTable:
             self._emit_final(part, window_key_)
         state.closed_upto = closed_upto
         part.meta[CLOSED_KEY] = str(closed_upto).encode()
-        records, part.unsent_closes = part.unsent_closes, []
+        records = part.take_closes()
         return records
 
 
@@ -373,13 +373,13 @@ class WindowedTable(EventTimeTable):
         records, oldest first; marks them emitted (an engine record in the same checkpoint)."""
         state = part.windows
         if self.closed_topic is None or state is None or state.stream_time is None:
-            records, part.unsent_closes = part.unsent_closes, []
+            records = part.take_closes()
             return records
         done = state.closed_upto
         starts = sorted(s for s in state.live if (done is None or s > done)
                         and self.window.closed(s, state.stream_time))
         if not starts:
-            records, part.unsent_closes = part.unsent_closes, []
+            records = part.take_closes()
             return records
         keys = [(key, start) for start in starts for key in sorted(state.live[start], key=repr)]
         return self._emit(part, state, keys, starts[-1])

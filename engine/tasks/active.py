@@ -135,7 +135,7 @@ class ActiveTask(Lifecycle):
         if windowed is not None:
             closes = windowed.close_windows(part)  # before expiry can delete them
             windowed.expire(part)
-            late, part.late = part.late, []
+            late = part.take_late()
         if part.buffer or part.meta or closes or late:
             cut.writes.append(TableWrites(table, part, part.take_buffer(), part.take_meta(), closes, late))
 
@@ -195,11 +195,4 @@ class ActiveTask(Lifecycle):
         """The checkpoint failed before anything committed: put the writes back under newer ones, to be sent
         by the next checkpoint."""
         for item in cut.writes:
-            part = item.part
-            merged = dict(item.writes)
-            merged.update(part.buffer)
-            part.buffer = merged
-            part.meta = {**item.meta, **part.meta}
-            part.flushed()
-            part.unsent_closes = [*item.closes, *part.unsent_closes]
-            part.late = [*item.late, *part.late]
+            item.part.put_back(item.writes, item.meta, item.closes, item.late)
