@@ -198,11 +198,15 @@ class BaseTable(MutableMapping[Any, Any]):
         self._topic_counts = topic_counts
         self._bindings.bind(worker, _Binding({}, set(), writers, checkpoint, query, settings))
         self._rebind()
+        if self.windowed is not None:
+            self.windowed.bind(worker)
 
     def unbind(self, worker: object) -> None:
         """The worker stopped."""
         self._bindings.unbind(worker)
         self._rebind()
+        if self.windowed is not None:
+            self.windowed.unbind(worker)
 
     def _rebind(self) -> None:
         only = self._bindings.only()
