@@ -147,6 +147,18 @@ class TestDriver:
                               timestamp_ms=timestamp_ms))
         self._settle()
 
+    def send_raw(self, topic: Topic | Agent | str, key: bytes | None, value: bytes | None, *,
+                 timestamp_ms: int | None = None, headers: Headers | None = None,
+                 partition: int | None = None) -> None:
+        """Write one record of bytes as they are, past the topic's codecs, and return once it and everything
+        it caused was processed: what a producer that does not speak the topic's format writes, so that a
+        test can send a record that does not decode (and find it in the agent's `dlq`)."""
+        self._check_open()
+        name = self._topic(topic).name
+        self._run(self.worker.producer.send(name, key, value, headers=headers, partition=partition,
+                                            timestamp_ms=timestamp_ms))
+        self._settle()
+
     def ask(self, agent: Agent, value: Any = None, *, key: Any = None, timeout: float = 30.0) -> Any:
         """`agent.ask(value)` from the test: the value the agent yields for it (AskTimeout once `timeout`
         seconds of virtual time passed without a reply)."""

@@ -321,3 +321,23 @@ def test_through_an_internal_topic_and_on_to_the_output() -> None:
             driver.send(source, key=key, value=value)
         assert [(r.key, r.value) for r in driver.read("driven-through-hop")] == [("a", 1), ("b", 2), ("a", 3)]
         assert [(r.key, r.value) for r in driver.read(out)] == [("a", 10), ("b", 20), ("a", 30)]
+
+
+def test_bytes_that_do_not_decode_go_to_the_dlq_with_their_decode_error() -> None:
+    app = engine.App("driven-raw", broker="memory://unused", topic_partitions=1)
+    source = app.topic("amounts", key_type=str, value_type=int)
+    seen: list[int] = []
+
+    @app.agent(source)
+    async def add(stream: Any) -> None:
+        async for amount in stream:
+            seen.append(amount)
+
+    with TestDriver(app) as driver:
+        driver.send_raw(source, b"a", b"not json", timestamp_ms=5_000)
+        driver.send(source, key="a", value=7)
+        assert seen == [7], "the agent goes on after the record it could not decode"
+        [letter] = driver.dlq(add)
+        # A record that does not decode comes back as its bytes, key and value.
+        assert (letter.key, letter.value, letter.error_type) == (b"a", b"not json", "DecodeError")
+        assert (letter.topic, letter.partition, letter.offset) == ("amounts", 0, 0)
