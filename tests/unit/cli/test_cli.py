@@ -86,6 +86,14 @@ def test_public_api_is_sorted_and_complete(package):
     assert public <= set(module.__all__) | {"annotations"}
 
 
+def test_engine_exports_what_its_readme_examples_use():
+    import engine
+    from engine.windows import WindowRange
+
+    assert engine.WindowRange is WindowRange  # a windowed table's keys: (key, WindowRange)
+    assert "WindowRange" in engine.__all__
+
+
 def cli_uses_of_engine() -> list[tuple[str, str, str | None]]:
     """(file, module, name) for everything the cli takes from engine: each module it imports (name None),
     each name it imports from one (type-checking imports too), and each attribute it reads of a module it
