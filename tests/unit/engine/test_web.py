@@ -264,3 +264,18 @@ async def test_stale_queries_read_a_standby_here_instead_of_asking_the_owner(tmp
         assert status == 503, "without stale=ok a standby is not read"
         status, ready = await get(session, at, "/ready")
         assert (status, ready["standby"]) == (200, sorted(first.tasks.standby))
+
+
+async def test_a_worker_says_which_port_it_took_with_web_port_0(tmp_path: Any) -> None:
+    app = engine.App("port-zero", store="memory://")
+    app.topic("in")
+    async with testing.running(app, data_dir=str(tmp_path), broker=testing.memory_url(), web_enabled=True,
+                               web_port=0) as worker, aiohttp.ClientSession() as session:
+        endpoint = worker.web_endpoint
+        assert endpoint is not None
+        host, port = endpoint.rsplit(":", 1)
+        assert (host, int(port) > 0) == ("127.0.0.1", True)
+        status, body = await get(session, endpoint, "/health")
+        assert (status, body["worker"]) == (200, endpoint)
+    async with testing.running(app, data_dir=str(tmp_path), broker=testing.memory_url()) as worker:
+        assert worker.web_endpoint is None  # no web server (the test kit's default)
