@@ -329,7 +329,8 @@ class Worker(Service):
                                                                                   self.settings)
             timed = table.windowed is not None and table.windowed.timestamp is None
             table.bind(self, count, counts, writers=self.timed_topics if timed else None,
-                       checkpoint=self.tasks.checkpoint, query=query, settings=self.settings)
+                       checkpoint=self.tasks.checkpoint, query=query, settings=self.settings,
+                       assigned=self._assigned)
             if table.windowed is not None:
                 table.windowed.topics = self.app.topics
 
