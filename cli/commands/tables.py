@@ -75,7 +75,8 @@ def run_tables(args: argparse.Namespace) -> int:
         return 0
     print(f"the running worker at {url} holds:")
     for table in answer[1]["tables"]:
-        print(f"  {table['name']:22} partitions {table['here']}, about {table['local_keys']} keys")
+        about = "" if table.get("local_keys_exact") else "about "
+        print(f"  {table['name']:22} partitions {table['here']}, {about}{table['local_keys']} keys")
     return 0
 
 

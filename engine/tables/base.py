@@ -514,6 +514,28 @@ class BaseTable(MutableMapping[Any, Any]):
             return False
         return part.get(key, encoded) is not MISSING
 
+    def count_local(self, limit: int) -> int | None:
+        """The number of keys in the partitions active here (a windowed table's: its (key, window) pairs),
+        the writes since the last checkpoint included, without decoding any; None past `limit`, where the
+        count stops (counting scans every key: not cheap for a large table)."""
+        count = 0
+        windowed = self.window is not None
+        for part in list(self.active.values()):
+            written: dict[bytes, bool] = {}  # store key -> written since the last checkpoint, and not deleted
+            for overlay in (part.flushing or {}, part.buffer):
+                for key, value in overlay.items():
+                    written[self.locate(key)[0]] = value is not DELETED
+            for raw_key, _ in part.store.items():
+                if (windowed and raw_key.startswith(META_PREFIX)) or raw_key in written:
+                    continue
+                count += 1
+                if count > limit:
+                    return None
+            count += sum(written.values())
+            if count > limit:
+                return None
+        return count
+
     def _merged(self, part: TablePartition) -> Iterator[tuple[Any, Any]]:
         overlay: dict[Any, Any] = {}
         if part.flushing:
