@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-A", "--app", required=True, help="the app, as module:attribute")
+    common.add_argument("-A", "--app", required=True, metavar="MODULE[:ATTRIBUTE]",
+                        help="the app: module:attribute, or a module alone for module:app (default "
+                             "attribute: app), e.g. -A examples.wordcount")
     common.add_argument("--broker", help="override the broker URL (kafka://host:port or memory://)")
     common.add_argument("--loglevel", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     secured = common.add_argument_group("a secured cluster (or ENGINE_* variables; the password only as "
@@ -33,14 +35,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _WithCommon:
-    """Adds the common options (-A, --broker, --loglevel) to every command's parser."""
+    """Makes every command's parser the same way: the common options (-A, --broker, --loglevel), its `help`
+    (the line `engine --help` lists) as the description `engine COMMAND --help` opens with, and an example
+    command line its help ends with."""
 
     def __init__(self, sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
         self._sub = sub
         self._common = common
 
-    def add_parser(self, name: str, **kwargs: object) -> argparse.ArgumentParser:
-        return self._sub.add_parser(name, parents=[self._common], **kwargs)  # type: ignore[no-any-return, arg-type]
+    def add_parser(self, name: str, *, help: str, example: str,  # (`help`: argparse's own name)
+                   **kwargs: object) -> argparse.ArgumentParser:
+        return self._sub.add_parser(  # type: ignore[no-any-return]
+            name, parents=[self._common], help=help, description=f"{help[0].upper()}{help[1:]}.",
+            epilog=f"example:\n  {example}", formatter_class=argparse.RawDescriptionHelpFormatter,
+            **kwargs)  # type: ignore[arg-type]
 
 
 # Security settings a command line may give; they reach every command's settings as ENGINE_* variables (which

@@ -24,6 +24,7 @@ from engine.runtime import Worker, run_worker
 from engine.settings import Settings
 from engine.streams.stream import Stream
 from engine.topics import Topic
+from engine.windows import WindowRange
 
 __all__ = [
     "TP",
@@ -47,6 +48,7 @@ __all__ = [
     "Timer",
     "Topic",
     "TransportError",
+    "WindowRange",
     "Worker",
     "WorkerFailed",
     "run_worker",

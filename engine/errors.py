@@ -16,6 +16,10 @@
     ├── NotRunning             a send/ask before the worker started, or after it stopped
     ├── AskTimeout             an agent did not reply in time
     ├── ExportError            a table cannot be exported as asked (a target, a schema, no stores)
+    ├── TableError             (engine.tables) a table operation that cannot be done here
+    │   ├── KeyNotInPartition  a write to a key of another partition than the current event's
+    │   └── PartitionNotLocal  the key's partition is another worker's: `table.query(key)` asks it
+    │       └── PartitionNotReady  ... or not ready here yet (restoring, nothing assigned yet): retry
     └── WorkerFailed           an agent or timer failed past its policy; the worker stopped
 """
 

@@ -57,6 +57,7 @@ class Pipeline:
     steps: tuple[_Step, ...] = ()
     window: WindowKind | None = None
     close_idle_after: Seconds | None = None
+    late_topic: bool = False
 
     # -- steps --------------------------------------------------------------------------------------
 
@@ -81,32 +82,32 @@ class Pipeline:
     # -- windows ------------------------------------------------------------------------------------
 
     def tumbling(self, size: Seconds, *, grace: Seconds = 0, expires: Seconds | None = None,
-                 close_idle_after: Seconds | None = None) -> Pipeline:
-        """Aggregate per key and back-to-back window of `size` (event time); `close_idle_after` as the
-        table's (engine.tables.windowed)."""
-        return self._windowed(TumblingWindow(size, expires, grace), close_idle_after)
+                 close_idle_after: Seconds | None = None, late_topic: bool = False) -> Pipeline:
+        """Aggregate per key and back-to-back window of `size` (event time); `close_idle_after` and
+        `late_topic` (late events to `<app>-<name>-late`) as the table's (engine.tables.windowed)."""
+        return self._windowed(TumblingWindow(size, expires, grace), close_idle_after, late_topic)
 
     def hopping(self, size: Seconds, step: Seconds, *, grace: Seconds = 0, expires: Seconds | None = None,
-                close_idle_after: Seconds | None = None) -> Pipeline:
+                close_idle_after: Seconds | None = None, late_topic: bool = False) -> Pipeline:
         """Aggregate per key and window of `size` starting every `step` (event time)."""
-        return self._windowed(HoppingWindow(size, step, expires, grace), close_idle_after)
+        return self._windowed(HoppingWindow(size, step, expires, grace), close_idle_after, late_topic)
 
     def sliding(self, size: Seconds, *, grace: Seconds = 0,
-                close_idle_after: Seconds | None = None) -> Pipeline:
+                close_idle_after: Seconds | None = None, late_topic: bool = False) -> Pipeline:
         """Aggregate per key and sliding window: events at most `size` apart (event time), Kafka Streams'
         sliding windows (engine.tables.sliding)."""
-        return self._windowed(SlidingWindow(size, grace), close_idle_after)
+        return self._windowed(SlidingWindow(size, grace), close_idle_after, late_topic)
 
     def session(self, gap: Seconds, *, grace: Seconds = 0, expires: Seconds | None = None,
-                close_idle_after: Seconds | None = None) -> Pipeline:
+                close_idle_after: Seconds | None = None, late_topic: bool = False) -> Pipeline:
         """Aggregate per key and session: events less than `gap` apart (event time), Kafka Streams' session
         windows (engine.tables.sessions). `aggregate` needs a `merge` for two sessions' values."""
-        return self._windowed(SessionWindow(gap, grace, expires), close_idle_after)
+        return self._windowed(SessionWindow(gap, grace, expires), close_idle_after, late_topic)
 
-    def _windowed(self, window: WindowKind, close_idle_after: Seconds | None) -> Pipeline:
+    def _windowed(self, window: WindowKind, close_idle_after: Seconds | None, late_topic: bool) -> Pipeline:
         if self.window is not None:
             raise ConfigError("a pipeline has one window")
-        return replace(self, window=window, close_idle_after=close_idle_after)
+        return replace(self, window=window, close_idle_after=close_idle_after, late_topic=late_topic)
 
     # -- aggregations -------------------------------------------------------------------------------
 
@@ -163,14 +164,16 @@ class Pipeline:
         target: Any = table
         if isinstance(self.window, SessionWindow):
             target = table.session_windowed(self.window, initial=default, add=add, merge=merge,
+                                            late_topic=self.late_topic,
                                             close_idle_after=self.close_idle_after)
             update = _add_to_windows
         elif isinstance(self.window, SlidingWindow):
-            target = table.sliding_windowed(self.window, initial=default, add=add,
+            target = table.sliding_windowed(self.window, initial=default, add=add, late_topic=self.late_topic,
                                             close_idle_after=self.close_idle_after)
             update = _add_to_windows
         elif self.window is not None:
-            target = table.windowed_by(cast("Window", self.window), close_idle_after=self.close_idle_after)
+            target = table.windowed_by(cast("Window", self.window), late_topic=self.late_topic,
+                                       close_idle_after=self.close_idle_after)
         steps = self.steps
 
         async def aggregate(stream: Stream) -> None:

@@ -257,6 +257,12 @@ class Worker(Service):
         log.info("worker %s ready: %d partitions active (%s), %d standby; %s", self.app.id, len(assigned),
                  ",".join(map(str, sorted(assigned))) or "none", len(self.tasks.standby), web)
 
+    @property
+    def web_endpoint(self) -> str | None:
+        """`host:port` the worker's web server listens on, once started: the port it took with
+        `web_port=0`, or the next free one after a taken `web_port`; None without a web server."""
+        return self.placement.endpoint or None
+
     def _web_bound(self, endpoint: str) -> None:
         self.placement.endpoint = endpoint
 
@@ -323,7 +329,8 @@ class Worker(Service):
                                                                                   self.settings)
             timed = table.windowed is not None and table.windowed.timestamp is None
             table.bind(self, count, counts, writers=self.timed_topics if timed else None,
-                       checkpoint=self.tasks.checkpoint, query=query, settings=self.settings)
+                       checkpoint=self.tasks.checkpoint, query=query, settings=self.settings,
+                       assigned=self._assigned)
             if table.windowed is not None:
                 table.windowed.topics = self.app.topics
 

@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("export", help="export a table snapshot to Parquet or Delta Lake (and Spark)")
+    p = sub.add_parser("export", help="export a table snapshot to Parquet, Delta Lake or Iceberg (and Spark)",
+                       example="engine export -A examples.wordcount:app word-counts --to delta:lake/counts "
+                               "--data-dir data")
     p.add_argument("table", nargs="?", help="the table (or --all)")
     p.add_argument("--all", action="store_true", help="every table of the app, each to TARGET/<table>")
     p.add_argument("--to", metavar="TARGET",

@@ -12,9 +12,11 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    topics = sub.add_parser("topics", help="list the app's topics")
+    topics = sub.add_parser("topics", help="list the app's topics: read, written and kept, with partitions",
+                            example="engine topics -A examples.wordcount:app")
     topics.set_defaults(run=run_topics)
-    agents = sub.add_parser("agents", help="list the app's agents")
+    agents = sub.add_parser("agents", help="list the app's agents",
+                            example="engine agents -A examples.wordcount:app")
     agents.set_defaults(run=run_agents)
 
 

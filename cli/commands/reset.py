@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("reset", help="rewind the app's inputs, delete its internal topics and local state")
+    p = sub.add_parser("reset", help="rewind the app's inputs, delete its internal topics and local state",
+                       example="engine reset -A examples.wordcount:app --to-datetime 2026-11-24T08:00:00 "
+                               "--execute")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--to-datetime", metavar="WHEN",
                        help="ISO 8601 (e.g. 2026-11-24T08:00:00+00:00; UTC when no offset is given): inputs "

@@ -21,10 +21,11 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("send", help="send a record (or a file of JSON lines) to a topic")
-    p.add_argument("topic")
-    p.add_argument("value", nargs="?", help="JSON for JSON topics, text for str topics")
-    p.add_argument("--key")
+    p = sub.add_parser("send", help="send a record (or a file of JSON lines) to a topic",
+                       example='engine send -A examples.wordcount:app lines "the quick brown fox"')
+    p.add_argument("topic", metavar="TOPIC", help="the topic's name (one the app declares: its codecs apply)")
+    p.add_argument("value", nargs="?", metavar="VALUE", help="JSON for JSON topics, text for str topics")
+    p.add_argument("--key", help="the record's key, as text (JSON for JSON-keyed topics); none by default")
     p.add_argument("--timestamp-ms", type=int, help="the record's timestamp (ms since the epoch)")
     p.add_argument("--file", help="send one record per line of this file of JSON lines (- for stdin): "
                                   '{"key": ..., "value": ..., "timestamp_ms": ..., "headers": {...}}')

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    status = sub.add_parser("status", help="the group's members, their partitions and the lag")
+    status = sub.add_parser("status", help="the group's members, their partitions and the lag",
+                            example="engine status -A examples.wordcount:app")
     status.set_defaults(run=run)
 
 

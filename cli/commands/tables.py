@@ -27,16 +27,18 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    tables = sub.add_parser("tables", help="list tables, their partitions and local sizes")
+    tables = sub.add_parser("tables", help="list tables, their partitions and local sizes",
+                            example="engine tables -A examples.wordcount:app --data-dir data")
     tables.add_argument("--data-dir", help="the worker's data dir (default: ./data)")
     tables.add_argument("--url", help="also ask the running worker at this web address (default: "
                                       "http://web_host:web_port of the app's settings, if one answers)")
     tables.set_defaults(run=run_tables)
     table = sub.add_parser("table", help="read a key of a table: asked of a running worker, or --offline "
-                                         "from this machine's stores")
-    table.add_argument("action", choices=["get"])
-    table.add_argument("table")
-    table.add_argument("key", help="the key, as text (JSON for JSON-keyed tables)")
+                                         "from this machine's stores",
+                           example="engine table get -A examples.wordcount:app word-counts fox")
+    table.add_argument("action", choices=["get"], metavar="get", help="get: read the key (the one action)")
+    table.add_argument("table", metavar="TABLE", help="the table's name")
+    table.add_argument("key", metavar="KEY", help="the key, as text (JSON for JSON-keyed tables)")
     table.add_argument("--url", help="a running worker's web address (default: http://web_host:web_port of "
                                      "the app's settings); any worker of the app answers for every key")
     table.add_argument("--window", help="a windowed table's windows: latest (default), all, or a window's "
@@ -75,7 +77,8 @@ def run_tables(args: argparse.Namespace) -> int:
         return 0
     print(f"the running worker at {url} holds:")
     for table in answer[1]["tables"]:
-        print(f"  {table['name']:22} partitions {table['here']}, about {table['local_keys']} keys")
+        about = "" if table.get("local_keys_exact") else "about "
+        print(f"  {table['name']:22} partitions {table['here']}, {about}{table['local_keys']} keys")
     return 0
 
 

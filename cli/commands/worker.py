@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("worker", help="run a worker for the app")
+    p = sub.add_parser("worker", help="run a worker for the app, until SIGTERM or Ctrl-C",
+                       example="engine worker -A examples.wordcount:app --data-dir data")
     p.add_argument("--data-dir", help="where local state lives (default: ./data)")
     p.set_defaults(run=run)
 

@@ -48,7 +48,14 @@ class KeyNotInPartition(TableError):
 
 
 class PartitionNotLocal(TableError):
-    """The key's partition is not active on this worker (another worker owns it, or it is recovering)."""
+    """The key's partition is not active on this worker: another worker owns it (`table.query(key)` asks
+    that worker), or it is not ready here yet (PartitionNotReady)."""
+
+
+class PartitionNotReady(PartitionNotLocal):
+    """The key's partition is not ready on this worker yet: assigned here and still being restored from its
+    changelog, or nothing assigned yet (the worker is starting, or partitions are moving). A moment later
+    the same read succeeds: retry it."""
 
 
 @dataclass
@@ -61,6 +68,7 @@ class _Binding:
     checkpoint: Callable[[], Awaitable[dict[TP, int]]] | None
     query: Callable[[BaseTable, Any], Awaitable[Any]] | None = None  # the worker's table queries (engine.web)
     settings: Settings | None = None  # the worker's
+    assigned: Callable[[], Mapping[int, bool]] | None = None  # the worker's tasks, and whether each is ready
 
 
 class _CurrentPartitions(MutableMapping[int, TablePartition]):
@@ -189,20 +197,27 @@ class BaseTable(MutableMapping[Any, Any]):
              writers: set[str] | None = None,
              checkpoint: Callable[[], Awaitable[dict[TP, int]]] | None = None,
              query: Callable[[BaseTable, Any], Awaitable[Any]] | None = None,
-             settings: Settings | None = None) -> None:
+             settings: Settings | None = None,
+             assigned: Callable[[], Mapping[int, bool]] | None = None) -> None:
         """Attach to a running worker: the table's partition count (its changelog's), and every topic's, to
         check that the topics whose events write the table are co-partitioned with it; `writers` (if given)
         gets each topic whose events write the table, from its first write on; `checkpoint` runs one of the
-        worker's checkpoints; `query` answers `query` (the worker's web server, engine.web)."""
+        worker's checkpoints; `query` answers `query` (the worker's web server, engine.web); `assigned`
+        gives the worker's tasks and whether each is ready, so that a read of a partition not here says
+        whether to retry."""
         self._count = partition_count
         self._topic_counts = topic_counts
-        self._bindings.bind(worker, _Binding({}, set(), writers, checkpoint, query, settings))
+        self._bindings.bind(worker, _Binding({}, set(), writers, checkpoint, query, settings, assigned))
         self._rebind()
+        if self.windowed is not None:
+            self.windowed.bind(worker)
 
     def unbind(self, worker: object) -> None:
         """The worker stopped."""
         self._bindings.unbind(worker)
         self._rebind()
+        if self.windowed is not None:
+            self.windowed.unbind(worker)
 
     def _rebind(self) -> None:
         only = self._bindings.only()
@@ -327,11 +342,24 @@ class BaseTable(MutableMapping[Any, Any]):
                 # The event's own partition may not exist in the table at all: a topology error that stops
                 # the worker with the record uncommitted, never a dead letter per record.
                 self._check_copartitioned(event.record.topic)
-            raise PartitionNotLocal(
-                f"table {self.name!r}: key {key!r} is in partition {number}, which is not active on this "
-                "worker (another worker owns it, or it is still recovering)"
-            )
+            raise self._not_here(number, key)
         return part
+
+    def _not_here(self, number: int, key: Any) -> PartitionNotLocal:
+        """Why partition `number` is not active here: not ready yet (retry), or another worker's."""
+        where = f"table {self.name!r}: key {key!r} is in partition {number}"
+        binding = self._bindings.current()
+        if binding is None:
+            return PartitionNotLocal(f"{where}, and the table is not attached to a running worker")
+        assigned = binding.assigned() if binding.assigned is not None else None
+        if self.is_global or (assigned is not None and assigned.get(number) is False):
+            return PartitionNotReady(f"{where}, which this worker is still restoring from its changelog: "
+                                     "retry in a moment (GET /ready answers 200 once it is ready)")
+        if assigned is not None and not assigned:
+            return PartitionNotReady(f"{where}, and this worker has no partitions assigned yet (it is "
+                                     "starting, or partitions are moving between workers): retry in a moment")
+        return PartitionNotLocal(f"{where}, which another worker owns: `await table.query(key)` asks it (or "
+                                 "GET /tables/{table}/{key} on any worker)")
 
     # The two routes take a key without its window (`own`) and return its partition here with the key's
     # bytes: a plain table's store key, or what a windowed table appends window starts to.
@@ -485,6 +513,28 @@ class BaseTable(MutableMapping[Any, Any]):
         except PartitionNotLocal:
             return False
         return part.get(key, encoded) is not MISSING
+
+    def count_local(self, limit: int) -> int | None:
+        """The number of keys in the partitions active here (a windowed table's: its (key, window) pairs),
+        the writes since the last checkpoint included, without decoding any; None past `limit`, where the
+        count stops (counting scans every key: not cheap for a large table)."""
+        count = 0
+        windowed = self.window is not None
+        for part in list(self.active.values()):
+            written: dict[bytes, bool] = {}  # store key -> written since the last checkpoint, and not deleted
+            for overlay in (part.flushing or {}, part.buffer):
+                for key, value in overlay.items():
+                    written[self.locate(key)[0]] = value is not DELETED
+            for raw_key, _ in part.store.items():
+                if (windowed and raw_key.startswith(META_PREFIX)) or raw_key in written:
+                    continue
+                count += 1
+                if count > limit:
+                    return None
+            count += sum(written.values())
+            if count > limit:
+                return None
+        return count
 
     def _merged(self, part: TablePartition) -> Iterator[tuple[Any, Any]]:
         overlay: dict[Any, Any] = {}

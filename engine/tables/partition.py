@@ -70,7 +70,13 @@ class Windowing(Protocol):
     late_topic: Topic | None
     closed_topic: Topic | None
     topics: dict[str, Topic]  # the app's topics, for their extractors (set by the worker)
-    late_events: int  # events too late for every window they belong to
+
+    @property
+    def late_events(self) -> int: ...  # events too late for every window they belong to, in this run
+
+    def bind(self, worker: object) -> None: ...
+
+    def unbind(self, worker: object) -> None: ...
 
     def advance(self, part: TablePartition, processed: int | None) -> None: ...
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from engine.errors import ConfigError
-from engine.tables.base import BaseTable, KeyNotInPartition, PartitionNotLocal, TableError
+from engine.tables.base import BaseTable, KeyNotInPartition, PartitionNotLocal, PartitionNotReady, TableError
 from engine.tables.fk_joins import join_by_foreign_key
 from engine.tables.joins import How, join_tables
 from engine.tables.keys import WindowedChangelogKeyCodec, WindowKeyCodec
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from engine.tables.declarer import Declarer
     from engine.windows import JoinWindows, SessionWindow, SlidingWindow, Window, WindowKind
 
-__all__ = ["KeyNotInPartition", "PartitionNotLocal", "Table", "TableError"]
+__all__ = ["KeyNotInPartition", "PartitionNotLocal", "PartitionNotReady", "Table", "TableError"]
 
 
 class Table(BaseTable):

@@ -24,15 +24,16 @@ the source offsets commit in one Kafka transaction; at-least-once, a crash betwe
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import operator
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
 from engine.errors import ConfigError, EngineError, InvalidTimestamp
 from engine.partitioner import CACHED_KEYS
+from engine.scope import PerWorker
 from engine.streams.current import current_event
 from engine.tables.keys import (
     CLOSED_KEY,
@@ -43,6 +44,7 @@ from engine.tables.keys import (
     window_bounds,
     window_key,
 )
+from engine.tables.late import LateEvents
 from engine.tables.partition import DELETED, MISSING, WindowState
 from engine.topics import event_time_ms
 from engine.windows import WindowRange
@@ -60,7 +62,6 @@ if TYPE_CHECKING:
 Timestamp = Callable[[Any], "float | int | datetime"]
 
 log = logging.getLogger(__name__)
-LATE_WARNING_INTERVAL = 10.0  # seconds between two warnings about a table's late events
 
 
 def _advance(part: TablePartition, state: WindowState, ts: int) -> int:
@@ -96,16 +97,29 @@ class EventTimeTable:
         self.timestamp = timestamp
         self.late_topic = late_topic
         self.clock = clock
-        self.late_events = 0
-        self._late_unreported = 0  # since the last warning about late events
-        self._late_needed_ms = 0  # the grace that would have kept them
-        self._late_reported_at = -LATE_WARNING_INTERVAL
+        self._late_runs: PerWorker[LateEvents] = PerWorker()  # each running worker's (engine.tables.late)
+        self._late_last = LateEvents()  # the run started last: what a read outside every worker sees
         self.topics: dict[str, Topic] = {}
         self.closed_topic: Topic | None = None
 
     @property
     def name(self) -> str:
         return self.table.name
+
+    def bind(self, worker: object) -> None:
+        """A worker starts running this table: its late events count from zero."""
+        self._late_last = LateEvents()
+        self._late_runs.bind(worker, self._late_last)
+
+    def unbind(self, worker: object) -> None:
+        """The worker stopped (its count stays readable until the next run starts)."""
+        self._late_runs.unbind(worker)
+
+    @property
+    def late_events(self) -> int:
+        """Events too late for every window they belong to, in the run of the worker the running code
+        belongs to; outside every worker (a test, after its run), in the run started last."""
+        return (self._late_runs.inside() or self._late_last).count
 
     def changelog(self) -> Topic:
         return self.table.changelog()
@@ -190,23 +204,20 @@ class EventTimeTable:
 
     def _late(self, part: TablePartition, event: Event, ts: int, stream_time: int, needed: int) -> None:
         """Count a late event, keep it for the late topic if asked, and say so (at most once per
-        LATE_WARNING_INTERVAL per table): how many, and the grace that would have kept them (`needed` ms
-        more than there is)."""
-        self.late_events += 1
+        LATE_WARNING_INTERVAL of the worker's clock per table and run): how many, and the grace that would
+        have kept them (`needed` ms more than there is)."""
         if self.late_topic is not None:
             part.late.append(event.record)
-        self._late_unreported += 1
-        self._late_needed_ms = max(self._late_needed_ms, needed + self.window_kind.grace_ms)
-        now = time.monotonic()
-        if now - self._late_reported_at >= LATE_WARNING_INTERVAL:
+        late = self._late_runs.inside() or self._late_last
+        report = late.add(needed + self.window_kind.grace_ms, asyncio.get_running_loop().time())
+        if report is not None:
             log.warning(
                 "windowed table %r: %d late event(s) dropped since the last report (%d in all; e.g. "
                 "%s[%d]@%d, %.3f s behind stream time): a grace of %.3f s would have kept them (it is %.3f s)"
-                "%s", self.name, self._late_unreported, self.late_events, event.topic, event.partition,
-                event.offset, (stream_time - ts) / 1000, self._late_needed_ms / 1000,
+                "%s", self.name, report[0], late.count, event.topic, event.partition,
+                event.offset, (stream_time - ts) / 1000, report[1] / 1000,
                 self.window_kind.grace_ms / 1000,
                 "; they went to the late topic" if self.late_topic is not None else "")
-            self._late_unreported, self._late_needed_ms, self._late_reported_at = 0, 0, now
 
     def advance(self, part: TablePartition, processed: int | None) -> None:
         """Advance the partition's stream time to `processed`, the largest event time of the records its

@@ -18,9 +18,12 @@ records) and everything they caused in turn.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import shutil
 import tempfile
+import warnings
+import weakref
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -112,6 +115,10 @@ class TestDriver:
         self._read_upto: dict[str, int] = {}  # records of a topic returned by `read` (appends seen)
         self._closed = False
         self._spinning: NeverIdle | None = None  # the loop never became idle: nothing more can run on it
+        # A driver never closed is freed when collected (or at exit), saying so, instead of leaving its
+        # worker's tasks pending on a loop nobody closes (asyncio's "Task was destroyed but it is pending").
+        self._abandoned = weakref.finalize(self, _free_abandoned, app.id, self._loop, self._context,
+                                           self.broker, self._data_dir)
         try:
             self._run(self.worker.start())
             self._settle()
@@ -145,6 +152,18 @@ class TestDriver:
         target = self._topic(topic)
         self._run(target.send(key=key, value=value, headers=headers, partition=partition,
                               timestamp_ms=timestamp_ms))
+        self._settle()
+
+    def send_raw(self, topic: Topic | Agent | str, key: bytes | None, value: bytes | None, *,
+                 timestamp_ms: int | None = None, headers: Headers | None = None,
+                 partition: int | None = None) -> None:
+        """Write one record of bytes as they are, past the topic's codecs, and return once it and everything
+        it caused was processed: what a producer that does not speak the topic's format writes, so that a
+        test can send a record that does not decode (and find it in the agent's `dlq`)."""
+        self._check_open()
+        name = self._topic(topic).name
+        self._run(self.worker.producer.send(name, key, value, headers=headers, partition=partition,
+                                            timestamp_ms=timestamp_ms))
         self._settle()
 
     def ask(self, agent: Agent, value: Any = None, *, key: Any = None, timeout: float = 30.0) -> Any:
@@ -204,6 +223,7 @@ class TestDriver:
         if self._closed:
             return
         self._closed = True
+        self._abandoned.detach()
         try:
             if self.worker.state is not ServiceState.INIT and self._spinning is None:
                 self.worker.request_stop()
@@ -295,3 +315,27 @@ class TestDriver:
             end = window_key[2] if len(window_key) == 3 else start + size
             yield (key, WindowRange.from_ms(start, end)), value
 
+
+
+def _free_abandoned(app_id: str, loop: VirtualTimeLoop, context: contextvars.Context, broker: MemoryBroker,
+                    data_dir: str) -> None:
+    """What `close` frees, for a driver collected without it: its worker's tasks are cancelled (no clean
+    stop: nothing may run the app's code at an arbitrary point of another test), then the loop, the broker
+    and the stores' directory go."""
+    warnings.warn(f"a TestDriver of app {app_id!r} was not closed: use `with TestDriver(app) as driver:`, "
+                  "call driver.close(), or take the engine_driver fixture", ResourceWarning, stacklevel=1)
+    if not _loop_running_here():
+        context.run(loop.cancel_all)
+    if not loop.is_running():
+        loop.close()
+    MemoryBroker.forget(broker)
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _loop_running_here() -> bool:
+    """A loop runs in this thread (a collection inside an async test): another loop cannot run now."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -86,6 +86,14 @@ def test_public_api_is_sorted_and_complete(package):
     assert public <= set(module.__all__) | {"annotations"}
 
 
+def test_engine_exports_what_its_readme_examples_use():
+    import engine
+    from engine.windows import WindowRange
+
+    assert engine.WindowRange is WindowRange  # a windowed table's keys: (key, WindowRange)
+    assert "WindowRange" in engine.__all__
+
+
 def cli_uses_of_engine() -> list[tuple[str, str, str | None]]:
     """(file, module, name) for everything the cli takes from engine: each module it imports (name None),
     each name it imports from one (type-checking imports too), and each attribute it reads of a module it
@@ -404,3 +412,41 @@ def test_export_arguments_that_do_not_go_together(capsys, tmp_path):
     assert out.strip() == f"delta:{tmp_path / 'none'}: no version written by an engine export"
     assert "unknown export target 'hudi'" in run(capsys, "export", *app, "word-counts", "--to", "hudi:t")[2]
     assert "give iceberg:NAMESPACE.TABLE" in run(capsys, "export", *app, "word-counts", "--to", "iceberg:")[2]
+
+
+def subcommand_helps() -> dict[str, str]:
+    import argparse
+
+    from cli.main import build_parser
+
+    parser = build_parser()
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {name: command.format_help() for name, command in sub.choices.items()}
+
+
+def test_every_subcommand_has_a_description_and_ends_with_an_example():
+    helps = subcommand_helps()
+    assert set(helps) >= {"worker", "send", "topics", "agents", "tables", "table", "export", "status",
+                          "reset"}
+    for name, text in helps.items():
+        description = text.split("\n\n")[1]  # (after the usage)
+        assert not description.lstrip().startswith(("positional arguments", "options")), \
+            f"{name}: no description line"
+        lines = text.rstrip().splitlines()
+        assert lines[-2].strip().startswith("example"), f"{name}: its help does not end with an example"
+        assert lines[-1].strip().startswith(f"engine {name} "), f"{name}: {lines[-1]!r}"
+        assert " -A " in lines[-1], f"{name}: the example names the app"
+
+
+def test_the_subcommands_help_says_what_their_arguments_are():
+    helps = subcommand_helps()
+    assert "{get}" not in helps["table"]
+    assert "usage: engine table" in helps["table"]
+    assert " get TABLE KEY" in helps["table"]
+    assert "Iceberg" in helps["export"].split("\n\n")[1]
+    arguments = helps["send"].split("positional arguments:", 1)[1]  # (past the usage lines)
+    for argument in ("TOPIC", "--key KEY"):
+        [line] = [ln for ln in arguments.splitlines() if ln.strip().startswith(argument)]
+        assert len(line.strip()) > len(argument) + 5, f"send's {argument} has no help"
+    assert "module:app" in helps["worker"] or "-A module" in helps["worker"]
+    assert "(default attribute: app)" in " ".join(helps["worker"].split())

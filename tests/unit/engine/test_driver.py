@@ -321,3 +321,48 @@ def test_through_an_internal_topic_and_on_to_the_output() -> None:
             driver.send(source, key=key, value=value)
         assert [(r.key, r.value) for r in driver.read("driven-through-hop")] == [("a", 1), ("b", 2), ("a", 3)]
         assert [(r.key, r.value) for r in driver.read(out)] == [("a", 10), ("b", 20), ("a", 30)]
+
+
+def test_bytes_that_do_not_decode_go_to_the_dlq_with_their_decode_error() -> None:
+    app = engine.App("driven-raw", broker="memory://unused", topic_partitions=1)
+    source = app.topic("amounts", key_type=str, value_type=int)
+    seen: list[int] = []
+
+    @app.agent(source)
+    async def add(stream: Any) -> None:
+        async for amount in stream:
+            seen.append(amount)
+
+    with TestDriver(app) as driver:
+        driver.send_raw(source, b"a", b"not json", timestamp_ms=5_000)
+        driver.send(source, key="a", value=7)
+        assert seen == [7], "the agent goes on after the record it could not decode"
+        [letter] = driver.dlq(add)
+        # A record that does not decode comes back as its bytes, key and value.
+        assert (letter.key, letter.value, letter.error_type) == (b"a", b"not json", "DecodeError")
+        assert (letter.topic, letter.partition, letter.offset) == ("amounts", 0, 0)
+
+
+def test_a_driver_never_closed_is_freed_when_collected_saying_so(caplog: pytest.LogCaptureFixture) -> None:
+    import gc
+
+    from engine.transport.memory import MemoryBroker
+
+    app = engine.App("driven-abandoned", broker="memory://unused")
+    source = app.topic("in", value_type=int)
+
+    @app.agent(source)
+    async def take(stream: Any) -> None:
+        async for _ in stream:
+            pass
+
+    drivers = [TestDriver(app)]
+    drivers[0].send(source, value=1)
+    broker, loop = drivers[0].broker, drivers[0]._loop
+    with pytest.warns(ResourceWarning, match="'driven-abandoned' was not closed: use `with TestDriver"):
+        drivers.clear()  # the last reference: the driver is collected at once
+    assert loop.is_closed()
+    assert not asyncio.all_tasks(loop), "every task of its worker was cancelled and finished"
+    assert broker not in MemoryBroker._registry.values()  # forgotten, like close() does
+    gc.collect()
+    assert "Task was destroyed but it is pending" not in caplog.text

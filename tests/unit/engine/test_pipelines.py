@@ -11,6 +11,7 @@ import pytest
 import engine
 from engine import testing
 from engine.errors import ConfigError
+from engine.testing import TestDriver
 from engine.windows import WindowRange
 
 # (user, page, amount, event time in s): users are spread over keys the source topic does not have.
@@ -104,3 +105,23 @@ def test_a_pipeline_says_what_is_out_of_order():
         windowed.filter(bool)
     with pytest.raises(ConfigError, match="one window"):
         windowed.hopping(10, 5)
+
+
+@pytest.mark.parametrize("window", [
+    lambda p: p.tumbling(10, late_topic=True),
+    lambda p: p.hopping(10, 5, late_topic=True),
+    lambda p: p.sliding(10, late_topic=True),
+    lambda p: p.session(5, late_topic=True),
+], ids=["tumbling", "hopping", "sliding", "session"])
+def test_every_windowed_pipeline_sends_its_late_events_to_the_late_topic(window: Any) -> None:
+    app = engine.App("late-pipes", broker="kafka://nowhere:9092", topic_partitions=1)
+    clicks = app.topic("clicks", key_type=str, value_type=str)
+    table = window(app.stream(clicks)).count("per-page")
+    assert table.late_topic is not None
+    assert table.late_topic.name == "late-pipes-per-page-late"
+    with TestDriver(app) as driver:
+        for value, at in [("in", 5), ("ahead", 25), ("late", 3)]:  # 3: its every window closed by 25
+            driver.send(clicks, key="p", value=value, timestamp_ms=at * 1000)
+        late = driver.read(table.late_topic)
+    assert [(r.key, r.value, r.timestamp_ms) for r in late] == [(b"p", b"late", 3000)]
+    assert table.late_events == 1

@@ -364,3 +364,25 @@ async def test_an_untyped_group_by_into_a_typed_table_is_warned_about_at_the_gro
     assert "'gb-warn-by-user-repartition'" in warning
     assert "group_by(..., key_type=str)" in warning
     assert "windowed" not in warning
+
+
+def test_a_read_before_the_partition_is_ready_says_to_retry_and_one_of_another_workers_says_whose() -> None:
+    from engine.tables.table import PartitionNotLocal, PartitionNotReady
+
+    app = engine.App("not-ready", broker="memory://unused")
+    table = app.Table("counts", default=int, key_type=str)
+    worker = object()
+    assigned: dict[int, bool] = {}
+    table.bind(worker, 2, {}, assigned=lambda: assigned)
+    number = table.locate("k")[1]
+    with pytest.raises(PartitionNotReady, match=r"no partitions assigned yet .* retry in a moment"):
+        table.get("k")
+    assigned[number] = False  # assigned, its store being restored
+    with pytest.raises(PartitionNotReady, match=r"still restoring .* retry in a moment"):
+        table.get("k")
+    assigned.clear()
+    assigned[1 - number] = True  # only the other partition is here
+    with pytest.raises(PartitionNotLocal, match="another worker owns: `await table") as raised:
+        table.get("k")
+    assert not isinstance(raised.value, PartitionNotReady)
+    table.unbind(worker)

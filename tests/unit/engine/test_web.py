@@ -264,3 +264,64 @@ async def test_stale_queries_read_a_standby_here_instead_of_asking_the_owner(tmp
         assert status == 503, "without stale=ok a standby is not read"
         status, ready = await get(session, at, "/ready")
         assert (status, ready["standby"]) == (200, sorted(first.tasks.standby))
+
+
+async def test_a_worker_says_which_port_it_took_with_web_port_0(tmp_path: Any) -> None:
+    app = engine.App("port-zero", store="memory://")
+    app.topic("in")
+    async with testing.running(app, data_dir=str(tmp_path), broker=testing.memory_url(), web_enabled=True,
+                               web_port=0) as worker, aiohttp.ClientSession() as session:
+        endpoint = worker.web_endpoint
+        assert endpoint is not None
+        host, port = endpoint.rsplit(":", 1)
+        assert (host, int(port) > 0) == ("127.0.0.1", True)
+        status, body = await get(session, endpoint, "/health")
+        assert (status, body["worker"]) == (200, endpoint)
+    async with testing.running(app, data_dir=str(tmp_path), broker=testing.memory_url()) as worker:
+        assert worker.web_endpoint is None  # no web server (the test kit's default)
+
+
+@pytest.mark.parametrize("store", ["memory://", "rocksdb://"])
+async def test_tables_counts_local_keys_exactly_without_overwrites(tmp_path: Any, store: str) -> None:
+    app = engine.App("key-count", store=store, topic_partitions=1)
+    words = app.topic("words", key_type=str, value_type=int)
+    counts = app.Table("counts", default=int, key_type=str, value_type=int)
+    windowed = app.Table("per-ten", default=int, key_type=str, value_type=int).tumbling(10)
+
+    @app.agent(words)
+    async def count(stream: Any) -> None:
+        async for word, n in stream.items():
+            counts[word] += n
+            windowed[word] += n
+
+    async with testing.running(app, data_dir=str(tmp_path), broker=testing.memory_url(), web_enabled=True,
+                               web_port=0) as worker, aiohttp.ClientSession() as session:
+        for round_ in range(15):  # 30 writes of 2 keys, checkpointed as they go
+            for word in ("red", "blue"):
+                await words.send(key=word, value=1, timestamp_ms=1_000)
+            await testing.eventually(lambda r=round_: dict(counts.items()).get("red") == r + 1)
+            if round_ < 14:
+                await worker.checkpoint()  # (the last writes stay in the buffer: counted too)
+        status, body = await get(session, worker.web_endpoint or "", "/tables")
+    tables = {t["name"]: t for t in body["tables"]}
+    assert status == 200
+    assert (tables["counts"]["local_keys"], tables["counts"]["local_keys_exact"]) == (2, True)
+    assert (tables["per-ten"]["local_keys"], tables["per-ten"]["local_keys_exact"]) == (2, True)
+
+
+def test_a_local_key_count_merges_the_unflushed_writes_and_stops_past_its_limit() -> None:
+    from engine.stores.memory import MemoryPartitionStore
+    from engine.tables.partition import DELETED, TablePartition
+
+    app = engine.App("key-limit", broker="memory://unused")
+    table = app.Table("counts", default=int, key_type=str, value_type=int)
+    worker = object()
+    table.bind(worker, 1, {})
+    stored = {table.locate(k)[0]: b"1" for k in ("a", "b", "c")}
+    part = TablePartition(0, MemoryPartitionStore(stored, {}), table.value_codec)
+    part.buffer.update({"a": 2, "b": DELETED, "d": 1})  # an overwrite, a delete, a new key
+    table.active[0] = part
+    assert table.count_local(10) == 3  # a, c, d
+    assert table.count_local(3) == 3
+    assert table.count_local(2) is None
+    table.unbind(worker)

@@ -9,6 +9,7 @@ import pytest
 import engine
 from engine import testing
 from engine.tables.keys import META_PREFIX
+from engine.testing import TestDriver
 from engine.windows import WindowRange
 
 
@@ -323,3 +324,35 @@ async def test_close_idle_after_moves_a_quiet_partitions_time_by_the_wall_clock(
         await worker.checkpoint()
         assert never == [], "without close_idle_after a quiet partition's windows stay open"
         assert quiet.table.active[0].windows.stream_time == 4000, "moved by events only (4 s, the last)"
+
+
+def late_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelname == "WARNING" and "late event(s) dropped" in r.getMessage()]
+
+
+def test_late_events_and_their_warning_are_per_worker_run(caplog: pytest.LogCaptureFixture) -> None:
+    """Two drivers of one app, one after the other: each counts its own late event and warns about it."""
+    app, views, table, _ = windowed_app(lambda t: t.tumbling(10), "kafka://nowhere:9092", topic_partitions=1)
+    for run in range(2):
+        caplog.clear()
+        with TestDriver(app) as driver:
+            for ts in (5, 25, 3):  # 3 is late: [0, 10) closed at stream time 25
+                driver.send(views, key="a", value={"ts": ts})
+            assert table.late_events == 1, f"run {run}"
+        assert table.late_events == 1, "the run's count stays readable after it stopped"
+        assert len(late_warnings(caplog)) == 1, f"run {run}"
+
+
+def test_the_late_warning_repeats_after_its_interval_on_the_drivers_clock(
+        caplog: pytest.LogCaptureFixture) -> None:
+    app, views, table, _ = windowed_app(lambda t: t.tumbling(10), "kafka://nowhere:9092", topic_partitions=1)
+    with TestDriver(app) as driver:
+        for ts in (5, 25, 3, 4):  # two late events: 3 warns, 4 waits for the next warning
+            driver.send(views, key="a", value={"ts": ts})
+        assert len(late_warnings(caplog)) == 1
+        driver.advance(15)  # past the 10 s between two warnings, on the virtual clock
+        driver.send(views, key="a", value={"ts": 2})
+        assert len(late_warnings(caplog)) == 2
+        assert "2 late event(s) dropped since the last report (3 in all" in late_warnings(caplog)[1]
+    assert table.late_events == 3
