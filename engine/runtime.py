@@ -165,6 +165,8 @@ class Worker(Service):
             reset_to_end=settings.auto_offset_reset == "latest", poison=poison,
             inputs=inputs,
             active=active, on_settled=self._settled,
+            transaction_timeout=(settings.transaction_timeout.total_seconds()
+                                 if settings.processing_guarantee == "exactly_once" else None),
         )
         self._said_ready = False
         topics = self.topology.topics

@@ -107,8 +107,14 @@ class Checkpointer:
         guarantee: Guarantee,
         busy: Callable[[], list[tuple[str, Event]]],
         global_tables: Collection[BaseTable] = (),
+        held: Callable[[str, Event, float], None] = lambda agent, event, seconds: None,
+        committed: Callable[[Mapping[TP, int]], None] = lambda offsets: None,
     ) -> None:
+        """`held`: told of each event a cut goes on without (its agent, and for how many seconds it has held
+        its task's transaction open); `committed`: told the offsets each checkpoint committed."""
         self.tasks = tasks  # the task manager's active tasks
+        self._held = held
+        self._committed = committed
         self.global_tables = [t for t in global_tables if t.has_own_changelog]
         self.consumer = consumer
         self.guarantee = guarantee
@@ -130,6 +136,8 @@ class Checkpointer:
         started = time.perf_counter()
         try:
             held = await guarantee.pause(pause_timeout, self._busy)
+            for agent, event, seconds in guarantee.holding:
+                self._held(agent, event, seconds)
             try:
                 return await self._checkpoint(only, held)
             finally:
@@ -185,6 +193,7 @@ class Checkpointer:
         if committed:
             for part in cut.cuts:
                 part.task.offsets_committed(part)
+            self._committed(offsets)
         cut.to(CheckpointState.COMMITTED)
         if cut.failed:
             raise TransactionsFailed(cut.failed)

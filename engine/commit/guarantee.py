@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -77,6 +78,11 @@ class Guarantee(Protocol):
     async def pause(self, timeout: float, busy: Busy) -> frozenset[int]:
         """Before a cut: the tasks it must leave out."""
 
+    @property
+    def holding(self) -> Sequence[tuple[str, Event, float]]:
+        """The events the last pause went on without, each holding its task's transaction open: (agent,
+        event, seconds since a pause first found it inside that event)."""
+
     def resume(self) -> None:
         """After a cut."""
 
@@ -119,6 +125,10 @@ class AtLeastOnce:
     async def pause(self, timeout: float, busy: Busy) -> frozenset[int]:
         return frozenset()  # agents are not paused: every task is in the cut
 
+    @property
+    def holding(self) -> Sequence[tuple[str, Event, float]]:
+        return ()
+
     def resume(self) -> None:
         pass
 
@@ -158,7 +168,9 @@ class ExactlyOnce:
         # Asks travel outside transactions (engine.processing.replies), on a producer of their own.
         self.ask_producer: Producer = transport.producer(None)
         self.quiesce: Quiesce = Quiesce()
-        self._stuck: set[int] = set()  # ids of the events a cut went on without
+        # The events cuts went on without, by id: when a pause first found each one (monotonic seconds).
+        self._stuck: dict[int, float] = {}
+        self._holding: list[tuple[str, Event, float]] = []
 
     @property
     def producers(self) -> list[Producer]:
@@ -184,8 +196,14 @@ class ExactlyOnce:
             log.warning("exactly-once checkpoint: agents inside an event (%s); their tasks' transactions "
                         "stay open until the events finish, the other tasks commit",
                         ", ".join(f"{agent} at {e.topic}[{e.partition}]@{e.offset}" for agent, e in new))
-        self._stuck = {id(event) for _, event in inside}
+        now = time.monotonic()
+        self._stuck = {id(event): self._stuck.get(id(event), now) for _, event in inside}
+        self._holding = [(agent, event, now - self._stuck[id(event)]) for agent, event in inside]
         return frozenset(event.partition for _, event in inside)
+
+    @property
+    def holding(self) -> Sequence[tuple[str, Event, float]]:
+        return self._holding
 
     def resume(self) -> None:
         self.quiesce.resume()
