@@ -237,7 +237,8 @@ class Worker(Service):
 
     def status(self) -> dict[str, Any]:
         """What this worker holds now (`GET /status`, engine status): its tasks, its stores' changelog
-        positions per task (summed over tables), and the late events counted per windowed table."""
+        positions per task (summed over tables), the late events counted per windowed table, and the
+        partitions whose committed offset was gone from the broker (engine.tasks.starts)."""
         assigned = self._assigned()
         return {
             "app": self.app.id, "worker": self.placement.endpoint,
@@ -247,6 +248,9 @@ class Worker(Service):
                 self.tasks.positions().items())},
             "late_events": {t.name: t.windowed.late_events for t in self.app.tables.values()
                             if t.windowed is not None},
+            "offset_jumps": {f"{tp.topic}[{tp.partition}]": {"committed": j.committed, "to": j.to,
+                                                             "skipped": j.skipped}
+                             for tp, j in sorted(self.tasks.jumps.items())},
         }
 
     def _settled(self) -> None:

@@ -43,6 +43,7 @@ from engine.tasks.inputs import InputPlan
 from engine.tasks.lifecycle import TaskState
 from engine.tasks.poison import Cause, PoisonRecords
 from engine.tasks.standby import StandbyTask
+from engine.tasks.starts import Jump, start_at
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping
@@ -98,6 +99,9 @@ class TaskManager(Service):
         self.assignment: Assignment | None = None  # the group's last word on this worker
         self.poison = poison if poison is not None else PoisonRecords()
         self.transaction_timeout = transaction_timeout
+        # Partitions whose committed offset was gone from the broker when their task was set up here, and
+        # where they went on instead (engine.tasks.starts): the worker's /status shows them.
+        self.jumps: dict[TP, Jump] = {}
         self.reset_to_end = reset_to_end  # auto_offset_reset="latest": never committed, start at the end
         self.new_producer = guarantee.task_producer
         self.guarantee = guarantee
@@ -295,19 +299,26 @@ class TaskManager(Service):
             raise failure
 
     async def _seek_committed(self, tps: set[TP]) -> dict[TP, int]:
-        """Seek to the committed offsets (a partition never committed: its start, or its end with
-        auto_offset_reset="latest", but a table's source topic always from its start: a table is all of
-        it); returns where each partition starts."""
+        """Seek to the committed offsets (a partition never committed, or whose committed offset is gone
+        from the broker: its start, or its end with auto_offset_reset="latest", but a table's source topic
+        always from its start: a table is all of it; engine.tasks.starts); returns where each partition
+        starts."""
         committed = await self.consumer.committed(tps)
-        fresh = [tp for tp, offset in committed.items() if offset is None]
-        bounds = await self.consumer.offsets(fresh) if fresh else {}
-        starts = {}
+        bounds = await self.consumer.offsets(list(committed))
+        starts, jumps = {}, []
         for tp, offset in committed.items():
-            if offset is None:
-                latest = self.reset_to_end and tp.topic not in self.table_sources
-                offset = bounds[tp][1] if latest else bounds[tp][0]
-            self.consumer.seek(tp, offset)
-            starts[tp] = offset
+            latest = self.reset_to_end and tp.topic not in self.table_sources
+            start, jump = start_at(tp, offset, *bounds[tp], latest=latest)
+            self.consumer.seek(tp, start)
+            starts[tp] = start
+            if jump is not None and self.jumps.get(tp) != jump:  # said once (a rebalance sets it up again)
+                jumps.append(jump)
+                self.jumps[tp] = jump
+        if jumps:
+            log.warning("committed offsets no longer on the broker (deleted by retention, or the topic was "
+                        "recreated): %s went on where auto_offset_reset=%r says: %s",
+                        describe([j.tp for j in jumps]), "latest" if self.reset_to_end else "earliest",
+                        "; ".join(j.describe() for j in sorted(jumps, key=lambda j: j.tp)))
         return starts
 
     def _state_for(self, number: int) -> StateManager:
