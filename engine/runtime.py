@@ -22,6 +22,7 @@ from engine.commit.guarantee import choose
 from engine.errors import ConfigError, WorkerFailed
 from engine.events import TP
 from engine.fetch.conductor import Conductor
+from engine.lockfile import holding
 from engine.loops import running_loop_name
 from engine.monitors.loopwatch import LoopMonitor
 from engine.monitors.watchdog import Watchdog
@@ -398,15 +399,17 @@ def settle_heap() -> None:
 
 
 async def run_worker(app: App, overrides: Mapping[str, Any] | None = None) -> None:
-    """Start a worker for `app`, stop it cleanly on SIGTERM/SIGINT, raise WorkerFailed on failure."""
-    worker = Worker(app, app.settings(overrides))
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, worker.request_stop)
-    try:
-        await worker.start()
-        settle_heap()
-        await worker.run_until_stopped()
-    finally:
+    """Start a worker for `app`, stop it cleanly on SIGTERM/SIGINT, raise WorkerFailed on failure. The
+    process holds its app's data dir for as long (engine.lockfile): a second one given it refuses to start."""
+    worker = Worker(app, app.settings(overrides))  # (checks the data dir setting)
+    with holding(worker.settings.app_dir):
+        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+            loop.add_signal_handler(sig, worker.request_stop)
+        try:
+            await worker.start()
+            settle_heap()
+            await worker.run_until_stopped()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
