@@ -107,11 +107,11 @@ class Checkpointer:
         guarantee: Guarantee,
         busy: Callable[[], list[tuple[str, Event]]],
         global_tables: Collection[BaseTable] = (),
-        held: Callable[[str, Event, float], None] = lambda agent, event, seconds: None,
-        committed: Callable[[Mapping[TP, int]], None] = lambda offsets: None,
+        held: Callable[[str, Event], None] = lambda agent, event: None,
+        committed: Callable[[Collection[int], Mapping[TP, int]], None] = lambda tasks, offsets: None,
     ) -> None:
-        """`held`: told of each event a cut goes on without (its agent, and for how many seconds it has held
-        its task's transaction open); `committed`: told the offsets each checkpoint committed."""
+        """`held`: told of each event a cut goes on without (and its agent): its task's transaction stays
+        open; `committed`: told which tasks each checkpoint committed, and the offsets."""
         self.tasks = tasks  # the task manager's active tasks
         self._held = held
         self._committed = committed
@@ -136,8 +136,8 @@ class Checkpointer:
         started = time.perf_counter()
         try:
             held = await guarantee.pause(pause_timeout, self._busy)
-            for agent, event, seconds in guarantee.holding:
-                self._held(agent, event, seconds)
+            for agent, event in guarantee.holding:
+                self._held(agent, event)
             try:
                 return await self._checkpoint(only, held)
             finally:
@@ -193,7 +193,7 @@ class Checkpointer:
         if committed:
             for part in cut.cuts:
                 part.task.offsets_committed(part)
-            self._committed(offsets)
+            self._committed([part.task.number for part in cut.cuts], offsets)
         cut.to(CheckpointState.COMMITTED)
         if cut.failed:
             raise TransactionsFailed(cut.failed)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -79,9 +78,9 @@ class Guarantee(Protocol):
         """Before a cut: the tasks it must leave out."""
 
     @property
-    def holding(self) -> Sequence[tuple[str, Event, float]]:
-        """The events the last pause went on without, each holding its task's transaction open: (agent,
-        event, seconds since a pause first found it inside that event)."""
+    def holding(self) -> Sequence[tuple[str, Event]]:
+        """The events the last pause went on without (agent, event), each holding its task's transaction
+        open."""
 
     def resume(self) -> None:
         """After a cut."""
@@ -126,7 +125,7 @@ class AtLeastOnce:
         return frozenset()  # agents are not paused: every task is in the cut
 
     @property
-    def holding(self) -> Sequence[tuple[str, Event, float]]:
+    def holding(self) -> Sequence[tuple[str, Event]]:
         return ()
 
     def resume(self) -> None:
@@ -168,9 +167,8 @@ class ExactlyOnce:
         # Asks travel outside transactions (engine.processing.replies), on a producer of their own.
         self.ask_producer: Producer = transport.producer(None)
         self.quiesce: Quiesce = Quiesce()
-        # The events cuts went on without, by id: when a pause first found each one (monotonic seconds).
-        self._stuck: dict[int, float] = {}
-        self._holding: list[tuple[str, Event, float]] = []
+        self._stuck: set[int] = set()  # ids of the events a cut went on without
+        self._holding: list[tuple[str, Event]] = []
 
     @property
     def producers(self) -> list[Producer]:
@@ -196,13 +194,12 @@ class ExactlyOnce:
             log.warning("exactly-once checkpoint: agents inside an event (%s); their tasks' transactions "
                         "stay open until the events finish, the other tasks commit",
                         ", ".join(f"{agent} at {e.topic}[{e.partition}]@{e.offset}" for agent, e in new))
-        now = time.monotonic()
-        self._stuck = {id(event): self._stuck.get(id(event), now) for _, event in inside}
-        self._holding = [(agent, event, now - self._stuck[id(event)]) for agent, event in inside]
+        self._stuck = {id(event) for _, event in inside}
+        self._holding = inside
         return frozenset(event.partition for _, event in inside)
 
     @property
-    def holding(self) -> Sequence[tuple[str, Event, float]]:
+    def holding(self) -> Sequence[tuple[str, Event]]:
         return self._holding
 
     def resume(self) -> None:

@@ -99,6 +99,7 @@ class TaskManager(Service):
         self.assignment: Assignment | None = None  # the group's last word on this worker
         self.poison = poison if poison is not None else PoisonRecords()
         self.transaction_timeout = transaction_timeout
+        self._transaction_opened: dict[int, float] = {}  # task -> since when its transaction is open here
         # Partitions whose committed offset was gone from the broker when their task was set up here, and
         # where they went on instead (engine.tasks.starts): the worker's /status shows them.
         self.jumps: dict[TP, Jump] = {}
@@ -185,14 +186,24 @@ class TaskManager(Service):
                 for tp, lease in task.leases.items()
                 if not lease.ended and (offset := lease.resume_point()) is not None}
 
-    def _held(self, agent: str, event: Event, seconds: float) -> None:
-        """A checkpoint went on without `event`'s task: held past the transaction timeout, its transaction
-        is aborted by the broker, and the task will be fenced when the event ends (engine.tasks.poison)."""
-        if self.transaction_timeout is not None and seconds >= self.transaction_timeout:
+    def _held(self, agent: str, event: Event) -> None:
+        """A checkpoint went on without `event`'s task. Held open past the transaction timeout, its
+        transaction is aborted by the broker and the task fenced when the event ends: the event is a suspect
+        (engine.tasks.poison). How long the transaction has been open is counted from the task's last commit
+        here (or its producer's start): the broker's count starts later, at the transaction's first record,
+        so a record that outlasts it is never missed."""
+        opened = self._transaction_opened.get(event.partition)
+        if self.transaction_timeout is None or opened is None:
+            return
+        seconds = time.monotonic() - opened
+        if seconds >= self.transaction_timeout:
             self.poison.suspect(TP(event.topic, event.partition), event.offset, agent, seconds,
                                 Cause.OPEN_TRANSACTION)
 
-    def _committed(self, offsets: Mapping[TP, int]) -> None:
+    def _committed(self, tasks: Collection[int], offsets: Mapping[TP, int]) -> None:
+        now = time.monotonic()
+        for number in tasks:
+            self._transaction_opened[number] = now
         for tp, offset in offsets.items():
             self.poison.committed(tp, offset)
 
@@ -295,6 +306,7 @@ class TaskManager(Service):
                 await producer.stop()
             else:
                 task.producer = producer
+                self._transaction_opened[task.number] = time.monotonic()
         if failure is not None:
             raise failure
 

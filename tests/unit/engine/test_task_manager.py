@@ -297,10 +297,11 @@ async def test_a_failed_commit_rewinds_the_task_while_a_member_and_loses_it_othe
 
 
 async def test_a_rewind_counts_a_loss_for_the_event_that_held_its_transaction_past_the_timeout():
-    """The checkpoint tells which events held their task's transaction open and for how long; one held past
-    the transaction timeout is what the broker aborted the transaction for (engine.tasks.poison)."""
+    """The checkpoint tells which events held their task's transaction open; one held while the transaction
+    has been open past the transaction timeout (since the task's last commit here) is what the broker
+    aborted it for (engine.tasks.poison)."""
     log: list[tuple[Any, ...]] = []
-    tasks, _ = manager(log, transaction_timeout=3.0, poison=PoisonRecords(limit=1))
+    tasks, _ = manager(log, transaction_timeout=0.2, poison=PoisonRecords(limit=1))
     await ready(tasks, {IN0, IN1})
 
     class Event:
@@ -309,14 +310,19 @@ async def test_a_rewind_counts_a_loss_for_the_event_that_held_its_transaction_pa
         def __init__(self, offset: int) -> None:
             self.offset = offset
 
-    tasks._held("count", Event(8), 1.0)  # type: ignore[arg-type]  # within the timeout: not a suspect
-    tasks._held("count", Event(9), 3.5)  # type: ignore[arg-type]
+    tasks._held("count", Event(8))  # type: ignore[arg-type]  # within the timeout: not a suspect
+    await asyncio.sleep(0.25)
+    tasks._committed([1], {})  # another task committed: task 0's transaction is still the old one
+    tasks._held("count", Event(9))  # type: ignore[arg-type]
     await tasks.tasks_failed({0: ProducerFenced("the broker aborted the transaction")})
     await ready(tasks, {IN0}, assign=False)
     assert tasks.poison.buried == {IN0}
+    assert tasks.poison.verdict(IN0, 8) is None
     verdict = tasks.poison.verdict(IN0, 9)
     assert verdict is not None
     assert "past the transaction timeout" in str(verdict[1])
+    tasks._held("count", Event(9))  # type: ignore[arg-type]  # a new transaction since the rewind
+    assert tasks.poison.suspects.get(IN0, {}) == {}
 
 
 @pytest.mark.parametrize("exactly_once", [True, False])
