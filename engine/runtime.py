@@ -22,6 +22,7 @@ from engine.commit.guarantee import choose
 from engine.errors import ConfigError, WorkerFailed
 from engine.events import TP
 from engine.fetch.conductor import Conductor
+from engine.lockfile import holding
 from engine.loops import running_loop_name
 from engine.monitors.loopwatch import LoopMonitor
 from engine.monitors.watchdog import Watchdog
@@ -165,6 +166,8 @@ class Worker(Service):
             reset_to_end=settings.auto_offset_reset == "latest", poison=poison,
             inputs=inputs,
             active=active, on_settled=self._settled,
+            transaction_timeout=(settings.transaction_timeout.total_seconds()
+                                 if settings.processing_guarantee == "exactly_once" else None),
         )
         self._said_ready = False
         topics = self.topology.topics
@@ -235,7 +238,8 @@ class Worker(Service):
 
     def status(self) -> dict[str, Any]:
         """What this worker holds now (`GET /status`, engine status): its tasks, its stores' changelog
-        positions per task (summed over tables), and the late events counted per windowed table."""
+        positions per task (summed over tables), the late events counted per windowed table, and the
+        partitions whose committed offset was gone from the broker (engine.tasks.starts)."""
         assigned = self._assigned()
         return {
             "app": self.app.id, "worker": self.placement.endpoint,
@@ -245,6 +249,9 @@ class Worker(Service):
                 self.tasks.positions().items())},
             "late_events": {t.name: t.windowed.late_events for t in self.app.tables.values()
                             if t.windowed is not None},
+            "offset_jumps": {f"{tp.topic}[{tp.partition}]": {"committed": j.committed, "to": j.to,
+                                                             "skipped": j.skipped}
+                             for tp, j in sorted(self.tasks.jumps.items())},
         }
 
     def _settled(self) -> None:
@@ -399,15 +406,17 @@ def settle_heap() -> None:
 
 
 async def run_worker(app: App, overrides: Mapping[str, Any] | None = None) -> None:
-    """Start a worker for `app`, stop it cleanly on SIGTERM/SIGINT, raise WorkerFailed on failure."""
-    worker = Worker(app, app.settings(overrides))
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, worker.request_stop)
-    try:
-        await worker.start()
-        settle_heap()
-        await worker.run_until_stopped()
-    finally:
+    """Start a worker for `app`, stop it cleanly on SIGTERM/SIGINT, raise WorkerFailed on failure. The
+    process holds its app's data dir for as long (engine.lockfile): a second one given it refuses to start."""
+    worker = Worker(app, app.settings(overrides))  # (checks the data dir setting)
+    with holding(worker.settings.app_dir):
+        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+            loop.add_signal_handler(sig, worker.request_stop)
+        try:
+            await worker.start()
+            settle_heap()
+            await worker.run_until_stopped()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)

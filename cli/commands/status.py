@@ -60,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
             late[table] = late.get(table, 0) + count
     for table, count in sorted(late.items()):
         print(f"table {table}: {count} late events dropped since its workers started (see README: grace)")
+    for answer in live.values():
+        for partition, jump in sorted(answer.get("offset_jumps", {}).items()):
+            print(f"{partition}: its committed offset {jump['committed']} was gone from the broker "
+                  f"(retention); went on at {jump['to']}, {jump['skipped']} records skipped")
     if group.members and len(live) < len(group.members):
         print(f"({len(group.members) - len(live)} members did not answer on their web address: their store "
               "positions are as they reported them when they joined)")

@@ -107,8 +107,14 @@ class Checkpointer:
         guarantee: Guarantee,
         busy: Callable[[], list[tuple[str, Event]]],
         global_tables: Collection[BaseTable] = (),
+        held: Callable[[str, Event], None] = lambda agent, event: None,
+        committed: Callable[[Collection[int], Mapping[TP, int]], None] = lambda tasks, offsets: None,
     ) -> None:
+        """`held`: told of each event a cut goes on without (and its agent): its task's transaction stays
+        open; `committed`: told which tasks each checkpoint committed, and the offsets."""
         self.tasks = tasks  # the task manager's active tasks
+        self._held = held
+        self._committed = committed
         self.global_tables = [t for t in global_tables if t.has_own_changelog]
         self.consumer = consumer
         self.guarantee = guarantee
@@ -130,6 +136,8 @@ class Checkpointer:
         started = time.perf_counter()
         try:
             held = await guarantee.pause(pause_timeout, self._busy)
+            for agent, event in guarantee.holding:
+                self._held(agent, event)
             try:
                 return await self._checkpoint(only, held)
             finally:
@@ -185,6 +193,7 @@ class Checkpointer:
         if committed:
             for part in cut.cuts:
                 part.task.offsets_committed(part)
+            self._committed([part.task.number for part in cut.cuts], offsets)
         cut.to(CheckpointState.COMMITTED)
         if cut.failed:
             raise TransactionsFailed(cut.failed)

@@ -77,6 +77,11 @@ class Guarantee(Protocol):
     async def pause(self, timeout: float, busy: Busy) -> frozenset[int]:
         """Before a cut: the tasks it must leave out."""
 
+    @property
+    def holding(self) -> Sequence[tuple[str, Event]]:
+        """The events the last pause went on without (agent, event), each holding its task's transaction
+        open."""
+
     def resume(self) -> None:
         """After a cut."""
 
@@ -119,6 +124,10 @@ class AtLeastOnce:
     async def pause(self, timeout: float, busy: Busy) -> frozenset[int]:
         return frozenset()  # agents are not paused: every task is in the cut
 
+    @property
+    def holding(self) -> Sequence[tuple[str, Event]]:
+        return ()
+
     def resume(self) -> None:
         pass
 
@@ -159,6 +168,7 @@ class ExactlyOnce:
         self.ask_producer: Producer = transport.producer(None)
         self.quiesce: Quiesce = Quiesce()
         self._stuck: set[int] = set()  # ids of the events a cut went on without
+        self._holding: list[tuple[str, Event]] = []
 
     @property
     def producers(self) -> list[Producer]:
@@ -185,7 +195,12 @@ class ExactlyOnce:
                         "stay open until the events finish, the other tasks commit",
                         ", ".join(f"{agent} at {e.topic}[{e.partition}]@{e.offset}" for agent, e in new))
         self._stuck = {id(event) for _, event in inside}
+        self._holding = inside
         return frozenset(event.partition for _, event in inside)
+
+    @property
+    def holding(self) -> Sequence[tuple[str, Event]]:
+        return self._holding
 
     def resume(self) -> None:
         self.quiesce.resume()

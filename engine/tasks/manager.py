@@ -34,21 +34,23 @@ from agents import Service, ServiceState
 from engine.commit.checkpoint import Checkpointer
 from engine.commit.transactions import TransactionsFailed
 from engine.errors import EngineError, MembershipLost, ProducerFenced
+from engine.events import TP
 from engine.stats import Histogram
 from engine.streams.current import current_event
 from engine.tables.state import StateManager
 from engine.tasks.active import ActiveTask
 from engine.tasks.inputs import InputPlan
 from engine.tasks.lifecycle import TaskState
-from engine.tasks.poison import PoisonRecords
+from engine.tasks.poison import Cause, PoisonRecords
 from engine.tasks.standby import StandbyTask
+from engine.tasks.starts import Jump, start_at
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection
+    from collections.abc import Callable, Collection, Mapping
 
     from engine.assignor import Assignment
     from engine.commit.guarantee import Guarantee
-    from engine.events import TP, Event
+    from engine.events import Event
     from engine.stores import PartitionStore
     from engine.tables.base import BaseTable
     from engine.tables.manager import TableManager
@@ -80,10 +82,12 @@ class TaskManager(Service):
         inputs: InputPlan | None = None,
         active: dict[int, ActiveTask] | None = None,
         on_settled: Callable[[], None] = lambda: None,
+        transaction_timeout: float | None = None,
     ) -> None:
         """`active`: the worker's map of active tasks, which this keeps (the conductor and the guarantee read
         it); `inputs`: which topics tasks take in timestamp order; `on_settled`: called when a change of
-        ownership finished."""
+        ownership finished; `transaction_timeout`: the broker's for the tasks' transactions (exactly-once),
+        past which an event that holds its task's transaction open makes the broker abort it (poison)."""
         super().__init__("tasks")
         self.inputs = inputs if inputs is not None else InputPlan()
         self.table_sources = self.inputs.table_sources  # source topics of tables: read from their start
@@ -94,6 +98,11 @@ class TaskManager(Service):
         self.warm: dict[int, StateManager] = {}
         self.assignment: Assignment | None = None  # the group's last word on this worker
         self.poison = poison if poison is not None else PoisonRecords()
+        self.transaction_timeout = transaction_timeout
+        self._transaction_opened: dict[int, float] = {}  # task -> since when its transaction is open here
+        # Partitions whose committed offset was gone from the broker when their task was set up here, and
+        # where they went on instead (engine.tasks.starts): the worker's /status shows them.
+        self.jumps: dict[TP, Jump] = {}
         self.reset_to_end = reset_to_end  # auto_offset_reset="latest": never committed, start at the end
         self.new_producer = guarantee.task_producer
         self.guarantee = guarantee
@@ -102,7 +111,8 @@ class TaskManager(Service):
         self.pauses = pauses
         self.checkpoints = Checkpointer(
             tasks=self.active, consumer=consumer, guarantee=guarantee, busy=busy,
-            global_tables=[t for t in tables.tables.values() if t.is_global] if tables is not None else ())
+            global_tables=[t for t in tables.tables.values() if t.is_global] if tables is not None else (),
+            held=self._held, committed=self._committed)
         self.tables = tables
         self._drop_queued = drop_queued
         self.commit_interval = commit_interval
@@ -175,6 +185,27 @@ class TaskManager(Service):
         return {tp: offset for task in self.active.values() if task.ready
                 for tp, lease in task.leases.items()
                 if not lease.ended and (offset := lease.resume_point()) is not None}
+
+    def _held(self, agent: str, event: Event) -> None:
+        """A checkpoint went on without `event`'s task. Held open past the transaction timeout, its
+        transaction is aborted by the broker and the task fenced when the event ends: the event is a suspect
+        (engine.tasks.poison). How long the transaction has been open is counted from the task's last commit
+        here (or its producer's start): the broker's count starts later, at the transaction's first record,
+        so a record that outlasts it is never missed."""
+        opened = self._transaction_opened.get(event.partition)
+        if self.transaction_timeout is None or opened is None:
+            return
+        seconds = time.monotonic() - opened
+        if seconds >= self.transaction_timeout:
+            self.poison.suspect(TP(event.topic, event.partition), event.offset, agent, seconds,
+                                Cause.OPEN_TRANSACTION)
+
+    def _committed(self, tasks: Collection[int], offsets: Mapping[TP, int]) -> None:
+        now = time.monotonic()
+        for number in tasks:
+            self._transaction_opened[number] = now
+        for tp, offset in offsets.items():
+            self.poison.committed(tp, offset)
 
     # -- what the group's assignor tells this worker ------------------------------------------------
 
@@ -275,23 +306,31 @@ class TaskManager(Service):
                 await producer.stop()
             else:
                 task.producer = producer
+                self._transaction_opened[task.number] = time.monotonic()
         if failure is not None:
             raise failure
 
     async def _seek_committed(self, tps: set[TP]) -> dict[TP, int]:
-        """Seek to the committed offsets (a partition never committed: its start, or its end with
-        auto_offset_reset="latest", but a table's source topic always from its start: a table is all of
-        it); returns where each partition starts."""
+        """Seek to the committed offsets (a partition never committed, or whose committed offset is gone
+        from the broker: its start, or its end with auto_offset_reset="latest", but a table's source topic
+        always from its start: a table is all of it; engine.tasks.starts); returns where each partition
+        starts."""
         committed = await self.consumer.committed(tps)
-        fresh = [tp for tp, offset in committed.items() if offset is None]
-        bounds = await self.consumer.offsets(fresh) if fresh else {}
-        starts = {}
+        bounds = await self.consumer.offsets(list(committed))
+        starts, jumps = {}, []
         for tp, offset in committed.items():
-            if offset is None:
-                latest = self.reset_to_end and tp.topic not in self.table_sources
-                offset = bounds[tp][1] if latest else bounds[tp][0]
-            self.consumer.seek(tp, offset)
-            starts[tp] = offset
+            latest = self.reset_to_end and tp.topic not in self.table_sources
+            start, jump = start_at(tp, offset, *bounds[tp], latest=latest)
+            self.consumer.seek(tp, start)
+            starts[tp] = start
+            if jump is not None and self.jumps.get(tp) != jump:  # said once (a rebalance sets it up again)
+                jumps.append(jump)
+                self.jumps[tp] = jump
+        if jumps:
+            log.warning("committed offsets no longer on the broker (deleted by retention, or the topic was "
+                        "recreated): %s went on where auto_offset_reset=%r says: %s",
+                        describe([j.tp for j in jumps]), "latest" if self.reset_to_end else "earliest",
+                        "; ".join(j.describe() for j in sorted(jumps, key=lambda j: j.tp)))
         return starts
 
     def _state_for(self, number: int) -> StateManager:
@@ -418,10 +457,11 @@ class TaskManager(Service):
         await self._close_dirty(tps)
 
     def _count_losses(self, tps: Collection[TP]) -> None:
-        """Records in progress while the loop was blocked lose their partition once more
-        (engine.tasks.poison)."""
+        """Records in progress while the loop was blocked, or that held their task's transaction open past
+        its timeout, lose their partition once more (engine.tasks.poison)."""
         for tp, offset, losses in self.poison.lost(tps):
-            log.warning("%s[%d] was taken from this worker while offset %d, which blocked the event loop, "
+            log.warning("%s[%d] was taken from this worker (or its task rewound) while offset %d, which "
+                        "blocked the event loop or held its transaction open past the transaction timeout, "
                         "was processed (%d of %d times before it is set aside)", tp.topic, tp.partition,
                         offset, losses, self.poison.limit)
 
@@ -480,6 +520,7 @@ class TaskManager(Service):
         log.warning("rewinding %s to their last commit: their transactions did not commit (%s)",
                     describe(retry),
                     "; ".join(f"task {n}: {e}" for n, e in sorted(failed.items()) if n not in fenced))
+        self._count_losses(retry)
         await self._close_dirty(retry, rebalancing=False)
         await self._assigned(retry)
 

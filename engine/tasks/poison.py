@@ -6,10 +6,18 @@ uncommitted work is dropped (rightly), the record is fetched again after the reb
 on for ever: the partition never moves past it, and everything processed since its last commit is processed
 again each time.
 
-The loop monitor (engine.monitors.loopwatch) names the events in progress while the loop was blocked
-(`suspect`). When their partition is then taken away from this worker (revoked or lost), each such record
-counts one loss. A record that reaches `limit` losses is not handed to its agent again: it is dead-lettered
-(or stops the worker, by the agent's error policy) with a PoisonRecord error that says why.
+An agent that awaits inside one event (a slow remote call) does not stop the loop, but under exactly-once
+it holds its task's transaction open (a checkpoint never commits half an event). Past the transaction
+timeout the broker aborts that transaction; when the event ends, the task's commit fails, it is fenced and
+rewound to its last commit, and the record is processed again: the same cycle, with the partition kept.
+
+Both are counted the same way. The loop monitor (engine.monitors.loopwatch) names the events in progress
+while the loop was blocked, and the checkpoint names the events that held their task's transaction open
+longer than the transaction timeout (`suspect`). When their partition is then taken away from this worker
+(revoked or lost), or their task is rewound, each such record counts one loss; a suspect whose offset was
+committed since is forgotten (it cannot come back). A record that reaches `limit` losses is not handed to
+its agent again: it is dead-lettered (or stops the worker, by the agent's error policy) with a PoisonRecord
+error that says why.
 
 The count is this worker's own: a record that blocks every worker it lands on is counted by each of them, so
 with W workers it may cycle up to W * (limit - 1) + 1 times before one of them dead-letters it.
@@ -19,6 +27,7 @@ Pure (no I/O, no clock): tested without Kafka.
 
 from __future__ import annotations
 
+import enum
 from typing import TYPE_CHECKING
 
 from engine.errors import EngineError
@@ -36,35 +45,52 @@ class PoisonRecord(EngineError):
     the group's session or the transaction timeout): dead-lettered so that its partition moves on."""
 
 
+class Cause(enum.Enum):
+    """What a record did that costs its partition: the phrase the PoisonRecord error says it with."""
+
+    BLOCKED_LOOP = "blocked the event loop"
+    OPEN_TRANSACTION = "kept its task's transaction open"
+
+
 class PoisonRecords:
     """Losses per record (topic, partition, offset) while an agent was processing it."""
 
-    __slots__ = ("_blocked", "_losses", "buried", "limit", "suspects")
+    __slots__ = ("_blamed", "_losses", "buried", "limit", "suspects")
 
     def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
         self.limit = limit
-        # Events in progress during a blocked loop, by partition: offset -> (agent, seconds blocked).
-        self.suspects: dict[TP, dict[int, tuple[str, float]]] = {}
+        # Events in progress during a blocked loop, or holding their task's transaction open past its
+        # timeout, by partition: offset -> (agent, seconds, cause).
+        self.suspects: dict[TP, dict[int, tuple[str, float, Cause]]] = {}
         self._losses: dict[tuple[TP, int], int] = {}
-        self._blocked: dict[tuple[TP, int], tuple[str, float]] = {}
+        self._blamed: dict[tuple[TP, int], tuple[str, float, Cause]] = {}
         # Partitions holding a record at the limit: what the fetch loop checks per batch (usually empty).
         self.buried: set[TP] = set()
 
-    def suspect(self, tp: TP, offset: int, agent: str, blocked_for: float) -> None:
-        """The loop was blocked for `blocked_for` seconds while `agent` processed `tp`@`offset`."""
+    def suspect(self, tp: TP, offset: int, agent: str, seconds: float,
+                cause: Cause = Cause.BLOCKED_LOOP) -> None:
+        """While `agent` processed `tp`@`offset`, the loop was blocked for `seconds` (or, by `cause`, the
+        event held its task's transaction open that long, past the transaction timeout)."""
         known = self.suspects.setdefault(tp, {}).get(offset)
-        if known is None or known[1] < blocked_for:
-            self.suspects[tp][offset] = (agent, blocked_for)
+        if known is None or known[1] < seconds:
+            self.suspects[tp][offset] = (agent, seconds, cause)
+
+    def committed(self, tp: TP, offset: int) -> None:
+        """`tp` committed up to `offset`: the suspects below it are done with (never processed again)."""
+        suspects = self.suspects.get(tp)
+        if suspects:
+            for done in [at for at in suspects if at < offset]:
+                del suspects[done]
 
     def lost(self, tps: Collection[TP]) -> list[tuple[TP, int, int]]:
         """These partitions were taken away: each suspect record of theirs counts one loss. Returns
         (partition, offset, losses) of every record counted."""
         counted = []
         for tp in tps:
-            for offset, (agent, blocked_for) in self.suspects.pop(tp, {}).items():
+            for offset, blamed in self.suspects.pop(tp, {}).items():
                 key = (tp, offset)
                 losses = self._losses[key] = self._losses.get(key, 0) + 1
-                self._blocked[key] = (agent, blocked_for)
+                self._blamed[key] = blamed
                 if losses >= self.limit:
                     self.buried.add(tp)
                 counted.append((tp, offset, losses))
@@ -77,13 +103,18 @@ class PoisonRecords:
         losses = self._losses.get(key, 0)
         if losses < self.limit:
             return None
-        agent, blocked_for = self._blocked.pop(key)
+        agent, seconds, cause = self._blamed.pop(key)
         del self._losses[key]
         if not any(t == tp and self._losses[(t, o)] >= self.limit for t, o in self._losses):
             self.buried.discard(tp)
-        return agent, PoisonRecord(
-            f"{tp.topic}[{tp.partition}] was taken from this worker {losses} times while agent {agent!r} "
-            f"processed offset {offset}, which blocked the event loop for {blocked_for:.1f}s (a blocking "
-            "call in the agent? its stack was logged); the record is set aside so that its partition moves"
-            " on"
-        )
+        if cause is Cause.BLOCKED_LOOP:
+            why = (f"was taken from this worker {losses} times while agent {agent!r} processed offset "
+                   f"{offset}, which blocked the event loop for {seconds:.1f}s (a blocking call in the "
+                   "agent? its stack was logged)")
+        else:
+            why = (f"lost its task's transaction {losses} times while agent {agent!r} processed offset "
+                   f"{offset}, which kept the transaction open for {seconds:.1f}s, past the transaction "
+                   "timeout (the broker aborts a transaction open that long; an event must finish well "
+                   "within `transaction_timeout`)")
+        return agent, PoisonRecord(f"{tp.topic}[{tp.partition}] {why}; the record is set aside so that its "
+                                   "partition moves on")

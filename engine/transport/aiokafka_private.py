@@ -12,6 +12,12 @@ tests/contract/test_aiokafka_private.py, which names the use that broke when a r
   producer: the hot path puts a record for a known partition straight into the accumulator, skipping what
   `AIOKafkaProducer.send` checks when engine knows it holds (metadata read twice, size estimate, logging, two
   coroutine frames: a noticeable share of the passthrough's per-event time).
+- The futures a failed producer leaves behind: when a transaction is fenced (or aborted by the broker) the
+  producer's sender fails every batch still in its accumulator, and aiokafka sets that failure on futures of
+  its own that nobody awaits (each batch's drain waiter; the transaction's waiter, awaited only by a commit
+  that is never asked for once the flush failed). asyncio then logs every one as "Future exception was
+  never retrieved", with its traceback. The failure is known and handled (the commit failed, the task is
+  rewound), so `retrieve_failures` reads them when the producer stops; the public API has no way to.
 - The admin client's controller and network client: CreateTopics v4 (the broker's default replication factor)
   goes to the controller, and Metadata v12 (topic ids) to any broker; aiokafka's admin has neither request.
 - Metadata requests that never ask the broker to create a topic: aiokafka asks for auto-creation in every
@@ -75,6 +81,21 @@ def max_request_size(producer: Any) -> int:
 def in_transaction(producer: Any) -> bool:
     """Whether a transactional producer has a transaction open (aiokafka's send refuses records otherwise)."""
     return bool(producer._txn_manager.is_in_transaction())
+
+
+def retrieve_failures(producer: Any) -> None:
+    """Mark as retrieved the failures aiokafka set on its own futures of a stopped producer: the drain
+    waiter and future of each batch left in its accumulator, and its transaction's waiter."""
+    accumulator = producer._message_accumulator
+    batches = [*(batch for queue in accumulator._batches.values() for batch in queue),
+               *accumulator._pending_batches]
+    futures = [future for batch in batches for future in (batch._drain_waiter, batch.future)]
+    txn_manager = producer._txn_manager
+    if txn_manager is not None and txn_manager._transaction_waiter is not None:
+        futures.append(txn_manager._transaction_waiter)
+    for future in futures:
+        if future.done() and not future.cancelled():
+            future.exception()
 
 
 # -- requests of our own --------------------------------------------------------------------------------

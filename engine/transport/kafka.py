@@ -453,7 +453,9 @@ class KafkaProducer:
     async def stop(self) -> None:
         await _stop_quietly(self._client, "producer")
         # Sends never flushed (a fenced or abandoned transaction's): what they failed with is known and
-        # handled already (the commit failed), so it is retrieved here, never logged by asyncio as unseen.
+        # handled already (the commit failed), so it is retrieved here, never logged by asyncio as unseen;
+        # so is what aiokafka set on futures of its own for the same failure.
+        private.retrieve_failures(self._client)
         sent, _ = self._deliveries.take()
         for future in sent:
             if future.done():

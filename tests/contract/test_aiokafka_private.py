@@ -6,11 +6,13 @@ clients never auto-create a topic, while a user's own aiokafka clients in the sa
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import uuid
 from typing import Any
 
 import aiokafka.client
+import aiokafka.errors
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -64,6 +66,34 @@ async def test_the_producer_hot_path_finds_the_accumulator_timeouts_and_the_tran
     has_method(TransactionManager, "is_in_transaction")
     assert private.in_transaction(producer) is False, "no transaction begun"
     assert isinstance(producer.client, AIOKafkaClient), "AIOKafkaProducer.client"
+
+
+async def test_the_failures_a_fenced_producer_sets_on_its_own_futures_are_retrieved(caplog):
+    """A fenced transaction fails the batches left in the accumulator: aiokafka sets the failure on each
+    batch's drain waiter and on the transaction's waiter, which nobody awaits; unretrieved, asyncio logs
+    each one when it is collected."""
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:9", transactional_id="t",
+                                enable_idempotence=True)
+    accumulator = private.message_accumulator(producer)
+    assert isinstance(producer._txn_manager, TransactionManager), f"{CHANGED}AIOKafkaProducer._txn_manager"
+    producer._txn_manager.set_pid_and_epoch(1, 0)  # what the sender does once the broker gave them
+    producer._txn_manager.begin_transaction()
+    sent = await accumulator.add_message(aiokafka.TopicPartition("t", 0), b"k", b"v", 5)
+    fenced = aiokafka.errors.ProducerFenced()
+    accumulator.fail_all(fenced)  # what the sender does when it dies of a fence
+    producer._txn_manager.fatal_error(fenced)
+    batch = next(iter(accumulator._batches.values()))[0]
+    waiters = [batch._drain_waiter, batch.future, producer._txn_manager._transaction_waiter]
+    assert all(w.done() for w in waiters), f"{CHANGED}the futures a failed batch and transaction set"
+    sent.exception()  # engine's own (engine.transport.deliveries)
+    private.retrieve_failures(producer)
+    del sent, batch, waiters
+    producer._message_accumulator._batches.clear()
+    producer._txn_manager._transaction_waiter = None
+    with caplog.at_level("ERROR", logger="asyncio"):
+        gc.collect()
+        await asyncio.sleep(0)
+    assert "never retrieved" not in caplog.text, f"{CHANGED}where a failed producer's futures are"
 
 
 async def test_the_admin_sends_requests_of_its_own_to_the_controller_and_to_a_broker():

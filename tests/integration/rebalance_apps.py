@@ -5,7 +5,9 @@ of work per event), ITEST_GUARANTEE, ITEST_CONCURRENCY, ITEST_STUCK ("partition:
 event the agent sits on, once per process, to test a stuck agent), and ITEST_ECHO (if set, every event's
 "i" is sent to `<app>-echo` first, so that a transaction holds the outputs of the events before a stuck
 one), and ITEST_BLOCK ("partition:offset:seconds": the event during which the agent blocks the event loop,
-every time it meets it, as a blocking client library would), and ITEST_LATE (if set, records too late for
+every time it meets it, as a blocking client library would), ITEST_SLOW ("partition:offset:seconds": the
+event the agent awaits that long on, without blocking the loop, every time it meets it, as a slow remote call
+would), and ITEST_LATE (if set, records too late for
 their window go to `<app>-per-window-late`)."""
 
 import asyncio
@@ -26,6 +28,7 @@ DELAY = float(os.environ.get("ITEST_DELAY", "0"))
 STUCK = tuple(float(x) for x in os.environ.get("ITEST_STUCK", "").split(":") if x) or None
 stuck_once: list[bool] = []
 BLOCK = tuple(float(x) for x in os.environ.get("ITEST_BLOCK", "").split(":") if x) or None
+SLOW = tuple(float(x) for x in os.environ.get("ITEST_SLOW", "").split(":") if x) or None
 echo = app.topic(f"{app.id}-echo", key_type=str, value_type=int) if os.environ.get("ITEST_ECHO") else None
 
 
@@ -39,6 +42,8 @@ async def count(stream):
             await asyncio.sleep(STUCK[2])
         if BLOCK is not None and (event.partition, event.offset) == (BLOCK[0], BLOCK[1]):
             time.sleep(BLOCK[2])  # noqa: ASYNC251  # the point: a blocking call in an agent
+        if SLOW is not None and (event.partition, event.offset) == (SLOW[0], SLOW[1]):
+            await asyncio.sleep(SLOW[2])
         counts[event.key] += 1
         per_window[event.key] += 1
         if DELAY:

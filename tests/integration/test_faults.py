@@ -15,6 +15,7 @@ from engine.partitioner import partition_for
 from tests.integration.helpers import (
     SHORT_SESSION,
     WorkerProcess,
+    committed_to_end,
     consume_until,
     create_topics,
     delete_topic,
@@ -159,6 +160,53 @@ async def test_a_record_that_blocks_the_loop_is_named_and_set_aside_after_its_pa
     logs = one.output() + two.output()
     assert f"agent count at {topic}[1]@40" in logs
     assert "time.sleep(BLOCK[2])" in logs, "the blocking line is named"
+
+
+async def test_a_record_slower_than_the_transaction_timeout_is_set_aside_and_the_rest_is_exact(
+        kafka, tmp_path):
+    """Exactly-once, the agent awaits (without blocking the loop) longer than the transaction timeout on one
+    record, every time: its task's transaction stays open meanwhile, the broker aborts it, and the task is
+    fenced and rewound when the event ends. Once that happened twice during the same record it goes to the
+    DLQ naming the transaction timeout; every other event's output is there exactly once, and no send's
+    failure is left for asyncio to report as never retrieved."""
+    app_id, topic = unique("slow"), unique("words")
+    await create_topics(kafka.bootstrap, [topic])
+    events = words(2_000)
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_GUARANTEE": "exactly_once", "ITEST_ECHO": "1",
+           "ITEST_SLOW": "1:40:7", "ENGINE_TRANSACTION_TIMEOUT": "3", "ENGINE_POISON_AFTER_LOSSES": "2"}
+    one = worker(kafka.url, tmp_path, "one", **env)
+    try:
+        await one.wait_for_output("tables ready", 90)
+        await paced_produce(kafka.bootstrap, topic, events, rate=2000)
+        dead = await consume_until(kafka.bootstrap, f"{app_id}-count-dlq", lambda rs: len(rs) >= 1,
+                                   timeout=90, workers=[one])
+        source = await read_all(kafka.bootstrap, topic)
+        slow = next(r for r in source if (r.partition, r.offset) == (1, 40))
+        truth_counts, _ = truth_of(events)
+        expected = {**truth_counts, slow.key.decode(): truth_counts[slow.key.decode()] - 1}
+
+        async def processed() -> tuple[bool, int]:
+            counts, _ = await outputs(kafka.bootstrap, app_id)
+            return all(counts.get(k, 0) >= n for k, n in expected.items()), sum(counts.values())
+
+        await until_done(processed, "the other records being processed", workers=[one])
+        await committed_to_end(kafka.bootstrap, app_id, topic, 4, workers=[one])
+        counts, _ = await outputs(kafka.bootstrap, app_id)
+        echoed = await read_all(kafka.bootstrap, f"{app_id}-echo")
+    finally:
+        assert one.terminate(timeout=60) == 0, one.output()[-3000:]
+    assert len(dead) == 1
+    headers = dict(dead[0].headers)
+    assert (dead[0].key, dead[0].value) == (slow.key, slow.value)
+    assert headers["engine-error-type"] == b"PoisonRecord"
+    assert headers["engine-offset"] == b"40"
+    assert b"transaction timeout" in headers["engine-error"], headers["engine-error"]
+    assert {k: (n, expected.get(k)) for k, n in counts.items() if n != expected.get(k)} == {}, "exactly once"
+    slow_output = (slow.key.decode(), orjson.loads(slow.value)["i"])
+    echoes = Counter((r.key.decode(), int(r.value)) for r in echoed)
+    assert set(echoes) == {(key, v["i"]) for key, v in events} - {slow_output}, "every other event's output"
+    assert {e: n for e, n in echoes.items() if n > 1} == {}, "each once"
+    assert "Future exception was never retrieved" not in one.output()
 
 
 async def count_through(kafka, tmp_path, app_id: str, topic: str, name: str, data_dir: str,

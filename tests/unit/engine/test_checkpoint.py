@@ -146,9 +146,9 @@ class Tasks:
 
 
 def checkpointer(tasks: Tasks, guarantee: Guarantee, transport: FakeTransport,
-                 busy: Any = list) -> Checkpointer:
+                 busy: Any = list, **told: Any) -> Checkpointer:
     return Checkpointer(tasks=tasks.active, consumer=FakeConsumer(transport.log),  # type: ignore[arg-type]
-                        guarantee=guarantee, busy=busy)
+                        guarantee=guarantee, busy=busy, **told)
 
 
 async def test_at_least_once_flushes_then_commits_the_changelogs_then_the_offsets(tmp_path):
@@ -225,7 +225,12 @@ async def test_exactly_once_leaves_out_a_task_with_an_event_in_progress_and_comm
     inside = [("count", Event(IN1, 3))]
     tasks.leases.current[IN1].track(3)  # pulled, never finished
     guarantee.quiesce.started()
-    checkpoints = checkpointer(tasks, guarantee, transport, busy=lambda: list(inside))
+    held: list[tuple[str, int]] = []
+    committed: list[tuple[list[int], dict[TP, int]]] = []
+    checkpoints = checkpointer(tasks, guarantee, transport, busy=lambda: list(inside),
+                               held=lambda agent, event: held.append((agent, event.offset)),
+                               committed=lambda numbers, offsets: committed.append((list(numbers),
+                                                                                   dict(offsets))))
     await checkpoints.run(0.05)
     commits = [e for e in transport.log if e[0] == "commit" and e[1].startswith("app-task")]
     assert commits == [("commit", "app-task-0", {IN0: 5})], "task 1's transaction stays open"
@@ -234,11 +239,15 @@ async def test_exactly_once_leaves_out_a_task_with_an_event_in_progress_and_comm
     transport.log.clear()
     await checkpoints.run(10.0)  # does not wait for the known stuck event again
     assert sorted(e[1] for e in transport.log if e[0] == "commit") == ["app-task-0", "worker"]
+    assert held == [("count", 3), ("count", 3)], "told at each cut that goes on without it"
     guarantee.quiesce.finished()
     inside.clear()
     tasks.leases.current[IN1].ack(3)
     await checkpoints.run(10.0)
     assert ("commit", "app-task-1", {IN1: 4}) in transport.log
+    assert len(held) == 2, "not held any more"
+    assert committed[0] == ([0], {IN0: 5})
+    assert committed[-1] == ([0, 1], {IN1: 4})
     assert tasks.stored() == {0: {"a": 1}, 1: {"b": 2}}
 
 

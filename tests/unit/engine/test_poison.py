@@ -10,7 +10,7 @@ import pytest
 
 from engine.events import TP
 from engine.monitors.loopwatch import LoopMonitor
-from engine.tasks.poison import PoisonRecord, PoisonRecords
+from engine.tasks.poison import Cause, PoisonRecord, PoisonRecords
 
 WORDS0 = TP("words", 0)
 WORDS1 = TP("words", 1)
@@ -44,6 +44,30 @@ def test_a_loss_counts_only_the_records_suspected_since_the_last_loss_and_only_o
     assert poison.lost({WORDS0}) == [(WORDS0, 7, 1)]
     assert poison.lost({WORDS0}) == [], "a loss without a block during the record counts nothing"
     assert poison.verdict(WORDS0, 7) is None
+
+
+def test_a_record_that_held_its_transaction_open_past_the_timeout_is_blamed_for_that():
+    poison = PoisonRecords(limit=2)
+    for round_ in (1, 2):
+        poison.suspect(WORDS1, 40, "count", 4.5, Cause.OPEN_TRANSACTION)
+        assert poison.lost({WORDS1}) == [(WORDS1, 40, round_)]
+    verdict = poison.verdict(WORDS1, 40)
+    assert verdict is not None
+    assert str(verdict[1]) == (
+        "words[1] lost its task's transaction 2 times while agent 'count' processed offset 40, which kept "
+        "the transaction open for 4.5s, past the transaction timeout (the broker aborts a transaction open "
+        "that long; an event must finish well within `transaction_timeout`); the record is set aside so "
+        "that its partition moves on")
+
+
+def test_a_suspect_whose_offset_was_committed_since_counts_no_loss():
+    poison = PoisonRecords(limit=1)
+    poison.suspect(WORDS0, 7, "count", 4.0, Cause.OPEN_TRANSACTION)
+    poison.suspect(WORDS0, 9, "count", 4.0, Cause.OPEN_TRANSACTION)
+    poison.committed(WORDS1, 100)
+    poison.committed(WORDS0, 8)  # 7 was processed and committed: it never comes back
+    assert poison.lost({WORDS0}) == [(WORDS0, 9, 1)]
+    assert poison.buried == {WORDS0}
 
 
 async def test_the_loop_monitor_names_the_event_and_the_blocking_stack_from_its_thread(caplog):

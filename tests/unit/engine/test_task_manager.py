@@ -12,12 +12,13 @@ import pytest
 
 from engine.app import App
 from engine.commit.guarantee import AtLeastOnce, ExactlyOnce
-from engine.errors import DeliveryFailed, MembershipLost
+from engine.errors import DeliveryFailed, MembershipLost, ProducerFenced
 from engine.events import TP
 from engine.stores.memory import MemoryStoreBackend
 from engine.tasks.leases import Leases
 from engine.tasks.manager import RECOVERING, TaskManager
 from engine.tasks.pauses import Pauses
+from engine.tasks.poison import PoisonRecords
 
 if TYPE_CHECKING:
     from engine.tasks.active import ActiveTask
@@ -139,7 +140,7 @@ class Assignment:
 
 
 def manager(log: list[tuple[Any, ...]], *, exactly_once: bool = True, tables: FakeTables | None = None,
-            dropped: dict[TP, int] | None = None) -> tuple[TaskManager, FakeConsumer]:
+            dropped: dict[TP, int] | None = None, **options: Any) -> tuple[TaskManager, FakeConsumer]:
     transport = FakeTransport(log)
     active: dict[int, ActiveTask] = {}
     guarantee = (ExactlyOnce(transport, "app", "worker", active) if exactly_once  # type: ignore[arg-type]
@@ -148,7 +149,7 @@ def manager(log: list[tuple[Any, ...]], *, exactly_once: bool = True, tables: Fa
     tasks = TaskManager(
         leases=Leases(), consumer=consumer, pauses=Pauses(consumer), guarantee=guarantee,  # type: ignore[arg-type]
         tables=tables, drop_queued=lambda tps: dict(dropped or {}), busy=list,  # type: ignore[arg-type]
-        commit_interval=3600, revoke_wait=0.3, active=active,
+        commit_interval=3600, revoke_wait=0.3, active=active, **options,
     )
     return tasks, consumer
 
@@ -293,6 +294,35 @@ async def test_a_failed_commit_rewinds_the_task_while_a_member_and_loses_it_othe
     await ready(tasks, {IN1})  # the group gives it back
     assert IN1 not in consumer.paused
     assert not tasks.active[1].closed
+
+
+async def test_a_rewind_counts_a_loss_for_the_event_that_held_its_transaction_past_the_timeout():
+    """The checkpoint tells which events held their task's transaction open; one held while the transaction
+    has been open past the transaction timeout (since the task's last commit here) is what the broker
+    aborted it for (engine.tasks.poison)."""
+    log: list[tuple[Any, ...]] = []
+    tasks, _ = manager(log, transaction_timeout=0.2, poison=PoisonRecords(limit=1))
+    await ready(tasks, {IN0, IN1})
+
+    class Event:
+        topic, partition = IN0
+
+        def __init__(self, offset: int) -> None:
+            self.offset = offset
+
+    tasks._held("count", Event(8))  # type: ignore[arg-type]  # within the timeout: not a suspect
+    await asyncio.sleep(0.25)
+    tasks._committed([1], {})  # another task committed: task 0's transaction is still the old one
+    tasks._held("count", Event(9))  # type: ignore[arg-type]
+    await tasks.tasks_failed({0: ProducerFenced("the broker aborted the transaction")})
+    await ready(tasks, {IN0}, assign=False)
+    assert tasks.poison.buried == {IN0}
+    assert tasks.poison.verdict(IN0, 8) is None
+    verdict = tasks.poison.verdict(IN0, 9)
+    assert verdict is not None
+    assert "past the transaction timeout" in str(verdict[1])
+    tasks._held("count", Event(9))  # type: ignore[arg-type]  # a new transaction since the rewind
+    assert tasks.poison.suspects.get(IN0, {}) == {}
 
 
 @pytest.mark.parametrize("exactly_once", [True, False])

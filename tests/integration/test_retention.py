@@ -1,0 +1,84 @@
+"""An app stopped for longer than its input's retention comes back to committed offsets the broker no
+longer has: it goes on where `auto_offset_reset` says, says once which partitions jumped and how many records
+were skipped, and counts exactly what is left."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+
+from tests.integration.helpers import (
+    WorkerProcess,
+    committed_offsets,
+    consume_until,
+    create_topics,
+    latest,
+    produce,
+    read_all,
+    unique,
+    worker_status,
+)
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 4
+GONE = 25  # records of each partition deleted past its committed offset while the app was stopped
+
+
+def counting(kafka, tmp_path, app_id: str, topic: str, name: str) -> WorkerProcess:
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / "data")}
+    return WorkerProcess("tests.integration.table_apps:app", kafka.url, env, tmp_path / f"{name}.log")
+
+
+async def test_committed_offsets_deleted_by_retention_jump_to_the_start_say_so_and_count_the_rest(
+        kafka, tmp_path):
+    app_id, topic = unique("retention"), unique("words")
+    changelog = f"{app_id}-counts-changelog"
+    await create_topics(kafka.bootstrap, [topic], partitions=PARTITIONS)
+    first = [f"k{i % 50}" for i in range(2000)]
+    one = counting(kafka, tmp_path, app_id, topic, "one")
+    try:
+        await one.wait_for_output("tables ready", 90)
+        await produce(kafka.bootstrap, topic, [(w, 1) for w in first])
+        await consume_until(kafka.bootstrap, changelog, lambda rs: latest(rs) == dict(Counter(first)),
+                            timeout=90, workers=[one])
+    finally:
+        assert one.terminate() == 0, one.output()[-3000:]
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    committed = await committed_offsets(kafka.bootstrap, app_id, tps)
+    assert len(committed) == PARTITIONS, "every partition committed before the stop"
+    await produce(kafka.bootstrap, topic, [(f"k{i % 50}", 1) for i in range(2000)])  # while stopped
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    await admin.start()
+    try:  # retention: everything up to GONE records past each committed offset is deleted
+        await admin.delete_records({tp: RecordsToDelete(committed[tp] + GONE) for tp in tps})
+    finally:
+        await admin.close()
+    left = await read_all(kafka.bootstrap, topic)
+    starts = {p: min(r.offset for r in left if r.partition == p) for p in range(PARTITIONS)}
+    assert starts == {tp.partition: committed[tp] + GONE for tp in tps}, "the logs start past the commits"
+    truth = dict(Counter(first) + Counter(r.key.decode() for r in left))
+
+    two = counting(kafka, tmp_path, app_id, topic, "two")
+    try:
+        await two.wait_for_output("tables ready", 90)
+        records = await consume_until(kafka.bootstrap, changelog, lambda rs: latest(rs) == truth,
+                                      timeout=90, workers=[two])
+        status = await worker_status(two)
+    finally:
+        assert two.terminate() == 0, two.output()[-3000:]
+    assert latest(records) == truth
+    warnings = [line for line in two.output().splitlines() if "committed offsets no longer on the broker"
+                in line]
+    assert len(warnings) == 1, two.output()[-3000:]
+    assert "WARNING" in warnings[0]
+    for tp in tps:
+        assert (f"{topic}[{tp.partition}] from {committed[tp]} to {committed[tp] + GONE} ({GONE} records "
+                "skipped)") in warnings[0]
+    assert status is not None
+    assert status["offset_jumps"] == {
+        f"{topic}[{tp.partition}]": {"committed": committed[tp], "to": committed[tp] + GONE, "skipped": GONE}
+        for tp in tps}
