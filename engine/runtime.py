@@ -70,6 +70,13 @@ class _ProducerService(Service):
         await self.producer.stop()
 
 
+def check_data_dir(settings: Settings) -> None:
+    """A data dir that is a file is refused, naming the setting (it is created if missing)."""
+    if settings.data_dir.exists() and not settings.data_dir.is_dir():
+        raise ConfigError(f"setting 'data_dir' is {str(settings.data_dir)!r}, which is a file; expected "
+                          "a directory for the worker's stores (it is created if missing)")
+
+
 def worker_identity(settings: Settings) -> str:
     """The transactional id of the worker's own sends (timers, sends outside events;
     engine.commit.transactions), kept in the data dir so that a restarted worker fences its predecessor's
@@ -92,9 +99,7 @@ class Worker(Service):
         super().__init__(f"worker:{app.id}")
         self.app = app
         self.settings = settings
-        if settings.data_dir.exists() and not settings.data_dir.is_dir():
-            raise ConfigError(f"setting 'data_dir' is {str(settings.data_dir)!r}, which is a file; expected "
-                              "a directory for the worker's stores (it is created if missing)")
+        check_data_dir(settings)
         self.topology = build_topology(app, settings)
         self.transport = transport_for(settings, ClientTuning(
             linger=settings.producer_linger.total_seconds(),
@@ -408,8 +413,10 @@ def settle_heap() -> None:
 async def run_worker(app: App, overrides: Mapping[str, Any] | None = None) -> None:
     """Start a worker for `app`, stop it cleanly on SIGTERM/SIGINT, raise WorkerFailed on failure. The
     process holds its app's data dir for as long (engine.lockfile): a second one given it refuses to start."""
-    worker = Worker(app, app.settings(overrides))  # (checks the data dir setting)
-    with holding(worker.settings.app_dir):
+    settings = app.settings(overrides)
+    check_data_dir(settings)
+    with holding(settings.app_dir):  # before any client exists: a refused worker leaves nothing open
+        worker = Worker(app, settings)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.request_stop)

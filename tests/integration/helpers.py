@@ -34,12 +34,16 @@ class WorkerProcess:
     """`engine worker -A ...` as a child process, with its output kept for the failure message."""
 
     def __init__(self, app: str, broker: str, env: dict[str, str], log: Path) -> None:
+        """Unless `env` names one (ENGINE_DATA_DIR), the worker's data dir is its own, beside its log: a
+        worker started again with the same log finds its stores, as a restarted machine would, and two
+        workers never share one (an `engine worker` refuses a data dir another one holds)."""
         self.log_path = log
         self._log = log.open("ab")
+        data = {"ENGINE_DATA_DIR": str(log.with_suffix(".data"))}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "worker", "-A", app, "--broker", broker,
              "--loglevel", "INFO"],
-            cwd=ROOT, env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=ROOT, env={**os.environ, **data, **env}, stdout=self._log, stderr=subprocess.STDOUT,
         )
 
     def output(self) -> str:
