@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
@@ -100,3 +100,11 @@ class Event:
             f"<Event {self.topic}[{self.partition}]@{self.offset} key={self.key!r} "
             f"value={self.value!r}>"
         )
+
+
+def describe(tps: Iterable[TP]) -> str:
+    """Partitions as a person reads them, by topic: `clicks[0, 2], views[1]`."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in tps:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return ", ".join(f"{t}{sorted(p)}" for t, p in sorted(by_topic.items()))

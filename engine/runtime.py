@@ -256,7 +256,7 @@ class Worker(Service):
                             if t.windowed is not None},
             "offset_jumps": {f"{tp.topic}[{tp.partition}]": {"committed": j.committed, "to": j.to,
                                                              "skipped": j.skipped}
-                             for tp, j in sorted(self.tasks.jumps.items())},
+                             for tp, j in sorted(self.tasks.starts.jumps.items())},
         }
 
     def _settled(self) -> None:

@@ -1,3 +1,4 @@
-"""Tasks, the unit of state: an active task per assigned partition number (its leases, table partitions and
-producer), standby tasks, the task manager that turns assignments into tasks, the assignor that makes those
-assignments, and records that keep costing their task its partition (poison)."""
+"""Tasks, the unit of state: an active task per assigned partition number (its life, leases, state manager,
+inputs in timestamp order and producer), standby tasks and the state kept warm between assignments, where
+each partition starts, the task manager that turns assignments into tasks and closes them, and records that
+keep costing their task its partition (poison)."""

@@ -16,6 +16,7 @@ failed has its cut `drop`ped (its events are processed again once the task is re
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from engine.commit.cut import TableWrites, TaskCut
@@ -26,7 +27,7 @@ from engine.tasks.lifecycle import Lifecycle, TaskState
 from engine.tasks.release import TaskRelease
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Callable, Collection
 
     from engine.events import RawRecord
     from engine.tables.base import BaseTable
@@ -196,3 +197,28 @@ class ActiveTask(Lifecycle):
         by the next checkpoint."""
         for item in cut.writes:
             item.part.put_back(item.writes, item.meta, item.closes, item.late)
+
+
+async def start_producers(make: Callable[[int], Producer], tasks: list[ActiveTask]) -> list[ActiveTask]:
+    """Start a producer for each task (under exactly-once each start fences every earlier owner of the
+    task's transactional id and aborts what it left open) and give it to the task; returns the tasks whose
+    producer started. A producer whose task closed meanwhile is stopped; if any start failed, the first
+    failure is raised after the others are settled, and a cancellation (a rebalance during set-up) stops
+    them all."""
+    producers = [make(task.number) for task in tasks]
+    try:
+        results = await asyncio.gather(*(p.start() for p in producers), return_exceptions=True)
+    except asyncio.CancelledError:
+        await asyncio.gather(*(p.stop() for p in producers), return_exceptions=True)
+        raise
+    failure, started = None, []
+    for task, producer, result in zip(tasks, producers, results, strict=True):
+        if isinstance(result, BaseException) or task.closed:
+            failure = failure or (result if isinstance(result, BaseException) else None)
+            await producer.stop()
+        else:
+            task.producer = producer
+            started.append(task)
+    if failure is not None:
+        raise failure
+    return started

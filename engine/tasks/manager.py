@@ -34,16 +34,15 @@ from agents import Service, ServiceState
 from engine.commit.checkpoint import Checkpointer
 from engine.commit.transactions import TransactionsFailed
 from engine.errors import EngineError, MembershipLost, ProducerFenced
-from engine.events import TP
+from engine.events import TP, describe
 from engine.stats import Histogram
 from engine.streams.current import current_event
-from engine.tables.state import StateManager
-from engine.tasks.active import ActiveTask
+from engine.tasks.active import ActiveTask, start_producers
 from engine.tasks.inputs import InputPlan
 from engine.tasks.lifecycle import TaskState
 from engine.tasks.poison import Cause, PoisonRecords
-from engine.tasks.standby import StandbyTask
-from engine.tasks.starts import Jump, start_at
+from engine.tasks.standbys import Standbys
+from engine.tasks.starts import Starts
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping
@@ -54,8 +53,10 @@ if TYPE_CHECKING:
     from engine.stores import PartitionStore
     from engine.tables.base import BaseTable
     from engine.tables.manager import TableManager
+    from engine.tables.state import StateManager
     from engine.tasks.leases import Lease, Leases
     from engine.tasks.pauses import Pauses
+    from engine.tasks.standby import StandbyTask
     from engine.transport.base import Consumer
 
 log = logging.getLogger(__name__)
@@ -92,18 +93,14 @@ class TaskManager(Service):
         self.inputs = inputs if inputs is not None else InputPlan()
         self.table_sources = self.inputs.table_sources  # source topics of tables: read from their start
         self.active: dict[int, ActiveTask] = active if active is not None else {}
-        self.standby: dict[int, StandbyTask] = {}
-        # Tasks closed clean here (revoked), their stores kept open and followed until the next assignment
-        # says whether they are active, standby, or neither here.
-        self.warm: dict[int, StateManager] = {}
+        self.standbys = Standbys(tables) if tables is not None else None
         self.assignment: Assignment | None = None  # the group's last word on this worker
         self.poison = poison if poison is not None else PoisonRecords()
         self.transaction_timeout = transaction_timeout
         self._transaction_opened: dict[int, float] = {}  # task -> since when its transaction is open here
-        # Partitions whose committed offset was gone from the broker when their task was set up here, and
-        # where they went on instead (engine.tasks.starts): the worker's /status shows them.
-        self.jumps: dict[TP, Jump] = {}
-        self.reset_to_end = reset_to_end  # auto_offset_reset="latest": never committed, start at the end
+        # Where each partition of a task being set up starts, and those whose committed offset was gone
+        # (engine.tasks.starts): the worker's /status shows them.
+        self.starts = Starts(from_start=self.table_sources, latest=reset_to_end)
         self.new_producer = guarantee.task_producer
         self.guarantee = guarantee
         self.leases = leases
@@ -257,7 +254,7 @@ class TaskManager(Service):
         fresh = [task for n in sorted({tp.partition for tp in tps})
                  if (task := self.active[n]).state is TaskState.CREATED]
         for task in fresh:
-            task.restoring(self._state_for(task.number) if self.tables is not None else None)
+            task.restoring(self.standbys.for_active(task.number) if self.standbys is not None else None)
         if self.new_producer is None and self.tables is None:  # nothing to set up
             for task in fresh:
                 task.open()
@@ -272,7 +269,7 @@ class TaskManager(Service):
         await self._start_producers([task for task in tasks if task.producer is None])
         starts: dict[TP, int] = {}
         if self.new_producer is not None:
-            starts = await self._seek_committed(tps)  # after the fence: earlier owners' commits are final
+            starts = await self.starts.seek(self.consumer, tps)  # after the fence: earlier commits are final
         restoring = [task for task in tasks if task.state is TaskState.RESTORING]
         if self.tables is not None:
             sources = {tp: offset for tp, offset in starts.items() if tp.topic in self.table_sources}
@@ -290,93 +287,39 @@ class TaskManager(Service):
 
     async def _start_producers(self, tasks: list[ActiveTask]) -> None:
         """Start the tasks' producers (under exactly-once this fences every earlier owner of each task)."""
-        make = self.new_producer
-        if make is None or not tasks:
-            return
-        producers = [make(task.number) for task in tasks]
-        try:
-            results = await asyncio.gather(*(p.start() for p in producers), return_exceptions=True)
-        except asyncio.CancelledError:  # a rebalance during set-up: none of them is kept
-            await asyncio.gather(*(p.stop() for p in producers), return_exceptions=True)
-            raise
-        failure = None
-        for task, producer, result in zip(tasks, producers, results, strict=True):
-            if isinstance(result, BaseException) or task.closed:
-                failure = failure or (result if isinstance(result, BaseException) else None)
-                await producer.stop()
-            else:
-                task.producer = producer
-                self._transaction_opened[task.number] = time.monotonic()
-        if failure is not None:
-            raise failure
+        if self.new_producer is not None and tasks:
+            opened = time.monotonic()
+            for task in await start_producers(self.new_producer, tasks):
+                self._transaction_opened[task.number] = opened
 
-    async def _seek_committed(self, tps: set[TP]) -> dict[TP, int]:
-        """Seek to the committed offsets (a partition never committed, or whose committed offset is gone
-        from the broker: its start, or its end with auto_offset_reset="latest", but a table's source topic
-        always from its start: a table is all of it; engine.tasks.starts); returns where each partition
-        starts."""
-        committed = await self.consumer.committed(tps)
-        bounds = await self.consumer.offsets(list(committed))
-        starts, jumps = {}, []
-        for tp, offset in committed.items():
-            latest = self.reset_to_end and tp.topic not in self.table_sources
-            start, jump = start_at(tp, offset, *bounds[tp], latest=latest)
-            self.consumer.seek(tp, start)
-            starts[tp] = start
-            if jump is not None and self.jumps.get(tp) != jump:  # said once (a rebalance sets it up again)
-                jumps.append(jump)
-                self.jumps[tp] = jump
-        if jumps:
-            log.warning("committed offsets no longer on the broker (deleted by retention, or the topic was "
-                        "recreated): %s went on where auto_offset_reset=%r says: %s",
-                        describe([j.tp for j in jumps]), "latest" if self.reset_to_end else "earliest",
-                        "; ".join(j.describe() for j in sorted(jumps, key=lambda j: j.tp)))
-        return starts
+    @property
+    def standby(self) -> dict[int, StandbyTask]:
+        """The standby tasks here (engine.tasks.standbys)."""
+        return self.standbys.tasks if self.standbys is not None else {}
 
-    def _state_for(self, number: int) -> StateManager:
-        """The state manager of task `number` becoming active here, its stores open: a standby's recycled
-        (only the tail of each changelog is replayed), the one it had before its last revoke here, or new."""
-        tables = self.tables
-        assert tables is not None
-        standby = self.standby.pop(number, None)
-        if standby is not None:
-            log.info("standby task %d becomes active here: its stores replay only the tail", number)
-            state = standby.close()
-        else:
-            state = self.warm.pop(number) if number in self.warm else StateManager(f"task {number}", tables)
-        state.open(tables.task_partitions(number))
-        return state
+    @property
+    def warm(self) -> dict[int, StateManager]:
+        """The state managers of tasks revoked here, kept warm until the next assignment."""
+        return self.standbys.warm if self.standbys is not None else {}
 
     def _settle_standbys(self) -> None:
-        """After an assignment: exactly the standby tasks it names (but those active here), their stores
-        followed; the stores of tasks neither active nor standby here closed; old stores cleaned up."""
-        tables = self.tables
-        assert tables is not None
+        """After an assignment: the standby tasks it names, the others' stores closed."""
+        assert self.standbys is not None
         wanted = self.assignment.standby if self.assignment is not None else frozenset()
-        active = {n for n, task in self.active.items() if not task.closed}
-        for number in sorted(set(self.standby) - (wanted - active)):
-            self.standby.pop(number).close().close()
-        for number in sorted(wanted - active - set(self.standby)):
-            state = self.warm.pop(number) if number in self.warm else StateManager(f"task {number}", tables)
-            state.open((table, n) for table, n in tables.task_partitions(number) if table.has_own_changelog)
-            standby = self.standby[number] = StandbyTask(number, state)
-            standby.start()
-            tables.follow(state)
-        for number in sorted(set(self.warm) - active):
-            self.warm.pop(number).close()
-        tables.clean_up({tp for state in self._state_managers() for tp in state.stores})
+        active = {n: task for n, task in self.active.items() if not task.closed}
+        self.standbys.settle(wanted, active, self._active_states())
 
-    def _state_managers(self) -> list[StateManager]:
-        """Every task's state manager here: active (set up or being set up), standby, kept warm."""
-        active = [task.state_manager for task in self.active.values() if task.state_manager is not None]
-        return [*active, *(standby.state_manager for standby in self.standby.values()), *self.warm.values()]
+    def _active_states(self) -> list[StateManager]:
+        return [task.state_manager for task in self.active.values() if task.state_manager is not None]
 
     def positions(self) -> dict[int, int]:
         """Per task this worker has stores of (open: active, standby or kept warm; or kept on disk): how far
         they have read their changelogs, summed over the tables (what the assignor compares to find who is
         caught up)."""
-        positions = self.tables.kept_positions() if self.tables is not None else {}
-        for state in self._state_managers():
+        if self.tables is None or self.standbys is None:
+            return {}
+        positions = self.tables.kept_positions()
+        for state in [*self._active_states(), *self.standbys.states()]:
             for tp, (_, store) in state.stores.items():
                 read = 0 if (offset := store.changelog_offset()) is None else offset + 1
                 positions[tp.partition] = positions.get(tp.partition, 0) + read
@@ -385,19 +328,7 @@ class TaskManager(Service):
     def standby_store(self, table: BaseTable, number: int) -> PartitionStore | None:
         """The store of a table partition this worker keeps current without owning it (a standby's, or one
         kept warm since its revoke), or None: what `?stale=ok` queries read."""
-        standby = self.standby.get(number)
-        state = standby.state_manager if standby is not None else self.warm.get(number)
-        return state.store(table, number) if state is not None and table.has_own_changelog else None
-
-    def _released(self, number: int, state: StateManager | None) -> None:
-        """A task closed clean here: its stores stay open and followed until the next assignment says
-        whether it is active, standby, or neither here (those of tables over a source topic close: only its
-        active task applies that topic)."""
-        if state is None or self.tables is None:
-            return
-        state.close_sources()
-        self.warm[number] = state
-        self.tables.follow(state)
+        return self.standbys.store(table, number) if self.standbys is not None else None
 
     # -- revoked, lost, failed ----------------------------------------------------------------------
 
@@ -541,7 +472,9 @@ class TaskManager(Service):
                 if lease is not None:
                     lease.end()
             if not task.leases:
-                self._released(number, task.close())
+                state = task.close()
+                if state is not None and self.standbys is not None:
+                    self.standbys.released(number, state)
                 del self.active[number]
                 closed.append(task)
         return closed
@@ -554,22 +487,16 @@ class TaskManager(Service):
         """The worker stops (after its final checkpoint): every task closes and stops its producer."""
         self.leases.end(list(self.leases.current))
         closed = list(self.active.values())
-        states = [state for task in closed if (state := task.close()) is not None]
+        for task in closed:
+            state = task.close()
+            if state is not None:
+                state.close()
         self.active.clear()
-        states += [standby.close() for standby in self.standby.values()]
-        self.standby.clear()
-        states += self.warm.values()
-        self.warm.clear()
-        for state in states:
-            state.close()
+        if self.standbys is not None:
+            self.standbys.close()
         await self._stop_producers(closed)
 
 
-def describe(tps: Collection[TP]) -> str:
-    by_topic: dict[str, list[int]] = {}
-    for tp in tps:
-        by_topic.setdefault(tp.topic, []).append(tp.partition)
-    return ", ".join(f"{t}{sorted(p)}" for t, p in sorted(by_topic.items()))
 
 
 def _log_failure(task: asyncio.Future[Any]) -> None:

@@ -9,16 +9,25 @@ never come. So the task manager decides here, before it seeks: such a partition 
 like one never committed, and the jump is kept (`Jump`) to be said once, at WARNING, and shown by
 `engine status` (the worker's /status).
 
-Pure (no I/O): tested without Kafka.
+`start_at` is pure (no I/O), tested without Kafka; `Starts.seek` reads the committed offsets and the logs'
+bounds, and seeks.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from engine.events import describe
+
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from engine.events import TP
+    from engine.transport.base import Consumer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,3 +58,36 @@ def start_at(tp: TP, committed: int | None, first: int, end: int, *, latest: boo
     if first <= committed <= end:
         return committed, None
     return reset, Jump(tp, committed, reset)
+
+
+class Starts:
+    """Where the partitions of tasks being set up start, and the jumps said so far (once each: a rebalance
+    sets a partition up again)."""
+
+    def __init__(self, *, from_start: Collection[str], latest: bool) -> None:
+        """`from_start`: topics read from their start when never committed whatever `latest` says (tables'
+        source topics); `latest`: auto_offset_reset="latest"."""
+        self.from_start = frozenset(from_start)
+        self.latest = latest
+        self.jumps: dict[TP, Jump] = {}
+
+    async def seek(self, consumer: Consumer, tps: Collection[TP]) -> dict[TP, int]:
+        """Seek each partition to where it starts (`start_at`); returns those offsets. A jump not said yet
+        is said at WARNING."""
+        committed = await consumer.committed(tps)
+        bounds = await consumer.offsets(list(committed))
+        starts, jumps = {}, []
+        for tp, offset in committed.items():
+            latest = self.latest and tp.topic not in self.from_start
+            start, jump = start_at(tp, offset, *bounds[tp], latest=latest)
+            consumer.seek(tp, start)
+            starts[tp] = start
+            if jump is not None and self.jumps.get(tp) != jump:
+                jumps.append(jump)
+                self.jumps[tp] = jump
+        if jumps:
+            log.warning("committed offsets no longer on the broker (deleted by retention, or the topic was "
+                        "recreated): %s went on where auto_offset_reset=%r says: %s",
+                        describe([j.tp for j in jumps]), "latest" if self.latest else "earliest",
+                        "; ".join(j.describe() for j in sorted(jumps, key=lambda j: j.tp)))
+        return starts

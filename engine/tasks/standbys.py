@@ -1,0 +1,99 @@
+"""The state of the tasks this worker keeps without running them (Kafka Streams' standby task creation and
+recycling, kept out of the task manager): standby tasks, and the state managers of tasks revoked here, kept
+warm until the next assignment says what they are.
+
+After each assignment (`settle`) the worker keeps exactly the standby tasks it names that are not active
+here, their stores followed by the table manager; a warm state manager becomes a standby's if its task is
+one, and closes otherwise (its stores left on disk, for the assignor to weigh). A task becoming active here
+takes its state manager from here (`for_active`): a standby's recycled, or the warm one, stores open, so
+only the tail of each changelog is replayed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from engine.tables.state import StateManager
+from engine.tasks.standby import StandbyTask
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable
+
+    from engine.stores import PartitionStore
+    from engine.tables.base import BaseTable
+    from engine.tables.manager import TableManager
+
+log = logging.getLogger(__name__)
+
+
+class Standbys:
+    """The standby tasks here and the warm state managers, over the worker's table manager."""
+
+    def __init__(self, tables: TableManager) -> None:
+        self.tables = tables
+        self.tasks: dict[int, StandbyTask] = {}
+        # Tasks closed clean here (revoked), their stores kept open and followed until the next assignment
+        # says whether they are active, standby, or neither here.
+        self.warm: dict[int, StateManager] = {}
+
+    def for_active(self, number: int) -> StateManager:
+        """The state manager of task `number` becoming active here, its stores open: a standby's recycled,
+        the one it had before its last revoke here, or a new one."""
+        tables = self.tables
+        standby = self.tasks.pop(number, None)
+        if standby is not None:
+            log.info("standby task %d becomes active here: its stores replay only the tail", number)
+            state = standby.close()
+        else:
+            state = self._kept_or_new(number)
+        state.open(tables.task_partitions(number))
+        return state
+
+    def released(self, number: int, state: StateManager) -> None:
+        """Task `number` closed clean here: its stores stay open and followed until the next assignment says
+        what it is (those of tables over a source topic close: only its active task applies that topic)."""
+        state.close_sources()
+        self.warm[number] = state
+        self.tables.follow(state)
+
+    def settle(self, wanted: Collection[int], active: Collection[int], active_states: Iterable[StateManager]
+               ) -> None:
+        """After an assignment: exactly the standby tasks `wanted` but those `active` here, their stores
+        followed; the warm state managers of tasks neither active nor standby here closed; stores on disk
+        of no task here (`active_states` are the active tasks') cleaned up once old enough."""
+        tables, keep = self.tables, set(wanted) - set(active)
+        for number in sorted(set(self.tasks) - keep):
+            self.tasks.pop(number).close().close()
+        for number in sorted(keep - set(self.tasks)):
+            state = self._kept_or_new(number)
+            state.open((table, n) for table, n in tables.task_partitions(number) if table.has_own_changelog)
+            standby = self.tasks[number] = StandbyTask(number, state)
+            standby.start()
+            tables.follow(state)
+        for number in sorted(set(self.warm) - set(active)):
+            self.warm.pop(number).close()
+        tables.clean_up({tp for state in [*active_states, *self.states()] for tp in state.stores})
+
+    def states(self) -> list[StateManager]:
+        """The standby tasks' state managers and the warm ones."""
+        return [*(standby.state_manager for standby in self.tasks.values()), *self.warm.values()]
+
+    def store(self, table: BaseTable, number: int) -> PartitionStore | None:
+        """The store of a table partition this worker keeps current without owning it, or None: what
+        `?stale=ok` queries read."""
+        standby = self.tasks.get(number)
+        state = standby.state_manager if standby is not None else self.warm.get(number)
+        return state.store(table, number) if state is not None and table.has_own_changelog else None
+
+    def close(self) -> None:
+        """The worker stops: every standby task and warm state manager closes, stores left on disk."""
+        states = [standby.close() for standby in self.tasks.values()]
+        self.tasks.clear()
+        for state in [*states, *self.warm.values()]:
+            state.close()
+        self.warm.clear()
+
+    def _kept_or_new(self, number: int) -> StateManager:
+        warm = self.warm.pop(number, None)
+        return warm if warm is not None else StateManager(f"task {number}", self.tables)
