@@ -74,6 +74,17 @@ def test_a_nested_dataclass_is_checked_and_built() -> None:
         assert "Payment.extra['n']: expected int, got bool" in errors[2]
 
 
+def test_a_dead_letter_carries_the_record_as_bytes_whatever_the_error() -> None:
+    app, source, charge, _ = payments_app()
+    with TestDriver(app) as driver:
+        driver.send(source, key="a", value=Payment("ada", -1.0))  # the agent fails on it
+        driver.send_raw(source, b"b", b'{"customer": "bob", "amount": null}')  # it does not decode
+        failed, undecoded = driver.dlq(charge)
+        assert (failed.error_type, failed.key, failed.value) == (
+            "ValueError", b"a", b'{"customer":"ada","amount":-1.0,"card":null,"tags":null,"extra":null}')
+        assert (undecoded.error_type, undecoded.key) == ("DecodeError", b"b")
+
+
 @pytest.mark.parametrize(("document", "message"), [
     (b'{"customer": "ada", "amount": true}', "Payment.amount: expected float, got bool"),
     (b'{"customer": 1, "amount": 1}', "Payment.customer: expected str, got int"),
