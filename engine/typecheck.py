@@ -99,6 +99,8 @@ class RecordDecoder:
                     obj[name] = self._other(name, value)  # a value replaced, no key added: iterating holds
         except KeyError:
             unknown = sorted(obj.keys() - kinds.keys())
+            if not unknown:  # a KeyError of a nested dataclass's own making (its __post_init__)
+                raise
             raise DecodeError(f"{self.type.__name__} has no field(s) {unknown}") from None
         return obj
 

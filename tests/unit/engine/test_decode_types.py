@@ -121,3 +121,22 @@ def test_a_dataclass_that_contains_itself_is_checked_all_the_way_down() -> None:
         "a", [Tree("b", [])])
     with pytest.raises(DecodeError, match=r"Tree.children\[0\].label: expected str, got int"):
         codec.decode(b'{"label": "a", "children": [{"label": 1, "children": []}]}')
+
+
+@dataclass
+class Checked:
+    code: str
+
+    def __post_init__(self) -> None:
+        if self.code not in ("a", "b"):
+            raise KeyError(self.code)  # a validation of the user's own: not the decoder's to rename
+
+
+@dataclass
+class Holder:
+    inner: Checked
+
+
+def test_an_error_of_a_nested_dataclass_s_own_is_not_taken_for_an_unknown_field() -> None:
+    with pytest.raises(KeyError, match="'c'"):
+        codec_for(Holder).decode(b'{"inner": {"code": "c"}}')
