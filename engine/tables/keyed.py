@@ -6,13 +6,12 @@ decided per event, as Kafka Streams' `suppress(untilWindowCloses(...))` decides 
 Final results: a written window is emitted, with its value then and the largest event time of its events
 as its timestamp (a session's end; a sliding window's newest event time, kept for its algorithm), as soon
 as stream time reaches its close, or at once if it already has; a window gone before that (merged away,
-grown into a new session) is not.
-Whether a window is emitted depends on the order of events (an event may merge a session away just as stream
-time reaches its close; a window at exactly its close can still be updated, and is emitted again), never on
-when checkpoints happen: the windows waiting for their close are a heap, looked at as stream time moves, and
-the emitted records wait in the partition for the next checkpoint, which sends them with the offsets of the
-events that made them. After a restart, the windows whose close stream time had reached were emitted; the
-others wait again.
+grown into a new session) is not. Whether a window is emitted depends on the order of events (an event may
+merge a session away just as stream time reaches its close; a window at exactly its close can still be
+updated, and is emitted again), never on when checkpoints happen: the windows waiting for their close are a
+heap, looked at as stream time moves, and the emitted records wait in the partition for the next checkpoint,
+which sends them with the offsets of the events that made them. After a restart, the windows whose close
+stream time had reached were emitted; the others wait again.
 """
 
 from __future__ import annotations
