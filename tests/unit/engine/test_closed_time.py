@@ -13,9 +13,11 @@ import pytest
 
 import engine
 from engine import testing
+from engine.events import TP
 from engine.testing import TestDriver
 
 if TYPE_CHECKING:
+    from engine.runtime import Worker
     from engine.windows import WindowRange
 
 SIZE = 10_000  # ms
@@ -44,6 +46,27 @@ def _app(kind: str, **settings: Any) -> tuple[engine.App, Any, list[tuple[str, W
             seen.append((user, window, event.record.timestamp))
 
     return app, clicks, seen
+
+
+async def _checkpointed(worker: Worker, topic: str, count: int) -> None:
+    """Until a checkpoint covers the first `count` records of `topic` (partition 0)."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while (await worker.tasks.checkpoint()).get(TP(topic, 0), 0) < count:
+        assert asyncio.get_running_loop().time() < deadline, f"{topic} not checkpointed in 10 s"
+        await asyncio.sleep(0.01)
+
+
+async def _read_to_end(worker: Worker, topic: str) -> None:
+    """Until the agents reading `topic` (partition 0) processed every record on it."""
+    tp, loop = TP(topic, 0), asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while True:
+        end = (await worker.consumer.offsets([tp]))[tp][1]
+        lease = worker.tasks.leases.current.get(tp)
+        if end and lease is not None and lease.position == end:
+            return
+        assert loop.time() < deadline, f"{topic} not read to its end ({end}) in 10 s"
+        await asyncio.sleep(0.01)
 
 
 def _in(window: WindowRange, at: int, kind: str) -> bool:
@@ -87,15 +110,13 @@ async def test_across_a_restart_a_final_window_keeps_its_time_or_falls_back_to_i
     seen: list[tuple[str, WindowRange, int]] = []
     for times in ([1_000, 7_000], [6_000, 10 * SIZE]):
         app, clicks, seen = _app(kind, broker=url, store="memory://", commit_interval=0.05)
-        async with testing.running(app):
+        async with testing.running(app) as worker:
             for at in times:
                 await clicks.send(key="z" if at >= SIZE else "a", value=1, timestamp_ms=at)
-            if times[-1] < SIZE:
-                await asyncio.sleep(0.3)  # a checkpoint or more: the windows are in the changelog
-            else:
-                await testing.eventually(lambda seen=seen: any(
-                    user == "a" and _in(window, 7_000, kind) for user, window, _ in seen))
-                await asyncio.sleep(0.3)  # the checkpoint that sent it sent the others too: to be safe
+            await _checkpointed(worker, "clicks", 2)  # every window they made is in the changelog
+            if times[-1] >= SIZE:  # and every final window they closed was read by `finals`
+                closed = app.tables["counts"].windowed.closed_topic.name  # type: ignore[union-attr]
+                await _read_to_end(worker, closed)
     finals = [(window, at) for user, window, at in seen if user == "a" and _in(window, 7_000, kind)]
     assert finals
     for window, at in finals:
