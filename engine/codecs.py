@@ -1,8 +1,9 @@
 """Codecs turn keys and values into bytes and back. orjson lives here and only here.
 
-- "json" (the default): orjson; a dataclass type is encoded from and decoded into that dataclass; a plain
-  type (int, str, dict...) is checked after decoding, so a wrong-typed record is a DecodeError at the edge,
-  not a TypeError deep in an agent.
+- "json" (the default): orjson; a dataclass type is encoded from and decoded into that dataclass, its
+  fields checked against their declared types (`engine.typecheck`); a plain type (int, str, dict...) is
+  checked after decoding, so a wrong-typed record is a DecodeError at the edge, not a TypeError deep in an
+  agent.
 - "str": UTF-8 text, the usual choice for keys.
 - "raw": bytes as they are.
 """
@@ -15,6 +16,7 @@ from typing import Any, Protocol
 import orjson
 
 from engine.errors import ConfigError, DecodeError, EncodeError
+from engine.typecheck import RecordDecoder, record_decoder
 
 # What a key codec that `skips` decodes engine's own records to (a windowed table's stream time on its
 # changelog): not events; the conductor acks them without handing them to agents.
@@ -95,9 +97,9 @@ class JsonCodec:
 
     def __init__(self, type_: type | None = None) -> None:
         self.type = type_
-        self._fields: frozenset[str] | None = None
+        self._build: RecordDecoder | None = None
         if type_ is not None and dataclasses.is_dataclass(type_):
-            self._fields = frozenset(f.name for f in dataclasses.fields(type_) if f.init)
+            self._build = record_decoder(type_)  # once per codec: per record, one pass over the object
 
     def encode(self, value: Any) -> bytes | None:
         if value is None:
@@ -117,8 +119,8 @@ class JsonCodec:
         type_ = self.type
         if type_ is None:
             return obj
-        if self._fields is not None:
-            return self._record(obj)
+        if self._build is not None:
+            return self._record(obj, self._build)
         if type_ is float and isinstance(obj, int) and not isinstance(obj, bool):
             return float(obj)
         if type_ is tuple and isinstance(obj, list):  # JSON has no tuples: a pair comes back as one
@@ -146,18 +148,13 @@ class JsonCodec:
                     raise DecodeError(f"expected dict, got {type(obj).__name__}: {obj!r:.80}")
         return objs
 
-    def _record(self, obj: Any) -> Any:
-        assert self.type is not None
-        assert self._fields is not None
+    def _record(self, obj: Any, build: RecordDecoder) -> Any:
         if not isinstance(obj, dict):
-            raise DecodeError(f"expected a JSON object for {self.type.__name__}, got {obj!r:.80}")
-        unknown = obj.keys() - self._fields
-        if unknown:
-            raise DecodeError(f"{self.type.__name__} has no field(s) {sorted(unknown)}")
+            raise DecodeError(f"expected a JSON object for {build.type.__name__}, got {obj!r:.80}")
         try:
-            return self.type(**obj)
+            return build(obj)
         except TypeError as exc:
-            raise DecodeError(f"cannot build {self.type.__name__}: {exc}") from exc
+            raise DecodeError(f"cannot build {build.type.__name__}: {exc}") from exc
 
 
 SERIALIZERS = ("json", "str", "raw")

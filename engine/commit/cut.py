@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from engine.events import TP, RawRecord
     from engine.tables.base import BaseTable
-    from engine.tables.partition import TablePartition
+    from engine.tables.partition import Closed, TablePartition
     from engine.transport.base import Producer
 
 
@@ -59,7 +59,7 @@ class TableWrites:
     part: TablePartition
     writes: dict[Any, Any]
     meta: dict[bytes, bytes | None]
-    closes: list[tuple[bytes, bytes]] = field(default_factory=list)
+    closes: list[Closed] = field(default_factory=list)
     late: list[RawRecord] = field(default_factory=list)
     encoded: dict[bytes, bytes | None] = field(default_factory=dict)
     last: asyncio.Future[int] | None = None  # the offset of the changelog's last record

@@ -142,9 +142,10 @@ class EventProducer:
                     raise
 
     async def send_batch(self, topic: str, partition: int,
-                         records: Sequence[tuple[bytes | None, bytes | None]]) -> asyncio.Future[int]:
+                         records: Sequence[tuple[bytes | None, bytes | None]],
+                         timestamps: Sequence[int] | None = None) -> asyncio.Future[int]:
         """Into task `partition`'s transaction."""
-        return await self.for_partition(partition).send_batch(topic, partition, records)
+        return await self.for_partition(partition).send_batch(topic, partition, records, timestamps)
 
     async def flush(self) -> None:
         producers = [self.worker, *(t.producer for t in self.tasks.values() if t.producer is not None)]

@@ -3,14 +3,15 @@ events make, not the clock, so each partition keeps every key's live windows in 
 without reading the store; rebuilt from the store when the partition is taken on), and final results
 decided per event, as Kafka Streams' `suppress(untilWindowCloses(...))` decides them.
 
-Final results: a written window is emitted, with its value then, as soon as stream time reaches its close,
-or at once if it already has; a window gone before that (merged away, grown into a new session) is not.
-Whether a window is emitted depends on the order of events (an event may merge a session away just as stream
-time reaches its close; a window at exactly its close can still be updated, and is emitted again), never on
-when checkpoints happen: the windows waiting for their close are a heap, looked at as stream time moves, and
-the emitted records wait in the partition for the next checkpoint, which sends them with the offsets of the
-events that made them. After a restart, the windows whose close stream time had reached were emitted; the
-others wait again.
+Final results: a written window is emitted, with its value then and the largest event time of its events
+as its timestamp (a session's end; a sliding window's newest event time, kept for its algorithm), as soon
+as stream time reaches its close, or at once if it already has; a window gone before that (merged away,
+grown into a new session) is not. Whether a window is emitted depends on the order of events (an event may
+merge a session away just as stream time reaches its close; a window at exactly its close can still be
+updated, and is emitted again), never on when checkpoints happen: the windows waiting for their close are a
+heap, looked at as stream time moves, and the emitted records wait in the partition for the next checkpoint,
+which sends them with the offsets of the events that made them. After a restart, the windows whose close
+stream time had reached were emitted; the others wait again.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from engine.tables.base import BaseTable
-    from engine.tables.partition import TablePartition, WindowState
+    from engine.tables.partition import Closed, TablePartition, WindowState
     from engine.tables.windowed import Timestamp
     from engine.topics import Topic
     from engine.windows import WindowKind
@@ -79,6 +80,10 @@ class KeyedWindowsTable(EventTimeTable):
         """The stream time at which a window is final."""
         raise NotImplementedError
 
+    def _latest(self, state: KeyedWindowState, window_key_: tuple[Any, ...]) -> int:
+        """The largest event time of a live window's events: its final record's timestamp."""
+        raise NotImplementedError
+
     # -- final results ------------------------------------------------------------------------------
 
     def _written(self, part: TablePartition, state: KeyedWindowState, window_key_: tuple[Any, ...],
@@ -89,7 +94,7 @@ class KeyedWindowsTable(EventTimeTable):
             return
         closes_at = self._closes_at(window_key_)
         if closes_at <= stream_time:
-            self._emit_final(part, window_key_)
+            self._emit_final(part, window_key_, self._latest(state, window_key_))
         elif new:
             self._await_close(state, window_key_, closes_at)
 
@@ -108,9 +113,9 @@ class KeyedWindowsTable(EventTimeTable):
             key, start = window_key_[0], window_key_[1]
             entry = state.windows.get(key, {}).get(start)
             if entry is not None and self._window_key(key, start, entry[0]) == window_key_:
-                self._emit_final(part, window_key_)
+                self._emit_final(part, window_key_, self._latest(state, window_key_))
 
-    def close_windows(self, part: TablePartition) -> list[tuple[bytes, bytes]]:
+    def close_windows(self, part: TablePartition) -> list[Closed]:
         """The final windows since the last checkpoint, as (store key, value) records in the order they
         closed, with those that the checkpoint's own advance of stream time (idleness, events that wrote
         no window) closes."""

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 MISSING: Any = object()
 DELETED: Any = object()
 
+# A final window for the closed topic: its store key, its value encoded, and its event time (ms), which the
+# record carries as its timestamp (engine.tables.windowed).
+Closed = tuple[bytes, bytes, int]
+
 
 class WindowState:
     """A windowed table partition's stream time, the windows alive (for expiry), and the newest one emitted
@@ -29,14 +33,17 @@ class WindowState:
 
     `live` maps a window start to its keys, each with whether the store has that window (True) or it was
     only written since the last checkpoint (False): expiring one the store never had needs no tombstone.
+    `latest` maps a window (its table key) made since the partition was taken on to the largest event time
+    of its events, for its final record (a table with a closed topic only; engine.tables.windowed).
     """
 
-    __slots__ = ("closed_upto", "idle_upto", "live", "moved_at", "seen_time", "stream_time")
+    __slots__ = ("closed_upto", "idle_upto", "latest", "live", "moved_at", "seen_time", "stream_time")
 
     def __init__(self) -> None:
         self.stream_time: int | None = None
         self.closed_upto: int | None = None
         self.live: dict[int, dict[Any, bool]] = {}
+        self.latest: dict[tuple[Any, int], int] = {}
         # For close_idle_after (engine.tables.windowed): the stream time the last checkpoint saw, the wall
         # clock when events last moved it, and up to when idle time was added to it since.
         self.seen_time: int | None = None
@@ -82,7 +89,7 @@ class Windowing(Protocol):
 
     def windows_ms(self, key: Any, standby: StoreView | None = None) -> list[tuple[int, int, Any]]: ...
 
-    def close_windows(self, part: TablePartition) -> list[tuple[bytes, bytes]]: ...
+    def close_windows(self, part: TablePartition) -> list[Closed]: ...
 
     def expire(self, part: TablePartition) -> int: ...
 
@@ -107,7 +114,7 @@ class TablePartition:
         self._decode = value_codec.decode
         self.windows: WindowState | None = None  # loaded from the store at the first windowed use
         self.late: list[RawRecord] = []  # records too late for their windows, for the late topic
-        self.unsent_closes: list[tuple[bytes, bytes]] = []  # closed windows of a checkpoint that failed
+        self.unsent_closes: list[Closed] = []  # closed windows of a checkpoint that failed
 
     def get(self, key: Any, key_bytes: bytes) -> Any:
         """The value, or MISSING. (`cached`, then `stored`, inlined: this is every table read, so the two
@@ -159,13 +166,13 @@ class TablePartition:
         taken, self.late = self.late, []
         return taken
 
-    def take_closes(self) -> list[tuple[bytes, bytes]]:
+    def take_closes(self) -> list[Closed]:
         """The closed windows a failed checkpoint did not send, to send first."""
         taken, self.unsent_closes = self.unsent_closes, []
         return taken
 
     def put_back(self, writes: Mapping[Any, Any], meta: Mapping[bytes, bytes | None],
-                 closes: list[tuple[bytes, bytes]], late: list[RawRecord]) -> None:
+                 closes: list[Closed], late: list[RawRecord]) -> None:
         """A checkpoint that took these failed before anything committed: they go back under what was
         written since (newer writes of a key win), to be sent by the next checkpoint; the flush ends."""
         merged = dict(writes)

@@ -71,6 +71,11 @@ class SessionTable(KeyedWindowsTable):
     def _closes_at(self, window_key_: tuple[Any, ...]) -> int:
         return self.window.closes_at(window_key_[2])
 
+    def _latest(self, state: KeyedWindowState, window_key_: tuple[Any, ...]) -> int:
+        """A session ends at its last event."""
+        end: int = window_key_[2]
+        return end
+
     # -- updates ------------------------------------------------------------------------------------
 
     def update(self, key: Any, value: Any) -> bool:

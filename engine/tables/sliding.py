@@ -89,6 +89,12 @@ class SlidingTable(KeyedWindowsTable):
         start: int = window_key_[1]
         return start + self.window.size_ms + self.window.grace_ms
 
+    def _latest(self, state: KeyedWindowState, window_key_: tuple[Any, ...]) -> int:
+        """The newest event time the index keeps beside the window (restored from its engine record)."""
+        key, start = window_key_
+        newest: int = state.windows[key][start][0]
+        return newest
+
     # -- updates ------------------------------------------------------------------------------------
 
     def update(self, key: Any, value: Any) -> bool:

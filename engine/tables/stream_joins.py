@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from engine.events import Event
     from engine.tables.base import BaseTable
     from engine.tables.declarer import Declarer
-    from engine.tables.partition import TablePartition, WindowState
+    from engine.tables.partition import Closed, TablePartition, WindowState
     from engine.topics import Topic
     from engine.windows import JoinWindows
 
@@ -139,7 +139,7 @@ class JoinBuffer(EventTimeTable):
     def advance(self, part: TablePartition, processed: int | None) -> None:
         """(A join's stream time is its buffers' store times: nothing to advance.)"""
 
-    def close_windows(self, part: TablePartition) -> list[tuple[bytes, bytes]]:
+    def close_windows(self, part: TablePartition) -> list[Closed]:
         return []
 
     def expire(self, part: TablePartition) -> int:

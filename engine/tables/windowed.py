@@ -20,6 +20,10 @@ it). Which windows were emitted is kept like stream time, as a per-partition eng
 the newest emitted window) written in the same checkpoint as the emission, so a restart or a rebalance
 neither repeats nor skips a close. With `processing_guarantee="exactly_once"` the emission, that record and
 the source offsets commit in one Kafka transaction; at-least-once, a crash between them can repeat closes.
+A final record's timestamp is the largest event time of the window's events (Kafka Streams' rule for a
+windowed aggregation's results), kept per window in the partition's window state (`latest`) for the windows
+this run made; a window that was in the store when the partition was taken on gets its end - 1 (its events'
+times are not in the store, which holds only the aggregate).
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ if TYPE_CHECKING:
     from engine.events import Event
     from engine.stores.base import StoreView
     from engine.tables.base import BaseTable
-    from engine.tables.partition import TablePartition
+    from engine.tables.partition import Closed, TablePartition
     from engine.topics import Topic
     from engine.windows import Window, WindowKind
 
@@ -274,25 +278,15 @@ class EventTimeTable:
                         values[bounds] = value
         return [(start, end, values[start, end]) for start, end in sorted(values)]
 
-    def _emit_final(self, part: TablePartition, window_key_: tuple[Any, ...]) -> None:
-        """Keep a window's value now as a final result, for the next checkpoint to send."""
+    def _emit_final(self, part: TablePartition, window_key_: tuple[Any, ...], time_ms: int) -> None:
+        """Keep a window's value now as a final result, for the next checkpoint to send with `time_ms`, the
+        largest event time of the window's events, as its timestamp."""
         store_key = self.table.locate(window_key_)[0]
         value = part.get(window_key_, store_key)
         if value is not MISSING:
             encoded = self.table.value_codec.encode(value)
             assert encoded is not None
-            part.unsent_closes.append((store_key, encoded))
-
-    def _emit(self, part: TablePartition, state: WindowState, keys: list[tuple[Any, ...]],
-              closed_upto: int) -> list[tuple[bytes, bytes]]:
-        """Closed windows (their table keys, in order) as (store key, value) records, marked emitted up to
-        `closed_upto` (an engine record in the same checkpoint)."""
-        for window_key_ in keys:
-            self._emit_final(part, window_key_)
-        state.closed_upto = closed_upto
-        part.meta[CLOSED_KEY] = str(closed_upto).encode()
-        records = part.take_closes()
-        return records
+            part.unsent_closes.append((store_key, encoded, time_ms))
 
 
 class WindowedTable(EventTimeTable):
@@ -338,6 +332,7 @@ class WindowedTable(EventTimeTable):
         if stream_time is None or ts > stream_time:
             stream_time = _advance(part, state, ts)
         buffer, flushing = part.buffer, part.flushing
+        latest = None if self.closed_topic is None else state.latest  # (for final results' time only)
         applied = False
         for start in self.window.open_starts_ms(ts, stream_time):
             window_key_ = (key, start)
@@ -348,7 +343,11 @@ class WindowedTable(EventTimeTable):
             if in_store is None:  # a new window: nowhere yet, so nothing to look up
                 current = self._default()
                 live[key] = False  # not in the store until a checkpoint writes it (`stored`)
+                if latest is not None:
+                    latest[window_key_] = ts
             else:
+                if latest is not None and ts > latest.get(window_key_, ts):
+                    latest[window_key_] = ts
                 current = buffer.get(window_key_, MISSING)
                 if current is MISSING:
                     if flushing is not None:
@@ -379,7 +378,7 @@ class WindowedTable(EventTimeTable):
 
     # -- closing and expiry (called at the checkpoint) ----------------------------------------------
 
-    def close_windows(self, part: TablePartition) -> list[tuple[bytes, bytes]]:
+    def close_windows(self, part: TablePartition) -> list[Closed]:
         """The windows of this partition that closed since the last checkpoint, as (store key, value)
         records, oldest first; marks them emitted (an engine record in the same checkpoint)."""
         state = part.windows
@@ -395,6 +394,22 @@ class WindowedTable(EventTimeTable):
         keys = [(key, start) for start in starts for key in sorted(state.live[start], key=repr)]
         return self._emit(part, state, keys, starts[-1])
 
+    def _emit(self, part: TablePartition, state: WindowState, keys: list[tuple[Any, ...]],
+              closed_upto: int) -> list[Closed]:
+        """Closed windows (their table keys, in order) as (store key, value) records, marked emitted up to
+        `closed_upto` (an engine record in the same checkpoint). A window's time is the largest event time
+        of its events where this run saw them all (`state.latest`), else its end - 1, the latest time an
+        event in it can have (a window that was in the store when the partition was taken on: what its
+        events' times were is not kept)."""
+        latest = state.latest
+        size = self.window.size_ms
+        for window_key_ in keys:
+            self._emit_final(part, window_key_, latest.pop(window_key_, window_key_[1] + size - 1))
+        state.closed_upto = closed_upto
+        part.meta[CLOSED_KEY] = str(closed_upto).encode()
+        records = part.take_closes()
+        return records
+
     def expire(self, part: TablePartition) -> int:
         """Delete this partition's windows older than `expires` (called as a checkpoint takes the buffer);
         returns how many were deleted. A window the store has gets a tombstone (store and changelog); one
@@ -408,6 +423,7 @@ class WindowedTable(EventTimeTable):
         deleted = 0
         for start in [s for s in state.live if self.window.expired(s, state.stream_time)]:
             for key, in_store in state.live.pop(start).items():
+                state.latest.pop((key, start), None)
                 if in_store:
                     part.delete((key, start))
                 else:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from engine.events import RawRecord
     from engine.tables.base import BaseTable
-    from engine.tables.partition import TablePartition
+    from engine.tables.partition import Closed, TablePartition
     from engine.tables.state import StateManager
     from engine.tasks.inputs import TaskInputs
     from engine.tasks.leases import Lease
@@ -130,7 +130,7 @@ class ActiveTask(Lifecycle):
     def take(cut: TaskCut, table: BaseTable, part: TablePartition) -> None:
         """Add a table partition's buffered writes to `cut` (a windowed one's closed windows and late
         records too, once it closed and expired windows as of its stream time)."""
-        closes: list[tuple[bytes, bytes]] = []
+        closes: list[Closed] = []
         late: list[RawRecord] = []
         windowed = table.windowed
         if windowed is not None:
@@ -160,7 +160,9 @@ class ActiveTask(Lifecycle):
                                                       list(item.encoded.items()))
             windowed = table.windowed
             if item.closes and windowed is not None and windowed.closed_topic is not None:
-                await producer.send_batch(windowed.closed_topic.name, item.part.number, item.closes)
+                await producer.send_batch(windowed.closed_topic.name, item.part.number,
+                                          [(key, value) for key, value, _ in item.closes],
+                                          [at for _, _, at in item.closes])
             if item.late and windowed is not None and windowed.late_topic is not None:
                 late = windowed.late_topic.name
                 for record in item.late:

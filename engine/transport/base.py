@@ -128,10 +128,12 @@ class Producer(Protocol):
         timestamp is `timestamp_ms` (event time carried across a repartition), or now."""
 
     async def send_batch(self, topic: str, partition: int,
-                         records: Sequence[tuple[bytes | None, bytes | None]]) -> asyncio.Future[int]:
-        """Enqueue (key, value) records for one partition, stamped now, as whole batches (a changelog's
-        writes at a checkpoint): none of `send`'s per-record partitioning and futures. The returned future
-        resolves to the offset of the last record once the broker acknowledged it; `records` is not empty."""
+                         records: Sequence[tuple[bytes | None, bytes | None]],
+                         timestamps: Sequence[int] | None = None) -> asyncio.Future[int]:
+        """Enqueue (key, value) records for one partition, stamped with `timestamps` (one per record: a
+        final window's event time) or now, as whole batches (a changelog's writes at a checkpoint): none of
+        `send`'s per-record partitioning and futures. The returned future resolves to the offset of the
+        last record once the broker acknowledged it; `records` is not empty."""
 
     async def flush(self) -> None:
         """Wait until everything enqueued so far is acknowledged; raise DeliveryFailed if any was not."""

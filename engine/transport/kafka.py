@@ -537,16 +537,18 @@ class KafkaProducer:
         return future
 
     async def send_batch(self, topic: str, partition: int,
-                         records: Sequence[tuple[bytes | None, bytes | None]]) -> asyncio.Future[int]:
+                         records: Sequence[tuple[bytes | None, bytes | None]],
+                         timestamps: Sequence[int] | None = None) -> asyncio.Future[int]:
         if not self._open.is_set():
             await self._open.wait()
         batch, relative = self._client.create_batch(), -1
-        for key, value in records:
-            appended = batch.append(key=key, value=value, timestamp=None)
+        for index, (key, value) in enumerate(records):
+            at = None if timestamps is None else timestamps[index]  # None: aiokafka stamps it now
+            appended = batch.append(key=key, value=value, timestamp=at)
             if appended is None:  # full: send it and go on in a new one
                 await self._send_batch(batch, topic, partition)
                 batch = self._client.create_batch()
-                appended = batch.append(key=key, value=value, timestamp=None)
+                appended = batch.append(key=key, value=value, timestamp=at)
                 if appended is None:
                     raise DeliveryFailed(f"a record for {topic!r} of {len(value or b'')} bytes does not fit "
                                          "in a batch (max_batch_size)")

@@ -350,10 +350,12 @@ class MemoryProducer:
         return future
 
     async def send_batch(self, topic: str, partition: int,
-                         records: Sequence[tuple[bytes | None, bytes | None]]) -> asyncio.Future[int]:
+                         records: Sequence[tuple[bytes | None, bytes | None]],
+                         timestamps: Sequence[int] | None = None) -> asyncio.Future[int]:
         offset = -1
-        for key, value in records:
-            offset = self.broker.append(topic, key, value, (), partition).offset
+        for index, (key, value) in enumerate(records):
+            at = None if timestamps is None else timestamps[index]
+            offset = self.broker.append(topic, key, value, (), partition, at).offset
         self.broker.notify()
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         future.set_result(offset)

@@ -65,7 +65,8 @@ class FakeProducer:
             raise failure
         self.log.append(("commit", self.name, dict(offsets)))
 
-    async def send_batch(self, topic: str, partition: int, records: list[Any]) -> asyncio.Future[int]:
+    async def send_batch(self, topic: str, partition: int, records: list[Any],
+                         timestamps: list[int] | None = None) -> asyncio.Future[int]:
         if (failure := self.failures.pop(f"send {self.name}", None)) is not None:
             raise failure
         self.offset += len(records)

@@ -181,7 +181,7 @@ def test_a_record_an_agent_fails_on_goes_to_its_dlq_and_the_agent_goes_on() -> N
         assert driver.table("totals") == {"a": 8, "b": 2}
         [letter] = driver.dlq(add)
         a_partition = driver.read(source)[0].partition
-        assert letter == DeadLetter("a", -1, "ValueError: negative amount -1", "ValueError", "amounts",
+        assert letter == DeadLetter(b"a", b"-1", "ValueError: negative amount -1", "ValueError", "amounts",
                                     a_partition, 1)
         assert driver.dlq("add") == []
 
@@ -338,7 +338,7 @@ def test_bytes_that_do_not_decode_go_to_the_dlq_with_their_decode_error() -> Non
         driver.send(source, key="a", value=7)
         assert seen == [7], "the agent goes on after the record it could not decode"
         [letter] = driver.dlq(add)
-        # A record that does not decode comes back as its bytes, key and value.
+        # A dead letter's key and value are the record's bytes (whatever the error).
         assert (letter.key, letter.value, letter.error_type) == (b"a", b"not json", "DecodeError")
         assert (letter.topic, letter.partition, letter.offset) == ("amounts", 0, 0)
 

@@ -116,9 +116,9 @@ def test_unsent_work_goes_back_under_newer_writes() -> None:
     writes, meta = part.take_buffer(), part.take_meta()
     late = part.take_late()
     part.set("a", 2)  # written while the checkpoint ran
-    part.put_back(writes, meta, [(b"w", b"v")], late)
+    part.put_back(writes, meta, [(b"w", b"v", 5)], late)
     assert part.buffer == {"a": 2, "b": 1}, "the newer write wins"
     assert part.meta == {b"m": b"old"}
     assert part.flushing is None
-    assert part.take_closes() == [(b"w", b"v")]
+    assert part.take_closes() == [(b"w", b"v", 5)]
     assert [record.offset for record in part.take_late()] == [1]
