@@ -10,7 +10,8 @@
     │   ├── BrokerUnavailable  no broker answered at the configured address
     │   ├── DeliveryFailed     a produced record was not acknowledged by the broker
     │   │   └── ProducerFenced a newer producer with the same transactional id took over
-    │   └── MembershipLost     the group no longer counts this worker as a member (its session expired)
+    │   ├── MembershipLost     the group no longer counts this worker as a member (its session expired)
+    │   └── OffsetOutOfRange   a reader asked for offsets the log no longer holds (deleted or retained away)
     ├── PartitionMigrated      the event's partition moved to another worker while it was processed
     ├── InvalidTimestamp       an event's time is negative (no timestamp): it cannot be put in a window
     ├── NotRunning             a send/ask before the worker started, or after it stopped
@@ -24,6 +25,11 @@
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.events import TP
 
 
 class EngineError(Exception):
@@ -88,6 +94,18 @@ class ProducerFenced(DeliveryFailed):
 class MembershipLost(TransportError):
     """The consumer group no longer counts this worker as a member: its partitions are (or soon will be)
     another worker's. Nothing of them may be written or committed."""
+
+
+class OffsetOutOfRange(TransportError):
+    """A consumer that resets no offsets by itself (auto_offset_reset="none") was positioned where its
+    partitions' logs no longer reach: records were deleted below it. Carries the offsets asked for, by
+    partition, so that the reader decides what to do (a store that follows a changelog is rebuilt: a silent
+    jump would leave it holding values the log no longer has)."""
+
+    def __init__(self, offsets: dict[TP, int]) -> None:
+        self.offsets = offsets
+        listed = ", ".join(f"{tp.topic}[{tp.partition}] at {o}" for tp, o in sorted(offsets.items()))
+        super().__init__(f"offsets no longer on the broker (records deleted below them): {listed}")
 
 
 class InvalidTimestamp(EngineError):

@@ -45,6 +45,7 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
     UnsupportedSaslMechanismError,
 )
+from aiokafka.errors import OffsetOutOfRangeError as KafkaOffsetOutOfRange
 from aiokafka.errors import ProducerFenced as KafkaProducerFenced
 from aiokafka.helpers import create_ssl_context
 
@@ -61,6 +62,7 @@ from engine.errors import (
     BrokerUnavailable,
     DeliveryFailed,
     MembershipLost,
+    OffsetOutOfRange,
     ProducerFenced,
     TransactionAborted,
     TransportError,
@@ -298,6 +300,9 @@ class KafkaConsumer:
             )
         except KafkaConnectionError as exc:
             raise await _unavailable(self._servers, self._options, exc) from exc
+        except KafkaOffsetOutOfRange as exc:  # only with auto_offset_reset="none": {TopicPartition: offset}
+            asked = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
+            raise OffsetOutOfRange({TP(tp.topic, tp.partition): o for tp, o in asked.items()}) from exc
         return batches
 
     async def commit(self, offsets: Mapping[TP, int]) -> None:
