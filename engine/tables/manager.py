@@ -22,9 +22,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from agents import Service
+from engine.errors import OffsetOutOfRange
 from engine.events import TP
 from engine.stores import PartitionStore, StoreBackend, StoreCorrupt, open_store_backend
-from engine.tables.recovery import Progress, apply_batch, replay_to_end
+from engine.tables.recovery import Progress, apply_batch, replay_to_end, start_positions
 from engine.tables.state import StateManager
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class TableManager(Service):
         self.on_disk: dict[TP, tuple[int | None, float]] = {}
         self.globals = StateManager("global tables", self, follows_sources=True)
         self.followed: dict[TP, PartitionStore] = {}  # what the follower keeps current
+        self._owners: dict[TP, StateManager] = {}  # whose the followed stores are (to rebuild them)
         self._follow_changed = asyncio.Event()
         self._next_lag = 0.0
         self._follower: Any = None
@@ -120,7 +122,8 @@ class TableManager(Service):
             for table, part in self.globals.partitions():  # every partition, read by every worker's agents
                 table.active[part.number] = part
             self.follow(self.globals)
-        self._follower = self.transport.consumer(group_id=None)
+        # Never resets by itself: a followed store below its log's start is rebuilt (_refit), not moved on.
+        self._follower = self.transport.consumer(group_id=None, auto_offset_reset="none")
         await self._follower.start()
         self.spawn(self._follow_loop(), "follow")
 
@@ -149,12 +152,12 @@ class TableManager(Service):
             identities = await admin.topic_ids({tp.topic for tp in stores})
         finally:
             await admin.close()
-        reader = self.transport.consumer(group_id=None)
+        reader = self.transport.consumer(group_id=None, auto_offset_reset="none")  # (a gap: rebuild)
         await reader.start()
         try:
             label = ", ".join(sorted({tp.topic for tp in stores}))
             counts = await replay_to_end(reader, stores, lambda tp: owners[tp].rebuild(tp), self.progress,
-                                         label, identities, until or {})
+                                         label, identities, until or {}, self._table_names())
         finally:
             await reader.stop()
         for tp, count in counts.items():
@@ -182,6 +185,10 @@ class TableManager(Service):
             positions[tp.partition] = positions.get(tp.partition, 0) + (0 if applied is None else applied + 1)
         return positions
 
+    def _table_names(self) -> dict[str, str]:
+        """Changelog topic to table name, for the logs."""
+        return {t.changelog_topic.name: t.name for t in self.tables.values()}
+
     def tables_by_changelog(self, topic: str) -> BaseTable:
         return next(t for t in self.tables.values() if t.changelog_topic.name == topic)
 
@@ -190,6 +197,7 @@ class TableManager(Service):
     def follow(self, state: StateManager) -> None:
         """Keep the stores of `state` current (those with a changelog of their own) until `unfollow`."""
         stores = state.followed()
+        self._owners.update(dict.fromkeys(stores, state))
         if stores.keys() - self.followed.keys():
             self.followed.update(stores)
             self._follow_changed.set()
@@ -200,6 +208,7 @@ class TableManager(Service):
         if any(tp in self.followed for tp in tps):
             for tp in tps:
                 self.followed.pop(tp, None)
+                self._owners.pop(tp, None)
             self._follow_changed.set()
 
     async def _follow_loop(self) -> None:
@@ -216,12 +225,38 @@ class TableManager(Service):
             if not following:
                 await self._follow_changed.wait()
                 continue
-            batches = await reader.getmany(0.5, 10_000)
+            try:
+                batches = await reader.getmany(0.5, 10_000)
+            except OffsetOutOfRange as exc:
+                await self._refit(reader, exc.offsets)
+                continue
             for tp, records in batches.items():
                 store = self.followed.get(TP(tp[0], tp[1]))  # (unfollowed while it fetched: not applied)
                 if store is not None and records:
                     apply_batch(store, records)
             await self._measure_lag(reader, following)
+
+    async def _refit(self, reader: Any, trimmed: Mapping[TP, int]) -> None:
+        """Records were deleted below followed stores (DeleteRecords, retention): rebuild them from what their
+        logs hold, by recovery's rule (a standby that read on from the new start would keep values the
+        deleted records overwrote or deleted, and serve them after a failover)."""
+        stores = {tp: self.followed[tp] for tp in trimmed if tp in self.followed}
+
+        def rebuild(tp: TP) -> PartitionStore:
+            if self.followed.get(tp) is not stores[tp]:
+                return stores[tp]  # unfollowed while the offsets were asked: its new holder fits it
+            state = self._owners[tp]
+            store = self.followed[tp] = state.rebuild(tp)
+            if state is self.globals:  # every worker's agents read these: over the new store from now on
+                for table, part in state.partitions():
+                    if TP(table.changelog_topic.name, part.number) == tp:
+                        table.active[part.number] = part
+            return store
+
+        starts, _, _ = await start_positions(reader, stores, rebuild, {}, tables=self._table_names())
+        for tp, start in starts.items():
+            if tp in self.followed:  # (what is not was unassigned: the loop assigns anew)
+                reader.seek(tp, start)
 
     async def _measure_lag(self, reader: Any, following: set[TP]) -> None:
         """Every LAG_EVERY seconds, while the assignment has warm-ups: their stores' lag and, once every

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from engine.errors import OffsetOutOfRange
 from engine.events import TP
 
 if TYPE_CHECKING:
@@ -73,11 +74,15 @@ async def start_positions(
     rebuild: Callable[[TP], Sink],
     identities: Mapping[str, bytes],
     until: Mapping[TP, int] | None = None,
+    tables: Mapping[str, str] | None = None,
 ) -> tuple[dict[TP, int], dict[TP, int], dict[TP, Sink]]:
     """Where each partition's replay starts and ends (the log's end, or `until` for a partition given
     there); rebuilds stores that do not fit their log or are past `until` (a store written past where its
     task resumes reading would show events a later state), and records in each store the id of the log it
-    reflects (`identities`: topic ids, where the broker tells them)."""
+    reflects (`identities`: topic ids, where the broker tells them). A store below the log's start (records
+    deleted under it: DeleteRecords, retention) is rebuilt from what the log holds, never read on from the
+    start as if nothing were missing: the deleted records may have overwritten or deleted its keys. This is
+    the one rule for recovery and for followers (`tables`, changelog topic to table name, for the WARNING)."""
     until = until or {}
     bounds = await reader.offsets(list(stores))
     starts: dict[TP, int] = {}
@@ -99,7 +104,17 @@ async def start_positions(
                         "(%d): rebuilding it up to there", tp.topic, tp.partition, stored, end)
             store = fitted[tp] = rebuild(tp)
             stored = None
-        elif stored is not None and not first - 1 <= stored < end:
+        elif stored is not None and stored < first - 1:
+            log.warning(
+                "table %s: the store of %s[%d] is at changelog offset %d but the log now starts at %d: "
+                "records deleted under it, a gap of %d offsets [%d, %d) lost; rebuilding it from what the "
+                "log holds, [%d, %d)",
+                (tables or {}).get(tp.topic, tp.topic), tp.topic, tp.partition, stored, first,
+                first - stored - 1, stored + 1, first, first, end,
+            )
+            store = fitted[tp] = rebuild(tp)
+            stored = None
+        elif stored is not None and stored >= end:
             log.warning(
                 "store of %s[%d] is at changelog offset %d but the log holds [%d, %d); rebuilding it",
                 tp.topic, tp.partition, stored, first, end,
@@ -121,10 +136,13 @@ async def replay_to_end(
     label: str,
     identities: Mapping[str, bytes] | None = None,
     until: Mapping[TP, int] | None = None,
+    tables: Mapping[str, str] | None = None,
 ) -> dict[TP, int]:
     """Replay each partition's changelog from its store's offset to the current end (or to `until`, for
-    the partitions given there); returns counts."""
-    starts, ends, fitted = await start_positions(reader, stores, rebuild, identities or {}, until)
+    the partitions given there); returns counts. Records deleted below the reader while it replays (a
+    reader made with auto_offset_reset="none" says so) rebuild the stores concerned, by the same rule as at
+    the start: recovery never waits for offsets that will not come, nor reads on past a gap."""
+    starts, ends, fitted = await start_positions(reader, stores, rebuild, identities or {}, until, tables)
     todo = {tp for tp in fitted if starts[tp] < ends[tp]}
     counts = dict.fromkeys(fitted, 0)
     if not todo:
@@ -136,7 +154,21 @@ async def replay_to_end(
     progress.remaining += sum(ends[tp] - starts[tp] for tp in todo)
     last_log = time.monotonic()
     while todo:
-        batches = await reader.getmany(0.5, FETCH)
+        try:
+            batches = await reader.getmany(0.5, FETCH)
+        except OffsetOutOfRange as exc:
+            trimmed = {tp: fitted[tp] for tp in exc.offsets if tp in todo}
+            if not trimmed:
+                raise
+            again, _, refitted = await start_positions(reader, trimmed, rebuild, {}, until, tables)
+            for tp, store in refitted.items():
+                fitted[tp] = store
+                progress.remaining -= again[tp] - positions[tp]
+                positions[tp] = again[tp]
+                reader.seek(tp, again[tp])
+                if again[tp] >= ends[tp]:
+                    todo.discard(tp)
+            continue
         if not batches:
             # Nothing came: a log may end in control records we never see. Trust the position.
             for tp in list(todo):

@@ -1,0 +1,153 @@
+"""A changelog trimmed under a stopped worker's stores (DeleteRecords, as retention would): the worker comes
+back, follows (standby, warm-up) or restores them, and neither waits for offsets that will not come nor reads
+on from the log's new start as if nothing were missing. Each store is rebuilt from what the log holds, with
+a WARNING naming the table, the partition and the gap; its contents are then exactly what the log says."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from engine.stores import open_store_backend
+from engine.tables.keys import META_PREFIX
+from tests.integration.helpers import (
+    SHORT_SESSION,
+    WorkerProcess,
+    consume_until,
+    create_topics,
+    latest,
+    placed_over,
+    produce,
+    read_all,
+    standbys_caught_up,
+    unique,
+    until_done,
+    worker_status,
+)
+from tests.integration.table_apps import make_app
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 4
+
+
+def worker(kafka_url: str, app_id: str, topic: str, tmp_path: Path, name: str,
+           data_dir: Path) -> WorkerProcess:
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(data_dir),
+           "ENGINE_STANDBY_REPLICAS": "1", **SHORT_SESSION}
+    return WorkerProcess("tests.integration.table_apps:app", kafka_url, env, tmp_path / f"{name}.log")
+
+
+Held = dict[int, tuple[int | None, dict[str, int]]]
+
+
+def stores_on_disk(kafka_url: str, app_id: str, topic: str, data_dir: Path) -> Held:
+    """Each partition's store of the counts table in a stopped worker's data dir: its changelog offset and
+    what it holds."""
+    app = make_app(app_id, topic=topic)
+    settings = app.settings({"broker": kafka_url, "data_dir": str(data_dir)})
+    counts: Any = app.counts  # type: ignore[attr-defined]
+    backend = open_store_backend(settings.store, settings.app_dir, settings.store_memory)
+    found = {}
+    for number in range(PARTITIONS):
+        store = backend.open("counts", number)
+        try:
+            found[number] = (store.changelog_offset(),
+                             {counts.key_codec.decode(k): counts.value_codec.decode(v)
+                              for k, v in store.items() if not k.startswith(META_PREFIX)})
+        finally:
+            store.close()
+    return found
+
+
+async def end_offsets(bootstrap: str, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    await consumer.start()
+    try:
+        ends: dict[TopicPartition, int] = await consumer.end_offsets(tps)
+        return ends
+    finally:
+        await consumer.stop()
+
+
+async def test_stores_below_a_trimmed_changelog_are_rebuilt_from_what_it_holds_and_say_so(kafka, tmp_path):
+    app_id, topic = unique("trimmed"), unique("words")
+    changelog = f"{app_id}-counts-changelog"
+    await create_topics(kafka.bootstrap, [topic], partitions=PARTITIONS)
+    a = worker(kafka.url, app_id, topic, tmp_path, "a", tmp_path / "a")
+    b = worker(kafka.url, app_id, topic, tmp_path, "b", tmp_path / "b")
+    first = [f"c{i % 40}" for i in range(1000)]
+    second = [f"c{i % 40}" for i in range(400)]  # while b is stopped
+    third = [f"d{i % 20}" for i in range(200)]  # after the trim
+    again: WorkerProcess | None = None
+    try:
+        await placed_over([a, b], PARTITIONS)
+        await produce(kafka.bootstrap, topic, [(w, 1) for w in first])
+        await consume_until(kafka.bootstrap, changelog, lambda rs: latest(rs) == dict(Counter(first)),
+                            workers=[a, b])
+        await standbys_caught_up(b, kafka.bootstrap, changelog)
+        assert b.terminate() == 0, b.output()[-3000:]
+        held = stores_on_disk(kafka.url, app_id, topic, tmp_path / "b")
+        assert all(offset is not None for offset, _ in held.values()), "b kept a store of every partition"
+
+        await produce(kafka.bootstrap, topic, [(w, 1) for w in second])
+        both = dict(Counter(first + second))
+        await consume_until(kafka.bootstrap, changelog, lambda rs: latest(rs) == both, workers=[a])
+        tps = [TopicPartition(changelog, n) for n in range(PARTITIONS)]
+        trim = {tp.partition: end for tp, end in (await end_offsets(kafka.bootstrap, tps)).items()}
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+        await admin.start()
+        try:  # everything written so far, past every store b holds (compact-only logs refuse DeleteRecords)
+            await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, changelog,
+                                                      configs={"cleanup.policy": "compact,delete"})])
+            await admin.delete_records({tp: RecordsToDelete(trim[tp.partition]) for tp in tps})
+        finally:
+            await admin.close()
+        await produce(kafka.bootstrap, topic, [(w, 1) for w in third])
+        records = await consume_until(kafka.bootstrap, changelog,
+                                      lambda rs: latest(rs) == dict(Counter(third)), workers=[a])
+        truth = latest(records)  # the changelog's latest value of each key whose latest record survived
+        assert truth == dict(Counter(third)), "the trim left none of the c keys"
+        last = {n: max(r.offset for r in records if r.partition == n) + 1 for n in range(PARTITIONS)}
+
+        again = worker(kafka.url, app_id, topic, tmp_path, "again", tmp_path / "b")
+
+        async def caught_up() -> tuple[bool, Any]:  # every store of the worker, standby or active
+            status = await worker_status(again)
+            if status is None:
+                return False, None
+            positions = status["store_positions"]
+            behind = {n: last[n] - positions.get(str(n), 0) for n in range(PARTITIONS)}
+            return all(n <= 0 for n in behind.values()), behind
+
+        await until_done(caught_up, "the restarted worker's stores catching up", stall=30, workers=[again])
+        assert again.terminate() == 0, again.output()[-3000:]
+        warnings = [line for line in again.output().splitlines() if "records deleted under it" in line]
+        for n in range(PARTITIONS):
+            stored = held[n][0]
+            assert stored is not None
+            line = next((w for w in warnings if f"{changelog}[{n}]" in w), None)
+            assert line is not None, f"no warning for partition {n}: {again.output()[-3000:]}"
+            assert "WARNING" in line
+            assert "table counts" in line
+            assert f"now starts at {trim[n]}" in line
+            assert f"a gap of {trim[n] - stored - 1} offsets [{stored + 1}, {trim[n]})" in line
+        rebuilt = stores_on_disk(kafka.url, app_id, topic, tmp_path / "b")
+        held_now: dict[str, int] = {}
+        for _, contents in rebuilt.values():
+            held_now.update(contents)
+        assert held_now == truth, "b's stores hold exactly what the trimmed changelog holds"
+        assert truth == latest(await read_all(kafka.bootstrap, changelog))
+        assert a.terminate() == 0, a.output()[-3000:]
+    finally:
+        for w in (a, b, again):
+            if w is not None and w.process.poll() is None:
+                w.kill()
