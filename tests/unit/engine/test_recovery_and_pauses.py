@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from engine.errors import OffsetOutOfRange
 from engine.events import TP
 from engine.stores.memory import MemoryStoreBackend
 from engine.tables.recovery import Progress, replay_to_end
@@ -73,6 +74,61 @@ async def test_a_store_ahead_of_its_log_is_rebuilt_from_the_start():
         await reader.stop()
     assert rebuilt == [TP(topic, 0)]
     assert dict(stores[TP(topic, 0)].items()) == {b"a": b"1"}
+
+
+class TrimmedUnder:
+    """A reader whose partition `tp` loses its records below `first` at the first fetch, once recovery has
+    started (DeleteRecords): from then on it tells the new start and, asked for less, raises as aiokafka
+    does with auto_offset_reset="none"."""
+
+    def __init__(self, inner: Any, tp: TP, first: int) -> None:
+        self.inner, self.tp, self.first, self.start = inner, tp, first, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def offsets(self, tps: Any) -> dict[TP, tuple[int, int]]:
+        bounds = await self.inner.offsets(tps)
+        return {tp: (max(first, self.start) if tp == self.tp else first, end)
+                for tp, (first, end) in bounds.items()}
+
+    async def getmany(self, timeout: float, max_records: int) -> Any:
+        self.start = self.first
+        position = await self.inner.position(self.tp)
+        if position < self.start:
+            raise OffsetOutOfRange({self.tp: position})
+        return await self.inner.getmany(timeout, max_records)
+
+
+async def test_records_deleted_under_a_store_being_restored_rebuild_it_from_what_the_log_holds(caplog):
+    transport, topic = await changelog({0: [(b"a", b"1"), (b"b", b"1"), (b"a", b"2"), (b"c", b"1"),
+                                            (b"b", b"2")], 1: []})
+    tp = TP(topic, 0)
+    backend = MemoryStoreBackend(f"memory://{uuid.uuid4().hex}")
+    stores = {tp: backend.open("counts", 0)}
+    stores[tp].write({b"a": b"1"}, 0)
+
+    def rebuild(tp: TP) -> Any:
+        backend.destroy("counts", 0)
+        stores[tp] = backend.open("counts", 0)
+        return stores[tp]
+
+    reader = transport.consumer(group_id=None)
+    await reader.start()
+    progress = Progress()
+    try:
+        await replay_to_end(TrimmedUnder(reader, tp, 3), dict(stores), rebuild, progress, "test",
+                            tables={topic: "counts"})
+    finally:
+        await reader.stop()
+    truth = {b"c": b"1", b"b": b"2"}  # the latest value of each key whose latest record survived
+    assert dict(stores[tp].items()) == truth, "a=1 and a=2 are gone with the records deleted"
+    assert (progress.applied, progress.remaining) == (2, 0)
+    [warning] = [r for r in caplog.records if "records deleted under it" in r.getMessage()]
+    assert warning.levelname == "WARNING"
+    assert "table counts" in warning.getMessage()
+    assert f"{topic}[0] is at changelog offset 0" in warning.getMessage()
+    assert "a gap of 2 offsets [1, 3)" in warning.getMessage()
 
 
 class RecordingConsumer:
