@@ -224,7 +224,7 @@ class Conductor(Service):
                     await self._dispatch_many(topic_routes, records, lease)
             if ordered:
                 for task in list(tasks.values()):
-                    if task.inputs is not None:
+                    if task.inputs is not None and task.release.due:  # (no coroutine for the others)
                         await task.release.run(ordering)
 
     async def _dispatch(self, records: list[RawRecord], lease: Lease) -> None:

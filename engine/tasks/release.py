@@ -127,16 +127,21 @@ class TaskRelease:
         if inputs.buffered(tp) > ordering.limit * ORDERING_BUFFERS:
             ordering.pauses.hold([tp], ORDERING)  # bounded memory while the task's other inputs lag
 
+    @property
+    def due(self) -> bool:
+        """Whether a release may start: none of the task's is under way or waits, and the task runs (while
+        it is set up its partitions' positions are not sought yet, and asking their lag would wait for a
+        position only the set-up gives)."""
+        return self.state is ReleaseState.IDLE and self._task.ready
+
     async def run(self, ordering: Ordering) -> None:
-        """Release what the buffers' order allows, unless a release of the task is under way or waits, or
-        the task is not running (while it is set up its partitions' positions are not sought yet, and asking
-        their lag would wait for a position only the set-up gives)."""
-        if self.state is ReleaseState.IDLE and self._task.ready:
+        """Release what the buffers' order allows, if a release is `due`."""
+        if self.due:
             await self._release(ordering)
 
     def unparked(self, ordering: Ordering) -> None:
         """A batch of the task was handed over after waiting for room: go on releasing (it stopped for it)."""
-        if self.state is ReleaseState.IDLE and self._task.ready:
+        if self.due:
             ordering.delivery.spawn(self._release(ordering), f"ordering:{self._task.number}")
 
     async def _release(self, ordering: Ordering) -> None:
@@ -183,10 +188,7 @@ class TaskRelease:
             if inputs.buffered(tp) <= limit:
                 pauses.release([tp], ORDERING)
         if ordering.serial and await self._others_busy(runs, handover, ordering):
-            _unread(inputs, runs)
-            self.state = ReleaseState.WAITING
-            ordering.delivery.spawn(self._after_in_flight(ordering), f"ordering:{task.number}")
-            return False  # released once the other agents of the table processed what they hold
+            return self._wait(runs, ordering)  # until the other agents of the table processed what they hold
         index = 0
         while (index := await handover.deliver(runs, index)) < len(runs):
             if ordering.delivery.parked(task.leases):
@@ -201,10 +203,7 @@ class TaskRelease:
                 continue  # revoked meanwhile: never applied
             await handover.flush()
             if any(other.in_flight for at, other in task.leases.items() if at.topic not in ordering.tables):
-                _unread(inputs, runs[index:])
-                self.state = ReleaseState.WAITING
-                ordering.delivery.spawn(self._after_in_flight(ordering), f"ordering:{task.number}")
-                return False  # released (and this table run applied) once the events before it are done
+                return self._wait(runs[index:], ordering)  # (this table run too) until they are processed
             for record in records:
                 lease.track(record.offset)
             if task.apply_source(tp.topic, records):
@@ -212,6 +211,15 @@ class TaskRelease:
                     lease.ack(record.offset)
             index += 1
         return True
+
+    def _wait(self, runs: Sequence[Run], ordering: Ordering) -> bool:
+        """Put `runs` back and release them in the background once the events of the task handed over so
+        far were processed (`_after_in_flight`); False: this release stops."""
+        assert self._task.inputs is not None
+        _unread(self._task.inputs, runs)
+        self.state = ReleaseState.WAITING
+        ordering.delivery.spawn(self._after_in_flight(ordering), f"ordering:{self._task.number}")
+        return False
 
     async def _others_busy(self, runs: Sequence[Run], handover: Handover, ordering: Ordering) -> bool:
         """Whether `runs` are of a serial topic while events of another serial topic of the task are still
