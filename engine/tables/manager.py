@@ -25,8 +25,9 @@ from agents import Service
 from engine.errors import OffsetOutOfRange
 from engine.events import TP
 from engine.stores import PartitionStore, StoreBackend, StoreCorrupt, open_store_backend
+from engine.tables.partition import TablePartition
 from engine.tables.recovery import Progress, apply_batch, replay_to_end, start_positions
-from engine.tables.state import StateManager
+from engine.tables.state import StateManager, read_upto
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping
@@ -182,7 +183,7 @@ class TableManager(Service):
         """Per task, how far the stores kept on disk (not open) had read their changelogs, summed."""
         positions: dict[int, int] = {}
         for tp, (applied, _) in self.on_disk.items():
-            positions[tp.partition] = positions.get(tp.partition, 0) + (0 if applied is None else applied + 1)
+            positions[tp.partition] = positions.get(tp.partition, 0) + read_upto(applied)
         return positions
 
     def _table_names(self) -> dict[str, str]:
@@ -220,8 +221,7 @@ class TableManager(Service):
                 following = set(self.followed)
                 reader.assign(following)
                 for tp in following:
-                    offset = self.followed[tp].changelog_offset()
-                    reader.seek(tp, 0 if offset is None else offset + 1)
+                    reader.seek(tp, read_upto(self.followed[tp].changelog_offset()))
             if not following:
                 await self._follow_changed.wait()
                 continue
@@ -248,9 +248,8 @@ class TableManager(Service):
             state = self._owners[tp]
             store = self.followed[tp] = state.rebuild(tp)
             if state is self.globals:  # every worker's agents read these: over the new store from now on
-                for table, part in state.partitions():
-                    if TP(table.changelog_topic.name, part.number) == tp:
-                        table.active[part.number] = part
+                table = self.tables_by_changelog(tp.topic)
+                table.active[tp.partition] = TablePartition(tp.partition, store, table.value_codec)
             return store
 
         starts, _, _ = await start_positions(reader, stores, rebuild, {}, tables=self._table_names())

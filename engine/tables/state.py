@@ -27,6 +27,13 @@ if TYPE_CHECKING:
     from engine.tables.base import BaseTable
 
 
+def read_upto(offset: int | None) -> int:
+    """How far a store has read its changelog: the next offset it reads (0 if it applied nothing), from
+    the offset of the last record it applied. The assignor sums these to find who is caught up; a follower
+    seeks there."""
+    return 0 if offset is None else offset + 1
+
+
 class Stores(Protocol):
     """Where a state manager opens and deletes its stores (engine.tables.manager.TableManager is that): the
     worker's store backends and its inventory of the stores kept on disk."""
@@ -89,8 +96,7 @@ class StateManager:
     def position(self) -> int:
         """How far the stores have read their changelogs, summed: what the assignor compares to find the
         member whose copy of a task is caught up."""
-        return sum(0 if (offset := store.changelog_offset()) is None else offset + 1
-                   for _, store in self.stores.values())
+        return sum(read_upto(store.changelog_offset()) for _, store in self.stores.values())
 
     def apply_source(self, topic: str, records: list[RawRecord]) -> bool:
         """Apply a run of a table's source topic to its store (data and offset in one batch: the topic is

@@ -310,7 +310,10 @@ class TaskManager(Service):
         self.standbys.settle(wanted, active, self._active_states())
 
     def _active_states(self) -> list[StateManager]:
-        return [task.state_manager for task in self.active.values() if task.state_manager is not None]
+        return [state for _, state in self._numbered_active_states()]
+
+    def _numbered_active_states(self) -> list[tuple[int, StateManager]]:
+        return [(n, task.state_manager) for n, task in self.active.items() if task.state_manager is not None]
 
     def positions(self) -> dict[int, int]:
         """Per task this worker has stores of (open: active, standby or kept warm; or kept on disk): how far
@@ -319,10 +322,8 @@ class TaskManager(Service):
         if self.tables is None or self.standbys is None:
             return {}
         positions = self.tables.kept_positions()
-        for state in [*self._active_states(), *self.standbys.states()]:
-            for tp, (_, store) in state.stores.items():
-                read = 0 if (offset := store.changelog_offset()) is None else offset + 1
-                positions[tp.partition] = positions.get(tp.partition, 0) + read
+        for number, state in [*self._numbered_active_states(), *self.standbys.states()]:
+            positions[number] = positions.get(number, 0) + state.position()
         return positions
 
     def standby_store(self, table: BaseTable, number: int) -> PartitionStore | None:

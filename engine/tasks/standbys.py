@@ -73,11 +73,12 @@ class Standbys:
             tables.follow(state)
         for number in sorted(set(self.warm) - set(active)):
             self.warm.pop(number).close()
-        tables.clean_up({tp for state in [*active_states, *self.states()] for tp in state.stores})
+        kept = [*active_states, *(state for _, state in self.states())]
+        tables.clean_up({tp for state in kept for tp in state.stores})
 
-    def states(self) -> list[StateManager]:
-        """The standby tasks' state managers and the warm ones."""
-        return [*(standby.state_manager for standby in self.tasks.values()), *self.warm.values()]
+    def states(self) -> list[tuple[int, StateManager]]:
+        """The standby tasks' state managers and the warm ones, each with its task's number."""
+        return [*((n, standby.state_manager) for n, standby in self.tasks.items()), *self.warm.items()]
 
     def store(self, table: BaseTable, number: int) -> PartitionStore | None:
         """The store of a table partition this worker keeps current without owning it, or None: what
