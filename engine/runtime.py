@@ -318,7 +318,7 @@ class Worker(Service):
             self.topology.check(counts, await admin.topic_configs(sources) if sources else {})
             self.replies.partitions = counts[self.replies.topic]
             if self.app.tables:
-                self._bind_tables(await admin.describe_topics())
+                self._bind_tables({**existing, **counts})
         finally:
             await admin.close()
         for name in self.topology.undeclared:
