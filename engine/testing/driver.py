@@ -228,10 +228,7 @@ class TestDriver:
         except WorkerFailed:
             pass  # raised to the test already, by the call that saw it
         finally:
-            self._context.run(self._loop.cancel_all)
-            self._loop.close()
-            MemoryBroker.forget(self.broker)
-            shutil.rmtree(self._data_dir, ignore_errors=True)
+            _free(self._loop, self._context, self.broker, self._data_dir)
 
     def __enter__(self) -> TestDriver:
         return self
@@ -321,9 +318,16 @@ def _free_abandoned(app_id: str, loop: VirtualTimeLoop, context: contextvars.Con
     and the stores' directory go."""
     warnings.warn(f"a TestDriver of app {app_id!r} was not closed: use `with TestDriver(app) as driver:`, "
                   "call driver.close(), or take the engine_driver fixture", ResourceWarning, stacklevel=1)
-    if not _loop_running_here():
+    _free(loop, context, broker, data_dir, cancel=not _loop_running_here(), close=not loop.is_running())
+
+
+def _free(loop: VirtualTimeLoop, context: contextvars.Context, broker: MemoryBroker, data_dir: str, *,
+          cancel: bool = True, close: bool = True) -> None:
+    """The worker's tasks cancelled, the loop closed (each unless another loop running in this thread keeps
+    it from being done now), the broker and the stores' directory gone."""
+    if cancel:
         context.run(loop.cancel_all)
-    if not loop.is_running():
+    if close:
         loop.close()
     MemoryBroker.forget(broker)
     shutil.rmtree(data_dir, ignore_errors=True)
