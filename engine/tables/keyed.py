@@ -122,8 +122,7 @@ class KeyedWindowsTable(EventTimeTable):
         state = part.windows
         if isinstance(state, KeyedWindowState) and state.stream_time is not None and self.closed_topic:
             self._close_due(part, state)
-        records = part.take_closes()
-        return records
+        return part.take_closes()
 
     # -- the mapping face ---------------------------------------------------------------------------
 

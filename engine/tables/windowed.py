@@ -383,14 +383,12 @@ class WindowedTable(EventTimeTable):
         records, oldest first; marks them emitted (an engine record in the same checkpoint)."""
         state = part.windows
         if self.closed_topic is None or state is None or state.stream_time is None:
-            records = part.take_closes()
-            return records
+            return part.take_closes()
         done = state.closed_upto
         starts = sorted(s for s in state.live if (done is None or s > done)
                         and self.window.closed(s, state.stream_time))
         if not starts:
-            records = part.take_closes()
-            return records
+            return part.take_closes()
         keys = [(key, start) for start in starts for key in sorted(state.live[start], key=repr)]
         return self._emit(part, state, keys, starts[-1])
 
@@ -407,8 +405,7 @@ class WindowedTable(EventTimeTable):
             self._emit_final(part, window_key_, latest.pop(window_key_, window_key_[1] + size - 1))
         state.closed_upto = closed_upto
         part.meta[CLOSED_KEY] = str(closed_upto).encode()
-        records = part.take_closes()
-        return records
+        return part.take_closes()
 
     def expire(self, part: TablePartition) -> int:
         """Delete this partition's windows older than `expires` (called as a checkpoint takes the buffer);

@@ -160,7 +160,7 @@ class Topology:
 
     def ordered(self) -> set[str]:
         """The topics whose records reach agents in timestamp order within a task (engine.tasks.inputs):
-        those of stream-stream joins, read into one stream (and the `serial` topics, kept apart)."""
+        those of stream-stream joins, read into one stream."""
         return {name for agent, merged in self.merged.items() if merged
                 for name in (self.reads[agent][0], *merged)}
 
