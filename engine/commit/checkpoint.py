@@ -108,10 +108,10 @@ class Checkpointer:
         busy: Callable[[], list[tuple[str, Event]]],
         global_tables: Collection[BaseTable] = (),
         held: Callable[[str, Event], None] = lambda agent, event: None,
-        committed: Callable[[Collection[int], Mapping[TP, int]], None] = lambda tasks, offsets: None,
+        committed: Callable[[Mapping[TP, int]], None] = lambda offsets: None,
     ) -> None:
         """`held`: told of each event a cut goes on without (and its agent): its task's transaction stays
-        open; `committed`: told which tasks each checkpoint committed, and the offsets."""
+        open; `committed`: told the offsets each checkpoint committed."""
         self.tasks = tasks  # the task manager's active tasks
         self._held = held
         self._committed = committed
@@ -135,11 +135,11 @@ class Checkpointer:
             only = None
         started = time.perf_counter()
         try:
-            held = await guarantee.pause(pause_timeout, self._busy)
-            for agent, event in guarantee.holding:
+            inside = await guarantee.pause(pause_timeout, self._busy)
+            for agent, event in inside:
                 self._held(agent, event)
             try:
-                return await self._checkpoint(only, held)
+                return await self._checkpoint(only, frozenset(event.partition for _, event in inside))
             finally:
                 guarantee.resume()
         except Exception:
@@ -193,7 +193,7 @@ class Checkpointer:
         if committed:
             for part in cut.cuts:
                 part.task.offsets_committed(part)
-            self._committed([part.task.number for part in cut.cuts], offsets)
+            self._committed(offsets)
         cut.to(CheckpointState.COMMITTED)
         if cut.failed:
             raise TransactionsFailed(cut.failed)

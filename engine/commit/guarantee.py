@@ -74,13 +74,9 @@ class Guarantee(Protocol):
         """Whether a checkpoint asked for some partitions (a revoke) commits every task anyway: each task's
         transaction holds everything its events sent since its last commit."""
 
-    async def pause(self, timeout: float, busy: Busy) -> frozenset[int]:
-        """Before a cut: the tasks it must leave out."""
-
-    @property
-    def holding(self) -> Sequence[tuple[str, Event]]:
-        """The events the last pause went on without (agent, event), each holding its task's transaction
-        open."""
+    async def pause(self, timeout: float, busy: Busy) -> Sequence[tuple[str, Event]]:
+        """Before a cut: the events it goes on without (agent, event); their tasks stay out of it, each
+        holding its transaction open."""
 
     def resume(self) -> None:
         """After a cut."""
@@ -121,12 +117,8 @@ class AtLeastOnce:
     def commits_every_task(self) -> bool:
         return False
 
-    async def pause(self, timeout: float, busy: Busy) -> frozenset[int]:
-        return frozenset()  # agents are not paused: every task is in the cut
-
-    @property
-    def holding(self) -> Sequence[tuple[str, Event]]:
-        return ()
+    async def pause(self, timeout: float, busy: Busy) -> Sequence[tuple[str, Event]]:
+        return ()  # agents are not paused: every task is in the cut
 
     def resume(self) -> None:
         pass
@@ -168,7 +160,6 @@ class ExactlyOnce:
         self.ask_producer: Producer = transport.producer(None)
         self.quiesce: Quiesce = Quiesce()
         self._stuck: set[int] = set()  # ids of the events a cut went on without
-        self._holding: list[tuple[str, Event]] = []
 
     @property
     def producers(self) -> list[Producer]:
@@ -182,10 +173,10 @@ class ExactlyOnce:
     def commits_every_task(self) -> bool:
         return True
 
-    async def pause(self, timeout: float, busy: Busy) -> frozenset[int]:
+    async def pause(self, timeout: float, busy: Busy) -> Sequence[tuple[str, Event]]:
         """Close the gate and wait (bounded, and not again for an event already found stuck) for agents to be
-        between events; returns the tasks an agent is still inside an event of, which the cut leaves out:
-        their transactions stay open (whatever the event sent so far is in there), the others commit."""
+        between events; returns the events agents are still inside, whose tasks the cut leaves out: their
+        transactions stay open (whatever the event sent so far is in there), the others commit."""
         known = sum(1 for _, event in busy() if id(event) in self._stuck)
         await self.quiesce.pause(timeout, stuck=known)
         inside = busy()  # the gate is closed: no event starts meanwhile
@@ -195,12 +186,7 @@ class ExactlyOnce:
                         "stay open until the events finish, the other tasks commit",
                         ", ".join(f"{agent} at {e.topic}[{e.partition}]@{e.offset}" for agent, e in new))
         self._stuck = {id(event) for _, event in inside}
-        self._holding = inside
-        return frozenset(event.partition for _, event in inside)
-
-    @property
-    def holding(self) -> Sequence[tuple[str, Event]]:
-        return self._holding
+        return inside
 
     def resume(self) -> None:
         self.quiesce.resume()

@@ -17,6 +17,7 @@ failed has its cut `drop`ped (its events are processed again once the task is re
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING
 
 from engine.commit.cut import TableWrites, TaskCut
@@ -47,6 +48,9 @@ class ActiveTask(Lifecycle):
         super().__init__(number)
         self.leases: dict[TP, Lease] = {}
         self.producer: Producer | None = None
+        # Since when (the monotonic clock) its transaction is open: its producer's start, then its last
+        # commit here. An event held past the transaction timeout gets it aborted (engine.tasks.poison).
+        self.transaction_opened: float | None = None
         self.partitions: list[tuple[BaseTable, TablePartition]] = []
         self.state_manager: StateManager | None = None  # its stores (engine.tables.state), once set up
         # With a table's source topic or a stream-stream join's streams among its inputs: its buffered
@@ -181,8 +185,8 @@ class ActiveTask(Lifecycle):
                 item.table.windowed.stored(item.part, item.writes)
             item.part.flushed()
 
-    @staticmethod
-    def offsets_committed(cut: TaskCut) -> None:
+    def offsets_committed(self, cut: TaskCut) -> None:
+        self.transaction_opened = time.monotonic()  # (a new transaction from here)
         for lease, offset in cut.offsets.values():
             lease.mark_committed(offset)
 
@@ -201,26 +205,24 @@ class ActiveTask(Lifecycle):
             item.part.put_back(item.writes, item.meta, item.closes, item.late)
 
 
-async def start_producers(make: Callable[[int], Producer], tasks: list[ActiveTask]) -> list[ActiveTask]:
+async def start_producers(make: Callable[[int], Producer], tasks: list[ActiveTask]) -> None:
     """Start a producer for each task (under exactly-once each start fences every earlier owner of the
-    task's transactional id and aborts what it left open) and give it to the task; returns the tasks whose
-    producer started. A producer whose task closed meanwhile is stopped; if any start failed, the first
-    failure is raised after the others are settled, and a cancellation (a rebalance during set-up) stops
-    them all."""
+    task's transactional id and aborts what it left open) and give it to the task. A producer whose task
+    closed meanwhile is stopped; if any start failed, the first failure is raised after the others are
+    settled, and a cancellation (a rebalance during set-up) stops them all."""
     producers = [make(task.number) for task in tasks]
     try:
         results = await asyncio.gather(*(p.start() for p in producers), return_exceptions=True)
     except asyncio.CancelledError:
         await asyncio.gather(*(p.stop() for p in producers), return_exceptions=True)
         raise
-    failure, started = None, []
+    failure = None
     for task, producer, result in zip(tasks, producers, results, strict=True):
         if isinstance(result, BaseException) or task.closed:
             failure = failure or (result if isinstance(result, BaseException) else None)
             await producer.stop()
         else:
             task.producer = producer
-            started.append(task)
+            task.transaction_opened = time.monotonic()
     if failure is not None:
         raise failure
-    return started

@@ -97,7 +97,6 @@ class TaskManager(Service):
         self.assignment: Assignment | None = None  # the group's last word on this worker
         self.poison = poison if poison is not None else PoisonRecords()
         self.transaction_timeout = transaction_timeout
-        self._transaction_opened: dict[int, float] = {}  # task -> since when its transaction is open here
         # Where each partition of a task being set up starts, and those whose committed offset was gone
         # (engine.tasks.starts): the worker's /status shows them.
         self.starts = Starts(from_start=self.table_sources, latest=reset_to_end)
@@ -189,18 +188,15 @@ class TaskManager(Service):
         (engine.tasks.poison). How long the transaction has been open is counted from the task's last commit
         here (or its producer's start): the broker's count starts later, at the transaction's first record,
         so a record that outlasts it is never missed."""
-        opened = self._transaction_opened.get(event.partition)
-        if self.transaction_timeout is None or opened is None:
+        task = self.active.get(event.partition)
+        if self.transaction_timeout is None or task is None or task.transaction_opened is None:
             return
-        seconds = time.monotonic() - opened
+        seconds = time.monotonic() - task.transaction_opened
         if seconds >= self.transaction_timeout:
             self.poison.suspect(TP(event.topic, event.partition), event.offset, agent, seconds,
                                 Cause.OPEN_TRANSACTION)
 
-    def _committed(self, tasks: Collection[int], offsets: Mapping[TP, int]) -> None:
-        now = time.monotonic()
-        for number in tasks:
-            self._transaction_opened[number] = now
+    def _committed(self, offsets: Mapping[TP, int]) -> None:
         for tp, offset in offsets.items():
             self.poison.committed(tp, offset)
 
@@ -288,9 +284,7 @@ class TaskManager(Service):
     async def _start_producers(self, tasks: list[ActiveTask]) -> None:
         """Start the tasks' producers (under exactly-once this fences every earlier owner of each task)."""
         if self.new_producer is not None and tasks:
-            opened = time.monotonic()
-            for task in await start_producers(self.new_producer, tasks):
-                self._transaction_opened[task.number] = opened
+            await start_producers(self.new_producer, tasks)
 
     @property
     def standby(self) -> dict[int, StandbyTask]:

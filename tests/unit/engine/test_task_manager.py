@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from engine.app import App
+from engine.commit.cut import TaskCut
 from engine.commit.guarantee import AtLeastOnce, ExactlyOnce
 from engine.errors import DeliveryFailed, MembershipLost, ProducerFenced
 from engine.events import TP
@@ -312,7 +313,8 @@ async def test_a_rewind_counts_a_loss_for_the_event_that_held_its_transaction_pa
 
     tasks._held("count", Event(8))  # type: ignore[arg-type]  # within the timeout: not a suspect
     await asyncio.sleep(0.25)
-    tasks._committed([1], {})  # another task committed: task 0's transaction is still the old one
+    other = tasks.active[1]
+    other.offsets_committed(TaskCut(other))  # another task committed: task 0 keeps its old transaction
     tasks._held("count", Event(9))  # type: ignore[arg-type]
     await tasks.tasks_failed({0: ProducerFenced("the broker aborted the transaction")})
     await ready(tasks, {IN0}, assign=False)
