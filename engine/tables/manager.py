@@ -63,8 +63,9 @@ class TableManager(Service):
         # Stores on disk that are not open: their changelog offset and when they were last written.
         self.on_disk: dict[TP, tuple[int | None, float]] = {}
         self.globals = StateManager("global tables", self, follows_sources=True)
-        self.followed: dict[TP, PartitionStore] = {}  # what the follower keeps current
-        self._owners: dict[TP, StateManager] = {}  # whose the followed stores are (to rebuild them)
+        # What the follower keeps current: each changelog partition with the state manager whose store it is
+        # (the store is the state manager's of the moment: a rebuilt one replaces it there).
+        self.followed: dict[TP, StateManager] = {}
         self._follow_changed = asyncio.Event()
         self._next_lag = 0.0
         self._follower: Any = None
@@ -197,11 +198,10 @@ class TableManager(Service):
 
     def follow(self, state: StateManager) -> None:
         """Keep the stores of `state` current (those with a changelog of their own) until `unfollow`."""
-        stores = state.followed()
-        self._owners.update(dict.fromkeys(stores, state))
-        if stores.keys() - self.followed.keys():
-            self.followed.update(stores)
+        tps = state.followed()
+        if tps - self.followed.keys():
             self._follow_changed.set()
+        self.followed.update(dict.fromkeys(tps, state))
 
     def unfollow(self, tps: Collection[TP]) -> None:
         """Stop following these changelog partitions (their stores are restored, closed, or an active task's
@@ -209,7 +209,6 @@ class TableManager(Service):
         if any(tp in self.followed for tp in tps):
             for tp in tps:
                 self.followed.pop(tp, None)
-                self._owners.pop(tp, None)
             self._follow_changed.set()
 
     async def _follow_loop(self) -> None:
@@ -221,7 +220,7 @@ class TableManager(Service):
                 following = set(self.followed)
                 reader.assign(following)
                 for tp in following:
-                    reader.seek(tp, read_upto(self.followed[tp].changelog_offset()))
+                    reader.seek(tp, read_upto(self._store(tp).changelog_offset()))
             if not following:
                 await self._follow_changed.wait()
                 continue
@@ -231,22 +230,26 @@ class TableManager(Service):
                 await self._refit(reader, exc.offsets)
                 continue
             for tp, records in batches.items():
-                store = self.followed.get(TP(tp[0], tp[1]))  # (unfollowed while it fetched: not applied)
-                if store is not None and records:
-                    apply_batch(store, records)
+                key = TP(tp[0], tp[1])
+                if key in self.followed and records:  # (unfollowed while it fetched: not applied)
+                    apply_batch(self._store(key), records)
             await self._measure_lag(reader, following)
+
+    def _store(self, tp: TP) -> PartitionStore:
+        """The store a followed changelog partition is applied to."""
+        return self.followed[tp].store_of(tp)
 
     async def _refit(self, reader: Any, trimmed: Mapping[TP, int]) -> None:
         """Records were deleted below followed stores (DeleteRecords, retention): rebuild them from what their
         logs hold, by recovery's rule (a standby that read on from the new start would keep values the
         deleted records overwrote or deleted, and serve them after a failover)."""
-        stores = {tp: self.followed[tp] for tp in trimmed if tp in self.followed}
+        stores = {tp: self._store(tp) for tp in trimmed if tp in self.followed}
 
         def rebuild(tp: TP) -> PartitionStore:
-            if self.followed.get(tp) is not stores[tp]:
-                return stores[tp]  # unfollowed while the offsets were asked: its new holder fits it
-            state = self._owners[tp]
-            store = self.followed[tp] = state.rebuild(tp)
+            state = self.followed.get(tp)
+            if state is None or state.store_of(tp) is not stores[tp]:
+                return stores[tp]  # unfollowed (or rebuilt) while the offsets were asked: its holder fits it
+            store = state.rebuild(tp)
             if state is self.globals:  # every worker's agents read these: over the new store from now on
                 table = self.tables_by_changelog(tp.topic)
                 table.active[tp.partition] = TablePartition(tp.partition, store, table.value_codec)
@@ -272,7 +275,7 @@ class TableManager(Service):
         ends = await reader.offsets(standby)
         behind = 0
         for tp in standby:
-            store = self.followed.get(tp)
+            store = self._store(tp) if tp in self.followed else None
             applied = store.changelog_offset() if store is not None else None
             behind = max(behind, ends[tp][1] - (0 if applied is None else applied + 1))
         if behind <= self.settings.acceptable_recovery_lag:

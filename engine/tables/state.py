@@ -86,12 +86,16 @@ class StateManager:
         entry = self.stores.get(TP(table.changelog_topic.name, number))
         return entry[1] if entry is not None else None
 
-    def followed(self) -> dict[TP, PartitionStore]:
+    def store_of(self, tp: TP) -> PartitionStore:
+        """The store of changelog partition `tp`."""
+        return self.stores[tp][1]
+
+    def followed(self) -> set[TP]:
         """The stores a follower keeps current: those of tables with a changelog of their own (a task's table
         over a source topic applies that topic in its task's order, only while the task is active), or all
         of them (`follows_sources`)."""
         every = self.follows_sources
-        return {tp: store for tp, (table, store) in self.stores.items() if every or table.has_own_changelog}
+        return {tp for tp, (table, _) in self.stores.items() if every or table.has_own_changelog}
 
     def position(self) -> int:
         """How far the stores have read their changelogs, summed: what the assignor compares to find the
