@@ -68,6 +68,10 @@ class _Check:
             raise
 
 
+# Every type a decoded JSON value can have: an unchecked field passes them as they are (no call per value).
+_ANY_JSON: frozenset[type] = frozenset({dict, list, str, int, float, bool, type(None)})
+
+
 class RecordDecoder:
     """Builds `type_` from a decoded JSON object whose fields are all known and fit their annotations."""
 
@@ -136,7 +140,7 @@ class _Compiler:
         for field in dataclasses.fields(type_):
             if field.init:
                 check = decoder.checks[field.name] = self.check(hints.get(field.name, Any))
-                decoder.kinds[field.name] = frozenset() if check is None else check.kinds
+                decoder.kinds[field.name] = _ANY_JSON if check is None else check.kinds
         return decoder
 
     def check(self, annotation: Any) -> _Check | None:
