@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh machine: venv and dependencies, Kafka jars from Maven Central,
-# linters, then every test (unit, integration on a real Kafka started by the fixtures).
+# linters and the docs site, then every test (unit, integration on a real Kafka started by the fixtures).
 set -euo pipefail
 . "$(dirname "$0")/../.ci/bootstrap.sh" dev,spark
 python -m tests.kafka resolve >/dev/null
 echo "== ruff";          ruff check .
 echo "== mypy";          mypy
 echo "== import-linter"; lint-imports
+# (not --quiet: it hides the warnings --strict fails on, and the build passes whatever they say)
+echo "== mkdocs";        NO_MKDOCS_2_WARNING=1 mkdocs build --strict   # into build/site (git-ignored)
 # Two test processes, each with its own brokers: most tests wait on brokers and workers, not on the CPU
 # (the whole suite took 12 minutes in one process and 8 in two, on 2 cores). A file stays in one process.
 echo "== pytest";        exec python -m pytest -p no:cacheprovider -n 2 --dist loadfile "$@"
