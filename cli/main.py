@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     secured = common.add_argument_group("a secured cluster (or ENGINE_* variables; the password only as "
                                         "ENGINE_SASL_PASSWORD, never on a command line)")
     for option in SECURITY_OPTIONS:
-        secured.add_argument(f"--{option.replace('_', '-')}", dest=option)
+        secured.add_argument(f"--{option.replace('_', '-')}", dest=option,
+                             help=f"the setting {option}, as ENGINE_{option.upper()} gives it")
     parser = argparse.ArgumentParser(prog="engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (worker, send, inspect, tables, export, status, reset):

@@ -1,0 +1,61 @@
+"""The reference pages say what the code does: every setting with its default, every command with its
+options; and the README's two commands are the ones the project runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from engine.settings import Settings, coerce
+from tests.unit.docs import cli_reference
+from tests.unit.docs.markdown import ROOT, blocks
+
+
+def test_the_cli_page_is_the_parsers_own() -> None:
+    page = (ROOT / "docs" / "cli.md").read_text()
+    assert page == cli_reference.render(), (
+        "docs/cli.md differs from the CLI's parser: python -m tests.unit.docs.cli_reference > docs/cli.md")
+
+
+def settings_table() -> dict[str, str]:
+    """setting -> its default cell, from the table of docs/settings.md."""
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]*) \|", (ROOT / "docs" / "settings.md").read_text(), re.MULTILINE)
+    assert len(rows) == len(dict(rows)), "a setting is listed twice"
+    return dict(rows)
+
+
+def test_the_settings_page_lists_every_setting_with_its_default() -> None:
+    fields = {f.name: f for f in dataclasses.fields(Settings) if f.name != "app_id"}
+    table = settings_table()
+    assert sorted(table) == sorted(fields), "docs/settings.md's table and engine.Settings differ"
+    for name, cell in table.items():
+        field = fields[name]
+        given = field.default_factory is not dataclasses.MISSING
+        default = field.default_factory() if given else field.default
+        written = re.match(r"`([^`]*)`", cell.strip())
+        if written is None:  # a setting without a value by default: the page says "none"
+            assert cell.strip() == "none", f"{name}: {cell!r} is neither a value nor none"
+            assert not default, f"{name}: its default is {default!r}, not none"
+        else:  # as the environment variable gives it, read the way engine reads it
+            assert coerce(name, written.group(1)) == default, f"{name}: default {default!r}, page {cell!r}"
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    said = readme.index("`.ci/run` runs exactly this command")
+    [command] = [b.code.strip() for b in blocks(ROOT / "README.md")
+                 if b.language == "bash" and readme.index(b.code) > said][:1]
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.strip() and not line.startswith(("#", "set ", "cd "))]
+    assert ci == [command]
+
+
+def test_the_readmes_first_app_is_the_example_app() -> None:
+    """The README shows examples/wordcount.py, which tests/integration/test_wordcount.py runs on Kafka."""
+    [first, *_] = [b for b in blocks(ROOT / "README.md") if b.language == "python"]
+    example = (ROOT / "examples" / "wordcount.py").read_text().split('"""', 2)[2]  # past its docstring
+
+    def code(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.strip()]
+
+    assert code(first.code) == code(example)
