@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
         for table, count in answer.get("late_events", {}).items():
             late[table] = late.get(table, 0) + count
     for table, count in sorted(late.items()):
-        print(f"table {table}: {count} late events dropped since its workers started (see README: grace)")
+        print(f"table {table}: {count} late events dropped since its workers started "
+              "(see docs/windows.md: grace)")
     for answer in live.values():
         for partition, jump in sorted(answer.get("offset_jumps", {}).items()):
             print(f"{partition}: its committed offset {jump['committed']} was gone from the broker "

@@ -203,7 +203,7 @@ class Checkpointer:
         """Writes agents made to global tables (any key, from any task's event) belong to no task: each
         partition's go with the task of its number if it is in this cut, else with the first task that is.
         Under exactly-once they therefore commit with that task's offsets, not necessarily with those of
-        the events that made them (README: global tables)."""
+        the events that made them (docs/tables.md: global tables)."""
         by_number = {task_cut.task.number: task_cut for task_cut in cut.cuts}
         first = cut.cuts[0]
         for table in self.global_tables:

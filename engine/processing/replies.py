@@ -10,7 +10,7 @@ from an agent took the checkpoint's pause timeout (seconds). Sent outside, the r
 reply too, and the checkpoint lets the replier run while an asker waits (engine.streams.quiesce). The asking
 and the answering events stay exactly-once in their own effects (table writes, sends, offsets); the request is
 at-least-once: an asker that fails before its commit asks again when its event is processed again, so an
-answering agent with side effects should be idempotent per request (the README says so).
+answering agent with side effects should be idempotent per request (docs/exactly-once.md says so).
 """
 
 from __future__ import annotations

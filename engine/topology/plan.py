@@ -9,7 +9,7 @@ An agent's pipeline (`group_by`, `through`, `join`) is learnt by the declaration
 topology at run time is `declare_late`, for what an agent that awaited something before its first event
 declares when it gets there.
 
-Partition counts (Kafka Streams' rules, see README "Topology"): a topic declared with `partitions=` must have
+Partition counts (Kafka Streams' rules, see docs/topology.md): a topic declared with `partitions=` must have
 that many; a table has its changelog's count. An internal topic engine creates without a declared count
 takes the count of the topics whose events write it, which only the broker knows: `resolve` settles them
 from its counts before the worker creates anything (engine.topology.partitions); until then, and for the

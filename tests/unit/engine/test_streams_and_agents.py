@@ -470,7 +470,7 @@ async def test_an_event_that_arrives_while_the_checkpoint_gate_is_closed_waits_f
 
 async def test_the_current_event_is_the_agents_own_in_each_instance_and_in_the_tasks_it_starts():
     """current_event() is the event the agent instance is processing: outside agents None; in each instance
-    its own; in a task the agent started, the agent's event as the agent moves on (README, Tables)."""
+    its own; in a task the agent started, the agent's event as the agent moves on (docs/tables.md)."""
     from engine.streams.current import current_event
 
     app, _ = app_on_memory()
