@@ -8,7 +8,7 @@ import re
 
 from engine.settings import Settings, coerce
 from tests.unit.docs import cli_reference
-from tests.unit.docs.markdown import ROOT, blocks
+from tests.unit.docs.markdown import ROOT, blocks, pages
 
 
 def test_the_cli_page_is_the_parsers_own() -> None:
@@ -59,3 +59,25 @@ def test_the_readmes_first_app_is_the_example_app() -> None:
         return [line for line in text.splitlines() if line.strip()]
 
     assert code(first.code) == code(example)
+
+
+def test_every_engine_command_line_of_the_docs_parses() -> None:
+    """The `engine ...` lines of the docs' shell blocks are command lines the CLI accepts as they are."""
+    import contextlib
+    import io
+    import shlex
+
+    from cli.main import build_parser
+
+    lines = [(b.where, line) for page in pages() for b in blocks(page) if b.language == "bash"
+             for line in b.code.splitlines()]
+    commands = [(where, words[1:]) for where, line in lines
+                if (words := shlex.split(line, comments=True)) and words[0].endswith("engine")]
+    assert len(commands) > 10  # (the pages' examples, found)
+    for where, argv in commands:
+        errors = io.StringIO()
+        with contextlib.redirect_stderr(errors):
+            try:
+                build_parser().parse_args(argv)
+            except SystemExit:
+                raise AssertionError(f"{where}: engine {shlex.join(argv)}: {errors.getvalue()}") from None
