@@ -81,3 +81,10 @@ def test_every_engine_command_line_of_the_docs_parses() -> None:
                 build_parser().parse_args(argv)
             except SystemExit:
                 raise AssertionError(f"{where}: engine {shlex.join(argv)}: {errors.getvalue()}") from None
+
+
+def test_every_code_fence_of_the_docs_is_closed() -> None:
+    """A fence left open swallows the rest of its page, and the blocks in it would go untested."""
+    for page in pages():
+        fences = [line for line in page.read_text().splitlines() if line.lstrip().startswith("```")]
+        assert len(fences) == 2 * len(blocks(page)), f"{page.relative_to(ROOT)}: a code fence is not closed"
