@@ -30,6 +30,7 @@ def test_the_pages_python_examples_run_as_written(page: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # what an example writes (an export, a lake table) goes here
     namespace: dict[str, Any] = {"__name__": "docs_example"}
+    apps: dict[int, engine.App] = {}  # every app the page built, also one a later block named `app` again
     for block in python_blocks(page):
         if block.fragment is not None:
             assert_cannot_run_alone(block, namespace)
@@ -39,7 +40,8 @@ def test_the_pages_python_examples_run_as_written(page: Path, tmp_path: Path,
         for name, value in list(namespace.items()):  # a test the block (re)defined: two may share a name
             if name.startswith("test_") and callable(value) and before.get(name) is not value:
                 call_test(block, value, tmp_path / f"{name}-{block.line}")
-    for app in {id(v): v for v in namespace.values() if isinstance(v, engine.App)}.values():
+        apps.update((id(v), v) for v in namespace.values() if isinstance(v, engine.App))
+    for app in apps.values():
         with TestDriver(app):
             pass  # started: its agents ran up to their first event and its topology was planned
 
