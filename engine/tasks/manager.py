@@ -236,6 +236,7 @@ class TaskManager(Service):
         if self._moving_since is not None:
             self.stalls.observe(time.monotonic() - self._moving_since)
             self._moving_since = None
+        self.activity.signal()  # (tasks set up: their restored windows may close by the clock)
         self.on_settled()
 
     async def _assigned(self, tps: set[TP]) -> None:
