@@ -54,7 +54,7 @@ async def ensure_topic(admin: Admin, topology: Topology, topic: Topic, create: b
             return None
         plan = topology.topics.get(topic.name)
         if plan is None and not create:
-            declared = ", ".join(sorted(p.name for p in topology.topics.values() if not p.topic.internal))
+            declared = ", ".join(sorted(p.name for p in topology.topics.values() if not p.internal))
             raise ConfigError(
                 f"topic {topic.name!r} does not exist on {topology.settings.broker} and app "
                 f"{topology.app_id!r} does not declare it (it declares {declared or 'no topics'}); check the "
