@@ -144,11 +144,12 @@ class TaskInputs:
     def due(self, now: float, after: float) -> float | None:
         """The next time after `now` at which time alone changes what `next_run` or `overdue` give (a
         caught-up input stops holding the others back; a wait for a fetch has lasted `after` seconds), or
-        None: until records come, nothing changes."""
-        moments = [deadline for deadline in self._idle_deadlines.values() if deadline > now]
+        None: until records come, nothing changes. Only times after `now`: a moment passed is seen when the
+        release runs next, which a fetch returning at once would not bring sooner (it would spin)."""
+        moments = list(self._idle_deadlines.values())
         if self._fetch_wait_since is not None and not self._told:
             moments.append(self._fetch_wait_since + after)
-        return min(moments, default=None)
+        return min((moment for moment in moments if moment > now), default=None)
 
     def overdue(self, now: float, after: float) -> list[TP]:
         """The empty inputs the others have waited for `after` seconds or more to be fetched, once per wait

@@ -53,3 +53,22 @@ def test_rounds_are_a_whole_number_of_intervals_after_the_end_of_the_last_and_no
     # at 3.7, during it, which that round may have missed: another round at 5.0
     assert run_rounds([3.1], until=60, work=0.5)[0] == [1.0, 3.5]
     assert run_rounds([3.1, 3.7], until=60, work=0.5)[0] == [1.0, 3.5, 5.0]
+
+
+def test_ordered_inputs_are_due_again_only_at_a_time_still_to_come() -> None:
+    """What the fetch loop waits for while a task's ordered inputs wait (engine.tasks.inputs): the end of a
+    caught-up input's max_task_idle and the moment a wait for a fetch is told; a moment passed never makes
+    the fetch return at once (it would spin while the release cannot run)."""
+    from engine.events import TP
+    from engine.tasks.inputs import TaskInputs
+
+    table, stream = TP("table", 0), TP("stream", 0)
+    inputs = TaskInputs([table, stream], [table], idle=2.0)
+    assert inputs.due(0.0, 30.0) is None, "nothing buffered: only records change anything"
+    inputs.add(stream, [object()])  # (a record: only counted here)
+    assert inputs.next_run({table: 0}, 10.0) is None, "the caught-up table holds the stream back for 2 s"
+    assert inputs.due(10.0, 30.0) == 12.0
+    assert inputs.due(12.5, 30.0) is None
+    assert inputs.next_run({table: 5}, 20.0) is None, "the table has records on the broker: wait for them"
+    assert inputs.due(20.0, 30.0) == 50.0, "then tell the wait, 30 s on"
+    assert inputs.due(50.0, 30.0) is None
