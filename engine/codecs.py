@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import orjson
 
 from engine.errors import ConfigError, DecodeError, EncodeError
-from engine.typecheck import RecordDecoder, record_decoder
+from engine.typecheck import RecordDecoder, plain_decoder, record_decoder
 
 # What a key codec that `skips` decodes engine's own records to (a windowed table's stream time on its
 # changelog): not events; the conductor acks them without handing them to agents.
@@ -100,6 +100,8 @@ class JsonCodec:
         self._build: RecordDecoder | None = None
         if type_ is not None and dataclasses.is_dataclass(type_):
             self._build = record_decoder(type_)  # once per codec: per record, one pass over the object
+        # A plain type, by the rule of a field of that type (an int where a float is declared: that float).
+        self._plain = plain_decoder(type_) if type_ is not None else None
 
     def encode(self, value: Any) -> bytes | None:
         if value is None:
@@ -121,8 +123,10 @@ class JsonCodec:
             return obj
         if self._build is not None:
             return self._record(obj, self._build)
-        if type_ is float and isinstance(obj, int) and not isinstance(obj, bool):
-            return float(obj)
+        if type(obj) is type_:  # (the usual case)
+            return obj
+        if self._plain is not None:
+            return self._plain(obj)
         if type_ is tuple and isinstance(obj, list):  # JSON has no tuples: a pair comes back as one
             return tuple(obj)
         if not isinstance(obj, type_) or (type_ is int and isinstance(obj, bool)):

@@ -17,6 +17,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from agents import Service
+from engine.activity import Activity
 from engine.assignor import Placement
 from engine.commit.guarantee import choose
 from engine.errors import ConfigError, WorkerFailed
@@ -147,6 +148,8 @@ class Worker(Service):
         # the largest event time of these topics' partitions (the tables add them at their first write).
         self.timed_topics: set[str] = set()
         leases = Leases()
+        # What wakes the periodic services from their sleep while they have nothing to do (engine.activity).
+        activity = Activity()
         pauses = Pauses(self.consumer, keep_fetched=[ORDERING])  # (its records are wanted again soon)
         inputs = InputPlan(
             table_sources=frozenset(t.changelog_topic.name for t in app.tables.values()
@@ -161,7 +164,7 @@ class Worker(Service):
             admin_factory=self.transport.admin, quiesce=self.guarantee.quiesce, poison=poison,
             timed_topics=self.timed_topics, tasks=active,
             plan=lambda topic: self.topology.declare_late(topic, "source").spec,
-            inputs=inputs,
+            inputs=inputs, activity=activity,
         )
         self.tasks = TaskManager(
             leases=leases, consumer=self.consumer, pauses=pauses, guarantee=self.guarantee, tables=tables,
@@ -173,6 +176,7 @@ class Worker(Service):
             active=active, on_settled=self._settled,
             transaction_timeout=(settings.transaction_timeout.total_seconds()
                                  if settings.processing_guarantee == "exactly_once" else None),
+            activity=activity,
         )
         self._said_ready = False
         topics = self.topology.topics
@@ -191,14 +195,15 @@ class Worker(Service):
         for runner in self.runners:
             self.conductor.add_route(runner.agent.channel, runner)
         timers = [*app.timers.values(), *self._export_timers()]
-        self.timers = self.add_child(timer_supervisor(timers, settings, is_leader=self._is_leader))
+        self.timers = self.add_child(timer_supervisor(timers, settings, is_leader=self._is_leader,
+                                                        activity=activity))
         self.add_child(self.tasks)
         self.add_child(self.conductor)
         self.add_child(Watchdog(self.conductor.busy_events, settings.stuck_event_warning.total_seconds(),
-                                tasks=self.conductor.task_states))
+                                tasks=self.conductor.task_states, activity=activity))
         self.purge = self.add_child(RepartitionPurge(
             active, [p.name for p in self.topology.topics.values() if p.role == "repartition"],
-            self.transport.admin, settings.repartition_purge_interval.total_seconds()))
+            self.transport.admin, settings.repartition_purge_interval.total_seconds(), activity))
         self.loop_monitor = self.add_child(LoopMonitor(
             self.conductor.busy_events, settings.blocked_loop_warning.total_seconds(),
             blocked=lambda agent, event, seconds: poison.suspect(TP(event.topic, event.partition),

@@ -7,7 +7,9 @@ made once per dataclass, when its codec is created; per record it is one dict pa
 
 JSON decodes to exactly `dict`, `list`, `str`, `int`, `float`, `bool` and `None`, never to subclasses, so a
 plain annotation is checked by the exact type of the value (`type(value) in kinds`): `bool` is not taken
-for `int`, and `int` is taken for `float` (as JSON writes 2.0 as 2; the value stays an int). Checked:
+for `int`, and an `int` where a `float` is declared becomes that float (many encoders write 2.0 as 2; the
+value is then what it was declared, in the record and on re-encoding). The same rule checks a whole value
+of a plain type (`plain_decoder`: a topic's `value_type=float`). Checked:
 `int`, `float`, `str`, `bool`, `bytes` (which JSON never yields), `list`, `dict`, `None`, unions of these
 (`X | None`, `Optional[X]`), `list[X]`, `dict[K, X]` (the values; JSON's keys are always strings), a nested
 dataclass (built, as the outer one is) and `Annotated[X, ...]` (as X). Any other annotation (`Any`, a
@@ -66,6 +68,36 @@ class _Check:
                 exc.expected = self.expected
             exc.where.append(where if isinstance(where, str) else f"[{where[0]!r}]")
             raise
+
+
+def _int_as_float(value: Any) -> float:
+    if type(value) is int:  # (exactly: a bool is no number here)
+        return float(value)
+    raise _Mismatch("float", value)
+
+
+_FLOAT = _Check(frozenset({float}), _int_as_float, "float")
+
+
+def plain_decoder(type_: type) -> Callable[[Any], Any] | None:
+    """A whole decoded value declared a plain type (`int`, `float`, `str`, `bool`, `list`, `dict`), checked
+    and converted by the rule of a field of that type: the value, or DecodeError. None for other types."""
+    if type_ not in _PLAIN:
+        return None
+    check = _Compiler().check(type_)
+    assert check is not None
+    kinds = check.kinds
+
+    def decode(value: Any) -> Any:
+        if type(value) in kinds:
+            return value
+        try:
+            return check.take(value, type_.__name__)
+        except _Mismatch as exc:
+            raise DecodeError(f"expected {exc.expected}, got {type(exc.value).__name__}: {exc.value!r:.80}"
+                              ) from None
+
+    return decode
 
 
 # Every type a decoded JSON value can have: an unchecked field passes them as they are (no call per value).
@@ -153,7 +185,7 @@ class _Compiler:
         if annotation is None or annotation is type(None):
             return _Check(frozenset({type(None)}), None, "None")
         if annotation is float:
-            return _Check(frozenset({int, float}), None, "float")
+            return _FLOAT
         if annotation in _PLAIN:
             return _Check(frozenset({annotation}), None, annotation.__name__)
         if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):

@@ -36,6 +36,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from agents import MailboxClosed, Service
+from engine.activity import Activity
 from engine.codecs import SKIP
 from engine.errors import DecodeError
 from engine.events import TP, Event, RawRecord
@@ -61,6 +62,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+ORDERED_POLL = 0.5  # seconds at most a fetch waits while a task's ordered release waits for time to pass
+
 BACKPRESSURE = "backpressure"
 PARK_AFTER = 0.05  # seconds the fetch loop waits for room in a full mailbox before parking the batch
 Parked = list[tuple["Mailbox[Event]", list[Event]]]
@@ -81,9 +84,12 @@ class Conductor(Service):
         poison: PoisonRecords | None = None,
         tasks: Mapping[int, ActiveTask] | None = None,
         inputs: InputPlan | None = None,
+        activity: Activity | None = None,
     ) -> None:
-        """`inputs`: which topics tasks take in timestamp order (engine.tasks.inputs)."""
+        """`inputs`: which topics tasks take in timestamp order (engine.tasks.inputs); `activity`: the
+        worker's (engine.activity), told of every batch fetched."""
         super().__init__("conductor")
+        self.activity = activity if activity is not None else Activity()
         self.tasks: Mapping[int, ActiveTask] = tasks if tasks is not None else {}
         self.inputs = inputs if inputs is not None else InputPlan()
         # Source topics of tables: applied by their tasks in timestamp order, never handed to agents.
@@ -199,8 +205,11 @@ class Conductor(Service):
         ordering = self._ordering
         tasks = self.tasks
         consumed = self.consumed
+        activity = self.activity
         while True:
-            batches = await consumer.getmany(0.5, max_records)
+            batches = await consumer.getmany(self._fetch_wait() if ordered else None, max_records)
+            if batches:
+                activity.signal()  # (records to process, then commit)
             if quiesce is not None and quiesce.closed:
                 await quiesce.wait_open()  # a checkpoint is waiting for agents to be idle
             for tp, records in batches.items():
@@ -226,6 +235,16 @@ class Conductor(Service):
                 for task in list(tasks.values()):
                     if task.inputs is not None and task.release.due:  # (no coroutine for the others)
                         await task.release.run(ordering)
+
+    def _fetch_wait(self) -> float | None:
+        """How long a fetch may wait for records: for as long as nothing changes (engine.transport.base),
+        unless a task's timestamp-ordered release can go on by time alone before then (a caught-up input's
+        max_task_idle ends): then until that moment, and one poll interval at most (a transport that cannot
+        see every change looks again after it anyway)."""
+        now = asyncio.get_running_loop().time()
+        dues = [due for task in self.tasks.values()
+                if task.inputs is not None and (due := task.release.due_at(now)) is not None]
+        return min(min(dues) - now, ORDERED_POLL) if dues else None
 
     async def _dispatch(self, records: list[RawRecord], lease: Lease) -> None:
         topic_routes = self.routes.get(lease.tp[0])

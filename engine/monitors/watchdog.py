@@ -13,12 +13,12 @@ stall always says what is stalled.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING
 
 from agents import Service
+from engine.activity import Activity
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -40,8 +40,12 @@ class Watchdog(Service):
         *,
         tasks: TaskStates | None = None,
         clock: Callable[[], float] = time.monotonic,
+        activity: Activity | None = None,
     ) -> None:
+        """`activity`: the worker's (engine.activity): with no agent inside an event and no task waiting,
+        the watchdog looks again only after the next records fetched or timer run."""
         super().__init__("watchdog")
+        self._activity = activity if activity is not None else Activity()
         self._busy = busy
         self._task_states = tasks
         # task -> (token, unchanged since, warn at)
@@ -49,19 +53,22 @@ class Watchdog(Service):
         self.threshold = threshold
         self._clock = clock
         self._since: dict[int, tuple[Event, float, float]] = {}  # id(event) -> (event, first seen, warn at)
+        self._waiting = False  # whether the last look found a task with records waiting
 
     async def on_start(self) -> None:
         self.spawn(self._watch(), "watch")
 
     async def _watch(self) -> None:
-        interval = min(self.threshold / 2, 5.0)
+        rounds = self._activity.rounds(min(self.threshold / 2, 5.0))
+        idle = False
         while True:
-            await asyncio.sleep(interval)
+            await rounds.next(idle=idle)
             for message in self.sample():
                 log.warning("%s", message)
             if self._task_states is not None:
                 for message in self.stalls(await self._task_states()):
                     log.warning("%s", message)
+            idle = not self._since and not self._waiting  # nothing to watch until something happens
 
     def stalls(self, states: dict[int, tuple[object, bool, str]]) -> list[str]:
         """The warnings due now for tasks with work waiting that did not move (`states`: Conductor's)."""
@@ -79,6 +86,7 @@ class Watchdog(Service):
                                 f"{where}")
             unmoved[number] = (token, since, due)
         self._unmoved = unmoved
+        self._waiting = any(waiting for _, waiting, _ in states.values())
         return messages
 
     def sample(self) -> list[str]:

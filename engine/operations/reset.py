@@ -44,9 +44,6 @@ if TYPE_CHECKING:
     from engine.settings import Settings
     from engine.topology.plan import TopicPlan, Topology
 
-# Roles (engine.topology.plan) whose topics a reset deletes (and any other topic engine made for the app,
-# Topic.internal, but its dead letters), and the roles of the topics it reads.
-DELETED_ROLES = ("changelog", "repartition", "closed", "late", "replies")
 Kind = Literal["input", "intermediate", "internal"]
 
 
@@ -210,8 +207,9 @@ def classify(topology: Topology, *, intermediate: Collection[str] = (),
 
 
 def _internal(plan: TopicPlan) -> bool:
-    """A topic engine made for the app, which a reset deletes (its dead letters stay)."""
-    return plan.role in DELETED_ROLES or (plan.topic.internal and plan.role != "dlq")
+    """A topic engine made for the app (engine.topology.plan), which a reset deletes; but its dead letters,
+    which stay."""
+    return plan.internal and plan.role != "dlq"
 
 
 async def execute(plan: ResetPlan, settings: Settings) -> None:

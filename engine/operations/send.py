@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from engine.errors import ConfigError
 from engine.topology.plan import build_topology
-from engine.transport import transport_for
+from engine.transport import shared_transport_for
 from engine.transport.base import TopicSpec
 
 if TYPE_CHECKING:
@@ -33,13 +33,8 @@ async def sending(app: App, settings: Settings, topic: Topic, *, create: bool = 
                   ) -> AsyncIterator[TopicSpec | None]:
     """`topic` attached to a producer of its own while inside (`await topic.send(...)`), the topic created
     first if the policy above allows it; gives the spec of the topic created, or None if it existed."""
-    if settings.transport_scheme == "memory":
-        raise ConfigError(
-            f"engine send cannot use {settings.broker}: an in-memory broker lives inside one process, so the "
-            "record would be gone when this command exits; send to Kafka (--broker kafka://host:port), or "
-            "from inside the app (a timer, or engine.testing in a test)"
-        )
-    transport = transport_for(settings)
+    transport = shared_transport_for(settings, "send", otherwise=", or send from inside the app (a timer, "
+                                     "or engine.testing in a test)")
     created = await ensure_topic(transport.admin(), build_topology(app, settings), topic, create)
     producer = transport.producer()
     await producer.start()
@@ -59,7 +54,7 @@ async def ensure_topic(admin: Admin, topology: Topology, topic: Topic, create: b
             return None
         plan = topology.topics.get(topic.name)
         if plan is None and not create:
-            declared = ", ".join(sorted(p.name for p in topology.topics.values() if not p.topic.internal))
+            declared = ", ".join(sorted(p.name for p in topology.topics.values() if not p.internal))
             raise ConfigError(
                 f"topic {topic.name!r} does not exist on {topology.settings.broker} and app "
                 f"{topology.app_id!r} does not declare it (it declares {declared or 'no topics'}); check the "

@@ -7,10 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engine.errors import ConfigError
 from engine.events import TP
 from engine.topology.plan import build_topology
-from engine.transport import transport_for
+from engine.transport import shared_transport_for
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -29,10 +28,8 @@ class GroupStatus:
 async def group_status(app: App, settings: Settings) -> GroupStatus:
     """The group of `app` on the broker `settings` name (not memory://: that broker lives inside the
     worker's process)."""
-    if settings.transport_scheme == "memory":
-        raise ConfigError(f"engine status cannot see {settings.broker}: an in-memory broker lives inside the "
-                          "worker's process; run it against Kafka (--broker kafka://host:port)")
-    return await read_status(transport_for(settings), app.id, build_topology(app, settings).subscribed())
+    return await read_status(shared_transport_for(settings, "status"), app.id,
+                             build_topology(app, settings).subscribed())
 
 
 async def read_status(transport: Transport, group_id: str, topics: Collection[str]) -> GroupStatus:

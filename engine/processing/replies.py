@@ -90,7 +90,7 @@ class ReplyService(Service):
 
     async def _read(self) -> None:
         while True:
-            batches = await self.consumer.getmany(1.0, 1000)
+            batches = await self.consumer.getmany(None, 1000)  # (nothing else to do meanwhile)
             for records in batches.values():
                 for record in records:
                     self._complete(record.headers, record.value)

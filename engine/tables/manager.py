@@ -200,7 +200,7 @@ class TableManager(Service):
         """Keep the stores of `state` current (those with a changelog of their own) until `unfollow`."""
         tps = state.followed()
         if tps - self.followed.keys():
-            self._follow_changed.set()
+            self._follow_change()
         self.followed.update(dict.fromkeys(tps, state))
 
     def unfollow(self, tps: Collection[TP]) -> None:
@@ -209,7 +209,13 @@ class TableManager(Service):
         if any(tp in self.followed for tp in tps):
             for tp in tps:
                 self.followed.pop(tp, None)
-            self._follow_changed.set()
+            self._follow_change()
+
+    def _follow_change(self) -> None:
+        """The partitions followed change: the follow loop reassigns its reader (waking it from its wait)."""
+        self._follow_changed.set()
+        if self._follower is not None:
+            self._follower.wakeup()
 
     async def _follow_loop(self) -> None:
         reader = self._follower
@@ -225,7 +231,7 @@ class TableManager(Service):
                 await self._follow_changed.wait()
                 continue
             try:
-                batches = await reader.getmany(0.5, 10_000)
+                batches = await reader.getmany(None, 10_000)  # (until records come, or a follow change)
             except OffsetOutOfRange as exc:
                 await self._refit(reader, exc.offsets)
                 continue

@@ -245,6 +245,12 @@ class EventTimeTable:
             part.meta[STREAM_TIME_KEY] = str(state.stream_time).encode()
             state.idle_upto = now
 
+    def moves_by_clock(self, part: TablePartition) -> bool:
+        """Whether the partition's stream time moves on with the wall clock alone (`close_idle_after`, once
+        it has a stream time): then every checkpoint may close windows of it, without any event."""
+        state = part.windows
+        return self.close_idle_after is not None and state is not None and state.stream_time is not None
+
     def windows(self, key: Any) -> Iterator[tuple[WindowRange, Any]]:
         for start, end, value in self.windows_ms(key):
             yield WindowRange.from_ms(start, end), value

@@ -111,6 +111,23 @@ class ActiveTask(Lifecycle):
 
     # -- its part of a checkpoint -------------------------------------------------------------------
 
+    @property
+    def at_rest(self) -> bool:
+        """Whether checkpoints have nothing of this task to do until new records or a timer's run give them
+        some: nothing in flight, buffered or uncommitted, and no windows that close by the clock alone
+        (`close_idle_after`). Read after a checkpoint, not per event."""
+        if any(lease.in_flight or lease.committable() is not None
+               for lease in self.leases.values() if not lease.ended):
+            return False
+        if self.inputs is not None and self.inputs.buffering:
+            return False
+        for table, part in self.partitions:
+            if part.buffer or part.meta or part.late or part.unsent_closes:
+                return False
+            if table.windowed is not None and table.windowed.moves_by_clock(part):
+                return False
+        return True
+
     def cut(self, only: Collection[TP] | None = None) -> TaskCut:
         """The committable offsets (of the partitions `only`, if given) and every table partition's buffered
         writes. Windowed tables first advance stream time to what the task's leases processed (the events

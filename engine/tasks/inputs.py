@@ -92,6 +92,11 @@ class TaskInputs:
     def buffered(self, tp: TP) -> int:
         return len(self._buffers[tp])
 
+    @property
+    def buffering(self) -> bool:
+        """Whether any input has records buffered."""
+        return any(self._buffers.values())
+
     def empty(self) -> list[TP]:
         """The inputs with nothing buffered (whose lag decides whether the others wait)."""
         return [tp for tp, buffer in self._buffers.items() if not buffer]
@@ -135,6 +140,16 @@ class TaskInputs:
                 self._fetch_wait_since = None
                 return True
         return False
+
+    def due(self, now: float, after: float) -> float | None:
+        """The next time after `now` at which time alone changes what `next_run` or `overdue` give (a
+        caught-up input stops holding the others back; a wait for a fetch has lasted `after` seconds), or
+        None: until records come, nothing changes. Only times after `now`: a moment passed is seen when the
+        release runs next, which a fetch returning at once would not bring sooner (it would spin)."""
+        moments = list(self._idle_deadlines.values())
+        if self._fetch_wait_since is not None and not self._told:
+            moments.append(self._fetch_wait_since + after)
+        return min((moment for moment in moments if moment > now), default=None)
 
     def overdue(self, now: float, after: float) -> list[TP]:
         """The empty inputs the others have waited for `after` seconds or more to be fetched, once per wait

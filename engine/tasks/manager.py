@@ -31,6 +31,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from agents import Service, ServiceState
+from engine.activity import Activity
 from engine.commit.checkpoint import Checkpointer
 from engine.commit.transactions import TransactionsFailed
 from engine.errors import EngineError, MembershipLost, ProducerFenced
@@ -84,12 +85,15 @@ class TaskManager(Service):
         active: dict[int, ActiveTask] | None = None,
         on_settled: Callable[[], None] = lambda: None,
         transaction_timeout: float | None = None,
+        activity: Activity | None = None,
     ) -> None:
         """`active`: the worker's map of active tasks, which this keeps (the conductor and the guarantee read
         it); `inputs`: which topics tasks take in timestamp order; `on_settled`: called when a change of
         ownership finished; `transaction_timeout`: the broker's for the tasks' transactions (exactly-once),
-        past which an event that holds its task's transaction open makes the broker abort it (poison)."""
+        past which an event that holds its task's transaction open makes the broker abort it (poison);
+        `activity`: the worker's (engine.activity), which wakes the commit loop and is told of commits."""
         super().__init__("tasks")
+        self.activity = activity if activity is not None else Activity()
         self.inputs = inputs if inputs is not None else InputPlan()
         self.table_sources = self.inputs.table_sources  # source topics of tables: read from their start
         self.active: dict[int, ActiveTask] = active if active is not None else {}
@@ -149,8 +153,12 @@ class TaskManager(Service):
         await self.close_all()
 
     async def _commit_loop(self) -> None:
+        rounds = self.activity.rounds(self.commit_interval)
+        idle = False
         while True:
-            await asyncio.sleep(self.commit_interval)
+            # Every commit interval while a task has anything to commit, or windows that close by the clock;
+            # otherwise from the next records fetched, timer run or commit on (engine.activity).
+            await rounds.next(idle=idle)
             # Shielded: stopping the worker cancels this loop, and a checkpoint cancelled halfway would not
             # know whether its transaction committed (aiokafka shields the commit itself), put its closed
             # windows back, and the final checkpoint would emit them again. Cancelled, the loop leaves the
@@ -165,6 +173,7 @@ class TaskManager(Service):
                 log.warning("checkpoint skipped: %s", exc)
             except TransactionsFailed as exc:
                 await self.tasks_failed(exc.failed)
+            idle = all(task.at_rest for task in self.active.values())
 
     async def checkpoint(self) -> dict[TP, int]:
         """Checkpoint now (live exports, tests and the final stop use it); one at a time with every other.
@@ -199,6 +208,8 @@ class TaskManager(Service):
     def _committed(self, offsets: Mapping[TP, int]) -> None:
         for tp, offset in offsets.items():
             self.poison.committed(tp, offset)
+        if offsets:
+            self.activity.signal()  # (committed records of repartition topics can be purged)
 
     # -- what the group's assignor tells this worker ------------------------------------------------
 
@@ -225,6 +236,7 @@ class TaskManager(Service):
         if self._moving_since is not None:
             self.stalls.observe(time.monotonic() - self._moving_since)
             self._moving_since = None
+        self.activity.signal()  # (tasks set up: their restored windows may close by the clock)
         self.on_settled()
 
     async def _assigned(self, tps: set[TP]) -> None:

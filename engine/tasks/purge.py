@@ -10,11 +10,11 @@ repartition topics).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING
 
 from agents import Service
+from engine.activity import Activity
 from engine.errors import TransportError
 
 if TYPE_CHECKING:
@@ -47,8 +47,12 @@ class RepartitionPurge(Service):
     """Every `interval` seconds, deletes the committed records of this worker's repartition partitions."""
 
     def __init__(self, tasks: Mapping[int, ActiveTask], topics: Collection[str],
-                 admin_factory: Callable[[], Admin], interval: float) -> None:
+                 admin_factory: Callable[[], Admin], interval: float, activity: Activity | None = None
+                 ) -> None:
+        """`activity`: the worker's (engine.activity): once nothing is left to delete, the next round waits
+        for the next commit (or records fetched, or timer run)."""
         super().__init__("repartition-purge")
+        self._activity = activity if activity is not None else Activity()
         self.tasks = tasks
         self.topics = frozenset(topics)
         self._admin_factory = admin_factory
@@ -60,21 +64,25 @@ class RepartitionPurge(Service):
             self.spawn(self._run(), "purge")
 
     async def _run(self) -> None:
+        rounds = self._activity.rounds(self.interval)
+        idle = False
         while True:
-            await asyncio.sleep(self.interval)
-            await self.purge()
+            await rounds.next(idle=idle)
+            idle = not await self.purge()
 
-    async def purge(self) -> None:
+    async def purge(self) -> bool:
+        """Delete what can be; whether there was anything to delete."""
         before = purgeable(self.tasks, self.topics, self.purged)
         if not before:
-            return
+            return False
         admin = self._admin_factory()
         try:
             await admin.delete_records(before)
         except TransportError as exc:  # the next round deletes up to a newer offset anyway
             log.warning("could not delete the read records of %d repartition partitions: %s", len(before),
                         exc)
-            return
+            return True
         finally:
             await admin.close()
         self.purged.update(before)
+        return True

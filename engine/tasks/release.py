@@ -134,6 +134,12 @@ class TaskRelease:
         position only the set-up gives)."""
         return self.state is ReleaseState.IDLE and self._task.ready
 
+    def due_at(self, now: float) -> float | None:
+        """The next loop time after `now` at which a release may go on or warn without new records (None:
+        only records make it go on): the fetch loop waits no longer for them."""
+        inputs = self._task.inputs
+        return inputs.due(now, FETCH_WAIT_WARNING) if inputs is not None else None
+
     async def run(self, ordering: Ordering) -> None:
         """Release what the buffers' order allows, if a release is `due`."""
         if self.due:

@@ -135,6 +135,12 @@ class TestDriver:
         """The virtual wall-clock time, seconds since the epoch."""
         return self._loop.wall_time()
 
+    @property
+    def steps(self) -> int:
+        """How many steps the worker's loop has run so far. Moving time costs steps for what happens meanwhile
+        (timers, windows closing, commits), not for how long it is: a day with nothing in it is a few."""
+        return self._loop.steps
+
     def advance(self, seconds: float) -> None:
         """Move wall-clock time on by `seconds`: every timer, crontab, commit interval, idle window closing
         and `within=`/`timeout=` due meanwhile runs at its own time, in order, each with what it causes."""

@@ -48,8 +48,10 @@ class _NeverWaitingSelector(selectors.DefaultSelector):
         self.loop: asyncio.AbstractEventLoop | None = None
         self.busy_steps = 0
         self.spinning = False
+        self.steps = 0  # loop iterations in all
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        self.steps += 1
         ready: list[tuple[selectors.SelectorKey, int]] = super().select(0)
         if ready or timeout == 0:  # callbacks are ready (or a timer is due): run them
             self.busy_steps += 1
@@ -86,6 +88,11 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def wall_time(self) -> float:
         """Seconds since the epoch on the virtual clock."""
         return self.start + self._clock.now
+
+    @property
+    def steps(self) -> int:
+        """How many iterations the loop has run: the cost of what ran on it, whatever time it covered."""
+        return self._never_waiting.steps
 
     def run_until_idle(self, seconds: float = 0.0) -> None:
         """Run every callback and timer due up to `seconds` from now, moving time timer by timer, and return

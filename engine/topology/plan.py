@@ -53,8 +53,12 @@ COMPACTED = {"cleanup.policy": "compact"}
 # likewise have no time retention).
 IN_TRANSIT = {"retention.ms": "-1"}
 ROLE_CONFIG: dict[str, Mapping[str, str]] = {"repartition": IN_TRANSIT}
-# Internal topics whose partition count follows the topics whose events write them, when engine creates them.
-FOLLOWING_ROLES = ("changelog", "repartition", "closed", "late")
+# The roles of the topics engine makes for the app, whichever Topic object names them (a table's changelog,
+# closed and late topics; a repartition topic; the replies; the dead letters); with every topic declared
+# Topic.internal (`through`, a join's requests), those are the app's internal topics (TopicPlan.internal).
+# Of them, those whose partition count follows the topics whose events write them, when engine creates them.
+FOLLOWING_ROLES: tuple[Role, ...] = ("changelog", "repartition", "closed", "late")
+INTERNAL_ROLES: tuple[Role, ...] = (*FOLLOWING_ROLES, "replies", "dlq")
 
 
 @dataclass(frozen=True)
@@ -71,11 +75,14 @@ class TopicPlan:
     follows: tuple[str, ...] = ()  # the topics whose count it takes when created, unless a group says
 
     @property
+    def internal(self) -> bool:
+        """A topic engine makes for the app (by its role, or declared `Topic.internal`)."""
+        return self.role in INTERNAL_ROLES or self.topic.internal
+
+    @property
     def follower(self) -> bool:
         """An internal topic whose count engine chooses when it creates it (none is declared)."""
-        if self.pinned or self.role in ("dlq", "replies"):
-            return False
-        return self.role in FOLLOWING_ROLES or self.topic.internal
+        return self.internal and not self.pinned and self.role not in ("dlq", "replies")
 
     @property
     def name(self) -> str:
@@ -207,8 +214,7 @@ class Topology:
     def _mend(self, group: CoPartitioned, found: Mapping[str, int], existing: Mapping[str, int]) -> str:
         """What fixes a group whose counts differ: an internal topic engine made with another count than its
         writers' goes with a reset (engine creates it again, following them); otherwise declarations."""
-        made = sorted(name for name in group.topics if name in existing
-                      and self.topics[name].role in FOLLOWING_ROLES and not self.topics[name].pinned)
+        made = sorted(name for name in group.topics if name in existing and self.topics[name].follower)
         others = {found[name] for name in group.topics if name not in made}
         if made and len(others) == 1:
             return (f"{', '.join(map(repr, made))} {'was' if len(made) == 1 else 'were'} created by engine "

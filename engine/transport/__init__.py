@@ -42,7 +42,19 @@ def transport_for(settings: Settings, tuning: ClientTuning | None = None) -> Tra
     return open_transport(settings.broker, settings.client_options(), tuning)
 
 
+def shared_transport_for(settings: Settings, command: str, *, otherwise: str = "") -> Transport:
+    """`transport_for`, for a command that works on the broker the app's workers use, from a process of its
+    own (`engine send`, `engine status`): an in-memory broker is refused, since it lives inside one
+    process, and this one would see nothing of the workers' and leave nothing for them. `otherwise`: what
+    else the user may do, added to the message."""
+    if settings.transport_scheme == "memory":
+        raise ConfigError(f"engine {command} cannot use {settings.broker}: an in-memory broker lives inside "
+                          "one process, so this command would see nothing of the app's workers and leave "
+                          f"nothing for them; run it against Kafka (--broker kafka://host:port){otherwise}")
+    return transport_for(settings)
+
+
 __all__ = [
     "Admin", "ClientTuning", "Consumer", "PartitionsCallback", "Producer", "TopicSpec", "Transport",
-    "open_transport", "transport_for",
+    "open_transport", "shared_transport_for", "transport_for",
 ]

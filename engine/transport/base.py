@@ -95,7 +95,17 @@ class Consumer(Protocol):
 
     def let_through(self, tps: Collection[TP]) -> None: ...
 
-    async def getmany(self, timeout: float, max_records: int) -> Mapping[TP, list[RawRecord]]: ...
+    async def getmany(self, timeout: float | None, max_records: int) -> Mapping[TP, list[RawRecord]]:
+        """Up to `max_records` fetched records, waiting up to `timeout` seconds for some. `None` is for a
+        caller with nothing else to do meanwhile: wait for as long as nothing changes. A transport that sees
+        every change (the in-memory broker: records, seeks, pauses, rebalances) returns at the change, so that
+        a worker on virtual time (engine.testing) sleeps through a quiet day in one step; one that cannot
+        (Kafka: positions and lags move with fetches in the background) returns empty after its own poll
+        interval, and the caller looks again."""
+
+    def wakeup(self) -> None:
+        """Have a `getmany` that waits for as long as nothing changes return now: the caller changed what it
+        wants read (a transport whose fetch returns after a poll interval anyway may do nothing)."""
 
     async def commit(self, offsets: Mapping[TP, int]) -> None: ...
 

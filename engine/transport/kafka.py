@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from engine.transport.base import PartitionsCallback, TopicSpec
 from engine.transport.base import ClientTuning, GroupDescription, GroupMember
 
+IDLE_POLL = 0.5  # seconds a fetch that may wait for as long as nothing changes waits here before returning
 POSITION_WAIT = 0.05  # seconds `lag` waits for a partition's position before saying it is not known
 log = logging.getLogger(__name__)
 
@@ -285,9 +286,11 @@ class KafkaConsumer:
             self._topics = set(topics)
             self._client.subscribe(topics=sorted(self._topics), listener=self._listener)
 
-    async def getmany(self, timeout: float, max_records: int) -> Mapping[TP, list[RawRecord]]:
+    async def getmany(self, timeout: float | None, max_records: int) -> Mapping[TP, list[RawRecord]]:
         """(Partitions held back are left out of the call: aiokafka keeps their fetched records, and fetches
         no more of them meanwhile.)"""
+        if timeout is None:  # (what changes here is not seen: looked at again after a poll interval)
+            timeout = IDLE_POLL
         partitions: list[TopicPartition] = []
         if self._held:
             partitions = [tp for tp in self._client.assignment() if tp not in self._held]
@@ -304,6 +307,9 @@ class KafkaConsumer:
             asked = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
             raise OffsetOutOfRange({TP(tp.topic, tp.partition): o for tp, o in asked.items()}) from exc
         return batches
+
+    def wakeup(self) -> None:
+        return None  # (getmany returns after IDLE_POLL at the longest)
 
     async def commit(self, offsets: Mapping[TP, int]) -> None:
         try:

@@ -112,11 +112,12 @@ class MemoryBroker:
                 waiter.set_result(None)
         self._waiters.clear()
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, timeout: float | None) -> None:
+        """Until the next `notify`, or `timeout` seconds (None: no limit)."""
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.add(waiter)
         try:
-            await asyncio.wait_for(waiter, timeout)
+            await (waiter if timeout is None else asyncio.wait_for(waiter, timeout))
         except TimeoutError:
             pass
         finally:
@@ -216,9 +217,11 @@ class MemoryConsumer:
                 self.broker.create_topic(tp.topic, self.broker.default_partitions)
         self._positions = {tp: self._positions.get(tp, 0) for tp in tps}
         self._assigned = set(tps)
+        self.broker.notify()  # a fetch waiting for data should look again (at the new partitions)
 
     def seek(self, tp: TP, offset: int) -> None:
         self._positions[tp] = offset
+        self.broker.notify()
 
     async def position(self, tp: TP) -> int:
         return self._positions[tp]
@@ -302,14 +305,17 @@ class MemoryConsumer:
                 budget -= len(chunk)
         return out
 
-    async def getmany(self, timeout: float, max_records: int) -> Mapping[TP, list[RawRecord]]:
+    async def getmany(self, timeout: float | None, max_records: int) -> Mapping[TP, list[RawRecord]]:
         await self._sync_group()
         out = self._poll(max_records)
-        if not out and timeout > 0:
+        if not out and (timeout is None or timeout > 0):
             await self.broker.wait(timeout)
             await self._sync_group()
             out = self._poll(max_records)
         return out
+
+    def wakeup(self) -> None:
+        self.broker.notify()
 
     async def confirm_membership(self) -> None:
         return None  # in-process: a member leaves only by stopping

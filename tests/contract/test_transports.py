@@ -109,6 +109,33 @@ async def test_pause_holds_back_a_partition_until_resumed(transport):
         assert len(more) == 5
 
 
+async def fetch_until_records(consumer: Any) -> list:
+    """`getmany(None)` until it returns records: a transport that sees every change returns at the change,
+    another returns empty after its poll interval (the caller looks again)."""
+    while not (batches := await consumer.getmany(None, 1000)):
+        pass
+    return [record for batch in batches.values() for record in batch]
+
+
+async def test_a_fetch_waiting_as_long_as_nothing_changes_returns_what_a_resume_or_a_new_record_brings(
+        transport):
+    async with reading_two_partitions(transport) as (consumer, topic):
+        consumer.pause([TP(topic, 1)])
+        assert {r.partition for r in await read(consumer, 5)} == {0}
+        waiting = asyncio.ensure_future(fetch_until_records(consumer))
+        await asyncio.sleep(0.3)
+        assert not waiting.done(), "nothing changed: it waits"
+        consumer.resume([TP(topic, 1)])
+        resumed = await asyncio.wait_for(waiting, 20)
+        resumed += await read(consumer, 5 - len(resumed))
+        assert [(r.partition, r.offset) for r in resumed] == [(1, offset) for offset in range(5)]
+        waiting = asyncio.ensure_future(fetch_until_records(consumer))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        await fill(transport, topic, 1, partition=0)
+        assert [(r.partition, r.offset) for r in await asyncio.wait_for(waiting, 20)] == [(0, 5)]
+
+
 async def test_hold_back_leaves_a_partition_out_until_let_through_and_then_gives_each_record_once(transport):
     async with reading_two_partitions(transport) as (consumer, topic):
         consumer.hold_back([TP(topic, 1)])

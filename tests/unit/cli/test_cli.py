@@ -307,7 +307,7 @@ async def test_tables_table_get_and_export_on_global_and_source_tables(capsys, t
 def test_status_refuses_an_in_memory_broker(capsys):
     code, _, err = run(capsys, "status", "-A", "examples.wordcount:app", "--broker", "memory://cli")
     assert code == 1
-    assert err.startswith("engine: engine status cannot see memory://cli: an in-memory broker lives inside")
+    assert err.startswith("engine: engine status cannot use memory://cli: an in-memory broker lives inside")
 
 
 async def test_table_get_asks_a_running_worker_and_says_when_none_answers(capsys, tmp_path):

@@ -12,7 +12,7 @@ import pytest
 
 import engine
 from engine import DecodeError
-from engine.codecs import codec_for
+from engine.codecs import JsonCodec, codec_for
 from engine.testing import TestDriver
 
 
@@ -56,6 +56,21 @@ def test_a_field_of_the_wrong_type_is_dead_lettered_as_a_decode_error_naming_it(
         assert letter.error_type == "DecodeError"
         assert "Payment.amount: expected float, got str" in letter.error
         assert (letter.key, letter.value) == (b"a", b'{"customer": "ada", "amount": "x"}')
+
+
+def test_an_int_where_a_float_is_declared_becomes_that_float_in_a_field_and_as_a_whole_value() -> None:
+    """One rule for both: JSON's 2 (as many encoders write 2.0) for a float field and for a topic whose
+    value_type is float; a bool is a number in neither."""
+    payment = JsonCodec(Payment)
+    amount = JsonCodec(float)
+    for decoded in (payment.decode(b'{"customer": "ada", "amount": 2}').amount, amount.decode(b"2"),
+                    amount.decode_many([b"2", b"2.5"])[0]):
+        assert type(decoded) is float
+        assert decoded == 2.0
+    assert payment.decode(b'{"customer": "ada", "amount": 2.5}').amount == 2.5
+    for codec, data in ((payment, b'{"customer": "ada", "amount": true}'), (amount, b"true")):
+        with pytest.raises(DecodeError, match="expected float, got bool"):
+            codec.decode(data)
 
 
 def test_a_nested_dataclass_is_checked_and_built() -> None:

@@ -18,6 +18,7 @@ from tests.unit.engine.test_table_joins import make_app as table_join_app
 
 T0 = 1_767_225_600  # the driver's default start, 2026-01-01T00:00:00Z
 HOUR = 3600
+DAY = 24 * HOUR
 
 
 def clicks_app() -> tuple[engine.App, Any, Any, Any]:
@@ -120,6 +121,48 @@ def test_timers_and_crontabs_fire_at_their_times_on_the_virtual_clock() -> None:
         assert [at for what, at in fired if what == "cron"] == [300, 600, 900]
         assert [at for what, at in fired if what == "timer"] == list(range(40, 961, 10))
         assert engine.wall_time() != driver.now  # outside the driver, the system's clock
+
+
+def test_a_day_with_nothing_due_costs_the_loop_what_a_second_costs() -> None:
+    """Moving time costs loop steps for what happens meanwhile, not for how long it is: a worker with a
+    one-minute window table, its final results and a timer every two days, advanced by a day in which nothing
+    is due, takes the steps a second takes (every loop of the worker sleeps until it has something to do,
+    not until its next interval). The windows and the timer still come at their times."""
+    app = engine.App("driven-quiet-day", broker="memory://unused", topic_partitions=1)
+    source = app.topic("in", key_type=str, value_type=int)
+    sums = app.stream(source).tumbling(60, grace=0).sum("sums", lambda v: v)
+    finals = app.topic("finals", key_type=str, value_type=list)
+    ticks = app.topic("ticks", value_type=str)
+
+    @app.agent(sums.closed())
+    async def report(stream: Any) -> None:
+        async for (key, window), total in stream.items():
+            await finals.send(key=key, value=[window.start, total])
+
+    @app.timer(2 * DAY)
+    async def every_other_day() -> None:
+        await ticks.send(value="tick")
+
+    with TestDriver(app) as driver:
+        for value, at in [(1, 5), (2, 30), (4, 70)]:  # the third closes the first window (grace 0)
+            driver.send(source, key="k", value=value, timestamp_ms=(T0 + at) * 1000)
+        assert [r.value for r in driver.read(finals)] == [[T0, 3]]
+        driver.advance(1)  # (the commit of the inputs, a second later)
+
+        def cost(seconds: float) -> int:
+            before = driver.steps
+            driver.advance(seconds)
+            return driver.steps - before
+
+        second, day = cost(1), cost(DAY)
+        assert day < 2 * second, f"a day took {day:,} loop steps, a second {second}"
+        assert driver.read(ticks) == []
+        assert driver.read(finals) == []
+        cost(DAY)
+        assert [r.timestamp_ms // 1000 - T0 for r in driver.read(ticks)] == [2 * DAY]
+        driver.send(source, key="k", value=8, timestamp_ms=(T0 + 200) * 1000)  # closes [60, 120)
+        assert [r.value for r in driver.read(finals)] == [[T0 + 60, 4]]
+        assert driver.table("sums") == {("k", WindowRange(T0 + 180, T0 + 240)): 8}
 
 
 def test_take_within_a_deadline_waits_on_the_virtual_clock() -> None:

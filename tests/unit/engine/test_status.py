@@ -34,5 +34,5 @@ async def test_the_lag_is_the_records_past_the_committed_offsets_summed_per_part
 
 async def test_engine_status_refuses_an_in_memory_broker() -> None:
     app = engine.App("status-app")
-    with pytest.raises(engine.ConfigError, match="an in-memory broker lives inside the worker's process"):
+    with pytest.raises(engine.ConfigError, match="an in-memory broker lives inside one process"):
         await group_status(app, app.settings({"broker": "memory://status"}))

@@ -231,6 +231,7 @@ async def test_a_join_over_a_backlog_waits_for_a_stream_whose_fetch_is_slow_howe
             await asyncio.sleep(1.5)  # (2.5 s in all: longer than any deadline the wait had)
             assert got == [], "the orders waited"
             withheld.set()
+            testing.broker_for(url).notify()  # (the fetch ends: a fetch waiting for a change looks again)
             await testing.eventually(lambda: len(got) >= len(expected), 30)
             await asyncio.sleep(0.2)  # (nothing more comes)
     assert sorted(got) == expected

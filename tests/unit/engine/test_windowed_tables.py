@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -324,6 +325,33 @@ async def test_close_idle_after_moves_a_quiet_partitions_time_by_the_wall_clock(
         await worker.checkpoint()
         assert never == [], "without close_idle_after a quiet partition's windows stay open"
         assert quiet.table.active[0].windows.stream_time == 4000, "moved by events only (4 s, the last)"
+
+
+async def test_a_worker_that_takes_a_quiet_partition_over_closes_its_windows_by_the_wall_clock(monkeypatch):
+    """A worker started after the input went quiet restores the partition's stream time from its changelog
+    (slowly, as from a broker: past several commit intervals); no record comes, yet its windows close once
+    the partition has been idle for close_idle_after (the commit loop, asleep while nothing happens, wakes
+    when the tasks are set up)."""
+    from engine.tables.manager import TableManager
+
+    restore = TableManager.restore
+
+    async def slow_restore(self: TableManager, *args: Any, **kwargs: Any) -> None:
+        await asyncio.sleep(0.3)  # (six commit intervals)
+        await restore(self, *args, **kwargs)
+
+    monkeypatch.setattr(TableManager, "restore", slow_restore)
+    url = testing.memory_url()
+    app, views, table, closed = closing_app(
+        lambda t: t.tumbling(10, grace=0, close_idle_after=1), url, store="memory://")
+    async with testing.running(app) as worker:
+        for ts in (1, 9.9):
+            await views.send(key="a", value={"ts": ts})
+        await testing.eventually(lambda: dict(table.table.items()) == {("a", 0): 2})
+        await worker.checkpoint()  # stream time 9.9 s on the changelog
+    assert closed == [], "stopped before the partition was idle for 1 s"
+    async with testing.running(app):  # the next owner, with no input
+        await testing.eventually(lambda: closed == [("a", WindowRange(0, 10), 2)], 10)
 
 
 def late_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
