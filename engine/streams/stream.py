@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from engine.stats import Histogram
     from engine.streams.quiesce import Quiesce
     from engine.topics import Topic
+    from engine.tracing import AgentSpans, Span
     from engine.windows import Seconds
 
 TIMED_EVERY = 32  # one event in this many is timed, for the agent's processing-time histogram
@@ -67,6 +68,10 @@ class StreamContext(Protocol):
     @property
     def timings(self) -> Histogram | None:
         """Where the processing time of a sample of the events goes (None: not timed)."""
+
+    @property
+    def tracing(self) -> AgentSpans | None:
+        """The spans of the agent's events (None: the worker does not trace)."""
 
 
 class RecordJoin(Protocol):
@@ -369,6 +374,10 @@ class Stream(_Operators):
         self._timings = context.timings
         self._countdown = TIMED_EVERY if self._timings is not None else -1
         self._timed_since = 0.0
+        # With tracing on (engine.tracing), the span of the current event: begun when it is handed out,
+        # ended when the agent pulls the next one or the event is dealt with elsewhere.
+        self._spans = context.tracing
+        self._span: Span | None = None
         context.opened(self)
 
     def __aiter__(self) -> Stream:
@@ -376,9 +385,12 @@ class Stream(_Operators):
 
     async def __anext__(self, shape: Shape = Shape.VALUE) -> Any:
         quiesce = self._quiesce  # None unless exactly-once: then checkpoints pause agents between events
+        spans = self._spans  # None unless the worker traces
         event = self.current_event
         if event is not None:
             self.current_event = None
+            if spans is not None:
+                self._end_span()
             if self._holding:
                 self._held.append(event)
             elif event.lease is not None:  # Event.ack, inlined on the hottest path
@@ -409,6 +421,8 @@ class Stream(_Operators):
         self.current_event = event
         if _source() is not self:  # (its first event in this task: engine.streams.current)
             current_source.set(self)
+        if spans is not None:
+            self._span = spans.begin(event)
         if shape is _VALUE:
             return event.value
         return (event.key, event.value) if shape is _PAIR else event
@@ -422,6 +436,12 @@ class Stream(_Operators):
             moved = Event(current.record, key, current.value, current.lease)
             moved.time_ms = current.time_ms
             self.current_event = moved
+
+    def _end_span(self, error: BaseException | None = None) -> None:
+        span, spans = self._span, self._spans
+        if span is not None and spans is not None:
+            self._span = None
+            spans.end(span, error)
 
     def _declared(self) -> None:
         """The first pull found an empty mailbox (nothing is dispatched before the worker subscribed): tell
@@ -448,6 +468,7 @@ class Stream(_Operators):
         if self.current_event is not None:
             self.current_event.ack()
             self.current_event = None
+            self._end_span()
 
     def abandon(self) -> None:
         """The agent died: stop forwarding, and requeue what was taken but never finished."""
@@ -457,6 +478,7 @@ class Stream(_Operators):
         self._pump = self._get = None
         if self.current_event is not None and self._quiesce is not None:
             self._quiesce.finished()
+        self._end_span()
         taken = [*self._held, *([self.current_event] if self.current_event is not None else [])]
         unfinished = [e for e in taken
                       if e.lease is None or e.lease.dispatching]  # a moved partition's: its new owner's
@@ -464,11 +486,13 @@ class Stream(_Operators):
         if not self._mailbox.closed:
             self._mailbox.requeue(unfinished)
 
-    def drop_current(self) -> None:
-        """The current event was dealt with elsewhere (dead-lettered and acked, or dropped)."""
+    def drop_current(self, error: BaseException | None = None) -> None:
+        """The current event was dealt with elsewhere (forwarded; dead-lettered for `error` and acked, or
+        dropped)."""
         if self.current_event is not None and self._quiesce is not None:
             self._quiesce.finished()
         self.current_event = None
+        self._end_span(error)
 
     # -- through / group_by -------------------------------------------------------------------------
 
