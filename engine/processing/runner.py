@@ -20,7 +20,7 @@ from engine.agent import CORRELATION_ID, REPLY_TO, Agent
 from engine.codecs import dumps
 from engine.errors import EngineError, PartitionMigrated, TopologyError
 from engine.stats import Histogram
-from engine.streams.stream import Stream, UpstreamError
+from engine.streams.stream import Stream, UpstreamError, open_stream
 from engine.topics import Topic
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ class AgentRunner(Service):
         index = self.group.mailboxes.index(mailbox)
         while True:
             context = self._contexts[index] = _InstanceContext(self, index)
-            stream = Stream(mailbox, context, self.agent.channel)
+            stream = open_stream(mailbox, context, self.agent.channel)
             try:
                 await self._run(stream, context)
             except UpstreamError as exc:

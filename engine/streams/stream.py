@@ -279,7 +279,7 @@ class _Operators:
 
     def _forward(self, topic: Topic, key: Callable[[Any], Any] | None) -> Stream:
         context = self.root.context
-        stream = Stream(context.subscribe(topic), context, topic)
+        stream = open_stream(context.subscribe(topic), context, topic)
         stream.set_upstream(self.__aiter__(), self.root, topic, key)
         return stream
 
@@ -355,6 +355,9 @@ class Stream(_Operators):
     """A root stream over one mailbox of events; what an agent function receives."""
 
     current_event: Event | None = None  # an attribute here (the operators' property reads the root's)
+    # The span of the current event (TracedStream's; here, where the event may end, for ending it).
+    _span: Span | None = None
+    _spans: AgentSpans | None = None
 
     def __init__(self, mailbox: Mailbox[Event], context: StreamContext, topic: Topic | None) -> None:
         self.root = self
@@ -374,10 +377,6 @@ class Stream(_Operators):
         self._timings = context.timings
         self._countdown = TIMED_EVERY if self._timings is not None else -1
         self._timed_since = 0.0
-        # With tracing on (engine.tracing), the span of the current event: begun when it is handed out,
-        # ended when the agent pulls the next one or the event is dealt with elsewhere.
-        self._spans = context.tracing
-        self._span: Span | None = None
         context.opened(self)
 
     def __aiter__(self) -> Stream:
@@ -385,12 +384,9 @@ class Stream(_Operators):
 
     async def __anext__(self, shape: Shape = Shape.VALUE) -> Any:
         quiesce = self._quiesce  # None unless exactly-once: then checkpoints pause agents between events
-        spans = self._spans  # None unless the worker traces
         event = self.current_event
         if event is not None:
             self.current_event = None
-            if spans is not None:
-                self._end_span()
             if self._holding:
                 self._held.append(event)
             elif event.lease is not None:  # Event.ack, inlined on the hottest path
@@ -421,8 +417,6 @@ class Stream(_Operators):
         self.current_event = event
         if _source() is not self:  # (its first event in this task: engine.streams.current)
             current_source.set(self)
-        if spans is not None:
-            self._span = spans.begin(event)
         if shape is _VALUE:
             return event.value
         return (event.key, event.value) if shape is _PAIR else event
@@ -551,6 +545,33 @@ class Stream(_Operators):
                     return get.result()
                 except MailboxClosed:
                     raise StopAsyncIteration from None
+
+
+class TracedStream(Stream):
+    """A root stream whose events each have a span (engine.tracing): begun when the event is handed out,
+    ended when the agent pulls the next one or the event is dealt with elsewhere (forwarded, dead-lettered,
+    dropped). What agents iterate when the worker traces: a subclass, so that a worker that does not trace
+    pays nothing for it per event."""
+
+    def __init__(self, mailbox: Mailbox[Event], context: StreamContext, topic: Topic | None,
+                 spans: AgentSpans) -> None:
+        super().__init__(mailbox, context, topic)
+        self._spans = self._begins = spans
+
+    async def __anext__(self, shape: Shape = Shape.VALUE) -> Any:
+        if self._span is not None:
+            self._end_span()
+        value = await super().__anext__(shape)
+        event = self.current_event
+        if event is not None:  # (always: it was just handed out)
+            self._span = self._begins.begin(event)
+        return value
+
+
+def open_stream(mailbox: Mailbox[Event], context: StreamContext, topic: Topic | None) -> Stream:
+    """An agent's root stream over `mailbox`: traced if the worker traces."""
+    spans = context.tracing
+    return Stream(mailbox, context, topic) if spans is None else TracedStream(mailbox, context, topic, spans)
 
 
 def _stream_of(other: Any) -> Topic | None:
