@@ -136,7 +136,12 @@ class AgentSpans:
 
     @staticmethod
     def end(span: Span, error: BaseException | None = None) -> None:
+        """End `span`; an event failed with `error` has its span made current where the failure is handled
+        (the agent's task, also for an error upstream of a group_by, met in the stream's pump), so that its
+        dead letter carries it."""
         _finish(span, error)
+        if error is not None:
+            otel_context.attach(trace.set_span_in_context(span))
 
 
 def _finish(span: Span, error: BaseException | None) -> None:

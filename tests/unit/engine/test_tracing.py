@@ -196,6 +196,29 @@ def test_a_dead_lettered_event_ends_its_span_with_the_error_and_the_letter_carri
     assert [s.status.status_code for s in ok] == [StatusCode.UNSET]
 
 
+def test_an_error_upstream_of_a_group_by_ends_its_events_span_and_the_letter_carries_it(spans):
+    app = engine.App("upstream", broker=testing.memory_url(), store="memory://", tracing=True)
+    orders = app.topic("orders", key_type=str, value_type=dict)
+    out = app.topic("out", key_type=str, value_type=dict)
+
+    @app.agent(orders)
+    async def regroup(stream: Any) -> None:
+        async for order in stream.group_by(lambda o: o["customer"], name="by-customer"):
+            await out.send(key="k", value=order)
+
+    good, bad = Parent(), Parent()
+    with TestDriver(app) as driver:
+        driver.send(orders, key="o1", value={"customer": "c1"}, headers=[good.header])
+        driver.send(orders, key="o2", value={"no customer": True}, headers=[bad.header])  # KeyError
+        [letter] = driver.read("upstream-regroup-dlq")
+        assert len(driver.read(out)) == 1
+
+    [failed] = [s for s in spans.get_finished_spans() if hexes(s)[0] == bad.trace_id]
+    assert (failed.name, hexes(failed)[2]) == ("process orders", bad.span_id)
+    assert failed.status.status_code is StatusCode.ERROR
+    assert traceparent(letter.headers) == (bad.trace_id, hexes(failed)[1], "01")
+
+
 def test_checkpoints_that_commit_and_assignments_have_spans(spans):
     app, orders, _ = regrouping_app()
     with TestDriver(app) as driver:
