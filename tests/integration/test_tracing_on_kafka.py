@@ -30,12 +30,12 @@ async def test_one_trace_from_an_input_record_through_a_repartition_to_the_outpu
     # Upstream services' contexts: (trace id, span id) per order; o6 comes without one.
     parents = {f"o{i}": (secrets.token_hex(16), secrets.token_hex(8)) for i in range(6)}
     orders = {order: {"id": order, "customer": f"c{i % 3}"} for i, order in enumerate([*parents, "o6"])}
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic,
+           "ENGINE_REPARTITION_PURGE_INTERVAL": "3600"}  # the repartition records stay, for the test to read
     spans_file = tmp_path / "spans.jsonl"
     worker = WorkerProcess("tests.integration.tracing_apps:app", kafka.url,
-                           {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_SPANS": str(spans_file),
-                            # the repartition records stay, for the test to read
-                            "ENGINE_REPARTITION_PURGE_INTERVAL": "3600"},
-                           tmp_path / "worker.log")
+                           {**env, "ITEST_SPANS": str(spans_file)}, tmp_path / "worker.log")
+    second = None
     try:
         producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all")
         await producer.start()
@@ -51,8 +51,16 @@ async def test_one_trace_from_an_input_record_through_a_repartition_to_the_outpu
         outputs = await consume_until(kafka.bootstrap, f"{topic}-out", lambda rs: len(rs) >= len(orders),
                                       timeout=90, workers=[worker])
         repartition = await read_all(kafka.bootstrap, f"{app_id}-by-customer-repartition")
+        # A second worker joins: the first gives up some partitions (a rebalance, with its span).
+        second = WorkerProcess("tests.integration.tracing_apps:app", kafka.url,
+                               {**env, "ITEST_SPANS": str(tmp_path / "spans-2.jsonl")},
+                               tmp_path / "second.log")
+        await worker.wait_for_output("revoked", timeout=90)
+        await second.wait_for_output("ready", timeout=90)
     finally:
         worker.stop()
+        if second is not None:
+            second.stop()
 
     by_order = {orjson.loads(r.value)["order"]: r for r in outputs}
     assert set(by_order) == set(orders)
@@ -85,5 +93,9 @@ async def test_one_trace_from_an_input_record_through_a_repartition_to_the_outpu
     # Checkpoints that committed, and the worker's assignment, have spans too.
     names = [span["name"] for span in spans]
     assert "engine rebalance assigned" in names
+    revokes = [span for span in spans if span["name"] == "engine rebalance revoked"]
+    assert revokes
+    assert all(span["parent_id"] is None and span["attributes"]["engine.partition_count"] >= 1
+               for span in revokes)
     assert any(span["name"] == "engine checkpoint" and span["attributes"]["engine.checkpoint.partitions"] >= 1
                for span in spans)
