@@ -1,6 +1,7 @@
 """Tracing through `engine worker` on a real broker (tracing_apps.py, exactly-once): records produced with a
 W3C `traceparent` (and one without), regrouped through a repartition topic, each output record in the trace
-of its input, with the spans the worker's OpenTelemetry SDK recorded linked parent to child."""
+of its input, with the spans the worker's OpenTelemetry SDK recorded linked parent to child, and the spans of
+checkpoints and of the revoke a second worker's joining makes."""
 
 from __future__ import annotations
 
