@@ -44,6 +44,7 @@ from engine.topics import planned_partitions
 from engine.topology.declaration import internal_topic
 from engine.topology.plan import build_topology
 from engine.transport import ClientTuning, Producer, transport_for
+from engine.transport.traced import TracedProducer
 from engine.windows import JoinWindows
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from engine.settings import Settings
     from engine.tasks.active import ActiveTask
     from engine.topics import Topic
+    from engine.tracing import Tracing
     from engine.web.server import WebServer
     from engine.windows import Seconds
 
@@ -69,6 +71,20 @@ class _ProducerService(Service):
 
     async def on_stop(self) -> None:
         await self.producer.stop()
+
+
+def _tracing(settings: Settings) -> Tracing | None:
+    """The worker's tracing, if its settings ask for it (OpenTelemetry is imported only then)."""
+    if not settings.tracing:
+        return None
+    from engine.tracing import Tracing
+
+    return Tracing(settings.app_id)
+
+
+def _traced(producer: Producer, tracing: Tracing | None) -> Producer:
+    """`producer`, writing the current trace context into what it sends when the worker traces."""
+    return producer if tracing is None else TracedProducer(producer, tracing)
 
 
 def check_data_dir(settings: Settings) -> None:
@@ -112,11 +128,14 @@ class Worker(Service):
         self.guarantee = choose(settings.processing_guarantee, self.transport, app.id,
                                 tables=bool(app.tables), worker_id=lambda: worker_identity(settings),
                                 tasks=active)
-        self.producer = self.guarantee.producer
+        self.tracing = tracing = _tracing(settings)
+        # What agents, timers and asks send with: each record carries the trace context it was sent in.
+        self.producer = _traced(self.guarantee.producer, tracing)
         for producer in self.guarantee.producers:
             self.add_child(_ProducerService(producer))
         self.replies = self.add_child(ReplyService(self.transport, self.topology.replies.name,
-                                                   self.guarantee.ask_producer, self.guarantee.quiesce))
+                                                   _traced(self.guarantee.ask_producer, tracing),
+                                                   self.guarantee.quiesce))
         # The group's callbacks reach the task manager, made below with the consumer it reads from: they are
         # the one place the worker's parts call each other in a circle (Kafka Streams' rebalance listener).
         self.placement = Placement(
@@ -177,6 +196,7 @@ class Worker(Service):
             transaction_timeout=(settings.transaction_timeout.total_seconds()
                                  if settings.processing_guarantee == "exactly_once" else None),
             activity=activity,
+            tracing=tracing,
         )
         self._said_ready = False
         topics = self.topology.topics
@@ -188,7 +208,7 @@ class Worker(Service):
                 reads=[topics[name].topic for name in self.topology.reads[agent.name][1:]
                        if name not in self.topology.merged.get(agent.name, ())],
                 merged=[topics[name].topic for name in self.topology.merged.get(agent.name, ())],
-                join_factory=self._stream_join,
+                join_factory=self._stream_join, tracing=tracing,
             ))
             for agent in app.agents.values()
         ]

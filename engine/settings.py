@@ -96,6 +96,11 @@ class Settings:
     # The event loop `engine worker` runs on (engine.loops): uvloop when installed ("auto"; the extra
     # engine[fast]), or asyncio's own.
     event_loop: EventLoop = "auto"
+    # Traces with OpenTelemetry (engine.tracing, the extra engine[otel]): a span per event an agent
+    # processes, continuing the trace context in the record's headers, that context written into the
+    # headers of what agents send, spans for checkpoints and rebalances. Spans go to the global tracer
+    # provider, which the app configures (its sampler decides which are recorded).
+    tracing: bool = False
     # A secured cluster (every client of the worker and of the CLI): the protocol, SASL's mechanism and
     # credentials, and TLS files (PEM). `broker_options` given to App(...) win over these. The password is
     # never shown: not in repr, not in errors.
@@ -216,8 +221,9 @@ def validate(s: Settings) -> None:
                                             or not _APP_ID.match(s.group_instance_id)):
         _fail("group_instance_id", s.group_instance_id,
               "expected 'auto' or 1-200 letters, digits, '.', '_' or '-'")
-    if not isinstance(s.web_enabled, bool):
-        _fail("web_enabled", s.web_enabled, "expected true or false")
+    for name in ("web_enabled", "tracing"):
+        if not isinstance(getattr(s, name), bool):
+            _fail(name, getattr(s, name), "expected true or false")
     if not isinstance(s.web_port, int) or isinstance(s.web_port, bool) or not 0 <= s.web_port < 65536:
         _fail("web_port", s.web_port, "expected a port number (0: any free port)")
     if not isinstance(s.web_host, str) or not s.web_host:
@@ -247,7 +253,7 @@ _DURATIONS = {"commit_interval", "shutdown_timeout", "agent_restart_window", "st
               "max_task_idle", "session_timeout", "transaction_timeout"}
 _INTS = {"topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "agent_max_restarts",
          "standby_replicas", "acceptable_recovery_lag", "store_memory", "poison_after_losses", "web_port"}
-_BOOLS = {"web_enabled"}
+_BOOLS = {"web_enabled", "tracing"}
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 ENV_PREFIX = "ENGINE_"
 # Variables of engine's own tools that share the prefix but are not settings (the test suite's broker).

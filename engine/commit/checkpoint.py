@@ -45,12 +45,13 @@ from engine.errors import EngineError, TransactionAborted, TransportError
 from engine.stats import Histogram
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Mapping
+    from collections.abc import Callable, Collection, Mapping, Sequence
 
     from engine.commit.cut import CutTask, TaskCut
     from engine.commit.guarantee import Guarantee
     from engine.events import TP, Event
     from engine.tables.base import BaseTable
+    from engine.tracing import Tracing
     from engine.transport.base import Consumer
 
 log = logging.getLogger(__name__)
@@ -109,9 +110,12 @@ class Checkpointer:
         global_tables: Collection[BaseTable] = (),
         held: Callable[[str, Event], None] = lambda agent, event: None,
         committed: Callable[[Mapping[TP, int]], None] = lambda offsets: None,
+        tracing: Tracing | None = None,
     ) -> None:
         """`held`: told of each event a cut goes on without (and its agent): its task's transaction stays
-        open; `committed`: told the offsets each checkpoint committed."""
+        open; `committed`: told the offsets each checkpoint committed; `tracing`: where the span of a
+        checkpoint that commits something or fails goes."""
+        self.tracing = tracing
         self.tasks = tasks  # the task manager's active tasks
         self._held = held
         self._committed = committed
@@ -134,19 +138,28 @@ class Checkpointer:
         if guarantee.commits_every_task:
             only = None
         started = time.perf_counter()
+        began = time.time_ns()  # (the clock spans are stamped with)
+        inside: Sequence[tuple[str, Event]] = ()
         try:
             inside = await guarantee.pause(pause_timeout, self._busy)
             for agent, event in inside:
                 self._held(agent, event)
             try:
-                return await self._checkpoint(only, frozenset(event.partition for _, event in inside))
+                cut = await self._checkpoint(only, frozenset(event.partition for _, event in inside))
             finally:
                 guarantee.resume()
-        except Exception:
+        except Exception as exc:
             self.failures += 1
+            if self.tracing is not None:
+                self.tracing.checkpoint(began, {"engine.checkpoint.held_tasks": len(inside)}, exc)
             raise
         finally:
             self.durations.observe(time.perf_counter() - started)
+        if self.tracing is not None and not cut.empty:
+            self.tracing.checkpoint(began, {"engine.checkpoint.tasks": len(cut.cuts),
+                                            "engine.checkpoint.partitions": len(cut.offsets()),
+                                            "engine.checkpoint.held_tasks": len(inside)})
+        return cut
 
     async def _checkpoint(self, only: Collection[TP] | None, held: frozenset[int]) -> Checkpoint:
         """One cut; the tasks `held` (exactly-once: an event of theirs is in progress) stay out of it."""

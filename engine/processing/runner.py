@@ -20,7 +20,7 @@ from engine.agent import CORRELATION_ID, REPLY_TO, Agent
 from engine.codecs import dumps
 from engine.errors import EngineError, PartitionMigrated, TopologyError
 from engine.stats import Histogram
-from engine.streams.stream import Stream, UpstreamError
+from engine.streams.stream import Stream, UpstreamError, open_stream
 from engine.topics import Topic
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from engine.settings import Settings
     from engine.streams.quiesce import Quiesce
     from engine.streams.stream import Lookup, RecordJoin
+    from engine.tracing import AgentSpans, Tracing
     from engine.transport.base import Producer
     from engine.windows import Seconds
 
@@ -123,6 +124,10 @@ class _InstanceContext:
     def timings(self) -> Histogram:
         return self.runner.processing
 
+    @property
+    def tracing(self) -> AgentSpans | None:
+        return self.runner.spans
+
     def failed_event(self) -> tuple[Stream | None, Event | None]:
         for stream in reversed(self.streams):
             if stream.current_event is not None:
@@ -148,9 +153,11 @@ class AgentRunner(Service):
         merged: Sequence[Topic] = (),
         join_factory: JoinFactory | None = None,
         quiesce: Quiesce | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         super().__init__(f"agent:{agent.name}")
         self.quiesce = quiesce
+        self.spans: AgentSpans | None = tracing.agent(agent.name) if tracing is not None else None
         self.agent = agent
         self.settings = settings
         self.producer = producer
@@ -228,7 +235,7 @@ class AgentRunner(Service):
         index = self.group.mailboxes.index(mailbox)
         while True:
             context = self._contexts[index] = _InstanceContext(self, index)
-            stream = Stream(mailbox, context, self.agent.channel)
+            stream = open_stream(mailbox, context, self.agent.channel)
             try:
                 await self._run(stream, context)
             except UpstreamError as exc:
@@ -283,7 +290,7 @@ class AgentRunner(Service):
             # Not the record's fault: its partition moved. Dropped without an ack; the new owner has it.
             log.info("agent %s dropped %s[%d]@%d: %s", self.agent.name, event.topic, event.partition,
                      event.offset, error if isinstance(error, PartitionMigrated) else "its partition moved")
-            self._drop(context, source, event)
+            self._drop(context, source, event, None)
             context.abandon()
             return
         if isinstance(error, TopologyError):
@@ -291,19 +298,21 @@ class AgentRunner(Service):
             # stops, the record stays uncommitted, and the message says what to change.
             context.abandon()
             raise Fatal(f"agent {self.agent.name!r} cannot run: {error}") from error
-        self._drop(context, source, event)
+        self._drop(context, source, event, error)
         await self.handle_error(event.record, error)
         event.ack()
         context.abandon()
 
     @staticmethod
-    def _drop(context: _InstanceContext, source: Stream | None, event: Event) -> None:
+    def _drop(context: _InstanceContext, source: Stream | None, event: Event,
+              error: BaseException | None) -> None:
+        """`event` is dealt with here (`error`: dead-lettered for it); its stream moves on."""
         if source is not None and source.current_event is event:
-            source.drop_current()
+            source.drop_current(error)
         else:
             for stream in context.streams:
                 if stream.current_event is event:
-                    stream.drop_current()
+                    stream.drop_current(error)
 
     async def handle_error(self, record: RawRecord, error: BaseException) -> None:
         """Apply the error policy to a record this agent could not decode or process."""

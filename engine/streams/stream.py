@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from engine.stats import Histogram
     from engine.streams.quiesce import Quiesce
     from engine.topics import Topic
+    from engine.tracing import AgentSpans, Span
     from engine.windows import Seconds
 
 TIMED_EVERY = 32  # one event in this many is timed, for the agent's processing-time histogram
@@ -67,6 +68,10 @@ class StreamContext(Protocol):
     @property
     def timings(self) -> Histogram | None:
         """Where the processing time of a sample of the events goes (None: not timed)."""
+
+    @property
+    def tracing(self) -> AgentSpans | None:
+        """The spans of the agent's events (None: the worker does not trace)."""
 
 
 class RecordJoin(Protocol):
@@ -274,7 +279,7 @@ class _Operators:
 
     def _forward(self, topic: Topic, key: Callable[[Any], Any] | None) -> Stream:
         context = self.root.context
-        stream = Stream(context.subscribe(topic), context, topic)
+        stream = open_stream(context.subscribe(topic), context, topic)
         stream.set_upstream(self.__aiter__(), self.root, topic, key)
         return stream
 
@@ -350,6 +355,9 @@ class Stream(_Operators):
     """A root stream over one mailbox of events; what an agent function receives."""
 
     current_event: Event | None = None  # an attribute here (the operators' property reads the root's)
+    # The span of the current event (TracedStream's; here, where the event may end, for ending it).
+    _span: Span | None = None
+    _spans: AgentSpans | None = None
 
     def __init__(self, mailbox: Mailbox[Event], context: StreamContext, topic: Topic | None) -> None:
         self.root = self
@@ -423,6 +431,12 @@ class Stream(_Operators):
             moved.time_ms = current.time_ms
             self.current_event = moved
 
+    def _end_span(self, error: BaseException | None = None) -> None:
+        span, spans = self._span, self._spans
+        if span is not None and spans is not None:
+            self._span = None
+            spans.end(span, error)
+
     def _declared(self) -> None:
         """The first pull found an empty mailbox (nothing is dispatched before the worker subscribed): tell
         the worker this agent's pipeline is declared. Here, on the waiting path, not per event."""
@@ -448,6 +462,7 @@ class Stream(_Operators):
         if self.current_event is not None:
             self.current_event.ack()
             self.current_event = None
+            self._end_span()
 
     def abandon(self) -> None:
         """The agent died: stop forwarding, and requeue what was taken but never finished."""
@@ -457,6 +472,7 @@ class Stream(_Operators):
         self._pump = self._get = None
         if self.current_event is not None and self._quiesce is not None:
             self._quiesce.finished()
+        self._end_span()
         taken = [*self._held, *([self.current_event] if self.current_event is not None else [])]
         unfinished = [e for e in taken
                       if e.lease is None or e.lease.dispatching]  # a moved partition's: its new owner's
@@ -464,11 +480,13 @@ class Stream(_Operators):
         if not self._mailbox.closed:
             self._mailbox.requeue(unfinished)
 
-    def drop_current(self) -> None:
-        """The current event was dealt with elsewhere (dead-lettered and acked, or dropped)."""
+    def drop_current(self, error: BaseException | None = None) -> None:
+        """The current event was dealt with elsewhere (forwarded; dead-lettered for `error` and acked, or
+        dropped)."""
         if self.current_event is not None and self._quiesce is not None:
             self._quiesce.finished()
         self.current_event = None
+        self._end_span(error)
 
     # -- through / group_by -------------------------------------------------------------------------
 
@@ -527,6 +545,33 @@ class Stream(_Operators):
                     return get.result()
                 except MailboxClosed:
                     raise StopAsyncIteration from None
+
+
+class TracedStream(Stream):
+    """A root stream whose events each have a span (engine.tracing): begun when the event is handed out,
+    ended when the agent pulls the next one or the event is dealt with elsewhere (forwarded, dead-lettered,
+    dropped). What agents iterate when the worker traces: a subclass, so that a worker that does not trace
+    pays nothing for it per event."""
+
+    def __init__(self, mailbox: Mailbox[Event], context: StreamContext, topic: Topic | None,
+                 spans: AgentSpans) -> None:
+        super().__init__(mailbox, context, topic)
+        self._spans = self._begins = spans
+
+    async def __anext__(self, shape: Shape = Shape.VALUE) -> Any:
+        if self._span is not None:
+            self._end_span()
+        value = await super().__anext__(shape)
+        event = self.current_event
+        if event is not None:  # (always: it was just handed out)
+            self._span = self._begins.begin(event)
+        return value
+
+
+def open_stream(mailbox: Mailbox[Event], context: StreamContext, topic: Topic | None) -> Stream:
+    """An agent's root stream over `mailbox`: traced if the worker traces."""
+    spans = context.tracing
+    return Stream(mailbox, context, topic) if spans is None else TracedStream(mailbox, context, topic, spans)
 
 
 def _stream_of(other: Any) -> Topic | None:

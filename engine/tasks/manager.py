@@ -26,6 +26,7 @@ revoke, for a live export, and a final one when the worker stops, after which ev
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from engine.tasks.leases import Lease, Leases
     from engine.tasks.pauses import Pauses
     from engine.tasks.standby import StandbyTask
+    from engine.tracing import Tracing
     from engine.transport.base import Consumer
 
 log = logging.getLogger(__name__)
@@ -86,14 +88,17 @@ class TaskManager(Service):
         on_settled: Callable[[], None] = lambda: None,
         transaction_timeout: float | None = None,
         activity: Activity | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         """`active`: the worker's map of active tasks, which this keeps (the conductor and the guarantee read
         it); `inputs`: which topics tasks take in timestamp order; `on_settled`: called when a change of
         ownership finished; `transaction_timeout`: the broker's for the tasks' transactions (exactly-once),
         past which an event that holds its task's transaction open makes the broker abort it (poison);
-        `activity`: the worker's (engine.activity), which wakes the commit loop and is told of commits."""
+        `activity`: the worker's (engine.activity), which wakes the commit loop and is told of commits;
+        `tracing`: where the spans of checkpoints and changes of ownership go."""
         super().__init__("tasks")
         self.activity = activity if activity is not None else Activity()
+        self.tracing = tracing
         self.inputs = inputs if inputs is not None else InputPlan()
         self.table_sources = self.inputs.table_sources  # source topics of tables: read from their start
         self.active: dict[int, ActiveTask] = active if active is not None else {}
@@ -112,7 +117,7 @@ class TaskManager(Service):
         self.checkpoints = Checkpointer(
             tasks=self.active, consumer=consumer, guarantee=guarantee, busy=busy,
             global_tables=[t for t in tables.tables.values() if t.is_global] if tables is not None else (),
-            held=self._held, committed=self._committed)
+            held=self._held, committed=self._committed, tracing=tracing)
         self.tables = tables
         self._drop_queued = drop_queued
         self.commit_interval = commit_interval
@@ -226,7 +231,12 @@ class TaskManager(Service):
 
     async def assigned(self, tps: set[TP]) -> None:
         async with self._ownership:
-            await self._assigned(tps)
+            with self._traced("assigned", tps):
+                await self._assigned(tps)
+
+    def _traced(self, kind: str, tps: Collection[TP]) -> contextlib.AbstractContextManager[None]:
+        """The span of a change of ownership, when the worker traces."""
+        return self.tracing.rebalance(kind, tps) if self.tracing is not None else contextlib.nullcontext()
 
     def _moving(self) -> None:
         if self._moving_since is None:
@@ -342,7 +352,8 @@ class TaskManager(Service):
     async def revoked(self, tps: set[TP]) -> None:
         """Still the owner: finish what agents hold (bounded), checkpoint, close clean."""
         async with self._ownership:
-            await self._revoked(tps)
+            with self._traced("revoked", tps):
+                await self._revoked(tps)
 
     async def _revoked(self, tps: set[TP]) -> None:
         log.info("revoked %d partitions: %s", len(tps), describe(tps))
@@ -386,7 +397,8 @@ class TaskManager(Service):
     async def lost(self, tps: set[TP], why: str = "this worker's group session expired") -> None:
         """No longer the owner: close dirty, writing and committing nothing of `tps`."""
         async with self._ownership:
-            await self._lost(tps, why)
+            with self._traced("lost", tps):
+                await self._lost(tps, why)
 
     async def _lost(self, tps: set[TP], why: str) -> None:
         log.warning("lost %d partitions (%s; another worker may own them now): %s; their uncommitted work "
@@ -440,7 +452,8 @@ class TaskManager(Service):
                             timed_out)
         async with self._ownership:  # not in the middle of a revoke: the partitions it closed are not ours
             owned = [tp for tp, lease in failing.items() if self.leases.current.get(tp) is lease]
-            await self._rewind_or_lose(owned, failed, fenced)
+            with self._traced("rewind", owned):
+                await self._rewind_or_lose(owned, failed, fenced)
 
     async def _rewind_or_lose(self, owned: list[TP], failed: dict[int, BaseException],
                               fenced: set[int]) -> None:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from engine.events import Event
     from engine.stats import Histogram
     from engine.streams.quiesce import Quiesce
+    from engine.tracing import AgentSpans
     from engine.windows import Seconds
 
 
@@ -93,6 +94,7 @@ class _Declaring:
 
     quiesce: Quiesce | None = None
     timings: Histogram | None = None
+    tracing: AgentSpans | None = None
 
     def __init__(self, app: App, declaration: Declaration, agent: Agent, declared: AgentDeclaration) -> None:
         self.app = app
