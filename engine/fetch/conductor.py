@@ -554,3 +554,10 @@ class _Handover:
 
     async def flush(self) -> None:
         await self._conductor._hand_over(self._gathered)
+
+    async def applied(self, records: list[RawRecord], lease: Lease) -> bool:
+        conductor = self._conductor
+        if not conductor.routes.get(lease.tp.topic):
+            return False
+        await conductor._dispatch(records, lease)
+        return True

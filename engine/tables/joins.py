@@ -10,8 +10,11 @@ key codec and partition count (co-partitioned; the topology says so at the first
 
 Two internal agents (`<name>-left`, `<name>-right`) read the sides' changelogs, so the result follows each
 side by a checkpoint (the changelog is written at checkpoints); it is an ordinary table (its own changelog,
-recovery, standbys, queries, exactly-once). Once both changelogs are processed, the result is the join of
-the two sides' states, whichever side was updated last.
+recovery, standbys, queries, exactly-once). A table over a source topic (Kafka Streams' `builder.table`)
+joins the same way: that topic is its changelog, each record handed to the agent once the table holds it
+(engine.tasks.release), a null value deleting the key and the result's row with it. Each agent sees a
+change with both sides' stores already holding every change before it, so once both changelogs are
+processed, the result is the join of the two sides' states, whichever side was updated last.
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ How = Literal["inner", "left", "outer"]
 def join_tables(app: Declarer, left: BaseTable, right: BaseTable, how: How, name: str | None) -> BaseTable:
     """Declare the result table of `left` joined with `right` and the agents that keep it."""
     for side in (left, right):
-        if side.window is not None or side.is_global or not side.has_own_changelog:
-            raise ConfigError(f"table {side.name!r} cannot be joined with another table: only tables with "
-                              "their own changelog (not windowed, global or over a source topic) can")
+        if side.window is not None or side.is_global:
+            raise ConfigError(f"table {side.name!r} cannot be joined with another table: only tables that "
+                              "are neither windowed nor global can")
     if left.changelog_topic.key_type is not right.changelog_topic.key_type:
         raise ConfigError(f"tables {left.name!r} and {right.name!r} have other key types: a table join "
                           "pairs rows of the same key")
@@ -58,6 +61,8 @@ def join_tables(app: Declarer, left: BaseTable, right: BaseTable, how: How, name
     def follower(other: BaseTable, is_left: bool) -> Any:
         async def follow(stream: Stream) -> None:
             async for key, value in stream.items():
+                if key is None:
+                    continue  # a source topic's record without key: in no table (as Kafka Streams drops it)
                 found, theirs = other.find(key)
                 joined(key, value, theirs if found else None, is_left)
 
