@@ -6,7 +6,8 @@ Kafka Streams' KTable-KTable join: an update on either side (from its changelog)
 side's current value for the key and written to the result table (`None` for a missing side, under
 `left_join` and `outer_join`); a row that no longer joins is deleted (a tombstone on the result's
 changelog). Both sides are read where the update's partition is: the two tables must have the same keys,
-key codec and partition count (co-partitioned; the topology says so at the first update if not).
+key codec and partition count (co-partitioned, as Kafka Streams requires: the topology refuses to start if
+their topics' counts differ, naming both).
 
 Two internal agents (`<name>-left`, `<name>-right`) read the sides' changelogs, so the result follows each
 side by a checkpoint (the changelog is written at checkpoints); it is an ordinary table (its own changelog,
@@ -44,6 +45,7 @@ def join_tables(app: Declarer, left: BaseTable, right: BaseTable, how: How, name
     topic = left.changelog_topic
     result = app.Table(result_name, key_type=topic.key_type, value_type=tuple,
                        key_serializer=topic.key_codec.name if topic.key_type is None else None)
+    result.key_join_of = (left, right)
 
     def joined(key: Any, mine: Any, theirs: Any, mine_is_left: bool) -> None:
         pair = (mine, theirs) if mine_is_left else (theirs, mine)

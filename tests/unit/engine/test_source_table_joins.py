@@ -2,16 +2,23 @@
 on the test driver: the topic is the table's changelog, a null value (a tombstone) deletes the key and
 retracts its join results. Step by step by hand, then a seeded mix of updates and tombstones checked against
 the join of both topics' final states, computed here; by key (inner, left, outer), by foreign key (source
-tables of 3 and 2 partitions), and a source table joined with a table that has its own changelog."""
+tables of 3 and 2 partitions), a source table joined with a table that has its own changelog, and source
+tables of other partition counts refused a join by key at start, as Kafka Streams refuses them."""
 
 from __future__ import annotations
 
 import random
 from typing import Any
 
+import pytest
+
 import engine
+from engine import testing
+from engine.errors import TopologyError
 from engine.testing import TestDriver
 from tests.unit.engine.test_table_joins import expected, keep_rows
+
+COMPACTED = {"cleanup.policy": "compact"}
 
 
 def by_key_app() -> tuple[engine.App, dict[str, Any]]:
@@ -133,3 +140,24 @@ def test_a_seeded_mix_by_foreign_key_with_tombstones_ends_as_the_join_of_the_fin
                                            for key, row in orders.items()}
         assert driver.table(inner.name) == {key: (row, customers[row["customer"]])
                                             for key, row in orders.items() if row["customer"] in customers}
+
+
+async def test_source_tables_of_other_partition_counts_are_refused_at_start_naming_both() -> None:
+    """As Kafka Streams: tables joined by key must be co-partitioned (by foreign key they need not be)."""
+    url = testing.memory_url()
+    broker = testing.broker_for(url)
+    broker.create_topic("orders", 4, COMPACTED)
+    broker.create_topic("customers", 3, COMPACTED)
+    app = engine.App("srcjoin-counts", broker=url)
+    orders = app.Table("orders", source_topic=app.topic("orders", key_type=str, value_type=dict))
+    customers = app.Table("customers", source_topic=app.topic("customers", key_type=str, value_type=dict))
+    orders.left_join(customers, name="enriched")
+    worker = engine.Worker(app, app.settings())
+    with pytest.raises(TopologyError) as raised:
+        await worker.start()
+    await worker.stop()
+    assert str(raised.value) == (
+        "the topology does not fit the broker: tables 'orders' and 'customers' are joined by key (into table "
+        "'enriched'), so their topics must have the same number of partitions, but 'orders' has 4, "
+        "'customers' has 3; declare the same partitions= on both, or recreate the smaller one (and re-key "
+        "with group_by if the source cannot change)")
