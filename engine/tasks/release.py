@@ -113,7 +113,6 @@ class Ordering:
     delivery: Delivery
     pauses: Pauses
     limit: int  # max_poll_records: about how many records one choice of runs takes
-    tables: frozenset[str]  # the source topics of tables: their runs go to the task's table partitions
     quiesce: Quiesce | None  # the exactly-once gate: a table run that waited for events waits for it too
     serial: frozenset[str] = frozenset()  # topics from which several agents use one table
 

@@ -137,7 +137,7 @@ def ordering(delivery: FakeDelivery, *, limit: int = 100, quiesce: Quiesce | Non
              ) -> tuple[Ordering, FakeConsumer]:
     consumer = FakeConsumer()
     pauses = Pauses(consumer, keep_fetched=[ORDERING])  # type: ignore[arg-type]
-    return Ordering(delivery, pauses, limit, frozenset(delivery.tables), quiesce), consumer
+    return Ordering(delivery, pauses, limit, quiesce), consumer
 
 
 def ack(task: ActiveTask, tp: TP, *offsets: int) -> None:
