@@ -109,8 +109,7 @@ class Conductor(Service):
         self.timed_topics: set[str] = timed_topics if timed_topics is not None else set()
         self._parked: dict[TP, Parked] = {}
         # What the tasks whose inputs go in timestamp order release them with (engine.tasks.release).
-        self._ordering = Ordering(self, pauses, max_poll_records, self.table_sources, quiesce,
-                                  self.inputs.serial)
+        self._ordering = Ordering(self, pauses, max_poll_records, quiesce, self.inputs.serial)
         self._fetcher: asyncio.Task[None] | None = None
         self._subscribed = False
 
@@ -573,3 +572,10 @@ class _Handover:
 
     async def flush(self) -> None:
         await self._conductor._hand_over(self._gathered)
+
+    async def applied(self, records: list[RawRecord], lease: Lease) -> bool:
+        conductor = self._conductor
+        if not conductor.routes.get(lease.tp.topic):
+            return False
+        await conductor._dispatch(records, lease)
+        return True

@@ -176,6 +176,9 @@ class BaseTable(MutableMapping[Any, Any]):
             partitions=partitions, config={"cleanup.policy": "compact"}, internal=True,
         )
         self.has_own_changelog = source_topic is None
+        # The two tables this one is the join by key of (engine.tables.joins): the topology keeps their
+        # topics co-partitioned.
+        self.key_join_of: tuple[BaseTable, BaseTable] | None = None
         self.key_codec = self.changelog_topic.key_codec
         self.plain_key_codec = self.key_codec  # of the key alone, also once windowing wraps key_codec
         self.value_codec = self.changelog_topic.value_codec

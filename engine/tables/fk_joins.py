@@ -17,6 +17,9 @@ Four internal agents keep the result table (keyed like the left table; values `(
 - `<name>-respond`, over the responses: writes the result, unless the left row changed since it subscribed
   (its hash differs: a newer answer is on its way), so a late answer about an old pairing never wins.
 
+Either table may be over a source topic (Kafka Streams' `builder.table`): the agents read that topic as
+its changelog, each record once the table holds it (engine.tables.joins).
+
 Keys and rows cross the topics as their tables' codecs encode them (base64 inside JSON), so any codec
 works. A foreign key's subscribers are one row of the subscriptions table: a foreign key with very many
 subscribers rewrites a long row on each change (Kafka Streams keeps one entry per pair).
@@ -53,9 +56,9 @@ def join_by_foreign_key(app: Declarer, left: BaseTable, right: BaseTable, foreig
     if how not in ("inner", "left"):
         raise ConfigError(f"a foreign-key join is inner (join) or left (left_join), not {how!r}")
     for side in (left, right):
-        if side.window is not None or side.is_global or not side.has_own_changelog:
-            raise ConfigError(f"table {side.name!r} cannot be joined by foreign key: only tables with their "
-                              "own changelog (not windowed, global or over a source topic) can")
+        if side.window is not None or side.is_global:
+            raise ConfigError(f"table {side.name!r} cannot be joined by foreign key: only tables that are "
+                              "neither windowed nor global can")
     result_name = name or f"{left.name}-{how}-fk-join-{right.name}"
     left_topic, right_topic = left.changelog_topic, right.changelog_topic
     left_keys, right_keys = left.plain_key_codec, right.plain_key_codec
@@ -90,6 +93,8 @@ def join_by_foreign_key(app: Declarer, left: BaseTable, right: BaseTable, foreig
 
     async def subscribe(stream: Stream) -> None:
         async for key, row in stream.items():
+            if key is None:
+                continue  # a source topic's record without key: in no table
             found, old = subscribed.find(key)
             fk = None if row is None else foreign_key(row)
             encoded_key = _b64(left_keys.encode(key))
@@ -127,6 +132,8 @@ def join_by_foreign_key(app: Declarer, left: BaseTable, right: BaseTable, foreig
 
     async def follow_right(stream: Stream) -> None:
         async for fk, row in stream.items():
+            if fk is None:
+                continue
             found, members = subscribers.find(fk)
             if not found:
                 continue

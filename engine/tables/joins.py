@@ -6,12 +6,16 @@ Kafka Streams' KTable-KTable join: an update on either side (from its changelog)
 side's current value for the key and written to the result table (`None` for a missing side, under
 `left_join` and `outer_join`); a row that no longer joins is deleted (a tombstone on the result's
 changelog). Both sides are read where the update's partition is: the two tables must have the same keys,
-key codec and partition count (co-partitioned; the topology says so at the first update if not).
+key codec and partition count (co-partitioned, as Kafka Streams requires: the topology refuses to start if
+their topics' counts differ, naming both).
 
 Two internal agents (`<name>-left`, `<name>-right`) read the sides' changelogs, so the result follows each
 side by a checkpoint (the changelog is written at checkpoints); it is an ordinary table (its own changelog,
-recovery, standbys, queries, exactly-once). Once both changelogs are processed, the result is the join of
-the two sides' states, whichever side was updated last.
+recovery, standbys, queries, exactly-once). A table over a source topic (Kafka Streams' `builder.table`)
+joins the same way: that topic is its changelog, each record handed to the agent once the table holds it
+(engine.tasks.release), a null value deleting the key and the result's row with it. Each agent sees a
+change with both sides' stores already holding every change before it, so once both changelogs are
+processed, the result is the join of the two sides' states, whichever side was updated last.
 """
 
 from __future__ import annotations
@@ -31,9 +35,9 @@ How = Literal["inner", "left", "outer"]
 def join_tables(app: Declarer, left: BaseTable, right: BaseTable, how: How, name: str | None) -> BaseTable:
     """Declare the result table of `left` joined with `right` and the agents that keep it."""
     for side in (left, right):
-        if side.window is not None or side.is_global or not side.has_own_changelog:
-            raise ConfigError(f"table {side.name!r} cannot be joined with another table: only tables with "
-                              "their own changelog (not windowed, global or over a source topic) can")
+        if side.window is not None or side.is_global:
+            raise ConfigError(f"table {side.name!r} cannot be joined with another table: only tables that "
+                              "are neither windowed nor global can")
     if left.changelog_topic.key_type is not right.changelog_topic.key_type:
         raise ConfigError(f"tables {left.name!r} and {right.name!r} have other key types: a table join "
                           "pairs rows of the same key")
@@ -41,6 +45,7 @@ def join_tables(app: Declarer, left: BaseTable, right: BaseTable, how: How, name
     topic = left.changelog_topic
     result = app.Table(result_name, key_type=topic.key_type, value_type=tuple,
                        key_serializer=topic.key_codec.name if topic.key_type is None else None)
+    result.key_join_of = (left, right)
 
     def joined(key: Any, mine: Any, theirs: Any, mine_is_left: bool) -> None:
         pair = (mine, theirs) if mine_is_left else (theirs, mine)
@@ -58,6 +63,8 @@ def join_tables(app: Declarer, left: BaseTable, right: BaseTable, how: How, name
     def follower(other: BaseTable, is_left: bool) -> Any:
         async def follow(stream: Stream) -> None:
             async for key, value in stream.items():
+                if key is None:
+                    continue  # a source topic's record without key: in no table (as Kafka Streams drops it)
                 found, theirs = other.find(key)
                 joined(key, value, theirs if found else None, is_left)
 

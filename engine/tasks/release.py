@@ -10,7 +10,9 @@ releases them in that order:
   for one mailbox are decoded and handed over together, a run that cannot be gathered is dispatched alone.
 - A table's run is applied to its store by the task, once every event of the task handed over before it
   was processed (and not while the quiesce gate is closed), so each event sees the table as of its own time,
-  over a backlog as live. Until then the task waits in the background (WAITING) and releases nothing.
+  over a backlog as live. Until then the task waits in the background (WAITING) and releases nothing. Once
+  applied, the run goes to the agents that read the table's topic, if any (a table join following the
+  table's changes): they see each change with the table already holding it, as they would its changelog.
 - The topics from which several agents use one table (the topology's `serial`: the inventory example's
   shipments and sales, both keeping `stock`) are released in timestamp order too, and a run of one of them
   goes to its agent only once the events of the task's other such topics are processed: the table sees the
@@ -77,6 +79,12 @@ class Handover(Protocol):
         """Hand over what was gathered."""
         ...
 
+    async def applied(self, records: list[RawRecord], lease: Lease) -> bool:
+        """Hand a table's run, applied to its store, to the agents that read the table's topic (a join
+        following the table's changes, engine.tables.joins), tracked on `lease` until each acked it; False
+        if no agent reads it."""
+        ...
+
 
 class Delivery(Protocol):
     """What a task's release needs of the fetching that fed it (engine.fetch.conductor)."""
@@ -105,7 +113,6 @@ class Ordering:
     delivery: Delivery
     pauses: Pauses
     limit: int  # max_poll_records: about how many records one choice of runs takes
-    tables: frozenset[str]  # the source topics of tables: their runs go to the task's table partitions
     quiesce: Quiesce | None  # the exactly-once gate: a table run that waited for events waits for it too
     serial: frozenset[str] = frozenset()  # topics from which several agents use one table
 
@@ -208,12 +215,13 @@ class TaskRelease:
                 index += 1
                 continue  # revoked meanwhile: never applied
             await handover.flush()
-            if any(other.in_flight for at, other in task.leases.items() if at.topic not in ordering.tables):
+            if any(other.in_flight for other in task.leases.values()):
                 return self._wait(runs[index:], ordering)  # (this table run too) until they are processed
-            for record in records:
-                lease.track(record.offset)
-            if task.apply_source(tp.topic, records):
-                for record in records:
+            if not task.apply_source(tp.topic, records):
+                lease.track_many([record.offset for record in records])  # never applied: never committed
+            elif not await handover.applied(records, lease):
+                for record in records:  # no agent reads the table's topic: done once applied
+                    lease.track(record.offset)
                     lease.ack(record.offset)
             index += 1
         return True
@@ -242,9 +250,8 @@ class TaskRelease:
         then release again (the table run that waited first)."""
         task = self._task
         try:
-            for tp, lease in list(task.leases.items()):
-                if tp.topic not in ordering.tables:
-                    await lease.drained()
+            for lease in list(task.leases.values()):
+                await lease.drained()
             quiesce = ordering.quiesce
             if quiesce is not None and quiesce.closed:
                 await quiesce.wait_open()

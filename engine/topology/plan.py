@@ -289,6 +289,11 @@ def _add_table(topology: Topology, table: BaseTable) -> None:
     count = table.changelog_topic.partitions  # closed and late topics are partitioned like the table
     role: Role = "changelog" if table.has_own_changelog else "table-source"
     changelog = topology.add(table.changelog_topic, role, user=table.name, config=COMPACTED)
+    if table.key_join_of is not None:
+        left, right = table.key_join_of
+        topology.copartitioned.append(CoPartitioned(
+            (left.changelog_topic.name, right.changelog_topic.name),
+            f"tables {left.name!r} and {right.name!r} are joined by key (into table {table.name!r})"))
     windowed = table.windowed
     if windowed is not None:
         kinds: tuple[tuple[Topic | None, Role], ...] = ((windowed.closed_topic, "closed"),

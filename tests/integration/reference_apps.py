@@ -2,7 +2,9 @@
 aggregation as tests/kafka/reference/Reference.java, run by `engine worker -A
 tests.integration.reference_apps:app`, configured by ITEST_APP, ITEST_TOPIC (and ITEST_RIGHT for a join),
 ITEST_MODE, ITEST_A_MS and ITEST_B_MS (Reference.java's A and B). Keys and values are plain strings; event
-time is the record's. Counts go to <app>-counts-closed, join results to <app>-joined ("left|right")."""
+time is the record's. Counts go to <app>-counts-closed, join results to <app>-joined ("left|right"); the
+table joins' (ITEST_RIGHT and ITEST_ORDERS the other tables' topics) to <app>-<join>-changelog, the joins
+named as Reference.java tags them."""
 
 import asyncio
 import os
@@ -30,6 +32,17 @@ elif MODE == "left-join":
             await joined.send(key=key, value=f"{left}|{'null' if other is None else other}")
             if DELAY:
                 await asyncio.sleep(DELAY)
+elif MODE == "table-joins":  # tables over source topics, a null value deleting (Kafka Streams' builder.table)
+    left = app.Table("left-rows", source_topic=source)
+    right = app.Table("right-rows", source_topic=app.topic(os.environ.get("ITEST_RIGHT", "right"),
+                                                           key_type=str, value_type=str))
+    orders = app.Table("orders", source_topic=app.topic(os.environ.get("ITEST_ORDERS", "orders"),
+                                                        key_type=str, value_type=str))
+    left.join(right, name="inner")
+    left.left_join(right, name="left")
+    left.outer_join(right, name="outer")
+    orders.join(right, foreign_key=lambda row: row.split("/")[0], name="fk-inner")
+    orders.left_join(right, foreign_key=lambda row: row.split("/")[0], name="fk-left")
 else:
     raise ValueError(f"no mode {MODE!r}")
 if MODE.endswith("-count"):

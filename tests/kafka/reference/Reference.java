@@ -2,6 +2,7 @@ import java.nio.file.Files;
 import java.time.Duration;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
+import java.util.function.Function;
 
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.common.serialization.Serde;
@@ -20,6 +21,7 @@ import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.SlidingWindows;
 import org.apache.kafka.streams.kstream.StreamJoined;
 import org.apache.kafka.streams.kstream.Suppressed;
+import org.apache.kafka.streams.kstream.ValueJoiner;
 import org.apache.kafka.streams.kstream.Windowed;
 
 /**
@@ -32,6 +34,12 @@ import org.apache.kafka.streams.kstream.Windowed;
  * sliding-count  A = time difference, B = grace: final sliding-window counts, as above
  * left-join      A = time difference, B = grace: INPUT left-joined with RIGHT_INPUT, value "left|right"
  *                ("null" for a missing right)
+ * table-joins    A, B unused: tables over INPUT and RIGHT_INPUT (builder.table, a null value deletes) joined
+ *                by key, and a table over ORDERS (a value "foreignkey/rest") joined with RIGHT_INPUT's by
+ *                foreign key; each join's changes, value "left|right" (a tombstone where a row no longer
+ *                joins), keyed "inner:key", "left:key", "outer:key", "fk-inner:key" and "fk-left:key"
+ *
+ *   java Reference BOOTSTRAP APP_ID table-joins INPUT OUTPUT 0 0 RIGHT_INPUT ORDERS
  *
  * Record caches are off, so results do not depend on when Kafka Streams commits, nor (emit interval 0)
  * those of joins on the wall clock. Prints "RUNNING" once it runs, and stops on SIGTERM.
@@ -42,18 +50,31 @@ public final class Reference {
         final Duration a = Duration.ofMillis(Long.parseLong(args[5])), b = Duration.ofMillis(Long.parseLong(args[6]));
         final Serde<String> strings = Serdes.String();
         final StreamsBuilder builder = new StreamsBuilder();
-        final KStream<String, String> stream = builder.stream(input, Consumed.with(strings, strings));
+        final Consumed<String, String> consumed = Consumed.with(strings, strings);
         final Produced<String, String> produced = Produced.with(strings, strings);
         switch (mode) {
-            case "session-count" -> finals(stream.groupByKey()
+            case "session-count" -> finals(builder.stream(input, consumed).groupByKey()
                     .windowedBy(SessionWindows.ofInactivityGapAndGrace(a, b)).count(), output, produced);
-            case "sliding-count" -> finals(stream.groupByKey()
+            case "sliding-count" -> finals(builder.stream(input, consumed).groupByKey()
                     .windowedBy(SlidingWindows.ofTimeDifferenceAndGrace(a, b)).count(), output, produced);
             case "left-join" -> {
-                final KStream<String, String> right = builder.stream(args[7], Consumed.with(strings, strings));
-                stream.leftJoin(right, (left, other) -> left + "|" + other, JoinWindows.ofTimeDifferenceAndGrace(a, b),
-                                StreamJoined.with(strings, strings, strings))
-                      .to(output, produced);
+                final KStream<String, String> right = builder.stream(args[7], consumed);
+                builder.stream(input, consumed)
+                       .leftJoin(right, (left, other) -> left + "|" + other, JoinWindows.ofTimeDifferenceAndGrace(a, b),
+                                 StreamJoined.with(strings, strings, strings))
+                       .to(output, produced);
+            }
+            case "table-joins" -> {
+                final KTable<String, String> left = builder.table(input, consumed);
+                final KTable<String, String> right = builder.table(args[7], consumed);
+                final KTable<String, String> orders = builder.table(args[8], consumed);
+                final ValueJoiner<String, String, String> pair = (row, other) -> row + "|" + other;
+                final Function<String, String> foreignKey = row -> row.split("/")[0];
+                tagged(left.join(right, pair), "inner", output, produced);
+                tagged(left.leftJoin(right, pair), "left", output, produced);
+                tagged(left.outerJoin(right, pair), "outer", output, produced);
+                tagged(orders.join(right, foreignKey, pair), "fk-inner", output, produced);
+                tagged(orders.leftJoin(right, foreignKey, pair), "fk-left", output, produced);
             }
             default -> throw new IllegalArgumentException("no mode " + mode);
         }
@@ -83,6 +104,12 @@ public final class Reference {
         Runtime.getRuntime().addShutdownHook(new Thread(() -> streams.close(Duration.ofSeconds(20))));
         streams.start();
         stopped.await();
+    }
+
+    /** A table join's changes to `output`, each key prefixed with "`tag`:" (tombstones kept). */
+    private static void tagged(final KTable<String, String> joined, final String tag, final String output,
+                               final Produced<String, String> produced) {
+        joined.toStream().selectKey((key, value) -> tag + ":" + key).to(output, produced);
     }
 
     /** A windowed count's final results (suppress until the window closes) as "key@start@end" -> count. */

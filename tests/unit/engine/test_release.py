@@ -62,6 +62,7 @@ class FakeDelivery:
     delivered: list[tuple[str, list[int]]] = field(default_factory=list)
     parked_tps: set[TP] = field(default_factory=set)
     park_after: int | None = None  # the run handed over as this many-th is parked
+    read_tables: Collection[str] = ()  # tables' topics that agents read: their runs handed over once applied
     spawned: list[asyncio.Task[Any]] = field(default_factory=list)
 
     async def lag(self, tp: TP) -> int | None:
@@ -99,6 +100,14 @@ class FakeHandover:
 
     async def flush(self) -> None: ...
 
+    async def applied(self, got: list[Any], lease: Lease) -> bool:
+        if lease.tp.topic not in self.delivery.read_tables:
+            return False
+        for record in got:
+            lease.track(record.offset)
+        self.delivery.delivered.append((lease.tp.topic, [record.timestamp for record in got]))
+        return True
+
 
 class Applied:
     """The task's state manager, as far as table runs go: what was applied to its table partitions."""
@@ -128,7 +137,7 @@ def ordering(delivery: FakeDelivery, *, limit: int = 100, quiesce: Quiesce | Non
              ) -> tuple[Ordering, FakeConsumer]:
     consumer = FakeConsumer()
     pauses = Pauses(consumer, keep_fetched=[ORDERING])  # type: ignore[arg-type]
-    return Ordering(delivery, pauses, limit, frozenset(delivery.tables), quiesce), consumer
+    return Ordering(delivery, pauses, limit, quiesce), consumer
 
 
 def ack(task: ActiveTask, tp: TP, *offsets: int) -> None:
@@ -191,6 +200,32 @@ async def test_a_table_run_waits_for_the_events_before_it_and_the_release_goes_o
     assert applied.runs == [[3, 4], [6]]
     assert task.release.state is ReleaseState.IDLE
     assert task.leases[TABLE].position == 3  # the table's records acked once applied
+
+
+async def test_a_table_run_agents_read_goes_to_them_once_applied_and_the_next_waits_for_them() -> None:
+    """A table joined with another reads the table's topic as its changes: each run reaches its agents with
+    the table already holding it, and the next table run (of either table) waits until they processed it."""
+    applied = Applied()
+    other = TP("customers", 0)
+    task = task_of(TABLE, other, tables={"profiles", "customers"}, applied=applied)
+    delivery = FakeDelivery(tables={"profiles", "customers"}, read_tables={"profiles", "customers"})
+    order, _ = ordering(delivery)
+    task.release.buffer(TABLE, records(1, 2, 5), order)
+    task.release.buffer(other, records(3, 4), order)
+    await task.release.run(order)
+    assert applied.runs == [[1, 2]]
+    assert delivery.delivered == [("profiles", [1, 2])]  # after it was applied
+    assert task.release.state is ReleaseState.WAITING
+    ack(task, TABLE, 0, 1)
+    await settle()
+    assert applied.runs == [[1, 2], [3, 4]]
+    assert delivery.delivered == [("profiles", [1, 2]), ("customers", [3, 4])]
+    ack(task, other, 0, 1)
+    await settle()
+    assert applied.runs == [[1, 2], [3, 4], [5]]
+    ack(task, TABLE, 2)
+    assert task.leases[TABLE].position == 3  # acked by the agents, not when applied
+    assert task.leases[other].position == 2
 
 
 async def test_a_table_run_waits_while_the_quiesce_gate_is_closed() -> None:

@@ -87,7 +87,7 @@ def test_only_plain_tables_with_the_same_key_type_join():
     plain = app.Table("plain", key_type=str)
     windowed = app.Table("windowed", key_type=str).tumbling(10)
     ints = app.Table("ints", key_type=int)
-    with pytest.raises(ConfigError, match="only tables with their own changelog"):
+    with pytest.raises(ConfigError, match="neither windowed nor global"):
         plain.join(windowed.table)
     with pytest.raises(ConfigError, match="other key types"):
         plain.join(ints)
