@@ -100,6 +100,7 @@ class Settings:
     # How many worker processes `engine worker` runs (engine.processes): each a member of the group with its
     # own share of the data dir and its own web port, under one supervisor process that restarts a crashed
     # one; "auto": one per core this process may run on. 1: the worker runs in the command's own process.
+    # Only `engine worker` reads it: a worker run from code (`run_worker`, `Worker`) is the one process.
     processes: Processes = 1
     # A secured cluster (every client of the worker and of the CLI): the protocol, SASL's mechanism and
     # credentials, and TLS files (PEM). `broker_options` given to App(...) win over these. The password is

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     settings = app.settings(overrides)
     summarise_repeats()  # a broker restart makes aiokafka repeat one error thousands of times
     count = process_count(settings.processes)
-    if count > 1:
+    if count > 1:  # (the supervisor handles no events: asyncio's own loop, whose subprocesses it knows best)
         return run_on_loop(run_processes(settings, member_command(args), count), "asyncio")
     logging.getLogger("engine").info("starting worker for %s", app.id)
     run_on_loop(run_worker(app, overrides), settings.event_loop)
