@@ -225,6 +225,9 @@ async def run_processes(settings: Settings, command: Sequence[str], count: int) 
     if settings.transport_scheme == "memory":
         raise ConfigError(f"{count} worker processes cannot share {settings.broker}: an in-memory broker "
                           "lives inside one process; use a Kafka broker (--broker kafka://host:port)")
+    if settings.web_port and settings.web_port + count - 1 > 65535:
+        raise ConfigError(f"setting 'web_port' is {settings.web_port}; {count} worker processes take "
+                          f"web_port..web_port+{count - 1}: expected at most {65536 - count} (or 0)")
     with holding(settings.app_dir):
         members = [Member(index, command, {**os.environ, **member_environment(settings, index)})
                    for index in range(count)]

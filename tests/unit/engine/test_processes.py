@@ -101,9 +101,12 @@ def test_processes_is_a_setting_from_app_arguments_environment_and_options(tmp_p
         load_settings("app", {}, {"processes": "many"}, environ={})
 
 
-async def test_an_in_memory_broker_is_refused_for_several_processes(tmp_path):
+async def test_an_in_memory_broker_and_ports_past_the_last_are_refused_for_several_processes(tmp_path):
     with pytest.raises(ConfigError, match="an in-memory broker lives inside one process"):
         await run_processes(settings(tmp_path, broker="memory://"), ["true"], 2)
+    with pytest.raises(ConfigError, match=r"3 worker processes take web_port..web_port\+2: expected at most "
+                                          r"65533 \(or 0\)"):
+        await run_processes(settings(tmp_path, web_port=65534), ["true"], 3)
 
 
 async def test_members_output_is_tagged_and_a_stop_reaches_every_member_which_stops_cleanly(tmp_path):
