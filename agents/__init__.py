@@ -4,7 +4,7 @@ Knows nothing of Kafka, tables or codecs; mode-streaming is used here and only h
 """
 
 from agents.actor import ActorGroup, Behaviour
-from agents.errors import AgentsError, Fatal, MailboxClosed, MaxRestartsExceeded
+from agents.errors import AgentsError, Crashed, Fatal, MailboxClosed, MaxRestartsExceeded
 from agents.mailbox import Mailbox
 from agents.service import Service, ServiceState, cancel_and_wait
 from agents.supervisor import RestartPolicy, Supervisor
@@ -13,6 +13,7 @@ __all__ = [
     "ActorGroup",
     "AgentsError",
     "Behaviour",
+    "Crashed",
     "Fatal",
     "Mailbox",
     "MailboxClosed",

@@ -3,6 +3,7 @@
     AgentsError
     ├── MailboxClosed        put/get on a mailbox that was closed (shutdown)
     ├── Fatal                raised by a behaviour to stop its supervisor at once, without a restart
+    ├── Crashed              a crash its message explains whole (a process's exit): restarted, no traceback
     └── MaxRestartsExceeded  an actor crashed more often than its restart policy allows
 """
 
@@ -24,6 +25,11 @@ class MailboxClosed(AgentsError):
 
 class Fatal(AgentsError):
     """A behaviour gives up: its supervisor escalates instead of restarting it."""
+
+
+class Crashed(AgentsError):
+    """A child crashed for a reason its message says whole (a child process's exit status: its own log says
+    why): restarted as any crash, logged without a traceback, which would show only the supervisor's code."""
 
 
 class MaxRestartsExceeded(AgentsError):

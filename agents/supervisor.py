@@ -1,11 +1,13 @@
 """One-for-one supervision with a restart limit.
 
 A child is a coroutine factory. When its coroutine raises, the supervisor logs the error and calls the factory
-again; the crash is counted, and more than `max_restarts` crashes within `within` means something is broken
-for good: the supervisor stops restarting, records the failure and wakes whoever waits on `failed` (the
-worker, which then stops with that error). Never a silent stall: a child that gives up is always visible.
+again after a backoff (the policy's: fixed, or doubled with each crash counted); the crash is counted, and
+more than `max_restarts` crashes within `within` means something is broken for good: the supervisor stops
+restarting, records the failure and wakes whoever waits on `failed` (the worker, which then stops with that
+error). Never a silent stall: a child that gives up is always visible.
 
 A child that returns normally is done and is not restarted. A child that raises `Fatal` escalates at once.
+A `Crashed` error says all there is to say in its message: it is logged in one line, without a traceback.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from agents.errors import Fatal, MaxRestartsExceeded
+from agents.errors import Crashed, Fatal, MaxRestartsExceeded
 from agents.service import Service, ServiceState
 
 log = logging.getLogger(__name__)
@@ -29,17 +31,30 @@ ChildFactory = Callable[[], Awaitable[Any]]
 
 @dataclass(frozen=True, kw_only=True)
 class RestartPolicy:
-    """How often a crashed child may be restarted before its supervisor gives up."""
+    """How often a crashed child may be restarted before its supervisor gives up, and how long it waits
+    before each restart: `backoff`, or with `max_backoff`, `backoff` doubled for each earlier crash
+    counted within `within`, at most `max_backoff` (a process that cannot start is not restarted in a
+    tight loop)."""
 
     max_restarts: int = 10
     within: timedelta = timedelta(minutes=1)
     backoff: timedelta = timedelta(milliseconds=100)
+    max_backoff: timedelta | None = None
 
     def __post_init__(self) -> None:
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, not {self.max_restarts}")
         if self.within <= timedelta(0):
             raise ValueError(f"within must be a positive duration, not {self.within}")
+        if self.max_backoff is not None and self.max_backoff < self.backoff:
+            raise ValueError(f"max_backoff must be at least backoff, not {self.max_backoff}")
+
+    def delay(self, crashes: int) -> float:
+        """Seconds to wait before restarting a child with `crashes` crashes counted (1 for the first)."""
+        if self.max_backoff is None:
+            return self.backoff.total_seconds()
+        doubled: float = self.backoff.total_seconds() * 2 ** (crashes - 1)
+        return min(doubled, self.max_backoff.total_seconds())
 
 
 class Supervisor(Service):
@@ -97,15 +112,17 @@ class Supervisor(Service):
                 crashes.append(now)
                 while crashes and now - crashes[0] > window:
                     crashes.popleft()
+                trace = None if isinstance(exc, Crashed) else exc
                 if len(crashes) > self.policy.max_restarts:
                     failure = MaxRestartsExceeded(name, self.policy.max_restarts, self.policy.within, exc)
-                    log.error("%s: %s", self.name, failure, exc_info=exc)
+                    log.error("%s: %s", self.name, failure, exc_info=trace)
                     self.fail(failure)
                     return
                 self.restarts += 1
+                delay = self.policy.delay(len(crashes))
                 log.warning(
-                    "%s: %s crashed (%s: %s); restart %d of at most %d within %gs",
+                    "%s: %s crashed (%s: %s); restart %d of at most %d within %gs, in %gs",
                     self.name, name, type(exc).__name__, exc, len(crashes),
-                    self.policy.max_restarts, window, exc_info=exc,
+                    self.policy.max_restarts, window, delay, exc_info=trace,
                 )
-                await asyncio.sleep(self.policy.backoff.total_seconds())
+                await asyncio.sleep(delay)

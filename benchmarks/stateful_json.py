@@ -3,6 +3,7 @@ decodes each value with orjson and counts into a dict, against an engine agent c
 with a changelog.
 
     .venv/bin/python -m benchmarks.stateful_json [--broker host:port] [--messages 200000] [--rounds 3]
+        [--processes N]
 
 Both jobs read the same preloaded topic (1,000 keys; each in its own consumer group) on the same broker in
 the same run, alternating. Rates are events/s from the first record to the last one counted; the raw loop
@@ -10,6 +11,13 @@ does no I/O per event (its dict is its state), engine's table writes its store a
 The figure that matters is engine/raw (median over rounds); by CPU time per event too, which a busy machine
 disturbs less than wall time. Both freeze the start-up heap, as `engine worker`
 does. Checked: both count every event of every key.
+
+With `--processes N`, the contenders are instead the same count as an `engine worker` (one process) and as
+`engine worker --processes N` (N members under a supervisor), both free to run on every core (the broker
+this benchmark starts stays pinned to the last one): events/s from the moment the group is stable with all
+its members to the moment it has committed the topic to its end, as the broker reports (the group's lag,
+read every 0.1 s; the app commits every 0.2 s). The figure is N processes / one (median over rounds).
+Checked: each run's changelog holds every key's exact count.
 """
 
 from __future__ import annotations
@@ -17,18 +25,27 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import shutil
+import signal
+import sys
 import tempfile
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import orjson
 from aiokafka import AIOKafkaConsumer
 
 import engine
 from benchmarks.common import broker, create_topics, median, parser, preload
+from benchmarks.peers.engine_json_count import make_app
+from engine.errors import TransportError
+from engine.events import TP
 from engine.runtime import settle_heap
+from engine.transport import transport_for
+from tests.integration.helpers import latest, read_all
 
 
 async def raw_count(bootstrap: str, source: str, count: int) -> tuple[float, float, Counter[str]]:
@@ -93,9 +110,81 @@ async def engine_count(bootstrap: str, source: str, count: int) -> tuple[float, 
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _every_core() -> None:
+    """(Run by the worker between fork and exec: this process may be pinned to one core, see common.py.)"""
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))
+
+
+async def worker_processes(bootstrap: str, source: str, count: int, processes: int) -> float:
+    """The count as `engine worker --processes N` (N=1: a lone worker in its process): events/s from the group
+    stable with its N members to the topic committed to its end. Checked: every key's count exact."""
+    app = make_app(f"bench-{uuid.uuid4().hex[:8]}", source, bootstrap)
+    data_dir = Path(tempfile.mkdtemp(prefix="bench-json-processes-"))
+    log = data_dir / "log.txt"
+    env = {**os.environ, "BENCH_GROUP": app.id, "BENCH_TOPIC": source, "BENCH_BOOTSTRAP": bootstrap,
+           "ENGINE_DATA_DIR": str(data_dir), "ENGINE_WEB_PORT": "0"}
+    transport = transport_for(app.settings())
+    admin, reader = transport.admin(), transport.consumer(group_id=None)
+    await reader.start()
+    output = os.open(log, os.O_WRONLY | os.O_CREAT, 0o644)
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli.main", "worker", "-A", "benchmarks.peers.engine_json_count",
+        "--loglevel", "WARNING", "--processes", str(processes), env=env, cwd=ROOT, stdout=output,
+        stderr=output, preexec_fn=_every_core)
+    os.close(output)
+    try:
+        tps = [TP(source, p) for p in range((await admin.describe_topics())[source])]
+        ends = {tp: end for tp, (_, end) in (await reader.offsets(tps)).items()}
+        settled: tuple[float, int] | None = None
+        while True:
+            try:
+                group = await admin.describe_group(app.id)
+                committed = await admin.committed(app.id)
+            except TransportError:  # (a new broker: its group coordinator not known yet)
+                await asyncio.sleep(0.1)
+                continue
+            now = time.perf_counter()
+            lag = sum(end - committed.get(tp, 0) for tp, end in ends.items())
+            if settled is None and group.state == "Stable" and len(group.members) == processes:
+                settled = (now, lag)
+            if settled is not None and lag == 0:
+                break
+            if worker.returncode is not None:
+                raise RuntimeError(f"the worker exited with {worker.returncode}; see {log}")
+            await asyncio.sleep(0.1)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(worker.wait(), 120)
+        await reader.stop()
+        await admin.close()
+    assert code == 0, f"the worker exited with {code}; see {log}"
+    counts = latest(await read_all(bootstrap, f"{app.id}-counts-changelog"))
+    assert counts == {str(k): count // 1000 + (k < count % 1000) for k in range(min(count, 1000))}, (
+        "every key's count")
+    shutil.rmtree(data_dir, ignore_errors=True)
+    if settled[1] < count // 2:
+        print(f"  (the group settled with {settled[1]} of {count} events left: use more --messages)")
+    return settled[1] / (now - settled[0])
+
+
+async def compare_processes(bootstrap: str, source: str, count: int, processes: int, rounds: int) -> None:
+    ratios = []
+    for round_ in range(rounds):
+        order = [1, processes] if round_ % 2 == 0 else [processes, 1]
+        rates = {n: await worker_processes(bootstrap, source, count, n) for n in order}
+        ratios.append(rates[processes] / rates[1])
+        print(f"round {round_ + 1}: engine worker {rates[1]:,.0f} events/s, --processes {processes} "
+              f"{rates[processes]:,.0f} events/s, ratio {ratios[-1]:.2f}")
+    print(f"median of {rounds}: --processes {processes} / one process {median(ratios):.2f}")
+
+
 async def main() -> None:
     p = parser(__doc__ or "")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--processes", type=int, help="compare engine worker --processes N with one process")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with broker(args.broker) as bootstrap:
@@ -103,6 +192,9 @@ async def main() -> None:
         await create_topics(bootstrap, [source], args.partitions)
         took = await preload(bootstrap, source, args.messages)
         print(f"preloaded {args.messages} messages on {args.partitions} partitions in {took:.1f}s")
+        if args.processes:
+            await compare_processes(bootstrap, source, args.messages, args.processes, args.rounds)
+            return
         ratios: list[float] = []
         cpu_ratios: list[float] = []
         for round_ in range(args.rounds):

@@ -1,16 +1,19 @@
 """The event loop a worker runs on (uvloop lives here and only here): uvloop when it is installed (the
 extra `engine[fast]`), else asyncio's own; the `event_loop` setting picks one ("auto", "uvloop",
-"asyncio"). What uvloop gives is measured in benchmarks/README.md."""
+"asyncio"). What uvloop gives is measured in benchmarks/README.md. And how a process's entry point on a loop
+stops on SIGTERM and SIGINT (`stop_on_signals`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 from typing import TYPE_CHECKING, TypeVar
 
 from engine.errors import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine
+    from collections.abc import Callable, Coroutine, Iterator
     from typing import Any
 
 T = TypeVar("T")
@@ -41,3 +44,17 @@ def running_loop_name() -> str:
     """The name of the running loop's implementation, for the worker's start-up line."""
     loop = asyncio.get_running_loop()
     return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """While the block runs, SIGTERM and SIGINT call `stop` on the running loop instead of ending the process
+    (`engine worker`'s worker, its supervisor of processes)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+    try:
+        yield
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)

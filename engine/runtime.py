@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import signal
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +23,7 @@ from engine.errors import ConfigError, WorkerFailed
 from engine.events import TP
 from engine.fetch.conductor import Conductor
 from engine.lockfile import holding
-from engine.loops import running_loop_name
+from engine.loops import running_loop_name, stop_on_signals
 from engine.monitors.loopwatch import LoopMonitor
 from engine.monitors.watchdog import Watchdog
 from engine.processing.replies import ReplyService
@@ -442,13 +441,7 @@ async def run_worker(app: App, overrides: Mapping[str, Any] | None = None) -> No
     check_data_dir(settings)
     with holding(settings.app_dir):  # before any client exists: a refused worker leaves nothing open
         worker = Worker(app, settings)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, worker.request_stop)
-        try:
+        with stop_on_signals(worker.request_stop):
             await worker.start()
             settle_heap()
             await worker.run_until_stopped()
-        finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)

@@ -29,6 +29,7 @@ OffsetReset = Literal["earliest", "latest"]
 OFFSET_RESETS = ("earliest", "latest")
 EventLoop = Literal["auto", "uvloop", "asyncio"]
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+Processes = int | Literal["auto"]
 _APP_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
@@ -101,6 +102,11 @@ class Settings:
     # headers of what agents send, spans for checkpoints and rebalances. Spans go to the global tracer
     # provider, which the app configures (its sampler decides which are recorded).
     tracing: bool = False
+    # How many worker processes `engine worker` runs (engine.processes): each a member of the group with its
+    # own share of the data dir and its own web port, under one supervisor process that restarts a crashed
+    # one; "auto": one per core this process may run on. 1: the worker runs in the command's own process.
+    # Only `engine worker` reads it: a worker run from code (`run_worker`, `Worker`) is the one process.
+    processes: Processes = 1
     # A secured cluster (every client of the worker and of the CLI): the protocol, SASL's mechanism and
     # credentials, and TLS files (PEM). `broker_options` given to App(...) win over these. The password is
     # never shown: not in repr, not in errors.
@@ -221,6 +227,9 @@ def validate(s: Settings) -> None:
                                             or not _APP_ID.match(s.group_instance_id)):
         _fail("group_instance_id", s.group_instance_id,
               "expected 'auto' or 1-200 letters, digits, '.', '_' or '-'")
+    if s.processes != "auto" and (not isinstance(s.processes, int) or isinstance(s.processes, bool)
+                                  or s.processes < 1):
+        _fail("processes", s.processes, "expected a number of at least 1, or 'auto' (one per core)")
     for name in ("web_enabled", "tracing"):
         if not isinstance(getattr(s, name), bool):
             _fail(name, getattr(s, name), "expected true or false")
@@ -273,9 +282,12 @@ def coerce(name: str, value: Any) -> Any:
             return value.lower() in _TRUE
         if name == "data_dir":
             return Path(value)
+        if name == "processes" and isinstance(value, str) and value != "auto":
+            return int(value)
     except (TypeError, ValueError):
         _fail(name, value, "expected a number of seconds" if name in _DURATIONS
-              else "expected true or false" if name in _BOOLS else "expected an int")
+              else "expected true or false" if name in _BOOLS
+              else "expected a number of processes or 'auto'" if name == "processes" else "expected an int")
     return value
 
 

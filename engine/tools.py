@@ -15,7 +15,9 @@ exactly what it imports from this module (tests/unit/cli checks both).
 - Sending to a topic from outside a worker (`sending`: the topic created first where the app declares it,
   or when asked), a key or value typed by a person decoded with a codec (`decode_text`).
 - Running as `engine worker` does: aiokafka's repeated errors summarised (`summarise_repeats`), on the
-  event loop the `event_loop` setting picks (`run_on_loop`: uvloop when installed).
+  event loop the `event_loop` setting picks (`run_on_loop`: uvloop when installed); several worker
+  processes under one supervisor (`run_processes`), as many as the `processes` setting says
+  (`process_count`).
 - Resetting an app for reprocessing (`plan_reset`, `execute_reset`, `ResetTarget`).
 """
 
@@ -29,6 +31,7 @@ from engine.operations.reset import ResetTarget, plan_reset
 from engine.operations.reset import execute as execute_reset
 from engine.operations.send import sending
 from engine.operations.status import group_status
+from engine.processes import process_count, run_processes
 from engine.tables.partition import MISSING
 from engine.tables.recovery import Progress
 from engine.topics import planned_partitions
@@ -63,8 +66,10 @@ __all__ = [
     "parse_key",
     "plan_reset",
     "planned_partitions",
+    "process_count",
     "read_key",
     "run_on_loop",
+    "run_processes",
     "sending",
     "summarise_repeats",
     "table_named",

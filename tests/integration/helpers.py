@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable, Mapping
+    from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 ROOT = Path(__file__).resolve().parents[2]
 # Worker settings of the tests that kill, freeze or block workers: the group gives up on a silent member after
@@ -33,16 +33,18 @@ def unique(prefix: str) -> str:
 class WorkerProcess:
     """`engine worker -A ...` as a child process, with its output kept for the failure message."""
 
-    def __init__(self, app: str, broker: str, env: dict[str, str], log: Path) -> None:
+    def __init__(self, app: str, broker: str, env: dict[str, str], log: Path,
+                 args: Sequence[str] = ()) -> None:
         """Unless `env` names one (ENGINE_DATA_DIR), the worker's data dir is its own, beside its log: a
         worker started again with the same log finds its stores, as a restarted machine would, and two
-        workers never share one (an `engine worker` refuses a data dir another one holds)."""
+        workers never share one (an `engine worker` refuses a data dir another one holds). `args`: more
+        options of `engine worker` (`--processes 2`)."""
         self.log_path = log
         self._log = log.open("ab")
         data = {"ENGINE_DATA_DIR": str(log.with_suffix(".data"))}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "worker", "-A", app, "--broker", broker,
-             "--loglevel", "INFO"],
+             "--loglevel", "INFO", *args],
             cwd=ROOT, env={**os.environ, **data, **env}, stdout=self._log, stderr=subprocess.STDOUT,
         )
 

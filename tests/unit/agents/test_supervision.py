@@ -141,9 +141,17 @@ async def test_stop_waits_for_in_flight_work_then_stops_children_in_reverse():
     await root.stop()  # safe twice
 
 
+def test_the_backoff_is_fixed_or_doubles_with_each_crash_up_to_its_cap():
+    assert [RestartPolicy(backoff=timedelta(seconds=1)).delay(n) for n in (1, 2, 5)] == [1, 1, 1]
+    doubling = RestartPolicy(backoff=timedelta(seconds=1), max_backoff=timedelta(seconds=30))
+    assert [doubling.delay(n) for n in range(1, 8)] == [1, 2, 4, 8, 16, 30, 30]
+
+
 def test_invalid_policy_and_concurrency_are_refused():
     with pytest.raises(ValueError, match="max_restarts"):
         RestartPolicy(max_restarts=-1)
+    with pytest.raises(ValueError, match="max_backoff"):
+        RestartPolicy(backoff=timedelta(seconds=2), max_backoff=timedelta(seconds=1))
 
     async def noop(mailbox: Mailbox[int]) -> None:
         return None

@@ -271,6 +271,18 @@ def test_a_data_dir_that_is_a_file_is_a_one_line_error_before_anything_connects(
                            "a directory for the worker's stores (it is created if missing)")
 
 
+def test_worker_processes_are_checked_in_one_line_before_any_starts(capsys, tmp_path):
+    code, _, err = run(capsys, "worker", "-A", "examples.wordcount:app", "--broker", "memory://p",
+                       "--data-dir", str(tmp_path), "--processes", "0")
+    assert (code, err.strip()) == (1, "engine: setting 'processes' is 0; expected a number of at least 1, "
+                                      "or 'auto' (one per core)")
+    code, _, err = run(capsys, "worker", "-A", "examples.wordcount:app", "--broker", "memory://p",
+                       "--data-dir", str(tmp_path), "--processes", "2")
+    assert (code, err.strip()) == (1, "engine: 2 worker processes cannot share memory://p: an in-memory "
+                                      "broker lives inside one process; use a Kafka broker (--broker "
+                                      "kafka://host:port)")
+
+
 async def test_tables_table_get_and_export_on_global_and_source_tables(capsys, tmp_path):
     import orjson
 
