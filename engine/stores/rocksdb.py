@@ -101,6 +101,8 @@ class RocksDBPartitionStore:
             message = str(exc)
             if _LOCKED.search(message):
                 raise StoreError(f"store {path} is in use by another process: {message}") from exc
+            if _NO_SPACE in message:
+                raise StoreError(_no_space(f"cannot open {self.name}", message)) from exc
             raise StoreCorrupt(f"store {path} cannot be opened: {message}") from exc
         self._meta_handle = self._db.get_column_family_handle(META)
         self._meta = self._db.get_column_family(META)

@@ -114,7 +114,8 @@ async def test_a_full_disk_stops_the_worker_naming_the_store_and_a_restart_is_ex
     """At-least-once writes a checkpoint's stores before it commits its offsets, so the offsets committed
     never pass what the stores on disk hold; exactly-once commits the offsets with the changelogs in one
     transaction (the stores follow, and catch up from the changelog if they could not), so the committed
-    changelog holds exactly the events before the committed offsets."""
+    changelog holds exactly the events before the committed offsets. A worker started again while the disk
+    is still full stops the same way, and keeps its stores (a full disk is not a corrupt store)."""
     app_id, topic = unique("fulldisk"), unique("words")
     await create_topics(kafka.bootstrap, [topic], partitions=PARTITIONS)
     events = words(8_000)
@@ -145,6 +146,11 @@ async def test_a_full_disk_stops_the_worker_naming_the_store_and_a_restart_is_ex
         assert {k: (stored.get(k, 0), n) for k, n in before.items() if stored.get(k, 0) < n} == {}, (
             "offsets committed past what the stores hold")
         assert {k: (changelog.get(k, 0), n) for k, n in before.items() if changelog.get(k, 0) < n} == {}
+
+    still = WorkerProcess("tests.integration.rebalance_apps:app", kafka.url, env, tmp_path / "still.log")
+    await run_until_it_stops(still)
+    stopped_for_the_full_disk(still, data / app_id, "open")
+    assert "rebuilding" not in still.output()
 
     filled[0].unlink()
     again = WorkerProcess("tests.integration.rebalance_apps:app", kafka.url, env, tmp_path / "again.log")
