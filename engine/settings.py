@@ -52,6 +52,11 @@ class Settings:
     # How long the group waits for a silent worker (SIGKILLed, frozen, blocking its loop) before its
     # partitions move; within the broker's group.min/max.session.timeout.ms (6 s and 30 min by default).
     session_timeout: timedelta = timedelta(seconds=10)
+    # How long the worker's consumer may go without asking for records before it leaves the group (Kafka's
+    # max.poll.interval.ms, aiokafka's check). The fetch loop asks every half second whatever agents do (a
+    # stuck agent holds back only its own partitions): it runs out only when the fetch loop itself stands
+    # still that long (the event loop blocked while it was not waiting for records).
+    max_poll_interval: timedelta = timedelta(minutes=5)
     # Exactly-once: how long a task's transaction may stay open before the broker aborts it (the task is
     # then rewound to its last commit): the longest an event may take, and how long a dead worker's open
     # transaction holds read_committed readers back. At most the broker's transaction.max.timeout.ms.
@@ -191,7 +196,7 @@ def validate(s: Settings) -> None:
     _validate_broker(s.broker)
     for name in ("commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning",
                  "repartition_purge_interval", "state_cleanup_delay", "blocked_loop_warning",
-                 "session_timeout", "transaction_timeout"):
+                 "session_timeout", "max_poll_interval", "transaction_timeout"):
         value = getattr(s, name)
         if not isinstance(value, timedelta) or value <= timedelta(0):
             _fail(name, value, "expected a positive duration (seconds or timedelta)")
@@ -259,7 +264,7 @@ def _validate_broker(url: object) -> None:
 
 _DURATIONS = {"commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning",
               "repartition_purge_interval", "state_cleanup_delay", "producer_linger", "blocked_loop_warning",
-              "max_task_idle", "session_timeout", "transaction_timeout"}
+              "max_task_idle", "session_timeout", "max_poll_interval", "transaction_timeout"}
 _INTS = {"topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "agent_max_restarts",
          "standby_replicas", "acceptable_recovery_lag", "store_memory", "poison_after_losses", "web_port"}
 _BOOLS = {"web_enabled", "tracing"}

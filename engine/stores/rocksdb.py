@@ -12,7 +12,9 @@ database (rocksdict 0.3.29), so a scan would mix in later writes.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import re
 import shutil
 import uuid
@@ -41,6 +43,11 @@ if TYPE_CHECKING:
 # Resource temporarily unavailable"; "lock hold by current process"). Not just "lock": a corrupt block's
 # "block checksum mismatch" contains that word too.
 _LOCKED = re.compile(r"While lock file|lock hold by|/LOCK: ")
+# ENOSPC as RocksDB says it ("IO error: No space left on device: While appending to file: ..."): the store is
+# whole (a failed write leaves it as it was), only its filesystem is full.
+_NO_SPACE = "No space left on device"
+
+log = logging.getLogger(__name__)
 
 META = "engine-meta"
 OFFSET_KEY = b"changelog-offset"
@@ -80,8 +87,10 @@ class SharedMemory:
 
 class RocksDBPartitionStore:
     def __init__(self, path: Path, *, read_only: bool = False, remove_on_close: bool = False,
-                 memory: SharedMemory | None = None) -> None:
+                 memory: SharedMemory | None = None, name: str | None = None) -> None:
+        """`name`: what the store is, for errors ("table 'counts' partition 1")."""
         self.path = path
+        self.name = f"the store of {name} at {path}" if name else f"store {path}"
         self.read_only = read_only
         self._remove_on_close = remove_on_close
         access = AccessType.read_only() if read_only else AccessType.read_write()
@@ -92,6 +101,8 @@ class RocksDBPartitionStore:
             message = str(exc)
             if _LOCKED.search(message):
                 raise StoreError(f"store {path} is in use by another process: {message}") from exc
+            if _NO_SPACE in message:
+                raise StoreError(_no_space(f"cannot open {self.name}", message)) from exc
             raise StoreCorrupt(f"store {path} cannot be opened: {message}") from exc
         self._meta_handle = self._db.get_column_family_handle(META)
         self._meta = self._db.get_column_family(META)
@@ -143,7 +154,10 @@ class RocksDBPartitionStore:
                 batch.put(key, value)
         if changelog_offset is not None:
             batch.put(OFFSET_KEY, str(changelog_offset).encode(), self._meta_handle)
-        self._db.write(batch, self._write_options)
+        try:
+            self._db.write(batch, self._write_options)
+        except Exception as exc:  # rocksdict raises plain Exceptions; the batch was not applied
+            raise self._write_failed(exc) from exc
         if changelog_offset is not None:
             self._offset = changelog_offset
 
@@ -155,7 +169,16 @@ class RocksDBPartitionStore:
         return identity
 
     def set_changelog_identity(self, identity: bytes) -> None:
-        self._meta[IDENTITY_KEY] = identity
+        try:
+            self._meta[IDENTITY_KEY] = identity
+        except Exception as exc:
+            raise self._write_failed(exc) from exc
+
+    def _write_failed(self, exc: Exception) -> StoreError:
+        message = str(exc)
+        if _NO_SPACE in message:
+            return StoreError(_no_space(f"cannot write {self.name}", message))
+        return StoreError(f"cannot write {self.name}: {message}")
 
     def items(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """rocksdict's own items iterator (no Python generator between): an export scans every pair of a
@@ -187,18 +210,31 @@ class RocksDBPartitionStore:
 
     def flush(self) -> None:
         """Persist memtables to SST files (on close), so reopening does not replay the WAL."""
-        self._db.flush()
-        self._meta.flush()
+        try:
+            self._db.flush()
+            self._meta.flush()
+        except Exception as exc:
+            raise self._write_failed(exc) from exc
 
     def close(self) -> None:
-        """Flush and release the database. Every handle must go: any live one keeps RocksDB's lock."""
+        """Flush and release the database. Every handle must go: any live one keeps RocksDB's lock.
+
+        A flush that fails (a full disk) loses nothing: every write the store acknowledged is in its
+        write-ahead log, replayed when it is opened again. The handles are released all the same, so
+        that a worker stopping after such a failure closes its other stores and leaves its group."""
         if self._closed:
             return
         self._closed = True
-        if not self.read_only:
-            self.flush()
-        self._meta.close()
-        self._db.close()
+        try:
+            if not self.read_only:
+                self.flush()
+        except StoreError as exc:
+            log.warning("closed without a flush (its write-ahead log keeps every write it took): %s", exc)
+        # After a failed write RocksDB repeats its error ("Writer has previous error") as it closes: the
+        # handles are released all the same.
+        for handle in (self._meta, self._db):
+            with contextlib.suppress(Exception):
+                handle.close()
         del self._meta_handle, self._meta, self._db
         if self._remove_on_close:
             shutil.rmtree(self.path, ignore_errors=True)
@@ -216,7 +252,7 @@ class RocksDBStoreBackend:
     def open(self, table: str, partition: int) -> RocksDBPartitionStore:
         path = self.path(table, partition)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return RocksDBPartitionStore(path, memory=self.memory)
+        return RocksDBPartitionStore(path, memory=self.memory, name=f"table {table!r} partition {partition}")
 
     def destroy(self, table: str, partition: int) -> None:
         shutil.rmtree(self.path(table, partition), ignore_errors=True)
@@ -250,3 +286,8 @@ class RocksDBStoreBackend:
         if not folder.is_dir():
             return []
         return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+
+
+def _no_space(what: str, message: str) -> str:
+    return (f"{what}: its filesystem is full ({message}); free space there and start the worker again: it "
+            "goes on from what the store and its changelog hold")

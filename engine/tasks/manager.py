@@ -47,7 +47,7 @@ from engine.tasks.standbys import Standbys
 from engine.tasks.starts import Starts
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Mapping
+    from collections.abc import Awaitable, Callable, Collection, Mapping
 
     from engine.assignor import Assignment
     from engine.commit.guarantee import Guarantee
@@ -232,11 +232,21 @@ class TaskManager(Service):
     async def assigned(self, tps: set[TP]) -> None:
         async with self._ownership:
             with self._traced("assigned", tps):
-                await self._assigned(tps)
+                await self._or_fail(self._assigned(tps), "setting up the assigned partitions")
 
     def _traced(self, kind: str, tps: Collection[TP]) -> contextlib.AbstractContextManager[None]:
         """The span of a change of ownership, when the worker traces."""
         return self.tracing.rebalance(kind, tps) if self.tracing is not None else contextlib.nullcontext()
+
+    async def _or_fail(self, step: Awaitable[None], what: str) -> None:
+        """Run a step of a rebalance (the consumer's callbacks); its failure (a store that cannot be opened
+        or written) stops the worker. The consumer calling it (aiokafka) would only log it and go on, its
+        partitions half set up."""
+        try:
+            await step
+        except Exception as exc:
+            log.error("%s failed: %s: %s", what, type(exc).__name__, exc, exc_info=exc)
+            self.fail(exc)
 
     def _moving(self) -> None:
         if self._moving_since is None:
@@ -271,15 +281,16 @@ class TaskManager(Service):
             return
         fresh = [task for n in sorted({tp.partition for tp in tps})
                  if (task := self.active[n]).state is TaskState.CREATED]
+        set_up = self.new_producer is not None or self.tables is not None
+        if set_up:  # fenced and recovered (stores opened first) before any of their events is processed
+            self.pauses.hold(tps, RECOVERING)
         for task in fresh:
             task.restoring(self.standbys.for_active(task.number) if self.standbys is not None else None)
-        if self.new_producer is None and self.tables is None:  # nothing to set up
+        if not set_up:
             for task in fresh:
                 task.open()
             self._moved()
             return
-        # Fenced and recovered before any of their events is processed.
-        self.pauses.hold(tps, RECOVERING)
         self._recovery = self.spawn(self._set_up(tps), "recover")
 
     async def _set_up(self, tps: set[TP]) -> None:
@@ -353,7 +364,7 @@ class TaskManager(Service):
         """Still the owner: finish what agents hold (bounded), checkpoint, close clean."""
         async with self._ownership:
             with self._traced("revoked", tps):
-                await self._revoked(tps)
+                await self._or_fail(self._revoked(tps), "the revoke")
 
     async def _revoked(self, tps: set[TP]) -> None:
         log.info("revoked %d partitions: %s", len(tps), describe(tps))
@@ -398,7 +409,7 @@ class TaskManager(Service):
         """No longer the owner: close dirty, writing and committing nothing of `tps`."""
         async with self._ownership:
             with self._traced("lost", tps):
-                await self._lost(tps, why)
+                await self._or_fail(self._lost(tps, why), "letting go of the lost partitions")
 
     async def _lost(self, tps: set[TP], why: str) -> None:
         log.warning("lost %d partitions (%s; another worker may own them now): %s; their uncommitted work "

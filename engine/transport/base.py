@@ -24,6 +24,8 @@ class ClientTuning:
     # Seconds without a heartbeat before the group gives a member's partitions to the others (a SIGKILLed
     # or frozen worker's partitions move after this long); heartbeats go at a third of it.
     session_timeout: float = 10.0
+    # Seconds the consumer may go without asking for records before it leaves the group.
+    max_poll_interval: float = 300.0
     # Seconds a transaction may stay open before the broker aborts it: how long a dead worker's open
     # transaction holds read_committed readers back, and how long one event may take under exactly-once.
     transaction_timeout: float = 15.0

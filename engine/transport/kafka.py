@@ -247,8 +247,10 @@ class KafkaConsumer:
         auto_offset_reset: str = "earliest",
         placement: Placement | None = None,
         instance_id: str | None = None,
-        session_timeout: float = 10.0,
+        tuning: ClientTuning | None = None,
     ) -> None:
+        """`tuning`: its session timeout and poll interval (the transport's)."""
+        tuning = tuning or ClientTuning()
         self._servers = servers
         self._options = options
         self._listener = listener
@@ -265,8 +267,9 @@ class KafkaConsumer:
             # with standbys and warm-up (engine.assignor).
             partition_assignment_strategy=(_EngineAssignor(placement or Placement()),),
             rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
-            session_timeout_ms=round(session_timeout * 1000),
-            heartbeat_interval_ms=round(session_timeout * 1000 / 3),
+            session_timeout_ms=round(tuning.session_timeout * 1000),
+            heartbeat_interval_ms=round(tuning.session_timeout * 1000 / 3),
+            max_poll_interval_ms=round(tuning.max_poll_interval * 1000),
             group_instance_id=instance_id,
             **options,
         )
@@ -814,7 +817,7 @@ class KafkaTransport:
     ) -> KafkaConsumer:
         listener = _Listener(on_assigned, on_revoked, on_lost)
         return KafkaConsumer(self.servers, self.options, group_id, listener, max_poll_records,
-                             auto_offset_reset, placement, instance_id, self.tuning.session_timeout)
+                             auto_offset_reset, placement, instance_id, self.tuning)
 
     def producer(self, transactional_id: str | None = None) -> KafkaProducer:
         # A transactional producer's records are visible only when its transaction commits: waiting to fill

@@ -5,10 +5,11 @@ of work per event), ITEST_GUARANTEE, ITEST_CONCURRENCY, ITEST_STUCK ("partition:
 event the agent sits on, once per process, to test a stuck agent), and ITEST_ECHO (if set, every event's
 "i" is sent to `<app>-echo` first, so that a transaction holds the outputs of the events before a stuck
 one), and ITEST_BLOCK ("partition:offset:seconds": the event during which the agent blocks the event loop,
-every time it meets it, as a blocking client library would), ITEST_SLOW ("partition:offset:seconds": the
-event the agent awaits that long on, without blocking the loop, every time it meets it, as a slow remote call
-would), and ITEST_LATE (if set, records too late for
-their window go to `<app>-per-window-late`)."""
+every time it meets it, as a blocking client library would; with ITEST_BLOCK_ONCE, a file path, only while
+that file does not exist: the first block creates it, so the workers sharing it block once in all),
+ITEST_SLOW ("partition:offset:seconds": the event the agent awaits that long on, without blocking the loop,
+every time it meets it, as a slow remote call would), and ITEST_LATE (if set, records too late for their
+window go to `<app>-per-window-late`)."""
 
 import asyncio
 import os
@@ -28,8 +29,21 @@ DELAY = float(os.environ.get("ITEST_DELAY", "0"))
 STUCK = tuple(float(x) for x in os.environ.get("ITEST_STUCK", "").split(":") if x) or None
 stuck_once: list[bool] = []
 BLOCK = tuple(float(x) for x in os.environ.get("ITEST_BLOCK", "").split(":") if x) or None
+BLOCK_ONCE = os.environ.get("ITEST_BLOCK_ONCE")
 SLOW = tuple(float(x) for x in os.environ.get("ITEST_SLOW", "").split(":") if x) or None
 echo = app.topic(f"{app.id}-echo", key_type=str, value_type=int) if os.environ.get("ITEST_ECHO") else None
+
+
+def block() -> None:
+    """Block the event loop (the point: a blocking call in an agent); with BLOCK_ONCE, only if its file does
+    not exist yet (created here)."""
+    if BLOCK_ONCE:
+        try:
+            open(BLOCK_ONCE, "x").close()  # only its existence counts
+        except FileExistsError:
+            return
+    assert BLOCK is not None
+    time.sleep(BLOCK[2])  # (a line the loop monitor names)
 
 
 @app.agent(words, concurrency=int(os.environ.get("ITEST_CONCURRENCY", "2")))
@@ -41,7 +55,7 @@ async def count(stream):
             stuck_once.append(True)
             await asyncio.sleep(STUCK[2])
         if BLOCK is not None and (event.partition, event.offset) == (BLOCK[0], BLOCK[1]):
-            time.sleep(BLOCK[2])  # noqa: ASYNC251  # the point: a blocking call in an agent
+            block()
         if SLOW is not None and (event.partition, event.offset) == (SLOW[0], SLOW[1]):
             await asyncio.sleep(SLOW[2])
         counts[event.key] += 1
