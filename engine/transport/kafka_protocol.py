@@ -34,7 +34,7 @@ class _Uuid(AbstractType[bytes]):  # type: ignore[misc]  # aiokafka's protocol c
         return data.read(16)
 
 
-_TEXT = CompactString("utf-8")
+TEXT = CompactString("utf-8")
 
 
 class MetadataResponse_v12(Response):  # type: ignore[misc]  # (as above); aiokafka's version naming
@@ -42,12 +42,12 @@ class MetadataResponse_v12(Response):  # type: ignore[misc]  # (as above); aioka
     API_VERSION = 12
     SCHEMA = Schema(
         ("throttle_time_ms", Int32),
-        ("brokers", CompactArray(("node_id", Int32), ("host", _TEXT), ("port", Int32), ("rack", _TEXT),
+        ("brokers", CompactArray(("node_id", Int32), ("host", TEXT), ("port", Int32), ("rack", TEXT),
                                  ("tags", TaggedFields))),
-        ("cluster_id", _TEXT),
+        ("cluster_id", TEXT),
         ("controller_id", Int32),
         ("topics", CompactArray(
-            ("error_code", Int16), ("name", _TEXT), ("topic_id", _Uuid), ("is_internal", Boolean),
+            ("error_code", Int16), ("name", TEXT), ("topic_id", _Uuid), ("is_internal", Boolean),
             ("partitions", CompactArray(
                 ("error_code", Int16), ("partition_index", Int32), ("leader_id", Int32),
                 ("leader_epoch", Int32),
@@ -64,7 +64,7 @@ class MetadataRequest_v12(RequestStruct):  # type: ignore[misc]  # (as above)
     API_VERSION = 12
     RESPONSE_TYPE = MetadataResponse_v12
     SCHEMA = Schema(
-        ("topics", CompactArray(("topic_id", _Uuid), ("name", _TEXT), ("tags", TaggedFields))),
+        ("topics", CompactArray(("topic_id", _Uuid), ("name", TEXT), ("tags", TaggedFields))),
         ("allow_auto_topic_creation", Boolean),
         ("include_topic_authorized_operations", Boolean),
         ("tags", TaggedFields),
