@@ -226,10 +226,12 @@ async def test_the_broker_assigns_the_tasks_of_a_declared_topology_and_moves_onl
         for member in (first, second):
             assert flat(members[member.member_id].assignment.active) == flat(member.owned)
             assert flat(members[member.member_id].target_assignment.active) == flat(member.owned)
-        assert {s.subtopology_id: s.source_topics for s in group.subtopologies or ()} == {
-            "0": (source,), "1": (f"{app}-by-user-repartition",)}
+        assert {s.subtopology_id: (s.source_topics, tuple(t.name for t in s.repartition_source_topics))
+                for s in group.subtopologies or ()} == {
+            "0": ((source,), ()), "1": ((), (f"{app}-by-user-repartition",))}
 
-        # Kafka's own tool (kafka-streams-groups.sh) lists both members with their tasks.
+        # Kafka's own tool (kafka-streams-groups.sh) lists both members with their tasks, one line each:
+        # GROUP TARGET-ASSIGNMENT-EPOCH TOPOLOGY-EPOCH MEMBER ... ASSIGNMENTS ("ACTIVE: 0:[0,1]; 1:[0,1]; ..")
         jars = resolve_jars()
         tool = await asyncio.create_subprocess_exec(
             "java", "-cp", f"{jars}/*", "org.apache.kafka.tools.streams.StreamsGroupCommand",
@@ -237,9 +239,12 @@ async def test_the_broker_assigns_the_tasks_of_a_declared_topology_and_moves_onl
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         shown = (await asyncio.wait_for(tool.communicate(), TIMEOUT))[0].decode()
         assert tool.returncode == 0, shown
+        lines = {line.split()[3]: line for line in shown.splitlines()[1:] if line.strip()}
+        assert set(lines) == {first.member_id, second.member_id}, shown
         for member in (first, second):
-            assert member.member_id in shown, shown
-        assert "Stable" in shown or "STABLE" in shown, shown
+            tasks = "; ".join(f"{sid}:[{','.join(map(str, sorted(parts)))}]"
+                              for sid, parts in sorted(member.owned.items()) if parts)
+            assert f" ACTIVE: {tasks}; TARGET-ACTIVE: {tasks}; " in lines[member.member_id], shown
 
         for member in (first, second):
             await member.beat(leave=True)
