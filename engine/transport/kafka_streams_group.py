@@ -8,14 +8,11 @@ the coordinator creates the internal topics, and every heartbeat answers with th
 one partition number of one subtopology. A member acknowledges an assignment by reporting, on its next
 heartbeat, the tasks it then owns; a task moving to another member is first revoked from its owner.
 
-Messages (fields, order and types exactly as Kafka 4.4's JSON schemas, apache/kafka's
-clients/src/main/resources/common/message/StreamsGroup{Heartbeat,Describe}{Request,Response}.json; every
-version is flexible: compact strings and arrays, a tagged-field section ending each struct):
-- StreamsGroupHeartbeat (API key 88) v1, the version that may answer the MISSING_CLIENT_TAGS status.
-- StreamsGroupDescribe (API key 89) v1, for tests and tools: members, their assignments, the topology.
-- OffsetCommit (API key 8) v9, OffsetCommitRequest.json: a member commits with its member id and member epoch,
-  which the coordinator checks against the tasks it assigned (a streams group refuses versions below 9 from
-  a member; aiokafka's stop at 3).
+StreamsGroupHeartbeat (API key 88) v1, the version that may answer the MISSING_CLIENT_TAGS status: fields,
+order and types exactly as Kafka 4.4's JSON schemas (apache/kafka's clients/src/main/resources/common/message/
+StreamsGroupHeartbeat{Request,Response}.json); every version is flexible: compact strings and arrays, a
+tagged-field section ending each struct. The schema pieces and records here are shared with the describe.
+StreamsGroupDescribe is in kafka_streams_describe.py, a member's OffsetCommit in kafka_protocol.py.
 """
 
 from __future__ import annotations
@@ -78,7 +75,7 @@ class _UInt16:
         return str(value)
 
 
-class _NullableStruct:
+class NullableStruct:
     """A struct field that may be null: one signed byte before it, -1 for null, 1 for a struct."""
 
     def __init__(self, *fields: tuple[str, Any]) -> None:
@@ -94,18 +91,14 @@ class _NullableStruct:
         return "NULL" if value is None else self.schema.repr(value)
 
 
-_TAGS = ("tags", TaggedFields)
-_KEY_VALUE = CompactArray(("key", TEXT), ("value", TEXT), _TAGS)
-_TOPIC_INFO = CompactArray(("name", TEXT), ("partitions", Int32), ("replication_factor", Int16),
-                           ("topic_configs", _KEY_VALUE), _TAGS)
-_TASK_IDS = CompactArray(("subtopology_id", TEXT), ("partitions", CompactArray(Int32)), _TAGS)
-_TASK_OFFSETS = CompactArray(("subtopology_id", TEXT), ("partition", Int32), ("offset", Int64), _TAGS)
-_ENDPOINT = (("host", TEXT), ("port", _UInt16), _TAGS)
-_TOPIC_PARTITIONS = CompactArray(("topic", TEXT), ("partitions", CompactArray(Int32)), _TAGS)
-_TOPOLOGY_NODE = (("name", TEXT), ("node_type", Int8), ("source_topics", CompactArray(TEXT)),
-                  ("sink_topic", TEXT), ("stores", CompactArray(TEXT)), ("successors", CompactArray(TEXT)),
-                  _TAGS)
-_ASSIGNMENT = (("active_tasks", _TASK_IDS), ("standby_tasks", _TASK_IDS), ("warmup_tasks", _TASK_IDS), _TAGS)
+TAGS = ("tags", TaggedFields)
+KEY_VALUES = CompactArray(("key", TEXT), ("value", TEXT), TAGS)
+TOPIC_INFOS = CompactArray(("name", TEXT), ("partitions", Int32), ("replication_factor", Int16),
+                           ("topic_configs", KEY_VALUES), TAGS)
+TASK_IDS = CompactArray(("subtopology_id", TEXT), ("partitions", CompactArray(Int32)), TAGS)
+TASK_OFFSETS = CompactArray(("subtopology_id", TEXT), ("partition", Int32), ("offset", Int64), TAGS)
+ENDPOINT = (("host", TEXT), ("port", _UInt16), TAGS)
+_TOPIC_PARTITIONS = CompactArray(("topic", TEXT), ("partitions", CompactArray(Int32)), TAGS)
 
 
 # --- the topology a member declares -------------------------------------------------------------------------
@@ -226,16 +219,16 @@ class StreamsGroupHeartbeatResponse_v1(Response):  # type: ignore[misc]  # aioka
         ("heartbeat_interval_ms", Int32),
         ("task_offset_interval_ms", Int32),
         ("acceptable_recovery_lag", Int64),
-        ("status", CompactArray(("status_code", Int8), ("status_detail", TEXT), _TAGS)),
-        ("active_tasks", _TASK_IDS),
-        ("standby_tasks", _TASK_IDS),
-        ("warmup_tasks", _TASK_IDS),
+        ("status", CompactArray(("status_code", Int8), ("status_detail", TEXT), TAGS)),
+        ("active_tasks", TASK_IDS),
+        ("standby_tasks", TASK_IDS),
+        ("warmup_tasks", TASK_IDS),
         ("topology_description_required", Boolean),
         ("endpoint_information_epoch", Int32),
         ("partitions_by_user_endpoint", CompactArray(
-            ("user_endpoint", Schema(*_ENDPOINT)), ("active_partitions", _TOPIC_PARTITIONS),
-            ("standby_partitions", _TOPIC_PARTITIONS), _TAGS)),
-        _TAGS,
+            ("user_endpoint", Schema(*ENDPOINT)), ("active_partitions", _TOPIC_PARTITIONS),
+            ("standby_partitions", _TOPIC_PARTITIONS), TAGS)),
+        TAGS,
     )
 
 
@@ -252,32 +245,32 @@ class StreamsGroupHeartbeatRequest_v1(RequestStruct):  # type: ignore[misc]  # (
         ("instance_id", TEXT),
         ("rack_id", TEXT),
         ("rebalance_timeout_ms", Int32),
-        ("topology", _NullableStruct(
+        ("topology", NullableStruct(
             ("epoch", Int32),
             ("subtopologies", CompactArray(
                 ("subtopology_id", TEXT),
                 ("source_topics", CompactArray(TEXT)),
                 ("source_topic_regex", CompactArray(TEXT)),
-                ("state_changelog_topics", _TOPIC_INFO),
+                ("state_changelog_topics", TOPIC_INFOS),
                 ("repartition_sink_topics", CompactArray(TEXT)),
-                ("repartition_source_topics", _TOPIC_INFO),
+                ("repartition_source_topics", TOPIC_INFOS),
                 ("copartition_groups", CompactArray(
                     ("source_topics", CompactArray(Int16)),
                     ("source_topic_regex", CompactArray(Int16)),
                     ("repartition_source_topics", CompactArray(Int16)),
-                    _TAGS)),
-                _TAGS)),
-            _TAGS)),
-        ("active_tasks", _TASK_IDS),
-        ("standby_tasks", _TASK_IDS),
-        ("warmup_tasks", _TASK_IDS),
+                    TAGS)),
+                TAGS)),
+            TAGS)),
+        ("active_tasks", TASK_IDS),
+        ("standby_tasks", TASK_IDS),
+        ("warmup_tasks", TASK_IDS),
         ("process_id", TEXT),
-        ("user_endpoint", _NullableStruct(*_ENDPOINT)),
-        ("client_tags", _KEY_VALUE),
-        ("task_offsets", _TASK_OFFSETS),
-        ("task_end_offsets", _TASK_OFFSETS),
+        ("user_endpoint", NullableStruct(*ENDPOINT)),
+        ("client_tags", KEY_VALUES),
+        ("task_offsets", TASK_OFFSETS),
+        ("task_end_offsets", TASK_OFFSETS),
         ("shutdown_application", Boolean),
-        _TAGS,
+        TAGS,
     )
 
 
@@ -338,7 +331,7 @@ class HeartbeatAnswer:
     partitions_by_user_endpoint: tuple[EndpointPartitions, ...] | None
 
 
-def _tasks(decoded: list[tuple[Any, ...]] | None) -> Tasks | None:
+def tasks_of(decoded: list[tuple[Any, ...]] | None) -> Tasks | None:
     return None if decoded is None else {subtopology: list(parts) for subtopology, parts, _ in decoded}
 
 
@@ -353,239 +346,12 @@ def heartbeat_answer(response: StreamsGroupHeartbeatResponse_v1) -> HeartbeatAns
         task_offset_interval_ms=response.task_offset_interval_ms,
         acceptable_recovery_lag=response.acceptable_recovery_lag,
         statuses=tuple(Status(code, detail) for code, detail, _ in response.status or ()),
-        active_tasks=_tasks(response.active_tasks),
-        standby_tasks=_tasks(response.standby_tasks),
-        warmup_tasks=_tasks(response.warmup_tasks),
+        active_tasks=tasks_of(response.active_tasks),
+        standby_tasks=tasks_of(response.standby_tasks),
+        warmup_tasks=tasks_of(response.warmup_tasks),
         topology_description_required=response.topology_description_required,
         endpoint_information_epoch=response.endpoint_information_epoch,
         partitions_by_user_endpoint=None if endpoints is None else tuple(
-            EndpointPartitions(Endpoint(host, port), _tasks(active) or {}, _tasks(standby) or {})
+            EndpointPartitions(Endpoint(host, port), tasks_of(active) or {}, tasks_of(standby) or {})
             for (host, port, _), active, standby, _ in endpoints),
     )
-
-
-# --- StreamsGroupDescribe -----------------------------------------------------------------------------------
-
-class StreamsGroupDescribeResponse_v1(Response):  # type: ignore[misc]  # (as above)
-    API_KEY = 89
-    API_VERSION = 1
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        ("groups", CompactArray(
-            ("error_code", Int16),
-            ("error_message", TEXT),
-            ("group_id", TEXT),
-            ("group_state", TEXT),
-            ("group_epoch", Int32),
-            ("assignment_epoch", Int32),
-            ("topology", _NullableStruct(
-                ("epoch", Int32),
-                ("subtopologies", CompactArray(
-                    ("subtopology_id", TEXT),
-                    ("source_topics", CompactArray(TEXT)),
-                    ("repartition_sink_topics", CompactArray(TEXT)),
-                    ("state_changelog_topics", _TOPIC_INFO),
-                    ("repartition_source_topics", _TOPIC_INFO),
-                    _TAGS)),
-                _TAGS)),
-            ("members", CompactArray(
-                ("member_id", TEXT),
-                ("member_epoch", Int32),
-                ("instance_id", TEXT),
-                ("rack_id", TEXT),
-                ("client_id", TEXT),
-                ("client_host", TEXT),
-                ("topology_epoch", Int32),
-                ("process_id", TEXT),
-                ("user_endpoint", _NullableStruct(*_ENDPOINT)),
-                ("client_tags", _KEY_VALUE),
-                ("task_offsets", _TASK_OFFSETS),
-                ("task_end_offsets", _TASK_OFFSETS),
-                ("assignment", Schema(*_ASSIGNMENT)),
-                ("target_assignment", Schema(*_ASSIGNMENT)),
-                ("is_classic", Boolean),
-                _TAGS)),
-            ("authorized_operations", Int32),
-            ("topology_description", _NullableStruct(
-                ("subtopologies", CompactArray(
-                    ("subtopology_id", TEXT), ("nodes", CompactArray(*_TOPOLOGY_NODE)), _TAGS)),
-                ("global_stores", CompactArray(
-                    ("source", Schema(*_TOPOLOGY_NODE)), ("processor", Schema(*_TOPOLOGY_NODE)), _TAGS)),
-                _TAGS)),
-            ("topology_description_status", Int8),
-            ("assignor_name", TEXT),
-            _TAGS)),
-        _TAGS,
-    )
-
-
-class StreamsGroupDescribeRequest_v1(RequestStruct):  # type: ignore[misc]  # (as above)
-    FLEXIBLE_VERSION = True
-    API_KEY = 89
-    API_VERSION = 1
-    RESPONSE_TYPE = StreamsGroupDescribeResponse_v1
-    SCHEMA = Schema(
-        ("group_ids", CompactArray(TEXT)),
-        ("include_authorized_operations", Boolean),
-        ("include_topology_description", Boolean),
-        _TAGS,
-    )
-
-
-class StreamsGroupDescribeRequest(Request[StreamsGroupDescribeRequest_v1]):  # type: ignore[misc]  # (as above)
-    API_KEY = 89
-
-    def __init__(self, group_ids: list[str]) -> None:
-        self._group_ids = group_ids
-
-    def build(
-        self, request_struct_class: type[StreamsGroupDescribeRequest_v1],
-    ) -> StreamsGroupDescribeRequest_v1:
-        return request_struct_class(self._group_ids, False, False, {})
-
-
-@dataclass(frozen=True, slots=True)
-class Assignment:
-    active: Tasks
-    standby: Tasks
-    warmup: Tasks
-
-
-@dataclass(frozen=True, slots=True)
-class DescribedMember:
-    member_id: str
-    member_epoch: int
-    instance_id: str | None
-    rack_id: str | None
-    client_id: str
-    client_host: str
-    topology_epoch: int
-    process_id: str
-    user_endpoint: Endpoint | None
-    client_tags: dict[str, str]
-    task_offsets: tuple[TaskOffset, ...]
-    task_end_offsets: tuple[TaskOffset, ...]
-    assignment: Assignment
-    target_assignment: Assignment
-    is_classic: bool
-
-
-@dataclass(frozen=True, slots=True)
-class DescribedSubtopology:
-    subtopology_id: str
-    source_topics: tuple[str, ...]
-    repartition_sink_topics: tuple[str, ...]
-    state_changelog_topics: tuple[TopicInfo, ...]
-    repartition_source_topics: tuple[TopicInfo, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class DescribedGroup:
-    error_code: int
-    error_message: str | None
-    group_id: str
-    state: str
-    group_epoch: int
-    assignment_epoch: int
-    topology_epoch: int | None
-    subtopologies: tuple[DescribedSubtopology, ...] | None  # None: not configured (e.g. topics missing)
-    members: tuple[DescribedMember, ...]
-    assignor_name: str | None
-
-
-def _assignment(decoded: tuple[Any, ...]) -> Assignment:
-    active, standby, warmup, _ = decoded
-    return Assignment(_tasks(active) or {}, _tasks(standby) or {}, _tasks(warmup) or {})
-
-
-def _described_topic_infos(decoded: list[tuple[Any, ...]]) -> tuple[TopicInfo, ...]:
-    return tuple(TopicInfo(name, partitions, replication, {k: v for k, v, _ in configs or ()})
-                 for name, partitions, replication, configs, _ in decoded)
-
-
-def _described_offsets(decoded: list[tuple[Any, ...]] | None) -> tuple[TaskOffset, ...]:
-    return tuple(TaskOffset(subtopology, partition, offset)
-                 for subtopology, partition, offset, _ in decoded or ())
-
-
-def _described_member(m: tuple[Any, ...]) -> DescribedMember:
-    (member_id, epoch, instance_id, rack_id, client_id, client_host, topology_epoch, process_id, endpoint,
-     client_tags, task_offsets, task_end_offsets, assignment, target, is_classic, _) = m
-    return DescribedMember(
-        member_id, epoch, instance_id, rack_id, client_id, client_host, topology_epoch, process_id,
-        None if endpoint is None else Endpoint(endpoint[0], endpoint[1]),
-        {k: v for k, v, _ in client_tags or ()}, _described_offsets(task_offsets),
-        _described_offsets(task_end_offsets), _assignment(assignment), _assignment(target), is_classic,
-    )
-
-
-def described_groups(response: StreamsGroupDescribeResponse_v1) -> list[DescribedGroup]:
-    found = []
-    for (error, message, group_id, state, group_epoch, assignment_epoch, topology, members, _operations,
-         _description, _description_status, assignor, _) in response.groups:
-        subtopologies = None if topology is None or topology[1] is None else tuple(
-            DescribedSubtopology(sid, tuple(sources), tuple(sinks), _described_topic_infos(changelogs),
-                                 _described_topic_infos(repartitions))
-            for sid, sources, sinks, changelogs, repartitions, _ in topology[1])
-        found.append(DescribedGroup(
-            error, message, group_id, state, group_epoch, assignment_epoch,
-            None if topology is None else topology[0], subtopologies,
-            tuple(_described_member(m) for m in members), assignor,
-        ))
-    return found
-
-
-# --- OffsetCommit as a member -------------------------------------------------------------------------------
-
-class OffsetCommitResponse_v9(Response):  # type: ignore[misc]  # (as above)
-    API_KEY = 8
-    API_VERSION = 9
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        ("topics", CompactArray(
-            ("name", TEXT),
-            ("partitions", CompactArray(("partition_index", Int32), ("error_code", Int16), _TAGS)),
-            _TAGS)),
-        _TAGS,
-    )
-
-
-class OffsetCommitRequest_v9(RequestStruct):  # type: ignore[misc]  # (as above)
-    FLEXIBLE_VERSION = True
-    API_KEY = 8
-    API_VERSION = 9
-    RESPONSE_TYPE = OffsetCommitResponse_v9
-    SCHEMA = Schema(
-        ("group_id", TEXT),
-        ("generation_id_or_member_epoch", Int32),
-        ("member_id", TEXT),
-        ("group_instance_id", TEXT),
-        ("topics", CompactArray(
-            ("name", TEXT),
-            ("partitions", CompactArray(
-                ("partition_index", Int32), ("committed_offset", Int64), ("committed_leader_epoch", Int32),
-                ("committed_metadata", TEXT), _TAGS)),
-            _TAGS)),
-        _TAGS,
-    )
-
-
-class MemberOffsetCommitRequest(Request[OffsetCommitRequest_v9]):  # type: ignore[misc]  # (as above)
-    API_KEY = 8
-
-    def __init__(self, group_id: str, member_id: str, member_epoch: int,
-                 offsets: Mapping[tuple[str, int], int], instance_id: str | None = None) -> None:
-        self._group = (group_id, member_epoch, member_id, instance_id)
-        self._offsets = offsets  # (topic, partition) -> the offset of the next record to read
-
-    def build(self, request_struct_class: type[OffsetCommitRequest_v9]) -> OffsetCommitRequest_v9:
-        topics: dict[str, list[tuple[Any, ...]]] = {}
-        for (topic, partition), offset in sorted(self._offsets.items()):
-            topics.setdefault(topic, []).append((partition, offset, -1, "", {}))
-        return request_struct_class(*self._group, [(t, parts, {}) for t, parts in topics.items()], {})
-
-
-def commit_errors(response: OffsetCommitResponse_v9) -> dict[tuple[str, int], int]:
-    """(topic, partition) -> the error code of its commit, 0 for committed."""
-    return {(topic, partition): error for topic, partitions, _ in response.topics
-            for partition, error, _ in partitions}

@@ -12,10 +12,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient, CoordinationType
-from aiokafka.errors import GroupCoordinatorNotAvailableError
+from aiokafka.errors import GroupCoordinatorNotAvailableError, InconsistentGroupProtocolError
 
+from engine.transport.kafka_protocol import (
+    MemberOffsetCommitRequest,
+    commit_errors,
+)
+from engine.transport.kafka_streams_describe import (
+    StreamsGroupDescribeRequest,
+    described_groups,
+)
 from engine.transport.kafka_streams_group import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -24,16 +33,12 @@ from engine.transport.kafka_streams_group import (
     EndpointPartitions,
     Heartbeat,
     HeartbeatAnswer,
-    MemberOffsetCommitRequest,
     StatusCode,
-    StreamsGroupDescribeRequest,
     StreamsGroupHeartbeatRequest,
     Subtopology,
     Tasks,
     TopicInfo,
     Topology,
-    commit_errors,
-    described_groups,
     heartbeat_answer,
 )
 from tests.kafka.broker import resolve_jars
@@ -46,6 +51,8 @@ pytestmark = pytest.mark.kafka
 PARTITIONS = 4
 TIMEOUT = 60.0
 STALE_MEMBER_EPOCH = 113  # Kafka's error codes (KIP-848)
+INVALID_REQUEST = 42
+GROUP_ID_NOT_FOUND = 69
 COORDINATOR_LOADING = (14, 15)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE: retriable
 
 
@@ -89,6 +96,17 @@ class Member:
     endpoints: tuple[EndpointPartitions, ...] = ()
 
     async def beat(self, *, leave: bool = False) -> HeartbeatAnswer:
+        answer = await self.attempt(leave=leave)
+        assert answer.error_code == 0, f"heartbeat refused: {answer.error_code} {answer.error_message}"
+        self.epoch = answer.member_epoch
+        if answer.active_tasks is not None:
+            self.assigned = answer.active_tasks
+        if answer.partitions_by_user_endpoint is not None:
+            self.endpoints = answer.partitions_by_user_endpoint
+        return answer
+
+    async def attempt(self, *, leave: bool = False) -> HeartbeatAnswer:
+        """One heartbeat, whatever the broker answers (but for a coordinator still loading)."""
         joining = self.epoch == JOIN_EPOCH
         changed = self.owned if joining or self.owned != self.reported else None
         request = Heartbeat(
@@ -109,14 +127,8 @@ class Member:
                 self.coordinator, StreamsGroupHeartbeatRequest(request)))).error_code in COORDINATOR_LOADING:
             assert loop.time() < deadline, "the coordinator kept loading"
             await asyncio.sleep(0.2)  # a new broker loads its offsets topic partitions first
-        assert answer.error_code == 0, f"heartbeat refused: {answer.error_code} {answer.error_message}"
-        self.epoch = answer.member_epoch
-        if changed is not None:
+        if changed is not None and answer.error_code == 0:
             self.reported = dict(changed)
-        if answer.active_tasks is not None:
-            self.assigned = answer.active_tasks
-        if answer.partitions_by_user_endpoint is not None:
-            self.endpoints = answer.partitions_by_user_endpoint
         return answer
 
     def acknowledge(self) -> None:
@@ -249,5 +261,58 @@ async def test_the_broker_assigns_the_tasks_of_a_declared_topology_and_moves_onl
         for member in (first, second):
             await member.beat(leave=True)
     finally:
+        await client.close()
+        await admin.close()
+
+
+async def test_a_group_speaks_one_protocol_at_a_time_and_keeps_the_topology_it_started_with(kafka):
+    """What engine's group_protocol = auto must know: a live classic group refuses streams members (and a live
+    streams group classic ones), an empty one is taken over; a member may not change a live group's topology,
+    and one with an older topology epoch joins but gets no task."""
+    group, source = f"shared-{uuid.uuid4().hex[:8]}", f"clicks-{uuid.uuid4().hex[:8]}"
+    topology = app_topology(group, source)
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    client = AIOKafkaClient(bootstrap_servers=kafka.bootstrap)
+    classic = AIOKafkaConsumer(source, bootstrap_servers=kafka.bootstrap, group_id=group)
+    await admin.start()
+    await client.bootstrap()
+    try:
+        await admin.create_topics([NewTopic(source, PARTITIONS, 1)])
+        await classic.start()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TIMEOUT
+        while not classic.assignment():
+            assert loop.time() < deadline, "the classic consumer got no partition"
+            await asyncio.sleep(0.1)
+        coordinator = await find_coordinator(client, group)
+        member = Member(client, coordinator, group, topology, port=8001)
+        refused = await member.attempt()
+        assert (refused.error_code, refused.error_message) == (
+            GROUP_ID_NOT_FOUND, f"Group {group} is not a streams group.")
+
+        await classic.stop()  # the classic group is empty now: the streams member converts it
+        await member.beat_until(lambda a: flat(member.assigned) == every_task())
+        member.acknowledge()
+        await member.beat_until(lambda a: member.reported == member.owned)
+
+        late_classic = AIOKafkaConsumer(source, bootstrap_servers=kafka.bootstrap, group_id=group)
+        with pytest.raises(InconsistentGroupProtocolError):
+            await late_classic.start()  # (joins the group before it returns)
+        await late_classic.stop()
+
+        one_subtopology = topology.subtopologies[:1]
+        for changed in (Topology(topology.epoch + 1, one_subtopology),
+                        Topology(topology.epoch, one_subtopology)):
+            answer = await Member(client, coordinator, group, changed, port=8002).attempt()
+            assert (answer.error_code, answer.error_message) == (
+                INVALID_REQUEST, "Topology updates are not supported yet."), changed
+        behind = Member(client, coordinator, group, Topology(topology.epoch - 1, one_subtopology), port=8003)
+        answer = await behind.beat()
+        assert StatusCode.STALE_TOPOLOGY in {status.code for status in answer.statuses}
+        assert not flat(behind.assigned), "a member with a stale topology got tasks"
+        await behind.beat(leave=True)
+        await member.beat(leave=True)
+    finally:
+        await classic.stop()
         await client.close()
         await admin.close()

@@ -7,29 +7,33 @@ from __future__ import annotations
 from io import BytesIO
 from typing import Any
 
-from engine.transport.kafka_streams_group import (
+from engine.transport.kafka_protocol import (
+    MemberOffsetCommitRequest,
+    OffsetCommitResponse_v9,
+    commit_errors,
+)
+from engine.transport.kafka_streams_describe import (
     Assignment,
-    CopartitionGroup,
     DescribedGroup,
     DescribedMember,
     DescribedSubtopology,
+    StreamsGroupDescribeRequest,
+    StreamsGroupDescribeResponse_v1,
+    described_groups,
+)
+from engine.transport.kafka_streams_group import (
+    CopartitionGroup,
     Endpoint,
     EndpointPartitions,
     Heartbeat,
     HeartbeatAnswer,
-    MemberOffsetCommitRequest,
-    OffsetCommitResponse_v9,
     Status,
-    StreamsGroupDescribeRequest,
-    StreamsGroupDescribeResponse_v1,
     StreamsGroupHeartbeatRequest,
     StreamsGroupHeartbeatResponse_v1,
     Subtopology,
     TaskOffset,
     TopicInfo,
     Topology,
-    commit_errors,
-    described_groups,
     heartbeat_answer,
 )
 from tests.kafka.codec import kafka_decodes, kafka_encodes
