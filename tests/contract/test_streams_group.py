@@ -17,6 +17,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.errors import GroupCoordinatorNotAvailableError, InconsistentGroupProtocolError
 
+from engine.transport import open_transport
 from engine.transport.kafka_protocol import (
     MemberOffsetCommitRequest,
     commit_errors,
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.kafka
 
 PARTITIONS = 4
+COMPACTED = {"cleanup.policy": "compact"}
+IN_TRANSIT = {"retention.ms": "-1"}
 TIMEOUT = 60.0
 STALE_MEMBER_EPOCH = 113  # Kafka's error codes (KIP-848)
 INVALID_REQUEST = 42
@@ -60,14 +63,15 @@ COORDINATOR_NOT_READY = (14, 15, 16)
 
 def app_topology(app: str, source: str) -> Topology:
     """An engine app's shape: a table over `source` (its changelog) that re-keys into a repartition topic
-    read by a second subtopology with a table of its own. 0 partitions: "as many as the source"."""
+    read by a second subtopology with a table of its own. A changelog's 0 partitions: "as many as the
+    subtopology has tasks". The second changelog declares no config: what the broker adds of its own shows."""
     repartition = f"{app}-by-user-repartition"
     return Topology(epoch=1, subtopologies=(
         Subtopology("0", source_topics=(source,),
-                    state_changelog_topics=(TopicInfo(f"{app}-counts-changelog"),),
+                    state_changelog_topics=(TopicInfo(f"{app}-counts-changelog", configs=COMPACTED),),
                     repartition_sink_topics=(repartition,),
                     copartition_groups=(CopartitionGroup(source_topics=(0,)),)),
-        Subtopology("1", repartition_source_topics=(TopicInfo(repartition, PARTITIONS),),
+        Subtopology("1", repartition_source_topics=(TopicInfo(repartition, PARTITIONS, configs=IN_TRANSIT),),
                     state_changelog_topics=(TopicInfo(f"{app}-per-user-changelog"),)),
     ))
 
@@ -211,6 +215,16 @@ async def test_the_broker_assigns_the_tasks_of_a_declared_topology_and_moves_onl
         described_topics = await admin.describe_topics(sorted(internal))
         assert {t["topic"]: (t["error_code"], len(t["partitions"])) for t in described_topics} == {
             name: (0, PARTITIONS) for name in internal}
+        # ... with the configs the topology declared and nothing of the broker's own (cleanup.policy=delete
+        # is the broker's default).
+        engine_admin = open_transport(kafka.url).admin()
+        try:
+            configs = await engine_admin.topic_configs(internal)
+        finally:
+            await engine_admin.close()
+        assert configs[f"{app}-counts-changelog"]["cleanup.policy"] == "compact"
+        assert configs[f"{app}-per-user-changelog"]["cleanup.policy"] == "delete"
+        assert configs[f"{app}-by-user-repartition"]["retention.ms"] == "-1"
 
         # The endpoint of every member and the source partitions (repartition topics too) of its tasks.
         (endpoint,) = first.endpoints
