@@ -1,4 +1,4 @@
-"""Two Kafka requests aiokafka 0.14 cannot make, built on its own protocol classes. Part of the Kafka
+"""Three Kafka requests aiokafka 0.14 cannot make, built on its own protocol classes. Part of the Kafka
 transport (with kafka.py, the only modules that import aiokafka).
 
 - Topic ids (Metadata v12; aiokafka's Metadata stops at v5, ids came with v10). A topic id is the identity of
@@ -7,6 +7,9 @@ transport (with kafka.py, the only modules that import aiokafka).
   (once the new log grows past the store's offset, offsets alone cannot tell).
 - CreateTopics v4 (aiokafka's stops at v3), which accepts -1 for "the broker's default" replication factor
   (KIP-464): internal topics get the cluster's own default, as Kafka Streams does, instead of 1.
+- OffsetCommit v9 (aiokafka's stops at v3) with a member id and member epoch: a member of a streams group
+  (kafka_streams_group.py) commits so, the coordinator checking the epoch against the tasks it assigned; it
+  refuses a member's commit below v9.
 """
 
 from __future__ import annotations
@@ -16,9 +19,19 @@ from typing import TYPE_CHECKING, Any
 from aiokafka.protocol.abstract import AbstractType
 from aiokafka.protocol.admin import CreateTopicsRequest_v3, CreateTopicsResponse_v3
 from aiokafka.protocol.api import Request, RequestStruct, Response
-from aiokafka.protocol.types import Boolean, CompactArray, CompactString, Int16, Int32, Schema, TaggedFields
+from aiokafka.protocol.types import (
+    Boolean,
+    CompactArray,
+    CompactString,
+    Int16,
+    Int32,
+    Int64,
+    Schema,
+    TaggedFields,
+)
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from io import BytesIO
 
 NO_ID = b"\x00" * 16
@@ -34,7 +47,7 @@ class _Uuid(AbstractType[bytes]):  # type: ignore[misc]  # aiokafka's protocol c
         return data.read(16)
 
 
-_TEXT = CompactString("utf-8")
+TEXT = CompactString("utf-8")
 
 
 class MetadataResponse_v12(Response):  # type: ignore[misc]  # (as above); aiokafka's version naming
@@ -42,12 +55,12 @@ class MetadataResponse_v12(Response):  # type: ignore[misc]  # (as above); aioka
     API_VERSION = 12
     SCHEMA = Schema(
         ("throttle_time_ms", Int32),
-        ("brokers", CompactArray(("node_id", Int32), ("host", _TEXT), ("port", Int32), ("rack", _TEXT),
+        ("brokers", CompactArray(("node_id", Int32), ("host", TEXT), ("port", Int32), ("rack", TEXT),
                                  ("tags", TaggedFields))),
-        ("cluster_id", _TEXT),
+        ("cluster_id", TEXT),
         ("controller_id", Int32),
         ("topics", CompactArray(
-            ("error_code", Int16), ("name", _TEXT), ("topic_id", _Uuid), ("is_internal", Boolean),
+            ("error_code", Int16), ("name", TEXT), ("topic_id", _Uuid), ("is_internal", Boolean),
             ("partitions", CompactArray(
                 ("error_code", Int16), ("partition_index", Int32), ("leader_id", Int32),
                 ("leader_epoch", Int32),
@@ -64,7 +77,7 @@ class MetadataRequest_v12(RequestStruct):  # type: ignore[misc]  # (as above)
     API_VERSION = 12
     RESPONSE_TYPE = MetadataResponse_v12
     SCHEMA = Schema(
-        ("topics", CompactArray(("topic_id", _Uuid), ("name", _TEXT), ("tags", TaggedFields))),
+        ("topics", CompactArray(("topic_id", _Uuid), ("name", TEXT), ("tags", TaggedFields))),
         ("allow_auto_topic_creation", Boolean),
         ("include_topic_authorized_operations", Boolean),
         ("tags", TaggedFields),
@@ -112,3 +125,58 @@ class CreateTopicsRequest(Request[CreateTopicsRequest_v4]):  # type: ignore[misc
             for name, partitions, replication, config in self._topics
         ]
         return request_struct_class(topics, self._timeout_ms, False)
+
+
+class OffsetCommitResponse_v9(Response):  # type: ignore[misc]  # (as above)
+    API_KEY = 8
+    API_VERSION = 9
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        ("topics", CompactArray(
+            ("name", TEXT),
+            ("partitions", CompactArray(
+                ("partition_index", Int32), ("error_code", Int16), ("tags", TaggedFields))),
+            ("tags", TaggedFields))),
+        ("tags", TaggedFields),
+    )
+
+
+class OffsetCommitRequest_v9(RequestStruct):  # type: ignore[misc]  # (as above)
+    FLEXIBLE_VERSION = True
+    API_KEY = 8
+    API_VERSION = 9
+    RESPONSE_TYPE = OffsetCommitResponse_v9
+    SCHEMA = Schema(
+        ("group_id", TEXT),
+        ("generation_id_or_member_epoch", Int32),
+        ("member_id", TEXT),
+        ("group_instance_id", TEXT),
+        ("topics", CompactArray(
+            ("name", TEXT),
+            ("partitions", CompactArray(
+                ("partition_index", Int32), ("committed_offset", Int64), ("committed_leader_epoch", Int32),
+                ("committed_metadata", TEXT), ("tags", TaggedFields))),
+            ("tags", TaggedFields))),
+        ("tags", TaggedFields),
+    )
+
+
+class MemberOffsetCommitRequest(Request[OffsetCommitRequest_v9]):  # type: ignore[misc]  # (as above)
+    API_KEY = 8
+
+    def __init__(self, group_id: str, member_id: str, member_epoch: int,
+                 offsets: Mapping[tuple[str, int], int], instance_id: str | None = None) -> None:
+        self._group = (group_id, member_epoch, member_id, instance_id)
+        self._offsets = offsets  # (topic, partition) -> the offset of the next record to read
+
+    def build(self, request_struct_class: type[OffsetCommitRequest_v9]) -> OffsetCommitRequest_v9:
+        topics: dict[str, list[tuple[Any, ...]]] = {}
+        for (topic, partition), offset in sorted(self._offsets.items()):
+            topics.setdefault(topic, []).append((partition, offset, -1, "", {}))
+        return request_struct_class(*self._group, [(t, parts, {}) for t, parts in topics.items()], {})
+
+
+def commit_errors(response: OffsetCommitResponse_v9) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> the error code of its commit, 0 for committed."""
+    return {(topic, partition): error for topic, partitions, _ in response.topics
+            for partition, error, _ in partitions}

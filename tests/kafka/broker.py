@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tests.kafka.certs import Certificates, make_certificates
 
-KAFKA_VERSION = "4.1.1"
+KAFKA_VERSION = "4.4.0"
 HERE = Path(__file__).resolve().parent
 CACHE_ROOT = Path(os.environ.get("ENGINE_KAFKA_CACHE", Path.home() / ".cache" / "engine-kafka"))
 
@@ -163,6 +163,12 @@ class KafkaCluster:
                 # Fault tests use short sessions (ENGINE_SESSION_TIMEOUT) and transaction timeouts, and
                 # the broker checks for timed-out transactions each second instead of each 10.
                 "group.min.session.timeout.ms=1000",
+                # Streams groups (KIP-1071): the broker computes assignments; 4.4 enables them for a new
+                # cluster (feature streams.version=1 at format). The same test latitude as classic groups:
+                # short sessions and heartbeats allowed, no delay before the first assignment.
+                "group.streams.min.session.timeout.ms=1000",
+                "group.streams.min.heartbeat.interval.ms=100",
+                "group.streams.initial.rebalance.delay.ms=0",
                 "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000",
                 "auto.create.topics.enable=true",
                 "log.segment.bytes=16777216",
