@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from agents import Service, ServiceState
 from engine.commit.checkpoint import Checkpointer
 from engine.commit.transactions import TransactionsFailed
-from engine.errors import EngineError, MembershipLost, ProducerFenced
+from engine.errors import BrokerUnavailable, EngineError, MembershipLost, ProducerFenced
 from engine.events import TP, describe
 from engine.stats import Histogram
 from engine.streams.current import current_event
@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 
 REVOKE_WAIT = 5.0  # seconds agents get to finish the events they hold when their partitions are revoked
 RECOVERING = "recovering"
+SET_UP_RETRY = 1.0  # seconds between two tries of a set-up that found no broker (one restarting)
 
 
 class TaskManager(Service):
@@ -261,6 +262,27 @@ class TaskManager(Service):
         self._recovery = self.spawn(self._set_up(tps), "recover")
 
     async def _set_up(self, tps: set[TP]) -> None:
+        """Set the tasks up; while no broker answers (one restarting: the clients a set-up starts, unlike the
+        worker's own, have no connection to keep trying on) try again, until the tasks are set up or a
+        rebalance cancels this. Each step can be taken again: producers are started for the tasks still
+        without one, offsets sought again, stores restored from where they are."""
+        waiting_since: float | None = None
+        while True:
+            try:
+                await self._set_up_once(tps)
+            except BrokerUnavailable as exc:
+                if waiting_since is None:
+                    waiting_since = time.monotonic()
+                    log.warning("setting up %s: %s; trying again every %.0f s", describe(tps), exc,
+                                SET_UP_RETRY)
+                await asyncio.sleep(SET_UP_RETRY)
+                continue
+            if waiting_since is not None:
+                log.info("set up %s after %.1f s without a broker", describe(tps),
+                         time.monotonic() - waiting_since)
+            return
+
+    async def _set_up_once(self, tps: set[TP]) -> None:
         tasks = [self.active[n] for n in sorted({tp.partition for tp in tps})]
         await self._start_producers([task for task in tasks if task.producer is None])
         starts: dict[TP, int] = {}

@@ -13,7 +13,7 @@ import pytest
 from engine.app import App
 from engine.commit.cut import TaskCut
 from engine.commit.guarantee import AtLeastOnce, ExactlyOnce
-from engine.errors import DeliveryFailed, MembershipLost, ProducerFenced
+from engine.errors import BrokerUnavailable, DeliveryFailed, MembershipLost, ProducerFenced
 from engine.events import TP
 from engine.stores.memory import MemoryStoreBackend
 from engine.tasks.leases import Leases
@@ -174,6 +174,40 @@ async def test_an_assigned_task_starts_its_producer_before_reading_its_offsets_a
     assert consumer.paused == set()
     assert tasks.active[0].producer is not None
     assert tasks.active[0].leases[IN0] is tasks.leases.current[IN0]
+
+
+class OutageTables(FakeTables):
+    """Tables whose restores find no broker the first `outage` times (one restarting during a set-up)."""
+
+    def __init__(self, outage: int) -> None:
+        super().__init__()
+        self.outage = outage
+
+    async def restore(self, states: Any, until: Any = None) -> None:
+        if self.outage:
+            self.outage -= 1
+            raise BrokerUnavailable("no Kafka broker answered at 'b:9092'; is Kafka running?")
+        await super().restore(states, until)
+
+
+async def test_a_set_up_that_finds_no_broker_tries_again_until_one_answers(caplog, monkeypatch):
+    """The worker goes on: the set-up is tried again (each step again where it stands: the producer started
+    once) and the task resumes once it is done; said once at WARNING, and once done."""
+    monkeypatch.setattr("engine.tasks.manager.SET_UP_RETRY", 0.001)
+    caplog.set_level("INFO")
+    log: list[tuple[Any, ...]] = []
+    tables = OutageTables(outage=3)
+    tasks, consumer = manager(log, tables=tables)
+    await asyncio.wait_for(ready(tasks, {IN0}), 10)
+    assert tables.outage == 0
+    assert tables.restored == [["task 0"]]
+    assert log.count(("start", "app-task-0")) == 1, "its producer started once"
+    assert log.count(("seek", IN0, 7)) == 4, "sought at each try"
+    assert consumer.paused == set()
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert [r.getMessage() for r in warnings] == [
+        "setting up in[0]: no Kafka broker answered at 'b:9092'; is Kafka running?; trying again every 0 s"]
+    assert any(r.getMessage().startswith("set up in[0] after ") for r in caplog.records)
 
 
 async def test_a_revoke_waits_for_held_events_then_checkpoints_and_closes_clean():
