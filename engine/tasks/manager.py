@@ -150,6 +150,10 @@ class TaskManager(Service):
         await self.close_all()
 
     async def _commit_loop(self) -> None:
+        """Checkpoint every commit interval. Checkpoints skipped because the group's coordinator cannot
+        confirm this worker's membership (away, or the broker restarting) are said once, and counted when
+        one runs again: one line per outage, not one per interval."""
+        skipped = 0
         while True:
             await asyncio.sleep(self.commit_interval)
             # Shielded: stopping the worker cancels this loop, and a checkpoint cancelled halfway would not
@@ -163,9 +167,15 @@ class TaskManager(Service):
                 running.add_done_callback(_log_failure)
                 raise
             except MembershipLost as exc:
-                log.warning("checkpoint skipped: %s", exc)
+                if not skipped:
+                    log.warning("checkpoint skipped: %s; skipped until it is confirmed again", exc)
+                skipped += 1
+                continue
             except TransactionsFailed as exc:
                 await self.tasks_failed(exc.failed)
+            if skipped:
+                log.info("checkpoints run again, after %d skipped", skipped)
+                skipped = 0
 
     async def checkpoint(self) -> dict[TP, int]:
         """Checkpoint now (live exports, tests and the final stop use it); one at a time with every other.
