@@ -34,15 +34,20 @@ def collect() -> Iterator[Collect]:
     root.addHandler(handler)
     level = root.level
     root.setLevel(logging.INFO)
+    tested = [logging.getLogger(name) for name in ("aiokafka.test.client", "engine.test.summary",
+                                                   "aiokafka.consumer.group_coordinator",
+                                                   "aiokafka.consumer.fetcher")]
+    for logger in tested:  # (whatever other tests left on their parents)
+        logger.setLevel(logging.INFO)
     try:
         yield handler
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
-        for logger in {*client_loggers(), logging.getLogger("engine.test.summary")}:
+        for logger in {*client_loggers(), *tested}:
             logger.filters[:] = [f for f in logger.filters if not isinstance(f, RepeatSummary)]
-            if logger.name.startswith(("aiokafka.test", "aiokafka.consumer")):
-                logger.setLevel(logging.NOTSET)
+        for logger in tested:
+            logger.setLevel(logging.NOTSET)
 
 
 def test_repeats_of_one_cause_are_counted_and_reported_after_the_interval(collect):
