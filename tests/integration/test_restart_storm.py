@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import orjson
 import pytest
 
 from tests.integration.helpers import (
@@ -111,6 +112,7 @@ async def ride_out_a_storm(cluster: KafkaCluster, nodes: list[int], tmp_path: Pa
         results = [await wait_until_complete(cluster.bootstrap, app.app_id, app.events, timeout=180,
                                              workers=app.workers) for app in apps]
         echoed = [await read_all(cluster.bootstrap, f"{app.app_id}-echo", timeout=60) for app in apps]
+        written = [await read_all(cluster.bootstrap, app.topic, timeout=60) for app in apps]
         for app in apps:
             await placed_over(app.workers, PARTITIONS)
         assert [w.log_path.name for w in workers if w.process.poll() is not None] == []
@@ -122,13 +124,17 @@ async def ride_out_a_storm(cluster: KafkaCluster, nodes: list[int], tmp_path: Pa
           "to the group settled again (ERROR, WARNING, all):")
     for name, lines in during.items():
         print(f"  {name}: {levelled(lines, 'ERROR')}, {levelled(lines, 'WARNING')}, {len(lines)}")
+    for app, records in zip(apps, written, strict=True):  # the input as the test meant it, once each
+        sent = Counter(orjson.loads(r.value)["i"] for r in records if orjson.loads(r.value)["i"] >= 0)
+        assert {i: n for i, n in sent.items() if n > 1} == {}, f"{app.guarantee}: input records written twice"
+        assert len(sent) == EVENTS
     for app, (counts, closes), records in zip(apps, results, echoed, strict=True):
         exact = app.guarantee == "exactly_once"
-        check(app.events, counts, closes, exact=exact)
         outputs = Counter((r.key.decode(), int(r.value)) for r in records)
         assert set(outputs) == {(key, v["i"]) for key, v in app.events}, f"{app.guarantee}: every output"
         if exact:
             assert {o: n for o, n in outputs.items() if n > 1} == {}, "each output once"
+        check(app.events, counts, closes, exact=exact)
     for name, lines in during.items():
         warnings = levelled(lines, "ERROR") + levelled(lines, "WARNING")
         assert warnings <= MOST_WARNINGS, f"{name} logged {warnings} ERROR and WARNING lines"
