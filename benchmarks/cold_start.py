@@ -7,7 +7,8 @@ The scenario of tests/integration/test_cold_start.py (tests/integration/cold_sta
 first run of the counting app builds the table and its changelog over `keys` keys (6 partitions), then the
 three fresh workers start. Reported per round: the first run's time (produce to committed), the seconds
 from spawning the three to the group settled (every worker running, every partition active, none
-recovering), the changelog records each replayed, and which were rebalanced while restoring. The table is
+recovering), the assignments each heard, the changelog records each replayed as an active task, which
+restored as warm-up replicas first and whose restore a rebalance interrupted. The table is
 read back through the workers and checked against the input, as in the test.
 """
 
@@ -27,8 +28,9 @@ async def rounds(bootstrap: str, keys: int, count: int) -> None:
         with tempfile.TemporaryDirectory(prefix="engine-cold-") as tmp:
             result = await cold_start(bootstrap, f"kafka://{bootstrap}", Path(tmp), keys)
         print(f"round {round_}: {keys} keys; first run {result.first_run:.1f}s; three fresh workers ready in "
-              f"{result.ready:.1f}s; replayed {result.replayed} (sum {sum(result.replayed.values())}); "
-              f"rebalanced while restoring: {result.rebalanced_while_restoring}; table exact", flush=True)
+              f"{result.ready:.1f}s; assignments heard {result.assignments}; replayed by active restores "
+              f"{result.replayed}; warmed up first: {result.warmed_up}; restore interrupted by a rebalance: "
+              f"{result.rebalanced_while_restoring}; table exact", flush=True)
 
 
 def main() -> None:

@@ -5,9 +5,10 @@ them twice, builds the table and its changelog as engine writes them; it stops. 
 once, each with an empty data dir, so each restores its partitions from the changelog while the group
 rebalances around it (the first to join gets every partition and starts restoring; each later join moves
 some away). Measured: seconds from spawning the three to the group settled (every worker running, every
-partition active somewhere, none recovering). Checked: no worker exited, at least one was rebalanced while
-restoring, and the table read through the workers' web servers (`GET /tables/counts`, pages of 10,000)
-equals the truth counted here from the input.
+partition active somewhere, none recovering), the assignments each heard, whose restore a rebalance
+interrupted and who restored as a warm-up replica first. Checked: no worker exited, and the table read
+through the workers' web servers (`GET /tables/counts`, pages of 10,000) equals the truth counted here from
+the input.
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ class ColdStart:
     keys: int
     first_run: float  # seconds the first run took to process the input (produced to committed)
     ready: float  # seconds from spawning the three workers to the group settled over them
+    assignments: dict[str, int]  # assignments each worker heard before the group settled
     rebalanced_while_restoring: list[str]  # the workers whose restore a rebalance interrupted
-    replayed: dict[str, int]  # changelog records each worker replayed
+    replayed: dict[str, int]  # changelog records each worker replayed as an active task's restore
+    warmed_up: list[str]  # the workers that restored partitions as warm-up replicas first (KIP-441)
 
 
 def truth_of(keys: int) -> Counter[str]:
@@ -86,8 +89,11 @@ async def cold_start(bootstrap: str, url: str, tmp_path: Path, keys: int) -> Col
     truth = truth_of(keys)
     assert len(table) == len(truth), f"{len(table)} keys read, {len(truth)} in the input"
     assert {k: v for k, v in table.items() if truth.get(k) != v} == {}, "each value as counted"
-    return ColdStart(keys, first_run, ready, [w.log_path.name for w in workers if restore_interrupted(w)],
-                     {w.log_path.name: replayed(w) for w in workers})
+    return ColdStart(keys, first_run, ready,
+                     {w.log_path.name: w.output().count("tasks.manager: assignment: ") for w in workers},
+                     [w.log_path.name for w in workers if restore_interrupted(w)],
+                     {w.log_path.name: replayed(w) for w in workers},
+                     [w.log_path.name for w in workers if "warm-up replicas of partitions" in w.output()])
 
 
 async def read_table(asked: WorkerProcess) -> dict[str, Any]:
