@@ -456,8 +456,8 @@ class TaskManager(Service):
             timed_out = sorted(n for n, e in failed.items() if isinstance(e, ProducerFenced))
             if timed_out:
                 log.warning("tasks %s were fenced while this worker still owns them: the broker aborted "
-                            "their open transactions (an event took longer than the transaction timeout)",
-                            timed_out)
+                            "their open transactions, open longer than the transaction timeout (an event "
+                            "that long, or the broker away that long)", timed_out)
         async with self._ownership:  # not in the middle of a revoke: the partitions it closed are not ours
             owned = [tp for tp, lease in failing.items() if self.leases.current.get(tp) is lease]
             await self._rewind_or_lose(owned, failed, fenced)
