@@ -10,8 +10,13 @@ first group's request), and a topic just created has partitions without a leader
 error, those lines are logged at INFO (summarised the same way): a healthy start prints no ERROR. The same
 lines with an error that is not retriable stay errors.
 
-The filter goes on a handler (`summarise_repeats`), so it sees the records of every logger below the root;
-`engine worker` installs it, and so can an application that runs a Worker itself.
+The filter goes on aiokafka's loggers themselves (`summarise_repeats`), not on a handler: a logger's filters
+run once per record, before any handler sees it, so every handler gets the same record (summarised, at
+its final level) and each handler's own level applies to that level: a handler kept for WARNING and above
+never gets a line lowered to INFO. (A handler's filter runs after the logger compared the record's level
+with the handler's, and changes the record under the handlers after it.) A logger's filters see only what
+is logged on that logger, not what its children pass up, hence one shared filter on each of aiokafka's
+loggers. `engine worker` installs it, and so can an application that runs a Worker itself.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 INTERVAL = 10.0  # seconds during which repeats of one cause are counted, not logged
-SUMMARISED = ("aiokafka",)  # loggers (and their children) whose repeats are summarised
 # aiokafka's lines (their templates) about an error that it retries by itself.
 RETRIED = frozenset({
     "Group Coordinator Request failed: %s",  # consumer.group_coordinator: until the coordinator is known
@@ -33,17 +37,17 @@ RETRIED = frozenset({
 
 
 class RepeatSummary(logging.Filter):
-    def __init__(self, interval: float = INTERVAL, prefixes: tuple[str, ...] = SUMMARISED,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    """A filter for the loggers whose repeated lines are summarised (one instance shared by all of them)."""
+
+    def __init__(self, interval: float = INTERVAL, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self._interval = interval
-        self._prefixes = prefixes
         self._clock = clock
         # cause (logger, level, template, whether retried) -> (logged at, left out)
         self._causes: dict[tuple[str, int, str, bool], tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING or not record.name.startswith(self._prefixes):
+        if record.levelno < logging.WARNING:
             return True
         retried = _retried(record)
         cause = (record.name, record.levelno, str(record.msg), retried)
@@ -69,7 +73,11 @@ def _retried(record: logging.LogRecord) -> bool:
 
 
 def summarise_repeats(interval: float = INTERVAL) -> None:
-    """Put the summary on every handler of the root logger (after logging is configured)."""
-    for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, RepeatSummary) for f in handler.filters):
-            handler.addFilter(RepeatSummary(interval))
+    """Put one summary on each of aiokafka's loggers (any time: the handlers need not be configured yet).
+    A logger that has one keeps it, so a second call changes nothing."""
+    from engine.transport.kafka import client_loggers  # aiokafka imported: its loggers exist
+
+    summary = RepeatSummary(interval)
+    for logger in client_loggers():
+        if not any(isinstance(f, RepeatSummary) for f in logger.filters):
+            logger.addFilter(summary)

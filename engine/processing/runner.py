@@ -26,7 +26,7 @@ from engine.topics import Topic
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from engine.events import Event, RawRecord
+    from engine.events import Event, EventLease, RawRecord
     from engine.settings import Settings
     from engine.streams.quiesce import Quiesce
     from engine.streams.stream import Lookup, RecordJoin
@@ -179,6 +179,7 @@ class AgentRunner(Service):
         self._extra: dict[str, list[Mailbox[Event]]] = {}
         self._merged: set[str] = set()
         self._contexts: dict[int, _InstanceContext] = {}  # the current run of each instance
+        self._dropped_under: dict[tuple[str, int], EventLease | None] = {}  # the lease a drop was said for
         self.join_factory = join_factory or _no_joins
         for topic in reads:  # what its pipeline reads besides its channel, as the topology declared it
             self.subscribe(topic)
@@ -288,8 +289,7 @@ class AgentRunner(Service):
             raise error
         if isinstance(error, PartitionMigrated) or (event.lease is not None and event.lease.ended):
             # Not the record's fault: its partition moved. Dropped without an ack; the new owner has it.
-            log.info("agent %s dropped %s[%d]@%d: %s", self.agent.name, event.topic, event.partition,
-                     event.offset, error if isinstance(error, PartitionMigrated) else "its partition moved")
+            self._say_dropped(event, error)
             self._drop(context, source, event, None)
             context.abandon()
             return
@@ -302,6 +302,17 @@ class AgentRunner(Service):
         await self.handle_error(event.record, error)
         event.ack()
         context.abandon()
+
+    def _say_dropped(self, event: Event, error: Exception) -> None:
+        """Said once per partition and lease: when a partition moves (or its task's transaction is aborted),
+        every event of it the agent still holds is dropped the same way, thousands in a broker restart."""
+        tp = (event.topic, event.partition)
+        if event.lease is not None and self._dropped_under.get(tp) is event.lease:
+            return
+        self._dropped_under[tp] = event.lease
+        log.info("agent %s dropped %s[%d]@%d, and the events after it it holds of that partition: %s",
+                 self.agent.name, event.topic, event.partition, event.offset,
+                 error if isinstance(error, PartitionMigrated) else "its partition moved")
 
     @staticmethod
     def _drop(context: _InstanceContext, source: Stream | None, event: Event,

@@ -35,7 +35,7 @@ from agents import Service, ServiceState
 from engine.activity import Activity
 from engine.commit.checkpoint import Checkpointer
 from engine.commit.transactions import TransactionsFailed
-from engine.errors import EngineError, MembershipLost, ProducerFenced
+from engine.errors import BrokerUnavailable, EngineError, MembershipLost, ProducerFenced
 from engine.events import TP, describe
 from engine.stats import Histogram
 from engine.streams.current import current_event
@@ -66,6 +66,7 @@ log = logging.getLogger(__name__)
 
 REVOKE_WAIT = 5.0  # seconds agents get to finish the events they hold when their partitions are revoked
 RECOVERING = "recovering"
+SET_UP_RETRY = 1.0  # seconds between two tries of a set-up that found no broker (one restarting)
 
 
 class TaskManager(Service):
@@ -158,8 +159,12 @@ class TaskManager(Service):
         await self.close_all()
 
     async def _commit_loop(self) -> None:
+        """Checkpoint every commit interval. Checkpoints skipped because the group's coordinator cannot
+        confirm this worker's membership (away, or the broker restarting) are said once, and counted when
+        one runs again: one line per outage, not one per interval."""
         rounds = self.activity.rounds(self.commit_interval)
         idle = False
+        skipped = 0
         while True:
             # Every commit interval while a task has anything to commit, or windows that close by the clock;
             # otherwise from the next records fetched, timer run or commit on (engine.activity).
@@ -175,9 +180,16 @@ class TaskManager(Service):
                 running.add_done_callback(_log_failure)
                 raise
             except MembershipLost as exc:
-                log.warning("checkpoint skipped: %s", exc)
+                if not skipped:
+                    log.warning("checkpoint skipped: %s; skipped until it is confirmed again", exc)
+                skipped += 1
+                idle = False  # (tried again at the next interval: what it would commit is still there)
+                continue
             except TransactionsFailed as exc:
                 await self.tasks_failed(exc.failed)
+            if skipped:
+                log.info("checkpoints run again, after %d skipped", skipped)
+                skipped = 0
             idle = all(task.at_rest for task in self.active.values())
 
     async def checkpoint(self) -> dict[TP, int]:
@@ -294,6 +306,27 @@ class TaskManager(Service):
         self._recovery = self.spawn(self._set_up(tps), "recover")
 
     async def _set_up(self, tps: set[TP]) -> None:
+        """Set the tasks up; while no broker answers (one restarting: the clients a set-up starts, unlike the
+        worker's own, have no connection to keep trying on) try again, until the tasks are set up or a
+        rebalance cancels this. Each step can be taken again: producers are started for the tasks still
+        without one, offsets sought again, stores restored from where they are."""
+        waiting_since: float | None = None
+        while True:
+            try:
+                await self._set_up_once(tps)
+            except BrokerUnavailable as exc:
+                if waiting_since is None:
+                    waiting_since = time.monotonic()
+                    log.warning("setting up %s: %s; trying again every %.0f s", describe(tps), exc,
+                                SET_UP_RETRY)
+                await asyncio.sleep(SET_UP_RETRY)
+                continue
+            if waiting_since is not None:
+                log.info("set up %s after %.1f s without a broker", describe(tps),
+                         time.monotonic() - waiting_since)
+            return
+
+    async def _set_up_once(self, tps: set[TP]) -> None:
         tasks = [self.active[n] for n in sorted({tp.partition for tp in tps})]
         await self._start_producers([task for task in tasks if task.producer is None])
         starts: dict[TP, int] = {}
@@ -459,8 +492,8 @@ class TaskManager(Service):
             timed_out = sorted(n for n, e in failed.items() if isinstance(e, ProducerFenced))
             if timed_out:
                 log.warning("tasks %s were fenced while this worker still owns them: the broker aborted "
-                            "their open transactions (an event took longer than the transaction timeout)",
-                            timed_out)
+                            "their open transactions, open longer than the transaction timeout (an event "
+                            "that long, or the broker away that long)", timed_out)
         async with self._ownership:  # not in the middle of a revoke: the partitions it closed are not ours
             owned = [tp for tp, lease in failing.items() if self.leases.current.get(tp) is lease]
             with self._traced("rewind", owned):

@@ -796,6 +796,13 @@ def client_options(options: Mapping[str, Any]) -> dict[str, Any]:
     return found
 
 
+def client_loggers() -> list[logging.Logger]:
+    """aiokafka's loggers: one per module of aiokafka that logs (client.py logs as `aiokafka`), made when the
+    module is imported, so every module this transport's clients use has its logger once this module is."""
+    return [logger for name, logger in logging.Logger.manager.loggerDict.items()
+            if name.partition(".")[0] == "aiokafka" and isinstance(logger, logging.Logger)]
+
+
 class KafkaTransport:
     def __init__(self, url: str, options: Mapping[str, Any], tuning: ClientTuning | None = None) -> None:
         self.url = url

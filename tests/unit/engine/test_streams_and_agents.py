@@ -505,3 +505,45 @@ async def test_the_current_event_is_the_agents_own_in_each_instance_and_in_the_t
     assert sorted(seen) == [("a", 0, 0), ("a", 0, 1), ("b", 1, 2)]
     assert spawned[1] == 1  # the agent's event when the task read it, not 0 (the one it was started in)
     assert current_event() is None
+
+
+def test_the_events_dropped_of_a_partition_that_moved_are_said_once_per_lease(caplog):
+    """A partition that moves (or whose task's transaction is aborted) drops every event of it the agent
+    holds the same way: one line for them per assignment of the partition, not one per event."""
+    from engine.errors import PartitionMigrated
+    from engine.events import Event
+    from engine.processing.runner import AgentRunner
+    from engine.tasks.leases import Lease
+
+    caplog.set_level("INFO")
+    app, _ = app_on_memory("drops")
+
+    @app.agent(app.topic("words"))
+    async def count(stream):
+        async for _ in stream:
+            pass
+
+    runner = AgentRunner(count, settings=app.settings(), producer=None,  # type: ignore[arg-type]
+                         subscribe=lambda *_: None, internal_topic=None,  # type: ignore[arg-type]
+                         dlq=app.topic("drops-count-dlq"))
+
+    @dataclass
+    class Record:
+        partition: int
+        offset: int
+        topic: str = "words"
+        key: bytes | None = None
+        value: bytes | None = b"1"
+        headers: tuple[tuple[str, bytes], ...] = ()
+        timestamp: int = 0
+
+    first, second, other = Lease(TP("words", 0), 1), Lease(TP("words", 0), 2), Lease(TP("words", 1), 1)
+    aborted = PartitionMigrated("cannot send to 'drops-echo': the transaction was aborted")
+    for lease, partition, offsets in ((first, 0, range(5, 500)), (other, 1, range(3)), (second, 0, range(9))):
+        for offset in offsets:
+            runner._say_dropped(Event(Record(partition, offset), None, None, lease), aborted)
+    said = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert said == [
+        f"agent count dropped words[{partition}]@{offset}, and the events after it it holds of that "
+        "partition: cannot send to 'drops-echo': the transaction was aborted"
+        for partition, offset in ((0, 5), (1, 0), (0, 0))]

@@ -13,7 +13,7 @@ import pytest
 from engine.app import App
 from engine.commit.cut import TaskCut
 from engine.commit.guarantee import AtLeastOnce, ExactlyOnce
-from engine.errors import DeliveryFailed, MembershipLost, ProducerFenced
+from engine.errors import BrokerUnavailable, DeliveryFailed, MembershipLost, ProducerFenced
 from engine.events import TP
 from engine.stores.memory import MemoryStoreBackend
 from engine.tasks.leases import Leases
@@ -141,7 +141,8 @@ class Assignment:
 
 
 def manager(log: list[tuple[Any, ...]], *, exactly_once: bool = True, tables: FakeTables | None = None,
-            dropped: dict[TP, int] | None = None, **options: Any) -> tuple[TaskManager, FakeConsumer]:
+            dropped: dict[TP, int] | None = None, commit_interval: float = 3600,
+            **options: Any) -> tuple[TaskManager, FakeConsumer]:
     transport = FakeTransport(log)
     active: dict[int, ActiveTask] = {}
     guarantee = (ExactlyOnce(transport, "app", "worker", active) if exactly_once  # type: ignore[arg-type]
@@ -150,7 +151,7 @@ def manager(log: list[tuple[Any, ...]], *, exactly_once: bool = True, tables: Fa
     tasks = TaskManager(
         leases=Leases(), consumer=consumer, pauses=Pauses(consumer), guarantee=guarantee,  # type: ignore[arg-type]
         tables=tables, drop_queued=lambda tps: dict(dropped or {}), busy=list,  # type: ignore[arg-type]
-        commit_interval=3600, revoke_wait=0.3, active=active, **options,
+        commit_interval=commit_interval, revoke_wait=0.3, active=active, **options,
     )
     return tasks, consumer
 
@@ -174,6 +175,73 @@ async def test_an_assigned_task_starts_its_producer_before_reading_its_offsets_a
     assert consumer.paused == set()
     assert tasks.active[0].producer is not None
     assert tasks.active[0].leases[IN0] is tasks.leases.current[IN0]
+
+
+class OutageTables(FakeTables):
+    """Tables whose restores find no broker the first `outage` times (one restarting during a set-up)."""
+
+    def __init__(self, outage: int) -> None:
+        super().__init__()
+        self.outage = outage
+
+    async def restore(self, states: Any, until: Any = None) -> None:
+        if self.outage:
+            self.outage -= 1
+            raise BrokerUnavailable("no Kafka broker answered at 'b:9092'; is Kafka running?")
+        await super().restore(states, until)
+
+
+async def test_a_set_up_that_finds_no_broker_tries_again_until_one_answers(caplog, monkeypatch):
+    """The worker goes on: the set-up is tried again (each step again where it stands: the producer started
+    once) and the task resumes once it is done; said once at WARNING, and once done."""
+    monkeypatch.setattr("engine.tasks.manager.SET_UP_RETRY", 0.001)
+    caplog.set_level("INFO")
+    log: list[tuple[Any, ...]] = []
+    tables = OutageTables(outage=3)
+    tasks, consumer = manager(log, tables=tables)
+    await asyncio.wait_for(ready(tasks, {IN0}), 10)
+    assert tables.outage == 0
+    assert tables.restored == [["task 0"]]
+    assert log.count(("start", "app-task-0")) == 1, "its producer started once"
+    assert log.count(("seek", IN0, 7)) == 4, "sought at each try"
+    assert consumer.paused == set()
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert [r.getMessage() for r in warnings] == [
+        "setting up in[0]: no Kafka broker answered at 'b:9092'; is Kafka running?; trying again every 0 s"]
+    assert any(r.getMessage().startswith("set up in[0] after ") for r in caplog.records)
+
+
+async def test_checkpoints_skipped_while_membership_cannot_be_confirmed_are_said_once_then_counted(caplog):
+    """A broker restarting: the coordinator cannot confirm this worker's membership for many commit
+    intervals. One WARNING when the first checkpoint is skipped, one line with the count when they run."""
+    caplog.set_level("INFO")
+    log: list[tuple[Any, ...]] = []
+    tasks, consumer = manager(log, exactly_once=False, tables=FakeTables(), commit_interval=0.005)
+    consumer.member = False
+
+    async def logged(text: str) -> None:
+        while not any(text in r.getMessage() for r in caplog.records):
+            await asyncio.sleep(0.01)
+
+    await tasks.start()
+    try:
+        await ready(tasks, {IN0})
+        lease = tasks.leases.current[IN0]
+        lease.track(0)
+        lease.ack(0)  # an offset to commit
+        await asyncio.wait_for(logged("checkpoint skipped"), 10)
+        await asyncio.sleep(0.1)  # many more intervals
+        consumer.member = True
+        await asyncio.wait_for(logged("checkpoints run again"), 10)
+    finally:
+        await tasks.stop()
+    skipped = [r for r in caplog.records if "checkpoint skipped" in r.getMessage()]
+    assert [r.levelname for r in skipped] == ["WARNING"]
+    assert skipped[0].getMessage() == ("checkpoint skipped: the group moved on; skipped until it is "
+                                       "confirmed again")
+    again = next(r.getMessage() for r in caplog.records if "checkpoints run again" in r.getMessage())
+    assert int(again.rsplit("after ", 1)[1].split()[0]) > 5, again
+    assert ("offsets", {IN0: 1}) in log, "committed once confirmed"
 
 
 async def test_a_revoke_waits_for_held_events_then_checkpoints_and_closes_clean():
