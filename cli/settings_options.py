@@ -14,12 +14,12 @@ unused, as the environment's are.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import argparse
+from typing import TYPE_CHECKING, Any
 
 from engine.tools import setting_docs
 
 if TYPE_CHECKING:
-    import argparse
     from collections.abc import Mapping
 
 
@@ -32,6 +32,23 @@ def add_setting_options(parser: argparse.ArgumentParser) -> None:
             text = f"{setting.plain} (default: {setting.default}; {setting.variable})"
             group.add_argument(setting.option, dest=setting.name, metavar=setting.metavar,
                                help=text.replace("%", "%%"))
+        elif setting.secret:  # refused by name, so that argparse does not echo it as an unknown argument
+            group.add_argument(setting.option, action=_Refused, variable=setting.variable,
+                               default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
+class _Refused(argparse.Action):
+    """An option a secret setting would have: refused in one line that says where it goes, the value not
+    shown."""
+
+    def __init__(self, *args: Any, variable: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.variable = variable
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        parser.error(f"{option_string} is never given on a command line (every user of the machine sees it, "
+                     f"shell histories keep it): set {self.variable}")
 
 
 def given_settings(args: argparse.Namespace) -> dict[str, str]:

@@ -41,10 +41,15 @@ class SettingDoc:
         return _LINK.sub(r"\1", _LINKED.sub("", self.text)).replace("`", "")
 
     @property
+    def secret(self) -> bool:
+        """Shown nowhere, and never given on a command line (which every user of the machine sees, and shell
+        histories keep): only App(...) or its ENGINE_* variable give it."""
+        return self.name in SECRET
+
+    @property
     def on_command_line(self) -> bool:
-        """Whether an option gives it: not the App-only ones, and never a secret (a command line is seen by
-        every user of the machine, and kept in shell histories)."""
-        return self.name not in APP_ONLY and self.name not in SECRET
+        """Whether an option gives it: not the App-only ones, and never a secret."""
+        return self.name not in APP_ONLY and not self.secret
 
 
 def setting_docs() -> list[SettingDoc]:

@@ -5,6 +5,7 @@ option, and the options come after App(...) and ENGINE_* variables."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import typing
 from datetime import timedelta
@@ -98,8 +99,22 @@ def test_every_command_takes_the_settings_less_those_no_command_line_gives():
     [commands] = [a for a in parser._actions if hasattr(a, "choices") and isinstance(a.choices, dict)]
     every = {option(f.name) for f in dataclasses.fields(Settings)}
     for name, command in commands.choices.items():
-        options = {o for action in command._actions for o in action.option_strings}
-        assert options & every == every - {option(n) for n in NO_OPTION}, f"engine {name}"
+        shown = {o for action in command._actions if action.help != argparse.SUPPRESS
+                 for o in action.option_strings}
+        assert shown & every == every - {option(n) for n in NO_OPTION}, f"engine {name}"
+
+
+def test_the_password_on_a_command_line_is_refused_without_showing_it(started, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["worker", "-A", "examples.wordcount:app", "--sasl-password", SECRET])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert err.splitlines()[-1] == ("engine worker: error: --sasl-password is never given on a command line "
+                                    "(every user of the machine sees it, shell histories keep it): set "
+                                    "ENGINE_SASL_PASSWORD")
+    assert SECRET not in err
+    assert "sasl_password" not in vars(build_parser().parse_args(["worker", "-A", "x"]))
+    assert started == []
 
 
 def test_precedence_app_then_environment_then_option(started, monkeypatch):

@@ -46,6 +46,8 @@ def render() -> str:
 def _table(actions: list[argparse.Action]) -> list[str]:
     rows = ["| argument | what |", "|---|---|"]
     for action in actions:
+        if action.help == argparse.SUPPRESS:
+            continue
         rows.append(f"| `{_name(action)}` | {_cell(action.help or '')} |")
     return [*rows, ""]
 
