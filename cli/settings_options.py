@@ -1,8 +1,8 @@
 """The settings as command-line options: one `--name-with-dashes VALUE` per setting of `engine.Settings`,
 made from its own description (engine.tools.setting_docs), given to engine as the text the user typed, so
-that engine reads it with the same rule and checks it the same way as an ENGINE_* variable (engine.settings:
-App(...) < ENGINE_* < these options). The SASL password has none: a command line is seen by every user of
-the machine and kept in shell histories (ENGINE_SASL_PASSWORD gives it).
+that engine reads it with the same rule and checks it the same way as an ENGINE_* variable
+(engine.settings_load: App(...) < ENGINE_* < these options). The SASL password has none: a command line is
+seen by every user of the machine and kept in shell histories (ENGINE_SASL_PASSWORD gives it).
 
 Every command takes every setting. The settings are the app's, whichever command reads them, with the same
 three sources for each: ENGINE_* variables reach every command whole, and so do these options, so that one

@@ -1,17 +1,11 @@
-"""Worker settings: one frozen object, validated once at start-up, environment read in one place.
-
-Precedence, lowest first: defaults, the arguments given to `App(...)`, `ENGINE_*` environment variables,
-command-line options. A bad value fails at start-up with a message naming the setting and what is expected.
+"""Worker settings: one frozen object, validated once at start-up (read from the App's arguments, the
+environment and the command line in engine.settings_load). A bad value fails with a message naming the
+setting and what is expected.
 """
 
 from __future__ import annotations
 
-import collections.abc
-import dataclasses
-import os
 import re
-import shlex
-import typing
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -220,7 +214,7 @@ class Settings:
         return self.broker.split("://", 1)[1].split(",")
 
 
-class _BadSetting(ConfigError):
+class BadSetting(ConfigError):
     """A setting's value is wrong: which setting and what it expects, so that `load_settings` can name where
     the value came from (the option or the variable, as the user wrote it) instead of the setting."""
 
@@ -230,9 +224,9 @@ class _BadSetting(ConfigError):
         self.expected = expected
 
 
-def _fail(name: str, value: object, expected: str) -> None:
+def fail(name: str, value: object, expected: str) -> None:
     shown = f"{value.total_seconds():g}s" if isinstance(value, timedelta) else repr(value)
-    raise _BadSetting(name, shown, expected)
+    raise BadSetting(name, shown, expected)
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -241,11 +235,11 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 def _validate_security(s: Settings) -> None:
     if s.security_protocol not in SECURITY_PROTOCOLS:
-        _fail("security_protocol", s.security_protocol, f"expected one of {SECURITY_PROTOCOLS}")
+        fail("security_protocol", s.security_protocol, f"expected one of {SECURITY_PROTOCOLS}")
     sasl = s.security_protocol.startswith("SASL_")
     if sasl:
         if s.sasl_mechanism not in SASL_MECHANISMS:
-            _fail("sasl_mechanism", s.sasl_mechanism, f"expected one of {SASL_MECHANISMS} with "
+            fail("sasl_mechanism", s.sasl_mechanism, f"expected one of {SASL_MECHANISMS} with "
                                                       f"security_protocol {s.security_protocol}")
         if not s.sasl_username or not s.sasl_password:
             raise ConfigError(f"security_protocol {s.security_protocol} needs sasl_username and "
@@ -262,172 +256,76 @@ def _validate_security(s: Settings) -> None:
         raise ConfigError("ssl_certfile and ssl_keyfile go together (a client certificate and its key)")
     for name, path in files.items():
         if path is not None and not Path(path).is_file():
-            _fail(name, path, "expected a readable PEM file")
+            fail(name, path, "expected a readable PEM file")
 
 
 def validate(s: Settings) -> None:
     if not isinstance(s.app_id, str) or not _APP_ID.match(s.app_id):
-        _fail("app_id", s.app_id, "use 1-200 letters, digits, '.', '_' or '-' (it names Kafka topics)")
+        fail("app_id", s.app_id, "use 1-200 letters, digits, '.', '_' or '-' (it names Kafka topics)")
     _validate_broker(s.broker)
     for name in ("commit_interval", "shutdown_timeout", "agent_restart_window", "stuck_event_warning",
                  "repartition_purge_interval", "state_cleanup_delay", "blocked_loop_warning",
                  "session_timeout", "transaction_timeout"):
         value = getattr(s, name)
         if not isinstance(value, timedelta) or value <= timedelta(0):
-            _fail(name, value, "expected a positive duration (seconds or timedelta)")
+            fail(name, value, "expected a positive duration (seconds or timedelta)")
     if not isinstance(s.max_task_idle, timedelta):
-        _fail("max_task_idle", s.max_task_idle, "expected a duration (seconds or a timedelta)")
+        fail("max_task_idle", s.max_task_idle, "expected a duration (seconds or a timedelta)")
     if not isinstance(s.producer_linger, timedelta) or s.producer_linger < timedelta(0):
-        _fail("producer_linger", s.producer_linger, "expected at least 0 (seconds or a timedelta)")
+        fail("producer_linger", s.producer_linger, "expected at least 0 (seconds or a timedelta)")
     for name in ("topic_partitions", "topic_replication", "mailbox_size", "max_poll_records", "store_memory",
                  "poison_after_losses"):
         value = getattr(s, name)
         if name == "topic_replication" and value is None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            _fail(name, value, "expected an integer of at least 1")
+            fail(name, value, "expected an integer of at least 1")
     if store_scheme(s.store) is None:
-        _fail("store", s.store, "expected rocksdb:// or memory://")
+        fail("store", s.store, "expected rocksdb:// or memory://")
     for name in ("standby_replicas", "acceptable_recovery_lag"):
         value = getattr(s, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            _fail(name, value, "expected an integer of at least 0")
+            fail(name, value, "expected an integer of at least 0")
     if not isinstance(s.agent_max_restarts, int) or s.agent_max_restarts < 0:
-        _fail("agent_max_restarts", s.agent_max_restarts, "expected an integer of at least 0")
+        fail("agent_max_restarts", s.agent_max_restarts, "expected an integer of at least 0")
     if s.agent_error_policy not in ERROR_POLICIES:
-        _fail("agent_error_policy", s.agent_error_policy, f"expected one of {ERROR_POLICIES}")
+        fail("agent_error_policy", s.agent_error_policy, f"expected one of {ERROR_POLICIES}")
     if s.processing_guarantee not in GUARANTEES:
-        _fail("processing_guarantee", s.processing_guarantee, f"expected one of {GUARANTEES}")
+        fail("processing_guarantee", s.processing_guarantee, f"expected one of {GUARANTEES}")
     _validate_security(s)
     if s.event_loop not in EVENT_LOOPS:
-        _fail("event_loop", s.event_loop, f"expected one of {EVENT_LOOPS}")
+        fail("event_loop", s.event_loop, f"expected one of {EVENT_LOOPS}")
     if s.auto_offset_reset not in OFFSET_RESETS:
-        _fail("auto_offset_reset", s.auto_offset_reset, f"expected one of {OFFSET_RESETS}")
+        fail("auto_offset_reset", s.auto_offset_reset, f"expected one of {OFFSET_RESETS}")
     if s.group_instance_id is not None and (not isinstance(s.group_instance_id, str)
                                             or not _APP_ID.match(s.group_instance_id)):
-        _fail("group_instance_id", s.group_instance_id,
+        fail("group_instance_id", s.group_instance_id,
               "expected 'auto' or 1-200 letters, digits, '.', '_' or '-'")
     if s.processes != "auto" and (not isinstance(s.processes, int) or isinstance(s.processes, bool)
                                   or s.processes < 1):
-        _fail("processes", s.processes, "expected a number of at least 1, or 'auto' (one per core)")
+        fail("processes", s.processes, "expected a number of at least 1, or 'auto' (one per core)")
     for name in ("web_enabled", "tracing"):
         if not isinstance(getattr(s, name), bool):
-            _fail(name, getattr(s, name), "expected true or false")
+            fail(name, getattr(s, name), "expected true or false")
     if not isinstance(s.web_port, int) or isinstance(s.web_port, bool) or not 0 <= s.web_port < 65536:
-        _fail("web_port", s.web_port, "expected a port number (0: any free port)")
+        fail("web_port", s.web_port, "expected a port number (0: any free port)")
     if not isinstance(s.web_host, str) or not s.web_host:
-        _fail("web_host", s.web_host, "expected a host name or address to listen on")
+        fail("web_host", s.web_host, "expected a host name or address to listen on")
     if not isinstance(s.data_dir, Path):
-        _fail("data_dir", s.data_dir, "expected a path")
+        fail("data_dir", s.data_dir, "expected a path")
 
 
 def _validate_broker(url: object) -> None:
     expected = "expected kafka://host:port[,host:port...] or memory://[name]"
     if not isinstance(url, str) or "://" not in url:
-        _fail("broker", url, expected)
+        fail("broker", url, expected)
         return
     scheme, rest = url.split("://", 1)
     if scheme == "memory":
         return
     if scheme != "kafka":
-        _fail("broker", url, f"unknown scheme {scheme!r}; {expected}")
+        fail("broker", url, f"unknown scheme {scheme!r}; {expected}")
     for hostport in rest.split(","):
         host, _, port = hostport.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            _fail("broker", url, f"{hostport!r} is not host:port; {expected}")
-
-
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
-ENV_PREFIX = "ENGINE_"
-# Variables of engine's own tools that share the prefix but are not settings (the test suite's broker).
-NOT_SETTINGS = frozenset({"ENGINE_TEST_KAFKA", "ENGINE_KAFKA_CACHE"})
-# Only an App(...) argument: no text can say it (engine's clients' own objects, an ssl_context).
-APP_ONLY = frozenset({"broker_options"})
-# Each setting's type, resolved from its annotation: what coerce turns text into.
-SETTING_TYPES: dict[str, Any] = typing.get_type_hints(Settings, localns={"Mapping": collections.abc.Mapping})
-
-
-def variable_name(name: str) -> str:
-    """The environment variable that gives setting `name`: ENGINE_WEB_PORT."""
-    return ENV_PREFIX + name.upper()
-
-
-def option_name(name: str) -> str:
-    """The command-line option that gives setting `name`: --web-port."""
-    return "--" + name.replace("_", "-")
-
-
-def literals(name: str) -> tuple[object, ...]:
-    """The words a setting takes besides its type's values: ('dlq', 'stop'), ('auto',) of `processes`."""
-    kind = SETTING_TYPES[name]
-    kinds = (kind,) if typing.get_origin(kind) is Literal else typing.get_args(kind)
-    return tuple(word for one in kinds if typing.get_origin(one) is Literal for word in typing.get_args(one))
-
-
-def coerce(name: str, value: Any) -> Any:
-    """Turn a user-given value into the setting's type, by its annotation: the one rule for every source (an
-    App argument, an ENGINE_* variable, a command-line option). Text: a duration is a number of seconds, a
-    bool true/false (yes/no, on/off, 1/0), an int an int, a setting that also takes words (`processes`:
-    'auto') the word or an int. A value that does not parse is a ConfigError; what parses is validated by
-    Settings."""
-    kind = SETTING_TYPES[name]
-    kinds = typing.get_args(kind) or (kind,)
-    try:
-        if kind is timedelta and not isinstance(value, timedelta):
-            return timedelta(seconds=float(value))
-        if kind is bool and isinstance(value, str):
-            if value.lower() not in _TRUE | _FALSE:
-                raise ValueError(value)
-            return value.lower() in _TRUE
-        if kind is Path:
-            return Path(value)
-        if int in kinds and isinstance(value, str) and value not in literals(name):
-            return int(value)
-    except (TypeError, ValueError):
-        words = " or ".join(repr(word) for word in literals(name))
-        _fail(name, value, "expected a number of seconds" if kind is timedelta
-              else "expected true or false" if kind is bool
-              else f"expected an integer or {words}" if words else "expected an integer")
-    return value
-
-
-def load_settings(
-    app_id: str,
-    given: Mapping[str, Any],
-    overrides: Mapping[str, Any] | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> Settings:
-    """Build and validate Settings: defaults < `given` (App arguments) < ENGINE_* env < `overrides` (the
-    command line's options; a value None is not given). A bad value from the environment or an option is named
-    as the user wrote it (`--web-port abc: expected an integer`)."""
-    known = {f.name for f in dataclasses.fields(Settings)} - {"app_id"}
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    for source, label in ((given, "App argument"), (overrides, "option")):
-        for name in source:
-            if name not in known or (label == "option" and name in APP_ONLY):
-                raise ConfigError(f"unknown setting {name!r} ({label}); known: {', '.join(sorted(known))}")
-    env = os.environ if environ is None else environ
-    for variable in sorted(env):
-        name = variable[len(ENV_PREFIX):].lower()
-        if variable.startswith(ENV_PREFIX) and variable not in NOT_SETTINGS and (
-                name not in known or name in APP_ONLY):
-            expected = ", ".join(variable_name(n) for n in sorted(known - APP_ONLY))
-            why = (f"{name} can only be given to App(...)" if name in APP_ONLY else f"known: {expected}")
-            raise ConfigError(f"unknown setting {variable!r} (environment variable); {why}")
-    values: dict[str, Any] = dict(given)
-    said: dict[str, str] = {}  # setting -> how the user wrote it, where it came from as text
-    for name in known - APP_ONLY:
-        raw = env.get(variable_name(name))
-        if raw is not None:
-            values[name], said[name] = raw, f"{variable_name(name)}={shlex.quote(raw)}"
-    for name, value in overrides.items():
-        values[name], said[name] = value, f"{option_name(name)} {shlex.quote(str(value))}"
-    try:
-        return Settings(app_id=app_id, **{k: coerce(k, v) for k, v in values.items()})
-    except _BadSetting as exc:
-        if exc.setting not in said or exc.setting in SECRET:
-            raise
-        raise ConfigError(f"{said[exc.setting]}: {exc.expected}") from None
-
-
-SECRET = frozenset(f.name for f in dataclasses.fields(Settings) if not f.repr)  # never shown, not in errors
+            fail("broker", url, f"{hostport!r} is not host:port; {expected}")

@@ -14,7 +14,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from engine.settings import APP_ONLY, SECRET, SETTING_TYPES, Settings, literals, option_name, variable_name
+from engine.settings import Settings
+from engine.settings_load import APP_ONLY, SECRET, SETTING_TYPES, literals, option_name, variable_name
 
 _LINKED = re.compile(r" \(\[[^\]]*\]\([^)]*\)\)")  # " ([page](page.md))": a pointer to a page
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
@@ -59,7 +60,7 @@ def setting_docs() -> list[SettingDoc]:
 
 
 def default_text(value: Any) -> str:
-    """A value written as an ENGINE_* variable gives it (engine.settings.coerce reads it back)."""
+    """A value written as an ENGINE_* variable gives it (engine.settings_load.coerce reads it back)."""
     if value is None or value == {}:
         return "none"
     if isinstance(value, bool):

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from engine.settings import Settings, coerce
+from engine.settings import Settings
 from engine.settings_docs import setting_docs
+from engine.settings_load import coerce
 from tests.unit.docs import cli_reference, settings_reference
 from tests.unit.docs.markdown import ROOT, blocks, pages
 

@@ -19,7 +19,7 @@ import pytest
 from agents import RestartPolicy
 from engine.errors import ConfigError
 from engine.processes import Member, MemberProcesses, member_environment, process_count, relay, run_processes
-from engine.settings import load_settings
+from engine.settings_load import load_settings
 
 if TYPE_CHECKING:
     from pathlib import Path

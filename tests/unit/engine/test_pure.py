@@ -9,7 +9,7 @@ import pytest
 from engine import ConfigError, DecodeError, EncodeError
 from engine.codecs import codec_for, decode_text, dumps
 from engine.partitioner import KeyHashes, murmur2, partition_for
-from engine.settings import load_settings
+from engine.settings_load import load_settings
 from engine.tasks.offsets import OffsetTracker
 
 

@@ -6,12 +6,16 @@ from __future__ import annotations
 import os
 import ssl
 import subprocess
+from typing import TYPE_CHECKING
 
 import pytest
 
 from engine.errors import ConfigError
-from engine.settings import Settings, load_settings
+from engine.settings_load import load_settings
 from engine.transport.kafka import client_options
+
+if TYPE_CHECKING:
+    from engine.settings import Settings
 
 SECRET = "s3cret-never-shown"
 CA = "/etc/ssl/certs/ca-certificates.crt"

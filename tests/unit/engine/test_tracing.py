@@ -20,7 +20,7 @@ import engine
 from engine import testing
 from engine.errors import ConfigError
 from engine.optional import MissingDependency
-from engine.settings import load_settings
+from engine.settings_load import load_settings
 from engine.testing import TestDriver
 
 
