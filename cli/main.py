@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from cli.commands import export, inspect, reset, send, status, tables, worker
 from cli.loader import LoadError
+from cli.settings_options import add_setting_options
 from engine import BrokerRefused, BrokerUnavailable, EngineError
 
 if TYPE_CHECKING:
@@ -21,13 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-A", "--app", required=True, metavar="MODULE[:ATTRIBUTE]",
                         help="the app: module:attribute, or a module alone for module:app (default "
                              "attribute: app), e.g. -A examples.wordcount")
-    common.add_argument("--broker", help="override the broker URL (kafka://host:port or memory://)")
-    common.add_argument("--loglevel", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
-    secured = common.add_argument_group("a secured cluster (or ENGINE_* variables; the password only as "
-                                        "ENGINE_SASL_PASSWORD, never on a command line)")
-    for option in SECURITY_OPTIONS:
-        secured.add_argument(f"--{option.replace('_', '-')}", dest=option,
-                             help=f"the setting {option}, as ENGINE_{option.upper()} gives it")
+    common.add_argument("--loglevel", default="INFO",
+                        help="what the command logs: DEBUG, INFO, WARNING or ERROR (default: INFO)")
+    add_setting_options(common)
     parser = argparse.ArgumentParser(prog="engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (worker, send, inspect, tables, export, status, reset):
@@ -36,9 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _WithCommon:
-    """Makes every command's parser the same way: the common options (-A, --broker, --loglevel), its `help`
-    (the line `engine --help` lists) as the description `engine COMMAND --help` opens with, and an example
-    command line its help ends with."""
+    """Makes every command's parser the same way: the common options (-A, --loglevel, the settings), its
+    `help` (the line `engine --help` lists) as the description `engine COMMAND --help` opens with, and an
+    example command line its help ends with."""
 
     def __init__(self, sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
         self._sub = sub
@@ -52,18 +49,8 @@ class _WithCommon:
             **kwargs)  # type: ignore[arg-type]
 
 
-# Security settings a command line may give; they reach every command's settings as ENGINE_* variables (which
-# come after App(...) arguments in the settings' precedence), so that no command repeats them.
-SECURITY_OPTIONS = ("security_protocol", "sasl_mechanism", "sasl_username", "ssl_cafile", "ssl_certfile",
-                    "ssl_keyfile")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for option in SECURITY_OPTIONS:
-        value = getattr(args, option, None)
-        if value is not None:
-            os.environ[f"ENGINE_{option.upper()}"] = value
     level = getattr(logging, str(args.loglevel).upper(), None)
     if not isinstance(level, int):
         print(f"engine: --loglevel {args.loglevel!r} is not one of DEBUG, INFO, WARNING, ERROR",

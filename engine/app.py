@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from engine.agent import Agent, Sink
 from engine.errors import ConfigError
-from engine.settings import ErrorPolicy, Settings, load_settings
+from engine.settings_load import load_settings
 from engine.topics import Topic
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     from engine.pipelines import Pipeline
+    from engine.settings import ErrorPolicy, Settings
     from engine.streams.stream import AgentFun
     from engine.tables.base import BaseTable
 from engine.tables.global_table import GlobalTable as _GlobalTable

@@ -17,8 +17,10 @@ exactly what it imports from this module (tests/unit/cli checks both).
 - Running as `engine worker` does: aiokafka's repeated errors summarised (`summarise_repeats`), on the
   event loop the `event_loop` setting picks (`run_on_loop`: uvloop when installed); several worker
   processes under one supervisor (`run_processes`), as many as the `processes` setting says
-  (`process_count`).
+  (`process_count`), each told in its environment what sets it apart (`member_environment`).
 - Resetting an app for reprocessing (`plan_reset`, `execute_reset`, `ResetTarget`).
+- What a user is told about each setting (`setting_docs`): its description, its default, its option and
+  variable, from which the CLI makes its options.
 """
 
 from typing import Any as _Any
@@ -31,7 +33,8 @@ from engine.operations.reset import ResetTarget, plan_reset
 from engine.operations.reset import execute as execute_reset
 from engine.operations.send import sending
 from engine.operations.status import group_status
-from engine.processes import process_count, run_processes
+from engine.processes import member_environment, process_count, run_processes
+from engine.settings_docs import setting_docs
 from engine.tables.partition import MISSING
 from engine.tables.recovery import Progress
 from engine.topics import planned_partitions
@@ -63,6 +66,7 @@ __all__ = [
     "key_text",
     "loads",
     "local_partitions",
+    "member_environment",
     "parse_key",
     "plan_reset",
     "planned_partitions",
@@ -71,6 +75,7 @@ __all__ = [
     "run_on_loop",
     "run_processes",
     "sending",
+    "setting_docs",
     "summarise_repeats",
     "table_named",
 ]

@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, TextIO
 
 from cli.loader import load_app
+from cli.settings_options import given_settings
 from engine import EngineError, export
 from engine.tools import Progress, ask_worker
 
@@ -42,7 +43,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="print where the lake table TARGET is in the stream (offsets per partition)")
     p.add_argument("--from-changelog", action="store_true",
                    help="rebuild the table from its changelog topic instead of reading a data dir")
-    p.add_argument("--data-dir", help="the worker's data dir (default: ./data)")
     p.add_argument("--live", action="store_true",
                    help="ask the running workers for an export round now (a lake TARGET the workers reach: "
                         "a local Delta path is taken from this directory): one checkpoint each, every "
@@ -197,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"engine: {wrong}", file=sys.stderr)
         return 2
     app = load_app(args.app)
-    settings = app.settings({"broker": args.broker, "data_dir": args.data_dir})
+    settings = app.settings(given_settings(args))
     if args.status:
         for line in export.lake_status(args.status, settings):
             print(line)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cli.loader import load_app
+from cli.settings_options import given_settings
 from engine.tools import build_topology
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ def _name(t: type | None) -> str:
 def run_topics(args: argparse.Namespace) -> int:
     """Every topic the app reads, writes and keeps, as the worker will create it (engine.topology.plan)."""
     app = load_app(args.app)
-    topology = build_topology(app, app.settings({"broker": args.broker}))
+    topology = build_topology(app, app.settings(given_settings(args)))
     print(f"{'topic':40} {'role':12} {'partitions':>10}  {'key':12} {'value':12} config")
     for plan in sorted(topology.topics.values(), key=lambda p: (_ORDER.index(p.role), p.name)):
         topic = plan.topic
@@ -46,7 +47,7 @@ _ORDER = ["source", "repartition", "table-source", "changelog", "closed", "late"
 
 def run_agents(args: argparse.Namespace) -> int:
     app = load_app(args.app)
-    settings = app.settings({"broker": args.broker})
+    settings = app.settings(given_settings(args))
     print(f"{'agent':24} {'topic':30} {'concurrency':>11}  {'on_error':8} sinks")
     for agent in app.agents.values():
         sinks = ", ".join(getattr(s, "name", repr(s)) for s in agent.sinks) or "-"

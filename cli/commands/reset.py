@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from cli.loader import load_app
+from cli.settings_options import given_settings
 from engine import ConfigError
 from engine.tools import ResetTarget, execute_reset, plan_reset
 
@@ -36,7 +37,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--input", action="append", default=[], metavar="TOPIC",
                    help="a topic the app reads that only others write: it goes back like every input "
                         "(repeatable)")
-    p.add_argument("--data-dir", help="where this machine keeps the app's stores (default: its data_dir)")
     p.add_argument("--execute", action="store_true", help="do it (without it, only the plan is printed)")
     p.set_defaults(run=run)
 
@@ -56,7 +56,7 @@ def _target(args: argparse.Namespace) -> ResetTarget:
 
 def run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
-    settings = app.settings({"broker": args.broker, "data_dir": args.data_dir})
+    settings = app.settings(given_settings(args))
     if settings.transport_scheme == "memory":
         raise ConfigError(f"engine reset cannot reach {settings.broker}: an in-memory broker lives inside "
                           "the worker's process; run it against Kafka (--broker kafka://host:port)")

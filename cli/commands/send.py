@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cli.loader import load_app
+from cli.settings_options import given_settings
 from engine import App, ConfigError, DecodeError, EngineError, Topic
 from engine.tools import decode_text, loads, sending
 
@@ -46,8 +47,8 @@ def _parse(topic: Topic, text: str | None, what: str) -> Any:
         raise DecodeError(f"{what} {text!r} does not fit topic {topic.name!r}: {exc}") from None
 
 
-async def _send(app: App, broker: str | None, args: argparse.Namespace) -> None:
-    settings = app.settings({"broker": broker})
+async def _send(app: App, args: argparse.Namespace) -> None:
+    settings = app.settings(given_settings(args))
     topic = app.topics.get(args.topic) or Topic(args.topic)
     if (args.file is None) == (args.value is None):
         raise ConfigError("engine send takes a VALUE or --file (one record per JSON line), not both")
@@ -99,5 +100,5 @@ async def _send_lines(topic: Topic, path: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    asyncio.run(_send(load_app(args.app), args.broker, args))
+    asyncio.run(_send(load_app(args.app), args))
     return 0

@@ -11,6 +11,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from cli.loader import load_app
+from cli.settings_options import given_settings
 from engine.tools import ask_worker, group_status
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def _numbers(values: Iterable[int]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
-    status = asyncio.run(group_status(app, app.settings({"broker": args.broker})))
+    status = asyncio.run(group_status(app, app.settings(given_settings(args))))
     group, lag = status.group, status.lag
     live = asyncio.run(_ask_members(group))
     print(f"group {app.id}: {group.state}, {len(group.members)} members")

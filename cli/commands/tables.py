@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from cli.loader import load_app
+from cli.settings_options import given_settings
 from engine import EngineError
 from engine.tools import (
     MISSING,
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     tables = sub.add_parser("tables", help="list tables, their partitions and local sizes",
                             example="engine tables -A examples.wordcount:app --data-dir data")
-    tables.add_argument("--data-dir", help="the worker's data dir (default: ./data)")
     tables.add_argument("--url", help="also ask the running worker at this web address (default: "
                                       "http://web_host:web_port of the app's settings, if one answers)")
     tables.set_defaults(run=run_tables)
@@ -46,13 +46,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     table.add_argument("--stale", action="store_true", help="a worker may answer from its standby copy")
     table.add_argument("--offline", action="store_true",
                        help="read this machine's local stores (--data-dir) instead of asking a worker")
-    table.add_argument("--data-dir", help="with --offline: the worker's data dir (default: ./data)")
     table.set_defaults(run=run_table)
 
 
 def run_tables(args: argparse.Namespace) -> int:
     app = load_app(args.app)
-    settings = app.settings({"broker": args.broker, "data_dir": args.data_dir})
+    settings = app.settings(given_settings(args))
     infos = local_partitions(app, settings)
     print(f"{'table':24} {'kind':9} {'changelog':40} {'partitions':>10} {'local keys':>10}")
     for table in app.tables.values():
@@ -84,7 +83,7 @@ def run_tables(args: argparse.Namespace) -> int:
 
 def run_table(args: argparse.Namespace) -> int:
     app = load_app(args.app)
-    settings = app.settings({"broker": args.broker, "data_dir": args.data_dir})
+    settings = app.settings(given_settings(args))
     table = table_named(app, args.table)
     key = parse_key(table, args.key)
     if args.offline:

@@ -2,7 +2,8 @@
 every key's count is exact against the input, asked over HTTP of either member (the one that does not own
 it forwards the query to the one that does); a member SIGKILLed is restarted by the supervisor and the
 counts stay exact (at-least-once: killed with everything committed; exactly-once: while it processes, read
-committed); SIGTERM to the supervisor stops both members cleanly (exit code 0, everything committed)."""
+committed); SIGTERM to the supervisor stops both members cleanly (exit code 0, everything committed). The
+settings are given as `engine worker` options, which reach every member."""
 
 from __future__ import annotations
 
@@ -106,10 +107,13 @@ async def test_two_processes_share_the_group_survive_a_killed_member_and_stop_cl
                                                                                       guarantee):
     app_id, topic = unique("procs"), unique("words")
     await create_topics(kafka.bootstrap, [topic], PARTITIONS)
-    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_WEB_PORT": "0", **SHORT_SESSION,
-           "ENGINE_PROCESSING_GUARANTEE": guarantee, "ENGINE_DATA_DIR": str(tmp_path / "data")}
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, **SHORT_SESSION}
+    # The settings as command-line options, which the supervisor passes on to its members (those that set
+    # a member apart, its data dir and web port, in its environment).
+    options = ["--processes", "2", "--processing-guarantee", guarantee, "--web-port", "0", "--data-dir",
+               str(tmp_path / "data")]
     supervisor = WorkerProcess("tests.integration.table_apps:app", kafka.url, env, tmp_path / "procs.log",
-                               args=["--processes", "2"])
+                               args=options)
     changelog = f"{app_id}-counts-changelog"
     try:
         addresses = await shared_by_both(supervisor)

@@ -38,7 +38,7 @@ def test_unreachable_broker_says_how_to_start_one(capsys):
 def test_bad_setting_from_the_command_line(capsys):
     code, _, err = run(capsys, "agents", "-A", "examples.wordcount:app", "--broker", "kafka:/oops")
     assert code == 1
-    assert err.startswith("engine: setting 'broker' is 'kafka:/oops'")
+    assert err.startswith("engine: --broker kafka:/oops: expected kafka://host:port")
 
 
 def test_listings(capsys):
@@ -274,7 +274,7 @@ def test_a_data_dir_that_is_a_file_is_a_one_line_error_before_anything_connects(
 def test_worker_processes_are_checked_in_one_line_before_any_starts(capsys, tmp_path):
     code, _, err = run(capsys, "worker", "-A", "examples.wordcount:app", "--broker", "memory://p",
                        "--data-dir", str(tmp_path), "--processes", "0")
-    assert (code, err.strip()) == (1, "engine: setting 'processes' is 0; expected a number of at least 1, "
+    assert (code, err.strip()) == (1, "engine: --processes 0: expected a number of at least 1, "
                                       "or 'auto' (one per core)")
     code, _, err = run(capsys, "worker", "-A", "examples.wordcount:app", "--broker", "memory://p",
                        "--data-dir", str(tmp_path), "--processes", "2")

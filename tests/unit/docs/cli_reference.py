@@ -17,8 +17,9 @@ INTRO = """# Command line
 
 `engine COMMAND -A module:app [options]`: every command takes the app as `-A module:attribute`, or
 `-A module` alone for `module:app`. `engine COMMAND --help` says the same as this page, and ends with an
-example. Settings come from the app's `App(...)` arguments, then the `ENGINE_*` environment, then these
-options ([settings](settings.md)); the password of a secured cluster only from the environment
+example. Every setting ([settings](settings.md)) is an option of every command, `--name-with-dashes
+VALUE`, read as its `ENGINE_*` variable is; settings come from the app's `App(...)` arguments, then the
+`ENGINE_*` environment, then these options. The password of a secured cluster only from the environment
 (`ENGINE_SASL_PASSWORD`), never on a command line. An error is one line that says what to do, and the
 command exits nonzero.
 """
@@ -45,6 +46,8 @@ def render() -> str:
 def _table(actions: list[argparse.Action]) -> list[str]:
     rows = ["| argument | what |", "|---|---|"]
     for action in actions:
+        if action.help == argparse.SUPPRESS:
+            continue
         rows.append(f"| `{_name(action)}` | {_cell(action.help or '')} |")
     return [*rows, ""]
 
@@ -58,7 +61,7 @@ def _name(action: argparse.Action) -> str:
 
 
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    return " ".join(text.split()).replace("|", "\\|").replace("<", "&lt;")
 
 
 def _sentence(text: str | None) -> str:

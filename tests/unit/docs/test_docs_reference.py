@@ -4,10 +4,11 @@ options; and the README's two commands are the ones the project runs."""
 from __future__ import annotations
 
 import dataclasses
-import re
 
-from engine.settings import Settings, coerce
-from tests.unit.docs import cli_reference
+from engine.settings import Settings
+from engine.settings_docs import setting_docs
+from engine.settings_load import coerce
+from tests.unit.docs import cli_reference, settings_reference
 from tests.unit.docs.markdown import ROOT, blocks, pages
 
 
@@ -17,27 +18,27 @@ def test_the_cli_page_is_the_parsers_own() -> None:
         "docs/cli.md differs from the CLI's parser: python -m tests.unit.docs.cli_reference > docs/cli.md")
 
 
-def settings_table() -> dict[str, str]:
-    """setting -> its default cell, from the table of docs/settings.md."""
-    rows = re.findall(r"^\| `(\w+)` \| ([^|]*) \|", (ROOT / "docs" / "settings.md").read_text(), re.MULTILINE)
-    assert len(rows) == len(dict(rows)), "a setting is listed twice"
-    return dict(rows)
+def test_the_settings_page_is_made_from_the_settings() -> None:
+    """docs/settings.md's table is engine.Settings' own: every setting, its default and its description."""
+    page = settings_reference.PAGE.read_text()
+    start, end = settings_reference.page_table(page)
+    assert page[start:end] == settings_reference.render_table(), (
+        "docs/settings.md's table differs from engine/settings.py: "
+        "python -m tests.unit.docs.settings_reference")
 
 
-def test_the_settings_page_lists_every_setting_with_its_default() -> None:
-    fields = {f.name: f for f in dataclasses.fields(Settings) if f.name != "app_id"}
-    table = settings_table()
-    assert sorted(table) == sorted(fields), "docs/settings.md's table and engine.Settings differ"
-    for name, cell in table.items():
-        field = fields[name]
+def test_every_default_is_written_as_a_variable_gives_it() -> None:
+    """The default the page and the help show, read back the way engine reads ENGINE_* text, is the
+    default (a setting without one: none)."""
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    for setting in setting_docs():
+        field = fields[setting.name]
         given = field.default_factory is not dataclasses.MISSING
         default = field.default_factory() if given else field.default
-        written = re.match(r"`([^`]*)`", cell.strip())
-        if written is None:  # a setting without a value by default: the page says "none"
-            assert cell.strip() == "none", f"{name}: {cell!r} is neither a value nor none"
-            assert not default, f"{name}: its default is {default!r}, not none"
-        else:  # as the environment variable gives it, read the way engine reads it
-            assert coerce(name, written.group(1)) == default, f"{name}: default {default!r}, page {cell!r}"
+        if setting.default == "none":
+            assert not default, f"{setting.name}: its default is {default!r}, not none"
+        else:
+            assert coerce(setting.name, setting.default) == default, f"{setting.name}: {setting.default!r}"
 
 
 def test_ci_runs_the_readmes_test_command() -> None:

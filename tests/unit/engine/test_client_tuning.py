@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from engine.errors import ConfigError
-from engine.settings import load_settings
+from engine.settings_load import load_settings
 from engine.transport import ClientTuning
 from engine.transport.kafka import KafkaTransport
 

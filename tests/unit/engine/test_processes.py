@@ -19,7 +19,7 @@ import pytest
 from agents import RestartPolicy
 from engine.errors import ConfigError
 from engine.processes import Member, MemberProcesses, member_environment, process_count, relay, run_processes
-from engine.settings import load_settings
+from engine.settings_load import load_settings
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -95,9 +95,9 @@ def test_processes_is_a_setting_from_app_arguments_environment_and_options(tmp_p
     assert load_settings("app", {}, {"processes": "2"}, environ={"ENGINE_PROCESSES": "auto"}).processes == 2
     assert process_count("auto") == len(os.sched_getaffinity(0))
     assert process_count(2) == 2
-    with pytest.raises(ConfigError, match=r"setting 'processes' is 0; expected a number of at least 1"):
+    with pytest.raises(ConfigError, match=r"ENGINE_PROCESSES=0: expected a number of at least 1"):
         load_settings("app", {}, environ={"ENGINE_PROCESSES": "0"})
-    with pytest.raises(ConfigError, match=r"setting 'processes' is 'many'; expected a number of processes"):
+    with pytest.raises(ConfigError, match=r"--processes many: expected an integer or 'auto'"):
         load_settings("app", {}, {"processes": "many"}, environ={})
 
 

@@ -9,7 +9,7 @@ import pytest
 from engine import ConfigError, DecodeError, EncodeError
 from engine.codecs import codec_for, decode_text, dumps
 from engine.partitioner import KeyHashes, murmur2, partition_for
-from engine.settings import load_settings
+from engine.settings_load import load_settings
 from engine.tasks.offsets import OffsetTracker
 
 
@@ -177,7 +177,7 @@ def test_bad_settings_name_the_setting(given, message):
 
 
 def test_bad_env_setting_fails_naming_it():
-    with pytest.raises(ConfigError, match="setting 'topic_partitions' is 'four'"):
+    with pytest.raises(ConfigError, match="ENGINE_TOPIC_PARTITIONS=four: expected an integer"):
         load_settings("app", {}, None, {"ENGINE_TOPIC_PARTITIONS": "four"})
 
 

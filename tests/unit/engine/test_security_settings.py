@@ -6,12 +6,16 @@ from __future__ import annotations
 import os
 import ssl
 import subprocess
+from typing import TYPE_CHECKING
 
 import pytest
 
 from engine.errors import ConfigError
-from engine.settings import Settings, load_settings
+from engine.settings_load import load_settings
 from engine.transport.kafka import client_options
+
+if TYPE_CHECKING:
+    from engine.settings import Settings
 
 SECRET = "s3cret-never-shown"
 CA = "/etc/ssl/certs/ca-certificates.crt"
@@ -55,9 +59,9 @@ def test_a_client_certificate_makes_an_ssl_context_with_it(tmp_path):
 
 
 @pytest.mark.parametrize(("env", "message"), [
-    ({"security_protocol": "SASL"}, "setting 'security_protocol' is 'SASL'; expected one of"),
+    ({"security_protocol": "SASL"}, "ENGINE_SECURITY_PROTOCOL=SASL: expected one of"),
     ({"security_protocol": "SASL_SSL", "sasl_mechanism": "GSSAPI", "sasl_username": "a",
-      "sasl_password": SECRET}, "setting 'sasl_mechanism' is 'GSSAPI'"),
+      "sasl_password": SECRET}, "ENGINE_SASL_MECHANISM=GSSAPI: expected one of"),
     ({"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN", "sasl_username": "a"},
      "needs sasl_username and sasl_password (ENGINE_SASL_USERNAME, ENGINE_SASL_PASSWORD)"),
     ({"sasl_username": "a", "sasl_password": SECRET}, "SASL settings are given but security_protocol is "
@@ -67,7 +71,7 @@ def test_a_client_certificate_makes_an_ssl_context_with_it(tmp_path):
                                                   "SASL_PLAINTEXT"),
     ({"security_protocol": "SSL", "ssl_certfile": CA}, "ssl_certfile and ssl_keyfile go together"),
     ({"security_protocol": "SSL", "ssl_cafile": "/no/such/ca.pem"},
-     "setting 'ssl_cafile' is '/no/such/ca.pem'; expected a readable"),
+     "ENGINE_SSL_CAFILE=/no/such/ca.pem: expected a readable"),
 ])
 def test_a_wrong_security_setting_is_one_clear_line_without_the_password(env, message):
     with pytest.raises(ConfigError) as raised:
@@ -80,10 +84,9 @@ def test_the_cli_options_reach_every_command_as_settings(monkeypatch, capsys):
     from cli.main import main
 
     for name in ("SECURITY_PROTOCOL", "SASL_MECHANISM", "SASL_USERNAME", "SASL_PASSWORD"):
-        monkeypatch.setenv(f"ENGINE_{name}", "")  # recorded, so that what the command sets is undone after
-        monkeypatch.delenv(f"ENGINE_{name}")
+        monkeypatch.delenv(f"ENGINE_{name}", raising=False)
     code = main(["topics", "-A", "examples.wordcount:app", "--broker", "kafka://127.0.0.1:1",
                  "--security-protocol", "SASL_SSL", "--sasl-mechanism", "PLAIN", "--sasl-username", "app"])
     assert code == 1
     assert "needs sasl_username and sasl_password" in capsys.readouterr().err
-    assert os.environ["ENGINE_SASL_USERNAME"] == "app"  # (undone by monkeypatch after the test)
+    assert "ENGINE_SASL_USERNAME" not in os.environ  # options reach the settings, not the environment

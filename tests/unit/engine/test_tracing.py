@@ -20,7 +20,7 @@ import engine
 from engine import testing
 from engine.errors import ConfigError
 from engine.optional import MissingDependency
-from engine.settings import load_settings
+from engine.settings_load import load_settings
 from engine.testing import TestDriver
 
 
@@ -250,7 +250,7 @@ def test_without_tracing_records_keep_their_headers_and_no_span_is_made(spans):
 def test_tracing_is_a_setting_of_the_app_and_the_environment():
     assert load_settings("a", {}, environ={"ENGINE_TRACING": "true"}).tracing is True
     assert load_settings("a", {"tracing": True}, environ={"ENGINE_TRACING": "0"}).tracing is False
-    with pytest.raises(ConfigError, match="setting 'tracing' is 'maybe'; expected true or false"):
+    with pytest.raises(ConfigError, match="ENGINE_TRACING=maybe: expected true or false"):
         load_settings("a", {}, environ={"ENGINE_TRACING": "maybe"})
 
 
