@@ -89,11 +89,21 @@ TOPIC_ALREADY_EXISTS = 36
 CREATE_TIMEOUT_MS = 30_000
 
 
-async def _stop_quietly(client: Any, what: str) -> None:
-    """Stop an aiokafka client. aiokafka's stop awaits its own cancelled fetch tasks and can let their
-    CancelledError out (seen with a broker down); that must not look like *our* task being cancelled."""
+# How long a consumer's stop may take. Its stop leaves the group, which asks the group's coordinator; after
+# the brokers restarted, aiokafka's stop was seen waiting on it for over a minute (a worker that did not stop
+# on SIGTERM). Leaving only spares the group the session timeout: past this, the worker stops without it.
+CONSUMER_STOP_TIMEOUT = 10.0
+
+
+async def _stop_quietly(client: Any, what: str, within: float | None = None) -> None:
+    """Stop an aiokafka client, in at most `within` seconds if given (then said at WARNING). aiokafka's stop
+    awaits its own cancelled fetch tasks and can let their CancelledError out (seen with a broker down); that
+    must not look like *our* task being cancelled."""
     try:
-        await client.stop()
+        await asyncio.wait_for(client.stop(), within)
+    except TimeoutError:
+        log.warning("the %s did not stop within %.0f s (its group's coordinator unreachable?); stopped "
+                    "without leaving the group: its partitions move after the session timeout", what, within)
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
@@ -282,7 +292,7 @@ class KafkaConsumer:
         await _start(self._client, self._servers, self._options)
 
     async def stop(self) -> None:
-        await _stop_quietly(self._client, "consumer")
+        await _stop_quietly(self._client, "consumer", within=CONSUMER_STOP_TIMEOUT)
 
     def subscribe(self, topics: Collection[str]) -> None:
         if set(topics) != self._topics:
