@@ -125,9 +125,24 @@ class SlidingTable(KeyedWindowsTable):
 
     def expire(self, part: TablePartition) -> int:
         """Delete the windows past the retention (no event finds them any more), with their engine
-        records; returns how many were deleted."""
+        records; returns how many were deleted. Then give each window written since the last checkpoint
+        its newest event time's engine record: made here, once per window and checkpoint, not per event."""
         state = part.windows
-        if not isinstance(state, KeyedWindowState) or state.store_time is None:
+        if not isinstance(state, KeyedWindowState):
+            return 0
+        gone = self._expire(part, state)
+        self._record_newest_times(part, state)
+        return gone
+
+    def _record_newest_times(self, part: TablePartition, state: KeyedWindowState) -> None:
+        windows, meta = state.windows, part.meta
+        for window_key_, value in part.buffer.items():
+            if value is not DELETED:
+                key, start = window_key_
+                meta[self._max_time_key(window_key_)] = str(windows[key][start][0]).encode()
+
+    def _expire(self, part: TablePartition, state: KeyedWindowState) -> int:
+        if state.store_time is None:
             return 0
         horizon = state.store_time - self.window.retention_ms
         gone = [(key, start, in_store) for key, windows in state.windows.items()
@@ -183,9 +198,16 @@ class _Run:
         self.visible_from = max(0, visible_from)
 
     def _aggregate(self, start: int) -> Aggregate:
+        """A window's aggregate from what the partition holds: the windows written since the last
+        checkpoint (or being flushed) without encoding a key; the store only for the others."""
         window_key_ = (self.key, start)
-        value = self.part.get(window_key_, self.table.table.locate(window_key_)[0])
-        return (self.table.initial() if value is MISSING else value), self.windows[start][0]
+        part = self.part
+        value = part.cached(window_key_)
+        if value is MISSING:
+            value = part.stored(self.table.table.locate(window_key_)[0])
+        if value is MISSING or value is DELETED:
+            value = self.table.initial()
+        return value, self.windows[start][0]
 
     def _starts(self, low: int, high: int) -> list[int]:
         low = max(low, self.visible_from)
@@ -198,7 +220,6 @@ class _Run:
         self.windows[start] = (aggregate[1], in_store)
         window_key_ = (key, start)
         part.buffer[window_key_] = aggregate[0]
-        part.meta[self.table._max_time_key(window_key_)] = str(aggregate[1]).encode()
         if state.store_time is None or start > state.store_time:
             state.store_time = start
         self.table._written(part, state, window_key_, new, self.stream_time)
