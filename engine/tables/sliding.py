@@ -18,6 +18,7 @@ retention (2 * size + grace, Kafka Streams' default), and deleted at checkpoints
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
@@ -158,7 +159,8 @@ class SlidingTable(KeyedWindowsTable):
                 part.meta[self._max_time_key(window_key_)] = None
             else:
                 part.discard(window_key_)
-                part.meta.pop(self._max_time_key(window_key_), None)
+                if part.meta:  # (records a failed checkpoint put back: the others are made after expiry)
+                    part.meta.pop(self._max_time_key(window_key_), None)
         return len(gone)
 
     def _max_time_key(self, window_key_: tuple[Any, int]) -> bytes:
@@ -199,10 +201,13 @@ class _Run:
 
     def _aggregate(self, start: int) -> Aggregate:
         """A window's aggregate from what the partition holds: the windows written since the last
-        checkpoint (or being flushed) without encoding a key; the store only for the others."""
+        checkpoint (or being flushed) without encoding a key (TablePartition.cached, inlined: it is called
+        for each window of each event); the store only for the others."""
         window_key_ = (self.key, start)
         part = self.part
-        value = part.cached(window_key_)
+        value = part.buffer.get(window_key_, MISSING)
+        if value is MISSING and part.flushing is not None:
+            value = part.flushing.get(window_key_, MISSING)
         if value is MISSING:
             value = part.stored(self.table.table.locate(window_key_)[0])
         if value is MISSING or value is DELETED:
@@ -210,19 +215,20 @@ class _Run:
         return value, self.windows[start][0]
 
     def _starts(self, low: int, high: int) -> list[int]:
-        low = max(low, self.visible_from)
-        return sorted(start for start in self.windows if low <= start <= high)
+        """The starts of the key's visible windows in [low, high], in order."""
+        starts = sorted(self.windows)
+        return starts[bisect_left(starts, max(low, self.visible_from)):bisect_right(starts, high)]
 
     def _put(self, start: int, aggregate: Aggregate) -> None:
-        key, part, state = self.key, self.part, self.state
-        new = start not in self.windows
-        in_store = False if new else self.windows[start][1]
-        self.windows[start] = (aggregate[1], in_store)
-        window_key_ = (key, start)
-        part.buffer[window_key_] = aggregate[0]
+        windows, state = self.windows, self.state
+        entry = windows.get(start)
+        windows[start] = (aggregate[1], False if entry is None else entry[1])
+        window_key_ = (self.key, start)
+        self.part.buffer[window_key_] = aggregate[0]
         if state.store_time is None or start > state.store_time:
             state.store_time = start
-        self.table._written(part, state, window_key_, new, self.stream_time)
+        if self.table.closed_topic is not None:
+            self.table._written(self.part, state, window_key_, entry is None, self.stream_time)
 
     def _update(self, start: int, aggregate: Aggregate) -> None:
         """updateWindowAndForward: add the event to a window still open (else it is skipped)."""
