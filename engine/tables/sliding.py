@@ -243,16 +243,19 @@ class _Run:
         right: Aggregate | None = None
         left_made = right_made = False
         previous: int | None = None
+        close_time, add, value, read, put = self.close_time, self.table.add, self.value, self._aggregate, self._put
         for start in reversed(self._starts(ts - 2 * size, ts + 1)):
             seen.add(start)
             end = start + size
-            aggregate = self._aggregate(start)
             if start == ts + 1:
                 right_made = True
-            elif end > ts:
+                continue
+            aggregate = read(start)
+            if end > ts:  # (the most frequent case: _update inlined)
                 if right is None:
                     right = aggregate
-                self._update(start, aggregate)
+                if end >= close_time:
+                    put(start, (add(aggregate[0], value), max(ts, aggregate[1])))
             elif end == ts:
                 left_made = True
                 self._update(start, aggregate)
