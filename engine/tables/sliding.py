@@ -18,7 +18,7 @@ retention (2 * size + grace, Kafka Streams' default), and deleted at checkpoints
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
@@ -43,6 +43,18 @@ MAX_TIME_PREFIX = META_PREFIX + b"max-time:"
 Aggregate = tuple[Any, int]
 
 
+class SlidingState(KeyedWindowState):
+    """A sliding-window partition's index: the keyed windows, and each key's window starts in order. An event
+    reads the windows of a range of starts: found by bisection, they cost the same however many windows the
+    key holds (between two checkpoints, windows past the retention stay in the index until expiry)."""
+
+    __slots__ = ("starts",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.starts: dict[Any, list[int]] = {}
+
+
 class SlidingTable(KeyedWindowsTable):
     """The sliding-window face of a Table: windows per key, each aggregated with `add(aggregate, value)`
     from `initial()`."""
@@ -63,11 +75,15 @@ class SlidingTable(KeyedWindowsTable):
                          clock=clock, close_idle_after=close_idle_after)
         self.window = window
 
+    def _new_state(self) -> WindowState:
+        return SlidingState()
+
     def _index(self, state: WindowState, stored: Any) -> None:
         """(The newest event time of each window is read after the windows: `_load_state`.)"""
-        assert isinstance(state, KeyedWindowState)
+        assert isinstance(state, SlidingState)
         key, start = stored
         state.windows.setdefault(key, {})[start] = (start + self.window.size_ms, True)
+        insort(state.starts.setdefault(key, []), start)
         if state.store_time is None or start > state.store_time:
             state.store_time = start
 
@@ -104,7 +120,7 @@ class SlidingTable(KeyedWindowsTable):
         ts = self._valid_time(event)
         part, _ = self.table._route_write(key, event)
         state = part.windows or self._state(part)
-        assert isinstance(state, KeyedWindowState)
+        assert isinstance(state, SlidingState)
         before = stream_time = state.stream_time
         if stream_time is None or ts > stream_time:
             stream_time = _advance(part, state, ts)
@@ -129,39 +145,42 @@ class SlidingTable(KeyedWindowsTable):
         records; returns how many were deleted. Then give each window written since the last checkpoint
         its newest event time's engine record: made here, once per window and checkpoint, not per event."""
         state = part.windows
-        if not isinstance(state, KeyedWindowState):
+        if not isinstance(state, SlidingState):
             return 0
         gone = self._expire(part, state)
         self._record_newest_times(part, state)
         return gone
 
-    def _record_newest_times(self, part: TablePartition, state: KeyedWindowState) -> None:
+    def _record_newest_times(self, part: TablePartition, state: SlidingState) -> None:
         windows, meta = state.windows, part.meta
         for window_key_, value in part.buffer.items():
             if value is not DELETED:
                 key, start = window_key_
                 meta[self._max_time_key(window_key_)] = str(windows[key][start][0]).encode()
 
-    def _expire(self, part: TablePartition, state: KeyedWindowState) -> int:
+    def _expire(self, part: TablePartition, state: SlidingState) -> int:
         if state.store_time is None:
             return 0
         horizon = state.store_time - self.window.retention_ms
-        gone = [(key, start, in_store) for key, windows in state.windows.items()
-                for start, (_, in_store) in windows.items() if start <= horizon]
-        for key, start, in_store in gone:
-            windows = state.windows[key]
-            del windows[start]
-            if not windows:
-                del state.windows[key]
-            window_key_ = (key, start)
-            if in_store or (part.flushing is not None and window_key_ in part.flushing):
-                part.delete(window_key_)
-                part.meta[self._max_time_key(window_key_)] = None
-            else:
-                part.discard(window_key_)
-                if part.meta:  # (records a failed checkpoint put back: the others are made after expiry)
-                    part.meta.pop(self._max_time_key(window_key_), None)
-        return len(gone)
+        gone = 0
+        for key in [key for key, starts in state.starts.items() if starts and starts[0] <= horizon]:
+            starts, windows = state.starts[key], state.windows[key]
+            cut = bisect_right(starts, horizon)
+            for start in starts[:cut]:
+                _, in_store = windows.pop(start)
+                window_key_ = (key, start)
+                if in_store or (part.flushing is not None and window_key_ in part.flushing):
+                    part.delete(window_key_)
+                    part.meta[self._max_time_key(window_key_)] = None
+                else:
+                    part.discard(window_key_)
+                    if part.meta:  # (records a failed checkpoint put back: the others are made after expiry)
+                        part.meta.pop(self._max_time_key(window_key_), None)
+            del starts[:cut]
+            gone += cut
+            if not starts:
+                del state.starts[key], state.windows[key]
+        return gone
 
     def _max_time_key(self, window_key_: tuple[Any, int]) -> bytes:
         return MAX_TIME_PREFIX + self.table.locate(window_key_)[0]
@@ -188,13 +207,14 @@ class _Run:
     """One event's pass over its key's windows: Kafka Streams' processReverse and processEarly, over the
     partition's index of live windows."""
 
-    def __init__(self, table: SlidingTable, part: TablePartition, state: KeyedWindowState, key: Any,
+    def __init__(self, table: SlidingTable, part: TablePartition, state: SlidingState, key: Any,
                  value: Any, ts: int, close_time: int, stream_time: int) -> None:
         self.table, self.part, self.state = table, part, state
         self.key, self.value, self.ts = key, value, ts
         self.close_time, self.stream_time = close_time, stream_time
         self.size = table.window.size_ms
         self.windows = state.windows.setdefault(key, {})
+        self.starts = state.starts.setdefault(key, [])
         # What the event may find: Kafka Streams' window store hides windows past its retention.
         visible_from = 0 if state.store_time is None else state.store_time - table.window.retention_ms + 1
         self.visible_from = max(0, visible_from)
@@ -216,13 +236,15 @@ class _Run:
 
     def _starts(self, low: int, high: int) -> list[int]:
         """The starts of the key's visible windows in [low, high], in order."""
-        starts = sorted(self.windows)
+        starts = self.starts
         return starts[bisect_left(starts, max(low, self.visible_from)):bisect_right(starts, high)]
 
     def _put(self, start: int, aggregate: Aggregate) -> None:
         windows, state = self.windows, self.state
         entry = windows.get(start)
         windows[start] = (aggregate[1], False if entry is None else entry[1])
+        if entry is None:
+            insort(self.starts, start)
         window_key_ = (self.key, start)
         self.part.buffer[window_key_] = aggregate[0]
         if state.store_time is None or start > state.store_time:
