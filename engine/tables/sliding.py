@@ -265,7 +265,8 @@ class _Run:
         right: Aggregate | None = None
         left_made = right_made = False
         previous: int | None = None
-        close_time, add, value, read, put = self.close_time, self.table.add, self.value, self._aggregate, self._put
+        close_time, add, value = self.close_time, self.table.add, self.value
+        read, put = self._aggregate, self._put
         for start in reversed(self._starts(ts - 2 * size, ts + 1)):
             seen.add(start)
             end = start + size
