@@ -278,7 +278,8 @@ class _Run:
                 if right is None:
                     right = aggregate
                 if end >= close_time:
-                    put(start, (add(aggregate[0], value), max(ts, aggregate[1])))
+                    newest = aggregate[1]
+                    put(start, (add(aggregate[0], value), ts if ts > newest else newest))
             elif end == ts:
                 left_made = True
                 self._update(start, aggregate)
