@@ -10,7 +10,13 @@ window from the aggregate of the window before it, makes the window after the ev
 missing, and the window after itself from the window after it. It needs, beside each window's aggregate,
 the time of the newest event in it: kept in the partition's index of live windows (engine.tables.keyed)
 and, for restarts, as an engine record beside the window in the store and changelog
-(`META_PREFIX + b"max-time:" + window store key`, skipped by every reader of table keys).
+(`META_PREFIX + b"max-time:" + window store key`, skipped by every reader of table keys), made at the
+checkpoint for the windows written since the last one.
+
+The per-event path touches about twice as many windows as the event has neighbours within `size`, so it
+reads them from what the partition holds: the key's window starts in order (a range by bisection), each
+window's aggregate from the checkpoint buffer (no key encoded), the store only for a window not written
+since the last checkpoint.
 
 Windows are found by an event only while their start is after the newest window start written minus the
 retention (2 * size + grace, Kafka Streams' default), and deleted at checkpoints after that.
