@@ -169,6 +169,7 @@ class SlidingTable(KeyedWindowsTable):
             return 0
         horizon = state.store_time - self.window.retention_ms
         gone = 0
+        deleted: list[tuple[Any, int]] = []
         for key in [key for key, starts in state.starts.items() if starts and starts[0] <= horizon]:
             starts, windows = state.starts[key], state.windows[key]
             cut = bisect_right(starts, horizon)
@@ -177,7 +178,7 @@ class SlidingTable(KeyedWindowsTable):
                 window_key_ = (key, start)
                 if in_store or (part.flushing is not None and window_key_ in part.flushing):
                     part.delete(window_key_)
-                    part.meta[self._max_time_key(window_key_)] = None
+                    deleted.append(window_key_)
                 else:
                     part.discard(window_key_)
                     if part.meta:  # (records a failed checkpoint put back: the others are made after expiry)
@@ -186,6 +187,8 @@ class SlidingTable(KeyedWindowsTable):
             gone += cut
             if not starts:
                 del state.starts[key], state.windows[key]
+        for window_key_ in deleted:
+            part.meta[self._max_time_key(window_key_)] = None
         return gone
 
     def _max_time_key(self, window_key_: tuple[Any, int]) -> bytes:
