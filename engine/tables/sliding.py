@@ -10,7 +10,13 @@ window from the aggregate of the window before it, makes the window after the ev
 missing, and the window after itself from the window after it. It needs, beside each window's aggregate,
 the time of the newest event in it: kept in the partition's index of live windows (engine.tables.keyed)
 and, for restarts, as an engine record beside the window in the store and changelog
-(`META_PREFIX + b"max-time:" + window store key`, skipped by every reader of table keys).
+(`META_PREFIX + b"max-time:" + window store key`, skipped by every reader of table keys), made at the
+checkpoint for the windows written since the last one.
+
+The per-event path touches about twice as many windows as the event has neighbours within `size`, so it
+reads them from what the partition holds: the key's window starts in order (a range by bisection), each
+window's aggregate from the checkpoint buffer (no key encoded), the store only for a window not written
+since the last checkpoint.
 
 Windows are found by an event only while their start is after the newest window start written minus the
 retention (2 * size + grace, Kafka Streams' default), and deleted at checkpoints after that.
@@ -18,6 +24,7 @@ retention (2 * size + grace, Kafka Streams' default), and deleted at checkpoints
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right, insort
 from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
@@ -42,6 +49,18 @@ MAX_TIME_PREFIX = META_PREFIX + b"max-time:"
 Aggregate = tuple[Any, int]
 
 
+class SlidingState(KeyedWindowState):
+    """A sliding-window partition's index: the keyed windows, and each key's window starts in order. An event
+    reads the windows of a range of starts: found by bisection, they cost the same however many windows the
+    key holds (between two checkpoints, windows past the retention stay in the index until expiry)."""
+
+    __slots__ = ("starts",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.starts: dict[Any, list[int]] = {}
+
+
 class SlidingTable(KeyedWindowsTable):
     """The sliding-window face of a Table: windows per key, each aggregated with `add(aggregate, value)`
     from `initial()`."""
@@ -62,11 +81,15 @@ class SlidingTable(KeyedWindowsTable):
                          clock=clock, close_idle_after=close_idle_after)
         self.window = window
 
+    def _new_state(self) -> WindowState:
+        return SlidingState()
+
     def _index(self, state: WindowState, stored: Any) -> None:
         """(The newest event time of each window is read after the windows: `_load_state`.)"""
-        assert isinstance(state, KeyedWindowState)
+        assert isinstance(state, SlidingState)
         key, start = stored
         state.windows.setdefault(key, {})[start] = (start + self.window.size_ms, True)
+        insort(state.starts.setdefault(key, []), start)
         if state.store_time is None or start > state.store_time:
             state.store_time = start
 
@@ -103,7 +126,7 @@ class SlidingTable(KeyedWindowsTable):
         ts = self._valid_time(event)
         part, _ = self.table._route_write(key, event)
         state = part.windows or self._state(part)
-        assert isinstance(state, KeyedWindowState)
+        assert isinstance(state, SlidingState)
         before = stream_time = state.stream_time
         if stream_time is None or ts > stream_time:
             stream_time = _advance(part, state, ts)
@@ -125,26 +148,48 @@ class SlidingTable(KeyedWindowsTable):
 
     def expire(self, part: TablePartition) -> int:
         """Delete the windows past the retention (no event finds them any more), with their engine
-        records; returns how many were deleted."""
+        records; returns how many were deleted. Then give each window written since the last checkpoint
+        its newest event time's engine record: made here, once per window and checkpoint, not per event."""
         state = part.windows
-        if not isinstance(state, KeyedWindowState) or state.store_time is None:
+        if not isinstance(state, SlidingState):
+            return 0
+        gone = self._expire(part, state)
+        self._record_newest_times(part, state)
+        return gone
+
+    def _record_newest_times(self, part: TablePartition, state: SlidingState) -> None:
+        windows, meta = state.windows, part.meta
+        for window_key_, value in part.buffer.items():
+            if value is not DELETED:
+                key, start = window_key_
+                meta[self._max_time_key(window_key_)] = str(windows[key][start][0]).encode()
+
+    def _expire(self, part: TablePartition, state: SlidingState) -> int:
+        if state.store_time is None:
             return 0
         horizon = state.store_time - self.window.retention_ms
-        gone = [(key, start, in_store) for key, windows in state.windows.items()
-                for start, (_, in_store) in windows.items() if start <= horizon]
-        for key, start, in_store in gone:
-            windows = state.windows[key]
-            del windows[start]
-            if not windows:
-                del state.windows[key]
-            window_key_ = (key, start)
-            if in_store or (part.flushing is not None and window_key_ in part.flushing):
-                part.delete(window_key_)
-                part.meta[self._max_time_key(window_key_)] = None
-            else:
-                part.discard(window_key_)
-                part.meta.pop(self._max_time_key(window_key_), None)
-        return len(gone)
+        gone = 0
+        deleted: list[tuple[Any, int]] = []
+        for key in [key for key, starts in state.starts.items() if starts and starts[0] <= horizon]:
+            starts, windows = state.starts[key], state.windows[key]
+            cut = bisect_right(starts, horizon)
+            for start in starts[:cut]:
+                _, in_store = windows.pop(start)
+                window_key_ = (key, start)
+                if in_store or (part.flushing is not None and window_key_ in part.flushing):
+                    part.delete(window_key_)
+                    deleted.append(window_key_)
+                else:
+                    part.discard(window_key_)
+                    if part.meta:  # (records a failed checkpoint put back: the others are made after expiry)
+                        part.meta.pop(self._max_time_key(window_key_), None)
+            del starts[:cut]
+            gone += cut
+            if not starts:
+                del state.starts[key], state.windows[key]
+        for window_key_ in deleted:
+            part.meta[self._max_time_key(window_key_)] = None
+        return gone
 
     def _max_time_key(self, window_key_: tuple[Any, int]) -> bytes:
         return MAX_TIME_PREFIX + self.table.locate(window_key_)[0]
@@ -171,37 +216,50 @@ class _Run:
     """One event's pass over its key's windows: Kafka Streams' processReverse and processEarly, over the
     partition's index of live windows."""
 
-    def __init__(self, table: SlidingTable, part: TablePartition, state: KeyedWindowState, key: Any,
+    def __init__(self, table: SlidingTable, part: TablePartition, state: SlidingState, key: Any,
                  value: Any, ts: int, close_time: int, stream_time: int) -> None:
         self.table, self.part, self.state = table, part, state
         self.key, self.value, self.ts = key, value, ts
         self.close_time, self.stream_time = close_time, stream_time
         self.size = table.window.size_ms
         self.windows = state.windows.setdefault(key, {})
+        self.starts = state.starts.setdefault(key, [])
         # What the event may find: Kafka Streams' window store hides windows past its retention.
         visible_from = 0 if state.store_time is None else state.store_time - table.window.retention_ms + 1
         self.visible_from = max(0, visible_from)
 
     def _aggregate(self, start: int) -> Aggregate:
+        """A window's aggregate from what the partition holds: the windows written since the last
+        checkpoint (or being flushed) without encoding a key (TablePartition.cached, inlined: it is called
+        for each window of each event); the store only for the others."""
         window_key_ = (self.key, start)
-        value = self.part.get(window_key_, self.table.table.locate(window_key_)[0])
-        return (self.table.initial() if value is MISSING else value), self.windows[start][0]
+        part = self.part
+        value = part.buffer.get(window_key_, MISSING)
+        if value is MISSING and part.flushing is not None:
+            value = part.flushing.get(window_key_, MISSING)
+        if value is MISSING:
+            value = part.stored(self.table.table.locate(window_key_)[0])
+        if value is MISSING or value is DELETED:
+            value = self.table.initial()
+        return value, self.windows[start][0]
 
     def _starts(self, low: int, high: int) -> list[int]:
-        low = max(low, self.visible_from)
-        return sorted(start for start in self.windows if low <= start <= high)
+        """The starts of the key's visible windows in [low, high], in order."""
+        starts = self.starts
+        return starts[bisect_left(starts, max(low, self.visible_from)):bisect_right(starts, high)]
 
     def _put(self, start: int, aggregate: Aggregate) -> None:
-        key, part, state = self.key, self.part, self.state
-        new = start not in self.windows
-        in_store = False if new else self.windows[start][1]
-        self.windows[start] = (aggregate[1], in_store)
-        window_key_ = (key, start)
-        part.buffer[window_key_] = aggregate[0]
-        part.meta[self.table._max_time_key(window_key_)] = str(aggregate[1]).encode()
+        windows, state = self.windows, self.state
+        entry = windows.get(start)
+        windows[start] = (aggregate[1], False if entry is None else entry[1])
+        if entry is None:
+            insort(self.starts, start)
+        window_key_ = (self.key, start)
+        self.part.buffer[window_key_] = aggregate[0]
         if state.store_time is None or start > state.store_time:
             state.store_time = start
-        self.table._written(part, state, window_key_, new, self.stream_time)
+        if self.table.closed_topic is not None:
+            self.table._written(self.part, state, window_key_, entry is None, self.stream_time)
 
     def _update(self, start: int, aggregate: Aggregate) -> None:
         """updateWindowAndForward: add the event to a window still open (else it is skipped)."""
@@ -216,16 +274,21 @@ class _Run:
         right: Aggregate | None = None
         left_made = right_made = False
         previous: int | None = None
+        close_time, add, value = self.close_time, self.table.add, self.value
+        read, put = self._aggregate, self._put
         for start in reversed(self._starts(ts - 2 * size, ts + 1)):
             seen.add(start)
             end = start + size
-            aggregate = self._aggregate(start)
             if start == ts + 1:
                 right_made = True
-            elif end > ts:
+                continue
+            aggregate = read(start)
+            if end > ts:  # (the most frequent case: _update inlined)
                 if right is None:
                     right = aggregate
-                self._update(start, aggregate)
+                if end >= close_time:
+                    newest = aggregate[1]
+                    put(start, (add(aggregate[0], value), ts if ts > newest else newest))
             elif end == ts:
                 left_made = True
                 self._update(start, aggregate)
