@@ -39,7 +39,7 @@ from benchmarks.common import address_of, broker, create_topics, median, parser
 from tests.integration.rebalance_run import paced_produce
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Collection, Mapping
 
 # The engine the workers run: this checkout, or another one (BENCH_ENGINE_ROOT) to compare before and after.
 ROOT = Path(os.environ.get("BENCH_ENGINE_ROOT") or Path(__file__).resolve().parents[1])
@@ -207,8 +207,13 @@ class Holding:
     standbys: dict[int, set[str]]
     recovering: set[int]
 
-    def complete(self, partitions: int) -> bool:
-        return all(self.owner.get(p) for p in range(partitions)) and not self.recovering
+    def settled(self, workers: Collection[str], standbys: int) -> bool:
+        """Every partition active on one worker and restored, every worker holding some (a group that has not
+        taken a new member in yet looks complete too), and as many standbys as the workers allow."""
+        owners = list(self.owner.values())
+        wanted = min(standbys, len(workers) - 1)
+        return (all(o in workers for o in owners) and set(workers) <= set(owners) and not self.recovering
+                and all(len(s) >= wanted for s in self.standbys.values()))
 
 
 async def holding(session: aiohttp.ClientSession, addresses: Mapping[str, str], partitions: int) -> Holding:
@@ -228,12 +233,12 @@ async def holding(session: aiohttp.ClientSession, addresses: Mapping[str, str], 
 
 
 async def settled(session: aiohttp.ClientSession, addresses: Mapping[str, str], partitions: int,
-                  timeout: float = 180) -> Holding:
-    """The workers' holding once every partition is active on one of them, restored."""
+                  standbys: int, timeout: float = 180) -> Holding:
+    """The workers' holding once it has settled (Holding.settled)."""
     deadline = time.monotonic() + timeout
     while True:
         now = await holding(session, addresses, partitions)
-        if now.complete(partitions) and not any("+" in (o or "") for o in now.owner.values()):
+        if now.settled(list(addresses), standbys):
             return now
         if time.monotonic() > deadline:
             raise RuntimeError(f"the group did not settle: {now}")
@@ -262,7 +267,7 @@ async def run_move(bootstrap: str, move: str, workers: int, partitions: int, rat
     try:
         async with aiohttp.ClientSession() as session:
             addresses = {name: await address_of(work / f"{name}.log") for name in running}
-            await settled(session, addresses, partitions)
+            await settled(session, addresses, partitions, standbys)
             moments["settled"] = time.time()
 
             async def change() -> Holding:
@@ -281,7 +286,7 @@ async def run_move(bootstrap: str, move: str, workers: int, partitions: int, rat
             values = await read_outputs(bootstrap, out_topic, total, partitions)
             if move == "join":
                 addresses[mover] = await address_of(work / f"{mover}.log")
-            after = await settled(session, addresses, partitions)
+            after = await settled(session, addresses, partitions, standbys)
     finally:
         for worker in running.values():
             worker.send_signal(signal.SIGTERM)
