@@ -14,6 +14,18 @@ partition normally goes about 2 ms without an event). Events seen more than once
 `--scenario restart`: workers A and B run from the start; at 1/2 of the run B is stopped (SIGTERM) and
 started again on its data dir (a rolling restart's step). Reported: each partition's longest stall from the
 restart on, and the rebalances A went through. `--static` makes both static members (group_instance_id).
+
+    .venv/bin/python -m benchmarks.rebalance --scenario join leave kill --workers 3 --partitions 12 \
+        [--standbys 1] [--protocol classic]
+
+`join`, `leave`, `kill` (issue 36's measure of what a move costs): a group of `--workers` (the mover
+included) settles (every worker active on some partitions, restored, with its standbys), then at 1/2 of the
+stream one more worker joins, or one leaves by SIGTERM, or one is SIGKILLed. Each partition's owner before
+and after comes from the workers' own /status (its `active` tasks, asked just before the change and once the
+group has settled again); a partition stayed if its owner is the same, else it moved (to its standby, if the
+new owner held one). Reported per partition: its longest gap in the baseline (the minute before the change,
+or from settling on if shorter) and from the change on; stayed and moved summarised (max, median, and
+during/baseline). `--protocol streams` (KIP-1071) is an error until issue 36 gives engine that member.
 """
 
 from __future__ import annotations
