@@ -4,9 +4,11 @@ running a peer job (benchmarks/peers) as a subprocess."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +44,18 @@ def broker(bootstrap: str | None) -> Iterator[str]:
         if pinned:
             os.sched_setaffinity(0, {cores[0]})
         yield cluster.bootstrap
+
+
+async def address_of(log: Path, timeout: float = 120) -> str:
+    """`host:port` of the web server a worker logging to `log` said it listens on (ENGINE_WEB_PORT=0)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = await asyncio.to_thread(log.read_text, errors="replace")
+        found = re.search(r"web server at http://(\S+) ", text)
+        if found:
+            return found.group(1)
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"no web address in {log}")
 
 
 def median(values: list[float]) -> float:

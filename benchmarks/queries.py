@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import re
 import tempfile
 import time
 import uuid
@@ -21,19 +20,8 @@ from pathlib import Path
 import aiohttp
 from aiokafka import AIOKafkaProducer
 
-from benchmarks.common import broker, create_topics, parser
+from benchmarks.common import address_of, broker, create_topics, parser
 from benchmarks.rebalance import start_worker
-
-
-async def address_of(log: Path, timeout: float = 120) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = await asyncio.to_thread(log.read_text, errors="replace")
-        found = re.search(r"web server at http://(\S+) ", text)
-        if found:
-            return found.group(1)
-        await asyncio.sleep(0.2)
-    raise RuntimeError(f"no web address in {log}")
 
 
 async def preload(bootstrap: str, topic: str, keys: list[str]) -> None:

@@ -14,6 +14,18 @@ partition normally goes about 2 ms without an event). Events seen more than once
 `--scenario restart`: workers A and B run from the start; at 1/2 of the run B is stopped (SIGTERM) and
 started again on its data dir (a rolling restart's step). Reported: each partition's longest stall from the
 restart on, and the rebalances A went through. `--static` makes both static members (group_instance_id).
+
+    .venv/bin/python -m benchmarks.rebalance --scenario join leave kill --workers 3 --partitions 12 \
+        [--standbys 1] [--protocol classic]
+
+`join`, `leave`, `kill` (issue 36's measure of what a move costs): a group of `--workers` (the mover
+included) settles (every worker active on some partitions, restored, with its standbys), then at 1/2 of the
+stream one more worker joins, or one leaves by SIGTERM, or one is SIGKILLed. Each partition's owner before
+and after comes from the workers' own /status (its `active` tasks, asked just before the change and once the
+group has settled again); a partition stayed if its owner is the same, else it moved (to its standby, if the
+new owner held one). Reported per partition: its longest gap in the baseline (the minute before the change,
+or from settling on if shorter) and from the change on; stayed and moved summarised (max, median, and
+during/baseline). `--protocol streams` (KIP-1071) is an error until issue 36 gives engine that member.
 """
 
 from __future__ import annotations
@@ -27,13 +39,19 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from benchmarks.common import broker, create_topics, median, parser
+from benchmarks.common import address_of, broker, create_topics, median, parser
 from tests.integration.rebalance_run import paced_produce
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping
 
 # The engine the workers run: this checkout, or another one (BENCH_ENGINE_ROOT) to compare before and after.
 ROOT = Path(os.environ.get("BENCH_ENGINE_ROOT") or Path(__file__).resolve().parents[1])
@@ -49,12 +67,13 @@ def start_worker(env: dict[str, str], data_dir: Path, log: Path,
             cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
 
 
-async def read_outputs(bootstrap: str, topic: str, expected: int, timeout: float = 120) -> list[dict]:
+async def read_outputs(bootstrap: str, topic: str, expected: int, partitions: int = 4,
+                       timeout: float = 120) -> list[dict]:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
                                 enable_auto_commit=False)
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in range(4)]
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         values: list[dict] = []
@@ -74,21 +93,28 @@ async def read_outputs(bootstrap: str, topic: str, expected: int, timeout: float
         await consumer.stop()
 
 
-def stalls(values: list[dict], around: float, until: float) -> dict[int, float]:
+def stalls(values: list[dict], around: float, until: float, partitions: int = 4) -> dict[int, float]:
     """Each partition's longest gap between processed events in [around - 1, until)."""
-    out = {}
-    for partition in range(4):
-        times = sorted(v["at"] for v in values
-                       if v["p"] == partition and around - 1 <= v["at"] < until)
-        out[partition] = max((b - a for a, b in itertools.pairwise(times)), default=float("nan"))
-    return out
+    return longest_gaps(values, around - 1, until, partitions)
+
+
+def longest_gaps(values: list[dict[str, Any]], since: float, until: float,
+                 partitions: int) -> dict[int, float]:
+    """Each partition's longest gap between two events it processed one after the other, of the gaps that
+    end in [since, until) (a gap that spans a change belongs to the window it ends in)."""
+    times_of: dict[int, list[float]] = {partition: [] for partition in range(partitions)}
+    for value in values:
+        times_of[value["p"]].append(value["at"])
+    return {partition: max((b - a for a, b in itertools.pairwise(sorted(times)) if since <= b < until),
+                           default=float("nan"))
+            for partition, times in times_of.items()}
 
 
 async def run_restart(bootstrap: str, rate: float, seconds: float, guarantee: str, delay: float,
-                      static: bool) -> None:
+                      static: bool, partitions: int) -> None:
     app_id = f"restart-{uuid.uuid4().hex[:8]}"
     topic, out_topic = f"{app_id}-in", f"{app_id}-out"
-    await create_topics(bootstrap, [topic, out_topic], 4)
+    await create_topics(bootstrap, [topic, out_topic], partitions)
     work = Path(tempfile.mkdtemp(prefix="bench-restart-"))
     env = {"BENCH_BOOTSTRAP": bootstrap, "BENCH_GROUP": app_id, "BENCH_TOPIC": topic,
            "BENCH_OUT_TOPIC": out_topic, "BENCH_GUARANTEE": guarantee, "BENCH_DELAY": str(delay),
@@ -116,7 +142,7 @@ async def run_restart(bootstrap: str, rate: float, seconds: float, guarantee: st
     await paced_produce(bootstrap, topic, events, rate=rate,
                         at={1 / 2: lambda: restarting.append(asyncio.ensure_future(restart()))})
     await asyncio.gather(*restarting)
-    values = await read_outputs(bootstrap, out_topic, total)
+    values = await read_outputs(bootstrap, out_topic, total, partitions)
     for worker in workers.values():
         worker.send_signal(signal.SIGTERM)
         worker.wait(60)
@@ -126,17 +152,18 @@ async def run_restart(bootstrap: str, rate: float, seconds: float, guarantee: st
     print(f"{guarantee}, {membership} members: {total} events at {rate:g}/s; processed "
           f"twice: {len(ids) - len(set(ids))}; never processed: {total - len(set(ids))}; rebalances worker A "
           f"went through (revokes): {revokes}")
-    gaps = stalls(values, moments["restart"], float("inf"))
+    gaps = stalls(values, moments["restart"], float("inf"), partitions)
     shown = ", ".join(f"p{p} {g:.2f}s" for p, g in gaps.items())
     print(f"  restart: longest stall per partition {shown}; max {max(gaps.values()):.2f}s, "
           f"median {median(list(gaps.values())):.2f}s")
     print(f"  logs in {work}")
 
 
-async def run(bootstrap: str, rate: float, seconds: float, guarantee: str, delay: float) -> None:
+async def run(bootstrap: str, rate: float, seconds: float, guarantee: str, delay: float,
+              partitions: int) -> None:
     app_id = f"rebalance-{uuid.uuid4().hex[:8]}"
     topic, out_topic = f"{app_id}-in", f"{app_id}-out"
-    await create_topics(bootstrap, [topic, out_topic], 4)
+    await create_topics(bootstrap, [topic, out_topic], partitions)
     work = Path(tempfile.mkdtemp(prefix="bench-rebalance-"))
     env = {"BENCH_BOOTSTRAP": bootstrap, "BENCH_GROUP": app_id, "BENCH_TOPIC": topic,
            "BENCH_OUT_TOPIC": out_topic, "BENCH_GUARANTEE": guarantee, "BENCH_DELAY": str(delay)}
@@ -157,7 +184,7 @@ async def run(bootstrap: str, rate: float, seconds: float, guarantee: str, delay
     total = int(rate * seconds)
     events = [(f"k{i % 1000}", {"id": i}) for i in range(total)]
     await paced_produce(bootstrap, topic, events, rate=rate, at={1 / 3: join, 2 / 3: leave})
-    values = await read_outputs(bootstrap, out_topic, total)
+    values = await read_outputs(bootstrap, out_topic, total, partitions)
     for worker in workers:
         worker.send_signal(signal.SIGTERM)
         worker.wait(60)
@@ -168,11 +195,151 @@ async def run(bootstrap: str, rate: float, seconds: float, guarantee: str, delay
           f"{twice}; never processed: {missing}")
     windows = {"join": (moments["join"], moments["leave"]), "leave": (moments["leave"], float("inf"))}
     for moment, (around, until) in windows.items():
-        gaps = stalls(values, around, until)
+        gaps = stalls(values, around, until, partitions)
         shown = ", ".join(f"p{p} {g:.2f}s" for p, g in gaps.items())
         print(f"  {moment}: longest stall per partition {shown}; max {max(gaps.values()):.2f}s, "
               f"median {median(list(gaps.values())):.2f}s")
     print(f"  logs in {work}")
+
+
+# The group protocols the workers can run, each as the environment that selects it. The streams rebalance
+# protocol (KIP-1071, docs/internals/streams-rebalance-protocol.md) comes with issue 36: until engine has its
+# member there is nothing to select, and asking for it is an error rather than a run of the classic one.
+PROTOCOLS: dict[str, dict[str, str]] = {"classic": {}}
+MOVES = ("join", "leave", "kill")
+BASELINE = 60.0  # seconds before the change its gaps are compared with (less if the run is shorter)
+
+
+@dataclass(frozen=True)
+class Holding:
+    """Who held each partition at one moment, from the workers' own /status: the active owner (None if no
+    live worker had it active) and the workers keeping a standby of it."""
+
+    owner: dict[int, str | None]
+    standbys: dict[int, set[str]]
+    recovering: set[int]
+
+    def settled(self, workers: Collection[str], standbys: int) -> bool:
+        """Every partition active on one worker and restored, every worker holding some (a group that has not
+        taken a new member in yet looks complete too), and as many standbys as the workers allow."""
+        owners = list(self.owner.values())
+        wanted = min(standbys, len(workers) - 1)
+        return (all(o in workers for o in owners) and set(workers) <= set(owners) and not self.recovering
+                and all(len(s) >= wanted for s in self.standbys.values()))
+
+
+async def holding(session: aiohttp.ClientSession, addresses: Mapping[str, str], partitions: int) -> Holding:
+    """Ask every live worker's /status what it holds now."""
+    owner: dict[int, str | None] = dict.fromkeys(range(partitions))
+    standbys: dict[int, set[str]] = {p: set() for p in range(partitions)}
+    recovering: set[int] = set()
+    for name, address in addresses.items():
+        async with session.get(f"http://{address}/status") as response:
+            status = await response.json()
+        for partition in status["active"]:
+            owner[partition] = name if owner[partition] is None else f"{owner[partition]}+{name}"
+        for partition in status["standby"]:
+            standbys[partition].add(name)
+        recovering.update(status["recovering"])
+    return Holding(owner, standbys, recovering)
+
+
+async def settled(session: aiohttp.ClientSession, addresses: Mapping[str, str], partitions: int,
+                  standbys: int, timeout: float = 180) -> Holding:
+    """The workers' holding once it has settled (Holding.settled)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = await holding(session, addresses, partitions)
+        if now.settled(list(addresses), standbys):
+            return now
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the group did not settle: {now}")
+        await asyncio.sleep(0.5)
+
+
+async def run_move(bootstrap: str, move: str, workers: int, partitions: int, rate: float, seconds: float,
+                   guarantee: str, delay: float, standbys: int, protocol: str) -> None:
+    """One change to a group of `workers` at the middle of a paced stream: a worker joins the others
+    (`join`), or one of them leaves by SIGTERM (`leave`) or is SIGKILLed (`kill`)."""
+    app_id = f"{move}-{uuid.uuid4().hex[:8]}"
+    topic, out_topic = f"{app_id}-in", f"{app_id}-out"
+    await create_topics(bootstrap, [topic, out_topic], partitions)
+    work = Path(tempfile.mkdtemp(prefix=f"bench-{move}-"))
+    env = {"BENCH_BOOTSTRAP": bootstrap, "BENCH_GROUP": app_id, "BENCH_TOPIC": topic,
+           "BENCH_OUT_TOPIC": out_topic, "BENCH_GUARANTEE": guarantee, "BENCH_DELAY": str(delay),
+           "ENGINE_WEB_PORT": "0", "ENGINE_STANDBY_REPLICAS": str(standbys), **PROTOCOLS[protocol]}
+    names = [chr(ord("a") + n) for n in range(workers)]
+    mover = names[-1]  # the worker that joins, leaves or is killed
+    running = {name: start_worker(env, work / name, work / f"{name}.log")
+               for name in (names[:-1] if move == "join" else names)}
+    total = int(rate * seconds)
+    events = [(f"k{i % 1000}", {"id": i}) for i in range(total)]
+    moments: dict[str, float] = {}
+    changing: list[asyncio.Task[Holding]] = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            addresses = {name: await address_of(work / f"{name}.log") for name in running}
+            await settled(session, addresses, partitions, standbys)
+            moments["settled"] = time.time()
+
+            async def change() -> Holding:
+                before = await holding(session, addresses, partitions)
+                moments["change"] = time.time()
+                if move == "join":
+                    running[mover] = start_worker(env, work / mover, work / f"{mover}.log")
+                else:
+                    running[mover].send_signal(signal.SIGTERM if move == "leave" else signal.SIGKILL)
+                    del addresses[mover]
+                return before
+
+            await paced_produce(bootstrap, topic, events, rate=rate,
+                                at={1 / 2: lambda: changing.append(asyncio.ensure_future(change()))})
+            before = await changing[0]
+            values = await read_outputs(bootstrap, out_topic, total, partitions)
+            if move == "join":
+                addresses[mover] = await address_of(work / f"{mover}.log")
+            after = await settled(session, addresses, partitions, standbys)
+    finally:
+        for worker in running.values():
+            worker.send_signal(signal.SIGTERM)
+        for worker in running.values():
+            worker.wait(60)
+    ids = [v["id"] for v in values]
+    print(f"{move}, {guarantee}, {protocol} protocol, {standbys} standby replicas: {workers} workers, "
+          f"{partitions} partitions, {total} events at {rate:g}/s, {delay * 1000:g} ms of work each; "
+          f"processed twice: {len(ids) - len(set(ids))}; never processed: {total - len(set(ids))}")
+    report_moves(values, moments, before, after, partitions)
+    print(f"  logs in {work}")
+
+
+def report_moves(values: list[dict[str, Any]], moments: Mapping[str, float], before: Holding, after: Holding,
+                 partitions: int) -> None:
+    """Per partition: its owner before and after the change, its longest gap in the baseline before the
+    change and from the change on; then the partitions that stayed and those that moved, summarised."""
+    change = moments["change"]
+    since = max(moments["settled"], change - BASELINE)
+    baseline = longest_gaps(values, since, change, partitions)
+    during = longest_gaps(values, change, float("inf"), partitions)
+    print(f"  baseline: the {change - since:.0f} s before the change; during: from the change on")
+    stayed: list[int] = []
+    moved: list[int] = []
+    for p in range(partitions):
+        was, now = before.owner[p], after.owner[p]
+        kind = "stayed" if was == now else "moved"
+        if kind == "moved" and now in before.standbys[p]:
+            kind += " to its standby"
+        (stayed if was == now else moved).append(p)
+        print(f"  p{p:<2} {was}->{now} {kind}: baseline {baseline[p]:.3f} s, during {during[p]:.3f} s "
+              f"({during[p] / baseline[p]:.1f}x)")
+    for kind, group in (("stayed", stayed), ("moved", moved)):
+        if group:
+            gaps = [during[p] for p in group]
+            ratios = [during[p] / baseline[p] for p in group]
+            print(f"  {kind} ({len(group)}): during max {max(gaps):.3f} s, median {median(gaps):.3f} s; "
+                  f"baseline max {max(baseline[p] for p in group):.3f} s; during/baseline max "
+                  f"{max(ratios):.1f}x, median {median(ratios):.1f}x")
+        else:
+            print(f"  {kind}: none")
 
 
 def main() -> None:
@@ -181,17 +348,31 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=30)
     p.add_argument("--guarantee", choices=["at_least_once", "exactly_once", "both"], default="both")
     p.add_argument("--delay", type=float, default=0.0)
-    p.add_argument("--scenario", choices=["join-leave", "restart"], default="join-leave")
+    p.add_argument("--scenario", nargs="+", choices=["join-leave", "restart", *MOVES], default=["join-leave"],
+                   help="one or more, run in turn on the same broker")
     p.add_argument("--static", action="store_true", help="static members (restart scenario)")
+    p.add_argument("--workers", type=int, default=3, help="the group's size with the moving worker (join, "
+                   "leave, kill; join-leave and restart always run two)")
+    p.add_argument("--standbys", type=int, default=0, help="standby_replicas (join, leave, kill)")
+    p.add_argument("--protocol", choices=["classic", "streams"], default="classic",
+                   help="the group protocol of the workers (join, leave, kill)")
     args = p.parse_args()
+    if args.protocol not in PROTOCOLS:
+        p.error(f"--protocol {args.protocol}: not yet: engine has no member of the streams rebalance "
+                "protocol (KIP-1071) until issue 36; only the classic protocol runs today")
     guarantees = ["at_least_once", "exactly_once"] if args.guarantee == "both" else [args.guarantee]
     with broker(args.broker) as bootstrap:
-        for guarantee in guarantees:
-            if args.scenario == "restart":
-                asyncio.run(run_restart(bootstrap, args.rate, args.seconds, guarantee, args.delay,
-                                        args.static))
-            else:
-                asyncio.run(run(bootstrap, args.rate, args.seconds, guarantee, args.delay))
+        for scenario in args.scenario:
+            for guarantee in guarantees:
+                if scenario in MOVES:
+                    asyncio.run(run_move(bootstrap, scenario, args.workers, args.partitions, args.rate,
+                                         args.seconds, guarantee, args.delay, args.standbys, args.protocol))
+                elif scenario == "restart":
+                    asyncio.run(run_restart(bootstrap, args.rate, args.seconds, guarantee, args.delay,
+                                            args.static, args.partitions))
+                else:
+                    asyncio.run(run(bootstrap, args.rate, args.seconds, guarantee, args.delay,
+                                    args.partitions))
 
 
 if __name__ == "__main__":
