@@ -25,7 +25,7 @@ from engine.errors import ConfigError, EngineError, PartitionMigrated, TopologyE
 from engine.partitioner import CACHED_KEYS, partition_for
 from engine.scope import PerWorker
 from engine.stores import store_scheme
-from engine.streams.current import current_event
+from engine.streams.current import current_event, current_source
 from engine.tables.keys import META_PREFIX, stored_key
 from engine.tables.partition import DELETED, MISSING, TablePartition, Windowing
 from engine.topics import Topic
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from engine.windows import WindowKind
 
 log = logging.getLogger(__name__)
+_source = current_source.get  # (the hottest reads take the current event without a call: __getitem__)
 
 
 class TableError(EngineError):
@@ -191,6 +192,9 @@ class BaseTable(MutableMapping[Any, Any]):
         self._writers: _TopicSet = set()  # topics whose events wrote this table (each checked once)
         self._locations: dict[Any, tuple[bytes, int]] = {}
         self._read: tuple[Event, Any, TablePartition] | None = None  # the last read of an event's own key
+        # Reads of the current event's own key look in its partition, unrouted (an instance attribute: the
+        # class's `is_global` is read through the class on every read).
+        self._by_event = not self.is_global
         self._warned_codec = False
         self.changelog_records = 0  # sent and committed by this process's checkpoints (for /metrics)
 
@@ -438,23 +442,23 @@ class BaseTable(MutableMapping[Any, Any]):
     def __getitem__(self, key: Any) -> Any:
         # `table[event.key] += 1` is the hottest use of a table: the event's own key is in the event's
         # partition, so it is found there without routing, and the write that `+=` makes next reuses what
-        # this read found (`_read`).
-        if self.window is None and not self.is_global:
-            event = current_event()
-            if event is not None and key == event.key:
-                part = self.active.get(event.record.partition)
-                if part is not None:
-                    self._read = (event, key, part)
-                    value = part.buffer.get(key, MISSING)
-                    if value is MISSING:
-                        value = part.get(key, (self._locations.get(key) or self._locate_new(key))[0])
-                    elif value is DELETED:
-                        value = MISSING
-                    if value is MISSING:
-                        if self.default is None:
-                            raise KeyError(key)
-                        return self.default()
-                    return value
+        # this read found (`_read`). (The current event read inline, not through `current_event()`: a call
+        # less on every read.)
+        event = _source().current_event
+        if event is not None and self._by_event and self.window is None and key == event.key:
+            part = self.active.get(event.record.partition)
+            if part is not None:
+                self._read = (event, key, part)
+                value = part.buffer.get(key, MISSING)
+                if value is MISSING:
+                    value = part.get(key, (self._locations.get(key) or self._locate_new(key))[0])
+                elif value is DELETED:
+                    value = MISSING
+                if value is MISSING:
+                    if self.default is None:
+                        raise KeyError(key)
+                    return self.default()
+                return value
         part, encoded = self._route_read(key) if self.window is None else self._for_read(key)
         value = part.get(key, encoded)
         if value is MISSING:
@@ -464,7 +468,7 @@ class BaseTable(MutableMapping[Any, Any]):
         return value
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        event = current_event()
+        event = _source().current_event
         read = self._read
         if read is not None and read[0] is event and read[1] is key:  # the write of a `+=` (`__getitem__`)
             lease = event.lease

@@ -49,9 +49,10 @@ class OffsetTracker:
         if pending and pending[0] == offset:
             pending.popleft()
             done = self._done
-            while pending and pending[0] in done:
-                offset = pending.popleft()
-                done.discard(offset)
+            if done:  # (acked out of order before: usually none, and the loop's test is skipped)
+                while pending and pending[0] in done:
+                    offset = pending.popleft()
+                    done.discard(offset)
             self.position = offset + 1
             if not pending and self.on_drained is not None:
                 self.on_drained()
