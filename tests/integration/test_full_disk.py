@@ -85,11 +85,14 @@ def stopped_for_the_full_disk(worker: WorkerProcess, data: Path, verb: str) -> N
     said = (rf"cannot {verb} {store}: its filesystem is full \(.*No space left on device.*\); free space "
             "there and start the worker again.*")
     assert re.fullmatch(rf"engine: worker '.+' stopped: {said}", log.rstrip().splitlines()[-1]), log[-3000:]
-    # Every ERROR line is the full disk, said of a store (under load a second step, a revoke or another
-    # store's write, can meet it too and say so); no other failure, no traceback of the stop.
-    errors = [line for line in log.splitlines() if " ERROR " in line]
+    # Every ERROR line of engine's is the full disk, said of a store (under load a second step, a revoke or
+    # another store's write, can meet it too and say so); no other failure, no traceback of the stop.
+    # (aiokafka's own are not counted: on a loaded machine the stop, which frees each failed store on the
+    # loop, can outlast the session, and aiokafka logs that at ERROR.)
+    errors = [line for line in log.splitlines() if " ERROR " in line and " ERROR aiokafka" not in line]
     assert errors, log[-3000:]
-    assert [line for line in errors if not re.search(rf"StoreError: {said}", line)] == [], "\n".join(errors)
+    either = said.replace(f"cannot {verb} ", "cannot (open|write) ", 1)  # (the disk met by a later step too)
+    assert [line for line in errors if not re.search(rf"StoreError: {either}", line)] == [], "\n".join(errors)
 
 
 async def run_until_it_stops(worker: WorkerProcess, timeout: float = 90) -> None:
