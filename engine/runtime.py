@@ -43,6 +43,7 @@ from engine.topics import planned_partitions
 from engine.topology.declaration import internal_topic
 from engine.topology.plan import build_topology
 from engine.transport import ClientTuning, Producer, transport_for
+from engine.transport.base import GroupTopology, TopicSpec
 from engine.transport.traced import TracedProducer
 from engine.windows import JoinWindows
 
@@ -155,6 +156,8 @@ class Worker(Service):
             max_poll_records=settings.max_poll_records,
             auto_offset_reset=settings.auto_offset_reset,
             placement=self.placement,
+            group_protocol=settings.group_protocol,
+            group_topology=self._group_topology,
         )
         tables = self.tables = self.add_child(TableManager(
             app.tables.values(), transport=self.transport, settings=settings,
@@ -199,6 +202,7 @@ class Worker(Service):
             tracing=tracing,
         )
         self._said_ready = False
+        self._counts: dict[str, int] = {}  # every topic's partitions on the broker, known once started
         topics = self.topology.topics
         self.runners = [
             self.add_child(AgentRunner(
@@ -291,8 +295,9 @@ class Worker(Service):
             return
         self._said_ready = True
         web = f"http://{self.placement.endpoint}" if self.placement.endpoint else "no web server"
-        log.info("worker %s ready: %d partitions active (%s), %d standby; %s", self.app.id, len(assigned),
-                 ",".join(map(str, sorted(assigned))) or "none", len(self.tasks.standby), web)
+        log.info("worker %s ready: %d partitions active (%s), %d standby; %s; %s group protocol", self.app.id,
+                 len(assigned), ",".join(map(str, sorted(assigned))) or "none", len(self.tasks.standby), web,
+                 self.consumer.group_protocol or "no")
 
     @property
     def web_endpoint(self) -> str | None:
@@ -341,6 +346,7 @@ class Worker(Service):
             self.topology.check(existing, await admin.topic_configs(present) if present else {})  # first
             counts = await admin.create_topics(self.topology.specs())
             self.topology.check(counts, await admin.topic_configs(sources) if sources else {})
+            self._counts = {**existing, **counts}
             self.replies.partitions = counts[self.replies.topic]
             if self.app.tables:
                 self._bind_tables({**existing, **counts})
@@ -355,6 +361,26 @@ class Worker(Service):
             agent.attach(self.replies, self)
         log.info("worker %s starting on %s (event loop: %s): agents %s", self.app.id, self.settings.broker,
                  running_loop_name(), ", ".join(self.app.agents) or "none")
+
+    def _group_topology(self) -> GroupTopology:
+        """What a streams group is told this app reads and keeps (read as the consumer starts, once the
+        topics exist): the topics the conductor subscribes to, with their counts on the broker, the
+        repartition topics among them, and the changelogs of the tables partitioned with the tasks."""
+        plans = self.topology.topics
+        count = self._counts
+
+        def spec(name: str) -> TopicSpec:
+            plan = plans[name]
+            return TopicSpec(name, count.get(name, plan.partitions), plan.replication, plan.config)
+
+        read = self.conductor.subscribed_topics()
+        repartition = tuple(spec(name) for name in read
+                            if name in plans and plans[name].role == "repartition")
+        changelogs = tuple(spec(t.changelog_topic.name) for t in self.app.tables.values()
+                           if not t.is_global and t.has_own_changelog)
+        inside = {s.name for s in repartition}
+        return GroupTopology(sources={name: count[name] for name in read if name not in inside},
+                             repartition=repartition, changelogs=changelogs)
 
     def _bind_tables(self, counts: Mapping[str, int]) -> None:
         """Bind the app's tables to this worker (engine.scope): their partition counts (their changelogs',

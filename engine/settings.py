@@ -27,6 +27,8 @@ OFFSET_RESETS = ("earliest", "latest")
 EventLoop = Literal["auto", "uvloop", "asyncio"]
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 Processes = int | Literal["auto"]
+GroupProtocol = Literal["auto", "streams", "classic"]
+GROUP_PROTOCOLS = ("auto", "streams", "classic")
 _APP_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
@@ -112,6 +114,12 @@ class Settings:
     standby_replicas: int = field(default=0, metadata=doc(
         "warm copies of each table partition kept on other workers ([rebalances and "
         "faults](rebalances-and-faults.md))"))
+    # How the group's members share the tasks: Kafka's streams rebalance protocol (KIP-1071: the broker
+    # assigns, a membership change stops only the tasks that move) or the classic one (every member stops
+    # every task at each change); "auto" takes streams where the broker offers it and the group can be one.
+    group_protocol: GroupProtocol = field(default="auto", metadata=doc(
+        "`auto`, `streams` (KIP-1071: only the tasks that move stop) or `classic` ([rebalances and "
+        "faults](rebalances-and-faults.md#the-streams-rebalance-protocol))"))
     # Static membership (KIP-345): "auto" (the worker id kept in the data dir) or a name unique in the group;
     # None: dynamic membership (a leave rebalances at once; a restart rebalances twice).
     group_instance_id: str | None = field(default=None, metadata=doc(
@@ -305,6 +313,8 @@ def validate(s: Settings) -> None:
         fail("event_loop", s.event_loop, f"expected one of {EVENT_LOOPS}")
     if s.auto_offset_reset not in OFFSET_RESETS:
         fail("auto_offset_reset", s.auto_offset_reset, f"expected one of {OFFSET_RESETS}")
+    if s.group_protocol not in GROUP_PROTOCOLS:
+        fail("group_protocol", s.group_protocol, f"expected one of {GROUP_PROTOCOLS}")
     if s.group_instance_id is not None and (not isinstance(s.group_instance_id, str)
                                             or not _APP_ID.match(s.group_instance_id)):
         fail("group_instance_id", s.group_instance_id,

@@ -130,9 +130,10 @@ class Conductor(Service):
                 await admin.create_topics([self._plan(topic)])
             finally:
                 await admin.close()
-        self.consumer.subscribe(self._topics())
+        self.consumer.subscribe(self.subscribed_topics())
 
-    def _topics(self) -> list[str]:
+    def subscribed_topics(self) -> list[str]:
+        """Every topic read through the group: the agents' and the tables' over a source topic."""
         return sorted({*self.routes, *self.table_sources})
 
     def runners(self) -> list[AgentRunner]:
@@ -174,7 +175,7 @@ class Conductor(Service):
     async def on_start(self) -> None:
         # Subscribe once, before the first fetch, to everything the agents read: their pipelines included,
         # as the topology declared them (the worker created every topic of it before this).
-        topics = self._topics()
+        topics = self.subscribed_topics()
         if topics:
             self.consumer.subscribe(topics)
         self._subscribed = True

@@ -123,7 +123,9 @@ class TaskManager(Service):
         self._drop_queued = drop_queued
         self.commit_interval = commit_interval
         self.revoke_wait = revoke_wait
-        self._recovery: asyncio.Task[None] | None = None
+        # The set-ups under way, with their partitions: one per assignment (a streams group's member is given
+        # tasks while others are still being set up).
+        self._recoveries: dict[asyncio.Task[None], set[TP]] = {}
         # One change of ownership at a time: the group's callbacks (assigned, revoked, lost) and the rewind
         # of tasks whose commit failed. A rewind that ran while a revoke of the same partitions was under
         # way set them up again in its middle, and the partitions stalled.
@@ -303,7 +305,12 @@ class TaskManager(Service):
                 task.open()
             self._moved()
             return
-        self._recovery = self.spawn(self._set_up(tps), "recover")
+        self._recover(tps)
+
+    def _recover(self, tps: set[TP]) -> None:
+        recovery = self.spawn(self._set_up(tps), "recover")
+        self._recoveries[recovery] = tps
+        recovery.add_done_callback(lambda done: self._recoveries.pop(done, None))
 
     async def _set_up(self, tps: set[TP]) -> None:
         """Set the tasks up; while no broker answers (one restarting: the clients a set-up starts, unlike the
@@ -524,8 +531,13 @@ class TaskManager(Service):
         between); returns the closed tasks, whose producers are still to stop."""
         self.leases.end(tps)
         self.pauses.forget(tps)
-        if rebalancing and self._recovery is not None and not self._recovery.done():
-            self._recovery.cancel()  # a rebalance during set-up: it resumes from the stores later
+        resumed: set[TP] = set()
+        if rebalancing:  # a rebalance during a set-up: its tasks that stay here are set up again
+            for recovery, setting_up in list(self._recoveries.items()):
+                if not recovery.done() and not setting_up.isdisjoint(tps):
+                    recovery.cancel()
+                    del self._recoveries[recovery]
+                    resumed |= setting_up.difference(tps)
         closed = []
         for number in sorted({tp.partition for tp in tps}):
             task = self.active.get(number)
@@ -541,6 +553,8 @@ class TaskManager(Service):
                     self.standbys.released(number, state)
                 del self.active[number]
                 closed.append(task)
+        if resumed:
+            self._recover(resumed)
         return closed
 
     @staticmethod

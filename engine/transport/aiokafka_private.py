@@ -20,6 +20,9 @@ tests/contract/test_aiokafka_private.py, which names the use that broke when a r
   rewound), so `retrieve_failures` reads them when the producer stops; the public API has no way to.
 - The admin client's controller and network client: CreateTopics v4 (the broker's default replication factor)
   goes to the controller, and Metadata v12 (topic ids) to any broker; aiokafka's admin has neither request.
+- The positions of a consumer's partitions, read without waiting: a streams group's member assigns its
+  partitions by hand, and aiokafka's `assign` replaces the assignment with one that has no positions: those
+  of the partitions it keeps are put back (`positions`).
 - Metadata requests that never ask the broker to create a topic: aiokafka asks for auto-creation in every
   metadata request, with no option to say no. `refuse_auto_create` makes the requests of one client (engine's
   own) say no; the requests of every other aiokafka client in the process are built as aiokafka builds them.
@@ -148,5 +151,21 @@ def refuse_auto_create(client: Any) -> None:
 
 
 def consumer_client(consumer: Any) -> Any:
-    """A consumer's AIOKafkaClient (for `refuse_auto_create`)."""
+    """A consumer's AIOKafkaClient (for `refuse_auto_create`; a streams group's member sends with it)."""
     return consumer._client
+
+
+def positions(consumer: Any) -> dict[Any, int]:
+    """The position of every assigned partition that has one, without waiting: a streams group's member
+    assigns partitions by hand, and aiokafka's `assign` forgets the positions of those it keeps (the public
+    `position` waits for one, and is a coroutine per partition)."""
+    subscription = consumer._subscription.subscription
+    if subscription is None or subscription.assignment is None:
+        return {}
+    assignment = subscription.assignment
+    found = {}
+    for tp in assignment.tps:
+        state = assignment.state_value(tp)
+        if state.has_valid_position:
+            found[tp] = state.position
+    return found

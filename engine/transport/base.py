@@ -40,6 +40,17 @@ class TopicSpec:
 
 
 @dataclass(frozen=True)
+class GroupTopology:
+    """What the group reads and keeps, as a streams group (KIP-1071) is told it when a worker joins: the
+    topics read through the group with their partition counts, the repartition topics among them (the app
+    writes them too), and the changelogs of its tables. The same on every worker of one version of the app."""
+
+    sources: Mapping[str, int]  # topics read through the group, but the repartition ones: partitions
+    repartition: tuple[TopicSpec, ...] = ()
+    changelogs: tuple[TopicSpec, ...] = ()
+
+
+@dataclass(frozen=True)
 class GroupMember:
     """One member of a consumer group, as the group coordinator describes it."""
 
@@ -119,6 +130,11 @@ class Consumer(Protocol):
 
     def request_rebalance(self) -> None:
         """Ask the group to rebalance (a warm-up replica caught up: its partition may move now)."""
+
+    @property
+    def group_protocol(self) -> str | None:
+        """The group protocol this consumer's membership speaks, "classic" or "streams" (known once started);
+        None outside a group."""
 
 
 class Producer(Protocol):
@@ -211,6 +227,8 @@ class Transport(Protocol):
         auto_offset_reset: str = "earliest",
         placement: Placement | None = None,
         instance_id: str | None = None,
+        group_protocol: str = "classic",
+        group_topology: Callable[[], GroupTopology] | None = None,
     ) -> Consumer:
         """A consumer; in a group, `on_revoked` is called with partitions taken back while this consumer is
         still their owner, `on_lost` with partitions the group gave away after this member's session expired
@@ -218,7 +236,11 @@ class Transport(Protocol):
         first offset ("earliest") or from its end ("latest"). A group's partitions are placed by
         engine.assignor (the same on every transport), with what `placement` brings and hears. With
         `instance_id` the member is static (KIP-345): it does not leave the group when it stops, and if it
-        comes back within the session timeout it gets its partitions back without a rebalance."""
+        comes back within the session timeout it gets its partitions back without a rebalance.
+        `group_protocol`: "classic" (engine's assignor, every member stopping every partition at each change),
+        "streams" (KIP-1071: the broker assigns, from `group_topology`, read when the consumer starts, and a
+        change stops only the partitions that move; refused, with what to do, where it cannot be) or "auto"
+        (streams where the broker offers it and the group can be one, else classic)."""
 
     def producer(self, transactional_id: str | None = None) -> Producer:
         """A producer; with `transactional_id`, a transactional one (a restarted worker passing the same id

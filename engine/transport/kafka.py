@@ -38,6 +38,7 @@ from aiokafka.errors import (
     GroupAuthorizationFailedError,
     IllegalOperation,
     IllegalStateError,
+    IncompatibleBrokerVersion,
     KafkaConnectionError,
     KafkaError,
     SaslAuthenticationFailed,
@@ -64,6 +65,7 @@ from engine.errors import (
     MembershipLost,
     OffsetOutOfRange,
     ProducerFenced,
+    TopologyError,
     TransactionAborted,
     TransportError,
 )
@@ -72,11 +74,17 @@ from engine.partitioner import KeyHashes
 from engine.transport import aiokafka_private as private
 from engine.transport.deliveries import Deliveries, first_failure
 from engine.transport.kafka_protocol import BROKER_DEFAULT, CreateTopicsRequest, TopicIdsRequest, topic_ids
+from engine.transport.kafka_streams_member import (
+    NotAStreamsGroup,
+    StreamsMember,
+    check_topology,
+    unsupported,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping, Sequence
+    from collections.abc import Callable, Collection, Mapping, Sequence
 
-    from engine.transport.base import PartitionsCallback, TopicSpec
+    from engine.transport.base import GroupTopology, PartitionsCallback, TopicSpec
 from engine.transport.base import ClientTuning, GroupDescription, GroupMember
 
 IDLE_POLL = 0.5  # seconds a fetch that may wait for as long as nothing changes waits here before returning
@@ -190,23 +198,23 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka's 
 
     def __init__(self, on_assigned: PartitionsCallback | None, on_revoked: PartitionsCallback | None,
                  on_lost: PartitionsCallback | None):
-        self._on_assigned = on_assigned
-        self._on_revoked = on_revoked
-        self._on_lost = on_lost
+        self.assigned = on_assigned
+        self.revoked = on_revoked
+        self.lost = on_lost
         self.consumer: AIOKafkaConsumer | None = None
 
     async def on_partitions_revoked(self, revoked: Collection[TopicPartition]) -> None:
         if not revoked:
             return
         tps = {TP(tp.topic, tp.partition) for tp in revoked}
-        if self._on_lost is not None and private.session_expired(private.group_coordinator(self.consumer)):
-            await self._on_lost(tps)
-        elif self._on_revoked is not None:
-            await self._on_revoked(tps)
+        if self.lost is not None and private.session_expired(private.group_coordinator(self.consumer)):
+            await self.lost(tps)
+        elif self.revoked is not None:
+            await self.revoked(tps)
 
     async def on_partitions_assigned(self, assigned: Collection[TopicPartition]) -> None:
-        if self._on_assigned is not None:
-            await self._on_assigned({TP(tp.topic, tp.partition) for tp in assigned})
+        if self.assigned is not None:
+            await self.assigned({TP(tp.topic, tp.partition) for tp in assigned})
 
 
 class _EngineAssignor(AbstractPartitionAssignor):  # type: ignore[misc]  # aiokafka's base is untyped
@@ -258,8 +266,11 @@ class KafkaConsumer:
         placement: Placement | None = None,
         instance_id: str | None = None,
         tuning: ClientTuning | None = None,
+        group_protocol: str = "classic",
+        group_topology: Callable[[], GroupTopology] | None = None,
     ) -> None:
-        """`tuning`: its session timeout and poll interval (the transport's)."""
+        """`tuning`: its session timeout and poll interval (the transport's); `group_protocol` and
+        `group_topology`: see engine.transport.base.Transport.consumer."""
         tuning = tuning or ClientTuning()
         self._servers = servers
         self._options = options
@@ -285,25 +296,126 @@ class KafkaConsumer:
         )
         private.refuse_auto_create(private.consumer_client(self._client))
         listener.consumer = self._client
+        self._group_id = group_id
+        self._instance_id = instance_id
+        self._placement = placement or Placement()
+        self._tuning = tuning
+        self._wanted = group_protocol if group_id is not None else "classic"
+        self._group_topology = group_topology
+        self._protocol: str | None = None  # chosen at start
+        self._member: StreamsMember | None = None  # the streams group's membership, when it is that
+        self._started = False
         self._topics: set[str] = set()
         self._held: set[TopicPartition] = set()  # held back (hold_back): left out of getmany
+        self._paused: set[TopicPartition] = set()  # paused by the caller (pause), kept across reassigns
+        self._assigning: set[TopicPartition] = set()  # new in a streams assignment, not set up yet
 
     async def start(self) -> None:
         await _start(self._client, self._servers, self._options)
+        self._started = True
+        if self._group_id is None:
+            return
+        if self._wanted != "classic":
+            try:
+                self._member = await self._join_streams_group()
+            except Exception:
+                await self.stop()
+                raise
+        self._protocol = "streams" if self._member is not None else "classic"
+        if self._member is None and self._topics:
+            self._client.subscribe(topics=sorted(self._topics), listener=self._listener)
+
+    async def _join_streams_group(self) -> StreamsMember | None:
+        """Join as a member of a streams group; None where `auto` takes the classic protocol (said why)."""
+        auto = self._wanted == "auto"
+        topology = self._group_topology() if self._group_topology is not None else None
+        why = check_topology(topology) if topology is not None else "no topology was given"
+        if why is not None:
+            if auto:
+                log.info("group protocol: classic (%s)", why)
+                return None
+            raise TopologyError(f"group_protocol=streams cannot run this app: {why}; use classic or auto")
+        assert topology is not None
+        assert self._group_id is not None
+        self._client.assign([])  # the member's partitions are assigned by hand, task by task
+        member = StreamsMember(
+            client=private.consumer_client(self._client), group_id=self._group_id,
+            instance_id=self._instance_id, topology=topology, placement=self._placement, reassign=self,
+            rebalance_timeout_ms=REBALANCE_TIMEOUT_MS, on_assigned=self._listener.assigned,
+            on_revoked=self._listener.revoked, on_lost=self._listener.lost,
+            session_timeout=(self._tuning or ClientTuning()).session_timeout)
+        try:
+            await member.join()
+        except IncompatibleBrokerVersion as exc:
+            if not auto:
+                raise unsupported(exc) from exc
+            log.info("group protocol: classic (the broker does not offer the streams protocol)")
+            return None
+        except NotAStreamsGroup as exc:
+            if not auto:
+                raise
+            log.warning("group protocol: classic, not streams: %s", exc)
+            return None
+        return member
 
     async def stop(self) -> None:
+        if self._member is not None:
+            await self._member.leave()
         await _stop_quietly(self._client, "consumer", within=CONSUMER_STOP_TIMEOUT)
 
+    @property
+    def group_protocol(self) -> str | None:
+        return self._protocol
+
     def subscribe(self, topics: Collection[str]) -> None:
-        if set(topics) != self._topics:
-            self._topics = set(topics)
+        if set(topics) == self._topics:
+            return
+        added = set(topics) - self._topics
+        self._topics = set(topics)
+        if self._member is not None:
+            self._member.failure = TopologyError(
+                f"topics {sorted(added)} were declared after this worker joined its streams group, whose "
+                "topology cannot change while it runs: declare every pipeline before the agent's first "
+                "await, or run with group_protocol=classic")
+        elif self._started or self._wanted == "classic":
             self._client.subscribe(topics=sorted(self._topics), listener=self._listener)
+
+    # -- a streams group's assignment (engine.transport.kafka_streams_member.Reassign) ------------------
+
+    def reassign(self, tps: set[TP], new: set[TP]) -> None:
+        """Read exactly `tps` from now on: those read before go on where they were (aiokafka's `assign`
+        forgets positions and pauses: both are put back), the `new` ones paused until `release`."""
+        wanted = {TopicPartition(*tp) for tp in tps}
+        if wanted == self._client.assignment() and not new:
+            return
+        positions = private.positions(self._client)
+        self._client.assign(sorted(wanted))
+        for tp in wanted:
+            if tp in positions:
+                self._client.seek(tp, positions[tp])
+        self._assigning.update(TopicPartition(*tp) for tp in new)
+        self._assigning &= wanted
+        self._paused &= wanted
+        held = (self._paused | self._assigning) & wanted
+        if held:
+            self._client.pause(*held)
+
+    def release(self, tps: set[TP]) -> None:
+        """The tasks of these new partitions are set up (or being set up, paused by the task manager)."""
+        done = {TopicPartition(*tp) for tp in tps} & self._assigning
+        self._assigning -= done
+        ready = (done - self._paused) & self._client.assignment()
+        if ready:
+            self._client.resume(*ready)
 
     async def getmany(self, timeout: float | None, max_records: int) -> Mapping[TP, list[RawRecord]]:
         """(Partitions held back are left out of the call: aiokafka keeps their fetched records, and fetches
         no more of them meanwhile.)"""
         if timeout is None:  # (what changes here is not seen: looked at again after a poll interval)
             timeout = IDLE_POLL
+        member = self._member
+        if member is not None and member.failure is not None:
+            raise member.failure
         partitions: list[TopicPartition] = []
         if self._held:
             partitions = [tp for tp in self._client.assignment() if tp not in self._held]
@@ -325,6 +437,9 @@ class KafkaConsumer:
         return None  # (getmany returns after IDLE_POLL at the longest)
 
     async def commit(self, offsets: Mapping[TP, int]) -> None:
+        if self._member is not None:
+            await self._member.commit(offsets)
+            return
         try:
             await self._client.commit({TopicPartition(*tp): o for tp, o in offsets.items()})
         except KafkaError as exc:
@@ -332,7 +447,11 @@ class KafkaConsumer:
 
     async def confirm_membership(self) -> None:
         """One heartbeat, now: the coordinator answers with this member's standing. aiokafka's heartbeat
-        resets the generation when the member is unknown (its session expired), which is what we read."""
+        resets the generation when the member is unknown (its session expired), which is what we read.
+        A streams group's member beats now."""
+        if self._member is not None:
+            await self._member.confirm()
+            return
         coordinator = private.group_coordinator(self._client)
         if coordinator is None:
             return  # outside a group
@@ -349,6 +468,11 @@ class KafkaConsumer:
                                  "answer")
 
     def request_rebalance(self) -> None:
+        """(A streams group's broker assigns continuously: a member reports its tasks' positions, or, when
+        it let go of tasks it still owns in the group's eyes, joins again.)"""
+        if self._member is not None:
+            self._member.request_rebalance()
+            return
         coordinator = private.group_coordinator(self._client)
         if coordinator is not None:
             private.request_rejoin(coordinator)
@@ -416,10 +540,14 @@ class KafkaConsumer:
         return {tp: (None if offset is None or offset < 0 else offset) for tp, offset in pairs}
 
     def pause(self, tps: Collection[TP]) -> None:
-        self._client.pause(*(TopicPartition(*tp) for tp in tps))
+        paused = {TopicPartition(*tp) for tp in tps}
+        self._paused |= paused
+        self._client.pause(*(paused & self._client.assignment()))
 
     def resume(self, tps: Collection[TP]) -> None:
-        self._client.resume(*(TopicPartition(*tp) for tp in tps))
+        resumed = {TopicPartition(*tp) for tp in tps}
+        self._paused -= resumed
+        self._client.resume(*((resumed - self._assigning) & self._client.assignment()))
 
     def hold_back(self, tps: Collection[TP]) -> None:
         self._held.update(TopicPartition(*tp) for tp in tps)
@@ -831,10 +959,13 @@ class KafkaTransport:
         auto_offset_reset: str = "earliest",
         placement: Placement | None = None,
         instance_id: str | None = None,
+        group_protocol: str = "classic",
+        group_topology: Callable[[], GroupTopology] | None = None,
     ) -> KafkaConsumer:
         listener = _Listener(on_assigned, on_revoked, on_lost)
         return KafkaConsumer(self.servers, self.options, group_id, listener, max_poll_records,
-                             auto_offset_reset, placement, instance_id, self.tuning)
+                             auto_offset_reset, placement, instance_id, self.tuning, group_protocol,
+                             group_topology)
 
     def producer(self, transactional_id: str | None = None) -> KafkaProducer:
         # A transactional producer's records are visible only when its transaction commits: waiting to fill

@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, ClassVar
 
 from engine.assignor import Assignment, Placement
 from engine.clock import wall_time
+from engine.errors import TransportError
 from engine.events import TP, Headers, RawRecord
 from engine.partitioner import KeyHashes
 from engine.transport.base import GroupDescription, GroupMember
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping, Sequence
+    from collections.abc import Callable, Collection, Mapping, Sequence
 
-    from engine.transport.base import PartitionsCallback, TopicSpec
+    from engine.transport.base import GroupTopology, PartitionsCallback, TopicSpec
 
 
 @dataclass(slots=True, frozen=True)
@@ -200,6 +201,10 @@ class MemoryConsumer:
         self.topics = set(topics)
         if self._running:
             self.broker.join(self.group_id, self)
+
+    @property
+    def group_protocol(self) -> str | None:
+        return None if self.group_id is None else "classic"
 
     def request_rebalance(self) -> None:
         group = self.broker.groups.get(self.group_id) if self.group_id is not None else None
@@ -446,7 +451,12 @@ class MemoryTransport:
         auto_offset_reset: str = "earliest",
         placement: Placement | None = None,
         instance_id: str | None = None,  # a memory group has no sessions: every member is dynamic
+        group_protocol: str = "classic",
+        group_topology: Callable[[], GroupTopology] | None = None,
     ) -> MemoryConsumer:
+        if group_protocol == "streams" and group_id is not None:
+            raise TransportError("memory:// groups speak only the classic protocol: group_protocol=streams "
+                                 "needs a Kafka broker (4.1 or later); use auto or classic")
         return MemoryConsumer(self.broker, group_id, on_assigned, on_revoked, auto_offset_reset, placement)
 
     def producer(self, transactional_id: str | None = None) -> MemoryProducer:

@@ -28,6 +28,7 @@ async def test_a_consumer_whose_stop_hangs_is_given_up_with_a_warning(monkeypatc
     consumer = KafkaConsumer.__new__(KafkaConsumer)  # (the real aiokafka client is never built)
     fake = NeverLeaves()
     consumer._client = fake
+    consumer._member = None  # (classic)
     with caplog.at_level(logging.WARNING, logger="engine.transport.kafka"):
         await asyncio.wait_for(consumer.stop(), 5)
     assert fake.stopping
@@ -38,6 +39,7 @@ async def test_a_consumer_whose_stop_hangs_is_given_up_with_a_warning(monkeypatc
 async def test_a_stop_cancelled_from_outside_is_still_a_cancellation():
     consumer = KafkaConsumer.__new__(KafkaConsumer)
     consumer._client = NeverLeaves()
+    consumer._member = None
     stopping = asyncio.ensure_future(consumer.stop())
     await asyncio.sleep(0.01)
     stopping.cancel()

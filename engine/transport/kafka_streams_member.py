@@ -1,0 +1,512 @@
+"""A worker as a member of a streams group (KIP-1071): the heartbeat loop that keeps its membership, and the
+reconciliation that turns the broker's task assignment into engine's callbacks, one change at a time.
+
+Part of the Kafka transport (the consumer in kafka.py chooses this membership or aiokafka's classic one at its
+start). The broker's group coordinator computes the assignment; every heartbeat answers with the tasks this
+member may own now. A task moving away is revoked here first (only that task stops: its partitions are
+checkpointed and closed while every other task goes on), then reported gone in the next heartbeat, and only
+then given to its next owner. A task given here is set up while the others go on. The heartbeats go on
+throughout: the reconciliation runs beside the loop, never in it.
+
+engine's topology is declared as one subtopology ("0"): engine's task p is partition p of every topic the
+group reads (engine.assignor's rule, kept), so the protocol's task ("0", p) is engine's task p, every table
+kind and co-partitioning keep working unchanged, and the transactional ids stay `<app>-task-<p>`. The broker
+wants each changelog to have as many partitions as the subtopology has tasks (the largest source topic): an
+app whose tables have fewer is refused here (`check_topology`), and `group_protocol = auto` takes the classic
+protocol.
+
+Offsets are committed as the member (OffsetCommit v9 with its id and epoch): the broker refuses a commit of a
+member it fenced, and takes a revoked task's last commit until its revocation is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from aiokafka.client import CoordinationType
+from aiokafka.errors import IncompatibleBrokerVersion, KafkaError
+
+from engine.assignor import Assignment
+from engine.errors import EngineError, MembershipLost, TransportError
+from engine.events import TP
+from engine.transport.kafka_protocol import MemberOffsetCommitRequest, commit_errors
+from engine.transport.kafka_streams_group import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    LEAVE_STATIC_EPOCH,
+    Endpoint,
+    Heartbeat,
+    HeartbeatAnswer,
+    StatusCode,
+    StreamsGroupHeartbeatRequest,
+    Subtopology,
+    TaskOffset,
+    TopicInfo,
+    Topology,
+    heartbeat_answer,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Collection, Mapping
+
+    from engine.assignor import Placement
+    from engine.transport.base import GroupTopology, PartitionsCallback
+
+log = logging.getLogger(__name__)
+
+SUBTOPOLOGY = "0"  # engine's one subtopology: the protocol's task ("0", p) is engine's task p
+TOPOLOGY_EPOCH = 0  # the broker refuses any change of a live group's topology, whatever its epoch
+LEAVE_TIMEOUT = 5.0  # seconds the leaving heartbeat may take at stop (then the session timeout moves tasks)
+CONFIRM_TIMEOUT = 5.0  # seconds a membership check now may take
+JOIN_TIMEOUT = 60.0  # seconds the first heartbeat is tried while the group's coordinator is not ready
+RETRY = 0.5  # seconds between two tries of a heartbeat the broker could not answer
+# Kafka's error codes the member acts on.
+UNKNOWN_MEMBER_ID = 25
+FENCED_MEMBER_EPOCH = 110
+STALE_MEMBER_EPOCH = 113
+GROUP_ID_NOT_FOUND = 69
+INVALID_REQUEST = 42
+COORDINATOR_MOVED = (14, 15, 16)  # load in progress, not available, not coordinator: find it again
+FENCED = (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH)
+# The statuses that say the group cannot run (said once each, at WARNING, until they clear).
+_BLOCKING = {StatusCode.MISSING_SOURCE_TOPICS, StatusCode.INCORRECTLY_PARTITIONED_TOPICS,
+             StatusCode.MISSING_INTERNAL_TOPICS, StatusCode.STALE_TOPOLOGY, StatusCode.MISSING_CLIENT_TAGS}
+
+TaskSet = frozenset[int]  # partition numbers of subtopology "0"
+
+
+class NotAStreamsGroup(EngineError):
+    """The group id belongs to a live group of the classic protocol (its members still in it)."""
+
+
+class StreamsUnsupported(EngineError):
+    """The broker does not offer the streams rebalance protocol (StreamsGroupHeartbeat: Kafka 4.1 and on)."""
+
+
+def declared_topology(topology: GroupTopology) -> Topology:
+    """engine's topology as the protocol declares it: one subtopology, its source and repartition topics and
+    its tables' changelogs, with the configs engine creates them with (the broker creates a missing internal
+    topic exactly as declared). The same on every worker of one app: sorted, the epoch constant."""
+    return Topology(epoch=TOPOLOGY_EPOCH, subtopologies=(Subtopology(
+        SUBTOPOLOGY,
+        source_topics=tuple(sorted(topology.sources)),
+        state_changelog_topics=tuple(TopicInfo(spec.name, 0, spec.replication or 0, dict(spec.config))
+                                     for spec in sorted(topology.changelogs, key=lambda s: s.name)),
+        repartition_sink_topics=tuple(sorted(spec.name for spec in topology.repartition)),
+        repartition_source_topics=tuple(
+            TopicInfo(spec.name, spec.partitions, spec.replication or 0, dict(spec.config))
+            for spec in sorted(topology.repartition, key=lambda s: s.name)),
+    ),))
+
+
+def check_topology(topology: GroupTopology) -> str | None:
+    """Why this app cannot be one subtopology of a streams group, or None. The broker gives a subtopology as
+    many tasks as its largest source topic has partitions, and refuses a changelog with another count."""
+    counts = {**topology.sources, **{spec.name: spec.partitions for spec in topology.repartition}}
+    if not counts:
+        return "the app reads no topic through the group"
+    tasks = max(counts.values())
+    other = sorted(f"{spec.name!r} ({spec.partitions})" for spec in topology.changelogs
+                   if spec.partitions != tasks)
+    if other:
+        return (f"the changelogs {', '.join(other)} have another partition count than the {tasks} tasks of "
+                "the topics the app reads, which a streams group refuses")
+    return None
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the broker says this member may own now."""
+
+    active: TaskSet
+    standby: TaskSet
+    warmup: TaskSet
+
+
+class Reassign(Protocol):
+    """What the member asks of its consumer: read exactly these partitions from now on, the `new` ones held
+    (not fetched) until `release` (their tasks are being set up), every other one where it was."""
+
+    def reassign(self, tps: set[TP], new: set[TP]) -> None: ...
+
+    def release(self, tps: set[TP]) -> None: ...
+
+
+class StreamsMember:
+    """One worker's membership of its streams group: joins with the topology, beats at the interval the
+    broker asks for (at once when it has something to acknowledge), reconciles each new assignment through
+    the callbacks, commits offsets as the member, and leaves at stop."""
+
+    def __init__(self, *, client: Any, group_id: str, instance_id: str | None, topology: GroupTopology,
+                 placement: Placement, reassign: Reassign, rebalance_timeout_ms: int,
+                 on_assigned: PartitionsCallback | None, on_revoked: PartitionsCallback | None,
+                 on_lost: PartitionsCallback | None, session_timeout: float) -> None:
+        self._client = client
+        self.group_id = group_id
+        self.instance_id = instance_id
+        self.member_id = str(uuid.uuid4())
+        self.process_id = self.member_id
+        self.epoch = JOIN_EPOCH
+        self._topology = topology
+        self._declared = declared_topology(topology)
+        self._counts = {**topology.sources, **{spec.name: spec.partitions for spec in topology.repartition}}
+        self._placement = placement
+        self._reassign = reassign
+        self._rebalance_timeout_ms = rebalance_timeout_ms
+        self._on_assigned = on_assigned
+        self._on_revoked = on_revoked
+        self._on_lost = on_lost
+        self._session_timeout = session_timeout
+        self._coordinator: int | None = None
+        self._request = asyncio.Lock()  # one request to the coordinator at a time
+        self._wake = asyncio.Event()
+        self._interval = 1.0  # seconds between heartbeats (the broker's answer sets it)
+        self._offset_interval = 60.0  # seconds between two reports of the tasks' changelog positions
+        self._offsets_due = 0.0  # monotonic time of the next report
+        self._target: Target | None = None  # the broker's last word (None: not heard since joining)
+        self._owned = Target(frozenset(), frozenset(), frozenset())  # reconciled: what is reported
+        self._reported: Target | None = None  # what the last heartbeat said this member owns
+        self._owners: dict[int, str] = {}
+        self._lost_pending = False
+        self._doubted = False  # the last membership check got no answer
+        self._sent = self._owned  # what the heartbeat being sent says this member owns
+        self._reconciling: asyncio.Task[None] | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._last_answer = time.monotonic()
+        self._said: set[tuple[int, str]] = set()
+        self.failure: BaseException | None = None  # a fatal answer: raised by the consumer's next fetch
+
+    # -- the task <-> partition mapping ---------------------------------------------------------------
+
+    def partitions(self, tasks: Collection[int]) -> set[TP]:
+        """The partitions of these tasks: partition p of every topic the group reads that has one."""
+        return {TP(topic, p) for p in tasks for topic, count in self._counts.items() if p < count}
+
+    # -- the loop -------------------------------------------------------------------------------------
+
+    async def join(self) -> None:
+        """The first heartbeat, answered before the worker goes on: a group that cannot be a streams group
+        (a live classic group, a broker without the protocol) is told apart here."""
+        deadline = time.monotonic() + JOIN_TIMEOUT
+        while True:
+            try:
+                answer = await self._beat()
+            except KafkaError as exc:
+                if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
+                    raise
+                self._coordinator = None
+            else:
+                if answer.error_code not in COORDINATOR_MOVED:
+                    break
+                if time.monotonic() > deadline:
+                    raise TransportError(f"the streams group {self.group_id!r} has no coordinator ready "
+                                         f"after {JOIN_TIMEOUT:.0f} s: {answer.error_message}")
+            await asyncio.sleep(RETRY)
+        self._handle(answer, first=True)
+        self._loop_task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while self.failure is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._interval)
+            self._wake.clear()
+            try:
+                answer = await self._beat()
+            except (KafkaError, OSError, TimeoutError) as exc:
+                self._unanswered(exc)
+                await asyncio.sleep(RETRY)
+                continue
+            except Exception as exc:  # a fatal one (said where it is raised)
+                self.failure = exc
+                return
+            try:
+                self._handle(answer)
+            except EngineError as exc:
+                self.failure = exc
+                log.error("%s", exc)
+                return
+
+    def _unanswered(self, exc: BaseException) -> None:
+        """No answer (the coordinator away or moving): looked for again at the next beat. Past the session
+        timeout without one, the broker has surely fenced this member: its tasks are lost now, not when it
+        finally answers."""
+        self._coordinator = None
+        silent = time.monotonic() - self._last_answer
+        if silent > self._session_timeout and self.epoch != JOIN_EPOCH:
+            log.warning("no answer from the group's coordinator for %.0f s (%r): this worker's tasks are "
+                        "given to the others; rejoining", silent, exc)
+            self._fenced()
+
+    async def _beat(self, *, leave: int | None = None) -> HeartbeatAnswer:
+        async with self._request:
+            request = self._heartbeat(leave)
+            coordinator = await self._find_coordinator()
+            response = await self._client.send(coordinator, StreamsGroupHeartbeatRequest(request))
+            answer = heartbeat_answer(response)
+            if answer.error_code in COORDINATOR_MOVED:
+                self._coordinator = None
+            elif answer.error_code == 0 and leave is None:
+                self._last_answer = time.monotonic()
+                owned = (request.active_tasks, request.standby_tasks, request.warmup_tasks)
+                if all(tasks is not None for tasks in owned):
+                    self._reported = self._sent
+            return answer
+
+    async def _find_coordinator(self) -> int:
+        if self._coordinator is None:
+            self._coordinator = int(await self._client.coordinator_lookup(CoordinationType.GROUP,
+                                                                          self.group_id))
+        return self._coordinator
+
+    def _heartbeat(self, leave: int | None) -> Heartbeat:
+        joining = self.epoch == JOIN_EPOCH
+        if leave is not None:
+            return Heartbeat(self.group_id, self.member_id, leave, instance_id=self.instance_id)
+        owned = Target(frozenset(), frozenset(), frozenset()) if joining else self._owned
+        self._sent = owned
+        changed = joining or owned != self._reported
+        now = time.monotonic()
+        offsets = joining or now >= self._offsets_due
+        if offsets:
+            self._offsets_due = now + self._offset_interval
+        endpoint = self._endpoint() if joining else None
+        return Heartbeat(
+            group_id=self.group_id, member_id=self.member_id, member_epoch=self.epoch,
+            instance_id=self.instance_id,
+            rebalance_timeout_ms=self._rebalance_timeout_ms if joining else -1,
+            topology=self._declared if joining else None,
+            # The three task kinds go together (the broker refuses one without the others).
+            active_tasks=_tasks(owned.active) if changed else None,
+            standby_tasks=_tasks(owned.standby) if changed else None,
+            warmup_tasks=_tasks(owned.warmup) if changed else None,
+            process_id=self.process_id if joining else None,
+            user_endpoint=endpoint,
+            client_tags={} if joining else None,
+            task_offsets=self._task_offsets(all_tasks=True) if offsets else None,
+            task_end_offsets=self._task_offsets(all_tasks=False) if offsets else None,
+        )
+
+    def _endpoint(self) -> Endpoint | None:
+        host, _, port = self._placement.endpoint.rpartition(":")
+        return Endpoint(host, int(port)) if host and port.isdigit() else None
+
+    def _task_offsets(self, *, all_tasks: bool) -> list[TaskOffset]:
+        """The changelog positions of the tasks whose stores are here (summed over tables): what the broker
+        ranks standby and warm-up candidates by; the active tasks' (their changelogs' ends) as end offsets."""
+        positions = self._placement.positions()
+        active = self._owned.active
+        return [TaskOffset(SUBTOPOLOGY, p, offset) for p, offset in sorted(positions.items())
+                if all_tasks or p in active]
+
+    def request_rebalance(self) -> None:
+        """The broker assigns continuously: what a classic member asks a rebalance for is, here, reporting
+        the tasks' changelog positions now (a warm-up caught up: the broker may move its task). After a
+        membership check that got no answer, the worker let go of tasks the group may still count as this
+        member's (engine.tasks.manager): then it joins again, which settles who owns them."""
+        if self._doubted:
+            log.info("joining the streams group again: tasks were let go of while membership was in doubt")
+            self._fenced()
+            return
+        self._offsets_due = 0.0
+        self._wake.set()
+
+    # -- answers --------------------------------------------------------------------------------------
+
+    def _handle(self, answer: HeartbeatAnswer, *, first: bool = False) -> None:
+        code = answer.error_code
+        if code in COORDINATOR_MOVED:
+            return
+        if code in FENCED:
+            log.warning("the group fenced this worker (%s: %s); its tasks go to others; rejoining",
+                        "unknown member" if code == UNKNOWN_MEMBER_ID else "fenced epoch",
+                        answer.error_message)
+            self._fenced()
+            return
+        if code != 0:
+            raise _refused(self.group_id, code, answer.error_message, first=first)
+        if answer.member_id and answer.member_id != self.member_id:
+            self.member_id = answer.member_id
+        self.epoch = answer.member_epoch
+        if answer.heartbeat_interval_ms > 0:
+            self._interval = answer.heartbeat_interval_ms / 1000
+        if answer.task_offset_interval_ms > 0:
+            self._offset_interval = answer.task_offset_interval_ms / 1000
+        self._say_statuses(answer)
+        if answer.partitions_by_user_endpoint is not None:
+            self._owners = {p: f"{e.endpoint.host}:{e.endpoint.port}"
+                            for e in answer.partitions_by_user_endpoint
+                            for parts in e.active.values() for p in parts}
+        if answer.active_tasks is not None:
+            self._target = Target(_of(answer.active_tasks), _of(answer.standby_tasks),
+                                  _of(answer.warmup_tasks))
+        if self._target is not None and (self._target != self._owned or self._lost_pending):
+            self._reconcile_soon()
+        elif answer.partitions_by_user_endpoint is not None:
+            self._placement.assignment_received(self._assignment(self._owned))
+
+    def _say_statuses(self, answer: HeartbeatAnswer) -> None:
+        now = {(s.code, s.detail) for s in answer.statuses if s.code in _BLOCKING}
+        for code, detail in sorted(now - self._said):
+            log.warning("the streams group %r cannot run yet: %s (%s)", self.group_id,
+                        StatusCode(code).name, detail)
+        for code, _ in sorted(self._said - now):
+            log.info("the streams group %r: %s cleared", self.group_id, StatusCode(code).name)
+        self._said = now
+        if any(s.code == StatusCode.SHUTDOWN_APPLICATION for s in answer.statuses):
+            raise EngineError(f"a member of the streams group {self.group_id!r} asked the whole application "
+                              "to shut down")
+
+    def _fenced(self) -> None:
+        """The broker gave this member's tasks away: they are lost (closed dirty), and it joins again."""
+        self.epoch = JOIN_EPOCH
+        self._target = None
+        self._reported = None
+        self._lost_pending = True
+        self._offsets_due = 0.0
+        self._reconcile_soon()
+        self._wake.set()
+
+    # -- reconciliation -------------------------------------------------------------------------------
+
+    def _reconcile_soon(self) -> None:
+        if self._reconciling is None or self._reconciling.done():
+            self._reconciling = asyncio.ensure_future(self._reconcile())
+
+    async def _reconcile(self) -> None:
+        """Bring what this member owns to the broker's target, one step at a time: lost first, then revoked
+        (reported at once, so their next owner gets them), then assigned. A newer target heard meanwhile is
+        reconciled next."""
+        try:
+            while True:
+                if self._lost_pending:
+                    self._lost_pending = False
+                    lost = self._owned.active
+                    self._owned = Target(frozenset(), frozenset(), frozenset())
+                    self._reassign.reassign(set(), set())
+                    if lost:
+                        await _call(self._on_lost or self._on_revoked, self.partitions(lost))
+                    continue
+                target = self._target
+                if target is None or target == self._owned:
+                    return
+                revoked = self._owned.active - target.active
+                if revoked:
+                    await _call(self._on_revoked, self.partitions(revoked))
+                    kept = self._owned.active - revoked
+                    self._owned = Target(kept, self._owned.standby, self._owned.warmup)
+                    self._reassign.reassign(self.partitions(kept), set())
+                    self._wake.set()  # acknowledged at once: the next owner waits for it
+                    continue
+                new = target.active - self._owned.active
+                self._placement.assignment_received(self._assignment(target))
+                fresh = self.partitions(new)
+                self._reassign.reassign(self.partitions(target.active), fresh)
+                try:
+                    await _call(self._on_assigned, fresh)
+                finally:
+                    self._reassign.release(fresh)
+                self._owned = target
+                self._wake.set()
+        except Exception as exc:
+            log.error("reconciling the streams group's assignment failed: %r", exc, exc_info=exc)
+            self.failure = exc
+
+    def _assignment(self, target: Target) -> Assignment:
+        return Assignment(active=target.active, standby=target.standby | target.warmup,
+                          owners=dict(self._owners), warming=target.warmup)
+
+    # -- membership and offsets -----------------------------------------------------------------------
+
+    async def confirm(self) -> None:
+        """One heartbeat now: raise MembershipLost unless the broker still counts this member in."""
+        if self.epoch == JOIN_EPOCH or self._lost_pending:
+            raise MembershipLost("this worker is not a member of its streams group now (rejoining)")
+        try:
+            answer = await asyncio.wait_for(self._beat(), CONFIRM_TIMEOUT)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            self._doubted = True
+            raise MembershipLost(f"cannot confirm this worker's group membership: {exc!r}") from exc
+        self._doubted = False
+        self._handle(answer)
+        if answer.error_code != 0 or self.epoch == JOIN_EPOCH:
+            raise MembershipLost(f"the streams group does not count this worker as a member "
+                                 f"({answer.error_code}: {answer.error_message})")
+
+    async def commit(self, offsets: Mapping[TP, int]) -> None:
+        """Commit `offsets` as this member (its id and epoch): refused once the broker fenced it."""
+        if not offsets:
+            return
+        try:
+            async with self._request:
+                coordinator = await self._find_coordinator()
+                positions = {(tp.topic, tp.partition): o for tp, o in offsets.items()}
+                request = MemberOffsetCommitRequest(self.group_id, self.member_id, self.epoch, positions,
+                                                    self.instance_id)
+                errors = commit_errors(await self._client.send(coordinator, request))
+        except KafkaError as exc:
+            self._coordinator = None
+            raise TransportError(f"offset commit failed: {exc!r}") from exc
+        failed = {tp: code for tp, code in errors.items() if code}
+        if not failed:
+            return
+        if any(code in (*FENCED, STALE_MEMBER_EPOCH) for code in failed.values()):
+            raise MembershipLost(f"offset commit refused: this worker is no longer the member that owns "
+                                 f"{sorted(failed)} (errors {sorted(set(failed.values()))})")
+        if any(code in COORDINATOR_MOVED for code in failed.values()):
+            self._coordinator = None
+        codes = sorted(set(failed.values()))
+        raise TransportError(f"offset commit failed for {sorted(failed)}: errors {codes}")
+
+    async def leave(self) -> None:
+        """Leave the group (a static member only for now: its tasks wait for it, the session timeout)."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+        if self._reconciling is not None and not self._reconciling.done():
+            self._reconciling.cancel()
+        if self.epoch == JOIN_EPOCH:
+            return
+        epoch = LEAVE_STATIC_EPOCH if self.instance_id is not None else LEAVE_EPOCH
+        try:
+            await asyncio.wait_for(self._beat(leave=epoch), LEAVE_TIMEOUT)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            log.warning("could not leave the streams group (%r): its tasks move after the session timeout",
+                        exc)
+
+
+def _tasks(tasks: TaskSet) -> dict[str, list[int]]:
+    return {SUBTOPOLOGY: sorted(tasks)} if tasks else {}
+
+
+def _of(tasks: Mapping[str, list[int]] | None) -> TaskSet:
+    return frozenset(p for subtopology, parts in (tasks or {}).items() if subtopology == SUBTOPOLOGY
+                     for p in parts)
+
+
+async def _call(callback: Callable[[set[TP]], Awaitable[None]] | None, tps: set[TP]) -> None:
+    if callback is not None:
+        await callback(tps)
+
+
+def _refused(group: str, code: int, message: str | None, *, first: bool) -> EngineError:
+    """A heartbeat refused for good: one line that says what to do."""
+    if code == GROUP_ID_NOT_FOUND:
+        return NotAStreamsGroup(
+            f"group {group!r} is a live group of the classic protocol ({message}): its workers must all stop "
+            "before the app starts with group_protocol=streams (committed offsets stay with the group); or "
+            "run this worker with group_protocol=classic")
+    if code == INVALID_REQUEST and message and "Topology updates" in message:
+        return EngineError(
+            f"the streams group {group!r} runs another version of this app's topology, and a live group's "
+            f"topology cannot change ({message}): stop every worker of the app, then start the new version")
+    return EngineError(f"the streams group {group!r} refused this worker (error {code}: {message})")
+
+
+def unsupported(exc: IncompatibleBrokerVersion) -> StreamsUnsupported:
+    return StreamsUnsupported("the broker does not offer the streams rebalance protocol (KIP-1071, Kafka "
+                              f"4.1 and later): {exc}")
