@@ -25,7 +25,8 @@ and after comes from the workers' own /status (its `active` tasks, asked just be
 group has settled again); a partition stayed if its owner is the same, else it moved (to its standby, if the
 new owner held one). Reported per partition: its longest gap in the baseline (the minute before the change,
 or from settling on if shorter) and from the change on; stayed and moved summarised (max, median, and
-during/baseline). `--protocol streams` (KIP-1071) is an error until issue 36 gives engine that member.
+during/baseline). `--protocol streams` runs the workers as members of a streams group (KIP-1071), `classic`
+(the default) as the classic protocol's.
 """
 
 from __future__ import annotations
@@ -202,10 +203,11 @@ async def run(bootstrap: str, rate: float, seconds: float, guarantee: str, delay
     print(f"  logs in {work}")
 
 
-# The group protocols the workers can run, each as the environment that selects it. The streams rebalance
-# protocol (KIP-1071, docs/internals/streams-rebalance-protocol.md) comes with issue 36: until engine has its
-# member there is nothing to select, and asking for it is an error rather than a run of the classic one.
-PROTOCOLS: dict[str, dict[str, str]] = {"classic": {}}
+# The group protocols the workers can run, each as the environment that selects it: the classic one, or the
+# streams rebalance protocol (KIP-1071, docs/internals/streams-rebalance-protocol.md), which the workers
+# refuse to start without (rather than falling back to the classic one).
+PROTOCOLS: dict[str, dict[str, str]] = {"classic": {"ENGINE_GROUP_PROTOCOL": "classic"},
+                                        "streams": {"ENGINE_GROUP_PROTOCOL": "streams"}}
 MOVES = ("join", "leave", "kill")
 BASELINE = 60.0  # seconds before the change its gaps are compared with (less if the run is shorter)
 
@@ -357,9 +359,6 @@ def main() -> None:
     p.add_argument("--protocol", choices=["classic", "streams"], default="classic",
                    help="the group protocol of the workers (join, leave, kill)")
     args = p.parse_args()
-    if args.protocol not in PROTOCOLS:
-        p.error(f"--protocol {args.protocol}: not yet: engine has no member of the streams rebalance "
-                "protocol (KIP-1071) until issue 36; only the classic protocol runs today")
     guarantees = ["at_least_once", "exactly_once"] if args.guarantee == "both" else [args.guarantee]
     with broker(args.broker) as bootstrap:
         for scenario in args.scenario:

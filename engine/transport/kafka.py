@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.client import CoordinationType
 from aiokafka.conn import create_conn
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.protocol import (
@@ -39,6 +40,7 @@ from aiokafka.errors import (
     IllegalOperation,
     IllegalStateError,
     IncompatibleBrokerVersion,
+    InconsistentGroupProtocolError,
     KafkaConnectionError,
     KafkaError,
     SaslAuthenticationFailed,
@@ -74,10 +76,13 @@ from engine.partitioner import KeyHashes
 from engine.transport import aiokafka_private as private
 from engine.transport.deliveries import Deliveries, first_failure
 from engine.transport.kafka_protocol import BROKER_DEFAULT, CreateTopicsRequest, TopicIdsRequest, topic_ids
+from engine.transport.kafka_streams_describe import StreamsGroupDescribeRequest, described_groups
 from engine.transport.kafka_streams_member import (
+    GROUP_ID_NOT_FOUND,
     NotAStreamsGroup,
     StreamsMember,
     check_topology,
+    streams_group_description,
     unsupported,
 )
 
@@ -275,15 +280,21 @@ class KafkaConsumer:
         self._servers = servers
         self._options = options
         self._listener = listener
-        self._client = AIOKafkaConsumer(
+        # What every aiokafka consumer of this one is built with: a classic group's member, or (a streams
+        # group's member, outside aiokafka's group coordination) one with no group at all.
+        self._settings: dict[str, Any] = dict(
             bootstrap_servers=servers,
-            group_id=group_id,
             enable_auto_commit=False,
             auto_offset_reset=auto_offset_reset,
             max_poll_records=max_poll_records,
             # Records of aborted transactions (a worker that died mid-checkpoint) are never seen, and
             # open ones only once committed; without transactions this reads like read_uncommitted.
             isolation_level="read_committed",
+            **options,
+        )
+        self._wanted = group_protocol if group_id is not None else "classic"
+        self._classic_group: dict[str, Any] = dict(
+            group_id=group_id,
             # engine's assignor: partition p of every topic goes with task p (co-partitioned), sticky,
             # with standbys and warm-up (engine.assignor).
             partition_assignment_strategy=(_EngineAssignor(placement or Placement()),),
@@ -292,38 +303,53 @@ class KafkaConsumer:
             heartbeat_interval_ms=round(tuning.session_timeout * 1000 / 3),
             max_poll_interval_ms=round(tuning.max_poll_interval * 1000),
             group_instance_id=instance_id,
-            **options,
         )
-        private.refuse_auto_create(private.consumer_client(self._client))
-        listener.consumer = self._client
+        # A streams group's member assigns its partitions by hand, outside aiokafka's group coordination.
+        self._client = self._aiokafka_consumer(
+            self._classic_group if self._wanted == "classic" else {"group_id": None})
         self._group_id = group_id
         self._instance_id = instance_id
         self._placement = placement or Placement()
         self._tuning = tuning
-        self._wanted = group_protocol if group_id is not None else "classic"
         self._group_topology = group_topology
         self._protocol: str | None = None  # chosen at start
         self._member: StreamsMember | None = None  # the streams group's membership, when it is that
-        self._started = False
         self._topics: set[str] = set()
         self._held: set[TopicPartition] = set()  # held back (hold_back): left out of getmany
         self._paused: set[TopicPartition] = set()  # paused by the caller (pause), kept across reassigns
         self._assigning: set[TopicPartition] = set()  # new in a streams assignment, not set up yet
 
+    def _aiokafka_consumer(self, group: Mapping[str, Any]) -> AIOKafkaConsumer:
+        client = AIOKafkaConsumer(**self._settings, **group)
+        private.refuse_auto_create(private.consumer_client(client))
+        self._listener.consumer = client
+        return client
+
     async def start(self) -> None:
-        await _start(self._client, self._servers, self._options)
-        self._started = True
-        if self._group_id is None:
-            return
         if self._wanted != "classic":
+            await _start(self._client, self._servers, self._options)
             try:
                 self._member = await self._join_streams_group()
             except Exception:
                 await self.stop()
                 raise
-        self._protocol = "streams" if self._member is not None else "classic"
-        if self._member is None and self._topics:
-            self._client.subscribe(topics=sorted(self._topics), listener=self._listener)
+            if self._member is not None:
+                self._protocol = "streams"
+                return
+            await _stop_quietly(self._client, "consumer", within=CONSUMER_STOP_TIMEOUT)
+            self._client = self._aiokafka_consumer(self._classic_group)
+            if self._topics:
+                self._client.subscribe(topics=sorted(self._topics), listener=self._listener)
+        try:
+            await _start(self._client, self._servers, self._options)
+        except InconsistentGroupProtocolError as exc:
+            await _stop_quietly(self._client, "consumer", within=CONSUMER_STOP_TIMEOUT)
+            raise TransportError(
+                f"group {self._group_id!r} is a streams group (KIP-1071) whose members are running, which a "
+                "member of the classic protocol cannot join: stop them all first (committed offsets stay "
+                "with the group), or run this worker with group_protocol=streams or auto") from exc
+        if self._group_id is not None:
+            self._protocol = "classic"
 
     async def _join_streams_group(self) -> StreamsMember | None:
         """Join as a member of a streams group; None where `auto` takes the classic protocol (said why)."""
@@ -377,7 +403,7 @@ class KafkaConsumer:
                 f"topics {sorted(added)} were declared after this worker joined its streams group, whose "
                 "topology cannot change while it runs: declare every pipeline before the agent's first "
                 "await, or run with group_protocol=classic")
-        elif self._started or self._wanted == "classic":
+        elif self._protocol == "classic" or self._wanted == "classic":
             self._client.subscribe(topics=sorted(self._topics), listener=self._listener)
 
     # -- a streams group's assignment (engine.transport.kafka_streams_member.Reassign) ------------------
@@ -531,6 +557,8 @@ class KafkaConsumer:
                 for tp in partitions}
 
     async def committed(self, tps: Collection[TP]) -> dict[TP, int | None]:
+        if self._member is not None:
+            return await self._member.committed(tps)
         tps = list(tps)
         try:
             found = await asyncio.gather(*(self._client.committed(TopicPartition(*tp)) for tp in tps))
@@ -825,7 +853,13 @@ class KafkaAdmin:
         return {t["topic"]: len(t["partitions"]) for t in described if not t.get("error_code")}
 
     async def describe_group(self, group_id: str) -> GroupDescription:
+        """A streams group as StreamsGroupDescribe tells it (its members' tasks, endpoints and changelog
+        positions), else a classic group as DescribeGroups tells it (the classic request sees a streams
+        group as empty, its members not counted: a reset would go on under them)."""
         await self._ensure_started()
+        streams = await self._describe_streams_group(group_id)
+        if streams is not None:
+            return streams
         try:
             responses = await self._client.describe_consumer_groups([group_id])
         except KafkaError as exc:
@@ -844,6 +878,24 @@ class KafkaAdmin:
                 member_id, host, decode_assignment(active, given.user_data if given is not None else None),
                 member.positions))
         return GroupDescription(state, described)
+
+    async def _describe_streams_group(self, group_id: str) -> GroupDescription | None:
+        """None where the broker has no streams groups, or `group_id` is not one."""
+        client = private.network_client(self._client)
+        try:
+            coordinator = await client.coordinator_lookup(CoordinationType.GROUP, group_id)
+            response = await client.send(coordinator, StreamsGroupDescribeRequest([group_id]))
+        except IncompatibleBrokerVersion:
+            return None
+        except KafkaError as exc:
+            raise TransportError(f"cannot describe group {group_id!r}: {exc}") from exc
+        (group,) = described_groups(response)
+        if group.error_code == GROUP_ID_NOT_FOUND:
+            return None
+        if group.error_code:
+            raise TransportError(f"cannot describe group {group_id!r}: error {group.error_code} "
+                                 f"({group.error_message})")
+        return streams_group_description(group)
 
     async def committed(self, group_id: str) -> dict[TP, int]:
         await self._ensure_started()

@@ -31,11 +31,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aiokafka.client import CoordinationType
 from aiokafka.errors import IncompatibleBrokerVersion, KafkaError
+from aiokafka.protocol.commit import OffsetFetchRequest
 
 from engine.assignor import Assignment
 from engine.errors import EngineError, MembershipLost, TransportError
 from engine.events import TP
-from engine.transport.kafka_protocol import MemberOffsetCommitRequest, commit_errors
+from engine.transport.base import GroupDescription, GroupMember
+from engine.transport.kafka_protocol import (
+    GroupConfigsRequest,
+    MemberOffsetCommitRequest,
+    commit_errors,
+    config_errors,
+)
 from engine.transport.kafka_streams_group import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -57,6 +64,7 @@ if TYPE_CHECKING:
 
     from engine.assignor import Placement
     from engine.transport.base import GroupTopology, PartitionsCallback
+    from engine.transport.kafka_streams_describe import DescribedGroup, DescribedMember
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +145,8 @@ class Reassign(Protocol):
 
     def release(self, tps: set[TP]) -> None: ...
 
+    def seek(self, tp: TP, offset: int) -> None: ...
+
 
 class StreamsMember:
     """One worker's membership of its streams group: joins with the topology, beats at the interval the
@@ -193,6 +203,7 @@ class StreamsMember:
     async def join(self) -> None:
         """The first heartbeat, answered before the worker goes on: a group that cannot be a streams group
         (a live classic group, a broker without the protocol) is told apart here."""
+        await self._set_group_configs()
         deadline = time.monotonic() + JOIN_TIMEOUT
         while True:
             try:
@@ -210,6 +221,36 @@ class StreamsMember:
             await asyncio.sleep(RETRY)
         self._handle(answer, first=True)
         self._loop_task = asyncio.ensure_future(self._run())
+
+    async def _set_group_configs(self) -> None:
+        """A streams group's session timeout, heartbeat interval and standby replicas are the group's configs
+        (the broker's `group.streams.*` unless the group says otherwise), not a member's: set from the
+        worker's settings, one at a time, each refused one said with the broker's reason (its bounds, say:
+        `group.streams.min.session.timeout.ms` is 45 s unless lowered)."""
+        configs = {
+            "streams.session.timeout.ms": str(round(self._session_timeout * 1000)),
+            "streams.heartbeat.interval.ms": str(max(1, round(self._session_timeout * 1000 / 3))),
+            "streams.num.standby.replicas": str(self._placement.standby_replicas),
+        }
+        if await self._alter_configs(configs, say=False):
+            return
+        for name, value in configs.items():  # (to say which the broker refuses)
+            await self._alter_configs({name: value}, say=True)
+
+    async def _alter_configs(self, configs: Mapping[str, str], *, say: bool) -> bool:
+        shown = ", ".join(f"{name}={value}" for name, value in configs.items())
+        try:
+            node = self._client.get_random_node()
+            response = await self._client.send(node, GroupConfigsRequest(self.group_id, configs))
+        except KafkaError as exc:
+            if say:
+                log.warning("could not set the streams group's %s (%r): the group keeps its own", shown, exc)
+            return False
+        refused = [(code, message) for code, message in config_errors(response) if code]
+        if refused and say:
+            log.warning("the broker refused the streams group's %s (error %d: %s): the group keeps the "
+                        "broker's", shown, *refused[0])
+        return not refused
 
     async def _run(self) -> None:
         while self.failure is None:
@@ -407,6 +448,10 @@ class StreamsMember:
                 self._placement.assignment_received(self._assignment(target))
                 fresh = self.partitions(new)
                 self._reassign.reassign(self.partitions(target.active), fresh)
+                committed = await self.committed(fresh)  # (without one: auto_offset_reset)
+                for tp, offset in committed.items():
+                    if offset is not None:
+                        self._reassign.seek(tp, offset)
                 try:
                     await _call(self._on_assigned, fresh)
                 finally:
@@ -463,6 +508,30 @@ class StreamsMember:
         codes = sorted(set(failed.values()))
         raise TransportError(f"offset commit failed for {sorted(failed)}: errors {codes}")
 
+    async def committed(self, tps: Collection[TP]) -> dict[TP, int | None]:
+        """The group's committed offset of each partition (None: none), asked of its coordinator (OffsetFetch
+        without member fields, which a streams group answers anyone)."""
+        if not tps:
+            return {}
+        topics: dict[str, list[int]] = {}
+        for tp in tps:
+            topics.setdefault(tp.topic, []).append(tp.partition)
+        try:
+            coordinator = await self._find_coordinator()
+            response = await self._client.send(
+                coordinator, OffsetFetchRequest(self.group_id, sorted(topics.items())))
+        except KafkaError as exc:
+            self._coordinator = None
+            raise TransportError(f"cannot read committed offsets of {sorted(tps)}: {exc!r}") from exc
+        found: dict[TP, int | None] = dict.fromkeys(tps)
+        for topic, partitions in response.topics:
+            for partition, offset, _metadata, error in partitions:
+                if error:
+                    raise TransportError(f"cannot read the committed offset of {topic}[{partition}]: error "
+                                         f"{error}")
+                found[TP(topic, partition)] = offset if offset >= 0 else None
+        return found
+
     async def leave(self) -> None:
         """Leave the group (a static member only for now: its tasks wait for it, the session timeout)."""
         if self._loop_task is not None:
@@ -477,6 +546,25 @@ class StreamsMember:
         except (KafkaError, OSError, TimeoutError) as exc:
             log.warning("could not leave the streams group (%r): its tasks move after the session timeout",
                         exc)
+
+
+def streams_group_description(group: DescribedGroup) -> GroupDescription:
+    """A streams group as engine's tools read a group (`engine status`, the reset's check for members): each
+    member's endpoint, engine's tasks (subtopology "0") and its stores' changelog positions per task."""
+    owners = {p: _address(m) for m in group.members for p in _of(m.assignment.active)}
+    members = [GroupMember(
+        m.member_id, _address(m),
+        Assignment(active=_of(m.assignment.active),
+                   standby=_of(m.assignment.standby) | _of(m.assignment.warmup), owners=owners,
+                   warming=_of(m.assignment.warmup)),
+        {o.partition: o.offset for o in m.task_offsets if o.subtopology_id == SUBTOPOLOGY})
+        for m in group.members]
+    return GroupDescription(group.state, members)
+
+
+def _address(member: DescribedMember) -> str:
+    endpoint = member.user_endpoint
+    return f"{endpoint.host}:{endpoint.port}" if endpoint is not None else member.client_host
 
 
 def _tasks(tasks: TaskSet) -> dict[str, list[int]]:
