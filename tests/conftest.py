@@ -1,5 +1,10 @@
 """Session-wide fixtures: a real Kafka broker (a 3-node cluster, a secured broker), started once and stopped
-after."""
+after; and the group protocol of the workers a test starts.
+
+A test marked `both_protocols` runs twice, its workers members of a streams group (KIP-1071) and of a classic
+one: ENGINE_GROUP_PROTOCOL is set for it, which the workers it starts (processes inherit the environment, and
+in-process workers read it) take as their `group_protocol`. Other tests leave the setting at `auto`, which the
+test broker (Kafka 4.4) answers with the streams protocol."""
 
 from __future__ import annotations
 
@@ -17,6 +22,26 @@ from tests.kafka.broker import KafkaCluster
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+
+
+PROTOCOLS = ("streams", "classic")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker("both_protocols") is not None:
+        metafunc.parametrize("group_protocol", PROTOCOLS)
+
+
+@pytest.fixture
+def group_protocol() -> str | None:
+    """The protocol a `both_protocols` test runs under (parametrized); None for the others."""
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _group_protocol_env(group_protocol: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    if group_protocol is not None:
+        monkeypatch.setenv("ENGINE_GROUP_PROTOCOL", group_protocol)
 
 
 @pytest.fixture(scope="session")

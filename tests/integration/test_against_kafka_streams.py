@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from tests.kafka.broker import KafkaCluster
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.both_protocols]
 
 PARTITIONS = 4
 START_MS = 1_700_000_000_000

@@ -32,7 +32,7 @@ from tests.integration.helpers import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.both_protocols]
 
 PARTITIONS = 6
 ASSIGNMENT = re.compile(r"assignment: active \[([\d, ]*)\], standby \[([\d, ]*)\], warming up \[([\d, ]*)\]")

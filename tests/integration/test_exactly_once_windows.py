@@ -19,7 +19,7 @@ from tests.integration.helpers import (
     unique,
 )
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.both_protocols]
 
 USERS = [f"user-{n}" for n in range(20)]
 START = 1_000_000

@@ -25,7 +25,7 @@ from tests.integration.helpers import (
     unique,
 )
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.both_protocols]
 
 
 def endpoint_of(worker: WorkerProcess) -> str:

@@ -32,7 +32,7 @@ from tests.integration.rebalance_run import (
     words,
 )
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.both_protocols]
 
 
 def check(events, counts: dict[str, int], closes: list[tuple[str, int, int]], *, exact: bool) -> None:

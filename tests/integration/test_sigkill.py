@@ -30,7 +30,7 @@ from tests.integration.rebalance_run import (
 )
 from tests.integration.test_rebalances import check
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.both_protocols]
 
 KILLS_AFTER_READY = [0.1, 0.3, 0.6, 1.0, 1.5]  # seconds after "tables ready"
 

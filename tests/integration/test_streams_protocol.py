@@ -1,12 +1,15 @@
 """The streams rebalance protocol (KIP-1071) through `engine worker` on the real broker: a worker joining a
 running one takes only some tasks, and the first worker stops only those (it never sets up again the tasks it
-keeps); an app moves from the classic protocol to the streams one and back, its counts exact throughout; a
-group that runs the other protocol is refused with the line that says what to do. Ground truth: every count
-and every closed window, computed from the input (tests.integration.rebalance_run)."""
+keeps), which Kafka's own kafka-streams-groups.sh shows; an app moves from the classic protocol to the streams
+one and back, its counts exact throughout; a group that runs the other protocol is refused with the line that
+says what to do. Ground truth: every count and every closed window, computed from the input
+(tests.integration.rebalance_run)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import subprocess
 from collections import Counter
 
 import pytest
@@ -14,6 +17,7 @@ import pytest
 from tests.integration.helpers import WorkerProcess, create_topics, unique, until_done, worker_status
 from tests.integration.rebalance_run import outputs, paced_produce, wait_until_complete, words
 from tests.integration.test_rebalances import check
+from tests.kafka.broker import resolve_jars
 
 pytestmark = pytest.mark.kafka
 
@@ -53,6 +57,7 @@ async def test_a_joining_worker_takes_some_tasks_and_only_those_stop(kafka, tmp_
         await second.wait_for_output("tables ready", 90)
         counts, closes = await wait_until_complete(kafka.bootstrap, app_id, events, workers=[first, second])
         status = await worker_status(first)
+        described = await kafka_streams_groups(kafka.bootstrap, app_id)
     finally:
         assert first.terminate() == 0, first.output()[-3000:]
         if second is not None:
@@ -70,6 +75,25 @@ async def test_a_joining_worker_takes_some_tasks_and_only_those_stop(kafka, tmp_
     assert assigns_after == [], f"the first worker set up tasks again: {assigns_after}"
     assert status is not None
     assert set(status["active"]) == set(range(4)) - moved, status
+
+    # Kafka's own tool lists both workers, each with its tasks (subtopology 0: engine's task p is "0:[p]").
+    members = [line for line in described.splitlines()[1:] if line.strip()]
+    assert len(members) == 2, described
+    shown = {" ACTIVE: 0:[" + ",".join(map(str, sorted(tasks))) + "];"
+             for tasks in (moved, set(range(4)) - moved)}
+    assert {next(s for s in shown if s in line) for line in members} == shown, described
+
+
+async def kafka_streams_groups(bootstrap: str, group: str) -> str:
+    """What `kafka-streams-groups.sh --describe --group <group> --members --verbose` prints (Kafka's own
+    StreamsGroupCommand, from the test broker's jars)."""
+    tool = await asyncio.create_subprocess_exec(
+        "java", "-cp", f"{resolve_jars()}/*", "org.apache.kafka.tools.streams.StreamsGroupCommand",
+        "--bootstrap-server", bootstrap, "--describe", "--group", group, "--members", "--verbose",
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    shown = (await asyncio.wait_for(tool.communicate(), 120))[0].decode()
+    assert tool.returncode == 0, shown
+    return shown
 
 
 @pytest.mark.parametrize("guarantee", ["exactly_once"])
