@@ -28,7 +28,7 @@ Every choice breaks ties by member id, so the same input always gives the same o
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -86,6 +86,12 @@ class Placement:
     def assignment_received(self, assignment: Assignment) -> None:
         self.current = assignment
         self.on_assignment(assignment)
+
+    def owners_received(self, owners: Mapping[int, str]) -> None:
+        """Where the group's tasks are active now, heard without a new assignment for this worker (a streams
+        group's broker says so when another member's tasks or endpoint change): what queries route by."""
+        if self.current is not None:
+            self.current = replace(self.current, owners=dict(owners))
 
 
 def assign(members: Sequence[Member], tasks: int, *, standby_replicas: int = 0,

@@ -274,7 +274,8 @@ class TaskManager(Service):
         self.on_settled()
 
     async def _assigned(self, tps: set[TP]) -> None:
-        log.info("assigned %d partitions: %s", len(tps), describe(tps))
+        if tps:  # (none: a streams group's member heard only its standbys change)
+            log.info("assigned %d partitions: %s", len(tps), describe(tps))
         self._moving()
         self.pauses.forget(tps)
         for lease in self.leases.grant(tps):

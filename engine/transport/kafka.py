@@ -372,6 +372,11 @@ class KafkaConsumer:
             session_timeout=(self._tuning or ClientTuning()).session_timeout)
         try:
             await member.join()
+        except GroupAuthorizationFailedError as exc:  # (the coordinator's lookup does not name the group)
+            named = GroupAuthorizationFailedError(self._group_id)
+            raise _not_authorized(self._servers, self._options, named) from exc
+        except tuple(_NOT_AUTHORIZED) as exc:
+            raise _not_authorized(self._servers, self._options, exc) from exc
         except IncompatibleBrokerVersion as exc:
             if not auto:
                 raise unsupported(exc) from exc

@@ -182,8 +182,10 @@ class StreamsMember:
         self._target: Target | None = None  # the broker's last word (None: not heard since joining)
         self._owned = Target(frozenset(), frozenset(), frozenset())  # reconciled: what is reported
         self._reported: Target | None = None  # what the last heartbeat said this member owns
-        self._owners: dict[int, str] = {}
+        self._owners: dict[int, str] = {}  # task -> the endpoint of its active owner
+        self._endpoint_epoch = 0  # of the owners last heard (the broker sends them again when it moves)
         self._lost_pending = False
+        self._generation = 0  # of this member's membership: one more at each fence (a target then is stale)
         self._doubted = False  # the last membership check got no answer
         self._sent = self._owned  # what the heartbeat being sent says this member owns
         self._reconciling: asyncio.Task[None] | None = None
@@ -207,7 +209,7 @@ class StreamsMember:
         deadline = time.monotonic() + JOIN_TIMEOUT
         while True:
             try:
-                answer = await self._beat()
+                answer = await self._beat(first=True)
             except KafkaError as exc:
                 if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
                     raise
@@ -219,7 +221,6 @@ class StreamsMember:
                     raise TransportError(f"the streams group {self.group_id!r} has no coordinator ready "
                                          f"after {JOIN_TIMEOUT:.0f} s: {answer.error_message}")
             await asyncio.sleep(RETRY)
-        self._handle(answer, first=True)
         self._loop_task = asyncio.ensure_future(self._run())
 
     async def _set_group_configs(self) -> None:
@@ -258,19 +259,13 @@ class StreamsMember:
                 await asyncio.wait_for(self._wake.wait(), self._interval)
             self._wake.clear()
             try:
-                answer = await self._beat()
+                await self._beat()
             except (KafkaError, OSError, TimeoutError) as exc:
                 self._unanswered(exc)
                 await asyncio.sleep(RETRY)
-                continue
-            except Exception as exc:  # a fatal one (said where it is raised)
-                self.failure = exc
-                return
-            try:
-                self._handle(answer)
-            except EngineError as exc:
-                self.failure = exc
+            except Exception as exc:  # a fatal answer: the next fetch raises it
                 log.error("%s", exc)
+                self.failure = exc
                 return
 
     def _unanswered(self, exc: BaseException) -> None:
@@ -284,19 +279,29 @@ class StreamsMember:
                         "given to the others; rejoining", silent, exc)
             self._fenced()
 
-    async def _beat(self, *, leave: int | None = None) -> HeartbeatAnswer:
+    async def _beat(self, *, leave: int | None = None, first: bool = False) -> HeartbeatAnswer:
+        """One heartbeat, its answer acted on before the next request goes out: an answer handled after a
+        later request was built would leave that request with an epoch the broker moved past (it fences the
+        member for it). Shielded: a caller that stops waiting does not lose the answer."""
+        return await asyncio.shield(self._beat_now(leave, first))
+
+    async def _beat_now(self, leave: int | None, first: bool) -> HeartbeatAnswer:
         async with self._request:
             request = self._heartbeat(leave)
             coordinator = await self._find_coordinator()
             response = await self._client.send(coordinator, StreamsGroupHeartbeatRequest(request))
             answer = heartbeat_answer(response)
+            if leave is not None:
+                return answer
             if answer.error_code in COORDINATOR_MOVED:
                 self._coordinator = None
-            elif answer.error_code == 0 and leave is None:
+                return answer
+            if answer.error_code == 0:
                 self._last_answer = time.monotonic()
                 owned = (request.active_tasks, request.standby_tasks, request.warmup_tasks)
                 if all(tasks is not None for tasks in owned):
                     self._reported = self._sent
+            self._handle(answer, first=first)
             return answer
 
     async def _find_coordinator(self) -> int:
@@ -319,7 +324,7 @@ class StreamsMember:
         endpoint = self._endpoint() if joining else None
         return Heartbeat(
             group_id=self.group_id, member_id=self.member_id, member_epoch=self.epoch,
-            instance_id=self.instance_id,
+            endpoint_information_epoch=self._endpoint_epoch, instance_id=self.instance_id,
             rebalance_timeout_ms=self._rebalance_timeout_ms if joining else -1,
             topology=self._declared if joining else None,
             # The three task kinds go together (the broker refuses one without the others).
@@ -379,17 +384,20 @@ class StreamsMember:
         if answer.task_offset_interval_ms > 0:
             self._offset_interval = answer.task_offset_interval_ms / 1000
         self._say_statuses(answer)
+        owners_changed = False
         if answer.partitions_by_user_endpoint is not None:
-            self._owners = {p: f"{e.endpoint.host}:{e.endpoint.port}"
-                            for e in answer.partitions_by_user_endpoint
-                            for parts in e.active.values() for p in parts}
+            self._endpoint_epoch = answer.endpoint_information_epoch
+            owners = {p: f"{e.endpoint.host}:{e.endpoint.port}" for e in answer.partitions_by_user_endpoint
+                      for parts in e.active.values() for p in parts}
+            owners_changed = owners != self._owners
+            self._owners = owners
         if answer.active_tasks is not None:
             self._target = Target(_of(answer.active_tasks), _of(answer.standby_tasks),
                                   _of(answer.warmup_tasks))
         if self._target is not None and (self._target != self._owned or self._lost_pending):
             self._reconcile_soon()
-        elif answer.partitions_by_user_endpoint is not None:
-            self._placement.assignment_received(self._assignment(self._owned))
+        elif owners_changed:
+            self._placement.owners_received(self._owners)
 
     def _say_statuses(self, answer: HeartbeatAnswer) -> None:
         now = {(s.code, s.detail) for s in answer.statuses if s.code in _BLOCKING}
@@ -405,6 +413,7 @@ class StreamsMember:
 
     def _fenced(self) -> None:
         """The broker gave this member's tasks away: they are lost (closed dirty), and it joins again."""
+        self._generation += 1
         self.epoch = JOIN_EPOCH
         self._target = None
         self._reported = None
@@ -433,7 +442,7 @@ class StreamsMember:
                     if lost:
                         await _call(self._on_lost or self._on_revoked, self.partitions(lost))
                     continue
-                target = self._target
+                target, generation = self._target, self._generation
                 if target is None or target == self._owned:
                     return
                 revoked = self._owned.active - target.active
@@ -449,6 +458,9 @@ class StreamsMember:
                 fresh = self.partitions(new)
                 self._reassign.reassign(self.partitions(target.active), fresh)
                 committed = await self.committed(fresh)  # (without one: auto_offset_reset)
+                if generation != self._generation:  # fenced meanwhile: the target is no longer this member's
+                    self._reassign.reassign(self.partitions(self._owned.active), set())
+                    continue
                 for tp, offset in committed.items():
                     if offset is not None:
                         self._reassign.seek(tp, offset)
@@ -478,7 +490,6 @@ class StreamsMember:
             self._doubted = True
             raise MembershipLost(f"cannot confirm this worker's group membership: {exc!r}") from exc
         self._doubted = False
-        self._handle(answer)
         if answer.error_code != 0 or self.epoch == JOIN_EPOCH:
             raise MembershipLost(f"the streams group does not count this worker as a member "
                                  f"({answer.error_code}: {answer.error_message})")

@@ -64,7 +64,9 @@ def placed(workers: dict[str, WorkerProcess], standbys_each: int
     settled = {name: a for name, a in found.items() if a is not None}
     actives = sorted(p for a, _, _ in settled.values() for p in a)
     standbys = Counter(p for _, s, _ in settled.values() for p in s)
-    if actives != list(range(PARTITIONS)) or any(w for _, _, w in settled.values()):
+    # (Every worker has some: under the streams protocol a joining worker first hears an empty assignment
+    # while its share is still being given up by the others.)
+    if actives != list(range(PARTITIONS)) or any(w or not a for a, _, w in settled.values()):
         return None
     if standbys != Counter({p: standbys_each for p in range(PARTITIONS) if standbys_each}) or any(
             a & s for a, s, _ in settled.values()):

@@ -114,9 +114,10 @@ async def test_an_app_moves_from_the_classic_protocol_to_streams_and_back(kafka,
             if step < 2:  # (the last third ends with each key's closing word: the windows close)
                 sent = Counter(key for part in thirds[:step + 1] for key, _ in part)
                 await _counts_reach(kafka.bootstrap, app_id, dict(sent))
+            else:
+                counts, closes = await wait_until_complete(kafka.bootstrap, app_id, events, workers=[current])
         finally:
             assert current.terminate() == 0, current.output()[-3000:]
-    counts, closes = await wait_until_complete(kafka.bootstrap, app_id, events)
     check(events, counts, closes, exact=True)
 
 
