@@ -244,6 +244,8 @@ class TaskManager(Service):
     # -- assigned -----------------------------------------------------------------------------------
 
     async def assigned(self, tps: set[TP]) -> None:
+        if self.state in (ServiceState.STOPPING, ServiceState.STOPPED):
+            return  # (a streams group's member may still hear an assignment while the worker stops)
         async with self._ownership:
             with self._traced("assigned", tps):
                 await self._or_fail(self._assigned(tps), "setting up the assigned partitions")

@@ -445,6 +445,11 @@ class StreamsMember:
                 target, generation = self._target, self._generation
                 if target is None or target == self._owned:
                     return
+                # The task manager hears the assignment first (the standbys it names, where tasks are
+                # queried), as a classic member hears it before its partitions change.
+                assignment = self._assignment(target)
+                if assignment != self._placement.current:
+                    self._placement.assignment_received(assignment)
                 revoked = self._owned.active - target.active
                 if revoked:
                     await _call(self._on_revoked, self.partitions(revoked))
@@ -454,7 +459,6 @@ class StreamsMember:
                     self._wake.set()  # acknowledged at once: the next owner waits for it
                     continue
                 new = target.active - self._owned.active
-                self._placement.assignment_received(self._assignment(target))
                 fresh = self.partitions(new)
                 self._reassign.reassign(self.partitions(target.active), fresh)
                 committed = await self.committed(fresh)  # (without one: auto_offset_reset)
@@ -527,13 +531,18 @@ class StreamsMember:
         topics: dict[str, list[int]] = {}
         for tp in tps:
             topics.setdefault(tp.topic, []).append(tp.partition)
-        try:
-            coordinator = await self._find_coordinator()
-            response = await self._client.send(
-                coordinator, OffsetFetchRequest(self.group_id, sorted(topics.items())))
-        except KafkaError as exc:
-            self._coordinator = None
-            raise TransportError(f"cannot read committed offsets of {sorted(tps)}: {exc!r}") from exc
+        deadline = time.monotonic() + self._session_timeout
+        while True:
+            try:
+                coordinator = await self._find_coordinator()
+                response = await self._client.send(
+                    coordinator, OffsetFetchRequest(self.group_id, sorted(topics.items())))
+                break
+            except KafkaError as exc:  # (a connection closed, the coordinator moving: tried again)
+                self._coordinator = None
+                if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
+                    raise TransportError(f"cannot read committed offsets of {sorted(tps)}: {exc!r}") from exc
+            await asyncio.sleep(RETRY)
         found: dict[TP, int | None] = dict.fromkeys(tps)
         for topic, partitions in response.topics:
             for partition, offset, _metadata, error in partitions:
