@@ -26,16 +26,27 @@ tests/contract/test_aiokafka_private.py, which names the use that broke when a r
 - Metadata requests that never ask the broker to create a topic: aiokafka asks for auto-creation in every
   metadata request, with no option to say no. `refuse_auto_create` makes the requests of one client (engine's
   own) say no; the requests of every other aiokafka client in the process are built as aiokafka builds them.
+- A transaction's offset commit as a group member (`commit_txn_offsets_as`): aiokafka's producer sends a
+  transaction's offsets with TxnOffsetCommit v0-2, which names no member, and has no way to send another
+  request in that step. The step (AddOffsetsToTxn first, the group coordinator found, retries, aiokafka's
+  reading of each error) stays aiokafka's: only the request and the refusals that abort the transaction are
+  given (kafka_txn_offsets.py). A refused transaction keeps what it holds on the broker (`abortable`).
 """
 
 from __future__ import annotations
 
 import contextvars
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiokafka.client
+from aiokafka.client import CoordinationType
+from aiokafka.errors import GroupAuthorizationFailedError
+from aiokafka.producer.sender import TxnOffsetCommitHandler
 from aiokafka.protocol.commit import OffsetCommitRequest
 from aiokafka.protocol.metadata import MetadataRequest
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 NO_GENERATION = OffsetCommitRequest.DEFAULT_GENERATION_ID  # a member the coordinator no longer knows
 
@@ -169,3 +180,80 @@ def positions(consumer: Any) -> dict[Any, int]:
         if state.has_valid_position:
             found[tp] = state.position
     return found
+
+
+# -- a transaction's offsets committed as a group member --------------------------------------------------
+
+
+class TxnOffsetCommitter(Protocol):
+    """The request of a transaction's offset commit, and what its answer makes of the transaction."""
+
+    def request(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                offsets: Mapping[tuple[str, int], int]) -> Any:
+        """The TxnOffsetCommit request of these offsets ((topic, partition) -> offset)."""
+
+    def answer(self, response: Any) -> tuple[dict[tuple[str, int], int], Exception | None]:
+        """The error code of each partition, and the error that leaves the transaction only its abort (None
+        for aiokafka to handle the codes as its own: committed, retried, or the producer fenced)."""
+
+
+def commit_txn_offsets_as(producer: Any, committer: TxnOffsetCommitter) -> None:
+    """Make the producer's transactional offset commits, from the next one on, send `committer`'s request.
+    What follows is aiokafka's `Sender._do_txn_offset_commit` with the handler changed."""
+    sender = producer._sender
+
+    async def do_txn_offset_commit(offsets: Any, group_id: str) -> None:
+        if not offsets:
+            return
+        try:
+            node_id = await sender._find_coordinator(CoordinationType.GROUP, group_id)
+        except GroupAuthorizationFailedError as exc:
+            sender._txn_manager.error_transaction(exc)
+            return
+        await _TxnOffsetCommit(sender, offsets, group_id, committer).do(node_id)
+
+    sender._do_txn_offset_commit = do_txn_offset_commit
+
+
+class _TxnOffsetCommit(TxnOffsetCommitHandler):  # type: ignore[misc]  # aiokafka's classes are untyped
+    """aiokafka's handler of the step (its sending and retries), with the committer's request and answer."""
+
+    def __init__(self, sender: Any, offsets: Any, group_id: str, committer: TxnOffsetCommitter) -> None:
+        super().__init__(sender, offsets, group_id)
+        self._committer = committer
+
+    def create_request(self) -> Any:
+        txn_manager = self._sender._txn_manager
+        offsets = {(tp.topic, tp.partition): at.offset for tp, at in self._offsets.items()}
+        return self._committer.request(txn_manager.transactional_id, txn_manager.producer_id,
+                                       txn_manager.producer_epoch, offsets)
+
+    def handle_response(self, resp: Any) -> float | None:
+        errors, refused = self._committer.answer(resp)
+        if refused is not None:
+            abortable(self._sender._txn_manager, refused)
+            return None
+        # aiokafka's reading of every code, given the answer in the shape of its own version's
+        by_topic: dict[str, list[tuple[int, int]]] = {}
+        for (topic, partition), code in errors.items():
+            by_topic.setdefault(topic, []).append((partition, code))
+        backoff: float | None = super().handle_response(_Answer(list(by_topic.items())))
+        return backoff
+
+
+class _Answer:
+    """A TxnOffsetCommit answer as aiokafka's handler reads one: `errors`, [(topic, [(partition, code)])]."""
+
+    def __init__(self, errors: list[tuple[str, list[tuple[int, int]]]]) -> None:
+        self.errors = errors
+
+
+def abortable(txn_manager: Any, exc: Exception) -> None:
+    """aiokafka's `error_transaction` (the transaction can only be aborted; its waiters fail with `exc`),
+    keeping the partitions and group the transaction holds on the broker: aiokafka forgets them, and then
+    takes the abort of a transaction it thinks empty as done without sending EndTxn, which leaves the
+    broker's transaction open, to be committed with the producer's next one."""
+    partitions, group = set(txn_manager._txn_partitions), txn_manager._txn_consumer_group
+    txn_manager.error_transaction(exc)
+    txn_manager._txn_partitions |= partitions
+    txn_manager._txn_consumer_group = group

@@ -16,10 +16,12 @@ import aiokafka.errors
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.client import AIOKafkaClient
+from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.producer.message_accumulator import MessageAccumulator
-from aiokafka.producer.transaction_manager import TransactionManager
+from aiokafka.producer.sender import BaseHandler, Sender, TxnOffsetCommitHandler
+from aiokafka.producer.transaction_manager import TransactionManager, TransactionResult, TransactionState
+from aiokafka.structs import OffsetAndMetadata
 
 from engine.transport import aiokafka_private as private
 from engine.transport import open_transport
@@ -151,3 +153,97 @@ async def test_a_users_own_aiokafka_producer_still_auto_creates_topics_beside_en
         await admin.close()
     assert created in topics
     assert refused not in topics
+
+
+def test_a_transactions_offset_commit_step_builds_its_handler_where_engine_gives_its_own():
+    has_method(Sender, "_do_txn_offset_commit", "offsets", "group_id", coroutine=True)
+    has_method(Sender, "_find_coordinator", "coordinator_type", "coordinator_key", coroutine=True)
+    assert "self._do_txn_offset_commit(" in inspect.getsource(Sender._maybe_do_transactional_request), (
+        f"{CHANGED}where the sender commits a transaction's offsets")
+    step = inspect.getsource(Sender._do_txn_offset_commit)
+    for copied in ("_find_coordinator(CoordinationType.GROUP, group_id)", "GroupAuthorizationFailedError",
+                   "error_transaction(exc)", "TxnOffsetCommitHandler(self, offsets, group_id)"):
+        assert copied in step, f"{CHANGED}Sender._do_txn_offset_commit (commit_txn_offsets_as copies it)"
+    has_method(TxnOffsetCommitHandler, "__init__", "sender", "offsets", "group_id")
+    has_method(BaseHandler, "do", "node_id", coroutine=True)
+    do = inspect.getsource(BaseHandler.do)
+    assert "self.create_request()" in do, f"{CHANGED}BaseHandler.do"
+    assert "self.handle_response(resp)" in do, f"{CHANGED}BaseHandler.do"
+    assert "resp.errors" in inspect.getsource(TxnOffsetCommitHandler.handle_response), (
+        f"{CHANGED}how TxnOffsetCommitHandler reads an answer")
+
+
+class Committer:
+    """A transactional offset commit's request and answer, as kafka_txn_offsets gives them: the answer is
+    the codes the test chose, refused when the test says so."""
+
+    def __init__(self, refused: Exception | None = None) -> None:
+        self.requests: list[tuple[Any, ...]] = []
+        self.refused = refused
+
+    def request(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                offsets: dict[tuple[str, int], int]) -> Any:
+        self.requests.append((transactional_id, producer_id, producer_epoch, offsets))
+        return "request"
+
+    def answer(self, response: Any) -> tuple[dict[tuple[str, int], int], Exception | None]:
+        return response, self.refused
+
+
+def open_transaction(producer: AIOKafkaProducer, answers: list[dict[tuple[str, int], int]]) -> Any:
+    """A transaction holding a record of out[0] and the group "g", as the sender leaves it after
+    AddPartitionsToTxn and AddOffsetsToTxn; the group coordinator found, its answers the test's."""
+    txn_manager = producer._txn_manager
+    txn_manager.begin_transaction()
+    txn_manager.maybe_add_partition_to_txn(aiokafka.TopicPartition("out", 0))
+    txn_manager.partition_added(aiokafka.TopicPartition("out", 0))
+    offsets = {aiokafka.TopicPartition("in", 0): OffsetAndMetadata(5, ""),
+               aiokafka.TopicPartition("in", 1): OffsetAndMetadata(7, "")}
+    committed = txn_manager.add_offsets_to_txn(offsets, "g")
+    txn_manager.consumer_group_added("g")
+    sender = producer._sender
+    sender._coordinators[CoordinationType.GROUP] = 0
+
+    async def send(node_id: int, request: Any, group: Any = None) -> Any:
+        return answers.pop(0)
+
+    sender.client.send = send
+    return committed
+
+
+async def test_a_transactions_offsets_go_in_engines_request_with_aiokafkas_retries():
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:9", transactional_id="t",
+                                enable_idempotence=True, retry_backoff_ms=1)
+    producer._txn_manager.set_pid_and_epoch(3, 1)
+    loading = {("in", 0): 14, ("in", 1): 14}  # COORDINATOR_LOAD_IN_PROGRESS: aiokafka tries again
+    committed = open_transaction(producer, [loading, {("in", 0): 0, ("in", 1): 0}])
+    committer = Committer()
+    private.commit_txn_offsets_as(producer, committer)
+    sender = producer._sender
+    txn_manager = producer._txn_manager
+    while (commit := txn_manager.offsets_to_commit()) is not None:
+        await sender._do_txn_offset_commit(*commit)
+    await committed
+    assert committer.requests == [("t", 3, 1, {("in", 0): 5, ("in", 1): 7})] * 2
+    await producer.stop()
+
+
+async def test_a_refused_transaction_keeps_what_it_holds_so_that_its_abort_reaches_the_broker():
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:9", transactional_id="t",
+                                enable_idempotence=True)
+    producer._txn_manager.set_pid_and_epoch(3, 1)
+    committed = open_transaction(producer, [{("in", 0): 22, ("in", 1): 22}])
+    refused = RuntimeError("refused")
+    private.commit_txn_offsets_as(producer, Committer(refused))
+    await producer._sender._do_txn_offset_commit(*producer._txn_manager.offsets_to_commit())
+    with pytest.raises(RuntimeError, match="refused"):
+        await committed
+    txn_manager = producer._txn_manager
+    assert txn_manager.state is TransactionState.ABORTABLE_ERROR, f"{CHANGED}an abortable error's state"
+    # aiokafka's abort sends EndTxn only for a transaction it does not think empty
+    assert "is_empty_transaction()" in inspect.getsource(Sender._do_txn_commit), f"{CHANGED}the abort"
+    assert not txn_manager.is_empty_transaction(), "the abort of a refused transaction would not be sent"
+    txn_manager.aborting_transaction()
+    assert txn_manager.needs_transaction_commit() is TransactionResult.ABORT
+    private.retrieve_failures(producer)
+    await producer.stop()

@@ -1,0 +1,58 @@
+"""engine.transport.kafka_txn_offsets' TxnOffsetCommit v4 against Kafka's own message classes
+(tests/kafka/codec.py, no broker): the member's fields and every offset read by Kafka from engine's bytes,
+and every partition's error read by engine from Kafka's."""
+
+from __future__ import annotations
+
+from engine.errors import DeliveryFailed, MembershipLost
+from engine.transport.kafka_txn_offsets import (
+    Member,
+    MemberTxnOffsetCommitRequest,
+    Producer,
+    TxnOffsetCommitResponse_v4,
+    refusal,
+    txn_commit_errors,
+)
+from tests.contract.test_streams_group_codec import encoded, engine_decodes
+from tests.kafka.codec import kafka_decodes, kafka_encodes
+
+
+def test_a_transactions_offsets_committed_as_a_member_read_in_kafka_as_they_were_meant():
+    request = MemberTxnOffsetCommitRequest(
+        Producer("app-task-3", 2**40, 7), Member("app", "m-1", 12, "worker-a"),
+        {("b", 0): 5, ("a", 2): 2**33, ("a", 1): 0})
+    assert kafka_decodes("TxnOffsetCommitRequest", 4, encoded(request)) == {
+        "transactionalId": "app-task-3", "groupId": "app", "producerId": 2**40, "producerEpoch": 7,
+        "generationIdOrMemberEpoch": 12, "memberId": "m-1", "groupInstanceId": "worker-a",
+        "topics": [
+            {"name": "a", "partitions": [
+                {"partitionIndex": 1, "committedOffset": 0, "committedLeaderEpoch": -1,
+                 "committedMetadata": ""},
+                {"partitionIndex": 2, "committedOffset": 2**33, "committedLeaderEpoch": -1,
+                 "committedMetadata": ""}]},
+            {"name": "b", "partitions": [
+                {"partitionIndex": 0, "committedOffset": 5, "committedLeaderEpoch": -1,
+                 "committedMetadata": ""}]},
+        ]}
+    dynamic = MemberTxnOffsetCommitRequest(Producer("t", 1, 0), Member("app", "m-2", 3), {("a", 0): 1})
+    assert kafka_decodes("TxnOffsetCommitRequest", 4, encoded(dynamic))["groupInstanceId"] is None
+
+
+def test_a_commit_answer_written_by_kafka_reads_in_engine_and_says_what_became_of_the_transaction():
+    body = kafka_encodes("TxnOffsetCommitResponse", 4, {"throttleTimeMs": 3, "topics": [
+        {"name": "a", "partitions": [{"partitionIndex": 1, "errorCode": 0},
+                                     {"partitionIndex": 2, "errorCode": 22}]},
+        {"name": "b", "partitions": [{"partitionIndex": 0, "errorCode": 120}]}]})
+    errors = txn_commit_errors(engine_decodes(TxnOffsetCommitResponse_v4, body))
+    assert errors == {("a", 1): 0, ("a", 2): 22, ("b", 0): 120}
+
+    member = Member("app", "m-1", 12)
+    refused = refusal(member, errors)
+    assert isinstance(refused, MembershipLost)
+    for said in ("ILLEGAL_GENERATION", "('a', 2)", "member m-1 at epoch 12"):
+        assert said in str(refused)
+    for code in (25, 69, 82, 110, 113):
+        assert isinstance(refusal(member, {("a", 0): code}), MembershipLost), code
+    assert isinstance(refusal(member, {("b", 0): 120}), DeliveryFailed)
+    # Committed, or for aiokafka to retry (COORDINATOR_LOAD_IN_PROGRESS) or to fail (INVALID_PRODUCER_EPOCH)
+    assert refusal(member, {("a", 0): 0, ("a", 1): 14, ("a", 2): 47}) is None
