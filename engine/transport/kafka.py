@@ -85,6 +85,7 @@ from engine.transport.kafka_streams_member import (
     streams_group_description,
     unsupported,
 )
+from engine.transport.kafka_txn_offsets import send_offsets_as_member
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping, Sequence
@@ -273,9 +274,11 @@ class KafkaConsumer:
         tuning: ClientTuning | None = None,
         group_protocol: str = "classic",
         group_topology: Callable[[], GroupTopology] | None = None,
+        members: dict[str, StreamsMember] | None = None,
     ) -> None:
         """`tuning`: its session timeout and poll interval (the transport's); `group_protocol` and
-        `group_topology`: see engine.transport.base.Transport.consumer."""
+        `group_topology`: see engine.transport.base.Transport.consumer; `members`: where its streams
+        group's membership is registered while it lasts (the transport's, for its producers)."""
         tuning = tuning or ClientTuning()
         self._servers = servers
         self._options = options
@@ -311,6 +314,7 @@ class KafkaConsumer:
         self._instance_id = instance_id
         self._placement = placement or Placement()
         self._tuning = tuning
+        self._members = members if members is not None else {}
         self._group_topology = group_topology
         self._protocol: str | None = None  # chosen at start
         self._member: StreamsMember | None = None  # the streams group's membership, when it is that
@@ -335,6 +339,7 @@ class KafkaConsumer:
                 raise
             if self._member is not None:
                 self._protocol = "streams"
+                self._members[self._member.group_id] = self._member
                 return
             await _stop_quietly(self._client, "consumer", within=CONSUMER_STOP_TIMEOUT)
             self._client = self._aiokafka_consumer(self._classic_group)
@@ -391,6 +396,7 @@ class KafkaConsumer:
 
     async def stop(self) -> None:
         if self._member is not None:
+            self._members.pop(self._member.group_id, None)
             await self._member.leave()
         await _stop_quietly(self._client, "consumer", within=CONSUMER_STOP_TIMEOUT)
 
@@ -598,8 +604,12 @@ class KafkaProducer:
     since aiokafka refuses sends while a transaction is committing."""
 
     def __init__(self, servers: str, options: Mapping[str, Any], transactional_id: str | None = None,
-                 linger: float = 0.0, transaction_timeout: float = 15.0) -> None:
+                 linger: float = 0.0, transaction_timeout: float = 15.0,
+                 members: Mapping[str, StreamsMember] | None = None) -> None:
+        """`members`: the streams groups' members of this process, by group id (the transport's): a
+        transaction's offsets for one of those groups are committed as its member."""
         self._servers = servers
+        self._members: Mapping[str, StreamsMember] = members if members is not None else {}
         self._options = options
         transactions: dict[str, Any] = {}
         if transactional_id is not None:
@@ -664,7 +674,15 @@ class KafkaProducer:
             await self.flush()
             if offsets:
                 positions = {TopicPartition(tp.topic, tp.partition): at for tp, at in offsets.items()}
-                await self._client.send_offsets_to_transaction(positions, group_id)
+                member = self._members.get(group_id)
+                if member is None:
+                    await self._client.send_offsets_to_transaction(positions, group_id)
+                else:  # a streams group's member: the group refuses the offsets of one it fenced
+                    if member.epoch <= 0:
+                        raise MembershipLost(f"this worker is rejoining its streams group {group_id!r}: the "
+                                             "transaction's offsets are no longer its to commit")
+                    await send_offsets_as_member(self._client, positions, group_id, member.member_id,
+                                                 member.epoch, member.instance_id)
             await self._client.commit_transaction()
             await self._client.begin_transaction()
         except KafkaProducerFenced as exc:
@@ -1004,6 +1022,9 @@ class KafkaTransport:
         self.servers = url.split("://", 1)[1]
         self.options = client_options(options)
         self.tuning = tuning or ClientTuning()
+        # The streams groups' members of this transport's consumers, by group id: what its producers'
+        # transactions commit offsets as.
+        self.members: dict[str, StreamsMember] = {}
 
     def consumer(
         self,
@@ -1022,14 +1043,14 @@ class KafkaTransport:
         listener = _Listener(on_assigned, on_revoked, on_lost)
         return KafkaConsumer(self.servers, self.options, group_id, listener, max_poll_records,
                              auto_offset_reset, placement, instance_id, self.tuning, group_protocol,
-                             group_topology)
+                             group_topology, self.members)
 
     def producer(self, transactional_id: str | None = None) -> KafkaProducer:
         # A transactional producer's records are visible only when its transaction commits: waiting to fill
         # its batches costs no latency, and its bursts (changelogs at checkpoints) take fewer requests.
         linger = self.tuning.linger if transactional_id is None else TRANSACTIONAL_LINGER
         return KafkaProducer(self.servers, self.options, transactional_id, linger,
-                             self.tuning.transaction_timeout)
+                             self.tuning.transaction_timeout, self.members)
 
     def admin(self) -> KafkaAdmin:
         return KafkaAdmin(self.servers, self.options)

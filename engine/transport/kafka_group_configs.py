@@ -20,7 +20,6 @@ from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Boolean, CompactArray, Int8, Int16, Int32, Schema, TaggedFields
 
 from engine.errors import ConfigError, TransportError
-from engine.transport import aiokafka_private as private
 from engine.transport.kafka_protocol import TEXT
 
 if TYPE_CHECKING:
@@ -81,15 +80,15 @@ def alter_errors(response: IncrementalAlterConfigsResponse_v1) -> list[tuple[int
     return [(code, message) for code, message, *_ in response.responses]
 
 
-async def set_group_configs(admin_client: Any, group_id: str, configs: Mapping[str, str | None]) -> None:
+async def set_group_configs(client: Any, group_id: str, configs: Mapping[str, str | None]) -> None:
     """Set the group's configs on the broker (a value; None deletes one, back to the broker's default);
-    `admin_client` is a started AIOKafkaAdminClient. The broker checks them all first and sets all or none.
+    `client` is a started AIOKafkaClient (`aiokafka_private.network_client` of an admin, a consumer's). The
+    broker checks them all first and sets all or none.
 
     Raises ConfigError naming the configs and the broker's message when it refuses them (a name it does not
     know for groups, a value out of its bounds: `streams.num.standby.replicas` above the broker's
     `group.streams.max.standby.replicas`, no right to alter the group, a broker without group configs),
     TransportError when it cannot be asked."""
-    client = private.network_client(admin_client)
     try:
         response = await client.send(client.get_random_node(), GroupConfigsRequest(group_id, configs))
     except KafkaError as exc:
@@ -101,11 +100,11 @@ async def set_group_configs(admin_client: Any, group_id: str, configs: Mapping[s
                               f"{message or '(no message)'}")
 
 
-async def group_configs(admin_client: Any, group_id: str, names: Collection[str] | None = None
+async def group_configs(client: Any, group_id: str, names: Collection[str] | None = None
                         ) -> dict[str, str]:
     """The group's configs as the broker describes them (each of `names`, or all): the group's own value or
-    the broker's default. Raises TransportError when the broker cannot be asked or refuses."""
-    client = private.network_client(admin_client)
+    the broker's default; `client` as for `set_group_configs`. Raises TransportError when the broker cannot
+    be asked or refuses."""
     keys = sorted(names) if names is not None else None
     try:
         response = await client.send(client.get_random_node(),

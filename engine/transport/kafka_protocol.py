@@ -1,4 +1,4 @@
-"""Four Kafka requests aiokafka 0.14 cannot make, built on its own protocol classes. Part of the Kafka
+"""Three Kafka requests aiokafka 0.14 cannot make, built on its own protocol classes. Part of the Kafka
 transport (with kafka.py, the only modules that import aiokafka).
 
 - Topic ids (Metadata v12; aiokafka's Metadata stops at v5, ids came with v10). A topic id is the identity of
@@ -10,8 +10,6 @@ transport (with kafka.py, the only modules that import aiokafka).
 - OffsetCommit v9 (aiokafka's stops at v3) with a member id and member epoch: a member of a streams group
   (kafka_streams_group.py) commits so, the coordinator checking the epoch against the tasks it assigned; it
   refuses a member's commit below v9.
-- IncrementalAlterConfigs v0 (aiokafka has none): a streams group's configs (its session timeout, heartbeat
-  interval, standby replicas) are set on a GROUP resource (type 32), which only this request alters.
 """
 
 from __future__ import annotations
@@ -22,16 +20,13 @@ from aiokafka.protocol.abstract import AbstractType
 from aiokafka.protocol.admin import CreateTopicsRequest_v3, CreateTopicsResponse_v3
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import (
-    Array,
     Boolean,
     CompactArray,
     CompactString,
-    Int8,
     Int16,
     Int32,
     Int64,
     Schema,
-    String,
     TaggedFields,
 )
 
@@ -186,48 +181,3 @@ def commit_errors(response: OffsetCommitResponse_v9) -> dict[tuple[str, int], in
     return {(topic, partition): error for topic, partitions, _ in response.topics
             for partition, error, _ in partitions}
 
-
-GROUP_RESOURCE = 32  # ConfigResource.Type.GROUP
-SET = 0  # AlterConfigOp.OpType.SET
-
-
-class IncrementalAlterConfigsResponse_v0(Response):  # type: ignore[misc]  # (as above)
-    API_KEY = 44
-    API_VERSION = 0
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        ("responses", Array(("error_code", Int16), ("error_message", String("utf-8")),
-                            ("resource_type", Int8), ("resource_name", String("utf-8")))),
-    )
-
-
-class IncrementalAlterConfigsRequest_v0(RequestStruct):  # type: ignore[misc]  # (as above)
-    API_KEY = 44
-    API_VERSION = 0
-    RESPONSE_TYPE = IncrementalAlterConfigsResponse_v0
-    SCHEMA = Schema(
-        ("resources", Array(("resource_type", Int8), ("resource_name", String("utf-8")),
-                            ("configs", Array(("name", String("utf-8")), ("operation", Int8),
-                                              ("value", String("utf-8")))))),
-        ("validate_only", Boolean),
-    )
-
-
-class GroupConfigsRequest(Request[IncrementalAlterConfigsRequest_v0]):  # type: ignore[misc]  # (as above)
-    """Set configs of one group (IncrementalAlterConfigs on its GROUP resource)."""
-
-    API_KEY = 44
-
-    def __init__(self, group_id: str, configs: Mapping[str, str]) -> None:
-        self._group_id = group_id
-        self._configs = configs
-
-    def build(self, request_struct_class: type[IncrementalAlterConfigsRequest_v0]
-              ) -> IncrementalAlterConfigsRequest_v0:
-        configs = [(name, SET, value) for name, value in sorted(self._configs.items())]
-        return request_struct_class([(GROUP_RESOURCE, self._group_id, configs)], False)
-
-
-def config_errors(response: IncrementalAlterConfigsResponse_v0) -> list[tuple[int, str | None]]:
-    """(error code, message) of each resource of the answer."""
-    return [(code, message) for code, message, _, _ in response.responses]

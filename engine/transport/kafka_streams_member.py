@@ -37,12 +37,8 @@ from engine.assignor import Assignment
 from engine.errors import EngineError, MembershipLost, TransportError
 from engine.events import TP
 from engine.transport.base import GroupDescription, GroupMember
-from engine.transport.kafka_protocol import (
-    GroupConfigsRequest,
-    MemberOffsetCommitRequest,
-    commit_errors,
-    config_errors,
-)
+from engine.transport.kafka_group_configs import set_group_configs
+from engine.transport.kafka_protocol import MemberOffsetCommitRequest, commit_errors
 from engine.transport.kafka_streams_group import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -233,25 +229,16 @@ class StreamsMember:
             "streams.heartbeat.interval.ms": str(max(1, round(self._session_timeout * 1000 / 3))),
             "streams.num.standby.replicas": str(self._placement.standby_replicas),
         }
-        if await self._alter_configs(configs, say=False):
-            return
-        for name, value in configs.items():  # (to say which the broker refuses)
-            await self._alter_configs({name: value}, say=True)
-
-    async def _alter_configs(self, configs: Mapping[str, str], *, say: bool) -> bool:
-        shown = ", ".join(f"{name}={value}" for name, value in configs.items())
         try:
-            node = self._client.get_random_node()
-            response = await self._client.send(node, GroupConfigsRequest(self.group_id, configs))
-        except KafkaError as exc:
-            if say:
-                log.warning("could not set the streams group's %s (%r): the group keeps its own", shown, exc)
-            return False
-        refused = [(code, message) for code, message in config_errors(response) if code]
-        if refused and say:
-            log.warning("the broker refused the streams group's %s (error %d: %s): the group keeps the "
-                        "broker's", shown, *refused[0])
-        return not refused
+            await set_group_configs(self._client, self.group_id, configs)
+            return
+        except EngineError:
+            pass
+        for name, value in configs.items():  # (one at a time: to say which the broker refuses)
+            try:
+                await set_group_configs(self._client, self.group_id, {name: value})
+            except EngineError as exc:
+                log.warning("%s: the group keeps the broker's", exc)
 
     async def _run(self) -> None:
         while self.failure is None:

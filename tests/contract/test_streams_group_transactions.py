@@ -17,6 +17,7 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.structs import TopicPartition
 
 from engine.errors import ConfigError, MembershipLost
+from engine.transport.aiokafka_private import network_client
 from engine.transport.kafka_group_configs import group_configs, set_group_configs
 from engine.transport.kafka_streams_describe import StreamsGroupDescribeRequest, described_groups
 from engine.transport.kafka_txn_offsets import send_offsets_as_member
@@ -188,7 +189,7 @@ async def test_a_member_commits_its_transactions_offsets_with_its_epoch_and_neve
 async def test_a_member_the_group_fenced_cannot_commit_its_transaction(app):
     """The group's own session timeout (a group config) as short as the broker allows: a member that stops
     beating is fenced, and its transaction's offsets are refused (UNKNOWN_MEMBER_ID)."""
-    await set_group_configs(app.admin, app.group, {"streams.session.timeout.ms": "1000",
+    await set_group_configs(network_client(app.admin), app.group, {"streams.session.timeout.ms": "1000",
                                                     "streams.heartbeat.interval.ms": "100"})
     member = await app.member(port=8001)
     producer = await app.producer(task=0)
@@ -219,15 +220,15 @@ async def members(app: App) -> list[str]:
 
 
 async def test_a_groups_standby_replicas_are_set_described_back_and_refused_past_the_brokers_maximum(app):
-    await set_group_configs(app.admin, app.group, {"streams.num.standby.replicas": "1"})
-    assert (await group_configs(app.admin, app.group, ["streams.num.standby.replicas"])) == {
+    await set_group_configs(network_client(app.admin), app.group, {"streams.num.standby.replicas": "1"})
+    assert (await group_configs(network_client(app.admin), app.group, ["streams.num.standby.replicas"])) == {
         "streams.num.standby.replicas": "1"}
     # The broker's group.streams.max.standby.replicas is 2 by default.
     with pytest.raises(ConfigError, match=r"streams\.num\.standby\.replicas=3 of group .* error 40"):
-        await set_group_configs(app.admin, app.group, {"streams.num.standby.replicas": "3"})
+        await set_group_configs(network_client(app.admin), app.group, {"streams.num.standby.replicas": "3"})
     with pytest.raises(ConfigError, match=r"streams\.no\.such\.config"):
-        await set_group_configs(app.admin, app.group, {"streams.no.such.config": "1"})
-    assert (await group_configs(app.admin, app.group))["streams.num.standby.replicas"] == "1"
-    await set_group_configs(app.admin, app.group, {"streams.num.standby.replicas": None})
-    assert (await group_configs(app.admin, app.group, ["streams.num.standby.replicas"])) == {
+        await set_group_configs(network_client(app.admin), app.group, {"streams.no.such.config": "1"})
+    assert (await group_configs(network_client(app.admin), app.group))["streams.num.standby.replicas"] == "1"
+    await set_group_configs(network_client(app.admin), app.group, {"streams.num.standby.replicas": None})
+    assert (await group_configs(network_client(app.admin), app.group, ["streams.num.standby.replicas"])) == {
         "streams.num.standby.replicas": "0"}
