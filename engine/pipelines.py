@@ -20,16 +20,19 @@ A pipeline is immutable: every step returns a new one, so one can be the start o
 from __future__ import annotations
 
 import copy
+import inspect
 import operator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from engine.errors import ConfigError
+from engine.fused import PlainFold, WindowFold, run_fused
 from engine.windows import HoppingWindow, SessionWindow, SlidingWindow, TumblingWindow
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from engine.fused import Fold
     from engine.streams.stream import DerivedStream, Stream
     from engine.tables.declarer import Declarer
     from engine.tables.table import Table
@@ -162,24 +165,37 @@ class Pipeline:
                 key_type = step.key_type
         table: Table = self.app.Table(name, default=default, key_type=key_type, value_type=value_type)
         target: Any = table
+        fold: Fold = PlainFold(table, add)
         if isinstance(self.window, SessionWindow):
             target = table.session_windowed(self.window, initial=default, add=add, merge=merge,
                                             late_topic=self.late_topic,
                                             close_idle_after=self.close_idle_after)
-            update = _add_to_windows
+            update, fold = _add_to_windows, WindowFold(target.update)
         elif isinstance(self.window, SlidingWindow):
             target = table.sliding_windowed(self.window, initial=default, add=add, late_topic=self.late_topic,
                                             close_idle_after=self.close_idle_after)
-            update = _add_to_windows
+            update, fold = _add_to_windows, WindowFold(target.update)
         elif self.window is not None:
             target = table.windowed_by(cast("Window", self.window), late_topic=self.late_topic,
                                        close_idle_after=self.close_idle_after)
+            fold = WindowFold(target.update, add)
         steps = self.steps
+        # The steps after the last group_by (all of them without one) and the aggregation run fused
+        # (engine.fused), unless a function of them is a coroutine function or the worker traces (a span per
+        # event is the agent path's).
+        grouped = max((number + 1 for number, step in enumerate(steps) if step.kind == "group_by"), default=0)
+        fused = tuple((step.kind == "filter", step.fun) for step in steps[grouped:])
+        fusable = not any(inspect.iscoroutinefunction(fun) for _, fun in fused)
 
         async def aggregate(stream: Stream) -> None:
             flow: Stream | DerivedStream = stream
             value_type = self.topic.value_type
             for number, step in enumerate(steps):
+                if number == grouped:  # after the last group_by: the root stream of its repartition topic
+                    root = flow.root
+                    if fusable and root.context.tracing is None:
+                        await run_fused(root, fused, fold)
+                        return
                 if step.kind == "filter":
                     flow = flow.filter(step.fun)
                 elif step.kind == "map":
@@ -188,6 +204,9 @@ class Pipeline:
                 else:
                     flow = flow.group_by(step.fun, name=f"{name}-{number}", key_type=step.key_type,
                                          value_type=value_type)
+            if grouped == len(steps) and fusable and flow.root.context.tracing is None:
+                await run_fused(flow.root, fused, fold)
+                return
             async for key, value in flow.items():
                 update(target, key, value)
 

@@ -421,6 +421,47 @@ class Stream(_Operators):
             return event.value
         return (event.key, event.value) if shape is _PAIR else event
 
+    # -- a batch at a time (engine.fused) ------------------------------------------------------------
+
+    async def take_batch(self) -> list[Event]:
+        """Every event waiting in the mailbox (waiting for one if there is none), for an operator that
+        processes them in one synchronous step (a fused pipeline, engine.fused): under exactly-once the batch
+        counts as one event for the quiesce gate, and since nothing awaits inside it no checkpoint falls
+        within it. The operator acks each event it is done with, keeps `current_event` on the event a table
+        write or an error belongs to, gives back what it did not reach (`give_back`), and ends the batch
+        with `finish_batch`. StopAsyncIteration once the mailbox is closed and empty."""
+        quiesce = self._quiesce
+        while quiesce is not None and quiesce.closed:
+            await quiesce.wait_open()
+        events = self._mailbox.take_all_nowait()
+        if not events:
+            first = await (self._next_forwarding() if self._upstream else self._next_waiting())
+            while quiesce is not None and quiesce.closed:  # (as in __anext__: not inside a cut)
+                await quiesce.wait_open()
+            events = [first, *self._mailbox.take_all_nowait()]
+        if quiesce is not None:
+            quiesce.started()
+        if _source() is not self:
+            current_source.set(self)
+        self._timed_since = time.perf_counter() if self._timings is not None else 0.0
+        return events
+
+    def finish_batch(self, size: int) -> None:
+        """The batch taken by `take_batch` is done (each of its `size` events acked): the gate may close,
+        and the processing time per event is the batch's mean."""
+        self.current_event = None
+        if self._quiesce is not None:
+            self._quiesce.finished()
+        if self._timed_since:
+            self._timings.observe((time.perf_counter() - self._timed_since) / size)  # type: ignore[union-attr]
+            self._timed_since = 0.0
+
+    def give_back(self, events: list[Event]) -> None:
+        """Events of a batch the operator did not reach (one before them failed): back to the front of
+        the mailbox, for the agent's next run after the error policy dealt with the failed one."""
+        if events and not self._mailbox.closed:
+            self._mailbox.requeue([e for e in events if e.lease is None or e.lease.dispatching])
+
     def rekey(self, key: Any) -> None:
         """The current event stands for a result of another key (a stream-stream join's record emitted
         alone when its wait ended, in this partition): `current_event.key` is that key until the next event.

@@ -478,6 +478,12 @@ class BaseTable(MutableMapping[Any, Any]):
         part, _ = self._route_write(key, event) if self.window is None else self._for_write(key)
         part.set(key, value)
 
+    def write_buffer(self, event: Event) -> dict[Any, Any]:
+        """The buffer a write of `event`'s own key goes to, once one such write went through `__setitem__`'s
+        checks: a fused pipeline (engine.fused) folds the rest of a batch's values of that key and writes
+        their aggregate there, once."""
+        return self.active[event.record.partition].buffer
+
     def __delitem__(self, key: Any) -> None:
         part, encoded = self._for_write(key)
         if part.get(key, encoded) is MISSING:

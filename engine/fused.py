@@ -1,0 +1,150 @@
+"""Fused pipelines: a declarative pipeline's steps and aggregation run a mailbox batch at a time.
+
+A pipeline (engine.pipelines) knows its whole computation, so its agent need not take its events one by one
+through stream operators (an async generator step, an `await`, a quiesce check and a table call per event):
+`run_fused` takes every event waiting in the agent's mailbox (`Stream.take_batch`) and, in one synchronous
+loop, applies the filters and maps, and folds each value into the table. It is the same agent, on the same
+mailbox, leases, acks and error policy (engine.processing.runner): only how it takes its events differs.
+
+- A plain table (count, sum, reduce, aggregate without a window): a key's first event in the batch reads and
+  writes the table as the agent path does (its routing and checks: the partition, the lease, the topic
+  co-partitioned with the table); its next events fold into a batch-local value, written to that
+  partition's buffer once when the batch (or its run of one partition) ends. One table read per distinct key
+  per batch; the buffer coalesces the changelog per checkpoint as before.
+- A windowed table (tumbling, hopping, session, sliding): each event updates its windows with the table's
+  own update, as the agent path does: stream time, late events and closed windows are the table's, event by
+  event in partition order.
+
+Nothing awaits inside a batch, so no checkpoint (nor a revoke) falls within one: what a checkpoint cuts is
+whole batches, each event of them acked. A step or aggregation function that raises on an event ends the
+batch there: the events before it are folded and acked, the ones after it go back to the front of the
+mailbox, and the error propagates with that event current, so the agent's error policy deals with that event
+exactly as on the agent path (dead letter and go on, or stop).
+
+`group_by` still forwards each event to its repartition topic through the stream operators (a send per
+event); what reads the repartition topic is fused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from engine.events import Event
+    from engine.streams.stream import Stream
+    from engine.tables.base import BaseTable
+
+    Combine = Callable[[Any, Any], Any]  # (aggregate, value) -> aggregate
+    Step = tuple[bool, Callable[[Any], Any]]  # (is a filter, its function), else a map
+
+
+@dataclass(frozen=True)
+class PlainFold:
+    """Fold values into a plain table: `table[key] = add(table[key], value)`."""
+
+    table: BaseTable
+    add: Combine
+
+
+@dataclass(frozen=True)
+class WindowFold:
+    """Update a windowed table's windows of the event with the table's own update: `update(key, add,
+    value)` for fixed-size windows, `update(key, value)` for sessions and sliding windows (`add` None: their
+    table has its own)."""
+
+    update: Callable[..., Any]
+    add: Combine | None = None
+
+
+Fold = PlainFold | WindowFold
+
+
+async def run_fused(stream: Stream, steps: tuple[Step, ...], fold: Fold) -> None:
+    """The agent's body: batch after batch until its mailbox closes."""
+    while True:
+        try:
+            events = await stream.take_batch()
+        except StopAsyncIteration:
+            return
+        if isinstance(fold, PlainFold):
+            _fold_plain(stream, events, steps, fold.table, fold.add)
+        else:
+            _fold_windows(stream, events, steps, fold.update, fold.add)
+        stream.finish_batch(len(events))
+
+
+def _fold_windows(stream: Stream, events: list[Event], steps: tuple[Step, ...], update: Callable[..., Any],
+                  add: Combine | None) -> None:
+    at = 0
+    try:
+        for event in events:
+            stream.current_event = event
+            value = event.value
+            for is_filter, fun in steps:
+                if is_filter:
+                    if not fun(value):
+                        break
+                else:
+                    value = fun(value)
+            else:
+                if add is None:
+                    update(event.key, value)
+                else:
+                    update(event.key, add, value)
+            lease = event.lease
+            if lease is not None:
+                lease.ack(event.record.offset)
+            at += 1
+    except BaseException:
+        stream.give_back(events[at + 1:])
+        raise
+
+
+def _fold_plain(stream: Stream, events: list[Event], steps: tuple[Step, ...], table: BaseTable,
+                add: Combine) -> None:
+    # key -> [aggregate, the buffer it goes to]; per run of one partition (a key's value is its partition's)
+    folded: dict[Any, list[Any]] = {}
+    partition = -1
+    at = 0
+    try:
+        for event in events:
+            record = event.record
+            if record.partition != partition:
+                _write(folded)
+                partition = record.partition
+            value = event.value
+            for is_filter, fun in steps:
+                if is_filter:
+                    if not fun(value):
+                        break
+                else:
+                    value = fun(value)
+            else:
+                key = event.key
+                entry = folded.get(key)
+                if entry is None:
+                    stream.current_event = event  # the key's first event: the table's own read and write
+                    aggregate = add(table[key], value)
+                    table[key] = aggregate
+                    folded[key] = [aggregate, table.write_buffer(event)]
+                else:
+                    entry[0] = add(entry[0], value)
+            lease = event.lease
+            if lease is not None:
+                lease.ack(record.offset)
+            at += 1
+    except BaseException:
+        stream.current_event = events[at]  # the event it failed on, for the error policy
+        stream.give_back(events[at + 1:])
+        raise
+    finally:
+        _write(folded)
+
+
+def _write(folded: dict[Any, list[Any]]) -> None:
+    for key, (aggregate, buffer) in folded.items():
+        buffer[key] = aggregate
+    folded.clear()
