@@ -21,8 +21,10 @@ batch there: the events before it are folded and acked, the ones after it go bac
 mailbox, and the error propagates with that event current, so the agent's error policy deals with that event
 exactly as on the agent path (dead letter and go on, or stop).
 
-`group_by` still forwards each event to its repartition topic through the stream operators (a send per
-event); what reads the repartition topic is fused.
+A `group_by` is fused too (`Forwarder`): the steps before it and the forwarding to its repartition topic
+take a batch of the source at a time, with a send per event (awaited: under exactly-once the batch counts as
+one event for the quiesce gate, so a checkpoint waits for it), each event acked once its record is enqueued,
+as the stream operators' forwarding does; what reads the repartition topic is the next batch loop.
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from engine.streams.stream import UpstreamError
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from engine.events import Event
     from engine.streams.stream import Stream
     from engine.tables.base import BaseTable
+    from engine.topics import Topic
 
     Combine = Callable[[Any, Any], Any]  # (aggregate, value) -> aggregate
     Step = tuple[bool, Callable[[Any], Any]]  # (is a filter, its function), else a map
@@ -99,7 +104,7 @@ def _fold_windows(stream: Stream, events: list[Event], steps: tuple[Step, ...], 
                 lease.ack(event.record.offset)
             at += 1
     except BaseException:
-        stream.give_back(events[at + 1:])
+        stream.batch_reached = at + 1  # (the rest goes back to the mailbox when the agent is abandoned)
         raise
 
 
@@ -138,7 +143,7 @@ def _fold_plain(stream: Stream, events: list[Event], steps: tuple[Step, ...], ta
             at += 1
     except BaseException:
         stream.current_event = events[at]  # the event it failed on, for the error policy
-        stream.give_back(events[at + 1:])
+        stream.batch_reached = at + 1
         raise
     finally:
         _write(folded)
@@ -148,3 +153,51 @@ def _write(folded: dict[Any, list[Any]]) -> None:
     for key, (aggregate, buffer) in folded.items():
         buffer[key] = aggregate
     folded.clear()
+
+
+class Forwarder:
+    """A fused group_by: `await forwarder()` forwards one batch of `source` to the repartition topic
+    `target`, each value kept by the steps re-keyed by `key(value)`, with its record's headers and event time
+    (as the stream operators' group_by does); False once the source's mailbox is closed. What fails on an
+    event raises UpstreamError for it (the agent's error policy deals with it as on the operators' path)."""
+
+    __slots__ = ("key", "source", "steps", "target")
+
+    def __init__(self, source: Stream, steps: tuple[Step, ...], key: Callable[[Any], Any],
+                 target: Topic) -> None:
+        self.source = source
+        self.steps = steps
+        self.key = key
+        self.target = target
+
+    async def __call__(self) -> bool:
+        source = self.source
+        try:
+            events = await source.take_batch()
+        except StopAsyncIteration:
+            return False
+        steps, key_of, send, topic = self.steps, self.key, self.target.send, source.topic
+        at = 0
+        try:
+            for at, event in enumerate(events):  # (`at`: where an event fails)
+                lease = event.lease
+                if lease is not None and lease.ended:
+                    continue  # its partition moved while an earlier send waited: its new owner's
+                source.current_event = event
+                source.batch_reached = at + 1
+                value = event.value
+                for is_filter, fun in steps:
+                    if is_filter:
+                        if not fun(value):
+                            break
+                    else:
+                        value = fun(value)
+                else:
+                    time_ms = topic.event_time_ms(event) if topic is not None else event.record.timestamp
+                    await send(key=key_of(value), value=value, headers=event.headers, timestamp_ms=time_ms)
+                if lease is not None:
+                    lease.ack(event.record.offset)
+        except Exception as exc:
+            raise UpstreamError(events[at], exc) from exc
+        source.finish_batch(len(events))
+        return True

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from engine.errors import ConfigError
-from engine.fused import PlainFold, WindowFold, run_fused
+from engine.fused import Forwarder, PlainFold, WindowFold, run_fused
 from engine.windows import HoppingWindow, SessionWindow, SlidingWindow, TumblingWindow
 
 if TYPE_CHECKING:
@@ -180,38 +180,52 @@ class Pipeline:
                                        close_idle_after=self.close_idle_after)
             fold = WindowFold(target.update, add)
         steps = self.steps
-        # The steps after the last group_by (all of them without one) and the aggregation run fused
-        # (engine.fused), unless a function of them is a coroutine function or the worker traces (a span per
-        # event is the agent path's).
-        grouped = max((number + 1 for number, step in enumerate(steps) if step.kind == "group_by"), default=0)
-        fused = tuple((step.kind == "filter", step.fun) for step in steps[grouped:])
-        fusable = not any(inspect.iscoroutinefunction(fun) for _, fun in fused)
 
         async def aggregate(stream: Stream) -> None:
-            flow: Stream | DerivedStream = stream
+            # Each run of filters and maps up to a group_by, and the last one with the aggregation, runs
+            # fused (engine.fused) unless a function of it is a coroutine function or the worker traces (a
+            # span per event is the stream operators').
+            root = stream
             value_type = self.topic.value_type
+            begun = 0  # where the current run of steps begins
             for number, step in enumerate(steps):
-                if number == grouped:  # after the last group_by: the root stream of its repartition topic
-                    root = flow.root
-                    if fusable and root.context.tracing is None:
-                        await run_fused(root, fused, fold)
-                        return
-                if step.kind == "filter":
-                    flow = flow.filter(step.fun)
-                elif step.kind == "map":
-                    flow = flow.map(step.fun)
+                if step.kind == "map":
                     value_type = step.value_type or object  # object: JSON of any type
+                if step.kind != "group_by":
+                    continue
+                run, begun = steps[begun:number], number + 1
+                if _fusable(root, run):
+                    topic = root.context.repartition_topic(f"{name}-{number}-repartition", root.topic,
+                                                           step.key_type, value_type)
+                    root = root.forwarded_to(topic, Forwarder(root, _fused(run), step.fun, topic))
                 else:
-                    flow = flow.group_by(step.fun, name=f"{name}-{number}", key_type=step.key_type,
-                                         value_type=value_type)
-            if grouped == len(steps) and fusable and flow.root.context.tracing is None:
-                await run_fused(flow.root, fused, fold)
+                    root = _operators(root, run).group_by(step.fun, name=f"{name}-{number}",
+                                                          key_type=step.key_type, value_type=value_type)
+            if _fusable(root, steps[begun:]):
+                await run_fused(root, _fused(steps[begun:]), fold)
                 return
-            async for key, value in flow.items():
+            async for key, value in _operators(root, steps[begun:]).items():
                 update(target, key, value)
 
         self.app.agent(self.topic, name=f"{name}-aggregate")(aggregate)
         return target
+
+
+def _fusable(root: Stream, steps: tuple[_Step, ...]) -> bool:
+    return root.context.tracing is None and not any(inspect.iscoroutinefunction(step.fun) for step in steps)
+
+
+def _fused(steps: tuple[_Step, ...]) -> tuple[tuple[bool, Callable[[Any], Any]], ...]:
+    """Filters and maps as engine.fused takes them: (is a filter, its function)."""
+    return tuple((step.kind == "filter", step.fun) for step in steps)
+
+
+def _operators(root: Stream, steps: tuple[_Step, ...]) -> Stream | DerivedStream:
+    """Filters and maps as stream operators."""
+    flow: Stream | DerivedStream = root
+    for step in steps:
+        flow = flow.filter(step.fun) if step.kind == "filter" else flow.map(step.fun)
+    return flow
 
 
 def _same(value: Any) -> Any:

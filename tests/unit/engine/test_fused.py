@@ -155,3 +155,34 @@ def test_an_event_an_aggregation_fails_on_stops_the_worker_under_the_stop_policy
             driver.send(source, key="a", value=0)
     finally:
         driver.close()
+
+
+async def test_an_event_a_group_by_key_fails_on_is_dead_lettered_and_the_rest_regrouped(
+        batch_sizes: list[int]) -> None:
+    app, events = make_app("fused-dlq-key", agent_error_policy="dlq")
+
+    def group(value: dict[str, Any]) -> str:
+        if value["amount"] == 3 and value["ts"] % 7 == 0:
+            raise KeyError(f"no group for {value['ts']}")
+        return str(value["group"])
+
+    counts = app.stream(events).filter(lambda v: v["amount"] > 0).group_by(group, key_type=str).count(
+        "grouped")
+    refused = [(key, ts) for key, amount, ts in EVENTS if amount == 3 and ts % 7 == 0]
+    truth = Counter(f"g{amount % 4}" for _, amount, ts in EVENTS if amount > 0 and not (amount == 3
+                                                                                      and ts % 7 == 0))
+    letters: list[tuple[str, bytes]] = []
+
+    @app.agent(app.topic("fused-dlq-key-grouped-aggregate-dlq", key_type=bytes, value_type=bytes),
+               name="letters")
+    async def collect(stream: Any) -> None:
+        async for event in stream.events():
+            letters.append((event.key.decode(), dict(event.headers)["engine-error"]))
+
+    assert refused
+    async with testing.running(app):
+        await send_all(events)
+        await testing.eventually(lambda: len(letters) == len(refused), 20)
+        await testing.eventually(lambda: contents(counts) == truth, 5)
+    assert sorted(letters) == sorted((key, f"KeyError: 'no group for {ts}'".encode()) for key, ts in refused)
+    assert max(batch_sizes) > 1
