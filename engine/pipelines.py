@@ -10,9 +10,10 @@ beside the agents; the aggregation returns the table it maintains.
 
 Nothing here runs events: the aggregation declares a table (`app.Table`, windowed by `tumbling`/`hopping`, of
 sessions by `session`, of sliding windows by `sliding`) and an internal agent `<name>-aggregate` that
-applies the steps with the stream operators (`filter`, `map`, `group_by` through
-`<app>-<name>-<n>-repartition`) and updates the table as a hand-written agent would. So a pipeline's table
-has the same changelog, recovery, standbys, final results and exactly-once as any other.
+applies the steps (`filter`, `map`, `group_by` through `<app>-<name>-<n>-repartition`) and updates the table
+as a hand-written agent would, a mailbox batch at a time (engine.fused; with the stream operators, event by
+event, where that cannot be). So a pipeline's table has the same changelog, recovery, standbys, final
+results and exactly-once as any other.
 
 A pipeline is immutable: every step returns a new one, so one can be the start of several.
 """
