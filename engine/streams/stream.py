@@ -461,8 +461,9 @@ class Stream(_Operators):
         self._batch = []
         if self._quiesce is not None:
             self._quiesce.finished()
-        if self._timed_since:
-            self._timings.observe((time.perf_counter() - self._timed_since) / size)  # type: ignore[union-attr]
+        timings = self._timings
+        if self._timed_since and timings is not None:
+            timings.observe((time.perf_counter() - self._timed_since) / size)
             self._timed_since = 0.0
 
     def rekey(self, key: Any) -> None:
