@@ -8,7 +8,8 @@ with a changelog.
 With `--pipeline`, engine's job is instead a declarative pipeline (engine.pipelines): `count` is
 `app.stream(events).count("counts")`, `group_by` re-keys by the value's user first (through its repartition
 topic), `tumbling` counts into 1-minute tumbling windows. Its rate runs from the first record processed to the
-last (the source partitions' processed positions, read every 2 ms: a pipeline has no body to time in).
+last (the processed positions of the source's partitions, then of the topic the count reads, every 2 ms: a
+pipeline has no body to time in).
 
 Both jobs read the same preloaded topic (1,000 keys; each in its own consumer group) on the same broker in
 the same run, alternating. Rates are events/s from the first record to the last one counted; the raw loop
@@ -145,15 +146,18 @@ async def pipeline_count(bootstrap: str, source: str, count: int, kind: str) -> 
     await worker.start()
     settle_heap()  # as engine worker does after start-up
 
-    def processed() -> int:
+    # What the aggregation reads: the source, or the repartition topic a group_by forwards every event to.
+    last = f"{app.id}-counts-0-repartition" if kind == "group_by" else source
+
+    def processed(topic: str) -> int:
         return sum(lease.position or 0 for tp, lease in worker.conductor.leases.current.items()
-                   if tp.topic == source)
+                   if tp.topic == topic)
 
     try:
-        await _polled(lambda: processed() > 0)
-        started, cpu, at_start = time.perf_counter(), time.process_time(), processed()
-        await _polled(lambda: processed() >= count)
-        done = processed()
+        await _polled(lambda: processed(source) > 0)
+        started, cpu, at_start = time.perf_counter(), time.process_time(), processed(source)
+        await _polled(lambda: processed(last) >= count)
+        done = count
         rate = (done - at_start) / (time.perf_counter() - started)
         cpu_per_event = (time.process_time() - cpu) / (done - at_start) * 1e6
         totals: Counter[str] = Counter()
