@@ -6,11 +6,11 @@ through stream operators (an async generator step, an `await`, a quiesce check a
 loop, applies the filters and maps, and folds each value into the table. It is the same agent, on the same
 mailbox, leases, acks and error policy (engine.processing.runner): only how it takes its events differs.
 
-- A plain table (count, sum, reduce, aggregate without a window): a key's first event in the batch reads and
-  writes the table as the agent path does (its routing and checks: the partition, the lease, the topic
-  co-partitioned with the table); its next events fold into a batch-local value, written to that
-  partition's buffer once when the batch (or its run of one partition) ends. One table read per distinct key
-  per batch; the buffer coalesces the changelog per checkpoint as before.
+- A plain table (count, sum, reduce, aggregate without a window): a key's first event in the batch reads the
+  table, routed and checked as a write of the agent path is (the partition, the lease, the topic
+  co-partitioned with the table: `own_slot`); its values fold into a batch-local aggregate, written to
+  that partition's buffer once when the batch (or its run of one partition) ends. One table read per
+  distinct key per batch; the buffer coalesces the changelog per checkpoint as before.
 - A windowed table (tumbling, hopping, session, sliding): each event updates its windows with the table's
   own update, as the agent path does: stream time, late events and closed windows are the table's, event by
   event in partition order.
@@ -130,11 +130,10 @@ def _fold_plain(stream: Stream, events: list[Event], steps: tuple[Step, ...], ta
             else:
                 key = event.key
                 entry = folded.get(key)
-                if entry is None:
-                    stream.current_event = event  # the key's first event: the table's own read and write
-                    aggregate = add(table[key], value)
-                    table[key] = aggregate
-                    folded[key] = [aggregate, table.write_buffer(event)]
+                if entry is None:  # the key's first event: read, routed and checked as the table's writes are
+                    stream.current_event = event
+                    current, buffer = table.own_slot(event)
+                    folded[key] = [add(current, value), buffer]
                 else:
                     entry[0] = add(entry[0], value)
             lease = event.lease
