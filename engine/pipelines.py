@@ -10,9 +10,10 @@ beside the agents; the aggregation returns the table it maintains.
 
 Nothing here runs events: the aggregation declares a table (`app.Table`, windowed by `tumbling`/`hopping`, of
 sessions by `session`, of sliding windows by `sliding`) and an internal agent `<name>-aggregate` that
-applies the steps with the stream operators (`filter`, `map`, `group_by` through
-`<app>-<name>-<n>-repartition`) and updates the table as a hand-written agent would. So a pipeline's table
-has the same changelog, recovery, standbys, final results and exactly-once as any other.
+applies the steps (`filter`, `map`, `group_by` through `<app>-<name>-<n>-repartition`) and updates the table
+as a hand-written agent would, a mailbox batch at a time (engine.fused; with the stream operators, event by
+event, where that cannot be). So a pipeline's table has the same changelog, recovery, standbys, final
+results and exactly-once as any other.
 
 A pipeline is immutable: every step returns a new one, so one can be the start of several.
 """
@@ -20,16 +21,19 @@ A pipeline is immutable: every step returns a new one, so one can be the start o
 from __future__ import annotations
 
 import copy
+import inspect
 import operator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from engine.errors import ConfigError
+from engine.fused import Forwarder, PlainFold, WindowFold, run_fused
 from engine.windows import HoppingWindow, SessionWindow, SlidingWindow, TumblingWindow
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from engine.fused import Fold
     from engine.streams.stream import DerivedStream, Stream
     from engine.tables.declarer import Declarer
     from engine.tables.table import Table
@@ -162,37 +166,67 @@ class Pipeline:
                 key_type = step.key_type
         table: Table = self.app.Table(name, default=default, key_type=key_type, value_type=value_type)
         target: Any = table
+        fold: Fold = PlainFold(table, add)
         if isinstance(self.window, SessionWindow):
             target = table.session_windowed(self.window, initial=default, add=add, merge=merge,
                                             late_topic=self.late_topic,
                                             close_idle_after=self.close_idle_after)
-            update = _add_to_windows
+            update, fold = _add_to_windows, WindowFold(target.update)
         elif isinstance(self.window, SlidingWindow):
             target = table.sliding_windowed(self.window, initial=default, add=add, late_topic=self.late_topic,
                                             close_idle_after=self.close_idle_after)
-            update = _add_to_windows
+            update, fold = _add_to_windows, WindowFold(target.update)
         elif self.window is not None:
             target = table.windowed_by(cast("Window", self.window), late_topic=self.late_topic,
                                        close_idle_after=self.close_idle_after)
+            fold = WindowFold(target.update, add)
         steps = self.steps
 
         async def aggregate(stream: Stream) -> None:
-            flow: Stream | DerivedStream = stream
+            # Each run of filters and maps up to a group_by, and the last one with the aggregation, runs
+            # fused (engine.fused) unless a function of it is a coroutine function or the worker traces (a
+            # span per event is the stream operators').
+            root = stream
             value_type = self.topic.value_type
+            begun = 0  # where the current run of steps begins
             for number, step in enumerate(steps):
-                if step.kind == "filter":
-                    flow = flow.filter(step.fun)
-                elif step.kind == "map":
-                    flow = flow.map(step.fun)
+                if step.kind == "map":
                     value_type = step.value_type or object  # object: JSON of any type
+                if step.kind != "group_by":
+                    continue
+                run, begun = steps[begun:number], number + 1
+                if _fusable(root, run):
+                    topic = root.context.repartition_topic(f"{name}-{number}-repartition", root.topic,
+                                                           step.key_type, value_type)
+                    root = root.forwarded_to(topic, Forwarder(root, _fused(run), step.fun, topic))
                 else:
-                    flow = flow.group_by(step.fun, name=f"{name}-{number}", key_type=step.key_type,
-                                         value_type=value_type)
-            async for key, value in flow.items():
+                    root = _operators(root, run).group_by(step.fun, name=f"{name}-{number}",
+                                                          key_type=step.key_type, value_type=value_type)
+            if _fusable(root, steps[begun:]):
+                await run_fused(root, _fused(steps[begun:]), fold)
+                return
+            async for key, value in _operators(root, steps[begun:]).items():
                 update(target, key, value)
 
         self.app.agent(self.topic, name=f"{name}-aggregate")(aggregate)
         return target
+
+
+def _fusable(root: Stream, steps: tuple[_Step, ...]) -> bool:
+    return root.context.tracing is None and not any(inspect.iscoroutinefunction(step.fun) for step in steps)
+
+
+def _fused(steps: tuple[_Step, ...]) -> tuple[tuple[bool, Callable[[Any], Any]], ...]:
+    """Filters and maps as engine.fused takes them: (is a filter, its function)."""
+    return tuple((step.kind == "filter", step.fun) for step in steps)
+
+
+def _operators(root: Stream, steps: tuple[_Step, ...]) -> Stream | DerivedStream:
+    """Filters and maps as stream operators."""
+    flow: Stream | DerivedStream = root
+    for step in steps:
+        flow = flow.filter(step.fun) if step.kind == "filter" else flow.map(step.fun)
+    return flow
 
 
 def _same(value: Any) -> Any:

@@ -17,7 +17,7 @@ import asyncio
 import enum
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -367,7 +367,12 @@ class Stream(_Operators):
         self.current_event = None  # the event the agent is processing (`current_event()`)
         self._holding = False
         self._held: list[Event] = []
+        self._batch: list[Event] = []  # the batch taken by take_batch, until finish_batch
+        self.batch_reached = 0  # its events before this one are dealt with or current
         self._upstream: AsyncIterator[Any] | None = None
+        # What forwards upstream of through/group_by into this stream's topic, one step a call (False: the
+        # source ended): `_forward_one`, or a fused pipeline's forwarder (a batch a call, engine.fused).
+        self._pumping: Callable[[], Coroutine[Any, Any, bool]] | None = None
         self._pump: asyncio.Task[Any] | None = None
         self._get: asyncio.Task[Event] | None = None
         self._quiesce = context.quiesce
@@ -402,7 +407,7 @@ class Stream(_Operators):
         # revoke and loss, and `abandon` does not requeue them; so no per-event ownership check here.
         event = self._mailbox.get_nowait()
         if event is None:
-            event = await (self._next_forwarding() if self._upstream else self._next_waiting())
+            event = await (self._next_forwarding() if self._pumping else self._next_waiting())
             # A checkpoint may have closed the gate while this agent waited for an event (it was not inside
             # one, so the checkpoint did not wait for it): the event must not start inside the cut, or what
             # it sends would commit with the cut while its offset does not.
@@ -420,6 +425,46 @@ class Stream(_Operators):
         if shape is _VALUE:
             return event.value
         return (event.key, event.value) if shape is _PAIR else event
+
+    # -- a batch at a time (engine.fused) ------------------------------------------------------------
+
+    async def take_batch(self) -> list[Event]:
+        """Every event waiting in the mailbox (waiting for one if there is none), for an operator that
+        processes them in one synchronous step (a fused pipeline, engine.fused): under exactly-once the batch
+        counts as one event for the quiesce gate, and since nothing awaits inside it no checkpoint falls
+        within it (unless the operator awaits: a fused group_by's sends). The operator acks each event it is
+        done with, keeps `current_event` on the event a table write, a send or an error belongs to, and
+        `batch_reached` past it (what `abandon` gives back to the mailbox is the current event and those
+        after it), and ends the batch with `finish_batch`. StopAsyncIteration once the mailbox is closed and
+        empty."""
+        quiesce = self._quiesce
+        while quiesce is not None and quiesce.closed:
+            await quiesce.wait_open()
+        events = self._mailbox.take_all_nowait()
+        if not events:
+            first = await (self._next_forwarding() if self._pumping else self._next_waiting())
+            while quiesce is not None and quiesce.closed:  # (as in __anext__: not inside a cut)
+                await quiesce.wait_open()
+            events = [first, *self._mailbox.take_all_nowait()]
+        if quiesce is not None:
+            quiesce.started()
+        if _source() is not self:
+            current_source.set(self)
+        self._timed_since = time.perf_counter() if self._timings is not None else 0.0
+        self._batch, self.batch_reached = events, 0
+        return events
+
+    def finish_batch(self, size: int) -> None:
+        """The batch taken by `take_batch` is done (each of its `size` events acked): the gate may close,
+        and the processing time per event is the batch's mean."""
+        self.current_event = None
+        self._batch = []
+        if self._quiesce is not None:
+            self._quiesce.finished()
+        timings = self._timings
+        if self._timed_since and timings is not None:
+            timings.observe((time.perf_counter() - self._timed_since) / size)
+            self._timed_since = 0.0
 
     def rekey(self, key: Any) -> None:
         """The current event stands for a result of another key (a stream-stream join's record emitted
@@ -465,18 +510,23 @@ class Stream(_Operators):
             self._end_span()
 
     def abandon(self) -> None:
-        """The agent died: stop forwarding, and requeue what was taken but never finished."""
-        for task in (self._pump, self._get):
+        """The agent died: stop forwarding, and requeue what was taken but never finished (an event the
+        waiting get took from the mailbox as the forwarding failed included)."""
+        got = self._get
+        for task in (self._pump, got):
             if task is not None:
                 task.cancel()
         self._pump = self._get = None
         if self.current_event is not None and self._quiesce is not None:
             self._quiesce.finished()
         self._end_span()
-        taken = [*self._held, *([self.current_event] if self.current_event is not None else [])]
+        taken = [*self._held, *([self.current_event] if self.current_event is not None else []),
+                 *self._batch[self.batch_reached:]]
+        if got is not None and got.done() and not got.cancelled() and got.exception() is None:
+            taken.append(got.result())
         unfinished = [e for e in taken
                       if e.lease is None or e.lease.dispatching]  # a moved partition's: its new owner's
-        self._held, self.current_event = [], None
+        self._held, self.current_event, self._batch = [], None, []
         if not self._mailbox.closed:
             self._mailbox.requeue(unfinished)
 
@@ -497,6 +547,16 @@ class Stream(_Operators):
         self._upstream_root = root
         self._target = topic
         self._key = key
+        self._pumping = self._forward_one
+
+    def forwarded_to(self, topic: Topic, forward: Callable[[], Coroutine[Any, Any, bool]]) -> Stream:
+        """The stream of `topic` (this agent instance's events of it), which `forward()` fills from this
+        stream a batch a call (a fused pipeline's group_by, engine.fused; it raises UpstreamError for an
+        event it failed on), run while that stream waits for its own events, as `group_by`'s forwarding is."""
+        context = self.context
+        stream = open_stream(context.subscribe(topic), context, topic)
+        stream._pumping = forward
+        return stream
 
     async def _forward_one(self) -> bool:
         root = self._upstream_root
@@ -531,14 +591,14 @@ class Stream(_Operators):
         while True:
             if self._get is None:
                 self._get = loop.create_task(self._mailbox.get())
-            if self._pump is None and self._upstream is not None:
-                self._pump = loop.create_task(self._forward_one())
+            if self._pump is None and self._pumping is not None:
+                self._pump = loop.create_task(self._pumping())
             waiting = {t for t in (self._get, self._pump) if t is not None}
             done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if self._pump in done:
                 pump, self._pump = self._pump, None
                 if not pump.result():
-                    self._upstream = None  # source ended; drain our own mailbox until it closes
+                    self._pumping = None  # source ended; drain our own mailbox until it closes
             if self._get in done:
                 get, self._get = self._get, None
                 try:

@@ -478,6 +478,20 @@ class BaseTable(MutableMapping[Any, Any]):
         part, _ = self._route_write(key, event) if self.window is None else self._for_write(key)
         part.set(key, value)
 
+    def own_slot(self, event: Event) -> tuple[Any, dict[Any, Any]]:
+        """(the value of `event`'s own key, or the default; the buffer its writes go to), routed and checked
+        as a write of that key is (`__setitem__`): what a fused pipeline (engine.fused) folds a batch's
+        values of the key onto, writing their aggregate into that buffer once. KeyError for a key without
+        a value in a table without a default."""
+        key = event.key
+        part, encoded = self._route_write(key, event)
+        value = part.get(key, encoded)
+        if value is MISSING:
+            if self.default is None:
+                raise KeyError(key)
+            value = self.default()
+        return value, part.buffer
+
     def __delitem__(self, key: Any) -> None:
         part, encoded = self._for_write(key)
         if part.get(key, encoded) is MISSING:

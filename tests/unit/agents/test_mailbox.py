@@ -76,3 +76,15 @@ async def test_cancelled_getter_does_not_swallow_a_wake_up():
 def test_maxsize_must_be_positive():
     with pytest.raises(ValueError, match="at least 1"):
         Mailbox(0)
+
+
+async def test_take_all_hands_over_everything_in_order_and_frees_every_waiting_putter():
+    box: Mailbox[int] = Mailbox(2)
+    await box.put_many([1, 2])
+    putters = [asyncio.ensure_future(box.put(n)) for n in (3, 4)]
+    await asyncio.sleep(0)
+    assert not any(p.done() for p in putters)
+    assert box.take_all_nowait() == [1, 2]
+    await asyncio.wait_for(asyncio.gather(*putters), 1)
+    assert box.take_all_nowait() == [3, 4]
+    assert box.take_all_nowait() == []

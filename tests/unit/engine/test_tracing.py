@@ -259,3 +259,21 @@ def test_tracing_without_opentelemetry_says_which_extra_to_install(monkeypatch):
     monkeypatch.delitem(sys.modules, "engine.tracing")
     with pytest.raises(MissingDependency, match=r"tracing .* needs opentelemetry-api.*'engine\[otel\]'"):
         importlib.import_module("engine.tracing")
+
+
+def test_a_traced_worker_runs_a_pipeline_event_by_event_with_a_span_for_each(spans):
+    """Fused pipelines (engine.fused) have no span per event: a worker that traces runs them through the
+    stream operators, which do."""
+    app = engine.App("traced-pipe", broker=testing.memory_url(), store="memory://", topic_partitions=2,
+                     tracing=True)
+    orders = app.topic("orders", key_type=str, value_type=dict)
+    per_customer = app.stream(orders).group_by(lambda o: o["customer"], key_type=str).count("per-customer")
+    sent = [(f"o{i}", f"c{i % 3}") for i in range(7)]
+    with TestDriver(app) as driver:
+        for order, customer in sent:
+            driver.send(orders, key=order, value={"id": order, "customer": customer})
+        assert driver.table("per-customer") == {"c0": 3, "c1": 2, "c2": 2}
+    names = [s.name for s in spans.get_finished_spans() if s.name.startswith("process")]
+    assert sorted(set(names)) == ["process orders", "process traced-pipe-per-customer-0-repartition"]
+    assert len(names) == 2 * len(sent)
+    assert per_customer.name == "per-customer"

@@ -1,0 +1,202 @@
+"""Fused pipelines: a declarative pipeline's steps and aggregation run a mailbox batch at a time.
+
+A pipeline (engine.pipelines) knows its whole computation, so its agent need not take its events one by one
+through stream operators (an async generator step, an `await`, a quiesce check and a table call per event):
+`run_fused` takes every event waiting in the agent's mailbox (`Stream.take_batch`) and, in one synchronous
+loop, applies the filters and maps, and folds each value into the table. It is the same agent, on the same
+mailbox, leases, acks and error policy (engine.processing.runner): only how it takes its events differs.
+
+- A plain table (count, sum, reduce, aggregate without a window): a key's first event in the batch reads the
+  table, routed and checked as a write of the agent path is (the partition, the lease, the topic
+  co-partitioned with the table: `own_slot`); its values fold into a batch-local aggregate, written to
+  that partition's buffer once when the batch (or its run of one partition) ends. One table read per
+  distinct key per batch; the buffer coalesces the changelog per checkpoint as before.
+- A windowed table (tumbling, hopping, session, sliding): each event updates its windows with the table's
+  own update, as the agent path does: stream time, late events and closed windows are the table's, event by
+  event in partition order.
+
+Nothing awaits inside a batch, so no checkpoint (nor a revoke) falls within one: what a checkpoint cuts is
+whole batches, each event of them acked. A step or aggregation function that raises on an event ends the
+batch there: the events before it are folded and acked, the ones after it go back to the front of the
+mailbox, and the error propagates with that event current, so the agent's error policy deals with that event
+exactly as on the agent path (dead letter and go on, or stop).
+
+A `group_by` is fused too (`Forwarder`): the steps before it and the forwarding to its repartition topic
+take a batch of the source at a time, with a send per event (awaited: under exactly-once the batch counts as
+one event for the quiesce gate, so a checkpoint waits for it), each event acked once its record is enqueued,
+as the stream operators' forwarding does; what reads the repartition topic is the next batch loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from engine.streams.stream import UpstreamError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from engine.events import Event
+    from engine.streams.stream import Stream
+    from engine.tables.base import BaseTable
+    from engine.topics import Topic
+
+    Combine = Callable[[Any, Any], Any]  # (aggregate, value) -> aggregate
+    Step = tuple[bool, Callable[[Any], Any]]  # (is a filter, its function), else a map
+
+
+@dataclass(frozen=True)
+class PlainFold:
+    """Fold values into a plain table: `table[key] = add(table[key], value)`."""
+
+    table: BaseTable
+    add: Combine
+
+
+@dataclass(frozen=True)
+class WindowFold:
+    """Update a windowed table's windows of the event with the table's own update: `update(key, add,
+    value)` for fixed-size windows, `update(key, value)` for sessions and sliding windows (`add` None: their
+    table has its own)."""
+
+    update: Callable[..., Any]
+    add: Combine | None = None
+
+
+Fold = PlainFold | WindowFold
+
+
+async def run_fused(stream: Stream, steps: tuple[Step, ...], fold: Fold) -> None:
+    """The agent's body: batch after batch until its mailbox closes."""
+    while True:
+        try:
+            events = await stream.take_batch()
+        except StopAsyncIteration:
+            return
+        if isinstance(fold, PlainFold):
+            _fold_plain(stream, events, steps, fold.table, fold.add)
+        else:
+            _fold_windows(stream, events, steps, fold.update, fold.add)
+        stream.finish_batch(len(events))
+
+
+def _fold_windows(stream: Stream, events: list[Event], steps: tuple[Step, ...], update: Callable[..., Any],
+                  add: Combine | None) -> None:
+    at = 0
+    try:
+        for event in events:
+            stream.current_event = event
+            value = event.value
+            for is_filter, fun in steps:
+                if is_filter:
+                    if not fun(value):
+                        break
+                else:
+                    value = fun(value)
+            else:
+                if add is None:
+                    update(event.key, value)
+                else:
+                    update(event.key, add, value)
+            lease = event.lease
+            if lease is not None:
+                lease.ack(event.record.offset)
+            at += 1
+    except BaseException:
+        stream.batch_reached = at + 1  # (the rest goes back to the mailbox when the agent is abandoned)
+        raise
+
+
+def _fold_plain(stream: Stream, events: list[Event], steps: tuple[Step, ...], table: BaseTable,
+                add: Combine) -> None:
+    # key -> [aggregate, the buffer it goes to]; per run of one partition (a key's value is its partition's)
+    folded: dict[Any, list[Any]] = {}
+    partition = -1
+    at = 0
+    try:
+        for event in events:
+            record = event.record
+            if record.partition != partition:
+                _write(folded)
+                partition = record.partition
+            value = event.value
+            for is_filter, fun in steps:
+                if is_filter:
+                    if not fun(value):
+                        break
+                else:
+                    value = fun(value)
+            else:
+                key = event.key
+                entry = folded.get(key)
+                if entry is None:  # the key's first event: read, routed and checked as the table's writes are
+                    stream.current_event = event
+                    current, buffer = table.own_slot(event)
+                    folded[key] = [add(current, value), buffer]
+                else:
+                    entry[0] = add(entry[0], value)
+            lease = event.lease
+            if lease is not None:
+                lease.ack(record.offset)
+            at += 1
+    except BaseException:
+        stream.current_event = events[at]  # the event it failed on, for the error policy
+        stream.batch_reached = at + 1
+        raise
+    finally:
+        _write(folded)
+
+
+def _write(folded: dict[Any, list[Any]]) -> None:
+    for key, (aggregate, buffer) in folded.items():
+        buffer[key] = aggregate
+    folded.clear()
+
+
+class Forwarder:
+    """A fused group_by: `await forwarder()` forwards one batch of `source` to the repartition topic
+    `target`, each value kept by the steps re-keyed by `key(value)`, with its record's headers and event time
+    (as the stream operators' group_by does); False once the source's mailbox is closed. What fails on an
+    event raises UpstreamError for it (the agent's error policy deals with it as on the operators' path)."""
+
+    __slots__ = ("key", "source", "steps", "target")
+
+    def __init__(self, source: Stream, steps: tuple[Step, ...], key: Callable[[Any], Any],
+                 target: Topic) -> None:
+        self.source = source
+        self.steps = steps
+        self.key = key
+        self.target = target
+
+    async def __call__(self) -> bool:
+        source = self.source
+        try:
+            events = await source.take_batch()
+        except StopAsyncIteration:
+            return False
+        steps, key_of, send, topic = self.steps, self.key, self.target.send, source.topic
+        at = 0
+        try:
+            for at, event in enumerate(events):  # (`at`: where an event fails)
+                lease = event.lease
+                if lease is not None and lease.ended:
+                    continue  # its partition moved while an earlier send waited: its new owner's
+                source.current_event = event
+                source.batch_reached = at + 1
+                value = event.value
+                for is_filter, fun in steps:
+                    if is_filter:
+                        if not fun(value):
+                            break
+                    else:
+                        value = fun(value)
+                else:
+                    time_ms = topic.event_time_ms(event) if topic is not None else event.record.timestamp
+                    await send(key=key_of(value), value=value, headers=event.headers, timestamp_ms=time_ms)
+                if lease is not None:
+                    lease.ack(event.record.offset)
+        except Exception as exc:
+            raise UpstreamError(events[at], exc) from exc
+        source.finish_batch(len(events))
+        return True

@@ -1,0 +1,188 @@
+"""Fused pipelines (engine.fused) on the in-memory broker: records sent faster than the worker takes them, so
+that its pipeline agents take them in batches of many (checked), and every table equal to what the test
+computes from its own input, including the events an error policy dealt with."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+import pytest
+
+import engine
+from engine import testing
+from engine.streams.stream import Stream
+from engine.testing import TestDriver
+from engine.windows import WindowRange
+
+KEYS = 37
+EVENTS = [(f"k{i % KEYS}", i % 11, 1_000 + i * 250) for i in range(3_000)]  # (key, amount, event time ms)
+
+
+@pytest.fixture
+def batch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the batches fused pipelines took (a test knows it folded batches, not single events)."""
+    sizes: list[int] = []
+    take = Stream.take_batch
+
+    async def recorded(self: Stream) -> list[Any]:
+        events = await take(self)
+        sizes.append(len(events))
+        return events
+
+    monkeypatch.setattr(Stream, "take_batch", recorded)
+    return sizes
+
+
+def make_app(name: str, **settings: Any) -> tuple[engine.App, Any]:
+    app = engine.App(name, broker=testing.memory_url(), store="memory://", topic_partitions=4, **settings)
+    events = app.topic("events", key_type=str, value_type=dict, timestamp=lambda v: v["ts"] / 1000)
+    return app, events
+
+
+async def send_all(events: Any) -> None:
+    for key, amount, ts in EVENTS:
+        await events.send(key=key, value={"amount": amount, "ts": ts, "group": f"g{amount % 4}"})
+
+
+def contents(table: Any) -> dict[Any, Any]:
+    return dict(table.items())
+
+
+async def test_plain_aggregations_after_filter_and_map_fold_batches_to_the_exact_result(
+        batch_sizes: list[int]) -> None:
+    app, events = make_app("fused-plain")
+    paid = app.stream(events).filter(lambda v: v["amount"] > 2)
+    counts = paid.count("counts")
+    sums = paid.sum("sums", lambda v: v["amount"])
+    largest = paid.map(lambda v: v["amount"] * 10, value_type=int).reduce("largest", max)
+    seen = app.stream(events).aggregate("seen", [], lambda acc, v: [*acc, v["ts"]][-3:])
+    truth_counts: Counter[str] = Counter()
+    truth_sums: dict[str, int] = defaultdict(int)
+    truth_largest: dict[str, int] = {}
+    truth_seen: dict[str, list[int]] = defaultdict(list)
+    for key, amount, ts in EVENTS:
+        truth_seen[key] = [*truth_seen[key], ts][-3:]
+        if amount > 2:
+            truth_counts[key] += 1
+            truth_sums[key] += amount
+            truth_largest[key] = max(truth_largest.get(key, 0), amount * 10)
+    async with testing.running(app):
+        await send_all(events)
+        await testing.eventually(lambda: contents(seen) == truth_seen, 20)
+        await testing.eventually(lambda: contents(counts) == truth_counts, 5)
+        assert contents(sums) == truth_sums
+        assert contents(largest) == truth_largest
+    assert max(batch_sizes) > 1
+
+
+async def test_a_count_after_group_by_is_fused_downstream_of_the_repartition_topic(
+        batch_sizes: list[int]) -> None:
+    app, events = make_app("fused-grouped")
+    per_group = app.stream(events).map(lambda v: {**v, "amount": v["amount"] + 1}).group_by(
+        lambda v: v["group"], key_type=str).filter(lambda v: v["amount"] % 2 == 0).sum(
+        "per-group", lambda v: v["amount"])
+    truth: dict[str, int] = defaultdict(int)
+    for _, amount, _ in EVENTS:
+        if (amount + 1) % 2 == 0:
+            truth[f"g{amount % 4}"] += amount + 1
+    async with testing.running(app):
+        await send_all(events)
+        await testing.eventually(lambda: contents(per_group) == truth, 20)
+    assert max(batch_sizes) > 1
+
+
+@pytest.mark.parametrize("kind", ["tumbling", "hopping"])
+async def test_fixed_windows_hold_every_window_of_every_event(kind: str, batch_sizes: list[int]) -> None:
+    app, events = make_app(f"fused-{kind}")
+    pipeline = app.stream(events).filter(lambda v: v["amount"] != 5)
+    windowed = (pipeline.tumbling(60, expires=10**6) if kind == "tumbling"
+                else pipeline.hopping(60, 20, expires=10**6))
+    totals = windowed.sum(f"{kind}-sums", lambda v: v["amount"])
+    starts_of = ((lambda ts: [ts // 60_000 * 60_000]) if kind == "tumbling"
+                 else (lambda ts: [s for s in range(ts // 20_000 * 20_000 - 40_000, ts + 1, 20_000)
+                                   if s >= 0 and s <= ts < s + 60_000]))
+    truth: dict[tuple[str, WindowRange], int] = defaultdict(int)
+    for key, amount, ts in EVENTS:
+        if amount != 5:
+            for start in starts_of(ts):
+                truth[key, WindowRange.from_ms(start, start + 60_000)] += amount
+    async with testing.running(app):
+        await send_all(events)
+        await testing.eventually(lambda: {(key, WindowRange.from_ms(start, start + 60_000)): value for (
+            key, start), value in totals.table.items()} == truth, 20)
+    assert max(batch_sizes) > 1
+
+
+async def test_an_event_a_step_fails_on_is_dead_lettered_and_the_rest_of_its_batch_counted(
+        batch_sizes: list[int]) -> None:
+    app, events = make_app("fused-dlq", agent_error_policy="dlq")
+
+    def checked(value: dict[str, Any]) -> dict[str, Any]:
+        if value["amount"] == 7 and value["ts"] % 3 == 0:
+            raise ValueError(f"refused {value['ts']}")
+        return value
+
+    counts = app.stream(events).map(checked).count("checked")
+    refused = [(key, ts) for key, amount, ts in EVENTS if amount == 7 and ts % 3 == 0]
+    truth = Counter(key for key, amount, ts in EVENTS if not (amount == 7 and ts % 3 == 0))
+    letters: list[tuple[str, bytes]] = []
+
+    @app.agent(app.topic("fused-dlq-checked-aggregate-dlq", key_type=bytes, value_type=bytes), name="letters")
+    async def collect(stream: Any) -> None:
+        async for event in stream.events():
+            letters.append((event.key.decode(), dict(event.headers)["engine-error"]))
+
+    assert refused
+    async with testing.running(app):
+        await send_all(events)
+        await testing.eventually(lambda: len(letters) == len(refused), 20)
+        await testing.eventually(lambda: contents(counts) == truth, 5)
+    assert sorted(letters) == sorted((key, f"ValueError: refused {ts}".encode()) for key, ts in refused)
+    assert max(batch_sizes) > 1
+
+
+def test_an_event_an_aggregation_fails_on_stops_the_worker_under_the_stop_policy() -> None:
+    app = engine.App("fused-stop", broker="memory://unused", agent_error_policy="stop")
+    source = app.topic("in", key_type=str, value_type=int)
+    app.stream(source).reduce("totals", lambda total, value: total + 100 // value)
+    driver = TestDriver(app)
+    try:
+        driver.send(source, key="a", value=4)
+        driver.send(source, key="a", value=5)
+        assert driver.table("totals") == {"a": 4 + 20}
+        with pytest.raises(engine.WorkerFailed, match="ZeroDivisionError"):
+            driver.send(source, key="a", value=0)
+    finally:
+        driver.close()
+
+
+async def test_an_event_a_group_by_key_fails_on_is_dead_lettered_and_the_rest_regrouped(
+        batch_sizes: list[int]) -> None:
+    app, events = make_app("fused-dlq-key", agent_error_policy="dlq")
+
+    def group(value: dict[str, Any]) -> str:
+        if value["amount"] == 3 and value["ts"] % 7 == 0:
+            raise KeyError(f"no group for {value['ts']}")
+        return str(value["group"])
+
+    counts = app.stream(events).filter(lambda v: v["amount"] > 0).group_by(group, key_type=str).count(
+        "grouped")
+    refused = [(key, ts) for key, amount, ts in EVENTS if amount == 3 and ts % 7 == 0]
+    truth = Counter(f"g{amount % 4}" for _, amount, ts in EVENTS if amount > 0 and not (amount == 3
+                                                                                      and ts % 7 == 0))
+    letters: list[tuple[str, bytes]] = []
+
+    @app.agent(app.topic("fused-dlq-key-grouped-aggregate-dlq", key_type=bytes, value_type=bytes),
+               name="letters")
+    async def collect(stream: Any) -> None:
+        async for event in stream.events():
+            letters.append((event.key.decode(), dict(event.headers)["engine-error"]))
+
+    assert refused
+    async with testing.running(app):
+        await send_all(events)
+        await testing.eventually(lambda: len(letters) == len(refused), 20)
+        await testing.eventually(lambda: contents(counts) == truth, 5)
+    assert sorted(letters) == sorted((key, f"KeyError: 'no group for {ts}'".encode()) for key, ts in refused)
+    assert max(batch_sizes) > 1
