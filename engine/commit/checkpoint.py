@@ -226,7 +226,8 @@ class Checkpointer:
 
     @staticmethod
     def _split(cut: Checkpoint, failed: dict[int, BaseException]) -> None:
-        """Take the failed tasks out of `cut`: their writes are discarded, their offsets not marked."""
+        """Take the failed tasks out of `cut`: their writes are discarded, their offsets not marked, and each
+        of them stops until it is rewound (`CutTask.drop`)."""
         cut.failed = dict(failed)
         for part in cut.cuts:
             if part.task.number in failed:

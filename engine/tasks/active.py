@@ -11,7 +11,8 @@ buffered writes, closed windows and late records, in one synchronous step), has 
 transaction, commits the transaction as the guarantee says (engine.commit.guarantee), then `complete`s it: the
 stores are written with the changelog offsets the records got. A cut whose checkpoint failed as a whole is
 `abort`ed (its writes go back under newer ones, sent by the next checkpoint); a task whose own transaction
-failed has its cut `drop`ped (its events are processed again once the task is rewound).
+failed has its cut `drop`ped and fails with it: nothing more of it is applied, sent or committed until the
+task manager rewinds it (its events are processed again) or lets it go.
 """
 
 from __future__ import annotations
@@ -86,6 +87,13 @@ class ActiveTask(Lifecycle):
         first). Returns its state manager, stores open, for the task manager to keep warm or close; its
         producer is stopped by the task manager (`stop_producer`)."""
         self.to(TaskState.CLOSED)
+        self._let_go()
+        state_manager, self.state_manager = self.state_manager, None
+        return state_manager
+
+    def _let_go(self) -> None:
+        """End every lease and take the table partitions out of their tables, buffers and window state with
+        them: from here on no event of the task is applied, and no checkpoint has anything of it."""
         if self.inputs is not None:
             self.inputs.clear()  # never dispatched nor tracked: the next owner reads them
         for lease in self.leases.values():
@@ -94,8 +102,6 @@ class ActiveTask(Lifecycle):
             if table.active.get(self.number) is part:
                 del table.active[self.number]
         self.partitions = []
-        state_manager, self.state_manager = self.state_manager, None
-        return state_manager
 
     def apply_source(self, topic: str, records: list[RawRecord]) -> bool:
         """Apply a run of a table's source topic to this task's partition of the table (the topic is its
@@ -207,12 +213,17 @@ class ActiveTask(Lifecycle):
         for lease, offset in cut.offsets.values():
             lease.mark_committed(offset)
 
-    @staticmethod
-    def drop(cut: TaskCut) -> None:
-        """The task's transaction did not commit: the cut's writes are dropped (its events are processed
-        again after the task is rewound)."""
+    def drop(self, cut: TaskCut) -> None:
+        """The task's transaction did not commit: the task fails (engine.tasks.lifecycle), the cut's writes
+        with it. Its events since its last commit are processed again once the task manager rewinds it. Until
+        then nothing of it may go on: the events after the cut would read its tables without the dropped
+        writes, and any later checkpoint (a revoke's, the final one) would commit their offsets, which cover
+        the dropped events too, and the open transaction, which holds part of the cut (at-least-once: counts
+        below the truth for good). So its leases end now, its buffers go, and checkpoints leave it out."""
         for item in cut.writes:
             item.part.flushed()
+        self.to(TaskState.FAILED)
+        self._let_go()
 
     @staticmethod
     def abort(cut: TaskCut) -> None:

@@ -2,15 +2,18 @@
 suspended one: engine closes a revoked task once its last checkpoint ran, and a task assigned again is a new
 task).
 
-    CREATED ──▶ RESTORING ──▶ RUNNING
-       │            │            │
-       └────────────┴────────────┴──▶ CLOSED
+    CREATED ──▶ RESTORING ──▶ RUNNING ──▶ FAILED
+       │            │            │           │
+       └────────────┴────────────┴───────────┴──▶ CLOSED
 
 - CREATED: its leases granted, nothing of it set up; its partitions are paused.
 - RESTORING: being set up (an active task: its producer started, fencing earlier owners, its offsets sought,
   its stores recovered; a standby: its stores opened); its events wait.
 - RUNNING: an active task's events are processed and checkpoints include it; a standby's stores follow
   their changelogs.
+- FAILED: an active task whose transaction did not commit: from that moment nothing of it is applied, sent or
+  committed (its leases ended, its buffers and window state dropped, its open transaction never committed),
+  until the task manager rewinds it to its last commit or lets it go as lost; either closes it.
 - CLOSED: nothing of it is applied, sent or committed any more (a clean close checkpointed first); its
   stores were handed to the table manager, or to the active task a standby was recycled into.
 
@@ -28,13 +31,15 @@ class TaskState(enum.Enum):
     CREATED = "created"
     RESTORING = "restoring"
     RUNNING = "running"
+    FAILED = "failed"
     CLOSED = "closed"
 
 
 _NEXT = {
     TaskState.CREATED: frozenset({TaskState.RESTORING, TaskState.CLOSED}),
     TaskState.RESTORING: frozenset({TaskState.RUNNING, TaskState.CLOSED}),
-    TaskState.RUNNING: frozenset({TaskState.CLOSED}),
+    TaskState.RUNNING: frozenset({TaskState.FAILED, TaskState.CLOSED}),
+    TaskState.FAILED: frozenset({TaskState.CLOSED}),
     TaskState.CLOSED: frozenset(),
 }
 

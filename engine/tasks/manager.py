@@ -205,7 +205,11 @@ class TaskManager(Service):
             raise EngineError("a checkpoint cannot be run from inside an event under exactly_once (it waits "
                               "for every agent to finish its event, this one included); run it from a timer "
                               "or outside the agents")
-        await self.checkpoints.run(self.pause_timeout)
+        try:
+            await self.checkpoints.run(self.pause_timeout)
+        except TransactionsFailed as exc:  # (the failed tasks stopped: rewound, or let go, as after any)
+            self.spawn(self.tasks_failed(exc.failed), "rewind")
+            raise
         return {tp: offset for task in self.active.values() if task.ready
                 for tp, lease in task.leases.items()
                 if not lease.ended and (offset := lease.resume_point()) is not None}
@@ -419,7 +423,7 @@ class TaskManager(Service):
         deadline = started + (0 if self.stopping else self.revoke_wait)
 
         def unfinished(lease: Lease) -> bool:  # agents hold events of it (not dropped, not abandoned)
-            return lease.in_flight > dropped.get(lease.tp, 0) + lease.abandoned
+            return not lease.ended and lease.in_flight > dropped.get(lease.tp, 0) + lease.abandoned
 
         while time.monotonic() < deadline and any(  # noqa: ASYNC110  # acks come from many places; polling is simplest
             unfinished(lease) for lease in leases

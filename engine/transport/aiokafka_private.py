@@ -8,6 +8,12 @@ tests/contract/test_aiokafka_private.py, which names the use that broke when a r
   asked now (one heartbeat) and read (its generation), and a rejoin asked for. aiokafka's public API has no
   membership check: a checkpoint must not commit, and a failed task must not be set up again, for a worker
   the group has moved on from; and warm-up replicas that caught up ask for the rebalance that moves them.
+- The group's committed offsets, fetched through the coordinator's request sender (`_send_req`): aiokafka's
+  own fetch (`AIOKafkaConsumer.committed`) reads only each partition's error code, but a coordinator that is
+  loading the group's offsets (a broker restarted), or is not its coordinator any more, answers OffsetFetch
+  v2+ with one error for the whole response and no partitions, which aiokafka returns as "nothing committed":
+  a task set up then started from `auto_offset_reset`, its records processed a second time over tables that
+  held them already (the restart storm's exactly-once counts over the truth).
 - The message accumulator, the request timeout, the maximum request size and the transaction state of a
   producer: the hot path puts a record for a known partition straight into the accumulator, skipping what
   `AIOKafkaProducer.send` checks when engine knows it holds (metadata read twice, size estimate, logging, two
@@ -35,18 +41,27 @@ tests/contract/test_aiokafka_private.py, which names the use that broke when a r
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from typing import TYPE_CHECKING, Any, Protocol
 
 import aiokafka.client
 from aiokafka.client import CoordinationType
-from aiokafka.errors import GroupAuthorizationFailedError
+from aiokafka.errors import (
+    GroupAuthorizationFailedError,
+    KafkaError,
+    NoError,
+    NotCoordinatorForGroupError,
+    for_code,
+)
 from aiokafka.producer.sender import TxnOffsetCommitHandler
-from aiokafka.protocol.commit import OffsetCommitRequest
+from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
 from aiokafka.protocol.metadata import MetadataRequest
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Collection, Mapping
+
+    from aiokafka import TopicPartition
 
 NO_GENERATION = OffsetCommitRequest.DEFAULT_GENERATION_ID  # a member the coordinator no longer knows
 
@@ -73,6 +88,50 @@ async def heartbeat(coordinator: Any) -> bool:
 
 def request_rejoin(coordinator: Any) -> None:
     coordinator.request_rejoin()
+
+
+FETCH_RETRY = 0.1  # seconds between two OffsetFetch requests a coordinator answered with a retriable error
+
+
+async def committed_offsets(coordinator: Any, tps: Collection[TopicPartition]) -> dict[tuple[str, int], int]:
+    """The group's committed offset of each of `tps` that has one, as the coordinator knows it once it can
+    answer: an error for the whole response (loading, not the coordinator) or for a partition is retried if
+    retriable (a coordinator found anew when it is not the group's), and raised (a KafkaError) if not."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in tps:
+        by_topic.setdefault(topic, []).append(partition)
+    while True:
+        await coordinator.ensure_coordinator_known()
+        try:
+            response = await coordinator._send_req(OffsetFetchRequest(coordinator.group_id,
+                                                                       list(by_topic.items())))
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+            await asyncio.sleep(FETCH_RETRY)
+            continue
+        offsets, errors = offset_fetch_answer(response)
+        if not errors:
+            return offsets
+        if NotCoordinatorForGroupError in errors:
+            coordinator.coordinator_dead()
+        if not all(error.retriable for error in errors):
+            raise next(error for error in errors if not error.retriable)()
+        await asyncio.sleep(FETCH_RETRY)
+
+
+def offset_fetch_answer(response: Any) -> tuple[dict[tuple[str, int], int], list[type[KafkaError]]]:
+    """An OffsetFetch answer (v1-v3): the committed offset of each partition that has one, and the errors it
+    carries, the whole response's (v2+: the coordinator loading the group's offsets, or not the group's)
+    among them; an answer with errors says nothing of what is committed."""
+    codes = [getattr(response, "error_code", 0)]
+    offsets = {}
+    for topic, partitions in response.topics:
+        for partition, offset, _metadata, code in partitions:
+            codes.append(code)
+            if offset >= 0:
+                offsets[topic, partition] = offset
+    return offsets, [for_code(code) for code in codes if for_code(code) is not NoError]
 
 
 # -- the producer's hot path ----------------------------------------------------------------------------

@@ -568,15 +568,20 @@ class KafkaConsumer:
                 for tp in partitions}
 
     async def committed(self, tps: Collection[TP]) -> dict[TP, int | None]:
+        """(Not aiokafka's `committed`, which reads a coordinator that cannot answer yet as "nothing
+        committed": engine.transport.aiokafka_private.committed_offsets; a streams group's member asks
+        its coordinator the same way.)"""
         if self._member is not None:
             return await self._member.committed(tps)
         tps = list(tps)
+        coordinator = private.group_coordinator(self._client)
+        if coordinator is None:
+            raise TransportError(f"cannot read committed offsets of {sorted(tps)}: not in a group")
         try:
-            found = await asyncio.gather(*(self._client.committed(TopicPartition(*tp)) for tp in tps))
+            found = await private.committed_offsets(coordinator, [TopicPartition(*tp) for tp in tps])
         except KafkaError as exc:
             raise TransportError(f"cannot read committed offsets of {sorted(tps)}: {exc}") from exc
-        pairs = zip(tps, found, strict=True)
-        return {tp: (None if offset is None or offset < 0 else offset) for tp, offset in pairs}
+        return {tp: found.get((tp.topic, tp.partition)) for tp in tps}
 
     def pause(self, tps: Collection[TP]) -> None:
         paused = {TopicPartition(*tp) for tp in tps}

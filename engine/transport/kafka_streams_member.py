@@ -36,6 +36,7 @@ from aiokafka.protocol.commit import OffsetFetchRequest
 from engine.assignor import Assignment
 from engine.errors import EngineError, MembershipLost, TransportError
 from engine.events import TP
+from engine.transport import aiokafka_private as private
 from engine.transport.base import GroupDescription, GroupMember
 from engine.transport.kafka_group_configs import set_group_configs
 from engine.transport.kafka_protocol import MemberOffsetCommitRequest, commit_errors
@@ -524,20 +525,16 @@ class StreamsMember:
                 coordinator = await self._find_coordinator()
                 response = await self._client.send(
                     coordinator, OffsetFetchRequest(self.group_id, sorted(topics.items())))
+                offsets, errors = private.offset_fetch_answer(response)
+                if errors:  # (the coordinator loading the group's offsets, moving: asked again)
+                    raise errors[0]()
                 break
             except KafkaError as exc:  # (a connection closed, the coordinator moving: tried again)
                 self._coordinator = None
                 if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
                     raise TransportError(f"cannot read committed offsets of {sorted(tps)}: {exc!r}") from exc
             await asyncio.sleep(RETRY)
-        found: dict[TP, int | None] = dict.fromkeys(tps)
-        for topic, partitions in response.topics:
-            for partition, offset, _metadata, error in partitions:
-                if error:
-                    raise TransportError(f"cannot read the committed offset of {topic}[{partition}]: error "
-                                         f"{error}")
-                found[TP(topic, partition)] = offset if offset >= 0 else None
-        return found
+        return {tp: offsets.get((tp.topic, tp.partition)) for tp in tps}
 
     async def leave(self) -> None:
         """Leave the group (a static member only for now: its tasks wait for it, the session timeout)."""

@@ -11,6 +11,7 @@ import inspect
 import uuid
 from typing import Any
 
+import aiokafka
 import aiokafka.client
 import aiokafka.errors
 import pytest
@@ -21,6 +22,7 @@ from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.producer.message_accumulator import MessageAccumulator
 from aiokafka.producer.sender import BaseHandler, Sender, TxnOffsetCommitHandler
 from aiokafka.producer.transaction_manager import TransactionManager, TransactionResult, TransactionState
+from aiokafka.protocol.commit import OffsetFetchResponse_v3
 from aiokafka.structs import OffsetAndMetadata
 
 from engine.transport import aiokafka_private as private
@@ -53,6 +55,52 @@ async def test_a_started_consumer_in_a_group_has_its_coordinator_where_engine_re
     assert hasattr(consumer, "_coordinator"), f"{CHANGED}AIOKafkaConsumer._coordinator"
     assert private.group_coordinator(consumer) is None, "not started: no coordinator"
     assert isinstance(private.consumer_client(consumer), AIOKafkaClient), f"{CHANGED}AIOKafkaConsumer._client"
+
+
+class Answers:
+    """A group coordinator (what `committed_offsets` uses of aiokafka's) whose OffsetFetch answers are given:
+    OffsetFetch v3 responses, as aiokafka's protocol classes decode them."""
+
+    group_id = "g"
+
+    def __init__(self, *answers: Any) -> None:
+        self.answers = list(answers)
+        self.dead = 0
+        self.asked: list[Any] = []
+
+    async def ensure_coordinator_known(self) -> None: ...
+
+    async def _send_req(self, request: Any) -> Any:
+        self.asked.append(request)
+        return self.answers.pop(0)
+
+    def coordinator_dead(self) -> None:
+        self.dead += 1
+
+
+LOADING, NOT_COORDINATOR = 14, 16  # OffsetFetch's errors for a whole response (v2+)
+
+
+async def test_committed_offsets_wait_for_a_coordinator_that_can_answer():
+    """aiokafka's own fetch reads an answer with an error for the whole response (the coordinator is loading
+    the group's offsets after a broker restarted, or is not the group's any more: no partitions in it) as
+    "nothing committed"; engine's asks again until the coordinator answers."""
+    tp = aiokafka.TopicPartition("t", 0)
+    loading = OffsetFetchResponse_v3(0, [], LOADING)
+    assert await GroupCoordinator._do_fetch_commit_offsets(Answers(loading), [tp]) == {}, (
+        f"{CHANGED}OffsetFetch: aiokafka now reads the whole response's error (engine's own fetch may go)")
+    has_method(GroupCoordinator, "_send_req", "request", coroutine=True)
+    has_method(GroupCoordinator, "ensure_coordinator_known", coroutine=True)
+    has_method(GroupCoordinator, "coordinator_dead")
+    coordinator = Answers(loading, OffsetFetchResponse_v3(0, [], NOT_COORDINATOR),
+                          OffsetFetchResponse_v3(0, [("t", [(0, 42, "", 0), (1, -1, "", 0)])], 0))
+    found = await private.committed_offsets(coordinator, [tp, aiokafka.TopicPartition("t", 1)])
+    assert found == {("t", 0): 42}, "a partition never committed is not there"
+    assert len(coordinator.asked) == 3
+    assert coordinator.dead == 1, "a coordinator that is not the group's is looked for anew"
+    denied = Answers(OffsetFetchResponse_v3(0, [], 30))  # GROUP_AUTHORIZATION_FAILED: not retried
+    with pytest.raises(aiokafka.errors.GroupAuthorizationFailedError):
+        await private.committed_offsets(denied, [tp])
 
 
 async def test_the_producer_hot_path_finds_the_accumulator_timeouts_and_the_transaction_state():

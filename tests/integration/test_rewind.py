@@ -1,6 +1,8 @@
-"""Exactly-once, a task's transaction failing to commit: the task is rewound to its last commit (its
-uncommitted writes dropped, its open transaction aborted by a fresh producer, its partitions sought back to
-the committed offsets, its tables recovered) while the worker goes on; every count stays exact."""
+"""A task's transaction failing to commit: the task is rewound to its last commit (its uncommitted writes
+dropped, its open transaction aborted by a fresh producer, its partitions sought back to the committed
+offsets, its tables recovered) while the worker goes on; every count stays exact (exactly-once), or at least
+the truth (at-least-once, whose changelogs are written in the same transactions). Until it is rewound the
+task is stopped: a checkpoint meanwhile commits nothing of it."""
 
 from __future__ import annotations
 
@@ -124,3 +126,72 @@ async def test_partitions_whose_revoke_checkpoint_fails_and_come_back_stay_exact
         await worker.run_until_stopped()
     assert faults.failed >= 4
     assert "revoked" in caplog.text
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+async def test_a_task_whose_commit_failed_commits_nothing_more_before_it_is_rewound(kafka, tmp_path, caplog,
+                                                                                    guarantee):
+    """A task's commit fails. Before the task manager rewinds it, it asks the group whether this worker is
+    still a member (a heartbeat: seconds while a broker restarts); meanwhile more events come and a rebalance
+    revokes the partitions, which checkpoints them. That checkpoint must commit nothing of the failed task:
+    its offsets cover the events whose writes the failed commit dropped, and its events since read its table
+    without those writes (the restart storm's at-least-once count left below the truth for good)."""
+    caplog.set_level(logging.INFO, logger="engine.tasks.manager")
+    app_id, topic = unique("failed"), unique("words")
+    await create_topics(kafka.bootstrap, [topic])
+    app = make_app(app_id, topic=topic, processing_guarantee=guarantee)
+    worker = engine.Worker(app, app.settings({"broker": kafka.url, "data_dir": str(tmp_path)}))
+    faults = FailingCommits(worker.transport)
+    batches = [[f"w{i % 40}" for i in range(1000 * n, 1000 * n + 1000)] for n in range(4)]
+    await worker.start()
+    consumer = worker.tasks.consumer
+    confirm = consumer.confirm_membership
+    revoked: list[bool] = []
+
+    async def slow_after_the_failure() -> None:
+        """The first membership check after the failed commit (the rewind's) waits until the events after
+        the failed cut are processed and a rebalance's revoke has checkpointed the worker."""
+        if faults.failed and not revoked:
+            revoked.append(False)
+            await produce(kafka.bootstrap, topic, [(w, 1) for w in batches[2]])
+            leases = worker.tasks.leases.current
+            ends = {tp: end for tp, (_, end) in (await consumer.offsets(list(leases))).items()}
+            await testing.eventually(lambda: all(
+                lease.ended or (lease.position or 0) >= ends[tp] for tp, lease in leases.items()), 60)
+            revokes = caplog.text.count("revoke of")
+            consumer.request_rebalance()
+            await testing.eventually(lambda: caplog.text.count("revoke of") > revokes, 60)
+            revoked[0] = True
+        await confirm()
+
+    consumer.confirm_membership = slow_after_the_failure  # type: ignore[method-assign]
+    try:
+        await testing.eventually(lambda: "tables ready" in caplog.text, 60)
+        await produce(kafka.bootstrap, topic, [(w, 1) for w in batches[0]])
+        first = dict(Counter(batches[0]))
+        await consume_until(kafka.bootstrap, f"{app_id}-counts-changelog", lambda rs: latest(rs) == first)
+        faults.armed = 1  # the next task commit fails
+        await produce(kafka.bootstrap, topic, [(w, 1) for w in batches[1]])
+        await testing.eventually(lambda: revoked == [True], 90)
+        await produce(kafka.bootstrap, topic, [(w, 1) for w in batches[3]])
+        truth = dict(Counter(w for batch in batches for w in batch))
+
+        def reached(records) -> bool:
+            got = latest(records)
+            return all(got.get(k, 0) >= n for k, n in truth.items())
+
+        try:
+            await consume_until(kafka.bootstrap, f"{app_id}-counts-changelog", reached, timeout=60)
+        except AssertionError:
+            got = latest(await read_all(kafka.bootstrap, f"{app_id}-counts-changelog"))
+            below = {k: (got.get(k), n) for k, n in truth.items() if got.get(k, 0) < n}
+            raise AssertionError(f"(count, truth) of the keys below the truth: {below}") from None
+        await asyncio.sleep(1)  # a few more checkpoints: an over-count would show now
+        got = latest(await read_all(kafka.bootstrap, f"{app_id}-counts-changelog"))
+        if guarantee == "exactly_once":
+            assert {k: (got.get(k), n) for k, n in truth.items() if got.get(k) != n} == {}
+        assert worker.failure is None
+    finally:
+        worker.request_stop()
+        await worker.run_until_stopped()
+    assert faults.failed == 1

@@ -22,6 +22,7 @@ from engine.tables.keys import META_PREFIX
 from engine.tables.state import StateManager
 from engine.tasks.active import ActiveTask
 from engine.tasks.leases import Leases
+from engine.tasks.lifecycle import TaskState
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -199,8 +200,36 @@ async def test_exactly_once_commits_each_task_with_its_offsets_and_splits_out_th
     assert ("commit", "app-task-0", {IN0: 5}) in transport.log
     assert not any(entry[0] == "offsets" for entry in transport.log), "offsets travel in the transactions"
     assert tasks.stored() == {0: {"a": 1}}, "task 1's writes are dropped: its events are processed again"
-    assert tasks.buffer(1) == {}
-    assert tasks.committed() == [(IN0, 5), (IN1, None)]
+    assert 1 not in tasks.table.active, "task 1 failed: its table partition is gone, buffers and all"
+    assert tasks.active[1].state is TaskState.FAILED
+    assert tasks.committed() == [(IN0, 5)], "task 1's lease ended"
+
+
+@pytest.mark.parametrize("exactly_once", [False, True])
+async def test_a_task_whose_commit_failed_is_in_no_later_checkpoint(tmp_path, exactly_once):
+    """Until the task manager rewinds it: its lease's offsets cover the events whose writes were dropped, and
+    its open transaction holds some of them; a later checkpoint (a revoke's) must commit neither."""
+    transport = FakeTransport()
+    guarantee: Guarantee = (ExactlyOnce(transport, "app", "worker", {}) if exactly_once  # type: ignore[arg-type]
+                            else AtLeastOnce(transport, "app", tables=True))  # type: ignore[arg-type]
+    tasks = Tasks(tmp_path, guarantee, {IN0: 5, IN1: 3})
+    lease = tasks.leases.current[IN1]
+    tasks.write(0, a=1)
+    tasks.write(1, b=2)
+    checkpoints = checkpointer(tasks, guarantee, transport)
+    transport.failures["commit app-task-1"] = DeliveryFailed("the transaction could not be committed")
+    with pytest.raises(TransactionsFailed):
+        await checkpoints.run(1.0)
+    assert lease.ended, "nothing more of task 1 is applied: its events would read a table without the writes"
+    for offset in (3, 4):  # events taken before the lease ended, finished after (acked by their agent)
+        lease.track(offset)
+        lease.ack(offset)
+    tasks.write(0, a=2)
+    transport.log.clear()
+    await checkpoints.run(1.0)  # a revoke's, say, before the rewind
+    committed = [entry for entry in transport.log if entry[0] in ("commit", "offsets")]
+    assert all(entry[1] != "app-task-1" for entry in committed), "its open transaction is never committed"
+    assert all(IN1 not in entry[-1] for entry in committed), "nor its offsets"
 
 
 async def test_a_task_whose_transaction_the_broker_aborted_fails_alone(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine.commit.cut import TaskCut
 from engine.tasks.active import ActiveTask
 from engine.tasks.lifecycle import IllegalTaskTransition, TaskState
 
@@ -75,3 +76,15 @@ def test_a_task_owns_its_state_manager_from_set_up_to_close_and_hands_it_back() 
     assert 2 not in table.active
     assert task.partitions == []
     assert task.state_manager is None
+
+
+def test_a_running_task_whose_commit_failed_fails_then_closes() -> None:
+    task = ActiveTask(2)
+    task.restoring()
+    task.open()
+    task.drop(TaskCut(task))
+    assert task.state is TaskState.FAILED
+    assert not task.ready, "checkpoints leave it out"
+    assert not task.closed, "the task manager closes it (rewound or lost)"
+    task.close()
+    assert task.closed
