@@ -229,6 +229,36 @@ async def test_a_groups_standby_replicas_are_set_described_back_and_refused_past
     with pytest.raises(ConfigError, match=r"streams\.no\.such\.config"):
         await set_group_configs(network_client(app.admin), app.group, {"streams.no.such.config": "1"})
     assert (await group_configs(network_client(app.admin), app.group))["streams.num.standby.replicas"] == "1"
+
+    # The group's coordinator assigns by it: with two members (two processes), each holds a standby of
+    # every task the other runs.
+    first = await app.member(port=8001)
+    second = Member(app.client, app.coordinator, app.group, first.topology, port=8002)
+    await second.beat()
+    standbys: dict[str, set[tuple[str, int]]] = {}
+
+    async def settle(member: Member) -> None:
+        answer = await member.beat()
+        if answer.standby_tasks is not None:
+            standbys[member.member_id] = flat(answer.standby_tasks)
+        if member.assigned != member.owned:
+            member.acknowledge()
+
+    def settled() -> bool:
+        actives = [flat(m.owned) for m in (first, second)]
+        return (all(actives) and actives[0] | actives[1] == every_task()
+                and all(m.reported == m.owned for m in (first, second))
+                and [standbys.get(m.member_id) for m in (first, second)] == [actives[1], actives[0]])
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TIMEOUT
+    while not settled():
+        assert loop.time() < deadline, f"no standbys of the other's tasks: {standbys}"
+        await settle(first)
+        await settle(second)
+        await asyncio.sleep(0.1)
+    for member in (first, second):
+        await member.beat(leave=True)
     await set_group_configs(network_client(app.admin), app.group, {"streams.num.standby.replicas": None})
     assert (await group_configs(network_client(app.admin), app.group, ["streams.num.standby.replicas"])) == {
         "streams.num.standby.replicas": "0"}
