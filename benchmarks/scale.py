@@ -184,6 +184,7 @@ async def run(bootstrap: str, protocol: str, workers: int, partitions: int, per_
     app_id = f"scale-{uuid.uuid4().hex[:8]}"
     topic = f"{app_id}-in"
     await create_topics(bootstrap, [topic], partitions)
+    await visible(bootstrap, topic)
     processed: list[list[float]] = [[] for _ in range(partitions)]
     work = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     group = Group(simulated_app(app_id, bootstrap, topic, processed),
@@ -218,6 +219,18 @@ async def run(bootstrap: str, protocol: str, workers: int, partitions: int, per_
         await delete_topics(bootstrap, app_id)
         shutil.rmtree(work, ignore_errors=True)
     return results
+
+
+async def visible(bootstrap: str, topic: str) -> None:
+    """Once the broker lists a topic just created: a worker that described the topics before it did would
+    create the app's changelog with the default partition count, not the input's."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        while topic not in await admin.list_topics():  # noqa: ASYNC110  # the broker, not this process
+            await asyncio.sleep(0.1)
+    finally:
+        await admin.close()
 
 
 async def delete_topics(bootstrap: str, app_id: str) -> None:
