@@ -52,7 +52,7 @@ from benchmarks.common import address_of, broker, create_topics, median, parser
 from tests.integration.rebalance_run import paced_produce
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping
+    from collections.abc import Collection, Mapping, Sequence
 
 # The engine the workers run: this checkout, or another one (BENCH_ENGINE_ROOT) to compare before and after.
 ROOT = Path(os.environ.get("BENCH_ENGINE_ROOT") or Path(__file__).resolve().parents[1])
@@ -106,9 +106,14 @@ def longest_gaps(values: list[dict[str, Any]], since: float, until: float,
     times_of: dict[int, list[float]] = {partition: [] for partition in range(partitions)}
     for value in values:
         times_of[value["p"]].append(value["at"])
-    return {partition: max((b - a for a, b in itertools.pairwise(sorted(times)) if since <= b < until),
-                           default=float("nan"))
-            for partition, times in times_of.items()}
+    return {partition: longest_gap(sorted(times), since, until)[0] for partition, times in times_of.items()}
+
+
+def longest_gap(times: Sequence[float], since: float, until: float) -> tuple[float, float]:
+    """The longest gap between two times one after the other in `times` (in order) of the gaps that end in
+    [since, until), and the time it ended at; (nan, nan) if none does."""
+    return max(((b - a, b) for a, b in itertools.pairwise(times) if since <= b < until),
+               default=(float("nan"), float("nan")))
 
 
 async def run_restart(bootstrap: str, rate: float, seconds: float, guarantee: str, delay: float,
@@ -232,12 +237,19 @@ class Holding:
 
 async def holding(session: aiohttp.ClientSession, addresses: Mapping[str, str], partitions: int) -> Holding:
     """Ask every live worker's /status what it holds now."""
+    statuses = {}
+    for name, address in addresses.items():
+        async with session.get(f"http://{address}/status") as response:
+            statuses[name] = await response.json()
+    return holding_of(statuses, partitions)
+
+
+def holding_of(statuses: Mapping[str, Mapping[str, Any]], partitions: int) -> Holding:
+    """Who holds what, from each live worker's status (`GET /status`, `Worker.status()`) by its name."""
     owner: dict[int, str | None] = dict.fromkeys(range(partitions))
     standbys: dict[int, set[str]] = {p: set() for p in range(partitions)}
     recovering: set[int] = set()
-    for name, address in addresses.items():
-        async with session.get(f"http://{address}/status") as response:
-            status = await response.json()
+    for name, status in statuses.items():
         for partition in status["active"]:
             owner[partition] = name if owner[partition] is None else f"{owner[partition]}+{name}"
         for partition in status["standby"]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Sized
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -19,7 +20,7 @@ from engine.tables.keys import split_window_key
 from tests.integration.helpers import latest, read_all
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from tests.integration.helpers import WorkerProcess
 
@@ -46,19 +47,22 @@ def truth_of(events: Events) -> tuple[dict[str, int], dict[tuple[str, int], int]
     return dict(counts), dict(windows)
 
 
-async def paced_produce(bootstrap: str, topic: str, events: Events, *,
+async def paced_produce(bootstrap: str, topic: str, events: Iterable[tuple[str, dict[str, Any]]], *,
                         rate: float, at: Mapping[float, Callable[[], None]] | None = None) -> None:
-    """Produce at about `rate` events/s; call `at[f]` once a fraction f of the events was sent."""
+    """Produce at about `rate` events/s; call `at[f]` once a fraction f of the events was sent (`at` takes a
+    list of events; without it, `events` may be endless, and the task producing them is cancelled to stop)."""
     marks = sorted((at or {}).items())
+    total = len(events) if isinstance(events, Sized) else 0
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all", enable_idempotence=True)
     await producer.start()
     try:
         started = time.monotonic()
+        every = max(1, min(50, int(rate // 100)))  # events between two looks at the clock: ~10 ms or less
         for index, (key, value) in enumerate(events):
-            while marks and index >= marks[0][0] * len(events):
+            while marks and index >= marks[0][0] * total:
                 marks.pop(0)[1]()
             await producer.send(topic, orjson.dumps(value), key=key.encode())
-            if index % 50 == 0:
+            if index % every == 0:
                 ahead = started + index / rate - time.monotonic()
                 if ahead > 0:
                     await asyncio.sleep(ahead)
