@@ -72,6 +72,7 @@ CONFIRM_TIMEOUT = 5.0  # seconds a membership check now may take
 JOIN_TIMEOUT = 60.0  # seconds the first heartbeat is tried while the group's coordinator is not ready
 RETRY = 0.5  # seconds between two tries of a heartbeat the broker could not answer
 # Kafka's error codes the member acts on.
+UNKNOWN_SERVER_ERROR = -1
 UNKNOWN_MEMBER_ID = 25
 FENCED_MEMBER_EPOCH = 110
 STALE_MEMBER_EPOCH = 113
@@ -212,7 +213,8 @@ class StreamsMember:
                     raise
                 self._coordinator = None
             else:
-                if answer.error_code not in COORDINATOR_MOVED:
+                # (UNKNOWN_SERVER_ERROR: seen from a broker whose coordinator was still starting)
+                if answer.error_code not in (*COORDINATOR_MOVED, UNKNOWN_SERVER_ERROR):
                     break
                 if time.monotonic() > deadline:
                     raise TransportError(f"the streams group {self.group_id!r} has no coordinator ready "
@@ -284,6 +286,8 @@ class StreamsMember:
             if answer.error_code in COORDINATOR_MOVED:
                 self._coordinator = None
                 return answer
+            if first and answer.error_code == UNKNOWN_SERVER_ERROR:
+                return answer  # (tried again by `join`)
             if answer.error_code == 0:
                 self._last_answer = time.monotonic()
                 owned = (request.active_tasks, request.standby_tasks, request.warmup_tasks)

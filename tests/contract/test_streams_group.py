@@ -67,7 +67,9 @@ INVALID_REQUEST = 42
 GROUP_ID_NOT_FOUND = 69
 # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: a new broker's coordinator is not
 # ready yet (the test broker is a single node: the coordinator stays that node). Retriable.
-COORDINATOR_NOT_READY = (14, 15, 16)
+# UNKNOWN_SERVER_ERROR (-1): a new broker's first streams heartbeats were seen answered so while its
+# coordinator was still starting (engine's member tries its first heartbeat again on it too).
+COORDINATOR_NOT_READY = (14, 15, 16, -1)
 
 
 def app_topology(app: str, source: str) -> Topology:

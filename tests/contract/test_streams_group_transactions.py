@@ -219,10 +219,20 @@ async def members(app: App) -> list[str]:
     return [m.member_id for m in group.members]
 
 
+async def standby_config_reads(app: App, value: str) -> None:
+    """Wait until the group's standby config reads `value`: a change reaches the broker through its
+    controller, and a new broker's first one was seen read back a moment later."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TIMEOUT
+    name = "streams.num.standby.replicas"
+    while (await group_configs(network_client(app.admin), app.group, [name])) != {name: value}:
+        assert loop.time() < deadline, f"the group's {name} never read {value}"
+        await asyncio.sleep(0.1)
+
+
 async def test_a_groups_standby_replicas_are_set_described_back_and_refused_past_the_brokers_maximum(app):
     await set_group_configs(network_client(app.admin), app.group, {"streams.num.standby.replicas": "1"})
-    assert (await group_configs(network_client(app.admin), app.group, ["streams.num.standby.replicas"])) == {
-        "streams.num.standby.replicas": "1"}
+    await standby_config_reads(app, "1")
     # The broker's group.streams.max.standby.replicas is 2 by default.
     with pytest.raises(ConfigError, match=r"streams\.num\.standby\.replicas=3 of group .* error 40"):
         await set_group_configs(network_client(app.admin), app.group, {"streams.num.standby.replicas": "3"})
@@ -260,5 +270,4 @@ async def test_a_groups_standby_replicas_are_set_described_back_and_refused_past
     for member in (first, second):
         await member.beat(leave=True)
     await set_group_configs(network_client(app.admin), app.group, {"streams.num.standby.replicas": None})
-    assert (await group_configs(network_client(app.admin), app.group, ["streams.num.standby.replicas"])) == {
-        "streams.num.standby.replicas": "0"}
+    await standby_config_reads(app, "0")  # (the broker's default again)
