@@ -127,16 +127,34 @@ class CreateTopicsRequest(Request[CreateTopicsRequest_v4]):  # type: ignore[misc
         return request_struct_class(topics, self._timeout_ms, False)
 
 
+# What a member's OffsetCommit (v9) and TxnOffsetCommit (v4, kafka_txn_offsets.py) carry alike: the offsets
+# by topic, and the answer's error per partition.
+COMMITTED_OFFSETS = CompactArray(
+    ("name", TEXT),
+    ("partitions", CompactArray(
+        ("partition_index", Int32), ("committed_offset", Int64), ("committed_leader_epoch", Int32),
+        ("committed_metadata", TEXT), ("tags", TaggedFields))),
+    ("tags", TaggedFields))
+COMMIT_ERRORS = CompactArray(
+    ("name", TEXT),
+    ("partitions", CompactArray(("partition_index", Int32), ("error_code", Int16), ("tags", TaggedFields))),
+    ("tags", TaggedFields))
+
+
+def committed_offsets(offsets: Mapping[tuple[str, int], int]) -> list[tuple[Any, ...]]:
+    """`offsets` ((topic, partition) -> the offset of the next record to read) as COMMITTED_OFFSETS."""
+    topics: dict[str, list[tuple[Any, ...]]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        topics.setdefault(topic, []).append((partition, offset, -1, "", {}))
+    return [(topic, partitions, {}) for topic, partitions in topics.items()]
+
+
 class OffsetCommitResponse_v9(Response):  # type: ignore[misc]  # (as above)
     API_KEY = 8
     API_VERSION = 9
     SCHEMA = Schema(
         ("throttle_time_ms", Int32),
-        ("topics", CompactArray(
-            ("name", TEXT),
-            ("partitions", CompactArray(
-                ("partition_index", Int32), ("error_code", Int16), ("tags", TaggedFields))),
-            ("tags", TaggedFields))),
+        ("topics", COMMIT_ERRORS),
         ("tags", TaggedFields),
     )
 
@@ -151,12 +169,7 @@ class OffsetCommitRequest_v9(RequestStruct):  # type: ignore[misc]  # (as above)
         ("generation_id_or_member_epoch", Int32),
         ("member_id", TEXT),
         ("group_instance_id", TEXT),
-        ("topics", CompactArray(
-            ("name", TEXT),
-            ("partitions", CompactArray(
-                ("partition_index", Int32), ("committed_offset", Int64), ("committed_leader_epoch", Int32),
-                ("committed_metadata", TEXT), ("tags", TaggedFields))),
-            ("tags", TaggedFields))),
+        ("topics", COMMITTED_OFFSETS),
         ("tags", TaggedFields),
     )
 
@@ -170,14 +183,12 @@ class MemberOffsetCommitRequest(Request[OffsetCommitRequest_v9]):  # type: ignor
         self._offsets = offsets  # (topic, partition) -> the offset of the next record to read
 
     def build(self, request_struct_class: type[OffsetCommitRequest_v9]) -> OffsetCommitRequest_v9:
-        topics: dict[str, list[tuple[Any, ...]]] = {}
-        for (topic, partition), offset in sorted(self._offsets.items()):
-            topics.setdefault(topic, []).append((partition, offset, -1, "", {}))
-        return request_struct_class(*self._group, [(t, parts, {}) for t, parts in topics.items()], {})
+        return request_struct_class(*self._group, committed_offsets(self._offsets), {})
 
 
-def commit_errors(response: OffsetCommitResponse_v9) -> dict[tuple[str, int], int]:
-    """(topic, partition) -> the error code of its commit, 0 for committed."""
+def commit_errors(response: Any) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> the error code of its commit, 0 for committed (of an answer whose topics are
+    COMMIT_ERRORS: OffsetCommit v9's, TxnOffsetCommit v4's)."""
     return {(topic, partition): error for topic, partitions, _ in response.topics
             for partition, error, _ in partitions}
 

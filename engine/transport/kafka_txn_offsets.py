@@ -24,11 +24,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiokafka.protocol.api import Request, RequestStruct, Response
-from aiokafka.protocol.types import CompactArray, Int16, Int32, Int64, Schema, TaggedFields
+from aiokafka.protocol.types import Int16, Int32, Int64, Schema, TaggedFields
 
 from engine.errors import DeliveryFailed, EngineError, MembershipLost
 from engine.transport import aiokafka_private as private
-from engine.transport.kafka_protocol import TEXT
+from engine.transport.kafka_protocol import (
+    COMMIT_ERRORS,
+    COMMITTED_OFFSETS,
+    TEXT,
+    commit_errors,
+    committed_offsets,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -58,10 +64,7 @@ class TxnOffsetCommitResponse_v4(Response):  # type: ignore[misc]  # aiokafka's 
     API_VERSION = 4
     SCHEMA = Schema(
         ("throttle_time_ms", Int32),
-        ("topics", CompactArray(
-            ("name", TEXT),
-            ("partitions", CompactArray(("partition_index", Int32), ("error_code", Int16), _TAGS)),
-            _TAGS)),
+        ("topics", COMMIT_ERRORS),
         _TAGS,
     )
 
@@ -79,12 +82,7 @@ class TxnOffsetCommitRequest_v4(RequestStruct):  # type: ignore[misc]  # (as abo
         ("generation_id_or_member_epoch", Int32),
         ("member_id", TEXT),
         ("group_instance_id", TEXT),
-        ("topics", CompactArray(
-            ("name", TEXT),
-            ("partitions", CompactArray(
-                ("partition_index", Int32), ("committed_offset", Int64), ("committed_leader_epoch", Int32),
-                ("committed_metadata", TEXT), _TAGS)),
-            _TAGS)),
+        ("topics", COMMITTED_OFFSETS),
         _TAGS,
     )
 
@@ -117,20 +115,11 @@ class MemberTxnOffsetCommitRequest(Request[TxnOffsetCommitRequest_v4]):  # type:
         self._offsets = offsets  # (topic, partition) -> the offset of the next record to read
 
     def build(self, request_struct_class: type[TxnOffsetCommitRequest_v4]) -> TxnOffsetCommitRequest_v4:
-        topics: dict[str, list[tuple[Any, ...]]] = {}
-        for (topic, partition), offset in sorted(self._offsets.items()):
-            topics.setdefault(topic, []).append((partition, offset, -1, "", {}))
         producer, member = self._producer, self._member
         return request_struct_class(
             producer.transactional_id, member.group_id, producer.producer_id, producer.producer_epoch,
             member.member_epoch, member.member_id, member.instance_id,
-            [(topic, partitions, {}) for topic, partitions in topics.items()], {})
-
-
-def txn_commit_errors(response: TxnOffsetCommitResponse_v4) -> dict[tuple[str, int], int]:
-    """(topic, partition) -> the error code of its commit, 0 for committed."""
-    return {(topic, partition): error for topic, partitions, _ in response.topics
-            for partition, error, _ in partitions}
+            committed_offsets(self._offsets), {})
 
 
 def refusal(member: Member, errors: Mapping[tuple[str, int], int]) -> EngineError | None:
@@ -163,7 +152,7 @@ class _AsMember:
         return MemberTxnOffsetCommitRequest(producer, self.member, offsets)
 
     def answer(self, response: Any) -> tuple[dict[tuple[str, int], int], Exception | None]:
-        errors = txn_commit_errors(response)
+        errors = commit_errors(response)
         return errors, refusal(self.member, errors)
 
 

@@ -5,13 +5,13 @@ and every partition's error read by engine from Kafka's."""
 from __future__ import annotations
 
 from engine.errors import DeliveryFailed, MembershipLost
+from engine.transport.kafka_protocol import commit_errors
 from engine.transport.kafka_txn_offsets import (
     Member,
     MemberTxnOffsetCommitRequest,
     Producer,
     TxnOffsetCommitResponse_v4,
     refusal,
-    txn_commit_errors,
 )
 from tests.contract.test_streams_group_codec import encoded, engine_decodes
 from tests.kafka.codec import kafka_decodes, kafka_encodes
@@ -43,7 +43,7 @@ def test_a_commit_answer_written_by_kafka_reads_in_engine_and_says_what_became_o
         {"name": "a", "partitions": [{"partitionIndex": 1, "errorCode": 0},
                                      {"partitionIndex": 2, "errorCode": 22}]},
         {"name": "b", "partitions": [{"partitionIndex": 0, "errorCode": 120}]}]})
-    errors = txn_commit_errors(engine_decodes(TxnOffsetCommitResponse_v4, body))
+    errors = commit_errors(engine_decodes(TxnOffsetCommitResponse_v4, body))
     assert errors == {("a", 1): 0, ("a", 2): 22, ("b", 0): 120}
 
     member = Member("app", "m-1", 12)
