@@ -49,6 +49,11 @@ class GroupTopology:
     repartition: tuple[TopicSpec, ...] = ()
     changelogs: tuple[TopicSpec, ...] = ()
 
+    @property
+    def read(self) -> dict[str, int]:
+        """Every topic read through the group, repartition topics included: its partitions."""
+        return {**self.sources, **{spec.name: spec.partitions for spec in self.repartition}}
+
 
 @dataclass(frozen=True)
 class GroupMember:

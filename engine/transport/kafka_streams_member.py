@@ -12,8 +12,8 @@ engine's topology is declared as one subtopology ("0"): engine's task p is parti
 group reads (engine.assignor's rule, kept), so the protocol's task ("0", p) is engine's task p, every table
 kind and co-partitioning keep working unchanged, and the transactional ids stay `<app>-task-<p>`. The broker
 wants each changelog to have as many partitions as the subtopology has tasks (the largest source topic): an
-app whose tables have fewer is refused here (`check_topology`), and `group_protocol = auto` takes the classic
-protocol.
+app whose tables have another count is refused here (`check_topology`), and `group_protocol = auto` takes
+the classic protocol.
 
 Offsets are committed as the member (OffsetCommit v9 with its id and epoch): the broker refuses a commit of a
 member it fenced, and takes a revoked task's last commit until its revocation is acknowledged.
@@ -114,7 +114,7 @@ def declared_topology(topology: GroupTopology) -> Topology:
 def check_topology(topology: GroupTopology) -> str | None:
     """Why this app cannot be one subtopology of a streams group, or None. The broker gives a subtopology as
     many tasks as its largest source topic has partitions, and refuses a changelog with another count."""
-    counts = {**topology.sources, **{spec.name: spec.partitions for spec in topology.repartition}}
+    counts = topology.read
     if not counts:
         return "the app reads no topic through the group"
     tasks = max(counts.values())
@@ -161,9 +161,8 @@ class StreamsMember:
         self.member_id = str(uuid.uuid4())
         self.process_id = self.member_id
         self.epoch = JOIN_EPOCH
-        self._topology = topology
         self._declared = declared_topology(topology)
-        self._counts = {**topology.sources, **{spec.name: spec.partitions for spec in topology.repartition}}
+        self._counts = topology.read
         self._placement = placement
         self._reassign = reassign
         self._rebalance_timeout_ms = rebalance_timeout_ms
