@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 
 VERSION = 1
 
@@ -70,6 +70,12 @@ class Placement:
     positions: Callable[[], Mapping[int, int]] = dict  # task -> its stores' changelog positions
     on_assignment: Callable[[Assignment], None] = lambda assignment: None
     current: Assignment | None = None  # the last assignment heard
+    # A streams group's member hears of a change only in the answer to its next heartbeat, seconds apart:
+    # a member whose change frees tasks or wants some asks the others to beat at once (`ask_to_beat`: the
+    # web server's, given their endpoints; None without one), and beats at once when asked (`beat_now`: its
+    # membership's, once it joined).
+    ask_to_beat: Callable[[Collection[str]], Awaitable[None]] | None = None
+    beat_now: Callable[[], None] = lambda: None
 
     @property
     def owned(self) -> frozenset[int]:

@@ -240,15 +240,16 @@ class Worker(Service):
         worker that serves."""
         from engine.export.schedule import AskedExports
         from engine.web.queries import TableQueries
-        from engine.web.server import WebServer
+        from engine.web.server import WebServer, ask_to_beat
 
+        self.placement.ask_to_beat = ask_to_beat  # (a streams member's peers hear its changes at once)
         queries = TableQueries(self, self.app.tables, owners=self._owners, assigned=self._assigned,
                                endpoint=lambda: self.placement.endpoint,
                                standby=lambda table, number: self.tasks.standby_store(table, number),
                                standbys=lambda: self.tasks.standby)
         return WebServer(self.app.id, queries, self.settings.web_host, self.settings.web_port,
                          on_bound=self._web_bound, metrics=self.metrics, status=self.status,
-                         exports=AskedExports(self.app))
+                         exports=AskedExports(self.app), on_beat_asked=lambda: self.placement.beat_now())
 
     def _export_timers(self) -> list[Timer]:
         """The timers of the app's scheduled exports (`app.export`)."""

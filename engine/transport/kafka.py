@@ -332,15 +332,17 @@ class KafkaConsumer:
     async def start(self) -> None:
         if self._wanted != "classic":
             await _start(self._client, self._servers, self._options)
+            self._protocol = "streams"  # (the first heartbeat's answer may set tasks up: the ready line)
             try:
                 self._member = await self._join_streams_group()
             except Exception:
+                self._protocol = None
                 await self.stop()
                 raise
             if self._member is not None:
-                self._protocol = "streams"
                 self._members[self._member.group_id] = self._member
                 return
+            self._protocol = None
             await _stop_quietly(self._client, "consumer", within=CONSUMER_STOP_TIMEOUT)
             self._client = self._aiokafka_consumer(self._classic_group)
             if self._topics:

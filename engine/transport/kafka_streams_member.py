@@ -181,6 +181,9 @@ class StreamsMember:
         self._reported: Target | None = None  # what the last heartbeat said this member owns
         self._owners: dict[int, str] = {}  # task -> the endpoint of its active owner
         self._endpoint_epoch = 0  # of the owners last heard (the broker sends them again when it moves)
+        self._peers: frozenset[str] = frozenset()  # the other members' endpoints, as last heard
+        self._tell_peers = False  # the heartbeat being sent frees tasks or wants some: others to beat at once
+        self._telling: set[asyncio.Task[None]] = set()
         self._lost_pending = False
         self._generation = 0  # of this member's membership: one more at each fence (a target then is stale)
         self._doubted = False  # the last membership check got no answer
@@ -190,6 +193,7 @@ class StreamsMember:
         self._last_answer = time.monotonic()
         self._said: set[tuple[int, str]] = set()
         self.failure: BaseException | None = None  # a fatal answer: raised by the consumer's next fetch
+        placement.beat_now = self.beat_soon
 
     # -- the task <-> partition mapping ---------------------------------------------------------------
 
@@ -293,6 +297,11 @@ class StreamsMember:
                 if all(tasks is not None for tasks in owned):
                     self._reported = self._sent
             self._handle(answer, first=first)
+            if answer.error_code == 0 and self._tell_peers and self._peers:
+                self._tell_peers = False
+                task = asyncio.ensure_future(self._ask_peers_to_beat())
+                self._telling.add(task)
+                task.add_done_callback(self._telling.discard)
             return answer
 
     async def _find_coordinator(self) -> int:
@@ -307,6 +316,10 @@ class StreamsMember:
             return Heartbeat(self.group_id, self.member_id, leave, instance_id=self.instance_id)
         owned = Target(frozenset(), frozenset(), frozenset()) if joining else self._owned
         self._sent = owned
+        # A join (the others give it tasks once they revoked them) or a revocation acknowledged (a task's
+        # next owner may take it): the others hear of it only at their next heartbeat unless asked now.
+        if joining or (self._reported is not None and self._reported.active - owned.active):
+            self._tell_peers = True
         changed = joining or owned != self._reported
         now = time.monotonic()
         offsets = joining or now >= self._offsets_due
@@ -340,6 +353,17 @@ class StreamsMember:
         active = self._owned.active
         return [TaskOffset(SUBTOPOLOGY, p, offset) for p, offset in sorted(positions.items())
                 if all_tasks or p in active]
+
+    def beat_soon(self) -> None:
+        """Heartbeat now, not at the interval: another member asked (its change may have moved tasks)."""
+        self._wake.set()
+
+    async def _ask_peers_to_beat(self) -> None:
+        """Ask every other member to heartbeat now (through their web servers, when the worker has one):
+        what they are to revoke, or may now take, is in the answer. Best effort: a member not reached
+        hears of it at its next heartbeat anyway."""
+        if self._placement.ask_to_beat is not None:
+            await self._placement.ask_to_beat(sorted(self._peers))
 
     def request_rebalance(self) -> None:
         """The broker assigns continuously: what a classic member asks a rebalance for is, here, reporting
@@ -380,6 +404,8 @@ class StreamsMember:
             self._endpoint_epoch = answer.endpoint_information_epoch
             owners = {p: f"{e.endpoint.host}:{e.endpoint.port}" for e in answer.partitions_by_user_endpoint
                       for parts in e.active.values() for p in parts}
+            self._peers = frozenset(f"{e.endpoint.host}:{e.endpoint.port}"
+                                    for e in answer.partitions_by_user_endpoint) - {self._placement.endpoint}
             owners_changed = owners != self._owners
             self._owners = owners
         if answer.active_tasks is not None:
@@ -540,7 +566,8 @@ class StreamsMember:
         return {tp: offsets.get((tp.topic, tp.partition)) for tp in tps}
 
     async def leave(self) -> None:
-        """Leave the group (a static member only for now: its tasks wait for it, the session timeout)."""
+        """Leave the group: a dynamic member's tasks go to the others at once (asked to heartbeat now), a
+        static member's wait for it to come back, until the session timeout."""
         if self._loop_task is not None:
             self._loop_task.cancel()
         if self._reconciling is not None and not self._reconciling.done():
@@ -553,6 +580,9 @@ class StreamsMember:
         except (KafkaError, OSError, TimeoutError) as exc:
             log.warning("could not leave the streams group (%r): its tasks move after the session timeout",
                         exc)
+            return
+        if epoch == LEAVE_EPOCH:  # (a static member's tasks wait for it: nothing for the others to take)
+            await self._ask_peers_to_beat()
 
 
 def streams_group_description(group: DescribedGroup) -> GroupDescription:

@@ -18,6 +18,8 @@ health and readiness.
                                 round now (engine.export.rounds: every worker's partitions, one version);
                                 every other worker is asked for the same round; the answer is each
                                 worker's part, by endpoint (`engine export --live`)
+    POST /group/heartbeat       heartbeat to the streams group now (another member's change may have
+                                moved tasks: engine.transport.kafka_streams_member asks, `ask_to_beat`)
 
 A query for a key another worker owns is forwarded there once (engine.web.queries says when), so any worker
 answers for the whole app. The server binds `web_host:web_port`, or the next free port when that one is
@@ -43,7 +45,7 @@ from engine.tables.base import TableError
 from engine.web.queries import RETRY_AFTER, Answer, QueryError, key_text
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Awaitable, Callable, Collection, Mapping
 
     from engine.tables.base import BaseTable
     from engine.web.queries import TableQueries
@@ -54,6 +56,7 @@ FORWARDED = "X-Engine-Forwarded"  # set on a forwarded query: it is answered whe
 FORWARD_TIMEOUT = 5.0  # seconds a forwarded query may take
 EXPORT_WAIT = 30.0  # seconds the committer of an asked round waits for the other workers' parts, by default
 EXPORT_TIMEOUT = 3600.0  # seconds a worker's part of an asked round may take (it writes the lake table)
+BEAT_ASK_TIMEOUT = 1.0  # seconds another member may take to hear an ask to heartbeat (else: its interval)
 
 
 class Exports(Protocol):
@@ -70,8 +73,10 @@ class WebServer(Service):
                  on_bound: Callable[[str], None] = lambda endpoint: None,
                  metrics: Callable[[], Awaitable[bytes]] | None = None,
                  status: Callable[[], Mapping[str, Any]] | None = None,
-                 exports: Exports | None = None) -> None:
+                 exports: Exports | None = None,
+                 on_beat_asked: Callable[[], None] = lambda: None) -> None:
         super().__init__("web")
+        self._on_beat_asked = on_beat_asked
         self.app_id = app_id
         self.queries = queries
         self._metrics = metrics
@@ -94,6 +99,7 @@ class WebServer(Service):
         app.router.add_get("/tables/{table}", self._range)
         app.router.add_get("/tables/{table}/{key}", self._get)
         app.router.add_post("/export", self._export)
+        app.router.add_post("/group/heartbeat", self._beat)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         self._client = ClientSession(timeout=ClientTimeout(total=FORWARD_TIMEOUT))
@@ -122,6 +128,10 @@ class WebServer(Service):
 
     async def _health(self, request: web.Request) -> web.Response:
         return _json(200, {"status": "alive", "app": self.app_id, "worker": self.endpoint})
+
+    async def _beat(self, request: web.Request) -> web.Response:
+        self._on_beat_asked()
+        return _json(202, {"heartbeat": "asked"})
 
     async def _ready(self, request: web.Request) -> web.Response:
         return _respond(self.queries.ready())
@@ -280,6 +290,14 @@ async def ask_worker(url: str, path: str, body: Any = None, timeout: float = FOR
             return reply.status, loads(await reply.read())
     except (ClientError, TimeoutError, OSError):
         return None
+
+
+async def ask_to_beat(endpoints: Collection[str]) -> None:
+    """Ask the workers at `endpoints` to heartbeat to their streams group now, all at once, waiting at most
+    BEAT_ASK_TIMEOUT: one that does not answer hears of the change at its next heartbeat anyway."""
+    await asyncio.gather(*(ask_worker(f"http://{endpoint}", "/group/heartbeat", {}, BEAT_ASK_TIMEOUT)
+                           for endpoint in endpoints))
+    log.debug("asked %s to heartbeat now", ", ".join(endpoints))
 
 
 def _by_number(missing: dict[int, str]) -> dict[str, str]:

@@ -1,9 +1,10 @@
 """The streams rebalance protocol (KIP-1071) through `engine worker` on the real broker: a worker joining a
-running one takes only some tasks, and the first worker stops only those (it never sets up again the tasks it
-keeps), which Kafka's own kafka-streams-groups.sh shows; an app moves from the classic protocol to the streams
-one and back, its counts exact throughout; a group that runs the other protocol is refused with the line that
-says what to do. Ground truth: every count and every closed window, computed from the input
-(tests.integration.rebalance_run)."""
+running one takes only some tasks, within a heartbeat interval of its start (the members ask each other to
+heartbeat at once), and the first worker stops only those (it never sets up again the tasks it keeps), which
+Kafka's own kafka-streams-groups.sh shows with each worker's standbys; an app moves from the classic
+protocol to the streams one and back, its counts exact throughout; a group that runs the other protocol is
+refused with the line that says what to do. Ground truth: every count and every closed window, computed from
+the input (tests.integration.rebalance_run)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import asyncio
 import re
 import subprocess
 from collections import Counter
+from datetime import datetime
 
 import pytest
 
@@ -36,12 +38,26 @@ def lines(output: str, what: str) -> list[str]:
     return [line for line in output.splitlines() if f"engine.tasks.manager: {what} " in line]
 
 
+def logged_at(line: str) -> datetime:
+    """When a worker logged `line` (its "[2026-11-26 22:02:45,264] INFO ..." stamp)."""
+    return datetime.strptime(line[1:line.index("]")], "%Y-%m-%d %H:%M:%S,%f")
+
+
+# The group's heartbeat interval is a third of the session timeout: 15 s here, the most the broker allows.
+# A member hears of its tasks only in a heartbeat's answer, so without the members asking each other to beat
+# at once a joining worker would get its tasks no sooner than one interval after it joined (the first
+# worker revokes them at its own next beat, and the second hears it at its next).
+LONG_HEARTBEATS = {"ENGINE_SESSION_TIMEOUT": "45"}
+HEARTBEAT_INTERVAL = 15.0
+
+
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 async def test_a_joining_worker_takes_some_tasks_and_only_those_stop(kafka, tmp_path, guarantee):
     app_id, topic = unique("streams"), unique("words")
     await create_topics(kafka.bootstrap, [topic])
     events = words(16_000)
-    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_GUARANTEE": guarantee}
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_GUARANTEE": guarantee,
+           "ENGINE_STANDBY_REPLICAS": "1", **LONG_HEARTBEATS}
     first = worker(kafka, tmp_path, "first", env, "streams")
     second: WorkerProcess | None = None
     try:
@@ -76,12 +92,25 @@ async def test_a_joining_worker_takes_some_tasks_and_only_those_stop(kafka, tmp_
     assert status is not None
     assert set(status["active"]) == set(range(4)) - moved, status
 
-    # Kafka's own tool lists both workers, each with its tasks (subtopology 0: engine's task p is "0:[p]").
+    # The second worker had its tasks well within one heartbeat interval of its start: asked to beat at once,
+    # the first revoked them and then asked the second to beat.
+    started = logged_at(next(line for line in second.output().splitlines() if "starting worker" in line))
+    given = logged_at(lines(second.output(), "assigned")[0])
+    assert (given - started).total_seconds() < HEARTBEAT_INTERVAL, (started, given)
+
+    # Kafka's own tool lists both workers, each with its active tasks (subtopology 0: engine's task p is
+    # "0:[p]") and, one standby replica asked, the other's as its standbys.
     members = [line for line in described.splitlines()[1:] if line.strip()]
     assert len(members) == 2, described
-    shown = {" ACTIVE: 0:[" + ",".join(map(str, sorted(tasks))) + "];"
-             for tasks in (moved, set(range(4)) - moved)}
-    assert {next(s for s in shown if s in line) for line in members} == shown, described
+    kept = set(range(4)) - moved
+    shown = {f" ACTIVE: {_tasks(active)}; STANDBY: {_tasks(standby)};"
+             for active, standby in ((moved, kept), (kept, moved))}
+    assert {next((s for s in shown if s in line), line) for line in members} == shown, described
+
+
+def _tasks(tasks: set[int]) -> str:
+    """Tasks as kafka-streams-groups.sh shows them: subtopology 0's, "0:[1,3]"."""
+    return "0:[" + ",".join(map(str, sorted(tasks))) + "]"
 
 
 async def kafka_streams_groups(bootstrap: str, group: str) -> str:

@@ -281,6 +281,24 @@ async def test_a_worker_says_which_port_it_took_with_web_port_0(tmp_path: Any) -
         assert worker.web_endpoint is None  # no web server (the test kit's default)
 
 
+async def test_a_worker_asked_to_heartbeat_tells_its_membership_and_an_absent_one_is_passed_over(
+        tmp_path: Any) -> None:
+    """What a streams member whose change moved tasks does (engine.transport.kafka_streams_member): ask the
+    others' web servers to heartbeat now. Each asked worker's membership hears it; a peer gone is skipped."""
+    app = engine.App("beat-asks", store="memory://")
+    app.topic("in")
+    options = {"broker": testing.memory_url(), "web_enabled": True, "web_port": 0}
+    async with testing.running(app, data_dir=str(tmp_path / "a"), **options) as first, \
+            testing.running(app, data_dir=str(tmp_path / "b"), **options) as second:
+        asked: list[str] = []
+        for worker in (first, second):
+            worker.placement.beat_now = lambda worker=worker: asked.append(worker.web_endpoint)
+        assert first.placement.ask_to_beat is not None
+        gone = "127.0.0.1:1"  # (nothing listens there)
+        await first.placement.ask_to_beat([second.web_endpoint, gone])
+        assert asked == [second.web_endpoint]
+
+
 @pytest.mark.parametrize("store", ["memory://", "rocksdb://"])
 async def test_tables_counts_local_keys_exactly_without_overwrites(tmp_path: Any, store: str) -> None:
     app = engine.App("key-count", store=store, topic_partitions=1)
