@@ -6,11 +6,12 @@ leaving cost a group of N workers over P partitions, under the classic group pro
         [--protocol classic streams] [--per-partition 4] [--quiet 10] [--factor 2]
 
 The N workers are `engine.Worker`s of one app in this process, on one event loop (engine.scope lets workers of
-one App share a process), each with its own data dir, memory stores and no web server, members of one group
-on the benchmark's broker: lightweight, but each with its own consumer, producer, membership and tasks, as a
-worker process has. The app counts each event of a P-partition topic into a table (its changelog on the
-broker) and notes when it processed it. A paced stream sends `--per-partition` events/s to every partition
-(one key per partition, round robin), for the whole run.
+one App share a process), each with its own data dir, memory stores and web server (a streams member asks the
+others' to heartbeat at once when its change moves tasks), members of one group on the benchmark's broker:
+lightweight, but each with its own consumer, producer, membership and tasks, as a worker process has. The
+app counts each event of a P-partition topic into a table (its changelog on the broker) and notes when it
+processed it. A paced stream sends `--per-partition` events/s to every partition (one key per partition,
+round robin), for the whole run.
 
 The group settles (every partition active and set up on one worker, every worker holding some, from the
 workers' own `status()`), runs `--quiet` seconds, then a worker joins; it settles again and runs `--quiet`
@@ -188,7 +189,7 @@ async def run(bootstrap: str, protocol: str, workers: int, partitions: int, per_
     processed: list[list[float]] = [[] for _ in range(partitions)]
     work = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     group = Group(simulated_app(app_id, bootstrap, topic, processed),
-                  {"web_enabled": False, "group_protocol": protocol}, work, partitions)
+                  {"web_enabled": True, "web_port": 0, "group_protocol": protocol}, work, partitions)
     stream = asyncio.ensure_future(paced_produce(bootstrap, topic, round_robin(partitions),
                                                  rate=per_partition * partitions))
     names = [f"w{n:02d}" for n in range(workers + 1)]
