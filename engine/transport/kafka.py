@@ -109,15 +109,19 @@ CREATE_TIMEOUT_MS = 30_000
 CONSUMER_STOP_TIMEOUT = 10.0
 
 
-async def _stop_quietly(client: Any, what: str, within: float | None = None) -> None:
-    """Stop an aiokafka client, in at most `within` seconds if given (then said at WARNING). aiokafka's stop
-    awaits its own cancelled fetch tasks and can let their CancelledError out (seen with a broker down); that
-    must not look like *our* task being cancelled."""
+LEFT_THE_GROUP_UNLEFT = "without leaving the group: its partitions move after the session timeout"
+
+
+async def _stop_quietly(client: Any, what: str, within: float | None = None,
+                        left: str = LEFT_THE_GROUP_UNLEFT) -> None:
+    """Stop an aiokafka client, in at most `within` seconds if given (then said at WARNING, with what was
+    `left` undone). aiokafka's stop awaits its own cancelled fetch tasks and can let their CancelledError out
+    (seen with a broker down); that must not look like *our* task being cancelled."""
     try:
         await asyncio.wait_for(client.stop(), within)
     except TimeoutError:
-        log.warning("the %s did not stop within %.0f s (its group's coordinator unreachable?); stopped "
-                    "without leaving the group: its partitions move after the session timeout", what, within)
+        log.warning("the %s did not stop within %.0f s (the broker it needs unreachable?); stopped %s",
+                    what, within, left)
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
@@ -631,6 +635,7 @@ class KafkaProducer:
             **options,
         )
         self._transactional = transactional_id is not None
+        self._transaction_timeout = transaction_timeout
         self._open = asyncio.Event()
         if not self._transactional:
             self._open.set()
@@ -653,7 +658,13 @@ class KafkaProducer:
         self._open.set()
 
     async def stop(self) -> None:
-        await _stop_quietly(self._client, "producer")
+        # aiokafka's stop first delivers what it holds, as long as that takes; with the broker it needs away
+        # (a transaction's coordinator not found), for ever. Bounded: by the transaction timeout (the broker
+        # aborts the transaction by then), else by the request timeout (a batch fails by then). What was not
+        # delivered belongs to offsets not committed: it is processed and sent again.
+        within = self._transaction_timeout if self._transactional else self._timeout
+        await _stop_quietly(self._client, "producer", within, left="with sends undelivered (their records' "
+                            "offsets were not committed: processed again)")
         # Sends never flushed (a fenced or abandoned transaction's): what they failed with is known and
         # handled already (the commit failed), so it is retrieved here, never logged by asyncio as unseen;
         # so is what aiokafka set on futures of its own for the same failure.
@@ -673,7 +684,21 @@ class KafkaProducer:
         return self
 
     async def commit_transaction(self, offsets: Mapping[TP, int], group_id: str) -> None:
+        """Commit the open transaction with `offsets`, and open the next. Bounded by the transaction timeout
+        (past it the broker has aborted the transaction anyway): aiokafka waits for a transaction coordinator
+        for as long as none is found, and a commit that waits holds its task's sends and its worker's
+        checkpoint, and through them any revocation. Raises DeliveryFailed (the task is then rewound, its
+        producer replaced) or ProducerFenced."""
         self._open.clear()
+        try:
+            await asyncio.wait_for(self._commit_transaction(offsets, group_id), self._transaction_timeout)
+        except TimeoutError as exc:
+            raise DeliveryFailed(f"the transaction did not commit within the transaction timeout "
+                                 f"({self._transaction_timeout:.0f} s; the broker aborts it)") from exc
+        finally:
+            self._open.set()
+
+    async def _commit_transaction(self, offsets: Mapping[TP, int], group_id: str) -> None:
         try:
             # Every record of the transaction acknowledged first: aiokafka sends EndTxn as soon as it is
             # asked to, with batches still in flight or waiting to be retried (NotEnoughReplicas), which
@@ -696,8 +721,6 @@ class KafkaProducer:
             raise ProducerFenced(f"transaction fenced: a newer producer took over this id ({exc})") from exc
         except KafkaError as exc:
             raise DeliveryFailed(f"the transaction could not be committed: {exc!r}") from exc
-        finally:
-            self._open.set()
 
     async def send(
         self,

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
+from engine.errors import DeliveryFailed
 from engine.events import TP
 from engine.transport.kafka import KafkaProducer
 
@@ -39,3 +42,35 @@ async def test_a_commit_waits_for_every_record_of_its_transaction_before_ending_
     asyncio.get_running_loop().call_later(0.05, fake.delivery.set_result, None)
     await producer.commit_transaction({TP("words", 0): 10}, "group")
     assert fake.steps == ["flush", "offsets", "commit", "begin"]
+
+
+class NoCoordinator(SlowAcks):
+    """aiokafka's producer with the transaction's coordinator never found: EndTxn never answered, and its
+    stop (which first delivers what it holds) never ends."""
+
+    class _message_accumulator:  # (what engine reads of a stopped producer: nothing held)
+        _batches: dict[Any, Any] = {}
+        _pending_batches: list[Any] = []
+
+    _txn_manager = None
+
+    async def commit_transaction(self) -> None:
+        self.steps.append("commit")
+        await asyncio.Event().wait()
+
+    async def stop(self) -> None:
+        self.steps.append("stop")
+        await asyncio.Event().wait()
+
+
+async def test_a_commit_that_cannot_end_fails_at_the_transaction_timeout_and_the_stop_is_bounded_too():
+    """Seen in a broker restart storm: one such commit held its task's sends and the worker's checkpoint,
+    and through them the revocation of every task, for good."""
+    producer = KafkaProducer("127.0.0.1:9", {}, transactional_id="t-task-0", transaction_timeout=0.05)
+    fake = NoCoordinator()
+    producer._client = fake
+    with pytest.raises(DeliveryFailed, match="transaction timeout"):
+        await asyncio.wait_for(producer.commit_transaction({TP("words", 0): 10}, "group"), 5)
+    assert producer._open.is_set()  # sends made meanwhile go on (into a transaction the task will rewind)
+    await asyncio.wait_for(producer.stop(), 5)
+    assert fake.steps == ["flush", "offsets", "commit", "stop"]
