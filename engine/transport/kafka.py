@@ -636,6 +636,7 @@ class KafkaProducer:
         )
         self._transactional = transactional_id is not None
         self._transaction_timeout = transaction_timeout
+        self._begun_in: dict[str, int] = {}  # group id -> its member's generation when the transaction began
         self._open = asyncio.Event()
         if not self._transactional:
             self._open.set()
@@ -654,8 +655,12 @@ class KafkaProducer:
     async def start(self) -> None:
         await _start(self._client, self._servers, self._options)
         if self._transactional:
-            await self._client.begin_transaction()
+            await self._begin_transaction()
         self._open.set()
+
+    async def _begin_transaction(self) -> None:
+        await self._client.begin_transaction()
+        self._begun_in = {group_id: member.generation for group_id, member in self._members.items()}
 
     async def stop(self) -> None:
         # aiokafka's stop first delivers what it holds, as long as that takes; with the broker it needs away
@@ -710,13 +715,18 @@ class KafkaProducer:
                 if member is None:
                     await self._client.send_offsets_to_transaction(positions, group_id)
                 else:  # a streams group's member: the group refuses the offsets of one it fenced
-                    if member.epoch <= 0:
-                        raise MembershipLost(f"this worker is rejoining its streams group {group_id!r}: the "
-                                             "transaction's offsets are no longer its to commit")
+                    # A member that lost its tasks (fenced, or its coordinator silent past the session)
+                    # joins again under a new epoch, which the group would take these offsets with: they
+                    # were processed under the old one, whose tasks are gone, so they are refused here.
+                    if member.epoch <= 0 or member.generation != self._begun_in.get(group_id,
+                                                                                    member.generation):
+                        raise MembershipLost(f"this worker lost its tasks in its streams group {group_id!r} "
+                                             "since the transaction began: its offsets are no longer its to "
+                                             "commit")
                     await send_offsets_as_member(self._client, positions, group_id, member.member_id,
                                                  member.epoch, member.instance_id)
             await self._client.commit_transaction()
-            await self._client.begin_transaction()
+            await self._begin_transaction()
         except KafkaProducerFenced as exc:
             raise ProducerFenced(f"transaction fenced: a newer producer took over this id ({exc})") from exc
         except KafkaError as exc:

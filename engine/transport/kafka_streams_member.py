@@ -195,6 +195,12 @@ class StreamsMember:
         self.failure: BaseException | None = None  # a fatal answer: raised by the consumer's next fetch
         placement.beat_now = self.beat_soon
 
+    @property
+    def generation(self) -> int:
+        """This member's membership: one more each time it was fenced and joined again. A transaction begun
+        in one generation commits its offsets in that one only (engine.transport.kafka's producer)."""
+        return self._generation
+
     # -- the task <-> partition mapping ---------------------------------------------------------------
 
     def partitions(self, tasks: Collection[int]) -> set[TP]:

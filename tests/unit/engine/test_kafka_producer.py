@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from engine.errors import DeliveryFailed
+from engine.errors import DeliveryFailed, MembershipLost
 from engine.events import TP
 from engine.transport.kafka import KafkaProducer
 
@@ -74,3 +74,24 @@ async def test_a_commit_that_cannot_end_fails_at_the_transaction_timeout_and_the
     assert producer._open.is_set()  # sends made meanwhile go on (into a transaction the task will rewind)
     await asyncio.wait_for(producer.stop(), 5)
     assert fake.steps == ["flush", "offsets", "commit", "stop"]
+
+
+class Member:
+    """A streams group's member as the producer sees it."""
+
+    member_id, instance_id, epoch, generation = "m-1", None, 5, 0
+
+
+async def test_a_transaction_begun_before_its_member_lost_its_tasks_does_not_commit_after_the_rejoin():
+    """The member lost its tasks (its coordinator silent past the session) while a checkpoint waited on the
+    broker, then joined again under a new epoch: the checkpoint's offsets, processed under the old one, must
+    not be committed with the new (the group would take them: the epoch is current)."""
+    member = Member()
+    producer = KafkaProducer("127.0.0.1:9", {}, transactional_id="t-task-0", members={"group": member})
+    fake = SlowAcks()
+    producer._client = fake
+    await producer._begin_transaction()
+    member.generation, member.epoch = 1, 7  # fenced, joined again
+    with pytest.raises(MembershipLost, match="lost its tasks"):
+        await producer.commit_transaction({TP("words", 0): 10}, "group")
+    assert fake.steps == ["begin", "flush"]  # no offsets sent, nothing committed
