@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.admin import DescribeConfigsRequest
 from aiokafka.protocol.api import Request, RequestStruct, Response
-from aiokafka.protocol.types import Boolean, CompactArray, Int8, Int16, Int32, Schema, TaggedFields
+from aiokafka.protocol.types import Boolean, CompactArray, Int8, Int16, Int32, Schema
 
 from engine.errors import ConfigError, TransportError
-from engine.transport.kafka_protocol import TEXT
+from engine.transport.kafka_protocol import TAGS, TEXT
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
@@ -29,7 +29,6 @@ GROUP = 32  # ConfigResource.Type.GROUP
 SET = 0  # IncrementalAlterConfigs' operations: SET, DELETE (back to the broker's default), APPEND, SUBTRACT
 DELETE = 1
 
-_TAGS = ("tags", TaggedFields)
 
 
 class IncrementalAlterConfigsResponse_v1(Response):  # type: ignore[misc]  # aiokafka's classes are untyped
@@ -38,8 +37,8 @@ class IncrementalAlterConfigsResponse_v1(Response):  # type: ignore[misc]  # aio
     SCHEMA = Schema(
         ("throttle_time_ms", Int32),
         ("responses", CompactArray(("error_code", Int16), ("error_message", TEXT), ("resource_type", Int8),
-                                   ("resource_name", TEXT), _TAGS)),
-        _TAGS,
+                                   ("resource_name", TEXT), TAGS)),
+        TAGS,
     )
 
 
@@ -51,10 +50,10 @@ class IncrementalAlterConfigsRequest_v1(RequestStruct):  # type: ignore[misc]  #
     SCHEMA = Schema(
         ("resources", CompactArray(
             ("resource_type", Int8), ("resource_name", TEXT),
-            ("configs", CompactArray(("name", TEXT), ("config_operation", Int8), ("value", TEXT), _TAGS)),
-            _TAGS)),
+            ("configs", CompactArray(("name", TEXT), ("config_operation", Int8), ("value", TEXT), TAGS)),
+            TAGS)),
         ("validate_only", Boolean),
-        _TAGS,
+        TAGS,
     )
 
 

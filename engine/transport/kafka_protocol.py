@@ -48,6 +48,7 @@ class _Uuid(AbstractType[bytes]):  # type: ignore[misc]  # aiokafka's protocol c
 
 
 TEXT = CompactString("utf-8")
+TAGS = ("tags", TaggedFields)  # every flexible version's tagged fields, at the end of each struct
 
 
 class MetadataResponse_v12(Response):  # type: ignore[misc]  # (as above); aiokafka's version naming
@@ -56,7 +57,7 @@ class MetadataResponse_v12(Response):  # type: ignore[misc]  # (as above); aioka
     SCHEMA = Schema(
         ("throttle_time_ms", Int32),
         ("brokers", CompactArray(("node_id", Int32), ("host", TEXT), ("port", Int32), ("rack", TEXT),
-                                 ("tags", TaggedFields))),
+                                 TAGS)),
         ("cluster_id", TEXT),
         ("controller_id", Int32),
         ("topics", CompactArray(
@@ -65,9 +66,9 @@ class MetadataResponse_v12(Response):  # type: ignore[misc]  # (as above); aioka
                 ("error_code", Int16), ("partition_index", Int32), ("leader_id", Int32),
                 ("leader_epoch", Int32),
                 ("replica_nodes", CompactArray(Int32)), ("isr_nodes", CompactArray(Int32)),
-                ("offline_replicas", CompactArray(Int32)), ("tags", TaggedFields))),
-            ("topic_authorized_operations", Int32), ("tags", TaggedFields))),
-        ("tags", TaggedFields),
+                ("offline_replicas", CompactArray(Int32)), TAGS)),
+            ("topic_authorized_operations", Int32), TAGS)),
+        TAGS,
     )
 
 
@@ -77,10 +78,10 @@ class MetadataRequest_v12(RequestStruct):  # type: ignore[misc]  # (as above)
     API_VERSION = 12
     RESPONSE_TYPE = MetadataResponse_v12
     SCHEMA = Schema(
-        ("topics", CompactArray(("topic_id", _Uuid), ("name", TEXT), ("tags", TaggedFields))),
+        ("topics", CompactArray(("topic_id", _Uuid), ("name", TEXT), TAGS)),
         ("allow_auto_topic_creation", Boolean),
         ("include_topic_authorized_operations", Boolean),
-        ("tags", TaggedFields),
+        TAGS,
     )
 
 
@@ -133,12 +134,12 @@ COMMITTED_OFFSETS = CompactArray(
     ("name", TEXT),
     ("partitions", CompactArray(
         ("partition_index", Int32), ("committed_offset", Int64), ("committed_leader_epoch", Int32),
-        ("committed_metadata", TEXT), ("tags", TaggedFields))),
-    ("tags", TaggedFields))
+        ("committed_metadata", TEXT), TAGS)),
+    TAGS)
 COMMIT_ERRORS = CompactArray(
     ("name", TEXT),
-    ("partitions", CompactArray(("partition_index", Int32), ("error_code", Int16), ("tags", TaggedFields))),
-    ("tags", TaggedFields))
+    ("partitions", CompactArray(("partition_index", Int32), ("error_code", Int16), TAGS)),
+    TAGS)
 
 
 def committed_offsets(offsets: Mapping[tuple[str, int], int]) -> list[tuple[Any, ...]]:
@@ -155,7 +156,7 @@ class OffsetCommitResponse_v9(Response):  # type: ignore[misc]  # (as above)
     SCHEMA = Schema(
         ("throttle_time_ms", Int32),
         ("topics", COMMIT_ERRORS),
-        ("tags", TaggedFields),
+        TAGS,
     )
 
 
@@ -170,7 +171,7 @@ class OffsetCommitRequest_v9(RequestStruct):  # type: ignore[misc]  # (as above)
         ("member_id", TEXT),
         ("group_instance_id", TEXT),
         ("topics", COMMITTED_OFFSETS),
-        ("tags", TaggedFields),
+        TAGS,
     )
 
 

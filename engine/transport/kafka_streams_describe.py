@@ -13,11 +13,10 @@ from typing import Any
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Boolean, CompactArray, Int8, Int16, Int32, Schema
 
-from engine.transport.kafka_protocol import TEXT
+from engine.transport.kafka_protocol import TAGS, TEXT
 from engine.transport.kafka_streams_group import (
     ENDPOINT,
     KEY_VALUES,
-    TAGS,
     TASK_IDS,
     TASK_OFFSETS,
     TOPIC_INFOS,

@@ -31,10 +31,9 @@ from aiokafka.protocol.types import (
     Int32,
     Int64,
     Schema,
-    TaggedFields,
 )
 
-from engine.transport.kafka_protocol import TEXT
+from engine.transport.kafka_protocol import TAGS, TEXT
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -91,7 +90,6 @@ class NullableStruct:
         return "NULL" if value is None else self.schema.repr(value)
 
 
-TAGS = ("tags", TaggedFields)
 KEY_VALUES = CompactArray(("key", TEXT), ("value", TEXT), TAGS)
 TOPIC_INFOS = CompactArray(("name", TEXT), ("partitions", Int32), ("replication_factor", Int16),
                            ("topic_configs", KEY_VALUES), TAGS)

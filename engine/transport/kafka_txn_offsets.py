@@ -24,13 +24,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiokafka.protocol.api import Request, RequestStruct, Response
-from aiokafka.protocol.types import Int16, Int32, Int64, Schema, TaggedFields
+from aiokafka.protocol.types import Int16, Int32, Int64, Schema
 
 from engine.errors import DeliveryFailed, EngineError, MembershipLost
 from engine.transport import aiokafka_private as private
 from engine.transport.kafka_protocol import (
     COMMIT_ERRORS,
     COMMITTED_OFFSETS,
+    TAGS,
     TEXT,
     commit_errors,
     committed_offsets,
@@ -56,7 +57,6 @@ NOT_THE_MEMBER = {
 }
 TRANSACTION_ABORTABLE = 120  # (v4+) the broker failed the transaction: abort it, the transactional id stays
 
-_TAGS = ("tags", TaggedFields)
 
 
 class TxnOffsetCommitResponse_v4(Response):  # type: ignore[misc]  # aiokafka's protocol classes are untyped
@@ -65,7 +65,7 @@ class TxnOffsetCommitResponse_v4(Response):  # type: ignore[misc]  # aiokafka's 
     SCHEMA = Schema(
         ("throttle_time_ms", Int32),
         ("topics", COMMIT_ERRORS),
-        _TAGS,
+        TAGS,
     )
 
 
@@ -83,7 +83,7 @@ class TxnOffsetCommitRequest_v4(RequestStruct):  # type: ignore[misc]  # (as abo
         ("member_id", TEXT),
         ("group_instance_id", TEXT),
         ("topics", COMMITTED_OFFSETS),
-        _TAGS,
+        TAGS,
     )
 
 
