@@ -195,20 +195,24 @@ def test_a_describe_request_and_answer_match_kafkas():
     ]
 
 
+# Offsets committed as a member, {("b", 0): 5, ("a", 2): 2**33, ("a", 1): 0}, as Kafka's own classes decode
+# them from OffsetCommit v9 and TxnOffsetCommit v4 (one schema): by topic and partition, in order.
+OFFSETS = {("b", 0): 5, ("a", 2): 2**33, ("a", 1): 0}
+OFFSETS_AS_KAFKA_READS_THEM = [
+    {"name": "a", "partitions": [
+        {"partitionIndex": 1, "committedOffset": 0, "committedLeaderEpoch": -1, "committedMetadata": ""},
+        {"partitionIndex": 2, "committedOffset": 2**33, "committedLeaderEpoch": -1,
+         "committedMetadata": ""}]},
+    {"name": "b", "partitions": [
+        {"partitionIndex": 0, "committedOffset": 5, "committedLeaderEpoch": -1, "committedMetadata": ""}]},
+]
+
+
 def test_a_members_offset_commit_matches_kafkas():
-    request = MemberOffsetCommitRequest("app", "m-1", 9, {("b", 0): 5, ("a", 2): 2**33, ("a", 1): 0})
+    request = MemberOffsetCommitRequest("app", "m-1", 9, OFFSETS)
     assert kafka_decodes("OffsetCommitRequest", 9, encoded(request)) == {
         "groupId": "app", "generationIdOrMemberEpoch": 9, "memberId": "m-1", "groupInstanceId": None,
-        "topics": [
-            {"name": "a", "partitions": [
-                {"partitionIndex": 1, "committedOffset": 0, "committedLeaderEpoch": -1,
-                 "committedMetadata": ""},
-                {"partitionIndex": 2, "committedOffset": 2**33, "committedLeaderEpoch": -1,
-                 "committedMetadata": ""}]},
-            {"name": "b", "partitions": [
-                {"partitionIndex": 0, "committedOffset": 5, "committedLeaderEpoch": -1,
-                 "committedMetadata": ""}]},
-        ]}
+        "topics": OFFSETS_AS_KAFKA_READS_THEM}
     body = kafka_encodes("OffsetCommitResponse", 9, {"throttleTimeMs": 0, "topics": [
         {"name": "a", "partitions": [{"partitionIndex": 1, "errorCode": 0},
                                      {"partitionIndex": 2, "errorCode": 113}]}]})

@@ -13,27 +13,22 @@ from engine.transport.kafka_txn_offsets import (
     TxnOffsetCommitResponse_v4,
     refusal,
 )
-from tests.contract.test_streams_group_codec import encoded, engine_decodes
+from tests.contract.test_streams_group_codec import (
+    OFFSETS,
+    OFFSETS_AS_KAFKA_READS_THEM,
+    encoded,
+    engine_decodes,
+)
 from tests.kafka.codec import kafka_decodes, kafka_encodes
 
 
 def test_a_transactions_offsets_committed_as_a_member_read_in_kafka_as_they_were_meant():
     request = MemberTxnOffsetCommitRequest(
-        Producer("app-task-3", 2**40, 7), Member("app", "m-1", 12, "worker-a"),
-        {("b", 0): 5, ("a", 2): 2**33, ("a", 1): 0})
+        Producer("app-task-3", 2**40, 7), Member("app", "m-1", 12, "worker-a"), OFFSETS)
     assert kafka_decodes("TxnOffsetCommitRequest", 4, encoded(request)) == {
         "transactionalId": "app-task-3", "groupId": "app", "producerId": 2**40, "producerEpoch": 7,
         "generationIdOrMemberEpoch": 12, "memberId": "m-1", "groupInstanceId": "worker-a",
-        "topics": [
-            {"name": "a", "partitions": [
-                {"partitionIndex": 1, "committedOffset": 0, "committedLeaderEpoch": -1,
-                 "committedMetadata": ""},
-                {"partitionIndex": 2, "committedOffset": 2**33, "committedLeaderEpoch": -1,
-                 "committedMetadata": ""}]},
-            {"name": "b", "partitions": [
-                {"partitionIndex": 0, "committedOffset": 5, "committedLeaderEpoch": -1,
-                 "committedMetadata": ""}]},
-        ]}
+        "topics": OFFSETS_AS_KAFKA_READS_THEM}
     dynamic = MemberTxnOffsetCommitRequest(Producer("t", 1, 0), Member("app", "m-2", 3), {("a", 0): 1})
     assert kafka_decodes("TxnOffsetCommitRequest", 4, encoded(dynamic))["groupInstanceId"] is None
 
