@@ -109,11 +109,11 @@ CREATE_TIMEOUT_MS = 30_000
 CONSUMER_STOP_TIMEOUT = 10.0
 
 
-LEFT_THE_GROUP_UNLEFT = "without leaving the group: its partitions move after the session timeout"
+GROUP_NOT_LEFT = "without leaving the group: its partitions move after the session timeout"
 
 
 async def _stop_quietly(client: Any, what: str, within: float | None = None,
-                        left: str = LEFT_THE_GROUP_UNLEFT) -> None:
+                        left: str = GROUP_NOT_LEFT) -> None:
     """Stop an aiokafka client, in at most `within` seconds if given (then said at WARNING, with what was
     `left` undone). aiokafka's stop awaits its own cancelled fetch tasks and can let their CancelledError out
     (seen with a broker down); that must not look like *our* task being cancelled."""
