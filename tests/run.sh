@@ -11,5 +11,4 @@ echo "== import-linter"; lint-imports
 echo "== mkdocs";        NO_MKDOCS_2_WARNING=1 mkdocs build --strict   # into build/site (git-ignored)
 # Two test processes, each with its own brokers: most tests wait on brokers and workers, not on the CPU
 # (the whole suite took 12 minutes in one process and 8 in two, on 2 cores). A file stays in one process.
-# The restart storms (marked storm): once, under load, a worker did not rejoin after one (issue 38): by hand.
-echo "== pytest";        exec python -m pytest -p no:cacheprovider -n 2 --dist loadfile -m "not storm" "$@"
+echo "== pytest";        exec python -m pytest -p no:cacheprovider -n 2 --dist loadfile "$@"

@@ -115,9 +115,14 @@ async def start_positions(
             store = fitted[tp] = rebuild(tp)
             stored = None
         elif stored is not None and stored >= end:
+            # The store was written only with what the log acknowledged (and, in a transaction, after
+            # its commit): a log that ends below it lost acknowledged records or commit markers, as a
+            # single broker's unclean election after a crash does (docs/rebalances-and-faults.md).
             log.warning(
-                "store of %s[%d] is at changelog offset %d but the log holds [%d, %d); rebuilding it",
-                tp.topic, tp.partition, stored, first, end,
+                "table %s: the store of %s[%d] is at changelog offset %d but the log holds [%d, %d): the "
+                "broker lost records or transaction markers it had acknowledged (an unclean leader "
+                "election, as a single broker that crashed makes); rebuilding it from what the log holds",
+                (tables or {}).get(tp.topic, tp.topic), tp.topic, tp.partition, stored, first, end,
             )
             store = fitted[tp] = rebuild(tp)
             stored = None

@@ -1,31 +1,30 @@
-"""A restart storm: the broker restarted 5 times within about a minute under load, on a single node and on the
-3-node cluster (one node at a time, rolling), while two apps run, each on two workers: one at-least-once,
-one exactly-once. Every worker comes through: still running, the group settled over both again, and every
-count, window and output against ground truth computed from the input (exactly-once: each once;
-at-least-once: none lost). And each worker's log stays short: aiokafka repeats one connection error per
-request it retries (thousands of lines per restart), which the log summary counts instead of printing; the
-test prints how many lines each worker logged during the storm, and bounds them.
+"""A restart storm: the broker restarted 5 times within about a minute under load, on a single node (shut down
+cleanly and started again) and on the 3-node cluster (killed, one node at a time, rolling), while two apps
+run, each on two workers: one at-least-once, one exactly-once. Every worker comes through: still running,
+the group settled over both again, and every count, window and output against ground truth computed from
+the input (exactly-once: each once; at-least-once: none lost). And each worker's log stays short: aiokafka
+repeats one connection error per request it retries (thousands of lines per restart), which the log summary
+counts instead of printing; the test prints how many lines each worker logged during the storm, and bounds
+them.
 
-On a loaded machine it found two faults, fixed (issue 38): a task set up while the group's coordinator was
+On a loaded machine it found four faults, fixed (issue 38): a task set up while the group's coordinator was
 loading the committed offsets started over from auto_offset_reset (aiokafka read the coordinator's answer as
 nothing committed: exactly-once counts and outputs doubled); a task whose commit failed went on until it was
 rewound, and a checkpoint meanwhile committed its offsets over the writes the failed commit dropped (counts
-below the truth). tests/contract/test_aiokafka_private.py and tests/integration/test_rewind.py pin each down.
+below the truth); tests/contract/test_aiokafka_private.py and tests/integration/test_rewind.py pin those
+down. Under the streams protocol, an exactly-once worker stopped for good, its agents inside events: a
+commit waited for ever for a transaction coordinator aiokafka kept looking for, holding the task's sends,
+the worker's checkpoint and every revocation behind it (now bounded by the transaction timeout); and a
+checkpoint waiting on the broker when its member lost its tasks committed them after the member joined
+again, under the new epoch (a transaction now commits only in the membership generation it began in):
+tests/unit/engine/test_kafka_producer.py.
 
-A third, under the streams protocol: an exactly-once worker stopped processing for good, its agents inside
-events: a commit waited for ever for a transaction coordinator aiokafka kept looking for, holding the task's
-sends, the worker's checkpoint and every revocation behind it (now bounded by the transaction timeout:
-tests/unit/engine/test_kafka_producer.py).
-
-A fourth, under the streams protocol: a checkpoint waiting on the broker when its member lost its tasks
-committed them after the member joined again, under the new epoch (a transaction now commits only in the
-membership generation it began in: tests/unit/engine/test_kafka_producer.py).
-
-Still not in the suite `tests/run.sh` runs (marked `storm`; run it with `pytest -m storm
-tests/integration/test_restart_storm.py`): under the streams protocol about one single-node run in three is
-not exact (exactly-once outputs or window closes committed twice, at-least-once counts below the truth; five
-classic runs were exact), each time after a worker found a store ahead of its changelog's end and rebuilt
-it; not understood yet."""
+Why a single node is not killed here: a single node that crashes leads its partitions again only after an
+unclean election (Kafka 4, KIP-966), and the commit markers its transaction coordinator writes as it comes
+back are removed by it. Killed 5 times, about one run in three lost a committed transaction's markers (log
+dumps: the records without a marker in every partition of the transaction, which the coordinator recorded
+complete), and no client can be exact across that (docs/rebalances-and-faults.md, "The broker restarting").
+Crashes are the 3-node cluster's test, where the replicas keep what was acknowledged."""
 
 from __future__ import annotations
 
@@ -94,12 +93,12 @@ def start_app(url: str, tmp_path: Path, guarantee: str) -> App:
     return App(guarantee, app_id, topic, workers, words(EVENTS))
 
 
-async def storm(cluster: KafkaCluster, nodes: list[int]) -> float:
-    """Restart the nodes RESTARTS times, in turn, each once the one before is up again (and UP_BETWEEN
-    seconds after); returns how long the storm took."""
+async def storm(cluster: KafkaCluster, nodes: list[int], crash: bool) -> float:
+    """Restart the nodes RESTARTS times (killed, or shut down cleanly), in turn, each once the one before
+    is up again (and UP_BETWEEN seconds after); returns how long the storm took."""
     started = time.monotonic()
     for n in range(RESTARTS):
-        await asyncio.to_thread(cluster.restart, nodes[n % len(nodes)])
+        await asyncio.to_thread(cluster.restart, nodes[n % len(nodes)], crash=crash)
         await asyncio.sleep(UP_BETWEEN)
     return time.monotonic() - started
 
@@ -108,7 +107,7 @@ def log_lines(worker: WorkerProcess) -> list[str]:
     return worker.output().splitlines()
 
 
-async def ride_out_a_storm(cluster: KafkaCluster, nodes: list[int], tmp_path: Path) -> None:
+async def ride_out_a_storm(cluster: KafkaCluster, nodes: list[int], tmp_path: Path, *, crash: bool) -> None:
     for node in cluster.nodes:  # an earlier test may have left one down
         if not node.running:
             await asyncio.to_thread(cluster.restart, node.node_id)
@@ -124,7 +123,7 @@ async def ride_out_a_storm(cluster: KafkaCluster, nodes: list[int], tmp_path: Pa
         storming: list[asyncio.Future[float]] = []
 
         def start_storm() -> None:  # once the producers run (their start needs a broker)
-            storming.append(asyncio.ensure_future(storm(cluster, nodes)))
+            storming.append(asyncio.ensure_future(storm(cluster, nodes, crash)))
 
         marks = [{0.05: start_storm}, {}]
         await asyncio.gather(*(paced_produce(cluster.bootstrap, app.topic, app.events, rate=RATE, at=at)
@@ -141,7 +140,8 @@ async def ride_out_a_storm(cluster: KafkaCluster, nodes: list[int], tmp_path: Pa
     finally:
         for w in workers:
             w.terminate(timeout=60)
-    print(f"\n{RESTARTS} restarts of nodes {nodes} in {took:.0f}s; lines each worker logged from the storm "
+    how = "crashes and restarts" if crash else "restarts"
+    print(f"\n{RESTARTS} {how} of nodes {nodes} in {took:.0f}s; lines each worker logged from the storm "
           "to the group settled again (ERROR, WARNING, all):")
     for name, lines in during.items():
         print(f"  {name}: {levelled(lines, 'ERROR')}, {levelled(lines, 'WARNING')}, {len(lines)}")
@@ -168,9 +168,9 @@ def levelled(lines: list[str], level: str) -> int:
 
 
 async def test_two_apps_ride_out_five_restarts_of_a_single_broker(own_broker, tmp_path):
-    await ride_out_a_storm(own_broker, [1], tmp_path)
+    await ride_out_a_storm(own_broker, [1], tmp_path, crash=False)
 
 
 @pytest.mark.cluster
-async def test_two_apps_ride_out_five_rolling_restarts_of_a_3_node_cluster(kafka_cluster, tmp_path):
-    await ride_out_a_storm(kafka_cluster, [1, 2, 3], tmp_path)
+async def test_two_apps_ride_out_five_rolling_crashes_of_a_3_node_cluster(kafka_cluster, tmp_path):
+    await ride_out_a_storm(kafka_cluster, [1, 2, 3], tmp_path, crash=True)

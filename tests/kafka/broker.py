@@ -267,9 +267,29 @@ class KafkaCluster:
             node.process.kill()
             node.process.wait()
 
-    def restart(self, node_id: int, timeout: float = 90.0) -> None:
+    def shut_down(self, node_id: int, timeout: float = 60.0) -> None:
+        """SIGTERM one node and wait for its clean shutdown (SIGKILL past `timeout`)."""
         node = self.nodes[node_id - 1]
-        self.kill(node_id)
+        if node.process is None or not node.running:
+            return
+        node.process.terminate()
+        try:
+            node.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            node.process.kill()
+            node.process.wait()
+
+    def restart(self, node_id: int, timeout: float = 90.0, *, crash: bool = True) -> None:
+        """Restart one node: killed (SIGKILL, a crash: `crash`), or shut down cleanly (SIGTERM, as for an
+        upgrade or a configuration change). A crashed node of a single-node cluster leads its partitions again
+        only through an unclean election, and what it wrote before that, as it came back (its transaction
+        coordinator's commit markers), can be gone from the log (docs/rebalances-and-faults.md, "The broker
+        restarting")."""
+        node = self.nodes[node_id - 1]
+        if crash:
+            self.kill(node_id)
+        else:
+            self.shut_down(node_id)
         node.log_path.write_bytes(b"")
         self._spawn(node)
         deadline = time.monotonic() + timeout
