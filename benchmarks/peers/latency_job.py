@@ -2,14 +2,23 @@
 BENCH_OUT_TOPIC, until SIGTERM.
 
 BENCH_MODE: `raw` (an aiokafka consume-produce loop, committing every 100 ms), `engine` (a passthrough
-agent), or `engine-table` (the agent also counts each key into a RocksDB table with a changelog).
-BENCH_GUARANTEE and BENCH_COMMIT (seconds) set the engine's processing guarantee and commit interval.
+agent), `engine-table` (the agent also counts each key into a RocksDB table with a changelog), or
+`engine-pipeline` (`app.stream(source).map(...).count("counts")`, fused: no output topic, its result is the
+table). BENCH_GUARANTEE and BENCH_COMMIT (seconds) set the engine's processing guarantee and commit interval.
+
+Every mode also notes, for each measured event, the milliseconds from its send to the moment it is
+processed (the raw loop's and the agents' hands, the pipeline's map), and writes them to
+`<BENCH_STATE_DIR>/processed.json` when it stops.
 """
 
 import asyncio
+import json
 import os
 import signal
+import time
+from pathlib import Path
 
+import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 import engine
@@ -19,6 +28,13 @@ from engine.tools import run_on_loop
 job = Job()
 MODE = os.environ.get("BENCH_MODE", "engine")
 OUT = os.environ["BENCH_OUT_TOPIC"]
+PROCESSED: list[float] = []  # ms from each measured event's send to its processing
+
+
+def processed(value: dict) -> dict:  # type: ignore[type-arg]
+    if value["m"]:
+        PROCESSED.append((time.time() - value["t"]) * 1000)
+    return value
 
 
 async def raw() -> None:
@@ -34,6 +50,7 @@ async def raw() -> None:
         while not stop.is_set():
             for records in (await consumer.getmany(timeout_ms=100)).values():
                 for record in records:
+                    processed(orjson.loads(record.value))
                     await producer.send(OUT, record.value, key=record.key)
     finally:
         await producer.stop()
@@ -47,11 +64,15 @@ def engine_app() -> engine.App:
     source = app.topic(job.topic, key_type=str, value_type=dict)
     out = app.topic(OUT, key_type=str, value_type=dict)
     table = MODE == "engine-table"
+    if MODE == "engine-pipeline":
+        app.stream(source).map(processed).count("counts")
+        return app
     counts = app.Table("counts", default=int, key_type=str, value_type=int) if table else None
 
     @app.agent(source)
     async def forward(stream):
         async for key, value in stream.items():
+            processed(value)
             if counts is not None:
                 counts[key] += 1
             await out.send(key=key, value=value)
@@ -64,3 +85,4 @@ if MODE == "raw":
     run_on_loop(raw(), LOOP)
 else:
     run_on_loop(engine.run_worker(engine_app()), LOOP)
+Path(job.state_dir, "processed.json").write_text(json.dumps(PROCESSED))
