@@ -5,13 +5,13 @@ reports the asks' latency. Reports the rate and how many checkpoints (commits) r
 the last one processed."""
 
 import asyncio
-import gc
 import json
 import os
 from pathlib import Path
 
 import engine
 from benchmarks.peers.harness import Job
+from engine.runtime import settle_heap
 
 job = Job()
 MODE = os.environ.get("BENCH_MODE", "count")
@@ -84,8 +84,7 @@ async def main() -> None:
         return await run(*args, **kwargs)
 
     checkpoints.run = counted
-    gc.collect()
-    gc.freeze()  # as engine worker does (engine.runtime.settle_heap)
+    settle_heap()  # as engine worker does after start-up
     await done.wait()
     add_commits(commits)
     worker.request_stop()

@@ -4,11 +4,11 @@ each record sent on). The rate is of input records: the job ends at the BENCH_CO
 driver tells how many inputs that took (benchmarks.stream_join)."""
 
 import asyncio
-import gc
 import os
 
 import engine
 from benchmarks.peers.harness import Job
+from engine.runtime import settle_heap
 
 job = Job()
 JOIN = os.environ.get("BENCH_MODE") == "join"
@@ -39,8 +39,7 @@ async def main() -> None:
 
     worker = engine.Worker(app, app.settings())
     await worker.start()
-    gc.collect()
-    gc.freeze()
+    settle_heap()  # as engine worker does after start-up
     await done.wait()
     worker.request_stop()
     await worker.run_until_stopped()

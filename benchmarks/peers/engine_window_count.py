@@ -5,7 +5,6 @@ besides the rate, the live windows sampled as the run goes and the keys left in 
 bounded state shows as a plateau."""
 
 import asyncio
-import gc
 import json
 import os
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import engine
 from benchmarks.peers.harness import Job
+from engine.runtime import settle_heap
 
 job = Job()
 MODE = os.environ.get("BENCH_MODE", "plain")
@@ -71,8 +71,7 @@ async def main() -> None:
 
     worker = engine.Worker(app, app.settings())
     await worker.start()
-    gc.collect()
-    gc.freeze()
+    settle_heap()  # as engine worker does after start-up
     await done.wait()
     await worker.checkpoint()
     stored = sum(1 for part in table.active.values() for _ in part.store.items())
