@@ -130,13 +130,14 @@ async def run_one(bootstrap: str, name: str, env: dict[str, str], rate: float, s
         warm = await produce(bootstrap, source, rate, warmup, False, 0)
         sent = await produce(bootstrap, source, rate, seconds, True, warm)
         deadline = time.monotonic() + 30
-        if env["BENCH_MODE"] == "engine-pipeline":
+        if env["BENCH_MODE"] == "engine-pipeline":  # (no output: done once its group committed them all)
             while time.monotonic() < deadline:  # (the broker polled)
                 if await consumed(bootstrap, app_id, source, warm + sent):
                     break
                 await asyncio.sleep(0.2)
-        while len(latencies) < sent and time.monotonic() < deadline:  # noqa: ASYNC110  # a list filling up
-            await asyncio.sleep(0.2)
+        else:
+            while len(latencies) < sent and time.monotonic() < deadline:  # noqa: ASYNC110  # a list filling up
+                await asyncio.sleep(0.2)
     finally:
         stop.set()
         await collector
@@ -144,6 +145,9 @@ async def run_one(bootstrap: str, name: str, env: dict[str, str], rate: float, s
         process.wait(60)
     noted = work / "processed.json"
     processed = orjson.loads(noted.read_bytes()) if noted.exists() else []
+    if process.returncode != 0:
+        print(f"  {name}: its job exited with {process.returncode}; its log: {work / 'job.log'}")
+        return latencies, processed, sent
     shutil.rmtree(work, ignore_errors=True)  # (kept when the run failed: its job's log is there)
     return latencies, processed, sent
 

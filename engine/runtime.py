@@ -450,31 +450,22 @@ class Worker(Service):
             raise WorkerFailed(f"worker {self.app.id!r} stopped: {failure}") from failure
 
 
-# The collector's thresholds a worker runs with (Python's are 700, 10, 10). A worker allocates a few container
-# objects per event (its Event, the batch lists), nearly all freed by reference counting within the batch; at
-# 700 allocations a young collection runs every few hundred events and rescans the batch still in flight,
-# and every tenth of them the middle generation: 12-15% of the CPU per event of a keyed count
-# (benchmarks/README.md, "The garbage collector's thresholds"). A young generation of 20,000 objects is a
-# few megabytes at most; cyclic garbage waits a little longer to be found.
-GC_THRESHOLDS = (20_000, 50, 100)
-
-
 def settle_heap() -> None:
-    """Hide the start-up heap (modules, the app, clients) from the garbage collector, and collect less often.
+    """Hide the start-up heap (modules, the app, clients) from the garbage collector.
 
     Everything allocated before the worker runs lives as long as the process; left in the collector's
     generations, every full collection rescans it, at a cost on the per-event path (benchmarks/README.md).
     A worker process owns its interpreter, so it freezes that heap once, after start-up (the
-    standard-library recipe for long-lived servers), and sets the thresholds of GC_THRESHOLDS.
+    standard-library recipe for long-lived servers).
     """
     gc.collect()
     gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 async def run_worker(app: App, overrides: Mapping[str, Any] | None = None) -> None:
     """Start a worker for `app`, stop it cleanly on SIGTERM/SIGINT, raise WorkerFailed on failure. The
-    process holds its app's data dir for as long (engine.lockfile): a second one given it refuses to start."""
+    process holds its app's data dir for as long (engine.lockfile): a second one given it refuses to start.
+    It takes the process as its own: once started, it freezes the process's heap (`settle_heap`)."""
     settings = app.settings(overrides)
     check_data_dir(settings)
     with holding(settings.app_dir):  # before any client exists: a refused worker leaves nothing open

@@ -115,13 +115,15 @@ async def start_positions(
             store = fitted[tp] = rebuild(tp)
             stored = None
         elif stored is not None and stored >= end:
-            # The store was written only with what the log acknowledged (and, in a transaction, after
-            # its commit): a log that ends below it lost acknowledged records or commit markers, as a
-            # single broker's unclean election after a crash does (docs/rebalances-and-faults.md).
+            # A store is written only with what its log acknowledged, under exactly-once after the commit
+            # (every owner fences the task's transactional id before it reads: engine.commit.transactions).
+            # `end` is the last stable offset: a transaction without its marker holds it back too.
             log.warning(
-                "table %s: the store of %s[%d] is at changelog offset %d but the log holds [%d, %d): the "
-                "broker lost records or transaction markers it had acknowledged (an unclean leader "
-                "election, as a single broker that crashed makes); rebuilding it from what the log holds",
+                "table %s: the store of %s[%d] is at changelog offset %d but the log holds [%d, %d): records "
+                "or transaction markers the store reflects are not committed in the log (a broker that lost "
+                "what it acknowledged, as an unclean leader election can; a transaction left without its "
+                "marker: `kafka-transactions.sh find-hanging`), or the store was written from another log; "
+                "rebuilding it from what the log holds",
                 (tables or {}).get(tp.topic, tp.topic), tp.topic, tp.partition, stored, first, end,
             )
             store = fitted[tp] = rebuild(tp)

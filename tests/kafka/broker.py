@@ -268,7 +268,8 @@ class KafkaCluster:
             node.process.wait()
 
     def shut_down(self, node_id: int, timeout: float = 60.0) -> None:
-        """SIGTERM one node and wait for its clean shutdown (SIGKILL past `timeout`)."""
+        """SIGTERM one node and wait for its clean shutdown; one that does not stop within `timeout` is
+        killed and TimeoutError raised (a test asking for a clean restart must not get a crash unawares)."""
         node = self.nodes[node_id - 1]
         if node.process is None or not node.running:
             return
@@ -278,13 +279,13 @@ class KafkaCluster:
         except subprocess.TimeoutExpired:
             node.process.kill()
             node.process.wait()
+            raise TimeoutError(f"Kafka node {node_id} did not shut down within {timeout:.0f} s: killed"
+                               ) from None
 
     def restart(self, node_id: int, timeout: float = 90.0, *, crash: bool = True) -> None:
         """Restart one node: killed (SIGKILL, a crash: `crash`), or shut down cleanly (SIGTERM, as for an
         upgrade or a configuration change). A crashed node of a single-node cluster leads its partitions again
-        only through an unclean election, and what it wrote before that, as it came back (its transaction
-        coordinator's commit markers), can be gone from the log (docs/rebalances-and-faults.md, "The broker
-        restarting")."""
+        only through an unclean election (docs/rebalances-and-faults.md, "The broker restarting")."""
         node = self.nodes[node_id - 1]
         if crash:
             self.kill(node_id)
