@@ -32,6 +32,11 @@ tests/contract/test_aiokafka_private.py, which names the use that broke when a r
 - Metadata requests that never ask the broker to create a topic: aiokafka asks for auto-creation in every
   metadata request, with no option to say no. `refuse_auto_create` makes the requests of one client (engine's
   own) say no; the requests of every other aiokafka client in the process are built as aiokafka builds them.
+- The wait for a topic's metadata (`fail_metadata_waiters`): a send to a topic the client has no metadata
+  for waits on a future the client's background synchroniser resolves; `close` cancels the synchroniser
+  and leaves that future pending, so a send waiting when its producer stops (a task's producer, stopped
+  when the task is lost while no broker answers) waits for ever, and its agent stays inside its event.
+  After a producer stops, engine fails that future: the waiting send raises.
 - A transaction's offset commit as a group member (`commit_txn_offsets_as`): aiokafka's producer sends a
   transaction's offsets with TxnOffsetCommit v0-2, which names no member, and has no way to send another
   request in that step. The step (AddOffsetsToTxn first, the group coordinator found, retries, aiokafka's
@@ -49,6 +54,7 @@ import aiokafka.client
 from aiokafka.client import CoordinationType
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
+    KafkaConnectionError,
     KafkaError,
     NoError,
     NotCoordinatorForGroupError,
@@ -169,6 +175,15 @@ def retrieve_failures(producer: Any) -> None:
     for future in futures:
         if future.done() and not future.cancelled():
             future.exception()
+
+
+def fail_metadata_waiters(client: Any) -> None:
+    """Fail the metadata update a closed client left pending (its sends waiting for a topic's metadata
+    raise instead of waiting for ever)."""
+    waiting = client._md_update_fut
+    client._md_update_fut = None
+    if waiting is not None and not waiting.done():
+        waiting.set_exception(KafkaConnectionError("the client was closed"))
 
 
 # -- requests of our own --------------------------------------------------------------------------------

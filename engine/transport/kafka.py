@@ -670,6 +670,9 @@ class KafkaProducer:
         within = self._transaction_timeout if self._transactional else self._timeout
         await _stop_quietly(self._client, "producer", within, left="with sends undelivered (their records' "
                             "offsets were not committed: processed again)")
+        # A send still waiting for a topic's metadata would wait for ever on the closed client: it fails,
+        # and its agent's event (of a task lost or closed, hence this stop) is dropped for the new owner.
+        private.fail_metadata_waiters(self._client.client)
         # Sends never flushed (a fenced or abandoned transaction's): what they failed with is known and
         # handled already (the commit failed), so it is retrieved here, never logged by asyncio as unseen;
         # so is what aiokafka set on futures of its own for the same failure.

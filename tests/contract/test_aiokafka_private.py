@@ -146,6 +146,18 @@ async def test_the_failures_a_fenced_producer_sets_on_its_own_futures_are_retrie
     assert "never retrieved" not in caplog.text, f"{CHANGED}where a failed producer's futures are"
 
 
+async def test_a_closed_client_leaves_a_metadata_wait_pending_and_engine_fails_it():
+    client = AIOKafkaClient(bootstrap_servers="127.0.0.1:9")
+    waiting = asyncio.ensure_future(client.force_metadata_update())
+    await asyncio.sleep(0)
+    await client.close()
+    await asyncio.sleep(0.01)
+    assert not waiting.done(), f"{CHANGED}a closed client's pending metadata update (now resolved by close?)"
+    private.fail_metadata_waiters(client)
+    with pytest.raises(aiokafka.errors.KafkaConnectionError):
+        await asyncio.wait_for(waiting, 1)
+
+
 async def test_the_admin_sends_requests_of_its_own_to_the_controller_and_to_a_broker():
     admin = AIOKafkaAdminClient(bootstrap_servers="127.0.0.1:9")
     has_method(AIOKafkaAdminClient, "_send_to_controller", "request", coroutine=True)

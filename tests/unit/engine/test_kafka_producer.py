@@ -54,6 +54,9 @@ class NoCoordinator(SlowAcks):
 
     _txn_manager = None
 
+    class client:  # (its metadata: nothing waited for)
+        _md_update_fut = None
+
     async def commit_transaction(self) -> None:
         self.steps.append("commit")
         await asyncio.Event().wait()
@@ -95,3 +98,16 @@ async def test_a_transaction_begun_before_its_member_lost_its_tasks_does_not_com
     with pytest.raises(MembershipLost, match="lost its tasks"):
         await producer.commit_transaction({TP("words", 0): 10}, "group")
     assert fake.steps == ["begin", "flush"]  # no offsets sent, nothing committed
+
+
+async def test_a_send_waiting_for_a_topics_metadata_fails_when_the_producer_stops():
+    """Seen in a restart storm: agents' sends into a task's new producer waited for the output topic's
+    metadata while no broker answered; the task was lost and its producer stopped, and the closed client
+    never ended the wait: the agents stayed inside their events for good, their partitions behind them."""
+    producer = KafkaProducer("127.0.0.1:9", {})  # no broker there: no metadata ever comes
+    sending = asyncio.ensure_future(producer.send("out", b"k", b"v"))
+    await asyncio.sleep(0.05)
+    assert not sending.done()
+    await asyncio.wait_for(producer.stop(), 5)
+    with pytest.raises(DeliveryFailed, match="closed"):
+        await asyncio.wait_for(sending, 5)
