@@ -28,13 +28,17 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
 
 from benchmarks.common import broker, create_topics, parser
+from engine.errors import TransportError
+from engine.transport import open_transport
+
+if TYPE_CHECKING:
+    from engine.transport.base import Admin
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTENDERS = {
@@ -100,17 +104,17 @@ def start_job(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
                                 stdout=out, stderr=subprocess.STDOUT)
 
 
-async def consumed(bootstrap: str, group: str, topic: str, count: int) -> bool:
-    """Whether `group` committed `count` records of `topic` (over its partitions)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        offsets = await admin.list_consumer_group_offsets(group)
-    except KafkaError:
-        return False
-    finally:
-        await admin.close()
-    return sum(meta.offset for tp, meta in offsets.items() if tp.topic == topic) >= count
+async def all_committed(admin: Admin, group: str, topic: str, count: int, deadline: float) -> None:
+    """Return once `group` committed `count` records of `topic` (over its partitions), or at `deadline`:
+    what a job without output topic is waited for by."""
+    while time.monotonic() < deadline:
+        try:
+            committed = await admin.committed(group)
+        except TransportError:  # (the group not there yet)
+            committed = {}
+        if sum(offset for tp, offset in committed.items() if tp.topic == topic) >= count:
+            return
+        await asyncio.sleep(0.2)
 
 
 async def run_one(bootstrap: str, name: str, env: dict[str, str], rate: float, seconds: float,
@@ -131,10 +135,11 @@ async def run_one(bootstrap: str, name: str, env: dict[str, str], rate: float, s
         sent = await produce(bootstrap, source, rate, seconds, True, warm)
         deadline = time.monotonic() + 30
         if env["BENCH_MODE"] == "engine-pipeline":  # (no output: done once its group committed them all)
-            while time.monotonic() < deadline:  # (the broker polled)
-                if await consumed(bootstrap, app_id, source, warm + sent):
-                    break
-                await asyncio.sleep(0.2)
+            admin = open_transport(f"kafka://{bootstrap}").admin()
+            try:
+                await all_committed(admin, app_id, source, warm + sent, deadline)
+            finally:
+                await admin.close()
         else:
             while len(latencies) < sent and time.monotonic() < deadline:  # noqa: ASYNC110  # a list filling up
                 await asyncio.sleep(0.2)

@@ -30,7 +30,6 @@ SET = 0  # IncrementalAlterConfigs' operations: SET, DELETE (back to the broker'
 DELETE = 1
 
 
-
 class IncrementalAlterConfigsResponse_v1(Response):  # type: ignore[misc]  # aiokafka's classes are untyped
     API_KEY = 44
     API_VERSION = 1

@@ -58,7 +58,6 @@ NOT_THE_MEMBER = {
 TRANSACTION_ABORTABLE = 120  # (v4+) the broker failed the transaction: abort it, the transactional id stays
 
 
-
 class TxnOffsetCommitResponse_v4(Response):  # type: ignore[misc]  # aiokafka's protocol classes are untyped
     API_KEY = 28
     API_VERSION = 4
