@@ -27,12 +27,11 @@ class EventLease(Protocol):
 
 
 class RawRecord(Protocol):
-    """A record as fetched, before decoding. aiokafka's ConsumerRecord fits as it is: no copy per record."""
+    """A record as fetched, before decoding. It does not say its topic and partition: it comes in its
+    partition's batch, and what it becomes (an `Event`) carries that `TP`. So the record aiokafka's batch
+    parser makes fits as it is (engine.transport.aiokafka_private.bare_records): no second object per
+    record."""
 
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
     @property
     def offset(self) -> int: ...
     @property
@@ -53,9 +52,10 @@ class Event:
     lease ended belongs to a partition this worker no longer owns (engine.tasks.leases): it is never applied.
     """
 
-    __slots__ = ("key", "lease", "record", "time_ms", "value")
+    __slots__ = ("key", "lease", "record", "time_ms", "tp", "value")
 
-    def __init__(self, record: RawRecord, key: Any, value: Any, lease: EventLease | None) -> None:
+    def __init__(self, tp: TP, record: RawRecord, key: Any, value: Any, lease: EventLease | None) -> None:
+        self.tp = tp
         self.record = record
         self.key = key
         self.value = value
@@ -66,11 +66,11 @@ class Event:
 
     @property
     def topic(self) -> str:
-        return self.record.topic
+        return self.tp.topic
 
     @property
     def partition(self) -> int:
-        return self.record.partition
+        return self.tp.partition
 
     @property
     def offset(self) -> int:

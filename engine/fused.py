@@ -13,7 +13,9 @@ mailbox, leases, acks and error policy (engine.processing.runner): only how it t
   distinct key per batch; the buffer coalesces the changelog per checkpoint as before.
 - A windowed table (tumbling, hopping, session, sliding): each event updates its windows with the table's
   own update, as the agent path does: stream time, late events and closed windows are the table's, event by
-  event in partition order.
+  event in partition order. For fixed-size windows (tumbling, hopping) the events of one partition's run
+  are routed once (`WindowedTable.own_partition`: the partition the event's own key writes to) and each
+  applied there (`WindowedTable.apply`).
 
 Nothing awaits inside a batch, so no checkpoint (nor a revoke) falls within one: what a checkpoint cuts is
 whole batches, each event of them acked. A step or aggregation function that raises on an event ends the
@@ -40,6 +42,8 @@ if TYPE_CHECKING:
     from engine.events import Event
     from engine.streams.stream import Stream
     from engine.tables.base import BaseTable
+    from engine.tables.partition import TablePartition
+    from engine.tables.windowed import WindowedTable
     from engine.topics import Topic
 
     Combine = Callable[[Any, Any], Any]  # (aggregate, value) -> aggregate
@@ -55,16 +59,23 @@ class PlainFold:
 
 
 @dataclass(frozen=True)
+class FixedWindowFold:
+    """Fold values into a table of fixed-size windows (tumbling, hopping): each window of the event
+    `add(window, value)`."""
+
+    table: WindowedTable
+    add: Combine
+
+
+@dataclass(frozen=True)
 class WindowFold:
-    """Update a windowed table's windows of the event with the table's own update: `update(key, add,
-    value)` for fixed-size windows, `update(key, value)` for sessions and sliding windows (`add` None: their
-    table has its own)."""
+    """Update a table of windows that events make (sessions, sliding windows) with its own update:
+    `update(key, value)`."""
 
-    update: Callable[..., Any]
-    add: Combine | None = None
+    update: Callable[[Any, Any], Any]
 
 
-Fold = PlainFold | WindowFold
+Fold = PlainFold | FixedWindowFold | WindowFold
 
 
 async def run_fused(stream: Stream, steps: tuple[Step, ...], fold: Fold) -> None:
@@ -76,13 +87,17 @@ async def run_fused(stream: Stream, steps: tuple[Step, ...], fold: Fold) -> None
             return
         if isinstance(fold, PlainFold):
             _fold_plain(stream, events, steps, fold.table, fold.add)
+        elif isinstance(fold, FixedWindowFold):
+            _fold_fixed_windows(stream, events, steps, fold.table, fold.add)
         else:
-            _fold_windows(stream, events, steps, fold.update, fold.add)
+            _fold_windows(stream, events, steps, fold.update)
         stream.finish_batch(len(events))
 
 
-def _fold_windows(stream: Stream, events: list[Event], steps: tuple[Step, ...], update: Callable[..., Any],
-                  add: Combine | None) -> None:
+def _fold_fixed_windows(stream: Stream, events: list[Event], steps: tuple[Step, ...], table: WindowedTable,
+                        add: Combine) -> None:
+    part: TablePartition | None = None
+    run: object = None  # the lease (or, without one, the partition) of the events `part` was routed for
     at = 0
     try:
         for event in events:
@@ -95,10 +110,35 @@ def _fold_windows(stream: Stream, events: list[Event], steps: tuple[Step, ...], 
                 else:
                     value = fun(value)
             else:
-                if add is None:
-                    update(event.key, value)
+                lease = event.lease
+                if (lease if lease is not None else event.tp) is not run or part is None:
+                    part = table.own_partition(event)
+                    run = lease if lease is not None else event.tp
+                table.apply(part, event, event.key, add, value)
+            lease = event.lease
+            if lease is not None:
+                lease.ack(event.record.offset)
+            at += 1
+    except BaseException:
+        stream.batch_reached = at + 1  # (the rest goes back to the mailbox when the agent is abandoned)
+        raise
+
+
+def _fold_windows(stream: Stream, events: list[Event], steps: tuple[Step, ...],
+                  update: Callable[[Any, Any], Any]) -> None:
+    at = 0
+    try:
+        for event in events:
+            stream.current_event = event
+            value = event.value
+            for is_filter, fun in steps:
+                if is_filter:
+                    if not fun(value):
+                        break
                 else:
-                    update(event.key, add, value)
+                    value = fun(value)
+            else:
+                update(event.key, value)
             lease = event.lease
             if lease is not None:
                 lease.ack(event.record.offset)
@@ -116,10 +156,9 @@ def _fold_plain(stream: Stream, events: list[Event], steps: tuple[Step, ...], ta
     at = 0
     try:
         for event in events:
-            record = event.record
-            if record.partition != partition:
+            if event.tp.partition != partition:
                 _write(folded)
-                partition = record.partition
+                partition = event.tp.partition
             value = event.value
             for is_filter, fun in steps:
                 if is_filter:
@@ -138,7 +177,7 @@ def _fold_plain(stream: Stream, events: list[Event], steps: tuple[Step, ...], ta
                     entry[0] = add(entry[0], value)
             lease = event.lease
             if lease is not None:
-                lease.ack(record.offset)
+                lease.ack(event.record.offset)
             at += 1
     except BaseException:
         stream.current_event = events[at]  # the event it failed on, for the error policy

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from engine.errors import ConfigError
-from engine.fused import Forwarder, PlainFold, WindowFold, run_fused
+from engine.fused import FixedWindowFold, Forwarder, PlainFold, WindowFold, run_fused
 from engine.windows import HoppingWindow, SessionWindow, SlidingWindow, TumblingWindow
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ class Pipeline:
         elif self.window is not None:
             target = table.windowed_by(cast("Window", self.window), late_topic=self.late_topic,
                                        close_idle_after=self.close_idle_after)
-            fold = WindowFold(target.update, add)
+            fold = FixedWindowFold(target, add)
         steps = self.steps
 
         async def aggregate(stream: Stream) -> None:

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     import asyncio
     from collections.abc import Awaitable, Callable, Mapping
 
-    from engine.events import Event, Headers, RawRecord
+    from engine.events import TP, Event, Headers, RawRecord
     from engine.settings import Settings
     from engine.transport.base import Producer
 
@@ -111,11 +111,12 @@ class Topic:
         (seconds or datetime), else the record's timestamp."""
         return event_time_ms(self.timestamp, event)
 
-    def decode(self, record: RawRecord) -> tuple[Any, Any]:
+    def decode(self, tp: TP, record: RawRecord) -> tuple[Any, Any]:
+        """A record of `tp` decoded (a DecodeError names the record)."""
         try:
             return self.key_codec.decode(record.key), self.value_codec.decode(record.value)
         except DecodeError as exc:
-            raise decode_error(record, exc) from exc
+            raise decode_error(tp, record, exc) from exc
 
     def __repr__(self) -> str:
         return f"<Topic {self.name!r}>"
@@ -134,9 +135,9 @@ def event_time_ms(extract: Callable[[Any], Any] | None, event: Event) -> int:
     return round(seconds * 1000)
 
 
-def decode_error(record: RawRecord, error: DecodeError) -> DecodeError:
-    """`error`, saying which record it was about."""
-    return DecodeError(f"{record.topic}[{record.partition}]@{record.offset}: cannot decode: {error}")
+def decode_error(tp: TP, record: RawRecord, error: DecodeError) -> DecodeError:
+    """`error`, saying which record of `tp` it was about."""
+    return DecodeError(f"{tp.topic}[{tp.partition}]@{record.offset}: cannot decode: {error}")
 
 
 class _CurrentProducer:

@@ -117,16 +117,16 @@ class AgentSpans:
         """The span of `event`'s processing, child of the context in its headers, made current in the
         running task. (Never detached: the next event's replaces it, and detaching would have to happen in
         the same task, which a forwarding stream's pump does not guarantee.)"""
-        record = event.record
+        record, tp = event.record, event.tp
         parent = self._propagator.extract(record.headers, getter=_HEADERS)
         span = self._tracer.start_span(
-            f"{PROCESS} {record.topic}", context=parent, kind=SpanKind.CONSUMER,
+            f"{PROCESS} {tp.topic}", context=parent, kind=SpanKind.CONSUMER,
             attributes={
                 "messaging.system": "kafka",
                 "messaging.operation.type": PROCESS,
                 "messaging.operation.name": PROCESS,
-                "messaging.destination.name": record.topic,
-                "messaging.destination.partition.id": str(record.partition),
+                "messaging.destination.name": tp.topic,
+                "messaging.destination.partition.id": str(tp.partition),
                 "messaging.kafka.offset": record.offset,
                 "messaging.consumer.group.name": self._group,
                 "engine.agent": self._agent,

@@ -323,9 +323,10 @@ class Conductor(Service):
                     if key is SKIP:
                         lease.ack(record.offset)  # engine's own record: never an event
                     else:
-                        events.append(Event(record, key, value, lease))
+                        events.append(Event(lease.tp, record, key, value, lease))
             else:
-                events = list(map(Event, records, keys, values, repeat(lease, len(records))))
+                tp, count = lease.tp, len(records)
+                events = list(map(Event, repeat(tp, count), records, keys, values, repeat(lease, count)))
         if events and lease.tp[0] in self.timed_topics:
             self._observe(lease, topic, events)
         runner.received += len(events)
@@ -343,14 +344,14 @@ class Conductor(Service):
                 value = decode_value(record.value)
             except DecodeError as exc:
                 lease.track(record.offset)
-                await runner.handle_error(record, decode_error(record, exc))
+                await runner.handle_error(lease.tp, record, decode_error(lease.tp, record, exc))
                 lease.ack(record.offset)
                 continue
             lease.track(record.offset)
             if key is SKIP:
                 lease.ack(record.offset)
                 continue
-            events.append(Event(record, key, value, lease))
+            events.append(Event(lease.tp, record, key, value, lease))
         return events
 
     async def _dispatch_many(self, topic_routes: list[tuple[Topic, AgentRunner]], records: list[RawRecord],
@@ -363,7 +364,7 @@ class Conductor(Service):
             for topic, _ in topic_routes:
                 if id(topic) not in decoded:
                     try:
-                        decoded[id(topic)] = topic.decode(record)
+                        decoded[id(topic)] = topic.decode(lease.tp, record)
                     except DecodeError as exc:
                         decoded[id(topic)] = exc
             if any(not isinstance(found, DecodeError) and found[0] is SKIP for found in decoded.values()):
@@ -375,11 +376,11 @@ class Conductor(Service):
             for topic, runner in topic_routes:
                 outcome = decoded[id(topic)]
                 if isinstance(outcome, DecodeError):
-                    await runner.handle_error(record, outcome)
+                    await runner.handle_error(lease.tp, record, outcome)
                 else:
                     mailbox = runner.mailbox(topic.name, partition)
                     outgoing.setdefault(id(mailbox), (runner, mailbox, []))[2].append(
-                        Event(record, outcome[0], outcome[1], lease))
+                        Event(lease.tp, record, outcome[0], outcome[1], lease))
             if receivers == 0:
                 lease.ack(record.offset)
         if outgoing and lease.tp[0] in self.timed_topics:
@@ -402,19 +403,23 @@ class Conductor(Service):
             agent, error = verdict
             runner = next((r for _, r in topic_routes if r.agent.name == agent), topic_routes[0][1])
             lease.track(record.offset)
-            await runner.handle_error(record, error)
+            await runner.handle_error(lease.tp, record, error)
             lease.ack(record.offset)
         return kept
 
     @staticmethod
     def _observe(lease: Lease, topic: Topic, events: list[Event]) -> None:
-        """Stream time for windowed tables these events write: per batch, only for their topics. An event
-        time extracted from the value is kept on the event, so the windowed table does not extract again."""
+        """Stream time for windowed tables these events write: per batch, only for their topics. Each event's
+        time (extracted from its value, or its record's) is kept on it, so the windowed table does not work
+        it out again."""
         extract = topic.timestamp
+        high = -1
         if extract is None:
-            high = max(event.record.timestamp for event in events)
+            for event in events:
+                at = event.time_ms = event.record.timestamp
+                if at > high:
+                    high = at
         else:
-            high = -1
             for event in events:
                 at = event.time_ms = event_time_ms(extract, event)
                 if at > high:
@@ -485,7 +490,7 @@ class Conductor(Service):
                 parked.clear()
 
         def drop(event: Event) -> bool:
-            tp = TP(event.record.topic, event.record.partition)
+            tp = event.tp
             if tp in dropped:
                 dropped[tp] += 1
                 return True

@@ -26,7 +26,7 @@ from engine.topics import Topic
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from engine.events import Event, EventLease, RawRecord
+    from engine.events import TP, Event, EventLease, RawRecord
     from engine.settings import Settings
     from engine.streams.quiesce import Quiesce
     from engine.streams.stream import Lookup, RecordJoin
@@ -50,15 +50,15 @@ class AgentReturned(EngineError):
     """The agent function returned while its stream was still open."""
 
 
-def error_headers(record: RawRecord, error: BaseException, agent: str) -> list[tuple[str, bytes]]:
-    """The original headers plus where the record came from and what went wrong."""
+def error_headers(tp: TP, record: RawRecord, error: BaseException, agent: str) -> list[tuple[str, bytes]]:
+    """The original headers plus where the record came from (`tp`) and what went wrong."""
     return [
         *record.headers,
         ("engine-error", f"{type(error).__name__}: {error}"[:4000].encode()),
         ("engine-error-type", type(error).__name__.encode()),
         ("engine-agent", agent.encode()),
-        ("engine-topic", record.topic.encode()),
-        ("engine-partition", str(record.partition).encode()),
+        ("engine-topic", tp.topic.encode()),
+        ("engine-partition", str(tp.partition).encode()),
         ("engine-offset", str(record.offset).encode()),
     ]
 
@@ -299,7 +299,7 @@ class AgentRunner(Service):
             context.abandon()
             raise Fatal(f"agent {self.agent.name!r} cannot run: {error}") from error
         self._drop(context, source, event, error)
-        await self.handle_error(event.record, error)
+        await self.handle_error(event.tp, event.record, error)
         event.ack()
         context.abandon()
 
@@ -325,9 +325,9 @@ class AgentRunner(Service):
                 if stream.current_event is event:
                     stream.drop_current(error)
 
-    async def handle_error(self, record: RawRecord, error: BaseException) -> None:
-        """Apply the error policy to a record this agent could not decode or process."""
-        where = f"{record.topic}[{record.partition}]@{record.offset}"
+    async def handle_error(self, tp: TP, record: RawRecord, error: BaseException) -> None:
+        """Apply the error policy to a record of `tp` this agent could not decode or process."""
+        where = f"{tp.topic}[{tp.partition}]@{record.offset}"
         if self.policy == "stop":
             log.error("agent %s failed on %s: %s; stopping (on_error='stop')",
                       self.agent.name, where, error, exc_info=error)
@@ -336,9 +336,9 @@ class AgentRunner(Service):
                 "the worker stops because the agent's on_error policy is 'stop'"
             ) from error
         try:
-            producer = self.producer.for_partition(record.partition)  # the task's transaction, if any
+            producer = self.producer.for_partition(tp.partition)  # the task's transaction, if any
             await producer.send(self.dlq.name, record.key, record.value,
-                                headers=error_headers(record, error, self.agent.name))
+                                headers=error_headers(tp, record, error, self.agent.name))
         except PartitionMigrated as moved:  # the new owner, or this task rewound, meets the record again
             log.error("agent %s failed on %s: %s: %s; not sent to %s: %s", self.agent.name, where,
                       type(error).__name__, error, self.dlq.name, moved, exc_info=error)

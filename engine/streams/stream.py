@@ -472,7 +472,7 @@ class Stream(_Operators):
         It is the same record underneath, acked once."""
         current = self.current_event
         if current is not None and current.key is not key and current.key != key:
-            moved = Event(current.record, key, current.value, current.lease)
+            moved = Event(current.tp, current.record, key, current.value, current.lease)
             moved.time_ms = current.time_ms
             self.current_event = moved
 

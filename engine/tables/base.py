@@ -348,7 +348,7 @@ class BaseTable(MutableMapping[Any, Any]):
             if event is not None and not self.is_global:
                 # The event's own partition may not exist in the table at all: a topology error that stops
                 # the worker with the record uncommitted, never a dead letter per record.
-                self._check_copartitioned(event.record.topic)
+                self._check_copartitioned(event.tp.topic)
             raise self._not_here(number, key)
         return part
 
@@ -381,17 +381,17 @@ class BaseTable(MutableMapping[Any, Any]):
             )
         if event is None or self.is_global:
             return self._partition(number, own), encoded
-        record = event.record
-        if record.topic not in self._writers:
-            self._new_writer(record.topic)
-        if number != record.partition:
+        tp = event.tp
+        if tp.topic not in self._writers:
+            self._new_writer(tp.topic)
+        if number != tp.partition:
             if own == event.key:
-                self._warn_codec_mismatch(record.topic)
-                number = record.partition
+                self._warn_codec_mismatch(tp.topic)
+                number = tp.partition
             else:
                 raise KeyNotInPartition(
                     f"table {self.name!r}: key {own!r} belongs to partition {number}, but the current "
-                    f"event is from {record.topic}[{record.partition}]; re-key the stream with "
+                    f"event is from {tp.topic}[{tp.partition}]; re-key the stream with "
                     "group_by(...) so that events arrive in the partition of the key they write"
                 )
         return self._partition(number, own), encoded
@@ -401,7 +401,7 @@ class BaseTable(MutableMapping[Any, Any]):
         if not self.is_global:
             event = current_event()
             if event is not None and own == event.key:
-                number = event.record.partition
+                number = event.tp.partition
         return self._partition(number, own), encoded
 
     def _for_write(self, key: Any) -> tuple[TablePartition, bytes]:
@@ -446,7 +446,7 @@ class BaseTable(MutableMapping[Any, Any]):
         # less on every read.)
         event = _source().current_event
         if event is not None and self._by_event and self.window is None and key == event.key:
-            part = self.active.get(event.record.partition)
+            part = self.active.get(event.tp.partition)
             if part is not None:
                 self._read = (event, key, part)
                 value = part.buffer.get(key, MISSING)
@@ -472,7 +472,7 @@ class BaseTable(MutableMapping[Any, Any]):
         read = self._read
         if read is not None and read[0] is event and read[1] is key:  # the write of a `+=` (`__getitem__`)
             lease = event.lease
-            if (lease is None or not lease.ended) and event.record.topic in self._writers:
+            if (lease is None or not lease.ended) and event.tp.topic in self._writers:
                 read[2].buffer[key] = value
                 return
         part, _ = self._route_write(key, event) if self.window is None else self._for_write(key)

@@ -199,7 +199,7 @@ class StreamJoin:
     def process(self, event: Event) -> list[Joined]:
         """The results of one record of either stream, in Kafka Streams' order: the records without partner
         whose wait ended (if this record is at stream time), then its joins."""
-        side = 0 if event.record.topic == self._left_name else 1
+        side = 0 if event.tp.topic == self._left_name else 1
         key, value = event.key, event.value
         if value is None:
             return []  # a tombstone joins nothing (Kafka Streams skips it)
@@ -285,7 +285,7 @@ class StreamJoin:
         for side, pending in enumerate(self.pending):
             if pending is None:
                 continue
-            part = pending.table._partition(event.record.partition, event.key)
+            part = pending.table._partition(event.tp.partition, event.key)
             state = pending.state(part)
             due = state.due
             decode = self._decode[side]

@@ -318,21 +318,32 @@ class WindowedTable(EventTimeTable):
     def update(self, key: Any, fun: Callable[[Any, Any], Any], arg: Any) -> bool:
         """Set every open window of `key` containing the event's time to `fun(old, arg)`; False if it was
         late. (`fun` with an argument, not a closure: `+=` passes operator.add, made once, not a lambda per
-        event.)
-
-        The per-event path of every windowed table, so it avoids what cost most in `benchmarks.windowed`
-        (py-spy): the key is routed once, by its own cached location, not once per window; a window's store
-        key is built only to read the store; and the store is read only for a window the live index says
-        the store has, so a new window costs no RocksDB read, nor any lookup at all. Its time, the partition's
-        state and stream time, and the buffer (`TablePartition.cached`/`set`) are inlined, and the window
-        gives its open starts in one call (what that saved: benchmarks/README.md)."""
+        event.)"""
         event = current_event()
         if event is None:
             event = self._event()  # raises, naming the table
-        ts = event.time_ms  # the topic's extractor, applied at dispatch
+        part = self.table._route_write(key, event)[0]
+        return self.apply(part, event, key, fun, arg)
+
+    def own_partition(self, event: Event) -> TablePartition:
+        """The partition `event`'s own key writes to, routed and checked as `update` does: what a fused
+        pipeline (engine.fused) gives `apply` for the events of one partition's run, each writing its own
+        key (the event's own key is in the event's partition, whatever its hash says)."""
+        return self.table._route_write(event.key, event)[0]
+
+    def apply(self, part: TablePartition, event: Event, key: Any, fun: Callable[[Any, Any], Any],
+              arg: Any) -> bool:
+        """`update` in the partition the event's key writes to (`part`, routed by the caller).
+
+        The per-event path of every windowed table, so it avoids what cost most in `benchmarks.windowed`
+        (py-spy): the key is encoded (cached) only to read the store, not once per window; a window's store
+        key is built only to read the store; and the store is read only for a window the live index says
+        the store has, so a new window costs no RocksDB read, nor any lookup at all. Its time, the
+        partition's state and stream time, and the buffer (`TablePartition.cached`/`set`) are inlined, and
+        the window gives its open starts in one call (what that saved: benchmarks/README.md)."""
+        ts = event.time_ms  # the topic's extractor (or the record's time), applied at dispatch
         if ts is None or ts < 0 or self.timestamp is not None:
             ts = self._valid_time(event)
-        part, inner = self.table._route_write(key, event)
         state = part.windows or self._state(part)
         stream_time = state.stream_time
         if stream_time is None or ts > stream_time:
@@ -359,7 +370,7 @@ class WindowedTable(EventTimeTable):
                     if flushing is not None:
                         current = flushing.get(window_key_, MISSING)
                     if current is MISSING and in_store:
-                        current = part.stored(window_key(inner, start))
+                        current = part.stored(window_key(self.table.locate_key(key)[0], start))
                 if current is MISSING or current is DELETED:
                     current = self._default()
             buffer[window_key_] = fun(current, arg)

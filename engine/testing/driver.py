@@ -33,6 +33,7 @@ from engine.agent import Agent
 from engine.clock import wall_clock
 from engine.codecs import SKIP
 from engine.errors import ConfigError, WorkerFailed
+from engine.events import TP
 from engine.processing.runner import read_error_headers
 from engine.runtime import Worker
 from engine.scope import running_as
@@ -190,7 +191,7 @@ class TestDriver:
         self._check_open()
         target = self._topic(topic)
         fresh = self._unread(target.name)
-        decoded = [(target.decode(r), r) for r in fresh]
+        decoded = [(target.decode(TP(r.topic, r.partition), r), r) for r in fresh]
         return [Record(key, value, r.timestamp, r.headers, r.partition)
                 for (key, value), r in decoded if key is not SKIP]
 

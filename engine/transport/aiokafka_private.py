@@ -37,6 +37,11 @@ tests/contract/test_aiokafka_private.py, which names the use that broke when a r
   and leaves that future pending, so a send waiting when its producer stops (a task's producer, stopped
   when the task is lost while no broker answers) waits for ever, and its agent stays inside its event.
   After a producer stops, engine fails that future: the waiting send raises.
+- The records a consumer's fetches are unpacked into (`bare_records`): aiokafka makes a `ConsumerRecord`
+  (a dataclass of eleven fields, through a generator step and a method call) of each record its batch
+  parser made, and the public API returns only those. engine's records need no topic or partition of
+  their own (their batch says it: engine.events.RawRecord), so a consumer of engine's returns the parser's
+  records as they are: what that saves per record is in benchmarks/README.md.
 - A transaction's offset commit as a group member (`commit_txn_offsets_as`): aiokafka's producer sends a
   transaction's offsets with TxnOffsetCommit v0-2, which names no member, and has no way to send another
   request in that step. The step (AddOffsetsToTxn first, the group coordinator found, retries, aiokafka's
@@ -47,6 +52,7 @@ tests/contract/test_aiokafka_private.py, which names the use that broke when a r
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -254,6 +260,40 @@ def positions(consumer: Any) -> dict[Any, int]:
         if state.has_valid_position:
             found[tp] = state.position
     return found
+
+
+def bare_records(consumer: Any) -> None:
+    """Make a started consumer's fetches return the records aiokafka's batch parser made (offset, timestamp,
+    key, value, headers), not a `ConsumerRecord` copy of each. Each partition's fetched batches become a
+    `PartitionRecords` stored in the fetcher's `_records`; the records it yields are what its
+    `_consumer_record(tp, record)` returns. `_records` is replaced by a dict that gives each one stored a
+    `_consumer_record` returning the record itself. (A consumer given key or value deserializers is left
+    as it is: those run in that method.)"""
+    if consumer._key_deserializer is not None or consumer._value_deserializer is not None:
+        return
+    fetcher = consumer._fetcher
+    if not isinstance(fetcher._records, _BareFetched):
+        fetcher._records = _BareFetched(fetcher._records)
+
+
+def _the_record(_tp: Any, record: Any) -> Any:
+    return record
+
+
+class _BareFetched(collections.OrderedDict[Any, Any]):
+    """A fetcher's `_records` (aiokafka uses only a dict's operations on it) whose fetch results yield
+    the parser's records."""
+
+    def __init__(self, results: Mapping[Any, Any]) -> None:
+        super().__init__()
+        for tp, result in results.items():
+            self[tp] = result
+
+    def __setitem__(self, tp: Any, result: Any) -> None:
+        records = getattr(result, "_partition_records", None)  # (None: a FetchError)
+        if records is not None:
+            records._consumer_record = _the_record
+        super().__setitem__(tp, result)
 
 
 # -- a transaction's offsets committed as a group member --------------------------------------------------

@@ -1,8 +1,9 @@
 """kafka://host:port[,host:port]: the transport on Apache Kafka through aiokafka.
 
 aiokafka lives here and only here; its errors are translated into engine's at this edge. Consumer records
-and topic partitions pass through unconverted: aiokafka's ConsumerRecord satisfies RawRecord and its
-TopicPartition is a (topic, partition) tuple equal to our TP, so the hot path copies nothing.
+and topic partitions pass through unconverted: the records of aiokafka's batch parser satisfy RawRecord
+(`aiokafka_private.bare_records`: no ConsumerRecord made of each) and its TopicPartition is a (topic,
+partition) tuple equal to our TP, so the hot path copies nothing.
 The security settings (security_protocol, sasl_*, ssl_* files) become aiokafka's options (`client_options`),
 and `broker_options` (any of aiokafka's client options) are passed to every aiokafka client as they are.
 
@@ -336,6 +337,7 @@ class KafkaConsumer:
     async def start(self) -> None:
         if self._wanted != "classic":
             await _start(self._client, self._servers, self._options)
+            private.bare_records(self._client)
             self._protocol = "streams"  # (the first heartbeat's answer may set tasks up: the ready line)
             try:
                 self._member = await self._join_streams_group()
@@ -359,6 +361,7 @@ class KafkaConsumer:
                 f"group {self._group_id!r} is a streams group (KIP-1071) whose members are running, which a "
                 "member of the classic protocol cannot join: stop them all first (committed offsets stay "
                 "with the group), or run this worker with group_protocol=streams or auto") from exc
+        private.bare_records(self._client)
         if self._group_id is not None:
             self._protocol = "classic"
 

@@ -6,6 +6,7 @@ clients never auto-create a topic, while a user's own aiokafka clients in the sa
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
 import inspect
 import uuid
@@ -18,15 +19,20 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import AIOKafkaClient, CoordinationType
+from aiokafka.consumer.fetcher import READ_COMMITTED, Fetcher, FetchResult, PartitionRecords
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.producer.message_accumulator import MessageAccumulator
 from aiokafka.producer.sender import BaseHandler, Sender, TxnOffsetCommitHandler
 from aiokafka.producer.transaction_manager import TransactionManager, TransactionResult, TransactionState
 from aiokafka.protocol.commit import OffsetFetchResponse_v3
-from aiokafka.structs import OffsetAndMetadata
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
+from engine.events import TP
 from engine.transport import aiokafka_private as private
 from engine.transport import open_transport
+from engine.transport.base import TopicSpec
 
 CHANGED = "aiokafka changed what engine.transport.aiokafka_private relies on for "
 
@@ -307,3 +313,83 @@ async def test_a_refused_transaction_keeps_what_it_holds_so_that_its_abort_reach
     assert txn_manager.needs_transaction_commit() is TransactionResult.ABORT
     private.retrieve_failures(producer)
     await producer.stop()
+
+
+async def test_a_fetchers_stored_results_yield_the_parsers_records_once_engine_replaced_its_results_dict():
+    has_method(PartitionRecords, "_consumer_record", "tp", "record")
+    assert "self._records = " in inspect.getsource(Fetcher.__init__), f"{CHANGED}Fetcher._records"
+    assert "self._records[tp] = FetchResult(" in inspect.getsource(Fetcher), f"{CHANGED}Fetcher._records"
+    consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:9")
+    for name in ("_fetcher", "_key_deserializer", "_value_deserializer"):
+        assert hasattr(consumer, name), f"{CHANGED}AIOKafkaConsumer.{name}"
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    for offset in range(3):
+        builder.append(offset, timestamp=1000 + offset, key=b"k%d" % offset, value=b"v%d" % offset,
+                       headers=[("h", b"x")])
+    tp = TopicPartition("t", 0)
+
+    def result() -> FetchResult:
+        records = PartitionRecords(tp, MemoryRecords(bytes(builder.build())), [], 0, None, None, False,
+                                   READ_COMMITTED)
+        return FetchResult(tp, assignment=None, partition_records=records, backoff=0)
+
+    aiokafkas = list(result()._partition_records)
+    assert all(isinstance(r, ConsumerRecord) for r in aiokafkas), f"{CHANGED}what PartitionRecords yields"
+
+    class Fetching:
+        _records: Any = collections.OrderedDict()
+
+    consumer._fetcher = Fetching()
+    private.bare_records(consumer)
+    consumer._fetcher._records[tp] = result()
+    bare = list(consumer._fetcher._records[tp]._partition_records)
+    assert [type(r) for r in bare] != [ConsumerRecord] * 3, "the parser's records were copied"
+    assert [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in bare] == [
+        (r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in aiokafkas]
+
+
+@pytest.mark.kafka
+async def test_engines_consumer_reads_bare_records_without_the_aborted_transactions_ones(kafka):
+    topic = f"bare-{uuid.uuid4().hex[:8]}"
+    transport = open_transport(kafka.url, {})
+    admin = transport.admin()
+    try:
+        await admin.create_topics([TopicSpec(topic, 1)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, transactional_id=f"{topic}-txn")
+    await producer.start()
+    try:
+        for number, commit in enumerate((True, False, True)):
+            async with producer.transaction() if commit else Aborted(producer):
+                headers = [("n", b"%d" % number)]
+                await producer.send_and_wait(topic, b"v%d" % number, key=b"k", headers=headers)
+    finally:
+        await producer.stop()
+    consumer = transport.consumer(group_id=None)
+    consumer.assign([TP(topic, 0)])
+    await consumer.start()
+    got: list[Any] = []
+    try:
+        async with asyncio.timeout(30):
+            while len(got) < 2:
+                got += (await consumer.getmany(1.0, 100)).get(TP(topic, 0), [])
+    finally:
+        await consumer.stop()
+    assert not any(isinstance(r, ConsumerRecord) for r in got), "engine's consumer made ConsumerRecords"
+    assert [(r.key, r.value, list(r.headers)) for r in got] == [(b"k", b"v0", [("n", b"0")]),
+                                                                (b"k", b"v2", [("n", b"2")])]
+
+
+class Aborted:
+    """A transaction aborted at the end of its block."""
+
+    def __init__(self, producer: AIOKafkaProducer) -> None:
+        self.producer = producer
+
+    async def __aenter__(self) -> None:
+        await self.producer.begin_transaction()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.producer.abort_transaction()

@@ -51,7 +51,7 @@ def events(leases: Leases, tp: TP, offsets: range) -> list[Event]:
     lease = leases.current[tp]
     for offset in offsets:
         lease.track(offset)
-    return [Event(Record(tp, o), None, o, lease) for o in offsets]  # type: ignore[arg-type]
+    return [Event(tp, Record(tp, o), None, o, lease) for o in offsets]  # type: ignore[arg-type]
 
 
 async def test_a_full_mailbox_parks_its_batch_and_pauses_only_its_partition_until_there_is_room():

@@ -427,7 +427,7 @@ async def test_a_record_whose_dead_letter_cannot_be_sent_is_not_logged_as_sent(c
         headers: tuple[tuple[str, bytes], ...] = ()
         timestamp: int = 0
 
-    await runner.handle_error(Record(), ValueError("bad"))  # type: ignore[arg-type]
+    await runner.handle_error(TP("words", 0), Record(), ValueError("bad"))  # type: ignore[arg-type]
     messages = [r.getMessage() for r in caplog.records]
     assert any("not sent to dlqlog-count-dlq: cannot send to 'x-count-dlq': the transaction was aborted"
                in m for m in messages), messages
@@ -460,7 +460,8 @@ async def test_an_event_that_arrives_while_the_checkpoint_gate_is_closed_waits_f
         lease = worker.conductor.leases.current[TP("words", 0)]
         lease.track(1)
         record = MemoryRecord("words", 0, 1, 0, None, b'"during the cut"', ())
-        worker.runners[0].mailbox("words", 0).put_many_nowait([Event(record, None, "during the cut", lease)])
+        during = Event(lease.tp, record, None, "during the cut", lease)
+        worker.runners[0].mailbox("words", 0).put_many_nowait([during])
         await asyncio.sleep(0.1)
         assert len(started) == 1, "the agent started an event inside the cut"
         gate.resume()
@@ -541,7 +542,7 @@ def test_the_events_dropped_of_a_partition_that_moved_are_said_once_per_lease(ca
     aborted = PartitionMigrated("cannot send to 'drops-echo': the transaction was aborted")
     for lease, partition, offsets in ((first, 0, range(5, 500)), (other, 1, range(3)), (second, 0, range(9))):
         for offset in offsets:
-            runner._say_dropped(Event(Record(partition, offset), None, None, lease), aborted)
+            runner._say_dropped(Event(lease.tp, Record(partition, offset), None, None, lease), aborted)
     said = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
     assert said == [
         f"agent count dropped words[{partition}]@{offset}, and the events after it it holds of that "

@@ -329,7 +329,7 @@ async def test_the_write_of_a_plus_equals_on_the_events_key_is_refused_once_its_
         current_event: Event | None = None
 
     token = current_source.set(Processing())
-    Processing.current_event = Event(Record(), "k", None, lease)  # type: ignore[arg-type]
+    Processing.current_event = Event(lease.tp, Record(), "k", None, lease)  # type: ignore[arg-type]
     counts["k"] += 1  # the first write from topic `in` (checked for co-partitioning), then the fast path
     counts["k"] += 1
     assert counts["k"] == 2
@@ -337,7 +337,7 @@ async def test_the_write_of_a_plus_equals_on_the_events_key_is_refused_once_its_
     lease.end()  # lost while the event was in progress: its write must not land
     with pytest.raises(PartitionMigrated):
         counts["k"] = value + 1
-    Processing.current_event = Event(Record(), "k", None, Leases().grant([TP("in", 0)])[0])  # type: ignore[arg-type]
+    Processing.current_event = Event(lease.tp, Record(), "k", None, Leases().grant([TP("in", 0)])[0])  # type: ignore[arg-type]
     counts["k"] = 7  # no read of this event before it: the routed write
     assert counts["k"] == 7
     current_source.reset(token)

@@ -1,12 +1,12 @@
 """The stuck-event watchdog, with a fake clock and fake busy agents: no loop, no sleeping."""
 
-from engine.events import Event
+from engine.events import TP, Event
 from engine.monitors.watchdog import Watchdog
 from engine.transport.memory import MemoryRecord
 
 
 def event(offset: int) -> Event:
-    return Event(MemoryRecord("words", 2, offset, 0, b"k", b"1", ()), "k", 1, None)
+    return Event(TP("words", 2), MemoryRecord("words", 2, offset, 0, b"k", b"1", ()), "k", 1, None)
 
 
 def test_names_an_event_held_past_the_threshold_then_again_each_threshold():
