@@ -13,7 +13,7 @@ from engine.events import TP
 from engine.transport import TopicSpec, Transport, open_transport
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Mapping
 
 
 @pytest.fixture(params=["memory", pytest.param("kafka", marks=pytest.mark.kafka)])
@@ -47,13 +47,28 @@ async def fill(transport: Transport, topic: str, count: int, partition: int) -> 
         await producer.stop()
 
 
-async def read(consumer, want: int, timeout: float = 20.0) -> list:
-    records: list = []
+class Got:
+    """A record fetched, with the partition of the batch it came in (a record does not say it); the
+    record's own attributes read through."""
+
+    def __init__(self, partition: int, record: Any) -> None:
+        self.partition = partition
+        self.record = record
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.record, name)
+
+
+def fetched(batches: Mapping[TP, list[Any]]) -> list[Got]:
+    return [Got(tp.partition, record) for tp, batch in batches.items() for record in batch]
+
+
+async def read(consumer, want: int, timeout: float = 20.0) -> list[Got]:
+    records: list[Got] = []
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while len(records) < want and loop.time() < deadline:
-        for batch in (await consumer.getmany(0.2, 1000)).values():
-            records.extend(batch)
+        records += fetched(await consumer.getmany(0.2, 1000))
     return records
 
 
@@ -114,7 +129,7 @@ async def fetch_until_records(consumer: Any) -> list:
     another returns empty after its poll interval (the caller looks again)."""
     while not (batches := await consumer.getmany(None, 1000)):
         pass
-    return [record for batch in batches.values() for record in batch]
+    return fetched(batches)
 
 
 async def test_a_fetch_waiting_as_long_as_nothing_changes_returns_what_a_resume_or_a_new_record_brings(
