@@ -224,7 +224,8 @@ class Worker(Service):
         self.add_child(self.tasks)
         self.add_child(self.conductor)
         self.add_child(Watchdog(self.conductor.busy_events, settings.stuck_event_warning.total_seconds(),
-                                tasks=self.conductor.task_states, activity=activity))
+                                tasks=self.conductor.task_states, waiting_at=self.conductor.waiting_at,
+                                activity=activity))
         self.purge = self.add_child(RepartitionPurge(
             active, [p.name for p in self.topology.topics.values() if p.role == "repartition"],
             self.transport.admin, settings.repartition_purge_interval.total_seconds(), activity))

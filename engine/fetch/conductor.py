@@ -143,6 +143,14 @@ class Conductor(Service):
         """(agent, event) of every agent instance inside an event now."""
         return [(runner.agent.name, event) for runner in self.runners() for event in runner.current_events()]
 
+    def waiting_at(self, event: Event) -> list[str] | None:
+        """Where the agent instance inside `event` waits now (AgentRunner.waiting_at)."""
+        for runner in self.runners():
+            found = runner.waiting_at(event)
+            if found is not None:
+                return found
+        return None
+
     async def task_states(self) -> dict[int, tuple[object, bool, str]]:
         """For the stall watch (engine.monitors.watchdog), per ready task: a token that changes whenever the
         task moves (records acked or handed over), whether work waits for it (records buffered, in flight,

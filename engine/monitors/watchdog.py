@@ -5,10 +5,11 @@ A slow or stuck agent holds back only its own partitions (the conductor pauses a
 full and keeps fetching the rest), so without a word from someone it would stall them silently. Nothing is
 added to the per-event path: every few seconds the watchdog samples the event each agent instance is inside;
 one found inside the same event for longer than `stuck_event_warning` is logged with the agent, topic,
-partition and offset, and again each time that long passes while it stays stuck. Likewise a task whose
-partitions have records waiting (buffered, in flight, or on the broker) but did not move for three times that
-long is logged with where each of its partitions stands and why it may wait (paused, parked, ordering): a
-stall always says what is stalled.
+partition and offset, and with where it waits (the agent's line and the coroutines it awaits through:
+engine.stacks), then again, without the stack, each time that long passes while it stays stuck. Likewise a
+task whose partitions have records waiting (buffered, in flight, or on the broker) but did not move for three
+times that long is logged with where each of its partitions stands and why it may wait (paused, parked,
+ordering): a stall always says what is stalled.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from engine.events import Event
 
     TaskStates = Callable[[], Awaitable[dict[int, tuple[object, bool, str]]]]
+    WaitingAt = Callable[[Event], list[str] | None]
 
 STALL_FACTOR = 3  # a task stalls after this many times the stuck-event threshold without moving
 
@@ -39,15 +41,18 @@ class Watchdog(Service):
         threshold: float,
         *,
         tasks: TaskStates | None = None,
+        waiting_at: WaitingAt | None = None,
         clock: Callable[[], float] = time.monotonic,
         activity: Activity | None = None,
     ) -> None:
         """`activity`: the worker's (engine.activity): with no agent inside an event and no task waiting,
-        the watchdog looks again only after the next records fetched or timer run."""
+        the watchdog looks again only after the next records fetched or timer run. `waiting_at`: where the
+        agent inside an event waits (traceback lines), for the first warning about it."""
         super().__init__("watchdog")
         self._activity = activity if activity is not None else Activity()
         self._busy = busy
         self._task_states = tasks
+        self._waiting_at = waiting_at
         # task -> (token, unchanged since, warn at)
         self._unmoved: dict[int, tuple[object, float, float]] = {}
         self.threshold = threshold
@@ -100,11 +105,15 @@ class Watchdog(Service):
                 entry = (event, now, now + self.threshold)
             _, first, due = entry
             if now >= due:
+                message = (f"agent {agent} has been processing {event.topic}[{event.partition}]@"
+                           f"{event.offset} for {now - first:.0f}s; the partitions it serves wait behind it "
+                           "(the others keep flowing)")
+                first_warning = due == first + self.threshold
+                stack = self._waiting_at(event) if self._waiting_at is not None and first_warning else None
+                if stack:
+                    message += "; it waits at (innermost last):\n" + "".join(stack).rstrip("\n")
+                messages.append(message)
                 due = now + self.threshold
-                messages.append(
-                    f"agent {agent} has been processing {event.topic}[{event.partition}]@{event.offset} for "
-                    f"{now - first:.0f}s; the partitions it serves wait behind it (the others keep flowing)"
-                )
             seen[id(event)] = (event, first, due)
         self._since = seen
         return messages

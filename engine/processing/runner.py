@@ -9,6 +9,7 @@ crash with no current event goes to the supervisor, which restarts the instance 
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from agents import ActorGroup, Fatal, Mailbox, RestartPolicy, Service
 from engine.agent import CORRELATION_ID, REPLY_TO, Agent
 from engine.codecs import dumps
 from engine.errors import EngineError, PartitionMigrated, TopologyError
+from engine.stacks import awaiting
 from engine.stats import Histogram
 from engine.streams.stream import Stream, UpstreamError, open_stream
 from engine.topics import Topic
@@ -89,6 +91,7 @@ class _InstanceContext:
     def __init__(self, runner: AgentRunner, index: int) -> None:
         self.runner = runner
         self.index = index
+        self.task = asyncio.current_task()  # the instance's (made inside it): where it waits, for a watchdog
         self.streams: list[Stream] = []
         self.joins = 0  # stream-stream joins made by this run: the nth is the agent's nth join
 
@@ -216,6 +219,14 @@ class AgentRunner(Service):
         """The event each instance is inside now (none for an idle instance)."""
         return [event for context in self._contexts.values() for stream in context.streams
                 if (event := stream.current_event) is not None]
+
+    def waiting_at(self, event: Event) -> list[str] | None:
+        """Where the instance inside `event` waits now: the coroutines it awaits through, outermost first,
+        as traceback lines (None if no instance is inside it)."""
+        for context in self._contexts.values():
+            if context.task is not None and any(s.current_event is event for s in context.streams):
+                return awaiting(context.task.get_coro())
+        return None
 
     @property
     def restarts(self) -> int:

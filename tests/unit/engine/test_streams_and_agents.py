@@ -548,3 +548,31 @@ def test_the_events_dropped_of_a_partition_that_moved_are_said_once_per_lease(ca
         f"agent count dropped words[{partition}]@{offset}, and the events after it it holds of that "
         "partition: cannot send to 'drops-echo': the transaction was aborted"
         for partition, offset in ((0, 5), (1, 0), (0, 0))]
+
+
+async def test_an_agent_stuck_inside_an_event_is_named_with_the_line_it_waits_on(caplog):
+    app, _ = app_on_memory("stuck", stuck_event_warning=0.2)
+    topic = app.topic("t", key_type=str, value_type=int, partitions=1)
+    never = asyncio.Event()
+
+    async def call_that_never_answers() -> None:
+        await never.wait()
+
+    @app.agent(topic)
+    async def slow(stream):
+        async for _ in stream:
+            await call_that_never_answers()  # stuck here
+
+    def warned() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "has been processing" in r.getMessage()]
+
+    async with testing.running(app):
+        await topic.send(key="k", value=1)
+        await testing.eventually(lambda: len(warned()) >= 2, 20)
+        never.set()  # (the worker stops without waiting out its shutdown timeout)
+    first, again = warned()[:2]
+    assert first.startswith("agent slow has been processing t[0]@0 for ")
+    assert "it waits at (innermost last):" in first
+    assert "await call_that_never_answers()  # stuck here" in first
+    assert "await never.wait()" in first
+    assert "waits at" not in again

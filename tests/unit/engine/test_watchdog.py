@@ -56,3 +56,24 @@ def test_names_a_task_with_records_waiting_that_does_not_move_and_why():
     assert len(dog.stalls({1: ((40,), True, where), 2: ((11,), True, "")})) == 1
     now[0] = 100  # nothing waits for task 2: still is not stalled
     assert dog.stalls({1: ((41,), True, where), 2: ((11,), False, "")}) == []
+
+
+def test_the_first_warning_about_an_event_says_where_its_agent_waits_and_the_repeats_do_not():
+    now = [0.0]
+    held = [("count", event(7))]
+    asked: list[Event] = []
+
+    def waiting_at(found: Event) -> list[str]:
+        asked.append(found)
+        return ['  File "app.py", line 12, in count\n    await slow_call(value)\n']
+
+    dog = Watchdog(lambda: held, threshold=10, clock=lambda: now[0], waiting_at=waiting_at)
+    assert dog.sample() == []
+    now[0] = 10
+    assert dog.sample() == ["agent count has been processing words[2]@7 for 10s; the partitions it serves "
+                            "wait behind it (the others keep flowing); it waits at (innermost last):\n"
+                            '  File "app.py", line 12, in count\n    await slow_call(value)']
+    now[0] = 20
+    assert dog.sample() == ["agent count has been processing words[2]@7 for 20s; the partitions it serves "
+                            "wait behind it (the others keep flowing)"]
+    assert asked == [held[0][1]]
