@@ -38,10 +38,13 @@ tests/contract/test_aiokafka_private.py, which names the use that broke when a r
   when the task is lost while no broker answers) waits for ever, and its agent stays inside its event.
   After a producer stops, engine fails that future: the waiting send raises.
 - The records a consumer's fetches are unpacked into (`bare_records`): aiokafka makes a `ConsumerRecord`
-  (a dataclass of eleven fields, through a generator step and a method call) of each record its batch
-  parser made, and the public API returns only those. engine's records need no topic or partition of
-  their own (their batch says it: engine.events.RawRecord), so a consumer of engine's returns the parser's
-  records as they are: what that saves per record is in benchmarks/README.md.
+  (a dataclass of eleven fields) of each record its batch parser made, one generator step and two method
+  calls per record, and the public API returns only those. engine's records need no topic or partition of
+  their own (their batch says it: engine.events.RawRecord), so a consumer of engine's reads each fetched
+  batch whole (`list(batch)`, in C) and returns the parser's records as they are, with aiokafka's rules
+  for what a fetch returns kept: aborted transactions' batches and control batches skipped under
+  read_committed, records before the fetch offset dropped, the position moved to what was returned, at
+  most `max_records` per call. What that saves per record is in benchmarks/README.md.
 - A transaction's offset commit as a group member (`commit_txn_offsets_as`): aiokafka's producer sends a
   transaction's offsets with TxnOffsetCommit v0-2, which names no member, and has no way to send another
   request in that step. The step (AddOffsetsToTxn first, the group coordinator found, retries, aiokafka's
@@ -58,7 +61,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import aiokafka.client
 from aiokafka.client import CoordinationType
+from aiokafka.consumer.fetcher import READ_COMMITTED, FetchResult
 from aiokafka.errors import (
+    CorruptRecordException,
     GroupAuthorizationFailedError,
     KafkaConnectionError,
     KafkaError,
@@ -264,11 +269,11 @@ def positions(consumer: Any) -> dict[Any, int]:
 
 def bare_records(consumer: Any) -> None:
     """Make a started consumer's fetches return the records aiokafka's batch parser made (offset, timestamp,
-    key, value, headers), not a `ConsumerRecord` copy of each. Each partition's fetched batches become a
-    `PartitionRecords` stored in the fetcher's `_records`; the records it yields are what its
-    `_consumer_record(tp, record)` returns. `_records` is replaced by a dict that gives each one stored a
-    `_consumer_record` returning the record itself. (A consumer given key or value deserializers is left
-    as it is: those run in that method.)"""
+    key, value, headers), read a batch at a time, not a `ConsumerRecord` copy of each made one at a time.
+    Each partition's fetch becomes a `FetchResult` stored in the fetcher's `_records`, whose `getall` is
+    what `getmany` takes its records from; `_records` is replaced by a dict that gives each result stored
+    a `getall` of engine's (`_BatchReader`). (A consumer given key or value deserializers is left as it
+    is: aiokafka applies those as it copies.)"""
     if consumer._key_deserializer is not None or consumer._value_deserializer is not None:
         return
     fetcher = consumer._fetcher
@@ -276,13 +281,9 @@ def bare_records(consumer: Any) -> None:
         fetcher._records = _BareFetched(fetcher._records)
 
 
-def _the_record(_tp: Any, record: Any) -> Any:
-    return record
-
-
 class _BareFetched(collections.OrderedDict[Any, Any]):
-    """A fetcher's `_records` (aiokafka uses only a dict's operations on it) whose fetch results yield
-    the parser's records."""
+    """A fetcher's `_records` (aiokafka uses only a dict's operations on it) whose fetch results are read
+    by `_BatchReader`."""
 
     def __init__(self, results: Mapping[Any, Any]) -> None:
         super().__init__()
@@ -290,10 +291,76 @@ class _BareFetched(collections.OrderedDict[Any, Any]):
             self[tp] = result
 
     def __setitem__(self, tp: Any, result: Any) -> None:
-        records = getattr(result, "_partition_records", None)  # (None: a FetchError)
-        if records is not None:
-            records._consumer_record = _the_record
+        if type(result) is FetchResult:  # (else a FetchError)
+            result.getall = _BatchReader(result).getall
         super().__setitem__(tp, result)
+
+
+class _BatchReader:
+    """`FetchResult.getall` a batch at a time. aiokafka's reads its `PartitionRecords` a record at a time
+    (`_unpack_records`); this reads the same batches whole, by the same rules (the aborted transactions'
+    producers, control batches, records before the fetch offset), and keeps its `next_fetch_offset` and
+    the partition's position as aiokafka's would be after returning the same records."""
+
+    __slots__ = ("_at", "_batch_end", "_ready", "_result")
+
+    def __init__(self, result: Any) -> None:
+        self._result = result
+        self._ready: list[Any] = []  # the records of the batch being returned
+        self._at = 0  # how many of them were returned
+        self._batch_end = 0  # that batch's next offset
+
+    def getall(self, max_records: int | None = None) -> list[Any]:
+        result = self._result
+        if not result.check_assignment(result._topic_partition) or not result.has_more():
+            return []
+        unpacked = result._partition_records
+        limit = max_records if max_records is not None else len(self._ready) + (1 << 62)
+        taken: list[Any] = []
+        exhausted = False
+        while len(taken) < limit:
+            ready, at = self._ready, self._at
+            if at >= len(ready):
+                if not self._next_batch(unpacked):
+                    exhausted = True
+                    break
+                continue
+            chunk = ready[at:at + limit - len(taken)] if at or len(ready) > limit - len(taken) else ready
+            taken += chunk
+            self._at = at = at + len(chunk)
+            unpacked.next_fetch_offset = self._batch_end if at >= len(ready) else chunk[-1].offset + 1
+        result._update_position()
+        if exhausted:
+            result._partition_records = None
+        return taken
+
+    def _next_batch(self, unpacked: Any) -> bool:
+        """The next batch with records to return made ready; False when none is left."""
+        memory = unpacked._records
+        while memory.has_next():
+            batch = memory.next_batch()
+            if unpacked._check_crcs and not batch.validate_crc():
+                raise CorruptRecordException(f"Invalid CRC - {unpacked._tp}")
+            if unpacked._isolation_level == READ_COMMITTED and batch.producer_id is not None:
+                unpacked._consume_aborted_up_to(batch.base_offset)
+                if batch.is_control_batch and unpacked._contains_abort_marker(batch):
+                    unpacked._aborted_producers.discard(batch.producer_id)
+                if batch.is_transactional and batch.producer_id in unpacked._aborted_producers:
+                    unpacked.next_fetch_offset = batch.next_offset
+                    continue
+            if batch.is_control_batch:
+                unpacked.next_fetch_offset = batch.next_offset
+                continue
+            records = list(batch)
+            start = unpacked.next_fetch_offset
+            if records and records[0].offset < start:  # (a compressed message set fetched from inside it)
+                records = [record for record in records if record.offset >= start]
+            if not records:
+                unpacked.next_fetch_offset = batch.next_offset
+                continue
+            self._ready, self._at, self._batch_end = records, 0, batch.next_offset
+            return True
+        return False
 
 
 # -- a transaction's offsets committed as a group member --------------------------------------------------

@@ -315,38 +315,90 @@ async def test_a_refused_transaction_keeps_what_it_holds_so_that_its_abort_reach
     await producer.stop()
 
 
-async def test_a_fetchers_stored_results_yield_the_parsers_records_once_engine_replaced_its_results_dict():
-    has_method(PartitionRecords, "_consumer_record", "tp", "record")
-    assert "self._records = " in inspect.getsource(Fetcher.__init__), f"{CHANGED}Fetcher._records"
+class Position:
+    """A partition's state as a FetchResult reads and moves it (SubscriptionState's TopicPartitionState)."""
+
+    def __init__(self, position: int) -> None:
+        self.position, self.paused = position, False
+
+    def consumed_to(self, position: int) -> None:
+        self.position = position
+
+
+class Assignment:
+    active = True
+
+    def __init__(self, position: int) -> None:
+        self.state = Position(position)
+
+    def state_value(self, tp: Any) -> Position:
+        return self.state
+
+
+def batches(*sizes: int) -> bytes:
+    """Record batches of `sizes` records, offsets following on from 0."""
+    data, offset = b"", 0
+    for size in sizes:
+        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
+                                            producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+        for at in range(size):
+            builder.append(at, timestamp=1000 + offset, key=b"k%d" % offset, value=b"v%d" % offset,
+                           headers=[("h", b"x")])
+            offset += 1
+        built = bytearray(builder.build())
+        built[0:8] = (offset - size).to_bytes(8, "big")  # the batch's base offset
+        data += bytes(built)
+    return data
+
+
+def reads(result: FetchResult, max_records: int | None) -> list[tuple[list[tuple[Any, ...]], int]]:
+    """Each `getall` while the result has more (as the fetcher asks): what it returned, and the position
+    after it."""
+    calls = []
+    while result.has_more():
+        got = result.getall(max_records)
+        calls.append(([(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in got],
+                      result._assignment.state.position))
+    return calls
+
+
+async def test_a_fetch_read_a_batch_at_a_time_returns_what_aiokafka_returns_and_moves_the_position_alike():
+    for name in ("check_assignment", "has_more", "_update_position", "getall"):
+        assert hasattr(FetchResult, name), f"{CHANGED}FetchResult.{name}"
+    for name in ("_consume_aborted_up_to", "_contains_abort_marker"):
+        has_method(PartitionRecords, name)
     assert "self._records[tp] = FetchResult(" in inspect.getsource(Fetcher), f"{CHANGED}Fetcher._records"
+    source = inspect.getsource(PartitionRecords)
+    for name in ("self._records", "self.next_fetch_offset", "self._check_crcs", "self._isolation_level",
+                 "self._aborted_producers", "self._tp"):
+        assert name in source, f"{CHANGED}PartitionRecords: {name}"
     consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:9")
     for name in ("_fetcher", "_key_deserializer", "_value_deserializer"):
         assert hasattr(consumer, name), f"{CHANGED}AIOKafkaConsumer.{name}"
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
-    for offset in range(3):
-        builder.append(offset, timestamp=1000 + offset, key=b"k%d" % offset, value=b"v%d" % offset,
-                       headers=[("h", b"x")])
-    tp = TopicPartition("t", 0)
+    tp, data = TopicPartition("t", 0), batches(4, 3, 5)
 
-    def result() -> FetchResult:
-        records = PartitionRecords(tp, MemoryRecords(bytes(builder.build())), [], 0, None, None, False,
+    def result(fetch_offset: int) -> FetchResult:
+        records = PartitionRecords(tp, MemoryRecords(data), [], fetch_offset, None, None, True,
                                    READ_COMMITTED)
-        return FetchResult(tp, assignment=None, partition_records=records, backoff=0)
-
-    aiokafkas = list(result()._partition_records)
-    assert all(isinstance(r, ConsumerRecord) for r in aiokafkas), f"{CHANGED}what PartitionRecords yields"
+        return FetchResult(tp, assignment=Assignment(fetch_offset), partition_records=records, backoff=0)
 
     class Fetching:
         _records: Any = collections.OrderedDict()
 
     consumer._fetcher = Fetching()
     private.bare_records(consumer)
-    consumer._fetcher._records[tp] = result()
-    bare = list(consumer._fetcher._records[tp]._partition_records)
-    assert [type(r) for r in bare] != [ConsumerRecord] * 3, "the parser's records were copied"
-    assert [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in bare] == [
-        (r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in aiokafkas]
+    for fetch_offset in (0, 2, 4, 11):
+        for max_records in (None, 1, 2, 3, 5, 100):
+            theirs = reads(result(fetch_offset), max_records)
+            consumer._fetcher._records[tp] = result(fetch_offset)
+            ours = reads(consumer._fetcher._records[tp], max_records)
+            assert [got for got, _ in ours] == [got for got, _ in theirs], (fetch_offset, max_records)
+            assert [at for got, at in ours if got] == [got[-1][0] + 1 for got, _ in ours if got], "positions"
+            assert ours[-1][1] == theirs[-1][1] == 12
+    found = result(0)
+    assert all(isinstance(r, ConsumerRecord) for r in found.getall()), f"{CHANGED}what a fetch returns"
+    consumer._fetcher._records[tp] = result(0)
+    assert not any(isinstance(r, ConsumerRecord) for r in consumer._fetcher._records[tp].getall())
 
 
 @pytest.mark.kafka
