@@ -18,12 +18,15 @@ class TP(NamedTuple):
 
 class EventLease(Protocol):
     """What an event needs of the assignment it was fetched under (engine.tasks.leases.Lease is one): whether
-    it is still dispatched and whether it ended, and where to ack its record."""
+    it is still dispatched and whether it ended, and where to ack its record (or a run of records at once:
+    engine.tasks.offsets.OffsetTracker.ack_run)."""
 
     dispatching: bool
     ended: bool
 
     def ack(self, offset: int) -> None: ...
+
+    def ack_run(self, first: int, last: int, count: int) -> bool: ...
 
 
 class RawRecord(Protocol):
@@ -78,7 +81,9 @@ class Event:
 
     @property
     def headers(self) -> Headers:
-        return self.record.headers
+        """A tuple on every transport (aiokafka's parser gives a list, shared by the events of every agent
+        that reads the record: a copy here, made only where headers are read)."""
+        return tuple(self.record.headers)
 
     @property
     def timestamp(self) -> datetime:

@@ -11,6 +11,9 @@ mailbox, leases, acks and error policy (engine.processing.runner): only how it t
   co-partitioned with the table: `own_slot`); its values fold into a batch-local aggregate, written to
   that partition's buffer once when the batch (or its run of one partition) ends. One table read per
   distinct key per batch; the buffer coalesces the changelog per checkpoint as before.
+- Each run of one lease's events is acked together when it ends (`Lease.ack_run`: one step where they are
+  its oldest in flight), the events before a failing one included; nothing awaits in between, so no
+  checkpoint can tell.
 - A windowed table (tumbling, hopping, session, sliding): each event updates its windows with the table's
   own update, as the agent path does: stream time, late events and closed windows are the table's, event by
   event in partition order. For fixed-size windows (tumbling, hopping) the events of one partition's run
@@ -98,9 +101,13 @@ def _fold_fixed_windows(stream: Stream, events: list[Event], steps: tuple[Step, 
                         add: Combine) -> None:
     part: TablePartition | None = None
     run: object = None  # the lease (or, without one, the partition) of the events `part` was routed for
-    at = 0
+    begin = at = 0  # `begin`: where the run of `run`'s events began (acked together when it ends)
     try:
-        for event in events:
+        for at, event in enumerate(events):
+            lease = event.lease
+            if (lease if lease is not None else event.tp) is not run:
+                _ack(events, begin, at)
+                begin, run, part = at, lease if lease is not None else event.tp, None
             stream.current_event = event
             value = event.value
             for is_filter, fun in steps:
@@ -110,25 +117,26 @@ def _fold_fixed_windows(stream: Stream, events: list[Event], steps: tuple[Step, 
                 else:
                     value = fun(value)
             else:
-                lease = event.lease
-                if (lease if lease is not None else event.tp) is not run or part is None:
+                if part is None:
                     part = table.own_partition(event)
-                    run = lease if lease is not None else event.tp
                 table.apply(part, event, event.key, add, value)
-            lease = event.lease
-            if lease is not None:
-                lease.ack(event.record.offset)
-            at += 1
+        at = len(events)
     except BaseException:
         stream.batch_reached = at + 1  # (the rest goes back to the mailbox when the agent is abandoned)
         raise
+    finally:
+        _ack(events, begin, at)
 
 
 def _fold_windows(stream: Stream, events: list[Event], steps: tuple[Step, ...],
                   update: Callable[[Any, Any], Any]) -> None:
-    at = 0
+    run: object = None
+    begin = at = 0
     try:
-        for event in events:
+        for at, event in enumerate(events):
+            if event.lease is not run:
+                _ack(events, begin, at)
+                begin, run = at, event.lease
             stream.current_event = event
             value = event.value
             for is_filter, fun in steps:
@@ -139,13 +147,12 @@ def _fold_windows(stream: Stream, events: list[Event], steps: tuple[Step, ...],
                     value = fun(value)
             else:
                 update(event.key, value)
-            lease = event.lease
-            if lease is not None:
-                lease.ack(event.record.offset)
-            at += 1
+        at = len(events)
     except BaseException:
         stream.batch_reached = at + 1  # (the rest goes back to the mailbox when the agent is abandoned)
         raise
+    finally:
+        _ack(events, begin, at)
 
 
 def _fold_plain(stream: Stream, events: list[Event], steps: tuple[Step, ...], table: BaseTable,
@@ -153,9 +160,13 @@ def _fold_plain(stream: Stream, events: list[Event], steps: tuple[Step, ...], ta
     # key -> [aggregate, the buffer it goes to]; per run of one partition (a key's value is its partition's)
     folded: dict[Any, list[Any]] = {}
     partition = -1
-    at = 0
+    run: object = None
+    begin = at = 0
     try:
-        for event in events:
+        for at, event in enumerate(events):
+            if event.lease is not run:
+                _ack(events, begin, at)
+                begin, run = at, event.lease
             if event.tp.partition != partition:
                 _write(folded)
                 partition = event.tp.partition
@@ -175,16 +186,27 @@ def _fold_plain(stream: Stream, events: list[Event], steps: tuple[Step, ...], ta
                     folded[key] = [add(current, value), buffer]
                 else:
                     entry[0] = add(entry[0], value)
-            lease = event.lease
-            if lease is not None:
-                lease.ack(event.record.offset)
-            at += 1
+        at = len(events)
     except BaseException:
         stream.current_event = events[at]  # the event it failed on, for the error policy
         stream.batch_reached = at + 1
         raise
     finally:
         _write(folded)
+        _ack(events, begin, at)
+
+
+def _ack(events: list[Event], begin: int, end: int) -> None:
+    """Ack `events[begin:end]`, events of one lease one after another, processed: in one step where the
+    lease has them as its oldest in flight (`ack_run`), else one by one."""
+    if begin >= end:
+        return
+    lease = events[begin].lease
+    if lease is None:
+        return
+    if not lease.ack_run(events[begin].record.offset, events[end - 1].record.offset, end - begin):
+        for at in range(begin, end):
+            lease.ack(events[at].record.offset)
 
 
 def _write(folded: dict[Any, list[Any]]) -> None:

@@ -366,7 +366,7 @@ class Conductor(Service):
                              lease: Lease) -> None:
         """Several agents read this topic: each gets the record decoded by its own Topic's codecs."""
         partition = lease.tp.partition
-        outgoing: dict[int, tuple[AgentRunner, Mailbox[Event], list[Event]]] = {}
+        outgoing: dict[int, tuple[AgentRunner, Mailbox[Event], list[Event], Topic]] = {}
         for record in records:
             decoded: dict[int, tuple[Any, Any] | DecodeError] = {}
             for topic, _ in topic_routes:
@@ -387,14 +387,14 @@ class Conductor(Service):
                     await runner.handle_error(lease.tp, record, outcome)
                 else:
                     mailbox = runner.mailbox(topic.name, partition)
-                    outgoing.setdefault(id(mailbox), (runner, mailbox, []))[2].append(
+                    outgoing.setdefault(id(mailbox), (runner, mailbox, [], topic))[2].append(
                         Event(lease.tp, record, outcome[0], outcome[1], lease))
             if receivers == 0:
                 lease.ack(record.offset)
         if outgoing and lease.tp[0] in self.timed_topics:
-            handed = [event for _, _, events in outgoing.values() for event in events]
-            self._observe(lease, topic_routes[0][0], handed)
-        for runner, mailbox, events in outgoing.values():
+            for _, _, events, topic in outgoing.values():  # (each agent's events timed by its own Topic)
+                self._observe(lease, topic, events)
+        for runner, mailbox, events, _ in outgoing.values():
             runner.received += len(events)
             await self._deliver(lease, mailbox, events)
 

@@ -338,12 +338,15 @@ class WindowedTable(EventTimeTable):
         The per-event path of every windowed table, so it avoids what cost most in `benchmarks.windowed`
         (py-spy): the key is encoded (cached) only to read the store, not once per window; a window's store
         key is built only to read the store; and the store is read only for a window the live index says
-        the store has, so a new window costs no RocksDB read, nor any lookup at all. Its time, the
+        the store has, so a new window costs no RocksDB read. Its time, the
         partition's state and stream time, and the buffer (`TablePartition.cached`/`set`) are inlined, and
         the window gives its open starts in one call (what that saved: benchmarks/README.md)."""
         ts = event.time_ms  # the topic's extractor (or the record's time), applied at dispatch
         if ts is None or ts < 0 or self.timestamp is not None:
             ts = self._valid_time(event)
+        table = self.table
+        found = table._locations.get(key)  # (the key checked and encoded, cached: a None key raises here)
+        inner = found[0] if found is not None else table._locate_new(key)[0]
         state = part.windows or self._state(part)
         stream_time = state.stream_time
         if stream_time is None or ts > stream_time:
@@ -370,7 +373,7 @@ class WindowedTable(EventTimeTable):
                     if flushing is not None:
                         current = flushing.get(window_key_, MISSING)
                     if current is MISSING and in_store:
-                        current = part.stored(window_key(self.table.locate_key(key)[0], start))
+                        current = part.stored(window_key(inner, start))
                 if current is MISSING or current is DELETED:
                     current = self._default()
             buffer[window_key_] = fun(current, arg)

@@ -59,6 +59,26 @@ class OffsetTracker:
         else:
             self._done.add(offset)
 
+    def ack_run(self, first: int, last: int, count: int) -> bool:
+        """Ack `count` records at once, `first` to `last`, if they are the oldest in flight, one after
+        another, none shared with another agent and none acked out of order: one agent's events of a batch,
+        acked together when its fused pipeline is done with them (engine.fused), instead of one `ack` call
+        each. False (nothing acked) where that does not hold: the caller acks each."""
+        pending = self._pending
+        if (self._shares or self._done or len(pending) < count or pending[0] != first
+                or pending[count - 1] != last):
+            return False
+        if len(pending) == count:
+            pending.clear()
+        else:
+            take = pending.popleft
+            for _ in range(count):
+                take()
+        self.position = last + 1
+        if not pending and self.on_drained is not None:
+            self.on_drained()
+        return True
+
     @property
     def in_flight(self) -> int:
         return len(self._pending)

@@ -57,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import weakref
 from typing import TYPE_CHECKING, Any, Protocol
 
 import aiokafka.client
@@ -293,6 +294,8 @@ class _BareFetched(collections.OrderedDict[Any, Any]):
     def __setitem__(self, tp: Any, result: Any) -> None:
         if type(result) is FetchResult:  # (else a FetchError)
             result.getall = _BatchReader(result).getall
+            # (aiokafka's record generator, never started now, would keep its PartitionRecords in a cycle)
+            result._partition_records._records_iterator = None
         super().__setitem__(tp, result)
 
 
@@ -300,20 +303,37 @@ class _BatchReader:
     """`FetchResult.getall` a batch at a time. aiokafka's reads its `PartitionRecords` a record at a time
     (`_unpack_records`); this reads the same batches whole, by the same rules (the aborted transactions'
     producers, control batches, records before the fetch offset), and keeps its `next_fetch_offset` and
-    the partition's position as aiokafka's would be after returning the same records."""
+    the partition's position as aiokafka's would be after returning the same records. A reading that
+    failed (a corrupt batch) ends the result, as aiokafka's generator ends when it raises: the next call
+    returns nothing, and the fetcher fetches again from the position.
 
-    __slots__ = ("_at", "_batch_end", "_ready", "_result")
+    The result holds this reader's `getall`; the reader holds the result weakly, so that a result read
+    to its end is freed at once, not by the cyclic garbage collector, with the fetched data it holds."""
+
+    __slots__ = ("_at", "_batch_end", "_failed", "_ready", "_result")
 
     def __init__(self, result: Any) -> None:
-        self._result = result
+        self._result = weakref.ref(result)
         self._ready: list[Any] = []  # the records of the batch being returned
         self._at = 0  # how many of them were returned
         self._batch_end = 0  # that batch's next offset
+        self._failed = False
 
     def getall(self, max_records: int | None = None) -> list[Any]:
-        result = self._result
-        if not result.check_assignment(result._topic_partition) or not result.has_more():
+        result = self._result()
+        if result is None or not result.check_assignment(result._topic_partition) or not result.has_more():
             return []
+        if self._failed:
+            result._update_position()
+            result._partition_records = None
+            return []
+        try:
+            return self._take(result, max_records)
+        except BaseException:
+            self._failed = True
+            raise
+
+    def _take(self, result: Any, max_records: int | None) -> list[Any]:
         unpacked = result._partition_records
         limit = max_records if max_records is not None else len(self._ready) + (1 << 62)
         taken: list[Any] = []
@@ -321,14 +341,17 @@ class _BatchReader:
         while len(taken) < limit:
             ready, at = self._ready, self._at
             if at >= len(ready):
+                if ready:  # past the batch's end (aiokafka moves there only when asked for more)
+                    unpacked.next_fetch_offset = self._batch_end
+                    self._ready = []
                 if not self._next_batch(unpacked):
                     exhausted = True
                     break
                 continue
             chunk = ready[at:at + limit - len(taken)] if at or len(ready) > limit - len(taken) else ready
             taken += chunk
-            self._at = at = at + len(chunk)
-            unpacked.next_fetch_offset = self._batch_end if at >= len(ready) else chunk[-1].offset + 1
+            self._at = at + len(chunk)
+            unpacked.next_fetch_offset = chunk[-1].offset + 1
         result._update_position()
         if exhausted:
             result._partition_records = None

@@ -9,7 +9,9 @@ import asyncio
 import collections
 import gc
 import inspect
+import struct
 import uuid
+import weakref
 from typing import Any
 
 import aiokafka
@@ -25,8 +27,9 @@ from aiokafka.producer.message_accumulator import MessageAccumulator
 from aiokafka.producer.sender import BaseHandler, Sender, TxnOffsetCommitHandler
 from aiokafka.producer.transaction_manager import TransactionManager, TransactionResult, TransactionState
 from aiokafka.protocol.commit import OffsetFetchResponse_v3
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.default_records import DefaultRecordBase, DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.record.util import calc_crc32c
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 from engine.events import TP
@@ -335,8 +338,9 @@ class Assignment:
         return self.state
 
 
-def batches(*sizes: int) -> bytes:
-    """Record batches of `sizes` records, offsets following on from 0."""
+def batches(*sizes: int, compacted: int = 0) -> bytes:
+    """Record batches of `sizes` records, offsets following on from 0; each batch's last `compacted`
+    offsets gone (a compacted log: the batch ends past its last record)."""
     data, offset = b"", 0
     for size in sizes:
         builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
@@ -347,8 +351,16 @@ def batches(*sizes: int) -> bytes:
             offset += 1
         built = bytearray(builder.build())
         built[0:8] = (offset - size).to_bytes(8, "big")  # the batch's base offset
+        if compacted:
+            struct.pack_into(">i", built, LAST_OFFSET_DELTA, size - 1 + compacted)
+            struct.pack_into(">I", built, DefaultRecordBase.CRC_OFFSET,
+                             calc_crc32c(bytes(built[DefaultRecordBase.ATTRIBUTES_OFFSET:])))
+            offset += compacted
         data += bytes(built)
     return data
+
+
+LAST_OFFSET_DELTA = struct.calcsize(">qiibIh")  # (base offset, length, leader epoch, magic, CRC, attributes)
 
 
 def reads(result: FetchResult, max_records: int | None) -> list[tuple[list[tuple[Any, ...]], int]]:
@@ -375,9 +387,9 @@ async def test_a_fetch_read_a_batch_at_a_time_returns_what_aiokafka_returns_and_
     consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:9")
     for name in ("_fetcher", "_key_deserializer", "_value_deserializer"):
         assert hasattr(consumer, name), f"{CHANGED}AIOKafkaConsumer.{name}"
-    tp, data = TopicPartition("t", 0), batches(4, 3, 5)
+    tp = TopicPartition("t", 0)
 
-    def result(fetch_offset: int) -> FetchResult:
+    def result(fetch_offset: int, data: bytes) -> FetchResult:
         records = PartitionRecords(tp, MemoryRecords(data), [], fetch_offset, None, None, True,
                                    READ_COMMITTED)
         return FetchResult(tp, assignment=Assignment(fetch_offset), partition_records=records, backoff=0)
@@ -387,18 +399,69 @@ async def test_a_fetch_read_a_batch_at_a_time_returns_what_aiokafka_returns_and_
 
     consumer._fetcher = Fetching()
     private.bare_records(consumer)
-    for fetch_offset in (0, 2, 4, 11):
-        for max_records in (None, 1, 2, 3, 5, 100):
-            theirs = reads(result(fetch_offset), max_records)
-            consumer._fetcher._records[tp] = result(fetch_offset)
-            ours = reads(consumer._fetcher._records[tp], max_records)
-            assert [got for got, _ in ours] == [got for got, _ in theirs], (fetch_offset, max_records)
-            assert [at for got, at in ours if got] == [got[-1][0] + 1 for got, _ in ours if got], "positions"
-            assert ours[-1][1] == theirs[-1][1] == 12
-    found = result(0)
+    for data, end in ((batches(4, 3, 5), 12), (batches(4, 3, 5, compacted=2), 18)):
+        for fetch_offset in (0, 2, 4, 11):
+            for max_records in (None, 1, 2, 3, 5, 100):
+                theirs = reads(result(fetch_offset, data), max_records)
+                consumer._fetcher._records[tp] = result(fetch_offset, data)
+                ours = reads(consumer._fetcher._records[tp], max_records)
+                assert ours == theirs, (end, fetch_offset, max_records)
+                assert ours[-1][1] == end
+    data = batches(4, 3, 5)
+    found = result(0, data)
     assert all(isinstance(r, ConsumerRecord) for r in found.getall()), f"{CHANGED}what a fetch returns"
-    consumer._fetcher._records[tp] = result(0)
+    consumer._fetcher._records[tp] = result(0, data)
     assert not any(isinstance(r, ConsumerRecord) for r in consumer._fetcher._records[tp].getall())
+
+
+async def test_a_fetch_read_to_its_end_is_freed_without_the_cyclic_garbage_collector():
+    assert "_records_iterator" in inspect.getsource(PartitionRecords), f"{CHANGED}PartitionRecords"
+    consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:9")
+
+    class Fetching:
+        _records: Any = collections.OrderedDict()
+
+    consumer._fetcher = Fetching()
+    private.bare_records(consumer)
+    tp = TopicPartition("t", 0)
+    gc.disable()
+    try:
+        records = PartitionRecords(tp, MemoryRecords(batches(4, 3)), [], 0, None, None, True,
+                                   READ_COMMITTED)
+        consumer._fetcher._records[tp] = FetchResult(tp, assignment=Assignment(0), partition_records=records,
+                                                     backoff=0)
+        freed = weakref.ref(records)
+        fetched = consumer._fetcher._records[tp]
+        assert len(fetched.getall()) == 7
+        del consumer._fetcher._records[tp], fetched, records
+        assert freed() is None, "a fetch read to its end waits for the cyclic garbage collector"
+    finally:
+        gc.enable()
+
+
+async def test_a_corrupt_batch_ends_the_fetch_as_aiokafkas_reading_does():
+    consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:9")
+
+    class Fetching:
+        _records: Any = collections.OrderedDict()
+
+    consumer._fetcher = Fetching()
+    private.bare_records(consumer)
+    tp = TopicPartition("t", 0)
+    corrupt = bytearray(batches(2, 2, 2))
+    corrupt[len(corrupt) * 1 // 2] ^= 0xFF  # (a byte of the second batch's records)
+    for name in ("theirs", "ours"):
+        records = PartitionRecords(tp, MemoryRecords(bytes(corrupt)), [], 0, None, None, True, READ_COMMITTED)
+        fetched = FetchResult(tp, assignment=Assignment(0), partition_records=records, backoff=0)
+        if name == "ours":
+            consumer._fetcher._records[tp] = fetched
+        assert [r.offset for r in fetched.getall(1)] == [0]
+        assert [r.offset for r in fetched.getall(1)] == [1]
+        with pytest.raises(aiokafka.errors.CorruptRecordException):
+            fetched.getall(1)
+        assert fetched.getall(1) == [], f"{name}: the fetch goes on past a corrupt batch"
+        assert not fetched.has_more(), name
+        assert fetched._assignment.state.position == 2, name
 
 
 @pytest.mark.kafka

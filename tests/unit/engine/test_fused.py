@@ -186,3 +186,38 @@ async def test_an_event_a_group_by_key_fails_on_is_dead_lettered_and_the_rest_re
         await testing.eventually(lambda: contents(counts) == truth, 5)
     assert sorted(letters) == sorted((key, f"KeyError: 'no group for {ts}'".encode()) for key, ts in refused)
     assert max(batch_sizes) > 1
+
+
+@pytest.mark.parametrize("kind", ["tumbling", "hopping"])
+async def test_an_event_without_a_key_in_a_fixed_window_batch_is_dead_lettered_and_the_rest_counted(
+        kind: str, batch_sizes: list[int]) -> None:
+    app, events = make_app(f"fused-keyless-{kind}", agent_error_policy="dlq")
+    pipeline = app.stream(events)
+    windowed = pipeline.tumbling(60, expires=10**6) if kind == "tumbling" else pipeline.hopping(60, 20,
+                                                                                              expires=10**6)
+    totals = windowed.sum(f"{kind}-sums", lambda v: v["amount"])
+    keyless = set(range(5, len(EVENTS), 97))  # (indexes of the events sent without a key)
+    letters: list[bytes] = []
+
+    @app.agent(app.topic(f"fused-keyless-{kind}-{kind}-sums-aggregate-dlq", key_type=bytes, value_type=bytes),
+               name="letters")
+    async def collect(stream: Any) -> None:
+        async for event in stream.events():
+            letters.append(dict(event.headers)["engine-error-type"])
+
+    starts_of = ((lambda ts: [ts // 60_000 * 60_000]) if kind == "tumbling"
+                 else (lambda ts: [s for s in range(ts // 20_000 * 20_000 - 40_000, ts + 1, 20_000)
+                                   if s >= 0 and s <= ts < s + 60_000]))
+    truth: dict[tuple[str, WindowRange], int] = defaultdict(int)
+    for at, (key, amount, ts) in enumerate(EVENTS):
+        if at not in keyless:
+            for start in starts_of(ts):
+                truth[key, WindowRange.from_ms(start, start + 60_000)] += amount
+    async with testing.running(app):
+        for at, (key, amount, ts) in enumerate(EVENTS):
+            await events.send(key=None if at in keyless else key, value={"amount": amount, "ts": ts})
+        await testing.eventually(lambda: len(letters) == len(keyless), 20)
+        await testing.eventually(lambda: {(key, WindowRange.from_ms(start, start + 60_000)): value for (
+            key, start), value in totals.table.items()} == truth, 20)
+    assert letters == [b"TableError"] * len(keyless)
+    assert max(batch_sizes) > 1

@@ -40,6 +40,33 @@ def test_offsets_with_gaps_commit_past_the_last_done():
     assert tracker.committable() == 10
 
 
+def test_a_run_of_the_oldest_records_in_flight_is_acked_at_once_and_anything_else_is_refused():
+    tracker = OffsetTracker()
+    drained: list[bool] = []
+    tracker.on_drained = lambda: drained.append(True)
+    tracker.track_many([3, 5, 6, 9, 10])  # (a compacted topic's gaps)
+    assert not tracker.ack_run(5, 6, 2), "not the oldest in flight: 3 is"
+    assert not tracker.ack_run(3, 9, 2), "the second record in flight is 5, not 9"
+    assert not tracker.ack_run(3, 10, 6), "more than are in flight"
+    assert tracker.committable() is None
+    assert tracker.ack_run(3, 6, 3)
+    assert (tracker.committable(), tracker.in_flight, drained) == (7, 2, [])
+    assert tracker.ack_run(9, 10, 2)
+    assert (tracker.committable(), tracker.in_flight, drained) == (11, 0, [True])
+
+    shared = OffsetTracker()
+    shared.track(0, shares=2)
+    shared.track(1)
+    assert not shared.ack_run(0, 1, 2), "offset 0 waits for a second agent's ack"
+    out_of_order = OffsetTracker()
+    out_of_order.track_many([0, 1, 2, 3])
+    out_of_order.ack(2)
+    assert not out_of_order.ack_run(0, 1, 2), "2 was acked before 0 and 1: one by one"
+    out_of_order.ack(0)
+    out_of_order.ack(1)
+    assert out_of_order.committable() == 3
+
+
 def test_kafka_partitioner_vectors():
     # Values from Kafka's Java client (Utils.murmur2) test vectors.
     assert murmur2(b"21") == -973932308
@@ -239,3 +266,14 @@ def test_store_memory_is_a_positive_number_of_bytes():
     assert load_settings("a", {}, environ={"ENGINE_STORE_MEMORY": "1048576"}).store_memory == 1 << 20
     with pytest.raises(ConfigError, match="'store_memory'"):
         load_settings("a", {"store_memory": 0}, environ={})
+
+
+def test_an_events_headers_are_a_tuple_whatever_sequence_its_record_holds():
+    from engine.events import TP, Event
+
+    class Parsed:  # as aiokafka's batch parser makes a record: headers in a list
+        offset, timestamp, key, value, headers = 4, 0, b"k", b"v", [("trace", b"1")]
+
+    event = Event(TP("t", 0), Parsed(), "k", "v", None)  # type: ignore[arg-type]
+    assert event.headers == (("trace", b"1"),)
+    assert isinstance(event.headers, tuple)  # (`event.headers + (...)` works on every transport)
