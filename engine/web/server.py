@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import socket
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlencode
 
@@ -52,10 +53,31 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
+def _bound_socket(host: str, port: int) -> socket.socket:
+    """A socket listening on `host:port` (port 0: one the system picks), for the server. Bound and listening
+    here, not in the event loop's `create_server`: two processes choosing the same port can both bind it
+    (SO_REUSEADDR, neither listening yet), and only the second one's `listen` fails; uvloop then closes its
+    server's socket without raising, and aiohttp failed on a server without a socket (two workers starting
+    side by side). Here a port taken is OSError(EADDRINUSE), at the bind or at the listen, on every loop,
+    and the next port is tried."""
+    family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as asyncio's create_server does)
+        sock.bind(address)
+        sock.listen(BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
 FORWARDED = "X-Engine-Forwarded"  # set on a forwarded query: it is answered where it lands, never sent on
 FORWARD_TIMEOUT = 5.0  # seconds a forwarded query may take
 EXPORT_WAIT = 30.0  # seconds the committer of an asked round waits for the other workers' parts, by default
 EXPORT_TIMEOUT = 3600.0  # seconds a worker's part of an asked round may take (it writes the lake table)
+BACKLOG = 128  # connections waiting to be accepted (aiohttp's default)
 BEAT_ASK_TIMEOUT = 1.0  # seconds another member may take to hear an ask to heartbeat (else: its interval)
 
 
@@ -105,14 +127,14 @@ class WebServer(Service):
         self._client = ClientSession(timeout=ClientTimeout(total=FORWARD_TIMEOUT))
         ports = [0] if self.port == 0 else range(self.port, min(self.port + PORTS_TRIED, 65536))
         for port in ports:
-            site = web.TCPSite(self._runner, self.host, port)
             try:
-                await site.start()
+                sock = _bound_socket(self.host, port)
             except OSError as exc:
                 if exc.errno != errno.EADDRINUSE:
                     raise ConfigError(f"web server cannot listen on {self.host}:{port}: {exc}") from exc
                 continue
-            bound = self._runner.addresses[0][1]
+            await web.SockSite(self._runner, sock).start()
+            bound = sock.getsockname()[1]
             self.endpoint = f"{self.host}:{bound}"
             self._on_bound(self.endpoint)
             log.info("web server at http://%s (tables, health, ready)", self.endpoint)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import socket
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -18,8 +20,9 @@ import engine
 from engine import testing
 from engine.scope import running_as
 from engine.tables.base import PartitionNotLocal
+from engine.web import server as server_module
 from engine.web.queries import Forward
-from engine.web.server import FORWARDED
+from engine.web.server import FORWARDED, PORTS_TRIED
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -343,3 +346,32 @@ def test_a_local_key_count_merges_the_unflushed_writes_and_stops_past_its_limit(
     assert table.count_local(3) == 3
     assert table.count_local(2) is None
     table.unbind(worker)
+
+
+async def test_a_port_whose_listen_another_process_won_is_passed_over_for_the_next(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two workers starting side by side can both bind one port (SO_REUSEADDR, neither listening yet); the
+    second one's listen fails. That failure is a port in use: the next one is tried (uvloop's create_server
+    once returned a server without a socket there, and the worker failed to start)."""
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    lost = probe.getsockname()[1]
+    probe.close()
+
+    class LosingTheRace(socket.socket):
+        def listen(self, *args: Any) -> None:
+            if self.getsockname()[1] == lost:
+                raise OSError(errno.EADDRINUSE, "Address already in use")
+            super().listen(*args)
+
+    monkeypatch.setattr(server_module.socket, "socket", LosingTheRace)
+    app = engine.App("port-race", store="memory://")
+    app.topic("in")
+    async with testing.running(app, data_dir=str(tmp_path), broker=testing.memory_url(), web_enabled=True,
+                               web_port=lost) as worker, aiohttp.ClientSession() as session:
+        assert worker.web_endpoint is not None
+        host, port = worker.web_endpoint.rsplit(":", 1)
+        assert host == "127.0.0.1"
+        assert lost < int(port) < lost + PORTS_TRIED, "the next free port after the one lost"
+        status, _body = await get(session, worker.web_endpoint, "/health")
+        assert status == 200
