@@ -374,6 +374,25 @@ def reads(result: FetchResult, max_records: int | None) -> list[tuple[list[tuple
     return calls
 
 
+def bare_results() -> Any:
+    """The fetch results dict of a consumer engine made bare (a fetcher of its own: nothing is started)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:9")
+
+    class Fetching:
+        _records: Any = collections.OrderedDict()
+
+    consumer._fetcher = Fetching()
+    private.bare_records(consumer)
+    return consumer._fetcher._records
+
+
+def fetch_result(data: bytes, fetch_offset: int = 0) -> FetchResult:
+    """What aiokafka's fetcher stores of a partition's fetched `data`, to be read from `fetch_offset`."""
+    tp = TopicPartition("t", 0)
+    records = PartitionRecords(tp, MemoryRecords(data), [], fetch_offset, None, None, True, READ_COMMITTED)
+    return FetchResult(tp, assignment=Assignment(fetch_offset), partition_records=records, backoff=0)
+
+
 async def test_a_fetch_read_a_batch_at_a_time_returns_what_aiokafka_returns_and_moves_the_position_alike():
     for name in ("check_assignment", "has_more", "_update_position", "getall"):
         assert hasattr(FetchResult, name), f"{CHANGED}FetchResult.{name}"
@@ -382,79 +401,48 @@ async def test_a_fetch_read_a_batch_at_a_time_returns_what_aiokafka_returns_and_
     assert "self._records[tp] = FetchResult(" in inspect.getsource(Fetcher), f"{CHANGED}Fetcher._records"
     source = inspect.getsource(PartitionRecords)
     for name in ("self._records", "self.next_fetch_offset", "self._check_crcs", "self._isolation_level",
-                 "self._aborted_producers", "self._tp"):
+                 "self._aborted_producers", "self._tp", "self._records_iterator"):
         assert name in source, f"{CHANGED}PartitionRecords: {name}"
     consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:9")
     for name in ("_fetcher", "_key_deserializer", "_value_deserializer"):
         assert hasattr(consumer, name), f"{CHANGED}AIOKafkaConsumer.{name}"
-    tp = TopicPartition("t", 0)
-
-    def result(fetch_offset: int, data: bytes) -> FetchResult:
-        records = PartitionRecords(tp, MemoryRecords(data), [], fetch_offset, None, None, True,
-                                   READ_COMMITTED)
-        return FetchResult(tp, assignment=Assignment(fetch_offset), partition_records=records, backoff=0)
-
-    class Fetching:
-        _records: Any = collections.OrderedDict()
-
-    consumer._fetcher = Fetching()
-    private.bare_records(consumer)
+    results, tp = bare_results(), TopicPartition("t", 0)
     for data, end in ((batches(4, 3, 5), 12), (batches(4, 3, 5, compacted=2), 18)):
         for fetch_offset in (0, 2, 4, 11):
             for max_records in (None, 1, 2, 3, 5, 100):
-                theirs = reads(result(fetch_offset, data), max_records)
-                consumer._fetcher._records[tp] = result(fetch_offset, data)
-                ours = reads(consumer._fetcher._records[tp], max_records)
+                theirs = reads(fetch_result(data, fetch_offset), max_records)
+                results[tp] = fetch_result(data, fetch_offset)
+                ours = reads(results[tp], max_records)
                 assert ours == theirs, (end, fetch_offset, max_records)
                 assert ours[-1][1] == end
     data = batches(4, 3, 5)
-    found = result(0, data)
-    assert all(isinstance(r, ConsumerRecord) for r in found.getall()), f"{CHANGED}what a fetch returns"
-    consumer._fetcher._records[tp] = result(0, data)
-    assert not any(isinstance(r, ConsumerRecord) for r in consumer._fetcher._records[tp].getall())
+    theirs = fetch_result(data).getall()
+    assert all(isinstance(r, ConsumerRecord) for r in theirs), f"{CHANGED}what a fetch returns"
+    results[tp] = fetch_result(data)
+    assert not any(isinstance(r, ConsumerRecord) for r in results[tp].getall())
 
 
 async def test_a_fetch_read_to_its_end_is_freed_without_the_cyclic_garbage_collector():
-    assert "_records_iterator" in inspect.getsource(PartitionRecords), f"{CHANGED}PartitionRecords"
-    consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:9")
-
-    class Fetching:
-        _records: Any = collections.OrderedDict()
-
-    consumer._fetcher = Fetching()
-    private.bare_records(consumer)
-    tp = TopicPartition("t", 0)
+    results, tp = bare_results(), TopicPartition("t", 0)
     gc.disable()
     try:
-        records = PartitionRecords(tp, MemoryRecords(batches(4, 3)), [], 0, None, None, True,
-                                   READ_COMMITTED)
-        consumer._fetcher._records[tp] = FetchResult(tp, assignment=Assignment(0), partition_records=records,
-                                                     backoff=0)
-        freed = weakref.ref(records)
-        fetched = consumer._fetcher._records[tp]
+        results[tp] = fetched = fetch_result(batches(4, 3))
+        freed = weakref.ref(fetched._partition_records)
         assert len(fetched.getall()) == 7
-        del consumer._fetcher._records[tp], fetched, records
+        del results[tp], fetched
         assert freed() is None, "a fetch read to its end waits for the cyclic garbage collector"
     finally:
         gc.enable()
 
 
 async def test_a_corrupt_batch_ends_the_fetch_as_aiokafkas_reading_does():
-    consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:9")
-
-    class Fetching:
-        _records: Any = collections.OrderedDict()
-
-    consumer._fetcher = Fetching()
-    private.bare_records(consumer)
-    tp = TopicPartition("t", 0)
+    results, tp = bare_results(), TopicPartition("t", 0)
     corrupt = bytearray(batches(2, 2, 2))
     corrupt[len(corrupt) * 1 // 2] ^= 0xFF  # (a byte of the second batch's records)
     for name in ("theirs", "ours"):
-        records = PartitionRecords(tp, MemoryRecords(bytes(corrupt)), [], 0, None, None, True, READ_COMMITTED)
-        fetched = FetchResult(tp, assignment=Assignment(0), partition_records=records, backoff=0)
+        fetched = fetch_result(bytes(corrupt))
         if name == "ours":
-            consumer._fetcher._records[tp] = fetched
+            results[tp] = fetched
         assert [r.offset for r in fetched.getall(1)] == [0]
         assert [r.offset for r in fetched.getall(1)] == [1]
         with pytest.raises(aiokafka.errors.CorruptRecordException):
