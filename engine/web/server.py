@@ -60,12 +60,15 @@ def _bound_socket(host: str, port: int) -> socket.socket:
     (SO_REUSEADDR, neither listening yet), and only the second one's `listen` fails; uvloop then closes its
     server's socket without raising, and aiohttp failed on a server without a socket (two workers starting
     side by side). Here a port taken is OSError(EADDRINUSE), at the bind or at the listen, on every loop,
-    and the next port is tried."""
+    and the next port is tried. The host's first address is the one listened on (it is the one the worker
+    announces to the others), an IPv6 one for IPv6 only, as asyncio's servers do."""
     family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
                                                           flags=socket.AI_PASSIVE)[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as asyncio's create_server does)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind(address)
         sock.listen(BACKLOG)
     except OSError:
@@ -133,7 +136,11 @@ class WebServer(Service):
                 if exc.errno != errno.EADDRINUSE:
                     raise ConfigError(f"web server cannot listen on {self.host}:{port}: {exc}") from exc
                 continue
-            await web.SockSite(self._runner, sock).start()
+            try:
+                await web.SockSite(self._runner, sock).start()
+            except BaseException:
+                sock.close()
+                raise
             bound = sock.getsockname()[1]
             self.endpoint = f"{self.host}:{bound}"
             self._on_bound(self.endpoint)
