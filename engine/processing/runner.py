@@ -225,7 +225,13 @@ class AgentRunner(Service):
         as traceback lines (None if no instance is inside it)."""
         for context in self._contexts.values():
             if context.task is not None and any(s.current_event is event for s in context.streams):
-                return awaiting(context.task.get_coro())
+                lines = awaiting(context.task.get_coro())
+                for stream in context.streams:  # (through/group_by: the forwarding runs in a task of its own)
+                    forwarding = stream.forwarding
+                    if forwarding is not None:
+                        lines += ["and the forwarding into its stream's topic, in a task of its own:\n",
+                                  *awaiting(forwarding.get_coro())]
+                return lines
         return None
 
     @property

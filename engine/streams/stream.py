@@ -540,6 +540,13 @@ class Stream(_Operators):
 
     # -- through / group_by -------------------------------------------------------------------------
 
+    @property
+    def forwarding(self) -> asyncio.Task[Any] | None:
+        """The task forwarding upstream events into this stream's topic now, if one runs (the agent's own
+        task waits for it, or for this stream's next event: where a stuck forward waits is in this one)."""
+        pump = self._pump
+        return pump if pump is not None and not pump.done() else None
+
     def set_upstream(
         self, upstream: AsyncIterator[Any], root: Stream, topic: Topic, key: Callable[[Any], Any] | None
     ) -> None:

@@ -576,3 +576,29 @@ async def test_an_agent_stuck_inside_an_event_is_named_with_the_line_it_waits_on
     assert "await call_that_never_answers()  # stuck here" in first
     assert "await never.wait()" in first
     assert "waits at" not in again
+
+
+async def test_an_event_stuck_in_a_group_bys_forwarding_is_named_with_the_line_it_waits_on(caplog):
+    app, _ = app_on_memory("stuck-forward", stuck_event_warning=0.2)
+    topic = app.topic("t", key_type=str, value_type=int, partitions=1)
+    never = asyncio.Event()
+
+    async def checked_elsewhere(value: int) -> bool:
+        await never.wait()  # the forwarding waits here
+        return True
+
+    @app.agent(topic)
+    async def regroup(stream):
+        async for _ in stream.filter(checked_elsewhere).group_by(str, name="by-value", key_type=str):
+            pass
+
+    def warned() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "has been processing" in r.getMessage()]
+
+    async with testing.running(app):
+        await topic.send(key="k", value=1)
+        await testing.eventually(lambda: len(warned()) >= 1, 20)
+        never.set()
+    first = warned()[0]
+    assert "and the forwarding into its stream's topic, in a task of its own:" in first
+    assert "await never.wait()  # the forwarding waits here" in first
