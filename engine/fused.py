@@ -35,12 +35,14 @@ as the stream operators' forwarding does; what reads the repartition topic is th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import groupby
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from engine.streams.stream import UpstreamError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from engine.events import Event
     from engine.streams.stream import Stream
@@ -82,32 +84,48 @@ Fold = PlainFold | FixedWindowFold | WindowFold
 
 
 async def run_fused(stream: Stream, steps: tuple[Step, ...], fold: Fold) -> None:
-    """The agent's body: batch after batch until its mailbox closes."""
+    """The agent's body: batch after batch until its mailbox closes, each a run of one lease's events at a
+    time (`_runs`): a run is one partition's, so it is routed once, and acked at once when folded."""
     while True:
         try:
             events = await stream.take_batch()
         except StopAsyncIteration:
             return
-        if isinstance(fold, PlainFold):
-            _fold_plain(stream, events, steps, fold.table, fold.add)
-        elif isinstance(fold, FixedWindowFold):
-            _fold_fixed_windows(stream, events, steps, fold.table, fold.add)
-        else:
-            _fold_windows(stream, events, steps, fold.update)
+        for begin, end in _runs(events):
+            try:
+                if isinstance(fold, PlainFold):
+                    _fold_plain(stream, events, begin, end, steps, fold.table, fold.add)
+                elif isinstance(fold, FixedWindowFold):
+                    _fold_fixed_windows(stream, events, begin, end, steps, fold.table, fold.add)
+                else:
+                    _fold_windows(stream, events, begin, end, steps, fold.update)
+            except BaseException:
+                _ack(events, begin, stream.batch_reached - 1)  # (those before the one it failed on)
+                raise
+            _ack(events, begin, end)
         stream.finish_batch(len(events))
 
 
-def _fold_fixed_windows(stream: Stream, events: list[Event], steps: tuple[Step, ...], table: WindowedTable,
-                        add: Combine) -> None:
-    part: TablePartition | None = None
-    run: object = None  # the lease (or, without one, the partition) of the events `part` was routed for
-    begin = at = 0  # `begin`: where the run of `run`'s events began (acked together when it ends)
+def _runs(events: list[Event]) -> Iterator[tuple[int, int]]:
+    """(begin, end) of each run of consecutive events of one lease; an event without one (a test's) is a run
+    of its own."""
+    begin = 0
+    for lease, run in groupby(events, attrgetter("lease")):
+        size = len(list(run))
+        if lease is None:
+            yield from ((at, at + 1) for at in range(begin, begin + size))
+        else:
+            yield begin, begin + size
+        begin += size
+
+
+def _fold_fixed_windows(stream: Stream, events: list[Event], begin: int, end: int, steps: tuple[Step, ...],
+                        table: WindowedTable, add: Combine) -> None:
+    part: TablePartition | None = None  # (routed for the run's first event the steps keep)
+    at = begin
     try:
-        for at, event in enumerate(events):
-            lease = event.lease
-            if (lease if lease is not None else event.tp) is not run:
-                _ack(events, begin, at)
-                begin, run, part = at, lease if lease is not None else event.tp, None
+        for at in range(begin, end):
+            event = events[at]
             stream.current_event = event
             value = event.value
             for is_filter, fun in steps:
@@ -120,23 +138,17 @@ def _fold_fixed_windows(stream: Stream, events: list[Event], steps: tuple[Step, 
                 if part is None:
                     part = table.own_partition(event)
                 table.apply(part, event, event.key, add, value)
-        at = len(events)
     except BaseException:
         stream.batch_reached = at + 1  # (the rest goes back to the mailbox when the agent is abandoned)
         raise
-    finally:
-        _ack(events, begin, at)
 
 
-def _fold_windows(stream: Stream, events: list[Event], steps: tuple[Step, ...],
+def _fold_windows(stream: Stream, events: list[Event], begin: int, end: int, steps: tuple[Step, ...],
                   update: Callable[[Any, Any], Any]) -> None:
-    run: object = None
-    begin = at = 0
+    at = begin
     try:
-        for at, event in enumerate(events):
-            if event.lease is not run:
-                _ack(events, begin, at)
-                begin, run = at, event.lease
+        for at in range(begin, end):
+            event = events[at]
             stream.current_event = event
             value = event.value
             for is_filter, fun in steps:
@@ -147,29 +159,18 @@ def _fold_windows(stream: Stream, events: list[Event], steps: tuple[Step, ...],
                     value = fun(value)
             else:
                 update(event.key, value)
-        at = len(events)
     except BaseException:
         stream.batch_reached = at + 1  # (the rest goes back to the mailbox when the agent is abandoned)
         raise
-    finally:
-        _ack(events, begin, at)
 
 
-def _fold_plain(stream: Stream, events: list[Event], steps: tuple[Step, ...], table: BaseTable,
-                add: Combine) -> None:
-    # key -> [aggregate, the buffer it goes to]; per run of one partition (a key's value is its partition's)
-    folded: dict[Any, list[Any]] = {}
-    partition = -1
-    run: object = None
-    begin = at = 0
+def _fold_plain(stream: Stream, events: list[Event], begin: int, end: int, steps: tuple[Step, ...],
+                table: BaseTable, add: Combine) -> None:
+    folded: dict[Any, list[Any]] = {}  # key -> [aggregate, the buffer it goes to]
+    at = begin
     try:
-        for at, event in enumerate(events):
-            if event.lease is not run:
-                _ack(events, begin, at)
-                begin, run = at, event.lease
-            if event.tp.partition != partition:
-                _write(folded)
-                partition = event.tp.partition
+        for at in range(begin, end):
+            event = events[at]
             value = event.value
             for is_filter, fun in steps:
                 if is_filter:
@@ -186,14 +187,13 @@ def _fold_plain(stream: Stream, events: list[Event], steps: tuple[Step, ...], ta
                     folded[key] = [add(current, value), buffer]
                 else:
                     entry[0] = add(entry[0], value)
-        at = len(events)
     except BaseException:
         stream.current_event = events[at]  # the event it failed on, for the error policy
         stream.batch_reached = at + 1
         raise
     finally:
-        _write(folded)
-        _ack(events, begin, at)
+        for key, (aggregate, buffer) in folded.items():
+            buffer[key] = aggregate
 
 
 def _ack(events: list[Event], begin: int, end: int) -> None:
@@ -207,12 +207,6 @@ def _ack(events: list[Event], begin: int, end: int) -> None:
     if not lease.ack_run(events[begin].record.offset, events[end - 1].record.offset, end - begin):
         for at in range(begin, end):
             lease.ack(events[at].record.offset)
-
-
-def _write(folded: dict[Any, list[Any]]) -> None:
-    for key, (aggregate, buffer) in folded.items():
-        buffer[key] = aggregate
-    folded.clear()
 
 
 class Forwarder:

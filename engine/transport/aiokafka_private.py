@@ -57,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import sys
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -335,7 +336,7 @@ class _BatchReader:
 
     def _take(self, result: Any, max_records: int | None) -> list[Any]:
         unpacked = result._partition_records
-        limit = max_records if max_records is not None else len(self._ready) + (1 << 62)
+        limit = max_records if max_records is not None else sys.maxsize
         taken: list[Any] = []
         exhausted = False
         while len(taken) < limit:
@@ -348,7 +349,7 @@ class _BatchReader:
                     exhausted = True
                     break
                 continue
-            chunk = ready[at:at + limit - len(taken)] if at or len(ready) > limit - len(taken) else ready
+            chunk = ready[at:at + limit - len(taken)]
             taken += chunk
             self._at = at + len(chunk)
             unpacked.next_fetch_offset = chunk[-1].offset + 1
