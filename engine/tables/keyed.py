@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
 from engine.errors import ConfigError
-from engine.tables.partition import KeyedWindowState
+from engine.tables.partition import EventWindowState, KeyedWindowState
 from engine.tables.windowed import EventTimeTable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from engine.tables.base import BaseTable
     from engine.tables.partition import Closed, TablePartition, WindowState
@@ -59,18 +59,31 @@ class KeyedWindowsTable(EventTimeTable):
     def _load_state(self, part: TablePartition) -> WindowState:
         """(Then queue the windows whose close stream time has not reached: the others were emitted.)"""
         state = super()._load_state(part)
-        assert isinstance(state, KeyedWindowState)
+        assert isinstance(state, EventWindowState)
         if self.closed_topic is not None:
             now = state.stream_time
-            for key, windows in state.windows.items():
-                for start, (bound, _) in windows.items():
-                    window_key_ = self._window_key(key, start, bound)
-                    closes_at = self._closes_at(window_key_)
-                    if now is None or closes_at > now:
-                        self._await_close(state, window_key_, closes_at)
+            for key, start, bound in self._live(state):
+                window_key_ = self._window_key(key, start, bound)
+                closes_at = self._closes_at(window_key_)
+                if now is None or closes_at > now:
+                    self._await_close(state, window_key_, closes_at)
         return state
 
     # -- what each kind says ------------------------------------------------------------------------
+
+    def _live(self, state: EventWindowState) -> Iterator[tuple[Any, int, int]]:
+        """(key, start, bound) of every live window of the partition (`bound`: what the kind keeps beside
+        its start: a session's end, a sliding window's newest event time)."""
+        assert isinstance(state, KeyedWindowState)
+        for key, windows in state.windows.items():
+            for start, (bound, _) in windows.items():
+                yield key, start, bound
+
+    def _bound(self, state: EventWindowState, key: Any, start: int) -> int | None:
+        """The bound of the live window of `key` at `start`, or None if there is none."""
+        assert isinstance(state, KeyedWindowState)
+        entry = state.windows.get(key, {}).get(start)
+        return None if entry is None else entry[0]
 
     def _window_key(self, key: Any, start: int, bound: int) -> tuple[Any, ...]:
         """The table key of a window of the index (`bound`: what the kind keeps beside its start)."""
@@ -80,13 +93,13 @@ class KeyedWindowsTable(EventTimeTable):
         """The stream time at which a window is final."""
         raise NotImplementedError
 
-    def _latest(self, state: KeyedWindowState, window_key_: tuple[Any, ...]) -> int:
+    def _latest(self, state: EventWindowState, window_key_: tuple[Any, ...]) -> int:
         """The largest event time of a live window's events: its final record's timestamp."""
         raise NotImplementedError
 
     # -- final results ------------------------------------------------------------------------------
 
-    def _written(self, part: TablePartition, state: KeyedWindowState, window_key_: tuple[Any, ...],
+    def _written(self, part: TablePartition, state: EventWindowState, window_key_: tuple[Any, ...],
                  new: bool, stream_time: int) -> None:
         """A window was written: emit it final now if stream time reached its close, else (if `new`, not
         already waiting) queue it."""
@@ -99,11 +112,11 @@ class KeyedWindowsTable(EventTimeTable):
             self._await_close(state, window_key_, closes_at)
 
     @staticmethod
-    def _await_close(state: KeyedWindowState, window_key_: tuple[Any, ...], closes_at: int) -> None:
+    def _await_close(state: EventWindowState, window_key_: tuple[Any, ...], closes_at: int) -> None:
         state.sequence += 1
         heappush(state.due, (closes_at, state.sequence, window_key_))
 
-    def _close_due(self, part: TablePartition, state: KeyedWindowState) -> None:
+    def _close_due(self, part: TablePartition, state: EventWindowState) -> None:
         """Emit every window waiting for a close that stream time has reached, unless it is gone (merged
         away, grown into another, expired)."""
         due, now = state.due, state.stream_time
@@ -111,8 +124,8 @@ class KeyedWindowsTable(EventTimeTable):
         while due and due[0][0] <= now:
             _, _, window_key_ = heappop(due)
             key, start = window_key_[0], window_key_[1]
-            entry = state.windows.get(key, {}).get(start)
-            if entry is not None and self._window_key(key, start, entry[0]) == window_key_:
+            bound = self._bound(state, key, start)
+            if bound is not None and self._window_key(key, start, bound) == window_key_:
                 self._emit_final(part, window_key_, self._latest(state, window_key_))
 
     def close_windows(self, part: TablePartition) -> list[Closed]:
@@ -120,7 +133,7 @@ class KeyedWindowsTable(EventTimeTable):
         closed, with those that the checkpoint's own advance of stream time (idleness, events that wrote
         no window) closes."""
         state = part.windows
-        if isinstance(state, KeyedWindowState) and state.stream_time is not None and self.closed_topic:
+        if isinstance(state, EventWindowState) and state.stream_time is not None and self.closed_topic:
             self._close_due(part, state)
         return part.take_closes()
 

@@ -51,21 +51,31 @@ class WindowState:
         self.idle_upto: float | None = None
 
 
-class KeyedWindowState(WindowState):
+class EventWindowState(WindowState):
     """The window state of a partition of a table whose windows depend on its events, not only on the clock
-    (sessions, sliding windows: engine.tables.keyed): each key's live windows, start -> (a number the kind
-    keeps: a session's end, a sliding window's newest event time; whether the store has it); the windows
-    waiting to be emitted final, a heap of (stream time at which they close, sequence, table key); and the
-    newest window start written (sliding windows' store time). `live` and `closed_upto` are unused."""
+    (sessions, sliding windows, join windows: engine.tables.keyed): the windows waiting to be emitted final,
+    a heap of (stream time at which they close, sequence, table key), and the newest window start written
+    (sliding and join windows' store time). Each kind keeps its live windows its own way, in a subclass.
+    `live` and `closed_upto` are unused."""
 
-    __slots__ = ("due", "sequence", "store_time", "windows")
+    __slots__ = ("due", "sequence", "store_time")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.due: list[tuple[int, int, tuple[Any, ...]]] = []
+        self.sequence = 0  # orders windows closing at the same time (keys need not be comparable)
+        self.store_time: int | None = None
+
+
+class KeyedWindowState(EventWindowState):
+    """Each key's live windows, start -> (a number the kind keeps: a session's end, a join record's 0;
+    whether the store has it): sessions' and join windows' index."""
+
+    __slots__ = ("windows",)
 
     def __init__(self) -> None:
         super().__init__()
         self.windows: dict[Any, dict[int, tuple[int, bool]]] = {}
-        self.due: list[tuple[int, int, tuple[Any, ...]]] = []
-        self.sequence = 0  # orders windows closing at the same time (keys need not be comparable)
-        self.store_time: int | None = None
 
 
 class Windowing(Protocol):

@@ -25,7 +25,7 @@ from engine.clock import wall_time
 from engine.streams.current import current_event
 from engine.tables.keyed import KeyedWindowsTable
 from engine.tables.keys import session_key
-from engine.tables.partition import DELETED, MISSING, KeyedWindowState
+from engine.tables.partition import DELETED, MISSING, EventWindowState, KeyedWindowState
 from engine.tables.windowed import _advance
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class SessionTable(KeyedWindowsTable):
     def _closes_at(self, window_key_: tuple[Any, ...]) -> int:
         return self.window.closes_at(window_key_[2])
 
-    def _latest(self, state: KeyedWindowState, window_key_: tuple[Any, ...]) -> int:
+    def _latest(self, state: EventWindowState, window_key_: tuple[Any, ...]) -> int:
         """A session ends at its last event."""
         end: int = window_key_[2]
         return end

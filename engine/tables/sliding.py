@@ -8,15 +8,16 @@ events earlier than `size` after the epoch), so that results are equal to Kafka 
 out-of-order and late events: an event updates every window containing it that is still open, makes its own
 window from the aggregate of the window before it, makes the window after the event before it if that is
 missing, and the window after itself from the window after it. It needs, beside each window's aggregate,
-the time of the newest event in it: kept in the partition's index of live windows (engine.tables.keyed)
-and, for restarts, as an engine record beside the window in the store and changelog
-(`META_PREFIX + b"max-time:" + window store key`, skipped by every reader of table keys), made at the
-checkpoint for the windows written since the last one.
+the time of the newest event in it: kept in memory beside the window and, for restarts, as an engine
+record beside the window in the store and changelog (`META_PREFIX + b"max-time:" + window store key`,
+skipped by every reader of table keys), made at the checkpoint for the windows written since the last one.
 
-The per-event path touches about twice as many windows as the event has neighbours within `size`, so it
-reads them from what the partition holds: the key's window starts in order (a range by bisection), each
-window's aggregate from the checkpoint buffer (no key encoded), the store only for a window not written
-since the last checkpoint.
+The per-event path touches about twice as many windows as the event has neighbours within `size`, so each
+partition keeps every key's live windows in memory, in start order (`_KeyWindows`): an event finds its
+range of windows by bisection and reads and updates each in place, its aggregate and newest time together,
+with no key encoded and no lookup by key. Each write also goes to the partition's buffer, which the
+checkpoint and every reader of the table use as for any table. The store is read only for a window that
+was there when the partition was taken on and not written since (its aggregate is read once, then kept).
 
 Windows are found by an event only while their start is after the newest window start written minus the
 retention (2 * size + grace, Kafka Streams' default), and deleted at checkpoints after that.
@@ -24,19 +25,20 @@ retention (2 * size + grace, Kafka Streams' default), and deleted at checkpoints
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
 from engine.streams.current import current_event
 from engine.tables.keyed import KeyedWindowsTable
 from engine.tables.keys import META_PREFIX
-from engine.tables.partition import DELETED, MISSING, KeyedWindowState
+from engine.tables.partition import DELETED, MISSING, EventWindowState
 from engine.tables.windowed import _advance
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
+    from engine.events import Event
     from engine.tables.base import BaseTable
     from engine.tables.partition import TablePartition, WindowState
     from engine.tables.windowed import Timestamp
@@ -45,20 +47,53 @@ if TYPE_CHECKING:
 
 MAX_TIME_PREFIX = META_PREFIX + b"max-time:"
 
-# (a window's aggregate, its newest event's time): Kafka Streams' ValueAndTimestamp
-Aggregate = tuple[Any, int]
+
+class _Window:
+    """One live window of a key: its aggregate (MISSING until first read, for a window the store had when the
+    partition was taken on), the time of its newest event (Kafka Streams' ValueAndTimestamp, together), and
+    whether the store has it (expiring one it never had needs no tombstone)."""
+
+    __slots__ = ("newest", "stored", "value")
+
+    def __init__(self, value: Any, newest: int, stored: bool = False) -> None:
+        self.value = value
+        self.newest = newest
+        self.stored = stored
 
 
-class SlidingState(KeyedWindowState):
-    """A sliding-window partition's index: the keyed windows, and each key's window starts in order. An event
-    reads the windows of a range of starts: found by bisection, they cost the same however many windows the
-    key holds (between two checkpoints, windows past the retention stay in the index until expiry)."""
+class _KeyWindows:
+    """One key's live windows in start order: `starts` to bisect, `windows` beside it."""
 
-    __slots__ = ("starts",)
+    __slots__ = ("starts", "windows")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.windows: list[_Window] = []
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def find(self, start: int) -> _Window | None:
+        starts = self.starts
+        at = bisect_left(starts, start)
+        return self.windows[at] if at < len(starts) and starts[at] == start else None
+
+    def add(self, start: int, window: _Window) -> None:
+        """Add a window at a start the key has none at."""
+        at = bisect_left(self.starts, start)
+        self.starts.insert(at, start)
+        self.windows.insert(at, window)
+
+
+class SlidingState(EventWindowState):
+    """A sliding-window partition's live windows: each key's, in start order. Between two checkpoints,
+    windows past the retention stay until expiry; an event never sees them (`_visible_from`)."""
+
+    __slots__ = ("keys",)
 
     def __init__(self) -> None:
         super().__init__()
-        self.starts: dict[Any, list[int]] = {}
+        self.keys: dict[Any, _KeyWindows] = {}
 
 
 class SlidingTable(KeyedWindowsTable):
@@ -88,22 +123,37 @@ class SlidingTable(KeyedWindowsTable):
         """(The newest event time of each window is read after the windows: `_load_state`.)"""
         assert isinstance(state, SlidingState)
         key, start = stored
-        state.windows.setdefault(key, {})[start] = (start + self.window.size_ms, True)
-        insort(state.starts.setdefault(key, []), start)
+        windows = state.keys.get(key)
+        if windows is None:
+            windows = state.keys[key] = _KeyWindows()
+        windows.add(start, _Window(MISSING, start + self.window.size_ms, stored=True))
         if state.store_time is None or start > state.store_time:
             state.store_time = start
 
     def _load_state(self, part: TablePartition) -> WindowState:
         state = super()._load_state(part)
-        assert isinstance(state, KeyedWindowState)
+        assert isinstance(state, SlidingState)
         decode = self.table.key_codec.decode
         skip = len(MAX_TIME_PREFIX)
         for raw_key, raw_value in part.store.items(MAX_TIME_PREFIX, MAX_TIME_PREFIX + b"\xff"):
             key, start = decode(raw_key[skip:])
-            windows = state.windows.get(key)
-            if windows is not None and start in windows:
-                windows[start] = (int(raw_value), True)
+            windows = state.keys.get(key)
+            window = windows.find(start) if windows is not None else None
+            if window is not None:
+                window.newest = int(raw_value)
         return state
+
+    def _live(self, state: EventWindowState) -> Iterator[tuple[Any, int, int]]:
+        assert isinstance(state, SlidingState)
+        for key, windows in state.keys.items():
+            for start, window in zip(windows.starts, windows.windows, strict=True):
+                yield key, start, window.newest
+
+    def _bound(self, state: EventWindowState, key: Any, start: int) -> int | None:
+        assert isinstance(state, SlidingState)
+        windows = state.keys.get(key)
+        window = windows.find(start) if windows is not None else None
+        return None if window is None else window.newest
 
     def _window_key(self, key: Any, start: int, bound: int) -> tuple[Any, ...]:
         return key, start
@@ -112,10 +162,10 @@ class SlidingTable(KeyedWindowsTable):
         start: int = window_key_[1]
         return start + self.window.size_ms + self.window.grace_ms
 
-    def _latest(self, state: KeyedWindowState, window_key_: tuple[Any, ...]) -> int:
-        """The newest event time the index keeps beside the window (restored from its engine record)."""
-        key, start = window_key_
-        newest: int = state.windows[key][start][0]
+    def _latest(self, state: EventWindowState, window_key_: tuple[Any, ...]) -> int:
+        """The newest event time kept beside the window (restored from its engine record)."""
+        newest = self._bound(state, window_key_[0], window_key_[1])
+        assert newest is not None
         return newest
 
     # -- updates ------------------------------------------------------------------------------------
@@ -123,26 +173,125 @@ class SlidingTable(KeyedWindowsTable):
     def update(self, key: Any, value: Any) -> bool:
         """Add the current event's `value` to the sliding windows of `key` at its time; False if late."""
         event = current_event() or self._event()
-        ts = self._valid_time(event)
-        part, _ = self.table._route_write(key, event)
+        return self.apply(self.table._route_write(key, event)[0], event, key, value)
+
+    def apply(self, part: TablePartition, event: Event, key: Any, value: Any) -> bool:
+        """`update` in the partition the event's key writes to (`part`, routed by the caller: a fused
+        pipeline routes a partition's run of events once, engine.fused)."""
+        ts = event.time_ms  # the topic's extractor (or the record's time), applied at dispatch
+        if ts is None or ts < 0 or self.timestamp is not None:
+            ts = self._valid_time(event)
         state = part.windows or self._state(part)
         assert isinstance(state, SlidingState)
         before = stream_time = state.stream_time
         if stream_time is None or ts > stream_time:
             stream_time = _advance(part, state, ts)
-        size = self.window.size_ms
-        close_time = stream_time - self.window.grace_ms
+        window = self.window
+        size = window.size_ms
+        close_time = stream_time - window.grace_ms
         if ts + size < close_time:
             self._late(part, event, ts, stream_time, close_time - (ts + size))
             return False
-        run = _Run(self, part, state, key, value, ts, close_time, stream_time)
+        windows = state.keys.get(key)
+        if windows is None:
+            windows = state.keys[key] = _KeyWindows()
+        # What the event may find: Kafka Streams' window store hides windows past its retention.
+        visible_from = 0 if state.store_time is None else max(0, state.store_time - window.retention_ms + 1)
         if ts < size:
-            run.early()
+            _Early(self, part, state, windows, key, value, ts, close_time, stream_time, visible_from).run()
         else:
-            run.reverse()
+            self._reverse(part, state, windows, key, value, ts, close_time, stream_time, visible_from)
         if stream_time != before and state.due:
             self._close_due(part, state)
         return True
+
+    def _reverse(self, part: TablePartition, state: SlidingState, windows: _KeyWindows, key: Any, value: Any,
+                 ts: int, close_time: int, stream_time: int, visible_from: int) -> None:
+        """Kafka Streams' processReverse: the key's windows from the newest that can hold the event down to
+        the first that ends before it, each updated in place where it holds the event and is still open;
+        then createWindows: the window after the previous event, the event's own, the one after it."""
+        size, add, buffer = self.window.size_ms, self.add, part.buffer
+        final = self.closed_topic is not None
+        starts, found = windows.starts, windows.windows
+        at = bisect_right(starts, ts + 1) - 1
+        stop = bisect_left(starts, max(ts - 2 * size, visible_from))
+        right: tuple[Any, int] | None = None  # (aggregate, newest) as they were before the event
+        left: Any = MISSING
+        left_made = right_made = False
+        previous: int | None = None
+        while at >= stop:
+            start = starts[at]
+            window = found[at]
+            at -= 1
+            if start == ts + 1:
+                right_made = True
+                continue
+            aggregate = window.value
+            if aggregate is MISSING:
+                aggregate = self._stored_value(part, key, start, window)
+            newest = window.newest
+            end = start + size
+            if end > ts:
+                if right is None:
+                    right = (aggregate, newest)
+                if end >= close_time:
+                    window.value = buffer[(key, start)] = add(aggregate, value)
+                    if ts > newest:
+                        window.newest = ts
+                    if final:
+                        self._written(part, state, (key, start), False, stream_time)
+            elif end == ts:
+                left_made = True
+                if end >= close_time:
+                    window.value = buffer[(key, start)] = add(aggregate, value)
+                    if ts > newest:
+                        window.newest = ts
+                    if final:
+                        self._written(part, state, (key, start), False, stream_time)
+                if newest < ts:
+                    previous = newest
+                else:
+                    return
+            else:
+                left, previous = aggregate, newest
+                break
+        # (Every start asked about below lies between the lowest window the loop read and the event's time +
+        # 1, so the loop read it if it exists: its presence is what the loop saw.)
+        if previous is not None and previous + 1 + size >= close_time and previous + 1 + size >= ts \
+                and windows.find(previous + 1) is None:
+            self._put(part, state, windows, key, previous + 1, add(self.initial(), value), ts, stream_time)
+        if not left_made and ts >= close_time:
+            base = left if previous is not None and ts - size <= previous and left is not MISSING \
+                else self.initial()
+            self._put(part, state, windows, key, ts - size, add(base, value), ts, stream_time)
+        if not right_made and right is not None and right[1] > ts:
+            # a copy of the window after the event: no close check, no event added
+            self._put(part, state, windows, key, ts + 1, *right, stream_time)
+
+    def _stored_value(self, part: TablePartition, key: Any, start: int, window: _Window) -> Any:
+        """The aggregate of a window the store had when the partition was taken on, not written since: read
+        once, then kept."""
+        value = part.stored(self.table.locate((key, start))[0])
+        window.value = value = self.initial() if value is MISSING else value
+        return value
+
+    def _put(self, part: TablePartition, state: SlidingState, windows: _KeyWindows, key: Any, start: int,
+             value: Any, newest: int, stream_time: int) -> None:
+        """Write a window (made if new): in memory and to the partition's buffer."""
+        starts = windows.starts
+        at = bisect_left(starts, start)
+        new = at == len(starts) or starts[at] != start
+        if new:
+            starts.insert(at, start)
+            windows.windows.insert(at, _Window(value, newest))
+        else:
+            window = windows.windows[at]
+            window.value, window.newest = value, newest
+        part.buffer[(key, start)] = value
+        if state.store_time is None or start > state.store_time:
+            state.store_time = start
+        if self.closed_topic is not None:
+            self._written(part, state, (key, start), new, stream_time)
 
     # -- expiry (called at the checkpoint) ----------------------------------------------------------
 
@@ -158,38 +307,52 @@ class SlidingTable(KeyedWindowsTable):
         return gone
 
     def _record_newest_times(self, part: TablePartition, state: SlidingState) -> None:
-        windows, meta = state.windows, part.meta
+        keys, meta = state.keys, part.meta
         for window_key_, value in part.buffer.items():
             if value is not DELETED:
                 key, start = window_key_
-                meta[self._max_time_key(window_key_)] = str(windows[key][start][0]).encode()
+                window = keys[key].find(start)
+                assert window is not None  # (a window written since the last checkpoint is live or deleted)
+                meta[self._max_time_key(window_key_)] = str(window.newest).encode()
 
     def _expire(self, part: TablePartition, state: SlidingState) -> int:
         if state.store_time is None:
             return 0
         horizon = state.store_time - self.window.retention_ms
         gone = 0
-        deleted: list[tuple[Any, int]] = []
-        for key in [key for key, starts in state.starts.items() if starts and starts[0] <= horizon]:
-            starts, windows = state.starts[key], state.windows[key]
-            cut = bisect_right(starts, horizon)
-            for start in starts[:cut]:
-                _, in_store = windows.pop(start)
+        flushing = part.flushing
+        # (a key whose event made no window, its own being closed, has none: dropped here too)
+        for key in [key for key, windows in state.keys.items()
+                    if not windows.starts or windows.starts[0] <= horizon]:
+            windows = state.keys[key]
+            cut = bisect_right(windows.starts, horizon)
+            for start, window in zip(windows.starts[:cut], windows.windows[:cut], strict=True):
                 window_key_ = (key, start)
-                if in_store or (part.flushing is not None and window_key_ in part.flushing):
+                if window.stored or (flushing is not None and window_key_ in flushing):
                     part.delete(window_key_)
-                    deleted.append(window_key_)
+                    part.meta[self._max_time_key(window_key_)] = None
                 else:
                     part.discard(window_key_)
-                    if part.meta:  # (records a failed checkpoint put back: the others are made after expiry)
-                        part.meta.pop(self._max_time_key(window_key_), None)
-            del starts[:cut]
+            del windows.starts[:cut], windows.windows[:cut]
             gone += cut
-            if not starts:
-                del state.starts[key], state.windows[key]
-        for window_key_ in deleted:
-            part.meta[self._max_time_key(window_key_)] = None
+            if not windows.starts:
+                del state.keys[key]
+        if gone:
+            self._drop_newest_times_of_gone(part, state)
         return gone
+
+    def _drop_newest_times_of_gone(self, part: TablePartition, state: SlidingState) -> None:
+        """Forget the newest-time records of windows expired before the store had them: only a checkpoint
+        that failed puts such records back (the others are made after expiry), so this reads the few
+        records the partition's next checkpoint holds, not every window expired."""
+        decode = self.table.key_codec.decode
+        skip = len(MAX_TIME_PREFIX)
+        for raw_key in [raw_key for raw_key, value in part.meta.items()
+                        if value is not None and raw_key.startswith(MAX_TIME_PREFIX)]:
+            key, start = decode(raw_key[skip:])
+            windows = state.keys.get(key)
+            if windows is None or windows.find(start) is None:
+                del part.meta[raw_key]
 
     def _max_time_key(self, window_key_: tuple[Any, int]) -> bytes:
         return MAX_TIME_PREFIX + self.table.locate(window_key_)[0]
@@ -197,149 +360,64 @@ class SlidingTable(KeyedWindowsTable):
     def stored(self, part: TablePartition, writes: Mapping[Any, Any]) -> None:
         """A checkpoint wrote `writes` to the store: the windows still live are now there."""
         state = part.windows
-        if not isinstance(state, KeyedWindowState):
+        if not isinstance(state, SlidingState):
             return
+        keys = state.keys
         for window_key_, value in writes.items():
             if value is DELETED:
                 continue
             key, start = window_key_
-            windows = state.windows.get(key)
-            entry = windows.get(start) if windows is not None else None
-            if entry is not None and windows is not None:
-                windows[start] = (entry[0], True)
+            windows = keys.get(key)
+            window = windows.find(start) if windows is not None else None
+            if window is not None:
+                window.stored = True
 
     def __repr__(self) -> str:
         return f"<SlidingTable {self.name!r} {self.window}>"
 
 
-class _Run:
-    """One event's pass over its key's windows: Kafka Streams' processReverse and processEarly, over the
-    partition's index of live windows."""
+class _Early:
+    """Kafka Streams' processEarly, for an event less than `size` after the epoch: its window would start
+    before 0, so it goes into the window [0, size] instead."""
 
-    def __init__(self, table: SlidingTable, part: TablePartition, state: SlidingState, key: Any,
-                 value: Any, ts: int, close_time: int, stream_time: int) -> None:
-        self.table, self.part, self.state = table, part, state
+    def __init__(self, table: SlidingTable, part: TablePartition, state: SlidingState, windows: _KeyWindows,
+                 key: Any, value: Any, ts: int, close_time: int, stream_time: int, visible_from: int) -> None:
+        self.table, self.part, self.state, self.windows = table, part, state, windows
         self.key, self.value, self.ts = key, value, ts
-        self.close_time, self.stream_time = close_time, stream_time
-        self.size = table.window.size_ms
-        self.windows = state.windows.setdefault(key, {})
-        self.starts = state.starts.setdefault(key, [])
-        # What the event may find: Kafka Streams' window store hides windows past its retention.
-        visible_from = 0 if state.store_time is None else state.store_time - table.window.retention_ms + 1
-        self.visible_from = max(0, visible_from)
+        self.close_time, self.stream_time, self.visible_from = close_time, stream_time, visible_from
 
-    def _aggregate(self, start: int) -> Aggregate:
-        """A window's aggregate from what the partition holds: the windows written since the last
-        checkpoint (or being flushed) without encoding a key (TablePartition.cached, inlined: it is called
-        for each window of each event); the store only for the others."""
-        window_key_ = (self.key, start)
-        part = self.part
-        value = part.buffer.get(window_key_, MISSING)
-        if value is MISSING and part.flushing is not None:
-            value = part.flushing.get(window_key_, MISSING)
-        if value is MISSING:
-            value = part.stored(self.table.table.locate(window_key_)[0])
-        if value is MISSING or value is DELETED:
-            value = self.table.initial()
-        return value, self.windows[start][0]
-
-    def _starts(self, low: int, high: int) -> list[int]:
-        """The starts of the key's visible windows in [low, high], in order."""
-        starts = self.starts
-        return starts[bisect_left(starts, max(low, self.visible_from)):bisect_right(starts, high)]
-
-    def _put(self, start: int, aggregate: Aggregate) -> None:
-        windows, state = self.windows, self.state
-        entry = windows.get(start)
-        windows[start] = (aggregate[1], False if entry is None else entry[1])
-        if entry is None:
-            insort(self.starts, start)
-        window_key_ = (self.key, start)
-        self.part.buffer[window_key_] = aggregate[0]
-        if state.store_time is None or start > state.store_time:
-            state.store_time = start
-        if self.table.closed_topic is not None:
-            self.table._written(self.part, state, window_key_, entry is None, self.stream_time)
-
-    def _update(self, start: int, aggregate: Aggregate) -> None:
+    def _update(self, start: int, aggregate: Any, newest: int) -> None:
         """updateWindowAndForward: add the event to a window still open (else it is skipped)."""
-        if start + self.size >= self.close_time:
-            value, newest = aggregate
-            self._put(start, (self.table.add(value, self.value), max(self.ts, newest)))
+        table = self.table
+        if start + table.window.size_ms >= self.close_time:
+            table._put(self.part, self.state, self.windows, self.key, start, table.add(aggregate, self.value),
+                       max(self.ts, newest), self.stream_time)
 
-    def reverse(self) -> None:
-        ts, size = self.ts, self.size
-        seen: set[int] = set()
-        left: Aggregate | None = None
-        right: Aggregate | None = None
-        left_made = right_made = False
-        previous: int | None = None
-        close_time, add, value = self.close_time, self.table.add, self.value
-        read, put = self._aggregate, self._put
-        for start in reversed(self._starts(ts - 2 * size, ts + 1)):
-            seen.add(start)
-            end = start + size
-            if start == ts + 1:
-                right_made = True
-                continue
-            aggregate = read(start)
-            if end > ts:  # (the most frequent case: _update inlined)
-                if right is None:
-                    right = aggregate
-                if end >= close_time:
-                    newest = aggregate[1]
-                    put(start, (add(aggregate[0], value), ts if ts > newest else newest))
-            elif end == ts:
-                left_made = True
-                self._update(start, aggregate)
-                if aggregate[1] < ts:
-                    previous = aggregate[1]
-                else:
-                    return
-            else:
-                left, previous = aggregate, aggregate[1]
-                break
-        self._make(seen, right, left, left_made, right_made, previous)
-
-    def early(self) -> None:
-        """An event less than `size` after the epoch: its window would start before 0, so it goes into the
-        window [0, size] instead."""
-        ts = self.ts
-        combined: Aggregate | None = None
-        right: Aggregate | None = None
+    def run(self) -> None:
+        ts, table = self.ts, self.table
+        combined: tuple[Any, int] | None = None
+        right: tuple[Any, int] | None = None
         right_made = False
-        seen: set[int] = set()
         previous: int | None = None
-        for start in self._starts(0, ts + 1):
-            seen.add(start)
-            aggregate = self._aggregate(start)
+        starts = self.windows.starts
+        low, high = bisect_left(starts, self.visible_from), bisect_right(starts, ts + 1)
+        for start, window in list(zip(starts[low:high], self.windows.windows[low:high], strict=True)):
+            aggregate = window.value
+            if aggregate is MISSING:
+                aggregate = table._stored_value(self.part, self.key, start, window)
             if start == 0:
-                combined = aggregate
-                if aggregate[1] < ts:
-                    previous = aggregate[1]
+                combined = (aggregate, window.newest)
+                if window.newest < ts:
+                    previous = window.newest
             elif start <= ts:
-                right = aggregate
-                self._update(start, aggregate)
+                right = (aggregate, window.newest)
+                self._update(start, aggregate, window.newest)
             elif start == ts + 1:
                 right_made = True
         if right is None and combined is not None and combined[1] > ts:
             right = combined
         if not right_made and right is not None and right[1] > ts:
-            self._put(ts + 1, right)
-        if previous is not None and previous + 1 not in seen:
-            self._update(previous + 1, (self.table.initial(), ts))
-        self._update(0, combined if combined is not None else (self.table.initial(), ts))
-
-    def _make(self, seen: set[int], right: Aggregate | None, left: Aggregate | None, left_made: bool,
-              right_made: bool, previous: int | None) -> None:
-        """createWindows: the window after the previous event, the event's own, the one after it."""
-        ts, size = self.ts, self.size
-        if previous is not None and previous + 1 not in seen and previous + 1 + size >= ts:
-            self._update(previous + 1, (self.table.initial(), ts))
-        if not left_made:
-            if previous is not None and ts - size <= previous and left is not None:
-                self._update(ts - size, (left[0], ts))
-            else:
-                self._update(ts - size, (self.table.initial(), ts))
-        if not right_made and right is not None and right[1] > ts:
-            self._put(ts + 1, right)  # a copy of the window after the event: no close check, no event added
+            table._put(self.part, self.state, self.windows, self.key, ts + 1, *right, self.stream_time)
+        if previous is not None and self.windows.find(previous + 1) is None:
+            self._update(previous + 1, table.initial(), ts)
+        self._update(0, *(combined if combined is not None else (table.initial(), ts)))

@@ -75,6 +75,20 @@ def test_late_events_and_final_windows() -> None:
             ("a", 104_001, 114_001, 1), ("b", 109_000, 119_000, 1)]
 
 
+def test_an_event_at_a_windows_end_is_its_newest_event() -> None:
+    """The window after 20 ends at 30.001: the event at 30.001 is added to it and is its newest, so that
+    window's final record has its time (Kafka Streams' rule: a final record's time is its window's newest
+    event time)."""
+    app, clicks, _ = sliding_app(size=10, grace=0)
+    with TestDriver(app) as driver:
+        send(driver, clicks, "a", 20, 25, 30.001)
+        send(driver, clicks, "b", 100)  # closes every window of a
+        finals = {(r.key[0], r.key[1]): (r.value, r.timestamp_ms)
+                  for r in driver.read("sliding-recent-closed") if r.key[0] == "a"}
+    assert finals == {("a", w(10, 20)): (1, 20_000), ("a", w(15, 25)): (2, 25_000),
+                      ("a", w(20.001, 30.001)): (2, 30_001), ("a", w(25.001, 35.001)): (1, 30_001)}
+
+
 def test_events_earlier_than_the_size_after_the_epoch_share_the_window_from_zero() -> None:
     app, clicks, _ = sliding_app(size=10)
     with TestDriver(app) as driver:
@@ -119,9 +133,14 @@ def test_a_seeded_out_of_order_stream_gives_the_windows_of_each_keys_times() -> 
         for partition in range(3):
             driver.send(clicks, key="zz", value={"at": end / 1000}, partition=partition)
         got = Counter((r.key, *r.value) for r in driver.read(finals))
+        stamps = {(r.key[0], round(r.key[1].start * 1000)): r.timestamp_ms
+                  for r in driver.read("sliding-recent-closed")}
     expected = Counter((user, start, end, n) for user, ts in times.items()
                        for (start, end), n in offline_windows(ts, size_ms).items())
     assert got == expected
+    # each final record's time is the newest event time in its window (Kafka Streams' rule)
+    assert stamps == {(user, start): max(at for at in ts if start <= at <= end) for user, ts in times.items()
+                      for start, end in offline_windows(ts, size_ms)}
 
 
 async def test_windows_and_their_newest_times_are_read_back_after_a_restart() -> None:
