@@ -16,9 +16,8 @@ mailbox, leases, acks and error policy (engine.processing.runner): only how it t
   checkpoint can tell.
 - A windowed table (tumbling, hopping, session, sliding): each event updates its windows with the table's
   own update, as the agent path does: stream time, late events and closed windows are the table's, event by
-  event in partition order. For fixed-size windows (tumbling, hopping) the events of one partition's run
-  are routed once (`WindowedTable.own_partition`: the partition the event's own key writes to) and each
-  applied there (`WindowedTable.apply`).
+  event in partition order. The events of one partition's run are routed once (`own_partition`: the
+  partition the event's own key writes to) and each applied there (the table's `apply`).
 
 Nothing awaits inside a batch, so no checkpoint (nor a revoke) falls within one: what a checkpoint cuts is
 whole batches, each event of them acked. A step or aggregation function that raises on an event ends the
@@ -48,6 +47,8 @@ if TYPE_CHECKING:
     from engine.streams.stream import Stream
     from engine.tables.base import BaseTable
     from engine.tables.partition import TablePartition
+    from engine.tables.sessions import SessionTable
+    from engine.tables.sliding import SlidingTable
     from engine.tables.windowed import WindowedTable
     from engine.topics import Topic
 
@@ -75,9 +76,9 @@ class FixedWindowFold:
 @dataclass(frozen=True)
 class WindowFold:
     """Update a table of windows that events make (sessions, sliding windows) with its own update:
-    `update(key, value)`."""
+    `apply(partition, event, key, value)`."""
 
-    update: Callable[[Any, Any], Any]
+    table: SessionTable | SlidingTable
 
 
 Fold = PlainFold | FixedWindowFold | WindowFold
@@ -98,7 +99,7 @@ async def run_fused(stream: Stream, steps: tuple[Step, ...], fold: Fold) -> None
                 elif isinstance(fold, FixedWindowFold):
                     _fold_fixed_windows(stream, events, begin, end, steps, fold.table, fold.add)
                 else:
-                    _fold_windows(stream, events, begin, end, steps, fold.update)
+                    _fold_windows(stream, events, begin, end, steps, fold.table)
             except BaseException:
                 _ack(events, begin, stream.batch_reached - 1)  # (those before the one it failed on)
                 raise
@@ -144,7 +145,8 @@ def _fold_fixed_windows(stream: Stream, events: list[Event], begin: int, end: in
 
 
 def _fold_windows(stream: Stream, events: list[Event], begin: int, end: int, steps: tuple[Step, ...],
-                  update: Callable[[Any, Any], Any]) -> None:
+                  table: SessionTable | SlidingTable) -> None:
+    part: TablePartition | None = None  # (routed for the run's first event the steps keep)
     at = begin
     try:
         for at in range(begin, end):
@@ -158,7 +160,9 @@ def _fold_windows(stream: Stream, events: list[Event], begin: int, end: int, ste
                 else:
                     value = fun(value)
             else:
-                update(event.key, value)
+                if part is None:
+                    part = table.own_partition(event)
+                table.apply(part, event, event.key, value)
     except BaseException:
         stream.batch_reached = at + 1  # (the rest goes back to the mailbox when the agent is abandoned)
         raise

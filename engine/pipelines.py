@@ -171,11 +171,11 @@ class Pipeline:
             target = table.session_windowed(self.window, initial=default, add=add, merge=merge,
                                             late_topic=self.late_topic,
                                             close_idle_after=self.close_idle_after)
-            update, fold = _add_to_windows, WindowFold(target.update)
+            update, fold = _add_to_windows, WindowFold(target)
         elif isinstance(self.window, SlidingWindow):
             target = table.sliding_windowed(self.window, initial=default, add=add, late_topic=self.late_topic,
                                             close_idle_after=self.close_idle_after)
-            update, fold = _add_to_windows, WindowFold(target.update)
+            update, fold = _add_to_windows, WindowFold(target)
         elif self.window is not None:
             target = table.windowed_by(cast("Window", self.window), late_topic=self.late_topic,
                                        close_idle_after=self.close_idle_after)

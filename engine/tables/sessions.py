@@ -31,6 +31,7 @@ from engine.tables.windowed import _advance
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from engine.events import Event
     from engine.tables.base import BaseTable
     from engine.tables.partition import TablePartition, WindowState
     from engine.tables.windowed import Timestamp
@@ -83,8 +84,16 @@ class SessionTable(KeyedWindowsTable):
         bridges); False if that session would be late. Then emit the sessions this event closed (after the
         merge: a session merged away by the event that closes it is not final, as in Kafka Streams)."""
         event = current_event() or self._event()
-        ts = self._valid_time(event)
-        part, inner = self.table._route_write(key, event)
+        return self.apply(self.table._route_write(key, event)[0], event, key, value)
+
+    def apply(self, part: TablePartition, event: Event, key: Any, value: Any) -> bool:
+        """`update` in the partition the event's key writes to (`part`, routed by the caller: a fused
+        pipeline routes a partition's run of events once, engine.fused)."""
+        ts = event.time_ms  # the topic's extractor (or the record's time), applied at dispatch
+        if ts is None or ts < 0 or self.timestamp is not None:
+            ts = self._valid_time(event)
+        found_key = self.table._locations.get(key)  # (the key checked and encoded, cached)
+        inner = found_key[0] if found_key is not None else self.table._locate_new(key)[0]
         state = part.windows or self._state(part)
         assert isinstance(state, KeyedWindowState)
         before = stream_time = state.stream_time

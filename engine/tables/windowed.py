@@ -145,6 +145,12 @@ class EventTimeTable:
             )
         return self.closed_topic
 
+    def own_partition(self, event: Event) -> TablePartition:
+        """The partition `event`'s own key writes to, routed and checked as `update` does: what a fused
+        pipeline (engine.fused) gives `apply` for the events of one partition's run, each writing its own
+        key (the event's own key is in the event's partition, whatever its hash says)."""
+        return self.table._route_write(event.key, event)[0]
+
     # -- event time ---------------------------------------------------------------------------------
 
     def event_time_ms(self, event: Event) -> int:
@@ -324,12 +330,6 @@ class WindowedTable(EventTimeTable):
             event = self._event()  # raises, naming the table
         part = self.table._route_write(key, event)[0]
         return self.apply(part, event, key, fun, arg)
-
-    def own_partition(self, event: Event) -> TablePartition:
-        """The partition `event`'s own key writes to, routed and checked as `update` does: what a fused
-        pipeline (engine.fused) gives `apply` for the events of one partition's run, each writing its own
-        key (the event's own key is in the event's partition, whatever its hash says)."""
-        return self.table._route_write(event.key, event)[0]
 
     def apply(self, part: TablePartition, event: Event, key: Any, fun: Callable[[Any, Any], Any],
               arg: Any) -> bool:
