@@ -33,7 +33,7 @@ def live_windows(table: Any) -> int:
         state = part.windows
         if state is None:
             continue
-        keyed = getattr(state, "windows", None)
+        keyed = getattr(state, "windows", None) or getattr(state, "keys", None)  # (sessions; sliding windows)
         total += (sum(len(w) for w in keyed.values()) if keyed is not None
                   else sum(len(keys) for keys in state.live.values()))
     return total

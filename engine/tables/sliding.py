@@ -48,41 +48,40 @@ if TYPE_CHECKING:
 MAX_TIME_PREFIX = META_PREFIX + b"max-time:"
 
 
-class _Window:
-    """One live window of a key: its aggregate (MISSING until first read, for a window the store had when the
-    partition was taken on), the time of its newest event (Kafka Streams' ValueAndTimestamp, together), and
-    whether the store has it (expiring one it never had needs no tombstone)."""
-
-    __slots__ = ("newest", "stored", "value")
-
-    def __init__(self, value: Any, newest: int, stored: bool = False) -> None:
-        self.value = value
-        self.newest = newest
-        self.stored = stored
-
-
 class _KeyWindows:
-    """One key's live windows in start order: `starts` to bisect, `windows` beside it."""
+    """One key's live windows in start order, as parallel lists (no object per window: between two
+    checkpoints a partition holds hundreds of thousands of windows, and objects the garbage collector
+    tracks made its passes a large part of the per-event time): each window's start (bisected), its
+    aggregate (MISSING until first read, for a window the store had when the partition was taken on), the
+    time of its newest event (Kafka Streams' ValueAndTimestamp: together), and whether the store has it
+    (expiring one it never had needs no tombstone)."""
 
-    __slots__ = ("starts", "windows")
+    __slots__ = ("newest", "starts", "stored", "values")
 
     def __init__(self) -> None:
         self.starts: list[int] = []
-        self.windows: list[_Window] = []
+        self.values: list[Any] = []
+        self.newest: list[int] = []
+        self.stored: list[bool] = []
 
     def __len__(self) -> int:
         return len(self.starts)
 
-    def find(self, start: int) -> _Window | None:
+    def find(self, start: int) -> int | None:
+        """The index of the window at `start`, or None."""
         starts = self.starts
         at = bisect_left(starts, start)
-        return self.windows[at] if at < len(starts) and starts[at] == start else None
+        return at if at < len(starts) and starts[at] == start else None
 
-    def add(self, start: int, window: _Window) -> None:
-        """Add a window at a start the key has none at."""
-        at = bisect_left(self.starts, start)
+    def insert(self, at: int, start: int, value: Any, newest: int, stored: bool = False) -> None:
         self.starts.insert(at, start)
-        self.windows.insert(at, window)
+        self.values.insert(at, value)
+        self.newest.insert(at, newest)
+        self.stored.insert(at, stored)
+
+    def cut(self, upto: int) -> None:
+        """Forget the first `upto` windows."""
+        del self.starts[:upto], self.values[:upto], self.newest[:upto], self.stored[:upto]
 
 
 class SlidingState(EventWindowState):
@@ -126,7 +125,8 @@ class SlidingTable(KeyedWindowsTable):
         windows = state.keys.get(key)
         if windows is None:
             windows = state.keys[key] = _KeyWindows()
-        windows.add(start, _Window(MISSING, start + self.window.size_ms, stored=True))
+        windows.insert(bisect_left(windows.starts, start), start, MISSING, start + self.window.size_ms,
+                       stored=True)
         if state.store_time is None or start > state.store_time:
             state.store_time = start
 
@@ -138,22 +138,22 @@ class SlidingTable(KeyedWindowsTable):
         for raw_key, raw_value in part.store.items(MAX_TIME_PREFIX, MAX_TIME_PREFIX + b"\xff"):
             key, start = decode(raw_key[skip:])
             windows = state.keys.get(key)
-            window = windows.find(start) if windows is not None else None
-            if window is not None:
-                window.newest = int(raw_value)
+            at = windows.find(start) if windows is not None else None
+            if windows is not None and at is not None:
+                windows.newest[at] = int(raw_value)
         return state
 
     def _live(self, state: EventWindowState) -> Iterator[tuple[Any, int, int]]:
         assert isinstance(state, SlidingState)
         for key, windows in state.keys.items():
-            for start, window in zip(windows.starts, windows.windows, strict=True):
-                yield key, start, window.newest
+            yield from ((key, start, newest) for start, newest in zip(windows.starts, windows.newest,
+                                                                      strict=True))
 
     def _bound(self, state: EventWindowState, key: Any, start: int) -> int | None:
         assert isinstance(state, SlidingState)
         windows = state.keys.get(key)
-        window = windows.find(start) if windows is not None else None
-        return None if window is None else window.newest
+        at = windows.find(start) if windows is not None else None
+        return None if windows is None or at is None else windows.newest[at]
 
     def _window_key(self, key: Any, start: int, bound: int) -> tuple[Any, ...]:
         return key, start
@@ -212,7 +212,7 @@ class SlidingTable(KeyedWindowsTable):
         then createWindows: the window after the previous event, the event's own, the one after it."""
         size, add, buffer = self.window.size_ms, self.add, part.buffer
         final = self.closed_topic is not None
-        starts, found = windows.starts, windows.windows
+        starts, values, newests = windows.starts, windows.values, windows.newest
         at = bisect_right(starts, ts + 1) - 1
         stop = bisect_left(starts, max(ts - 2 * size, visible_from))
         right: tuple[Any, int] | None = None  # (aggregate, newest) as they were before the event
@@ -221,31 +221,30 @@ class SlidingTable(KeyedWindowsTable):
         previous: int | None = None
         while at >= stop:
             start = starts[at]
-            window = found[at]
-            at -= 1
             if start == ts + 1:
                 right_made = True
+                at -= 1
                 continue
-            aggregate = window.value
+            aggregate = values[at]
             if aggregate is MISSING:
-                aggregate = self._stored_value(part, key, start, window)
-            newest = window.newest
+                aggregate = self._stored_value(part, windows, at, key)
+            newest = newests[at]
             end = start + size
             if end > ts:
                 if right is None:
                     right = (aggregate, newest)
                 if end >= close_time:
-                    window.value = buffer[(key, start)] = add(aggregate, value)
+                    values[at] = buffer[(key, start)] = add(aggregate, value)
                     if ts > newest:
-                        window.newest = ts
+                        newests[at] = ts
                     if final:
                         self._written(part, state, (key, start), False, stream_time)
             elif end == ts:
                 left_made = True
                 if end >= close_time:
-                    window.value = buffer[(key, start)] = add(aggregate, value)
+                    values[at] = buffer[(key, start)] = add(aggregate, value)
                     if ts > newest:
-                        window.newest = ts
+                        newests[at] = ts
                     if final:
                         self._written(part, state, (key, start), False, stream_time)
                 if newest < ts:
@@ -255,6 +254,7 @@ class SlidingTable(KeyedWindowsTable):
             else:
                 left, previous = aggregate, newest
                 break
+            at -= 1
         # (Every start asked about below lies between the lowest window the loop read and the event's time +
         # 1, so the loop read it if it exists: its presence is what the loop saw.)
         if previous is not None and previous + 1 + size >= close_time and previous + 1 + size >= ts \
@@ -268,11 +268,11 @@ class SlidingTable(KeyedWindowsTable):
             # a copy of the window after the event: no close check, no event added
             self._put(part, state, windows, key, ts + 1, *right, stream_time)
 
-    def _stored_value(self, part: TablePartition, key: Any, start: int, window: _Window) -> Any:
+    def _stored_value(self, part: TablePartition, windows: _KeyWindows, at: int, key: Any) -> Any:
         """The aggregate of a window the store had when the partition was taken on, not written since: read
         once, then kept."""
-        value = part.stored(self.table.locate((key, start))[0])
-        window.value = value = self.initial() if value is MISSING else value
+        value = part.stored(self.table.locate((key, windows.starts[at]))[0])
+        windows.values[at] = value = self.initial() if value is MISSING else value
         return value
 
     def _put(self, part: TablePartition, state: SlidingState, windows: _KeyWindows, key: Any, start: int,
@@ -282,11 +282,9 @@ class SlidingTable(KeyedWindowsTable):
         at = bisect_left(starts, start)
         new = at == len(starts) or starts[at] != start
         if new:
-            starts.insert(at, start)
-            windows.windows.insert(at, _Window(value, newest))
+            windows.insert(at, start, value, newest)
         else:
-            window = windows.windows[at]
-            window.value, window.newest = value, newest
+            windows.values[at], windows.newest[at] = value, newest
         part.buffer[(key, start)] = value
         if state.store_time is None or start > state.store_time:
             state.store_time = start
@@ -311,9 +309,10 @@ class SlidingTable(KeyedWindowsTable):
         for window_key_, value in part.buffer.items():
             if value is not DELETED:
                 key, start = window_key_
-                window = keys[key].find(start)
-                assert window is not None  # (a window written since the last checkpoint is live or deleted)
-                meta[self._max_time_key(window_key_)] = str(window.newest).encode()
+                windows = keys[key]
+                at = windows.find(start)
+                assert at is not None  # (a window written since the last checkpoint is live or deleted)
+                meta[self._max_time_key(window_key_)] = str(windows.newest[at]).encode()
 
     def _expire(self, part: TablePartition, state: SlidingState) -> int:
         if state.store_time is None:
@@ -326,14 +325,14 @@ class SlidingTable(KeyedWindowsTable):
                     if not windows.starts or windows.starts[0] <= horizon]:
             windows = state.keys[key]
             cut = bisect_right(windows.starts, horizon)
-            for start, window in zip(windows.starts[:cut], windows.windows[:cut], strict=True):
+            for start, stored in zip(windows.starts[:cut], windows.stored[:cut], strict=True):
                 window_key_ = (key, start)
-                if window.stored or (flushing is not None and window_key_ in flushing):
+                if stored or (flushing is not None and window_key_ in flushing):
                     part.delete(window_key_)
                     part.meta[self._max_time_key(window_key_)] = None
                 else:
                     part.discard(window_key_)
-            del windows.starts[:cut], windows.windows[:cut]
+            windows.cut(cut)
             gone += cut
             if not windows.starts:
                 del state.keys[key]
@@ -368,9 +367,9 @@ class SlidingTable(KeyedWindowsTable):
                 continue
             key, start = window_key_
             windows = keys.get(key)
-            window = windows.find(start) if windows is not None else None
-            if window is not None:
-                window.stored = True
+            at = windows.find(start) if windows is not None else None
+            if windows is not None and at is not None:
+                windows.stored[at] = True
 
     def __repr__(self) -> str:
         return f"<SlidingTable {self.name!r} {self.window}>"
@@ -399,19 +398,22 @@ class _Early:
         right: tuple[Any, int] | None = None
         right_made = False
         previous: int | None = None
-        starts = self.windows.starts
-        low, high = bisect_left(starts, self.visible_from), bisect_right(starts, ts + 1)
-        for start, window in list(zip(starts[low:high], self.windows.windows[low:high], strict=True)):
-            aggregate = window.value
+        windows = self.windows
+        low, high = bisect_left(windows.starts, self.visible_from), bisect_right(windows.starts, ts + 1)
+        for start in windows.starts[low:high]:
+            at = windows.find(start)  # (an update before may have made a window below)
+            assert at is not None
+            aggregate = windows.values[at]
             if aggregate is MISSING:
-                aggregate = table._stored_value(self.part, self.key, start, window)
+                aggregate = table._stored_value(self.part, windows, at, self.key)
+            newest = windows.newest[at]
             if start == 0:
-                combined = (aggregate, window.newest)
-                if window.newest < ts:
-                    previous = window.newest
+                combined = (aggregate, newest)
+                if newest < ts:
+                    previous = newest
             elif start <= ts:
-                right = (aggregate, window.newest)
-                self._update(start, aggregate, window.newest)
+                right = (aggregate, newest)
+                self._update(start, aggregate, newest)
             elif start == ts + 1:
                 right_made = True
         if right is None and combined is not None and combined[1] > ts:
