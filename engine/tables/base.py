@@ -409,12 +409,14 @@ class BaseTable(MutableMapping[Any, Any]):
         if self.window is None:
             return self._route_write(key, current_event())
         part, inner = self._route_write(key[0], current_event())
+        part.writes()  # (a windowed face's writes kept in memory are then in the buffer this writes to)
         return part, stored_key(inner, key)
 
     def _for_read(self, key: Any) -> tuple[TablePartition, bytes]:
         if self.window is None:
             return self._route_read(key)
         part, inner = self._route_read(key[0])
+        part.writes()  # (a windowed face's writes kept in memory are then in the buffer this reads)
         return part, stored_key(inner, key)
 
     def _warn_codec_mismatch(self, topic: str) -> None:
@@ -543,7 +545,7 @@ class BaseTable(MutableMapping[Any, Any]):
         windowed = self.window is not None
         for part in list(self.active.values()):
             written: dict[bytes, bool] = {}  # store key -> written since the last checkpoint, and not deleted
-            for overlay in (part.flushing or {}, part.buffer):
+            for overlay in (part.flushing or {}, part.writes()):
                 for key, value in overlay.items():
                     written[self.locate(key)[0]] = value is not DELETED
             for raw_key, _ in part.store.items():
@@ -561,7 +563,7 @@ class BaseTable(MutableMapping[Any, Any]):
         overlay: dict[Any, Any] = {}
         if part.flushing:
             overlay.update(part.flushing)
-        overlay.update(part.buffer)
+        overlay.update(part.writes())
         decode_key, decode_value = self.key_codec.decode, self.value_codec.decode
         for raw_key, raw_value in part.store.items():
             if self.window is not None and raw_key.startswith(META_PREFIX):

@@ -113,8 +113,8 @@ class TablePartition:
     late records and closed windows not yet sent. All of it goes with the partition when its task closes
     (nothing per partition is kept anywhere else, so nothing is left behind for a later owner to trip on)."""
 
-    __slots__ = ("_decode", "buffer", "flushing", "late", "meta", "number", "store", "unsent_closes",
-                 "windows")
+    __slots__ = ("_decode", "buffer", "flushing", "late", "meta", "number", "store", "unbuffered",
+                 "unsent_closes", "windows")
 
     def __init__(self, number: int, store: PartitionStore, value_codec: Codec) -> None:
         self.number = number
@@ -127,6 +127,10 @@ class TablePartition:
         self.windows: WindowState | None = None  # loaded from the store at the first windowed use
         self.late: list[RawRecord] = []  # records too late for their windows, for the late topic
         self.unsent_closes: list[Closed] = []  # closed windows of a checkpoint that failed
+        # A windowed face that keeps its writes in memory until they are read (sliding windows: an event
+        # writes several windows, most of them expired before the next checkpoint) sets this to what moves
+        # them into the buffer: `writes` calls it.
+        self.unbuffered: Callable[[], None] | None = None
 
     def get(self, key: Any, key_bytes: bytes) -> Any:
         """The value, or MISSING. (`cached`, then `stored`, inlined: this is every table read, so the two
@@ -162,6 +166,13 @@ class TablePartition:
         """Forget a write not yet flushed, as if never made (for a key the store does not have: a delete
         would only send a tombstone for nothing)."""
         self.buffer.pop(key, None)
+
+    def writes(self) -> dict[Any, Any]:
+        """The buffer, with the writes kept in memory moved in first (`unbuffered`): what every reader of
+        the writes since the last checkpoint reads, but the per-event paths of tables that keep none."""
+        if self.unbuffered is not None:
+            self.unbuffered()
+        return self.buffer
 
     def take_buffer(self) -> dict[Any, Any]:
         """Start a flush: the buffer becomes `flushing` (still readable) and a new buffer starts."""

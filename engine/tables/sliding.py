@@ -15,9 +15,12 @@ skipped by every reader of table keys), made at the checkpoint for the windows w
 The per-event path touches about twice as many windows as the event has neighbours within `size`, so each
 partition keeps every key's live windows in memory, in start order (`_KeyWindows`): an event finds its
 range of windows by bisection and reads and updates each in place, its aggregate and newest time together,
-with no key encoded and no lookup by key. Each write also goes to the partition's buffer, which the
-checkpoint and every reader of the table use as for any table. The store is read only for a window that
-was there when the partition was taken on and not written since (its aggregate is read once, then kept).
+with no key encoded and no lookup by key. The store is read only for a window that was there when the
+partition was taken on and not written since (its aggregate is read once, then kept). A written window is
+only marked changed: the changed ones go into the partition's buffer (with their newest-time records) when
+it is read (`TablePartition.writes`: the checkpoint, queries), so a window written by several events goes
+there once, and one that expires before that (most of them, when event time runs ahead of the checkpoints)
+never does.
 
 Windows are found by an event only while their start is after the newest window start written minus the
 retention (2 * size + grace, Kafka Streams' default), and deleted at checkpoints after that.
@@ -26,6 +29,7 @@ retention (2 * size + grace, Kafka Streams' default), and deleted at checkpoints
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
@@ -53,16 +57,18 @@ class _KeyWindows:
     checkpoints a partition holds hundreds of thousands of windows, and objects the garbage collector
     tracks made its passes a large part of the per-event time): each window's start (bisected), its
     aggregate (MISSING until first read, for a window the store had when the partition was taken on), the
-    time of its newest event (Kafka Streams' ValueAndTimestamp: together), and whether the store has it
-    (expiring one it never had needs no tombstone)."""
+    time of its newest event (Kafka Streams' ValueAndTimestamp: together), whether the store has it
+    (expiring one it never had needs no tombstone), and whether it changed since it was last put in the
+    partition's buffer."""
 
-    __slots__ = ("newest", "starts", "stored", "values")
+    __slots__ = ("changed", "newest", "starts", "stored", "values")
 
     def __init__(self) -> None:
         self.starts: list[int] = []
         self.values: list[Any] = []
         self.newest: list[int] = []
         self.stored: list[bool] = []
+        self.changed: list[bool] = []
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -74,25 +80,30 @@ class _KeyWindows:
         return at if at < len(starts) and starts[at] == start else None
 
     def insert(self, at: int, start: int, value: Any, newest: int, stored: bool = False) -> None:
+        """A new window (changed), or one the store has (`stored`: not changed)."""
         self.starts.insert(at, start)
         self.values.insert(at, value)
         self.newest.insert(at, newest)
         self.stored.insert(at, stored)
+        self.changed.insert(at, not stored)
 
     def cut(self, upto: int) -> None:
         """Forget the first `upto` windows."""
-        del self.starts[:upto], self.values[:upto], self.newest[:upto], self.stored[:upto]
+        del self.starts[:upto], self.values[:upto], self.newest[:upto]
+        del self.stored[:upto], self.changed[:upto]
 
 
 class SlidingState(EventWindowState):
-    """A sliding-window partition's live windows: each key's, in start order. Between two checkpoints,
-    windows past the retention stay until expiry; an event never sees them (`_visible_from`)."""
+    """A sliding-window partition's live windows: each key's, in start order, and the keys with windows
+    changed since they were last put in the buffer. Between two checkpoints, windows past the retention stay
+    until expiry; an event never sees them (`visible_from`)."""
 
-    __slots__ = ("keys",)
+    __slots__ = ("changed", "keys")
 
     def __init__(self) -> None:
         super().__init__()
         self.keys: dict[Any, _KeyWindows] = {}
+        self.changed: set[Any] = set()
 
 
 class SlidingTable(KeyedWindowsTable):
@@ -141,6 +152,7 @@ class SlidingTable(KeyedWindowsTable):
             at = windows.find(start) if windows is not None else None
             if windows is not None and at is not None:
                 windows.newest[at] = int(raw_value)
+        part.unbuffered = partial(self._buffer_changes, part, state)
         return state
 
     def _live(self, state: EventWindowState) -> Iterator[tuple[Any, int, int]]:
@@ -201,6 +213,7 @@ class SlidingTable(KeyedWindowsTable):
             _Early(self, part, state, windows, key, value, ts, close_time, stream_time, visible_from).run()
         else:
             self._reverse(part, state, windows, key, value, ts, close_time, stream_time, visible_from)
+        state.changed.add(key)
         if stream_time != before and state.due:
             self._close_due(part, state)
         return True
@@ -210,9 +223,9 @@ class SlidingTable(KeyedWindowsTable):
         """Kafka Streams' processReverse: the key's windows from the newest that can hold the event down to
         the first that ends before it, each updated in place where it holds the event and is still open;
         then createWindows: the window after the previous event, the event's own, the one after it."""
-        size, add, buffer = self.window.size_ms, self.add, part.buffer
+        size, add = self.window.size_ms, self.add
         final = self.closed_topic is not None
-        starts, values, newests = windows.starts, windows.values, windows.newest
+        starts, values, newests, changed = windows.starts, windows.values, windows.newest, windows.changed
         at = bisect_right(starts, ts + 1) - 1
         stop = bisect_left(starts, max(ts - 2 * size, visible_from))
         right: tuple[Any, int] | None = None  # (aggregate, newest) as they were before the event
@@ -234,7 +247,8 @@ class SlidingTable(KeyedWindowsTable):
                 if right is None:
                     right = (aggregate, newest)
                 if end >= close_time:
-                    values[at] = buffer[(key, start)] = add(aggregate, value)
+                    values[at] = add(aggregate, value)
+                    changed[at] = True
                     if ts > newest:
                         newests[at] = ts
                     if final:
@@ -242,7 +256,8 @@ class SlidingTable(KeyedWindowsTable):
             elif end == ts:
                 left_made = True
                 if end >= close_time:
-                    values[at] = buffer[(key, start)] = add(aggregate, value)
+                    values[at] = add(aggregate, value)
+                    changed[at] = True
                     if ts > newest:
                         newests[at] = ts
                     if final:
@@ -277,15 +292,14 @@ class SlidingTable(KeyedWindowsTable):
 
     def _put(self, part: TablePartition, state: SlidingState, windows: _KeyWindows, key: Any, start: int,
              value: Any, newest: int, stream_time: int) -> None:
-        """Write a window (made if new): in memory and to the partition's buffer."""
+        """Write a window (made if new), marked changed."""
         starts = windows.starts
         at = bisect_left(starts, start)
         new = at == len(starts) or starts[at] != start
         if new:
             windows.insert(at, start, value, newest)
         else:
-            windows.values[at], windows.newest[at] = value, newest
-        part.buffer[(key, start)] = value
+            windows.values[at], windows.newest[at], windows.changed[at] = value, newest, True
         if state.store_time is None or start > state.store_time:
             state.store_time = start
         if self.closed_topic is not None:
@@ -295,31 +309,35 @@ class SlidingTable(KeyedWindowsTable):
 
     def expire(self, part: TablePartition) -> int:
         """Delete the windows past the retention (no event finds them any more), with their engine
-        records; returns how many were deleted. Then give each window written since the last checkpoint
-        its newest event time's engine record: made here, once per window and checkpoint, not per event."""
+        records; returns how many were deleted."""
         state = part.windows
         if not isinstance(state, SlidingState):
             return 0
-        gone = self._expire(part, state)
-        self._record_newest_times(part, state)
-        return gone
+        return self._expire(part, state)
 
-    def _record_newest_times(self, part: TablePartition, state: SlidingState) -> None:
-        keys, meta = state.keys, part.meta
-        for window_key_, value in part.buffer.items():
-            if value is not DELETED:
-                key, start = window_key_
-                windows = keys[key]
-                at = windows.find(start)
-                assert at is not None  # (a window written since the last checkpoint is live or deleted)
-                meta[self._max_time_key(window_key_)] = str(windows.newest[at]).encode()
+    def _buffer_changes(self, part: TablePartition, state: SlidingState) -> None:
+        """Put each window changed since the last time into the partition's buffer, with its newest event
+        time's engine record (`TablePartition.unbuffered`)."""
+        buffer, meta, keys, locate = part.buffer, part.meta, state.keys, self.table.locate
+        for key in state.changed:
+            windows = keys.get(key)
+            if windows is None or True not in windows.changed:
+                continue
+            starts, values, newest, changed = windows.starts, windows.values, windows.newest, windows.changed
+            for at, start in enumerate(starts):
+                if changed[at]:
+                    changed[at] = False
+                    window_key_ = (key, start)
+                    buffer[window_key_] = values[at]
+                    meta[MAX_TIME_PREFIX + locate(window_key_)[0]] = str(newest[at]).encode()
+        state.changed.clear()
 
     def _expire(self, part: TablePartition, state: SlidingState) -> int:
         if state.store_time is None:
             return 0
         horizon = state.store_time - self.window.retention_ms
         gone = 0
-        flushing = part.flushing
+        flushing, buffered = part.flushing, part.buffer
         # (a key whose event made no window, its own being closed, has none: dropped here too)
         for key in [key for key, windows in state.keys.items()
                     if not windows.starts or windows.starts[0] <= horizon]:
@@ -330,7 +348,7 @@ class SlidingTable(KeyedWindowsTable):
                 if stored or (flushing is not None and window_key_ in flushing):
                     part.delete(window_key_)
                     part.meta[self._max_time_key(window_key_)] = None
-                else:
+                elif buffered:  # (the buffer has only what a read or a failed checkpoint put there)
                     part.discard(window_key_)
             windows.cut(cut)
             gone += cut
@@ -352,6 +370,17 @@ class SlidingTable(KeyedWindowsTable):
             windows = state.keys.get(key)
             if windows is None or windows.find(start) is None:
                 del part.meta[raw_key]
+
+    def _value_now(self, part: TablePartition, window_key_: tuple[Any, ...], store_key: bytes) -> Any:
+        """(From memory: the buffer has not got the changed windows.)"""
+        state = part.windows
+        assert isinstance(state, SlidingState)
+        windows = state.keys.get(window_key_[0])
+        at = windows.find(window_key_[1]) if windows is not None else None
+        if windows is None or at is None:
+            return MISSING
+        value = windows.values[at]
+        return self._stored_value(part, windows, at, window_key_[0]) if value is MISSING else value
 
     def _max_time_key(self, window_key_: tuple[Any, int]) -> bytes:
         return MAX_TIME_PREFIX + self.table.locate(window_key_)[0]

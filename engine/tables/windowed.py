@@ -272,7 +272,7 @@ class EventTimeTable:
                 raise EngineError(f"windowed table {self.name!r}: a key cannot be None")
         else:
             part, inner = self.table._route_read(key)
-            store, overlays = part.store, (part.flushing or {}, part.buffer)
+            store, overlays = part.store, (part.flushing or {}, part.writes())
         low, high = key_prefix(inner)
         size: int | None = getattr(self.window_kind, "size_ms", None)  # (sessions: their keys have their end)
         values: dict[tuple[int, int], Any] = {}
@@ -290,11 +290,15 @@ class EventTimeTable:
                         values[bounds] = value
         return [(start, end, values[start, end]) for start, end in sorted(values)]
 
+    def _value_now(self, part: TablePartition, window_key_: tuple[Any, ...], store_key: bytes) -> Any:
+        """A window's value now, or MISSING."""
+        return part.get(window_key_, store_key)
+
     def _emit_final(self, part: TablePartition, window_key_: tuple[Any, ...], time_ms: int) -> None:
         """Keep a window's value now as a final result, for the next checkpoint to send with `time_ms`, the
         largest event time of the window's events, as its timestamp."""
         store_key = self.table.locate(window_key_)[0]
-        value = part.get(window_key_, store_key)
+        value = self._value_now(part, window_key_, store_key)
         if value is not MISSING:
             encoded = self.table.value_codec.encode(value)
             assert encoded is not None

@@ -128,7 +128,7 @@ class ActiveTask(Lifecycle):
         if self.inputs is not None and self.inputs.buffering:
             return False
         for table, part in self.partitions:
-            if part.buffer or part.meta or part.late or part.unsent_closes:
+            if part.writes() or part.meta or part.late or part.unsent_closes:
                 return False
             if table.windowed is not None and table.windowed.moves_by_clock(part):
                 return False
@@ -164,7 +164,7 @@ class ActiveTask(Lifecycle):
             closes = windowed.close_windows(part)  # before expiry can delete them
             windowed.expire(part)
             late = part.take_late()
-        if part.buffer or part.meta or closes or late:
+        if part.writes() or part.meta or closes or late:
             cut.writes.append(TableWrites(table, part, part.take_buffer(), part.take_meta(), closes, late))
 
     async def send(self, cut: TaskCut) -> None:

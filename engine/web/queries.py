@@ -228,7 +228,7 @@ class TableQueries:
             for number in wanted:
                 part = table.active.get(number)
                 if part is not None:
-                    run = table.scan(part.store, (part.flushing or {}, part.buffer), asked.low, asked.end)
+                    run = table.scan(part.store, (part.flushing or {}, part.writes()), asked.low, asked.end)
                 elif asked.stale and (store := self._standby(table, number)) is not None:
                     run = table.scan(store, (), asked.low, asked.end)
                 else:
