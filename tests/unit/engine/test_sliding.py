@@ -162,3 +162,74 @@ async def test_windows_and_their_newest_times_are_read_back_after_a_restart() ->
                          (w(25.001, 35.001), 1), (w(30, 40), 2), (w(33.001, 43.001), 1)])
             await testing.eventually(lambda recent=recent, expected=expected:
                                      list(recent.windows("a")) == expected)
+
+
+class _Record:
+    """A fetched record as a sliding table reads it: only its place (the event's time is given)."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset, self.timestamp, self.key, self.value, self.headers = offset, 0, None, None, []
+
+
+def test_a_checkpoint_that_failed_and_the_next_one_leave_the_windows_of_every_event(tmp_path: Any) -> None:
+    """Sliding windows keep their changes in memory until the buffer is read: a checkpoint takes them,
+    events go on while it is written, it fails and puts them back, windows expire meanwhile, and the next
+    checkpoint writes the store. A partition taken on from that store then has exactly the live windows of
+    every event's time (the definition), each with its newest event time, and no engine record of a window
+    that is gone."""
+    from engine.events import TP, Event
+    from engine.stores import open_store_backend
+    from engine.tables.partition import DELETED, TablePartition
+    from engine.tables.sliding import MAX_TIME_PREFIX, SlidingTable
+
+    app = engine.App("sliding", broker="memory://unused", topic_partitions=1)
+    clicks = app.topic("clicks", key_type=str, value_type=int)
+    recent = app.stream(clicks).sliding(10, grace=0).count("recent")
+    table, windowed = recent.table, recent.table.windowed
+    assert isinstance(windowed, SlidingTable)
+    table.bind(None, 1, {"clicks": 1})
+    store = open_store_backend("memory://", tmp_path).open("recent", 0)
+    part = TablePartition(0, store, table.value_codec)
+    offsets = iter(range(1000))
+
+    def events(*times_s: float) -> None:
+        for at in times_s:
+            event = Event(TP("clicks", 0), _Record(next(offsets)), "a", 1, None)
+            event.time_ms = round(at * 1000)
+            windowed.apply(part, event, "a", 1)
+
+    def take() -> tuple[dict[Any, Any], dict[bytes, bytes | None]]:
+        """What ActiveTask.take takes of the partition for a checkpoint."""
+        windowed.close_windows(part)
+        windowed.expire(part)
+        part.writes()
+        return part.take_buffer(), part.take_meta()
+
+    def complete(writes: dict[Any, Any], meta: dict[bytes, bytes | None]) -> None:
+        encoded: dict[bytes, bytes | None] = {
+            table.locate(key)[0]: None if value is DELETED else table.value_codec.encode(value)
+            for key, value in writes.items()}
+        store.write({**encoded, **meta}, next(offsets))
+        windowed.stored(part, writes)
+        part.flushed()
+
+    events(20, 25, 28)
+    complete(*take())  # the store has a's first windows
+    events(33)
+    writes, meta = take()
+    events(60, 61)  # while the checkpoint is written: the windows of 20..33 expire
+    part.put_back(writes, meta, [], [])  # it failed
+    events(62.5)
+    complete(*take())
+
+    times = [20_000, 25_000, 28_000, 33_000, 60_000, 61_000, 62_500]
+    horizon = 62_500 + 1 - 20_000  # the newest window start written, less the retention (2 * size + grace)
+    expected = {(start, end): (n, max(at for at in times if start <= at <= end))
+                for (start, end), n in offline_windows(times, 10_000).items() if start > horizon}
+    later = TablePartition(0, store, table.value_codec)
+    state = windowed._state(later)
+    got = {(start, end): (value, windowed._bound(state, "a", start)) for start, end, value
+           in windowed.windows_ms("a", standby=store)}
+    assert got == expected
+    newest_records = [raw for raw, _ in store.items(MAX_TIME_PREFIX, MAX_TIME_PREFIX + b"\xff")]
+    assert len(newest_records) == len(expected)
