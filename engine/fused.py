@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from engine.tables.sliding import SlidingTable
     from engine.tables.windowed import WindowedTable
     from engine.topics import Topic
+    from engine.transport.base import KeyedRecord
 
     Combine = Callable[[Any, Any], Any]  # (aggregate, value) -> aggregate
     Step = tuple[bool, Callable[[Any], Any]]  # (is a filter, its function), else a map
@@ -216,8 +217,12 @@ def _ack(events: list[Event], begin: int, end: int) -> None:
 class Forwarder:
     """A fused group_by: `await forwarder()` forwards one batch of `source` to the repartition topic
     `target`, each value kept by the steps re-keyed by `key(value)`, with its record's headers and event time
-    (as the stream operators' group_by does); False once the source's mailbox is closed. What fails on an
-    event raises UpstreamError for it (the agent's error policy deals with it as on the operators' path)."""
+    (as the stream operators' group_by does); False once the source's mailbox is closed. Each run of one
+    lease's events is encoded, then enqueued at once (`Topic.send_encoded`: whole batches per target
+    partition, into that lease's task's transaction), then acked. What fails on an event raises UpstreamError
+    for it, the events before it forwarded and acked first (the agent's error policy deals with it as on the
+    operators' path); a send that fails raises it for the run's first event, the run's others going back to
+    the mailbox."""
 
     __slots__ = ("key", "source", "steps", "target")
 
@@ -234,15 +239,23 @@ class Forwarder:
             events = await source.take_batch()
         except StopAsyncIteration:
             return False
-        steps, key_of, send, topic = self.steps, self.key, self.target.send, source.topic
-        at = 0
+        for begin, end in _runs(events):
+            lease = events[begin].lease
+            if lease is not None and lease.ended:
+                continue  # its partition moved while an earlier send waited: its new owner's
+            await self._forward(events, begin, end)
+        source.finish_batch(len(events))
+        return True
+
+    async def _forward(self, events: list[Event], begin: int, end: int) -> None:
+        source, target, steps, key_of = self.source, self.target, self.steps, self.key
+        topic, encode = source.topic, target.encode
+        records: list[KeyedRecord] = []
+        failure: Exception | None = None
+        at = begin
         try:
-            for at, event in enumerate(events):  # (`at`: where an event fails)
-                lease = event.lease
-                if lease is not None and lease.ended:
-                    continue  # its partition moved while an earlier send waited: its new owner's
-                source.current_event = event
-                source.batch_reached = at + 1
+            for at in range(begin, end):  # (`at`: where an event fails)
+                event = events[at]
                 value = event.value
                 for is_filter, fun in steps:
                     if is_filter:
@@ -252,10 +265,21 @@ class Forwarder:
                         value = fun(value)
                 else:
                     time_ms = topic.event_time_ms(event) if topic is not None else event.record.timestamp
-                    await send(key=key_of(value), value=value, headers=event.headers, timestamp_ms=time_ms)
-                if lease is not None:
-                    lease.ack(event.record.offset)
+                    key, encoded = encode(key_of(value), value)
+                    records.append((key, encoded, event.headers, time_ms))
+            at = end
         except Exception as exc:
-            raise UpstreamError(events[at], exc) from exc
-        source.finish_batch(len(events))
-        return True
+            failure = exc
+        if records:
+            # While the send waits, the run's events are the current one and those after it: what an
+            # abandoned agent gives back to the mailbox (the send routes by the current event's partition).
+            source.current_event, source.batch_reached = events[begin], begin + 1
+            try:
+                await target.send_encoded(records)
+            except Exception as exc:
+                raise UpstreamError(events[begin], exc) from exc
+        _ack(events, begin, at)
+        if failure is not None:
+            source.current_event, source.batch_reached = events[at], at + 1
+            raise UpstreamError(events[at], failure) from failure
+        source.batch_reached = end

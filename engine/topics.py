@@ -11,11 +11,11 @@ from engine.scope import PerWorker
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     from engine.events import TP, Event, Headers, RawRecord
     from engine.settings import Settings
-    from engine.transport.base import Producer
+    from engine.transport.base import KeyedRecord, Producer
 
 
 class Topic:
@@ -100,6 +100,16 @@ class Topic:
             timestamp_ms=timestamp_ms,
         )
 
+    def send_encoded(self, records: Sequence[KeyedRecord]) -> Awaitable[None]:
+        """Return the awaitable that enqueues records already encoded with this topic's codecs (`encode`),
+        each to its key's partition, as whole batches per partition (Producer.send_many): what a fused
+        group_by forwards a fetched batch with."""
+        producer = self._producer
+        if producer is None:
+            raise NotRunning(f"topic {self.name!r} is not attached to a running worker")
+        self.sent += len(records)
+        return producer.send_many(self.name, records)
+
     def encode(self, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:
         """A record's key and value as this topic's codecs encode them (a raw key must be bytes)."""
         if not self._raw_key or (key is not None and not isinstance(key, bytes)):
@@ -152,6 +162,11 @@ class _CurrentProducer:
         producer = self._producers.current()
         assert producer is not None
         return producer.send(topic, key, value, **options)
+
+    def send_many(self, topic: str, records: Sequence[KeyedRecord]) -> Any:
+        producer = self._producers.current()
+        assert producer is not None
+        return producer.send_many(topic, records)
 
 
 def planned_partitions(topic: Topic, settings: Settings, like: int | None = None) -> int:

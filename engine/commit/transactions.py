@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Coroutine, Mapping, Sequence
 
     from engine.events import TP, Headers
-    from engine.transport.base import Producer, Transport
+    from engine.transport.base import KeyedRecord, Producer, Transport
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +140,19 @@ class EventProducer:
             except TransactionAborted:
                 if producer is self.worker and self._worker_open.is_set():
                     raise
+
+    async def send_many(self, topic: str, records: Sequence[KeyedRecord]) -> None:
+        """Into the current event's task's transaction, as `send` (the caller sends one partition's run of
+        events at a time, the last of them current); outside events, the worker's own."""
+        event = current_event()
+        if event is None:
+            await self._worker_open.wait()
+            await self.worker.send_many(topic, records)
+            return
+        if event.lease is not None and event.lease.ended:
+            raise PartitionMigrated(f"{event.topic}[{event.partition}] moved while offset {event.offset} "
+                                    "was processed; its new owner processes it")
+        await self.for_partition(event.partition).send_many(topic, records)
 
     async def send_batch(self, topic: str, partition: int,
                          records: Sequence[tuple[bytes | None, bytes | None]],

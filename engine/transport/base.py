@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from engine.assignor import Assignment, Placement
 
 PartitionsCallback = Callable[[set[TP]], Awaitable[None]]
+# A record for Producer.send_many: key, value, headers, timestamp in ms (None: now).
+KeyedRecord = tuple[bytes | None, bytes | None, Headers, int | None]
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,12 @@ class Producer(Protocol):
         final window's event time) or now, as whole batches (a changelog's writes at a checkpoint): none of
         `send`'s per-record partitioning and futures. The returned future resolves to the offset of the
         last record once the broker acknowledged it; `records` is not empty."""
+
+    async def send_many(self, topic: str, records: Sequence[KeyedRecord]) -> None:
+        """Enqueue (key, value, headers, timestamp ms or None for now) records, each to its key's partition as
+        `send` picks it, in their order, as whole batches per partition where the transport can (a
+        group_by forwarding a fetched batch): none of `send`'s per-record futures. Failures surface at
+        the next `flush` or commit, as `send`'s do for a record no one awaits."""
 
     async def flush(self) -> None:
         """Wait until everything enqueued so far is acknowledged; raise DeliveryFailed if any was not."""

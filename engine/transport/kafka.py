@@ -91,7 +91,7 @@ from engine.transport.kafka_txn_offsets import send_offsets_as_member
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping, Sequence
 
-    from engine.transport.base import GroupTopology, PartitionsCallback, TopicSpec
+    from engine.transport.base import GroupTopology, KeyedRecord, PartitionsCallback, TopicSpec
 from engine.transport.base import ClientTuning, GroupDescription, GroupMember
 
 IDLE_POLL = 0.5  # seconds a fetch that may wait for as long as nothing changes waits here before returning
@@ -784,6 +784,35 @@ class KafkaProducer:
                                      ) from exc
         self._deliveries.add(future)
         return future
+
+    async def send_many(self, topic: str, records: Sequence[KeyedRecord]) -> None:
+        """(Each partition's records appended to batches of engine's, as `send_batch` does: a record costs
+        a `BatchBuilder.append`, not aiokafka's `add_message` with its future and callbacks. Without the
+        topic's metadata yet, or with a record without a key, one `send` each: aiokafka waits for the
+        metadata, and picks a keyless record's partition.)"""
+        if not self._open.is_set():
+            await self._open.wait()
+        tps = self._partitions.get(topic) or self._partitions_of(topic)
+        if not tps or any(key is None for key, _, _, _ in records):
+            for key, value, headers, timestamp_ms in records:
+                await self.send(topic, key, value, headers=headers, timestamp_ms=timestamp_ms)
+            return
+        batches: dict[int, Any] = {}
+        partition_of, count = self._hashes.partition, len(tps)
+        for key, value, headers, timestamp_ms in records:
+            assert key is not None  # (keyless records went one by one above)
+            partition = partition_of(key, count)
+            batch = batches.get(partition)
+            if batch is None:
+                batch = batches[partition] = self._client.create_batch()
+            if batch.append(key=key, value=value, timestamp=timestamp_ms, headers=headers) is None:
+                await self._send_batch(batch, topic, partition)  # full: send it and go on in a new one
+                batch = batches[partition] = self._client.create_batch()
+                if batch.append(key=key, value=value, timestamp=timestamp_ms, headers=headers) is None:
+                    raise DeliveryFailed(f"a record for {topic!r} of {len(value or b'')} bytes does not fit "
+                                         "in a batch (max_batch_size)")
+        for partition, batch in batches.items():
+            await self._send_batch(batch, topic, partition)
 
     async def send_batch(self, topic: str, partition: int,
                          records: Sequence[tuple[bytes | None, bytes | None]],

@@ -24,7 +24,7 @@ from engine.transport.base import GroupDescription, GroupMember
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping, Sequence
 
-    from engine.transport.base import GroupTopology, PartitionsCallback, TopicSpec
+    from engine.transport.base import GroupTopology, KeyedRecord, PartitionsCallback, TopicSpec
 
 
 @dataclass(slots=True, frozen=True)
@@ -371,6 +371,11 @@ class MemoryProducer:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         future.set_result(offset)
         return future
+
+    async def send_many(self, topic: str, records: Sequence[KeyedRecord]) -> None:
+        for key, value, headers, timestamp_ms in records:
+            self.broker.append(topic, key, value, headers, None, timestamp_ms)
+        self.broker.notify()
 
     async def flush(self) -> None:
         return None

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from collections.abc import Coroutine, Mapping, Sequence
 
     from engine.events import TP, Headers
-    from engine.transport.base import Producer
+    from engine.transport.base import KeyedRecord, Producer
 
 
 class Injector(Protocol):
@@ -49,6 +49,11 @@ class TracedProducer:
                          records: Sequence[tuple[bytes | None, bytes | None]],
                          timestamps: Sequence[int] | None = None) -> asyncio.Future[int]:
         return await self._producer.send_batch(topic, partition, records, timestamps)
+
+    async def send_many(self, topic: str, records: Sequence[KeyedRecord]) -> None:
+        inject = self._tracing.inject
+        await self._producer.send_many(topic, [(key, value, inject(headers) or (), at)
+                                               for key, value, headers, at in records])
 
     async def flush(self) -> None:
         await self._producer.flush()
