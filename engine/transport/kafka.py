@@ -775,7 +775,7 @@ class KafkaProducer:
         try:
             future = await self._client.send(
                 topic, value, key=key, partition=partition,
-                headers=headers or None, timestamp_ms=timestamp_ms,
+                headers=list(headers) if headers else None, timestamp_ms=timestamp_ms,  # (a list only)
             )
         except KafkaError as exc:
             raise DeliveryFailed(f"cannot send to {topic!r}: {exc}") from exc
@@ -805,6 +805,8 @@ class KafkaProducer:
             batch = batches.get(partition)
             if batch is None:
                 batch = batches[partition] = self._client.create_batch()
+            if type(headers) is not list:  # (the batch builder, in C, takes a list only)
+                headers = list(headers)
             if batch.append(key=key, value=value, timestamp=timestamp_ms, headers=headers) is None:
                 await self._send_batch(batch, topic, partition)  # full: send it and go on in a new one
                 batch = batches[partition] = self._client.create_batch()

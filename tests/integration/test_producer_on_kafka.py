@@ -63,6 +63,7 @@ async def test_every_kind_of_record_arrives_as_sent_and_only_with_its_transactio
         (None, b"unkeyed", None, None, None),
         (b"placed", b"on 2", None, 2, None),
         (b"headed", b"v", [("trace", b"1")], None, None),
+        (b"headed-tuple", b"v", (("trace", b"2"),), None, None),  # (an event's headers are a tuple)
         (b"big", b"x" * 900_000, None, None, None),
     ]
     try:
@@ -83,9 +84,42 @@ async def test_every_kind_of_record_arrives_as_sent_and_only_with_its_transactio
     for key, value, headers, partition, timestamp in sent:
         record = stored[key]
         assert record.value == value
-        assert list(record.headers) == (headers or [])
+        assert list(record.headers) == list(headers or [])
         if partition is not None:
             assert record.partition == partition
         if timestamp is not None:
             assert record.timestamp == timestamp
 
+
+async def test_records_sent_many_at_once_land_where_send_puts_them_with_every_field_and_their_transaction(
+        kafka):
+    """`send_many` (a fused group_by's forwarding): each record in its key's partition, as `send` and
+    aiokafka place it, in order, with its headers (a tuple or a list) and timestamp, more than a batch's
+    worth per partition, and only once the transaction commits; records without a key go one by one."""
+    from engine.partitioner import partition_for
+
+    topic = unique("many")
+    await create_topics(kafka.bootstrap, [topic], partitions=3)
+    producer = open_transport(kafka.url).producer("many-test")  # transactional, like a task's
+    await producer.start()
+    keyed = [(f"k{i % 40}".encode(), b"x" * 1000 + str(i).encode(),
+              ((("n", str(i).encode()),) if i % 2 else [("n", str(i).encode())]) if i % 3 else (),
+              1_700_000_000_000 + i) for i in range(900)]  # 900 kB over 3 partitions: past one batch each
+    keyless = [(None, b"unkeyed", (), 1_234)]
+    try:
+        await producer.send_many(topic, keyed)
+        await producer.send_many(topic, keyless)
+        await producer.flush()
+        assert await read_all(kafka.bootstrap, topic) == []  # not committed yet
+        await producer.commit_transaction({}, "many-group")
+    finally:
+        await producer.stop()
+    found = await consume_until(kafka.bootstrap, topic,
+                                lambda records: len(records) >= len(keyed) + len(keyless))
+    for partition in range(3):
+        expected = [(key, value, [(k, v) for k, v in headers], at) for key, value, headers, at in keyed
+                    if partition_for(key, 3) == partition]
+        got = [(r.key, r.value, list(r.headers), r.timestamp) for r in found
+               if r.partition == partition and r.key is not None]
+        assert got == expected
+    assert [(r.value, r.timestamp) for r in found if r.key is None] == [(b"unkeyed", 1_234)]
