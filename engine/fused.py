@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from engine.tables.partition import TablePartition
     from engine.tables.sessions import SessionTable
     from engine.tables.sliding import SlidingTable
-    from engine.tables.windowed import WindowedTable, WindowRun
+    from engine.tables.windowed import WindowedTable
     from engine.topics import Topic
     from engine.transport.base import KeyedRecord
 
@@ -123,11 +123,12 @@ def _runs(events: list[Event]) -> Iterator[tuple[int, int]]:
 
 def _fold_fixed_windows(stream: Stream, events: list[Event], begin: int, end: int, steps: tuple[Step, ...],
                         table: WindowedTable, add: Combine) -> None:
-    run: WindowRun | None = None  # (routed for the run's first event the steps keep)
+    part: TablePartition | None = None  # (routed for the run's first event the steps keep)
     at = begin
     try:
         for at in range(begin, end):
             event = events[at]
+            stream.current_event = event
             value = event.value
             for is_filter, fun in steps:
                 if is_filter:
@@ -136,16 +137,12 @@ def _fold_fixed_windows(stream: Stream, events: list[Event], begin: int, end: in
                 else:
                     value = fun(value)
             else:
-                if run is None:
-                    run = table.run(table.own_partition(event), add)
-                run.add(event, event.key, value)
+                if part is None:
+                    part = table.own_partition(event)
+                table.apply(part, event, event.key, add, value)
     except BaseException:
-        stream.current_event = events[at]  # the event it failed on, for the error policy
         stream.batch_reached = at + 1  # (the rest goes back to the mailbox when the agent is abandoned)
         raise
-    finally:
-        if run is not None:
-            run.close()
 
 
 def _fold_windows(stream: Stream, events: list[Event], begin: int, end: int, steps: tuple[Step, ...],

@@ -339,12 +339,12 @@ class WindowedTable(EventTimeTable):
               arg: Any) -> bool:
         """`update` in the partition the event's key writes to (`part`, routed by the caller).
 
-        The per-event path of every windowed table written by an agent, so it avoids what cost most in
-        `benchmarks.windowed` (py-spy): the key is encoded (cached) only to read the store, not once per
-        window; a window's store key is built only to read the store; and the store is read only for a
-        window the live index says the store has, so a new window costs no RocksDB read. Its time, the
-        partition's state and stream time, and the buffer are inlined, and the window gives its open starts
-        in one call (what that saved: benchmarks/README.md)."""
+        The per-event path of every windowed table, so it avoids what cost most in `benchmarks.windowed`
+        (py-spy): the key is encoded (cached) only to read the store, not once per window; a window's store
+        key is built only to read the store; and the store is read only for a window the live index says
+        the store has, so a new window costs no RocksDB read. Its time, the
+        partition's state and stream time, and the buffer (`TablePartition.cached`/`set`) are inlined, and
+        the window gives its open starts in one call (what that saved: benchmarks/README.md)."""
         ts = event.time_ms  # the topic's extractor (or the record's time), applied at dispatch
         if ts is None or ts < 0 or self.timestamp is not None:
             ts = self._valid_time(event)
@@ -355,52 +355,38 @@ class WindowedTable(EventTimeTable):
         stream_time = state.stream_time
         if stream_time is None or ts > stream_time:
             stream_time = _advance(part, state, ts)
-        buffer = part.buffer
+        buffer, flushing = part.buffer, part.flushing
         latest = None if self.closed_topic is None else state.latest  # (for final results' time only)
-        starts = self.window.open_starts_ms(ts, stream_time)
-        for start in starts:
+        applied = False
+        for start in self.window.open_starts_ms(ts, stream_time):
             window_key_ = (key, start)
-            buffer[window_key_] = fun(self._window_value(part, state, window_key_, inner, ts, latest), arg)
-        if not starts:
-            self._late_for_windows(part, event, ts, stream_time)
-        return bool(starts)
-
-    def run(self, part: TablePartition, fun: Callable[[Any, Any], Any]) -> WindowRun:
-        """`apply` for a run of events of partition `part` (a fused pipeline's, engine.fused), each window
-        read and written once per run."""
-        return WindowRun(self, part, fun)
-
-    def _window_value(self, part: TablePartition, state: WindowState, window_key_: tuple[Any, int],
-                      inner: bytes, ts: int, latest: dict[tuple[Any, int], int] | None) -> Any:
-        """The value of an open window the event at `ts` updates: a new one's default (it is nowhere yet,
-        so nothing is looked up; the live index gets it, not in the store until a checkpoint writes it),
-        else what the buffer, the flush under way or the store holds. `latest` (with a closed topic) keeps
-        each window's largest event time."""
-        key, start = window_key_
-        live = state.live.get(start)
-        if live is None:
-            live = state.live[start] = {}
-        in_store = live.get(key)
-        if in_store is None:
-            live[key] = False
-            if latest is not None:
-                latest[window_key_] = ts
-            return self._default()
-        if latest is not None and ts > latest.get(window_key_, ts):
-            latest[window_key_] = ts
-        current = part.buffer.get(window_key_, MISSING)
-        if current is MISSING:
-            if part.flushing is not None:
-                current = part.flushing.get(window_key_, MISSING)
-            if current is MISSING and in_store:
-                current = part.stored(window_key(inner, start))
-        return self._default() if current is MISSING or current is DELETED else current
-
-    def _late_for_windows(self, part: TablePartition, event: Event, ts: int, stream_time: int) -> None:
-        """Report an event whose every window closed at `stream_time`."""
-        window = self.window
-        closes_at = window.current_start_ms(ts) + window.size_ms + window.grace_ms
-        self._late(part, event, ts, stream_time, stream_time - closes_at + 1)
+            live = state.live.get(start)
+            if live is None:
+                live = state.live[start] = {}
+            in_store = live.get(key)
+            if in_store is None:  # a new window: nowhere yet, so nothing to look up
+                current = self._default()
+                live[key] = False  # not in the store until a checkpoint writes it (`stored`)
+                if latest is not None:
+                    latest[window_key_] = ts
+            else:
+                if latest is not None and ts > latest.get(window_key_, ts):
+                    latest[window_key_] = ts
+                current = buffer.get(window_key_, MISSING)
+                if current is MISSING:
+                    if flushing is not None:
+                        current = flushing.get(window_key_, MISSING)
+                    if current is MISSING and in_store:
+                        current = part.stored(window_key(inner, start))
+                if current is MISSING or current is DELETED:
+                    current = self._default()
+            buffer[window_key_] = fun(current, arg)
+            applied = True
+        if not applied:
+            window = self.window
+            closes_at = window.current_start_ms(ts) + window.size_ms + window.grace_ms
+            self._late(part, event, ts, stream_time, stream_time - closes_at + 1)
+        return applied
 
     def _default(self) -> Any:
         if self.table.default is None:
@@ -498,55 +484,6 @@ class WindowedTable(EventTimeTable):
 
     def __repr__(self) -> str:
         return f"<WindowedTable {self.name!r} {self.window}>"
-
-
-class WindowRun:
-    """`WindowedTable.apply` over a run of events of one partition: each event's open windows found with the
-    stream time as of that event (an event whose windows all closed is late, reported as `apply` reports
-    it), its value folded into a run-local aggregate per window, so that each window is read once and
-    written to the partition's buffer once, when the run ends (`close`, also after an event failed: the
-    events before it stay applied). Nothing awaits between `add`s, so no checkpoint falls within a run."""
-
-    __slots__ = ("folded", "fun", "latest", "part", "state", "stream_time", "table")
-
-    def __init__(self, table: WindowedTable, part: TablePartition, fun: Callable[[Any, Any], Any]) -> None:
-        self.table, self.part, self.fun = table, part, fun
-        self.state = part.windows or table._state(part)
-        self.stream_time = self.state.stream_time
-        self.latest = None if table.closed_topic is None else self.state.latest
-        self.folded: dict[tuple[Any, int], Any] = {}
-
-    def add(self, event: Event, key: Any, arg: Any) -> bool:
-        """Fold `arg` into each open window of `event`'s time; False if it was late."""
-        table = self.table
-        ts = event.time_ms
-        if ts is None or ts < 0 or table.timestamp is not None:
-            ts = table._valid_time(event)
-        found = table.table._locations.get(key)  # (the key checked and encoded, cached: None raises here)
-        inner = found[0] if found is not None else table.table._locate_new(key)[0]
-        stream_time = self.stream_time
-        if stream_time is None or ts > stream_time:
-            self.stream_time = stream_time = ts
-        starts = table.window.open_starts_ms(ts, stream_time)
-        folded, fun, latest = self.folded, self.fun, self.latest
-        for start in starts:
-            window_key_ = (key, start)
-            current = folded.get(window_key_, MISSING)
-            if current is MISSING:
-                current = table._window_value(self.part, self.state, window_key_, inner, ts, latest)
-            elif latest is not None and ts > latest.get(window_key_, ts):
-                latest[window_key_] = ts
-            folded[window_key_] = fun(current, arg)
-        if not starts:
-            table._late_for_windows(self.part, event, ts, stream_time)
-        return bool(starts)
-
-    def close(self) -> None:
-        """Write the run's windows and its stream time."""
-        if self.stream_time is not None:
-            _advance(self.part, self.state, self.stream_time)
-        self.part.buffer.update(self.folded)
-        self.folded = {}
 
 
 def _replace(_old: Any, new: Any) -> Any:
