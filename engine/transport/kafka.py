@@ -76,6 +76,7 @@ from engine.events import TP, Headers, RawRecord
 from engine.partitioner import KeyHashes
 from engine.transport import aiokafka_private as private
 from engine.transport.deliveries import Deliveries, first_failure
+from engine.transport.kafka_errors import read_failed
 from engine.transport.kafka_protocol import BROKER_DEFAULT, CreateTopicsRequest, TopicIdsRequest, topic_ids
 from engine.transport.kafka_streams_describe import StreamsGroupDescribeRequest, described_groups
 from engine.transport.kafka_streams_member import (
@@ -561,7 +562,7 @@ class KafkaConsumer:
             first = await self._client.beginning_offsets(partitions)
             end = await self._client.end_offsets(partitions)
         except KafkaError as exc:
-            raise TransportError(f"cannot read offsets of {sorted(tps)}: {exc}") from exc
+            raise read_failed(f"cannot read offsets of {sorted(tps)}", exc) from exc
         return {TP(tp.topic, tp.partition): (first[tp], end[tp]) for tp in partitions}
 
     async def offsets_at(self, tps: Collection[TP], timestamp_ms: int) -> dict[TP, int]:
@@ -572,7 +573,7 @@ class KafkaConsumer:
             found = await self._client.offsets_for_times({tp: timestamp_ms for tp in partitions})
             end = await self._client.end_offsets(partitions)
         except KafkaError as exc:
-            raise TransportError(f"cannot find offsets at {timestamp_ms} ms of {sorted(tps)}: {exc}") from exc
+            raise read_failed(f"cannot find offsets at {timestamp_ms} ms of {sorted(tps)}", exc) from exc
         return {TP(tp.topic, tp.partition): (found[tp].offset if found.get(tp) is not None else end[tp])
                 for tp in partitions}
 
@@ -589,7 +590,7 @@ class KafkaConsumer:
         try:
             found = await private.committed_offsets(coordinator, [TopicPartition(*tp) for tp in tps])
         except KafkaError as exc:
-            raise TransportError(f"cannot read committed offsets of {sorted(tps)}: {exc}") from exc
+            raise read_failed(f"cannot read committed offsets of {sorted(tps)}", exc) from exc
         return {tp: found.get((tp.topic, tp.partition)) for tp in tps}
 
     def pause(self, tps: Collection[TP]) -> None:

@@ -38,6 +38,7 @@ from engine.errors import EngineError, MembershipLost, TransportError
 from engine.events import TP
 from engine.transport import aiokafka_private as private
 from engine.transport.base import GroupDescription, GroupMember
+from engine.transport.kafka_errors import read_failed
 from engine.transport.kafka_group_configs import set_group_configs
 from engine.transport.kafka_protocol import MemberOffsetCommitRequest, commit_errors
 from engine.transport.kafka_streams_group import (
@@ -567,7 +568,7 @@ class StreamsMember:
             except KafkaError as exc:  # (a connection closed, the coordinator moving: tried again)
                 self._coordinator = None
                 if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
-                    raise TransportError(f"cannot read committed offsets of {sorted(tps)}: {exc!r}") from exc
+                    raise read_failed(f"cannot read committed offsets of {sorted(tps)}", exc) from exc
             await asyncio.sleep(RETRY)
         return {tp: offsets.get((tp.topic, tp.partition)) for tp in tps}
 

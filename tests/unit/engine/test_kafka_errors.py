@@ -1,0 +1,55 @@
+"""A failed read of offsets from Kafka: a broker away or moving is BrokerUnavailable (a task's set-up waits it
+out: a broker restarting must not stop the worker), anything else a TransportError that stops it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aiokafka.errors import (
+    GroupAuthorizationFailedError,
+    KafkaConnectionError,
+    NodeNotReadyError,
+    NotCoordinatorForGroupError,
+    RequestTimedOutError,
+    TopicAuthorizationFailedError,
+)
+
+from engine.errors import BrokerUnavailable, TransportError
+from engine.events import TP
+from engine.transport.kafka import KafkaConsumer
+from engine.transport.kafka_errors import read_failed
+
+
+@pytest.mark.parametrize("error", [NodeNotReadyError("node 1 not ready"), KafkaConnectionError("closed"),
+                                   RequestTimedOutError(), NotCoordinatorForGroupError()])
+def test_a_read_that_meets_a_broker_away_or_moving_is_broker_unavailable(error: Exception) -> None:
+    failed = read_failed("cannot read committed offsets of t[0]", error)
+    assert isinstance(failed, BrokerUnavailable)
+    assert str(failed).startswith("cannot read committed offsets of t[0]: ")
+    assert "a broker restarting or moving" in str(failed)
+
+
+@pytest.mark.parametrize("error", [GroupAuthorizationFailedError(), TopicAuthorizationFailedError(),
+                                   ValueError("a bug")])
+def test_any_other_failed_read_is_a_transport_error(error: Exception) -> None:
+    failed = read_failed("cannot read offsets of t[0]", error)
+    assert type(failed) is TransportError
+
+
+class RestartingBroker:
+    """aiokafka's consumer while its broker restarts: every read fails with NodeNotReadyError."""
+
+    async def beginning_offsets(self, partitions: Any) -> Any:
+        raise NodeNotReadyError("Attempt to send a request to node which is not ready (node id 1).")
+
+    end_offsets = offsets_for_times = beginning_offsets
+
+
+async def test_the_consumers_offset_reads_while_its_broker_restarts_are_broker_unavailable() -> None:
+    consumer = KafkaConsumer.__new__(KafkaConsumer)
+    consumer._client = RestartingBroker()
+    with pytest.raises(BrokerUnavailable, match=r"cannot read offsets of \[TP"):
+        await consumer.offsets([TP("t", 0)])
+    with pytest.raises(BrokerUnavailable, match="cannot find offsets at 5 ms"):
+        await consumer.offsets_at([TP("t", 0)], 5)
