@@ -28,6 +28,7 @@ retention (2 * size + grace, Kafka Streams' default), and deleted at checkpoints
 
 from __future__ import annotations
 
+import copy
 from bisect import bisect_left, bisect_right
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,17 @@ if TYPE_CHECKING:
     from engine.windows import SlidingWindow
 
 MAX_TIME_PREFIX = META_PREFIX + b"max-time:"
+
+
+# Aggregates no function can change in place: shared between windows as they are.
+_IMMUTABLE = frozenset({int, float, bool, str, bytes, type(None)})
+
+
+def _own(aggregate: Any) -> Any:
+    """A window's own copy of another window's aggregate (a new window starts from one): an aggregate that
+    `add` changes in place (a list appended to) would otherwise be shared, and an event added to one window
+    would be in both (Kafka Streams' windows are serialized: none shares another's)."""
+    return aggregate if type(aggregate) in _IMMUTABLE else copy.deepcopy(aggregate)
 
 
 class _KeyWindows:
@@ -228,7 +240,8 @@ class SlidingTable(KeyedWindowsTable):
         starts, values, newests, changed = windows.starts, windows.values, windows.newest, windows.changed
         at = bisect_right(starts, ts + 1) - 1
         stop = bisect_left(starts, max(ts - 2 * size, visible_from))
-        right: tuple[Any, int] | None = None  # (aggregate, newest) as they were before the event
+        right: tuple[Any, int] | None = None  # (aggregate, newest) of the window after the event, to make
+        right_seen = False
         left: Any = MISSING
         left_made = right_made = False
         previous: int | None = None
@@ -244,8 +257,10 @@ class SlidingTable(KeyedWindowsTable):
             newest = newests[at]
             end = start + size
             if end > ts:
-                if right is None:
-                    right = (aggregate, newest)
+                if not right_seen:  # (ts + 1, if there, came first: right_made is known)
+                    right_seen = True
+                    if not right_made and newest > ts:  # the window after the event starts as this one is
+                        right = (_own(aggregate), newest)
                 if end >= close_time:
                     values[at] = add(aggregate, value)
                     changed[at] = True
@@ -276,11 +291,10 @@ class SlidingTable(KeyedWindowsTable):
                 and windows.find(previous + 1) is None:
             self._put(part, state, windows, key, previous + 1, add(self.initial(), value), ts, stream_time)
         if not left_made and ts >= close_time:
-            base = left if previous is not None and ts - size <= previous and left is not MISSING \
+            base = _own(left) if previous is not None and ts - size <= previous and left is not MISSING \
                 else self.initial()
             self._put(part, state, windows, key, ts - size, add(base, value), ts, stream_time)
-        if not right_made and right is not None and right[1] > ts:
-            # a copy of the window after the event: no close check, no event added
+        if right is not None:  # a copy of the window after the event: no close check, no event added
             self._put(part, state, windows, key, ts + 1, *right, stream_time)
 
     def _stored_value(self, part: TablePartition, windows: _KeyWindows, at: int, key: Any) -> Any:
@@ -441,12 +455,12 @@ class _Early:
                 if newest < ts:
                     previous = newest
             elif start <= ts:
-                right = (aggregate, newest)
+                right = (_own(aggregate), newest)  # (as it is before the event)
                 self._update(start, aggregate, newest)
             elif start == ts + 1:
                 right_made = True
         if right is None and combined is not None and combined[1] > ts:
-            right = combined
+            right = (_own(combined[0]), combined[1])
         if not right_made and right is not None and right[1] > ts:
             table._put(self.part, self.state, self.windows, self.key, ts + 1, *right, self.stream_time)
         if previous is not None and self.windows.find(previous + 1) is None:
