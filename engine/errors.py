@@ -73,6 +73,15 @@ class DeliveryFailed(TransportError):
     """The broker did not acknowledge a produced record; nothing after it is committed."""
 
 
+class RecordTooLarge(DeliveryFailed):
+    """A record larger than the producer may send (`max_request_size`): refused before anything of its
+    batch was enqueued. `index`: its place among the records given."""
+
+    def __init__(self, message: str, index: int) -> None:
+        super().__init__(message)
+        self.index = index
+
+
 class PartitionMigrated(EngineError):
     """The current event's partition is no longer owned by this worker (revoked or lost while the event was
     processed): its effects must not be applied. The event is dropped without error handling; the partition's

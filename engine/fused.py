@@ -38,6 +38,8 @@ from itertools import groupby
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from agents import Fatal
+from engine.errors import PartitionMigrated, RecordTooLarge
 from engine.streams.stream import UpstreamError
 
 if TYPE_CHECKING:
@@ -251,11 +253,13 @@ class Forwarder:
         source, target, steps, key_of = self.source, self.target, self.steps, self.key
         topic, encode = source.topic, target.encode
         records: list[KeyedRecord] = []
+        owners: list[int] = []  # the event each record is of
         failure: Exception | None = None
         at = begin
         try:
             for at in range(begin, end):  # (`at`: where an event fails)
                 event = events[at]
+                source.current_event = event  # (what a step reading a table or a header routes by)
                 value = event.value
                 for is_filter, fun in steps:
                     if is_filter:
@@ -267,19 +271,40 @@ class Forwarder:
                     time_ms = topic.event_time_ms(event) if topic is not None else event.record.timestamp
                     key, encoded = encode(key_of(value), value)
                     records.append((key, encoded, event.headers, time_ms))
+                    owners.append(at)
             at = end
         except Exception as exc:
             failure = exc
         if records:
-            # While the send waits, the run's events are the current one and those after it: what an
-            # abandoned agent gives back to the mailbox (the send routes by the current event's partition).
-            source.current_event, source.batch_reached = events[begin], begin + 1
             try:
-                await target.send_encoded(records)
-            except Exception as exc:
-                raise UpstreamError(events[begin], exc) from exc
+                await self._send(events, begin, records)
+            except RecordTooLarge as exc:  # (nothing enqueued: as if encoding its event had failed)
+                if exc.index:
+                    await self._send(events, begin, records[:exc.index])
+                at, failure = owners[exc.index], exc
         _ack(events, begin, at)
         if failure is not None:
             source.current_event, source.batch_reached = events[at], at + 1
             raise UpstreamError(events[at], failure) from failure
         source.batch_reached = end
+
+    async def _send(self, events: list[Event], begin: int, records: list[KeyedRecord]) -> None:
+        """Send a run's records at once. While the send waits, the run's events are the current one and
+        those after it: what an abandoned agent gives back to the mailbox (the send routes by the current
+        event's partition). A send that fails once part of the run may be enqueued cannot be taken again
+        without sending that part twice, nor blamed on one event: the worker stops (what its producer
+        enqueued is never committed; at-least-once processes the run again after a restart). A partition
+        that moved (or a transaction aborted) drops the run as for any event of it."""
+        source = self.source
+        source.current_event, source.batch_reached = events[begin], begin + 1
+        try:
+            await self.target.send_encoded(records)
+        except RecordTooLarge:
+            raise
+        except PartitionMigrated as exc:
+            raise UpstreamError(events[begin], exc) from exc
+        except Exception as exc:
+            raise UpstreamError(events[begin], Fatal(
+                f"forwarding {events[begin].topic}[{events[begin].partition}] to {self.target.name!r} "
+                f"failed ({type(exc).__name__}: {exc}); the worker stops: part of the run may be enqueued "
+                "already, and sending it again would send that part twice")) from exc

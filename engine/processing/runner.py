@@ -315,6 +315,9 @@ class AgentRunner(Service):
             # stops, the record stays uncommitted, and the message says what to change.
             context.abandon()
             raise Fatal(f"agent {self.agent.name!r} cannot run: {error}") from error
+        if isinstance(error, Fatal):  # given up where it happened (a fused group_by's send), not the record's
+            context.abandon()
+            raise error
         self._drop(context, source, event, error)
         await self.handle_error(event.tp, event.record, error)
         event.ack()

@@ -68,6 +68,7 @@ from engine.errors import (
     MembershipLost,
     OffsetOutOfRange,
     ProducerFenced,
+    RecordTooLarge,
     TopologyError,
     TransactionAborted,
     TransportError,
@@ -798,6 +799,12 @@ class KafkaProducer:
             for key, value, headers, timestamp_ms in records:
                 await self.send(topic, key, value, headers=headers, timestamp_ms=timestamp_ms)
             return
+        limit = self._direct_size + DIRECT_MARGIN
+        for index, (key, value, headers, _) in enumerate(records):  # (before any is enqueued)
+            size = len(key or b"") + len(value or b"") + sum(len(k) + len(v) for k, v in headers)
+            if size > limit:
+                raise RecordTooLarge(f"a record for {topic!r} of {size} bytes is larger than the producer's "
+                                     f"max_request_size ({limit} bytes)", index)
         batches: dict[int, Any] = {}
         partition_of, count = self._hashes.partition, len(tps)
         for key, value, headers, timestamp_ms in records:

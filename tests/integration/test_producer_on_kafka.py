@@ -123,3 +123,24 @@ async def test_records_sent_many_at_once_land_where_send_puts_them_with_every_fi
                if r.partition == partition and r.key is not None]
         assert got == expected
     assert [(r.value, r.timestamp) for r in found if r.key is None] == [(b"unkeyed", 1_234)]
+
+
+async def test_a_record_too_large_for_send_many_is_refused_before_any_of_its_records_is_enqueued(kafka):
+    """So that its sender can send the records before it and deal with its event alone (a fused group_by
+    dead-letters it as `send` would have)."""
+    from engine.errors import RecordTooLarge
+
+    topic = unique("large")
+    await create_topics(kafka.bootstrap, [topic], partitions=2)
+    producer = open_transport(kafka.url).producer(None)
+    await producer.start()
+    records = [(b"a", b"small", (), None), (b"b", b"x" * 2_000_000, (), None), (b"c", b"small", (), None)]
+    try:
+        await producer.send(topic, b"warm", b"metadata")  # (send_many checks sizes once it has metadata)
+        with pytest.raises(RecordTooLarge, match=rf"a record for {topic!r} of 2000001 bytes") as refused:
+            await producer.send_many(topic, records)
+        assert refused.value.index == 1
+        await producer.flush()
+    finally:
+        await producer.stop()
+    assert [r.key for r in await read_all(kafka.bootstrap, topic)] == [b"warm"]

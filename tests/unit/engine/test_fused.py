@@ -157,6 +157,85 @@ def test_an_event_an_aggregation_fails_on_stops_the_worker_under_the_stop_policy
         driver.close()
 
 
+async def test_a_group_by_send_failing_after_part_of_its_run_went_stops_the_worker_and_sends_nothing_twice(
+        batch_sizes: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's send that fails once part of it is enqueued (one partition's batch went, the next could not be
+    enqueued): taking the run again would send that part twice, and no event is to blame. The worker stops
+    with what failed; no event is dead-lettered; the repartition topic holds no event twice."""
+    import asyncio
+
+    from engine.errors import DeliveryFailed
+    from engine.transport.memory import MemoryProducer
+
+    send_many = MemoryProducer.send_many
+    sends: list[int] = []
+
+    async def failing_midway(self: MemoryProducer, topic: str, records: Any) -> None:
+        sends.append(len(records))
+        if len(sends) == 3:
+            await send_many(self, topic, records[: len(records) // 2])
+            raise DeliveryFailed("a batch could not be enqueued (KafkaTimeoutError)")
+        await send_many(self, topic, records)
+
+    monkeypatch.setattr(MemoryProducer, "send_many", failing_midway)
+    app, events = make_app("fused-send-fails", agent_error_policy="dlq")
+    app.stream(events).group_by(lambda v: v["group"], key_type=str).count("grouped")
+    worker = engine.Worker(app, app.settings({"commit_interval": 0.05, "web_enabled": False}))
+    await worker.start()
+    await send_all(events)
+    with pytest.raises(engine.WorkerFailed, match=r"forwarding events\[\d\] to 'fused-send-fails-grouped-0-"
+                                                  r"repartition' failed \(DeliveryFailed: a batch could not"):
+        await asyncio.wait_for(worker.run_until_stopped(), 20)
+    broker = testing.broker_for(app.settings().broker)
+    repartition = broker.topics["fused-send-fails-grouped-0-repartition"]
+    forwarded = [(record.key, record.value) for records in repartition for record in records]
+    assert forwarded
+    assert len(forwarded) == len(set(forwarded)), "no event forwarded twice"
+    assert not any(broker.topics.get("fused-send-fails-grouped-aggregate-dlq", [])), "no event dead-lettered"
+    assert len(sends) == 3
+    assert max(batch_sizes) > 1
+
+
+async def test_a_record_too_large_to_forward_is_dead_lettered_and_the_rest_of_its_run_regrouped(
+        batch_sizes: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The producer refuses a run whose record is larger than it may send, before enqueuing any of it
+    (RecordTooLarge: Kafka's send_many checks sizes first): the records before it go, its event goes to the
+    error policy as one a step failed on, and the events after it are forwarded in the next run."""
+    from engine.errors import RecordTooLarge
+    from engine.transport.memory import MemoryProducer
+
+    send_many = MemoryProducer.send_many
+
+    async def refusing_large(self: MemoryProducer, topic: str, records: Any) -> None:
+        for index, (_, value, _, _) in enumerate(records):
+            if b'"large":true' in (value or b""):
+                raise RecordTooLarge(f"a record for {topic!r} is too large", index)
+        await send_many(self, topic, records)
+
+    monkeypatch.setattr(MemoryProducer, "send_many", refusing_large)
+    app, events = make_app("fused-large", agent_error_policy="dlq")
+    large = {ts for _, amount, ts in EVENTS if amount == 7 and ts % 3 == 0}
+    counts = app.stream(events).map(lambda v: {**v, "large": v["ts"] in large}).group_by(
+        lambda v: v["group"], key_type=str).count("grouped")
+    letters: list[bytes] = []
+
+    dlq = app.topic("fused-large-grouped-aggregate-dlq", key_type=bytes, value_type=bytes)
+
+    @app.agent(dlq, name="letters")
+    async def collect(stream: Any) -> None:
+        async for event in stream.events():
+            letters.append(dict(event.headers)["engine-error"])
+
+    truth = Counter(f"g{amount % 4}" for _, amount, ts in EVENTS if ts not in large)
+    assert large
+    async with testing.running(app):
+        await send_all(events)
+        await testing.eventually(lambda: len(letters) == len(large), 20)
+        await testing.eventually(lambda: contents(counts) == truth, 5)
+    assert all(letter.startswith(b"RecordTooLarge: a record for") for letter in letters)
+    assert max(batch_sizes) > 1
+
+
 async def test_an_event_a_group_by_key_fails_on_is_dead_lettered_and_the_rest_regrouped(
         batch_sizes: list[int]) -> None:
     app, events = make_app("fused-dlq-key", agent_error_policy="dlq")
