@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from agents import Service
-from engine.errors import OffsetOutOfRange
+from engine.errors import BrokerUnavailable, OffsetOutOfRange
 from engine.events import TP
 from engine.stores import PartitionStore, StoreBackend, StoreCorrupt, open_store_backend
 from engine.tables.partition import TablePartition
@@ -278,7 +278,11 @@ class TableManager(Service):
         standby = {tp for tp in following if tp.partition in warming}
         if not standby:
             return
-        ends = await reader.offsets(standby)
+        try:
+            ends = await reader.offsets(standby)
+        except BrokerUnavailable as exc:  # (a broker restarting: measured again in LAG_EVERY seconds)
+            log.debug("warm-up lag not measured: %s", exc)
+            return
         behind = 0
         for tp in standby:
             store = self._store(tp) if tp in self.followed else None
