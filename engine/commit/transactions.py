@@ -32,7 +32,7 @@ from engine.streams.current import current_event
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Mapping, Sequence
 
-    from engine.events import TP, Headers
+    from engine.events import TP, Event, Headers
     from engine.transport.base import KeyedRecord, Producer, Transport
 
 log = logging.getLogger(__name__)
@@ -121,12 +121,15 @@ class EventProducer:
         if event is None:
             return self._send_outside(topic, key, value, headers=headers, partition=partition,
                                       timestamp_ms=timestamp_ms)
+        return self._of_event(event).send(topic, key, value, headers=headers, partition=partition,
+                                          timestamp_ms=timestamp_ms)
+
+    def _of_event(self, event: Event) -> Producer:
+        """The producer of the task `event` belongs to; PartitionMigrated if its partition moved."""
         if event.lease is not None and event.lease.ended:
             raise PartitionMigrated(f"{event.topic}[{event.partition}] moved while offset {event.offset} "
                                     "was processed; its new owner processes it")
-        producer = self.for_partition(event.partition)
-        return producer.send(topic, key, value, headers=headers, partition=partition,
-                             timestamp_ms=timestamp_ms)
+        return self.for_partition(event.partition)
 
     async def _send_outside(self, topic: str, key: bytes | None, value: bytes | None,
                             **options: Any) -> asyncio.Future[object]:
@@ -149,10 +152,7 @@ class EventProducer:
             await self._worker_open.wait()
             await self.worker.send_many(topic, records)
             return
-        if event.lease is not None and event.lease.ended:
-            raise PartitionMigrated(f"{event.topic}[{event.partition}] moved while offset {event.offset} "
-                                    "was processed; its new owner processes it")
-        await self.for_partition(event.partition).send_many(topic, records)
+        await self._of_event(event).send_many(topic, records)
 
     async def send_batch(self, topic: str, partition: int,
                          records: Sequence[tuple[bytes | None, bytes | None]],

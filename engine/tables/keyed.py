@@ -21,12 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
 from engine.errors import ConfigError
+from engine.streams.current import current_event
 from engine.tables.partition import EventWindowState, KeyedWindowState
 from engine.tables.windowed import EventTimeTable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from engine.events import Event
     from engine.tables.base import BaseTable
     from engine.tables.partition import Closed, TablePartition, WindowState
     from engine.tables.windowed import Timestamp
@@ -68,6 +70,19 @@ class KeyedWindowsTable(EventTimeTable):
                 if now is None or closes_at > now:
                     self._await_close(state, window_key_, closes_at)
         return state
+
+    # -- updates ------------------------------------------------------------------------------------
+
+    def update(self, key: Any, value: Any) -> bool:
+        """Add the current event's `value` to the windows of `key` (`apply` in the partition the key
+        writes to); False if late."""
+        event = current_event() or self._event()
+        return self.apply(self.table._route_write(key, event)[0], event, key, value)
+
+    def apply(self, part: TablePartition, event: Event, key: Any, value: Any) -> bool:
+        """`update` in `part`, routed by the caller (a fused pipeline routes a partition's run of events
+        once, engine.fused)."""
+        raise NotImplementedError
 
     # -- what each kind says ------------------------------------------------------------------------
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
-from engine.streams.current import current_event
 from engine.tables.keyed import KeyedWindowsTable
 from engine.tables.keys import session_key
 from engine.tables.partition import DELETED, MISSING, EventWindowState, KeyedWindowState
@@ -79,16 +78,10 @@ class SessionTable(KeyedWindowsTable):
 
     # -- updates ------------------------------------------------------------------------------------
 
-    def update(self, key: Any, value: Any) -> bool:
-        """Add the current event's `value` to the session of `key` its time makes (merging the sessions it
+    def apply(self, part: TablePartition, event: Event, key: Any, value: Any) -> bool:
+        """Add the event's `value` to the session of `key` its time makes (merging the sessions it
         bridges); False if that session would be late. Then emit the sessions this event closed (after the
         merge: a session merged away by the event that closes it is not final, as in Kafka Streams)."""
-        event = current_event() or self._event()
-        return self.apply(self.table._route_write(key, event)[0], event, key, value)
-
-    def apply(self, part: TablePartition, event: Event, key: Any, value: Any) -> bool:
-        """`update` in the partition the event's key writes to (`part`, routed by the caller: a fused
-        pipeline routes a partition's run of events once, engine.fused)."""
         ts = event.time_ms  # the topic's extractor (or the record's time), applied at dispatch
         if ts is None or ts < 0 or self.timestamp is not None:
             ts = self._valid_time(event)

@@ -34,7 +34,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
-from engine.streams.current import current_event
 from engine.tables.keyed import KeyedWindowsTable
 from engine.tables.keys import META_PREFIX
 from engine.tables.partition import DELETED, MISSING, EventWindowState
@@ -194,14 +193,8 @@ class SlidingTable(KeyedWindowsTable):
 
     # -- updates ------------------------------------------------------------------------------------
 
-    def update(self, key: Any, value: Any) -> bool:
-        """Add the current event's `value` to the sliding windows of `key` at its time; False if late."""
-        event = current_event() or self._event()
-        return self.apply(self.table._route_write(key, event)[0], event, key, value)
-
     def apply(self, part: TablePartition, event: Event, key: Any, value: Any) -> bool:
-        """`update` in the partition the event's key writes to (`part`, routed by the caller: a fused
-        pipeline routes a partition's run of events once, engine.fused)."""
+        """Add the event's `value` to the sliding windows of `key` at its time; False if late."""
         ts = event.time_ms  # the topic's extractor (or the record's time), applied at dispatch
         if ts is None or ts < 0 or self.timestamp is not None:
             ts = self._valid_time(event)
@@ -256,34 +249,25 @@ class SlidingTable(KeyedWindowsTable):
                 aggregate = self._stored_value(part, windows, at, key)
             newest = newests[at]
             end = start + size
-            if end > ts:
-                if not right_seen:  # (ts + 1, if there, came first: right_made is known)
-                    right_seen = True
-                    if not right_made and newest > ts:  # the window after the event starts as this one is
-                        right = (_own(aggregate), newest)
-                if end >= close_time:
-                    values[at] = add(aggregate, value)
-                    changed[at] = True
-                    if ts > newest:
-                        newests[at] = ts
-                    if final:
-                        self._written(part, state, (key, start), False, stream_time)
-            elif end == ts:
-                left_made = True
-                if end >= close_time:
-                    values[at] = add(aggregate, value)
-                    changed[at] = True
-                    if ts > newest:
-                        newests[at] = ts
-                    if final:
-                        self._written(part, state, (key, start), False, stream_time)
-                if newest < ts:
-                    previous = newest
-                else:
-                    return
-            else:
+            if end < ts:  # the first window that ends before the event: the loop's end
                 left, previous = aggregate, newest
                 break
+            if end > ts and not right_seen:  # (ts + 1, if there, came first: right_made is known)
+                right_seen = True
+                if not right_made and newest > ts:  # the window after the event starts as this one is
+                    right = (_own(aggregate), newest)
+            if end >= close_time:  # updateWindowAndForward: the event added to a window still open
+                values[at] = add(aggregate, value)
+                changed[at] = True
+                if ts > newest:
+                    newests[at] = ts
+                if final:
+                    self._written(part, state, (key, start), False, stream_time)
+            if end == ts:  # the event's own window exists
+                left_made = True
+                if newest >= ts:
+                    return
+                previous = newest
             at -= 1
         # (Every start asked about below lies between the lowest window the loop read and the event's time +
         # 1, so the loop read it if it exists: its presence is what the loop saw.)

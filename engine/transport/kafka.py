@@ -799,30 +799,29 @@ class KafkaProducer:
             for key, value, headers, timestamp_ms in records:
                 await self.send(topic, key, value, headers=headers, timestamp_ms=timestamp_ms)
             return
+        # Every record appended first, its size checked (a batch builder takes any record as its first),
+        # then the batches enqueued: a record too large is refused with nothing of the run enqueued.
         limit = self._direct_size + DIRECT_MARGIN
-        for index, (key, value, headers, _) in enumerate(records):  # (before any is enqueued)
-            size = len(key or b"") + len(value or b"") + sum(len(k) + len(v) for k, v in headers)
+        batches: dict[int, list[Any]] = {}  # each partition's batches, the last one open
+        partition_of, count = self._hashes.partition, len(tps)
+        for index, (key, value, headers, timestamp_ms) in enumerate(records):
+            assert key is not None  # (keyless records went one by one above)
+            if type(headers) is not list:  # (the batch builder, in C, takes a list only)
+                headers = list(headers)
+            size = len(key) + len(value or b"") + sum(len(k) + len(v) for k, v in headers)
             if size > limit:
                 raise RecordTooLarge(f"a record for {topic!r} of {size} bytes is larger than the producer's "
                                      f"max_request_size ({limit} bytes)", index)
-        batches: dict[int, Any] = {}
-        partition_of, count = self._hashes.partition, len(tps)
-        for key, value, headers, timestamp_ms in records:
-            assert key is not None  # (keyless records went one by one above)
             partition = partition_of(key, count)
-            batch = batches.get(partition)
-            if batch is None:
-                batch = batches[partition] = self._client.create_batch()
-            if type(headers) is not list:  # (the batch builder, in C, takes a list only)
-                headers = list(headers)
-            if batch.append(key=key, value=value, timestamp=timestamp_ms, headers=headers) is None:
-                await self._send_batch(batch, topic, partition)  # full: send it and go on in a new one
-                batch = batches[partition] = self._client.create_batch()
-                if batch.append(key=key, value=value, timestamp=timestamp_ms, headers=headers) is None:
-                    raise DeliveryFailed(f"a record for {topic!r} of {len(value or b'')} bytes does not fit "
-                                         "in a batch (max_batch_size)")
-        for partition, batch in batches.items():
-            await self._send_batch(batch, topic, partition)
+            filling = batches.get(partition)
+            if filling is None:
+                filling = batches[partition] = [self._client.create_batch()]
+            if filling[-1].append(key=key, value=value, timestamp=timestamp_ms, headers=headers) is None:
+                filling.append(self._client.create_batch())  # full: go on in a new one
+                filling[-1].append(key=key, value=value, timestamp=timestamp_ms, headers=headers)
+        for partition, filled in batches.items():
+            for batch in filled:
+                await self._send_batch(batch, topic, partition)
 
     async def send_batch(self, topic: str, partition: int,
                          records: Sequence[tuple[bytes | None, bytes | None]],
