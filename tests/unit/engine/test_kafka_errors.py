@@ -9,6 +9,7 @@ import pytest
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
     KafkaConnectionError,
+    KafkaTimeoutError,
     NodeNotReadyError,
     NotCoordinatorForGroupError,
     RequestTimedOutError,
@@ -22,7 +23,8 @@ from engine.transport.kafka_errors import read_failed
 
 
 @pytest.mark.parametrize("error", [NodeNotReadyError("node 1 not ready"), KafkaConnectionError("closed"),
-                                   RequestTimedOutError(), NotCoordinatorForGroupError()])
+                                   RequestTimedOutError(), NotCoordinatorForGroupError(),
+                                   KafkaTimeoutError("Failed to get offsets by times in 40000 ms")])
 def test_a_read_that_meets_a_broker_away_or_moving_is_broker_unavailable(error: Exception) -> None:
     failed = read_failed("cannot read committed offsets of t[0]", error)
     assert isinstance(failed, BrokerUnavailable)
