@@ -221,10 +221,9 @@ class Forwarder:
     `target`, each value kept by the steps re-keyed by `key(value)`, with its record's headers and event time
     (as the stream operators' group_by does); False once the source's mailbox is closed. Each run of one
     lease's events is encoded, then enqueued at once (`Topic.send_encoded`: whole batches per target
-    partition, into that lease's task's transaction), then acked. What fails on an event raises UpstreamError
-    for it, the events before it forwarded and acked first (the agent's error policy deals with it as on the
-    operators' path); a send that fails raises it for the run's first event, the run's others going back to
-    the mailbox."""
+    partition, into that lease's task's transaction, all of them or none), then acked. What fails on an event
+    raises UpstreamError for it, the events before it forwarded and acked first (the agent's error policy
+    deals with it as on the operators' path); a send that fails stops the worker (see `_send`)."""
 
     __slots__ = ("key", "source", "steps", "target")
 
@@ -291,10 +290,12 @@ class Forwarder:
     async def _send(self, events: list[Event], begin: int, records: list[KeyedRecord]) -> None:
         """Send a run's records at once. While the send waits, the run's events are the current one and
         those after it: what an abandoned agent gives back to the mailbox (the send routes by the current
-        event's partition). A send that fails once part of the run may be enqueued cannot be taken again
-        without sending that part twice, nor blamed on one event: the worker stops (what its producer
-        enqueued is never committed; at-least-once processes the run again after a restart). A partition
-        that moved (or a transaction aborted) drops the run as for any event of it."""
+        event's partition). A send enqueues all of its records or none (Producer.send_many), so a run given
+        back while its send waited is sent again once, and acked with nothing awaited after its send. A
+        partition that moved (or a transaction aborted) drops the run as for any event of it. Any other
+        failure is no event's fault (the producer failed, or had no room for as long as its request
+        timeout): the worker stops with it, nothing of the run committed; dead-lettering the run's first
+        event for it would lose that event, and taking the run again would meet the same failure."""
         source = self.source
         source.current_event, source.batch_reached = events[begin], begin + 1
         try:
@@ -306,5 +307,5 @@ class Forwarder:
         except Exception as exc:
             raise UpstreamError(events[begin], Fatal(
                 f"forwarding {events[begin].topic}[{events[begin].partition}] to {self.target.name!r} "
-                f"failed ({type(exc).__name__}: {exc}); the worker stops: part of the run may be enqueued "
-                "already, and sending it again would send that part twice")) from exc
+                f"failed ({type(exc).__name__}: {exc}); the worker stops, with none of its events committed "
+                "(processed again after a restart)")) from exc

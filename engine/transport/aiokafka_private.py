@@ -18,6 +18,10 @@ tests/contract/test_aiokafka_private.py, which names the use that broke when a r
   producer: the hot path puts a record for a known partition straight into the accumulator, skipping what
   `AIOKafkaProducer.send` checks when engine knows it holds (metadata read twice, size estimate, logging, two
   coroutine frames: a noticeable share of the passthrough's per-event time).
+- A run of batches enqueued all at once (`enqueue_batches`, after `waiting_batch` found room): the public
+  `send_batch` awaits before each batch, so a fused group_by cancelled in the middle of its run's batches
+  (its agent abandoned) would leave part of the run enqueued and send it again from the mailbox: twice in
+  one transaction under exactly-once.
 - The futures a failed producer leaves behind: when a transaction is fenced (or aborted by the broker) the
   producer's sender fails every batch still in its accumulator, and aiokafka sets that failure on futures of
   its own that nobody awaits (each batch's drain waiter; the transaction's waiter, awaited only by a commit
@@ -57,6 +61,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import copy
 import sys
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol
@@ -71,6 +76,7 @@ from aiokafka.errors import (
     KafkaError,
     NoError,
     NotCoordinatorForGroupError,
+    ProducerClosed,
     for_code,
 )
 from aiokafka.producer.sender import TxnOffsetCommitHandler
@@ -173,6 +179,31 @@ def max_request_size(producer: Any) -> int:
 def in_transaction(producer: Any) -> bool:
     """Whether a transactional producer has a transaction open (aiokafka's send refuses records otherwise)."""
     return bool(producer._txn_manager.is_in_transaction())
+
+
+def waiting_batch(accumulator: Any, tps: Collection[TopicPartition]) -> Any | None:
+    """The last batch still waiting to be sent of the first of `tps` that has one (None: none has): what
+    aiokafka's `add_batch` waits on, one partition at a time, before it enqueues a batch."""
+    batches = accumulator._batches
+    for tp in tps:
+        waiting = batches.get(tp)
+        if waiting:
+            return waiting[-1]
+    return None
+
+
+def enqueue_batches(accumulator: Any, batches: Collection[tuple[Any, TopicPartition]]) -> list[Any]:
+    """Enqueue built batches (BatchBuilder, partition) all at once, with nothing awaited between them, and
+    return their delivery futures (shielded, as `add_batch`'s). aiokafka's `add_batch` awaits before each
+    batch, so a sender cancelled among them (an agent abandoned) leaves part of its records enqueued, then
+    sends them again; this one enqueues all or, raising what `add_batch` raises (the producer closed, or
+    failed), none. The caller waits for room first (`waiting_batch`) and checks the transaction is open:
+    the accumulator adds each partition to it."""
+    if accumulator._closed:
+        raise ProducerClosed()
+    if accumulator._exception is not None:
+        raise copy.copy(accumulator._exception)
+    return [asyncio.shield(accumulator._append_batch(builder, tp).future) for builder, tp in batches]
 
 
 def retrieve_failures(producer: Any) -> None:

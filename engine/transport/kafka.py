@@ -21,7 +21,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import random
 import ssl
+import time
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -44,6 +46,7 @@ from aiokafka.errors import (
     InconsistentGroupProtocolError,
     KafkaConnectionError,
     KafkaError,
+    KafkaTimeoutError,
     SaslAuthenticationFailed,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailed,
@@ -789,39 +792,65 @@ class KafkaProducer:
 
     async def send_many(self, topic: str, records: Sequence[KeyedRecord]) -> None:
         """(Each partition's records appended to batches of engine's, as `send_batch` does: a record costs
-        a `BatchBuilder.append`, not aiokafka's `add_message` with its future and callbacks. Without the
-        topic's metadata yet, or with a record without a key, one `send` each: aiokafka waits for the
-        metadata, and picks a keyless record's partition.)"""
+        a `BatchBuilder.append`, not aiokafka's `add_message` with its future and callbacks. All of them are
+        enqueued, or none: nothing is awaited between the batches (`aiokafka_private.enqueue_batches`), so a
+        caller cancelled while this waits (for the topic's metadata, a transaction, room in the accumulator)
+        has enqueued nothing, and may send the run again without sending any of it twice. Keyless records
+        go to one partition picked at random for the run, as Kafka's sticky partitioner keeps a batch's.)"""
         if not self._open.is_set():
             await self._open.wait()
         tps = self._partitions.get(topic) or self._partitions_of(topic)
-        if not tps or any(key is None for key, _, _, _ in records):
-            for key, value, headers, timestamp_ms in records:
-                await self.send(topic, key, value, headers=headers, timestamp_ms=timestamp_ms)
-            return
-        # Every record appended first, its size checked (a batch builder takes any record as its first),
-        # then the batches enqueued: a record too large is refused with nothing of the run enqueued.
+        while not tps:  # (aiokafka's wait for the topic's metadata; DeliveryFailed past the request timeout)
+            try:
+                await self._client.partitions_for(topic)
+            except KafkaError as exc:
+                raise DeliveryFailed(f"cannot send to {topic!r}: {exc!r}") from exc
+            tps = self._partitions_of(topic)
+        # Every record appended first, its size checked (a batch builder takes any record as its first):
+        # a record too large is refused with nothing of the run enqueued.
         limit = self._direct_size + DIRECT_MARGIN
         batches: dict[int, list[Any]] = {}  # each partition's batches, the last one open
         partition_of, count = self._hashes.partition, len(tps)
+        keyless = random.randrange(count)
         for index, (key, value, headers, timestamp_ms) in enumerate(records):
-            assert key is not None  # (keyless records went one by one above)
             if type(headers) is not list:  # (the batch builder, in C, takes a list only)
                 headers = list(headers)
-            size = len(key) + len(value or b"") + sum(len(k) + len(v) for k, v in headers)
+            size = len(key or b"") + len(value or b"") + sum(len(k) + len(v) for k, v in headers)
             if size > limit:
                 raise RecordTooLarge(f"a record for {topic!r} of {size} bytes is larger than the producer's "
                                      f"max_request_size ({limit} bytes)", index)
-            partition = partition_of(key, count)
+            partition = partition_of(key, count) if key is not None else keyless
             filling = batches.get(partition)
             if filling is None:
                 filling = batches[partition] = [self._client.create_batch()]
             if filling[-1].append(key=key, value=value, timestamp=timestamp_ms, headers=headers) is None:
                 filling.append(self._client.create_batch())  # full: go on in a new one
                 filling[-1].append(key=key, value=value, timestamp=timestamp_ms, headers=headers)
-        for partition, filled in batches.items():
-            for batch in filled:
-                await self._send_batch(batch, topic, partition)
+        targets = [tps[partition] for partition in batches]
+        deadline = time.monotonic() + self._timeout
+        while True:  # room in every target partition (aiokafka's backpressure), then an open transaction
+            if not self._open.is_set():
+                await self._open.wait()
+                continue
+            waiting = private.waiting_batch(self._accumulator, targets)
+            if waiting is None:
+                break
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise KafkaTimeoutError(f"no room for a batch to {topic!r} in {self._timeout:.0f} s")
+                await waiting.wait_drain(left)
+            except KafkaError as exc:
+                raise DeliveryFailed(f"cannot send to {topic!r}: {exc!r}") from exc
+        if self._transactional and not private.in_transaction(self._client):
+            raise TransactionAborted(f"cannot send to {topic!r}: the transaction was aborted")
+        try:
+            sent = private.enqueue_batches(self._accumulator, [
+                (batch, tps[partition]) for partition, filled in batches.items() for batch in filled])
+        except KafkaError as exc:
+            raise DeliveryFailed(f"cannot send to {topic!r}: {exc!r}") from exc
+        for future in sent:
+            self._deliveries.add(future)
 
     async def send_batch(self, topic: str, partition: int,
                          records: Sequence[tuple[bytes | None, bytes | None]],

@@ -127,6 +127,42 @@ async def test_the_producer_hot_path_finds_the_accumulator_timeouts_and_the_tran
     assert isinstance(producer.client, AIOKafkaClient), "AIOKafkaProducer.client"
 
 
+async def test_a_run_of_batches_is_enqueued_at_once_behind_the_room_aiokafka_waits_for():
+    """`enqueue_batches` appends built batches to the accumulator's queues as `add_batch` does once it has
+    room (the partition joining the open transaction), awaiting nothing; `waiting_batch` finds the batch
+    `add_batch` would wait on; a closed or failed accumulator refuses the whole run."""
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:9", transactional_id="t",
+                                enable_idempotence=True)
+    accumulator = private.message_accumulator(producer)
+    has_method(MessageAccumulator, "_append_batch", "builder", "tp")
+    has_method(aiokafka.producer.message_accumulator.MessageBatch, "wait_drain", "timeout", coroutine=True)
+    producer._txn_manager.set_pid_and_epoch(1, 0)
+    producer._txn_manager.begin_transaction()
+    tps = [TopicPartition("t", 0), TopicPartition("t", 1)]
+    assert private.waiting_batch(accumulator, tps) is None
+    builders = [producer.create_batch() for _ in range(3)]
+    for builder in builders:
+        builder.append(key=b"k", value=b"v", timestamp=None)
+    sent = private.enqueue_batches(accumulator, [(builders[0], tps[1]), (builders[1], tps[1]),
+                                                 (builders[2], tps[0])])
+    assert [len(accumulator._batches[tp]) for tp in tps] == [1, 2], f"{CHANGED}MessageAccumulator._batches"
+    assert private.waiting_batch(accumulator, tps[1:])._builder is builders[1], f"{CHANGED}MessageBatch"
+    assert all(isinstance(future, asyncio.Future) and not future.done() for future in sent)
+    joined = set(producer._txn_manager._pending_txn_partitions)
+    assert joined == set(tps), f"{CHANGED}the partitions of the transaction"
+    accumulator._batches.clear()
+    accumulator._exception = aiokafka.errors.KafkaConnectionError("failed")
+    with pytest.raises(aiokafka.errors.KafkaConnectionError):
+        private.enqueue_batches(accumulator, [(producer.create_batch(), tps[0])])
+    accumulator._exception = None
+    await accumulator.close()
+    with pytest.raises(aiokafka.errors.ProducerClosed):
+        private.enqueue_batches(accumulator, [(producer.create_batch(), tps[0])])
+    assert not accumulator._batches[tps[0]], f"{CHANGED}MessageAccumulator._closed"
+    for future in sent:
+        future.cancel()
+
+
 async def test_the_failures_a_fenced_producer_sets_on_its_own_futures_are_retrieved(caplog):
     """A fenced transaction fails the batches left in the accumulator: aiokafka sets the failure on each
     batch's drain waiter and on the transaction's waiter, which nobody awaits; unretrieved, asyncio logs

@@ -144,3 +144,38 @@ async def test_a_record_too_large_for_send_many_is_refused_before_any_of_its_rec
     finally:
         await producer.stop()
     assert [r.key for r in await read_all(kafka.bootstrap, topic)] == [b"warm"]
+
+
+async def test_a_send_many_cancelled_while_it_waits_for_room_has_enqueued_none_of_its_records(kafka):
+    """A fused group_by's send is cancelled when its agent is abandoned, and the run goes back to the
+    mailbox to be sent again: a send_many that had enqueued part of it (one partition's batch went, the
+    next waited for room) would send that part twice. A batch lingering on one target partition makes the
+    run wait; cancelled there, none of the run's records is ever delivered. Sent again, each is, once."""
+    import asyncio
+
+    from engine.partitioner import partition_for
+    from engine.transport.kafka import KafkaProducer
+
+    topic = unique("all-or-none")
+    await create_topics(kafka.bootstrap, [topic], partitions=2)
+    first = next(f"a{i}".encode() for i in range(100) if partition_for(f"a{i}".encode(), 2) == 0)
+    second = next(f"b{i}".encode() for i in range(100) if partition_for(f"b{i}".encode(), 2) == 1)
+    producer = KafkaProducer(kafka.bootstrap, {}, linger=3.0)  # a batch waits 3 s before it goes
+    await producer.start()
+    run = [(first, b"run", (), None), (second, b"run", (), None)]  # partition 0's batch first, then 1's
+    try:
+        await producer.send(topic, second, b"lingering", partition=1)  # room on partition 1: none for 3 s
+        sending = asyncio.ensure_future(producer.send_many(topic, run))
+        await asyncio.sleep(0)  # it runs until it first waits: for partition 1's room, the batches built
+        assert not sending.done()
+        sending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sending
+        await producer.flush()  # the lingering record goes now
+        assert [(r.key, r.value) for r in await read_all(kafka.bootstrap, topic)] == [(second, b"lingering")]
+        await producer.send_many(topic, run)  # given back and sent again: once
+        await producer.flush()
+    finally:
+        await producer.stop()
+    assert sorted((r.key, r.value) for r in await read_all(kafka.bootstrap, topic)) == sorted(
+        [(second, b"lingering"), (first, b"run"), (second, b"run")])

@@ -157,11 +157,12 @@ def test_an_event_an_aggregation_fails_on_stops_the_worker_under_the_stop_policy
         driver.close()
 
 
-async def test_a_group_by_send_failing_after_part_of_its_run_went_stops_the_worker_and_sends_nothing_twice(
+async def test_a_group_by_send_that_fails_stops_the_worker_with_no_event_dead_lettered_or_sent_twice(
         batch_sizes: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run's send that fails once part of it is enqueued (one partition's batch went, the next could not be
-    enqueued): taking the run again would send that part twice, and no event is to blame. The worker stops
-    with what failed; no event is dead-lettered; the repartition topic holds no event twice."""
+    """A run's send that fails (nothing of it enqueued: the producer failed, or found no room for its request
+    timeout) is no event's fault: dead-lettering the run's first event would lose it, and taking the run
+    again would meet the same failure. The worker stops with what failed; no event is dead-lettered; the
+    repartition topic holds what went before, each once."""
     import asyncio
 
     from engine.errors import DeliveryFailed
@@ -170,26 +171,25 @@ async def test_a_group_by_send_failing_after_part_of_its_run_went_stops_the_work
     send_many = MemoryProducer.send_many
     sends: list[int] = []
 
-    async def failing_midway(self: MemoryProducer, topic: str, records: Any) -> None:
+    async def failing_third(self: MemoryProducer, topic: str, records: Any) -> None:
         sends.append(len(records))
         if len(sends) == 3:
-            await send_many(self, topic, records[: len(records) // 2])
-            raise DeliveryFailed("a batch could not be enqueued (KafkaTimeoutError)")
+            raise DeliveryFailed("no room for a batch in 40 s (KafkaTimeoutError)")
         await send_many(self, topic, records)
 
-    monkeypatch.setattr(MemoryProducer, "send_many", failing_midway)
+    monkeypatch.setattr(MemoryProducer, "send_many", failing_third)
     app, events = make_app("fused-send-fails", agent_error_policy="dlq")
     app.stream(events).group_by(lambda v: v["group"], key_type=str).count("grouped")
     worker = engine.Worker(app, app.settings({"commit_interval": 0.05, "web_enabled": False}))
     await worker.start()
     await send_all(events)
     with pytest.raises(engine.WorkerFailed, match=r"forwarding events\[\d\] to 'fused-send-fails-grouped-0-"
-                                                  r"repartition' failed \(DeliveryFailed: a batch could not"):
+                                                  r"repartition' failed \(DeliveryFailed: no room"):
         await asyncio.wait_for(worker.run_until_stopped(), 20)
     broker = testing.broker_for(app.settings().broker)
     repartition = broker.topics["fused-send-fails-grouped-0-repartition"]
     forwarded = [(record.key, record.value) for records in repartition for record in records]
-    assert forwarded
+    assert len(forwarded) == sends[0] + sends[1]
     assert len(forwarded) == len(set(forwarded)), "no event forwarded twice"
     assert not any(broker.topics.get("fused-send-fails-grouped-aggregate-dlq", [])), "no event dead-lettered"
     assert len(sends) == 3
