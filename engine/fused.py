@@ -17,7 +17,9 @@ mailbox, leases, acks and error policy (engine.processing.runner): only how it t
 - A windowed table (tumbling, hopping, session, sliding): each event updates its windows with the table's
   own update, as the agent path does: stream time, late events and closed windows are the table's, event by
   event in partition order. The events of one partition's run are routed once (`own_partition`: the
-  partition the event's own key writes to) and each applied there (the table's `apply`).
+  partition the event's own key writes to) and applied there: a fixed-window table takes the whole run in
+  one call of its `apply` (what every event reads, read once per run), sessions and sliding windows each
+  event in turn.
 
 Nothing awaits inside a batch, so no checkpoint (nor a revoke) falls within one: what a checkpoint cuts is
 whole batches, each event of them acked. A step or aggregation function that raises on an event ends the
@@ -26,15 +28,16 @@ mailbox, and the error propagates with that event current, so the agent's error 
 exactly as on the agent path (dead letter and go on, or stop).
 
 A `group_by` is fused too (`Forwarder`): the steps before it and the forwarding to its repartition topic
-take a batch of the source at a time, with a send per event (awaited: under exactly-once the batch counts as
-one event for the quiesce gate, so a checkpoint waits for it), each event acked once its record is enqueued,
-as the stream operators' forwarding does; what reads the repartition topic is the next batch loop.
+take a batch of the source at a time, each lease's run encoded and then enqueued in one send, all of it or
+none (awaited: under exactly-once the batch counts as one event for the quiesce gate, so a checkpoint waits
+for it), its events acked once their records are enqueued, as the stream operators' forwarding does; what
+reads the repartition topic is the next batch loop.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import groupby
+from itertools import chain, groupby
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -125,26 +128,47 @@ def _runs(events: list[Event]) -> Iterator[tuple[int, int]]:
 
 def _fold_fixed_windows(stream: Stream, events: list[Event], begin: int, end: int, steps: tuple[Step, ...],
                         table: WindowedTable, add: Combine) -> None:
-    part: TablePartition | None = None  # (routed for the run's first event the steps keep)
-    at = begin
+    """The run's events applied to their windows in one call of the table's `apply`, which has each event
+    current while it applies it; with steps, each event goes through them just before (as its own current
+    event), so a step sees the table as the events before it left it."""
+    run: Iterator[tuple[Event, Any, Any]]
+    if steps:
+        run = _stepped(stream, events, begin, end, steps)
+    else:
+        run_events = events[begin:end]
+        run = zip(run_events, map(_key_of, run_events), map(_value_of, run_events), strict=True)
     try:
-        for at in range(begin, end):
-            event = events[at]
-            stream.current_event = event
-            value = event.value
-            for is_filter, fun in steps:
-                if is_filter:
-                    if not fun(value):
-                        break
-                else:
-                    value = fun(value)
-            else:
-                if part is None:
-                    part = table.own_partition(event)
-                table.apply(part, event, event.key, add, value)
+        first = next(run, None)
+        if first is None:
+            return
+        stream.current_event = first[0]
+        part = table.own_partition(first[0])  # (routed for the run's first event the steps keep)
+        table.apply(part, chain((first,), run), add, stream)
     except BaseException:
-        stream.batch_reached = at + 1  # (the rest goes back to the mailbox when the agent is abandoned)
+        failed = stream.current_event  # (the rest goes back to the mailbox when the agent is abandoned)
+        stream.batch_reached = next(at for at in range(begin, end) if events[at] is failed) + 1
         raise
+
+
+_key_of, _value_of = attrgetter("key"), attrgetter("value")
+
+
+def _stepped(stream: Stream, events: list[Event], begin: int, end: int,
+             steps: tuple[Step, ...]) -> Iterator[tuple[Event, Any, Any]]:
+    """(event, key, value) of each event of the run that the steps keep, its value as they left it, each
+    event current while its steps run."""
+    for at in range(begin, end):
+        event = events[at]
+        stream.current_event = event
+        value = event.value
+        for is_filter, fun in steps:
+            if is_filter:
+                if not fun(value):
+                    break
+            else:
+                value = fun(value)
+        else:
+            yield event, event.key, value
 
 
 def _fold_windows(stream: Stream, events: list[Event], begin: int, end: int, steps: tuple[Step, ...],

@@ -37,10 +37,14 @@ class WindowState:
     of its events, for its final record (a table with a closed topic only; engine.tables.windowed).
     """
 
-    __slots__ = ("closed_upto", "idle_upto", "latest", "live", "moved_at", "seen_time", "stream_time")
+    __slots__ = ("closed_upto", "idle_upto", "latest", "live", "moved_at", "recorded_time", "seen_time",
+                 "stream_time")
 
     def __init__(self) -> None:
         self.stream_time: int | None = None
+        # The stream time the partition's next checkpoint writes, or its store holds: events raise
+        # `stream_time` alone, and each checkpoint's cut records it once (engine.tables.windowed.advance).
+        self.recorded_time: int | None = None
         self.closed_upto: int | None = None
         self.live: dict[int, dict[Any, bool]] = {}
         self.latest: dict[tuple[Any, int], int] = {}

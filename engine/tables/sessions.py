@@ -91,7 +91,7 @@ class SessionTable(KeyedWindowsTable):
         assert isinstance(state, KeyedWindowState)
         before = stream_time = state.stream_time
         if stream_time is None or ts > stream_time:
-            stream_time = _advance(part, state, ts)
+            stream_time = _advance(state, ts)
         window = self.window
         gap = window.gap_ms
         sessions = state.windows.get(key)

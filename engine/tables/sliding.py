@@ -202,7 +202,7 @@ class SlidingTable(KeyedWindowsTable):
         assert isinstance(state, SlidingState)
         before = stream_time = state.stream_time
         if stream_time is None or ts > stream_time:
-            stream_time = _advance(part, state, ts)
+            stream_time = _advance(state, ts)
         window = self.window
         size = window.size_ms
         close_time = stream_time - window.grace_ms

@@ -31,8 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import operator
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.clock import wall_time
 from engine.errors import ConfigError, EngineError, InvalidTimestamp
@@ -51,7 +51,7 @@ from engine.tables.keys import (
 from engine.tables.late import LateEvents
 from engine.tables.partition import DELETED, MISSING, WindowState
 from engine.topics import event_time_ms
-from engine.windows import WindowRange
+from engine.windows import TumblingWindow, WindowRange
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -65,16 +65,22 @@ if TYPE_CHECKING:
 
 Timestamp = Callable[[Any], "float | int | datetime"]
 
+
+class Processing(Protocol):
+    """What processes a run of events (an agent instance's stream): the event it is inside now."""
+
+    current_event: Event | None
+
 log = logging.getLogger(__name__)
 
 
-def _advance(part: TablePartition, state: WindowState, ts: int) -> int:
-    """Stream time is the largest event time seen: raise it to `ts`, recording a change in the partition's
-    next checkpoint (so late events stay late across restarts); returns it."""
+def _advance(state: WindowState, ts: int) -> int:
+    """Stream time is the largest event time seen: raise it to `ts`; returns it. (Recorded for the store
+    by the next checkpoint, `EventTimeTable.advance`, not per event: late events stay late across
+    restarts.)"""
     current = state.stream_time
     if current is None or ts > current:
         state.stream_time = current = ts
-        part.meta[STREAM_TIME_KEY] = str(ts).encode()
     return current
 
 
@@ -187,7 +193,7 @@ class EventTimeTable:
         state = self._new_state()
         raw = part.store.get(STREAM_TIME_KEY)
         if raw is not None:
-            state.stream_time = int(raw)
+            state.stream_time = state.recorded_time = int(raw)
         raw = part.store.get(CLOSED_KEY)
         if raw is not None:
             state.closed_upto = int(raw)
@@ -233,10 +239,17 @@ class EventTimeTable:
         """Advance the partition's stream time to `processed`, the largest event time of the records its
         task processed, written or not (an event an agent filtered out also moves time on). With
         `close_idle_after`, a partition whose stream time no event moved for that long (wall clock) has it
-        moved on by the wall-clock time since, so that its windows close."""
+        moved on by the wall-clock time since, so that its windows close. Called by every checkpoint's cut
+        (engine.tasks.active), which is where a changed stream time is recorded for the store."""
         state = self._state(part)
         if processed is not None:
-            _advance(part, state, processed)
+            _advance(state, processed)
+        self._move_idle(state)
+        if state.stream_time != state.recorded_time:
+            state.recorded_time = state.stream_time
+            part.meta[STREAM_TIME_KEY] = str(state.stream_time).encode()
+
+    def _move_idle(self, state: WindowState) -> None:
         now = self.clock()
         if state.stream_time != state.seen_time:  # events moved it
             state.seen_time, state.moved_at, state.idle_upto = state.stream_time, now, None
@@ -248,7 +261,6 @@ class EventTimeTable:
         added = round((now - since) * 1000)
         if added > 0:
             state.stream_time = state.seen_time = state.stream_time + added
-            part.meta[STREAM_TIME_KEY] = str(state.stream_time).encode()
             state.idle_upto = now
 
     def moves_by_clock(self, part: TablePartition) -> bool:
@@ -322,6 +334,10 @@ class WindowedTable(EventTimeTable):
                          close_idle_after=close_idle_after)
         self.window = window
         self._sets: dict[Any, WindowSet] = {}
+        # A tumbling window's one start is found inline by `apply`: no call and no list of starts per event.
+        tumbling = window if isinstance(window, TumblingWindow) else None
+        self._tumbling_ms = tumbling.size_ms if tumbling is not None else 0
+        self._closes_after_ms = tumbling.closes_after_ms if tumbling is not None else 0
 
     # -- updates ------------------------------------------------------------------------------------
 
@@ -333,59 +349,80 @@ class WindowedTable(EventTimeTable):
         if event is None:
             event = self._event()  # raises, naming the table
         part = self.table._route_write(key, event)[0]
-        return self.apply(part, event, key, fun, arg)
+        return self.apply(part, ((event, key, arg),), fun) == 1
 
-    def apply(self, part: TablePartition, event: Event, key: Any, fun: Callable[[Any, Any], Any],
-              arg: Any) -> bool:
-        """`update` in the partition the event's key writes to (`part`, routed by the caller).
+    def apply(self, part: TablePartition, run: Iterable[tuple[Event, Any, Any]],
+              fun: Callable[[Any, Any], Any], source: Processing | None = None) -> int:
+        """`update` for each (event, key, arg) of `run`, events of one partition in order, each key's
+        writes going to `part` (routed by the caller); returns how many were not late. `source`, if given,
+        has each event as its `current_event` while it is applied (an aggregate may read it, and the event
+        an error leaves there is the one it failed on): a fused pipeline folds a run of a fetched batch in
+        one call (engine.fused), the agent path one event.
 
         The per-event path of every windowed table, so it avoids what cost most in `benchmarks.windowed`
-        (py-spy): the key is encoded (cached) only to read the store, not once per window; a window's store
-        key is built only to read the store; and the store is read only for a window the live index says
-        the store has, so a new window costs no RocksDB read. Its time, the
-        partition's state and stream time, and the buffer (`TablePartition.cached`/`set`) are inlined, and
-        the window gives its open starts in one call (what that saved: benchmarks/README.md)."""
-        ts = event.time_ms  # the topic's extractor (or the record's time), applied at dispatch
-        if ts is None or ts < 0 or self.timestamp is not None:
-            ts = self._valid_time(event)
+        and `benchmarks.stateful_json --pipeline tumbling` (py-spy): what every event of the run reads (the
+        partition's state, stream time, the buffer) is read once per run; the key is encoded (cached) only
+        to read the store, not once per window; a window's store key is built only to read the store; the
+        store is read only for a window the live index says it has, so a new window costs no RocksDB read;
+        and a tumbling window's one start is found here, not asked of the window (what that saved:
+        benchmarks/README.md)."""
         table = self.table
-        found = table._locations.get(key)  # (the key checked and encoded, cached: a None key raises here)
-        inner = found[0] if found is not None else table._locate_new(key)[0]
+        locations = table._locations
         state = part.windows or self._state(part)
+        live_at = state.live
         stream_time = state.stream_time
-        if stream_time is None or ts > stream_time:
-            stream_time = _advance(part, state, ts)
         buffer, flushing = part.buffer, part.flushing
         latest = None if self.closed_topic is None else state.latest  # (for final results' time only)
-        applied = False
-        for start in self.window.open_starts_ms(ts, stream_time):
-            window_key_ = (key, start)
-            live = state.live.get(start)
-            if live is None:
-                live = state.live[start] = {}
-            in_store = live.get(key)
-            if in_store is None:  # a new window: nowhere yet, so nothing to look up
-                current = self._default()
-                live[key] = False  # not in the store until a checkpoint writes it (`stored`)
-                if latest is not None:
-                    latest[window_key_] = ts
+        extracted = self.timestamp is not None
+        size, closes_after = self._tumbling_ms, self._closes_after_ms
+        open_starts = self.window.open_starts_ms
+        applied = 0
+        for event, key, arg in run:
+            if source is not None:
+                source.current_event = event
+            ts = event.time_ms  # the topic's extractor (or the record's time), applied at dispatch
+            if ts is None or ts < 0 or extracted:
+                ts = self._valid_time(event)
+            if key not in locations:  # (each key checked and encoded once, cached: a None key raises here)
+                table._locate_new(key)
+            if stream_time is None or ts > stream_time:
+                stream_time = state.stream_time = ts  # (recorded for the store by the next checkpoint)
+            if size:  # (TumblingWindow.open_starts_ms, inline)
+                start = ts - ts % size
+                starts: Iterable[int] = (start,) if stream_time < start + closes_after else ()
             else:
-                if latest is not None and ts > latest.get(window_key_, ts):
-                    latest[window_key_] = ts
-                current = buffer.get(window_key_, MISSING)
-                if current is MISSING:
-                    if flushing is not None:
-                        current = flushing.get(window_key_, MISSING)
-                    if current is MISSING and in_store:
-                        current = part.stored(window_key(inner, start))
-                if current is MISSING or current is DELETED:
+                starts = open_starts(ts, stream_time)
+            late = True
+            for start in starts:
+                late = False
+                window_key_ = (key, start)
+                live = live_at.get(start)
+                if live is None:
+                    live = live_at[start] = {}
+                in_store = live.get(key)
+                if in_store is None:  # a new window: nowhere yet, so nothing to look up
                     current = self._default()
-            buffer[window_key_] = fun(current, arg)
-            applied = True
-        if not applied:
-            window = self.window
-            closes_at = window.current_start_ms(ts) + window.size_ms + window.grace_ms
-            self._late(part, event, ts, stream_time, stream_time - closes_at + 1)
+                    live[key] = False  # not in the store until a checkpoint writes it (`stored`)
+                    if latest is not None:
+                        latest[window_key_] = ts
+                else:
+                    if latest is not None and ts > latest.get(window_key_, ts):
+                        latest[window_key_] = ts
+                    current = buffer.get(window_key_, MISSING)
+                    if current is MISSING:
+                        if flushing is not None:
+                            current = flushing.get(window_key_, MISSING)
+                        if current is MISSING and in_store:
+                            current = part.stored(window_key(locations[key][0], start))
+                    if current is MISSING or current is DELETED:
+                        current = self._default()
+                buffer[window_key_] = fun(current, arg)
+            if late:
+                window = self.window
+                closes_at = window.current_start_ms(ts) + window.size_ms + window.grace_ms
+                self._late(part, event, ts, stream_time, stream_time - closes_at + 1)
+            else:
+                applied += 1
         return applied
 
     def _default(self) -> Any:

@@ -300,3 +300,55 @@ async def test_an_event_without_a_key_in_a_fixed_window_batch_is_dead_lettered_a
             key, start), value in totals.table.items()} == truth, 20)
     assert letters == [b"TableError"] * len(keyless)
     assert max(batch_sizes) > 1
+
+
+@pytest.mark.parametrize("kind", ["tumbling", "hopping"])
+async def test_an_event_a_step_fails_on_before_its_windows_is_dead_lettered_and_the_rest_of_its_run_counted(
+        kind: str, batch_sizes: list[int]) -> None:
+    """A fixed-window run goes through the steps event by event, each event current while its steps run
+    (a step reading a table is routed by its own): the one a step fails on is dead-lettered, the events
+    before it in its run are in their windows and those after it are taken again."""
+    from engine.streams.current import current_event
+
+    app, events = make_app(f"fused-step-{kind}", agent_error_policy="dlq")
+    seen_as_current: list[bool] = []
+
+    def checked(value: dict[str, Any]) -> dict[str, Any]:
+        current = current_event()
+        seen_as_current.append(current is not None and current.value is value)
+        if value["amount"] == 3 and value["ts"] % 7 == 0:
+            raise ValueError(f"refused {value['ts']}")
+        return value
+
+    pipeline = app.stream(events).map(checked)
+    windowed = pipeline.tumbling(60, expires=10**6) if kind == "tumbling" else pipeline.hopping(60, 20,
+                                                                                              expires=10**6)
+    totals = windowed.sum(f"step-{kind}-sums", lambda v: v["amount"])
+    refused = {ts for _, amount, ts in EVENTS if amount == 3 and ts % 7 == 0}
+    letters: list[bytes] = []
+
+    dead_letters = app.topic(f"fused-step-{kind}-step-{kind}-sums-aggregate-dlq", key_type=bytes,
+                             value_type=bytes)
+
+    @app.agent(dead_letters, name="letters")
+    async def collect(stream: Any) -> None:
+        async for event in stream.events():
+            letters.append(dict(event.headers)["engine-error"])
+
+    starts_of = ((lambda ts: [ts // 60_000 * 60_000]) if kind == "tumbling"
+                 else (lambda ts: [s for s in range(ts // 20_000 * 20_000 - 40_000, ts + 1, 20_000)
+                                   if s >= 0 and s <= ts < s + 60_000]))
+    truth: dict[tuple[str, WindowRange], int] = defaultdict(int)
+    for key, amount, ts in EVENTS:
+        if ts not in refused:
+            for start in starts_of(ts):
+                truth[key, WindowRange.from_ms(start, start + 60_000)] += amount
+    assert refused
+    async with testing.running(app):
+        await send_all(events)
+        await testing.eventually(lambda: len(letters) == len(refused), 20)
+        await testing.eventually(lambda: {(key, WindowRange.from_ms(start, start + 60_000)): value for (
+            key, start), value in totals.table.items()} == truth, 20)
+    assert sorted(letters) == sorted(f"ValueError: refused {ts}".encode() for ts in refused)
+    assert all(seen_as_current)
+    assert max(batch_sizes) > 1
