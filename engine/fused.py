@@ -18,8 +18,8 @@ mailbox, leases, acks and error policy (engine.processing.runner): only how it t
   own update, as the agent path does: stream time, late events and closed windows are the table's, event by
   event in partition order. The events of one partition's run are routed once (`own_partition`: the
   partition the event's own key writes to) and applied there: a fixed-window table takes the whole run in
-  one call of its `apply` (what every event reads, read once per run), sessions and sliding windows each
-  event in turn.
+  one call (`apply_run`: what every event reads, read once per run), sessions and sliding windows each
+  event in turn (`apply`).
 
 Nothing awaits inside a batch, so no checkpoint (nor a revoke) falls within one: what a checkpoint cuts is
 whole batches, each event of them acked. A step or aggregation function that raises on an event ends the
@@ -128,7 +128,7 @@ def _runs(events: list[Event]) -> Iterator[tuple[int, int]]:
 
 def _fold_fixed_windows(stream: Stream, events: list[Event], begin: int, end: int, steps: tuple[Step, ...],
                         table: WindowedTable, add: Combine) -> None:
-    """The run's events applied to their windows in one call of the table's `apply`, which has each event
+    """The run's events applied to their windows in one call of the table's `apply_run`, which has each event
     current while it applies it; with steps, each event goes through them just before (as its own current
     event), so a step sees the table as the events before it left it."""
     run: Iterator[tuple[Event, Any, Any]]
@@ -143,10 +143,10 @@ def _fold_fixed_windows(stream: Stream, events: list[Event], begin: int, end: in
             return
         stream.current_event = first[0]
         part = table.own_partition(first[0])  # (routed for the run's first event the steps keep)
-        table.apply(part, chain((first,), run), add, stream)
+        table.apply_run(part, chain((first,), run), add, stream)
     except BaseException:
         failed = stream.current_event  # (the rest goes back to the mailbox when the agent is abandoned)
-        stream.batch_reached = next(at for at in range(begin, end) if events[at] is failed) + 1
+        stream.batch_reached = next((at for at in range(begin, end) if events[at] is failed), end - 1) + 1
         raise
 
 

@@ -26,6 +26,13 @@ class EventSource(Protocol):
         """The event being processed now (None between events)."""
 
 
+class Processing(Protocol):
+    """What processes a run of events in one call (a fused pipeline's fold: engine.fused) is told which of
+    them it is inside: an agent instance's stream, whose `current_event` the call moves event by event."""
+
+    current_event: Event | None
+
+
 class _Outside:
     """Code outside every agent (a timer, a query, a test): it processes no event."""
 

@@ -32,7 +32,7 @@ import asyncio
 import logging
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
 from engine.errors import ConfigError, EngineError, InvalidTimestamp
@@ -58,18 +58,13 @@ if TYPE_CHECKING:
 
     from engine.events import Event
     from engine.stores.base import StoreView
+    from engine.streams.current import Processing
     from engine.tables.base import BaseTable
     from engine.tables.partition import Closed, TablePartition
     from engine.topics import Topic
     from engine.windows import Window, WindowKind
 
 Timestamp = Callable[[Any], "float | int | datetime"]
-
-
-class Processing(Protocol):
-    """What processes a run of events (an agent instance's stream): the event it is inside now."""
-
-    current_event: Event | None
 
 log = logging.getLogger(__name__)
 
@@ -349,28 +344,28 @@ class WindowedTable(EventTimeTable):
         if event is None:
             event = self._event()  # raises, naming the table
         part = self.table._route_write(key, event)[0]
-        return self.apply(part, ((event, key, arg),), fun) == 1
+        return self.apply_run(part, ((event, key, arg),), fun) == 1
 
-    def apply(self, part: TablePartition, run: Iterable[tuple[Event, Any, Any]],
-              fun: Callable[[Any, Any], Any], source: Processing | None = None) -> int:
+    def apply_run(self, part: TablePartition, run: Iterable[tuple[Event, Any, Any]],
+                  fun: Callable[[Any, Any], Any], source: Processing | None = None) -> int:
         """`update` for each (event, key, arg) of `run`, events of one partition in order, each key's
         writes going to `part` (routed by the caller); returns how many were not late. `source`, if given,
         has each event as its `current_event` while it is applied (an aggregate may read it, and the event
         an error leaves there is the one it failed on): a fused pipeline folds a run of a fetched batch in
         one call (engine.fused), the agent path one event.
 
-        The per-event path of every windowed table, so it avoids what cost most in `benchmarks.windowed`
-        and `benchmarks.stateful_json --pipeline tumbling` (py-spy): what every event of the run reads (the
-        partition's state, stream time, the buffer) is read once per run; the key is encoded (cached) only
-        to read the store, not once per window; a window's store key is built only to read the store; the
-        store is read only for a window the live index says it has, so a new window costs no RocksDB read;
-        and a tumbling window's one start is found here, not asked of the window (what that saved:
+        The per-event path of a table of fixed windows (tumbling, hopping), so it avoids what cost most in
+        `benchmarks.windowed` and `benchmarks.stateful_json --pipeline tumbling` (py-spy): what every event
+        of the run reads (the partition's state, the buffer, the table's settings) is read once per run;
+        the key is encoded (cached) only to read the store, not once per window; a window's store key is
+        built only to read the store; the store is read only for a window the live index says it has, so
+        a new window costs no RocksDB read; and a tumbling window's one start is computed here, as
+        `TumblingWindow.open_starts_ms` does, without the call and its list (what that saved:
         benchmarks/README.md)."""
         table = self.table
         locations = table._locations
         state = part.windows or self._state(part)
         live_at = state.live
-        stream_time = state.stream_time
         buffer, flushing = part.buffer, part.flushing
         latest = None if self.closed_topic is None else state.latest  # (for final results' time only)
         extracted = self.timestamp is not None
@@ -383,8 +378,10 @@ class WindowedTable(EventTimeTable):
             ts = event.time_ms  # the topic's extractor (or the record's time), applied at dispatch
             if ts is None or ts < 0 or extracted:
                 ts = self._valid_time(event)
-            if key not in locations:  # (each key checked and encoded once, cached: a None key raises here)
-                table._locate_new(key)
+            # (Each key checked and encoded once, cached: a None key raises here. Looked up per event: an
+            # aggregate writing the table may make the cache forget it.)
+            found = locations.get(key) or table._locate_new(key)
+            stream_time = state.stream_time  # (per event: an aggregate may write the table, and move it)
             if stream_time is None or ts > stream_time:
                 stream_time = state.stream_time = ts  # (recorded for the store by the next checkpoint)
             if size:  # (TumblingWindow.open_starts_ms, inline)
@@ -413,7 +410,7 @@ class WindowedTable(EventTimeTable):
                         if flushing is not None:
                             current = flushing.get(window_key_, MISSING)
                         if current is MISSING and in_store:
-                            current = part.stored(window_key(locations[key][0], start))
+                            current = part.stored(window_key(found[0], start))
                     if current is MISSING or current is DELETED:
                         current = self._default()
                 buffer[window_key_] = fun(current, arg)

@@ -172,12 +172,13 @@ class Producer(Protocol):
 
     async def send_many(self, topic: str, records: Sequence[KeyedRecord]) -> None:
         """Enqueue (key, value, headers, timestamp ms or None for now) records, each to its key's partition as
-        `send` picks it, in their order, as whole batches per partition where the transport can (a
-        group_by forwarding a fetched batch): none of `send`'s per-record futures. All of them are
-        enqueued or none, also when the caller is cancelled while this waits: a run given back to its
-        mailbox is sent again once, never in part twice. A record larger than the producer may send is
-        RecordTooLarge (with its index), raised before any is enqueued. Failures to deliver surface at the
-        next `flush` or commit, as `send`'s do for a record no one awaits."""
+        `send` picks it (keyless ones: one partition for them all, picked at random), in their order, as
+        whole batches per partition where the transport can (a group_by forwarding a fetched batch): none
+        of `send`'s per-record futures. All of them are enqueued or none, also when the caller is cancelled
+        while this waits: a run given back to its mailbox is sent again once, never in part twice. A
+        record larger than the producer may send is RecordTooLarge (with its index), raised before any is
+        enqueued. Failures to deliver surface at the next `flush` or commit, as `send`'s do for a record no
+        one awaits."""
 
     async def flush(self) -> None:
         """Wait until everything enqueued so far is acknowledged; raise DeliveryFailed if any was not."""

@@ -566,8 +566,12 @@ class KafkaConsumer:
             first = await self._client.beginning_offsets(partitions)
             end = await self._client.end_offsets(partitions)
         except KafkaError as exc:
-            raise read_failed(f"cannot read offsets of {sorted(tps)}", exc) from exc
+            raise read_failed(f"cannot read offsets of {sorted(tps)}", exc, self._unknown(tps)) from exc
         return {TP(tp.topic, tp.partition): (first[tp], end[tp]) for tp in partitions}
+
+    def _unknown(self, tps: Collection[TP]) -> list[TP]:
+        """The partitions of `tps` the client's metadata does not have."""
+        return [tp for tp in tps if tp.partition not in (self._client.partitions_for_topic(tp.topic) or ())]
 
     async def offsets_at(self, tps: Collection[TP], timestamp_ms: int) -> dict[TP, int]:
         partitions = [TopicPartition(*tp) for tp in tps]
@@ -577,7 +581,8 @@ class KafkaConsumer:
             found = await self._client.offsets_for_times({tp: timestamp_ms for tp in partitions})
             end = await self._client.end_offsets(partitions)
         except KafkaError as exc:
-            raise read_failed(f"cannot find offsets at {timestamp_ms} ms of {sorted(tps)}", exc) from exc
+            raise read_failed(f"cannot find offsets at {timestamp_ms} ms of {sorted(tps)}", exc,
+                              self._unknown(tps)) from exc
         return {TP(tp.topic, tp.partition): (found[tp].offset if found.get(tp) is not None else end[tp])
                 for tp in partitions}
 
@@ -800,12 +805,14 @@ class KafkaProducer:
         if not self._open.is_set():
             await self._open.wait()
         tps = self._partitions.get(topic) or self._partitions_of(topic)
-        while not tps:  # (aiokafka's wait for the topic's metadata; DeliveryFailed past the request timeout)
+        if not tps:  # (aiokafka's wait for the topic's metadata; DeliveryFailed past the request timeout)
             try:
                 await self._client.partitions_for(topic)
             except KafkaError as exc:
                 raise DeliveryFailed(f"cannot send to {topic!r}: {exc!r}") from exc
             tps = self._partitions_of(topic)
+            if not tps:
+                raise DeliveryFailed(f"cannot send to {topic!r}: the broker lists no partitions of it")
         # Every record appended first, its size checked (a batch builder takes any record as its first):
         # a record too large is refused with nothing of the run enqueued.
         limit = self._direct_size + DIRECT_MARGIN
@@ -815,7 +822,7 @@ class KafkaProducer:
         for index, (key, value, headers, timestamp_ms) in enumerate(records):
             if type(headers) is not list:  # (the batch builder, in C, takes a list only)
                 headers = list(headers)
-            size = len(key or b"") + len(value or b"") + sum(len(k) + len(v) for k, v in headers)
+            size = len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") for k, v in headers)
             if size > limit:
                 raise RecordTooLarge(f"a record for {topic!r} of {size} bytes is larger than the producer's "
                                      f"max_request_size ({limit} bytes)", index)

@@ -11,13 +11,25 @@ TransportError, which stops the worker with what went wrong.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aiokafka.errors import KafkaTimeoutError
 
 from engine.errors import BrokerUnavailable, TransportError
 
+if TYPE_CHECKING:
+    from collections.abc import Collection
 
-def read_failed(what: str, error: BaseException) -> TransportError:
-    """The error to raise for a failed read of `what` (e.g. "cannot read committed offsets of ...")."""
+    from engine.events import TP
+
+
+def read_failed(what: str, error: BaseException, unknown: Collection[TP] = ()) -> TransportError:
+    """The error to raise for a failed read of `what` (e.g. "cannot read committed offsets of ...").
+    `unknown`: the partitions read that the client's metadata does not have. aiokafka retries those too
+    until its timeout, so a read of a deleted topic's partitions (a changelog deleted under a running app)
+    would otherwise be waited out for ever as a broker away: it stops the worker, naming them."""
+    if isinstance(error, KafkaTimeoutError) and unknown:
+        return TransportError(f"{what}: {error!r}; the broker does not have {sorted(unknown)} (deleted?)")
     if getattr(error, "retriable", False) or isinstance(error, KafkaTimeoutError):
         return BrokerUnavailable(f"{what}: {error!r} (retriable: a broker restarting or moving)")
     return TransportError(f"{what}: {error!r}")

@@ -94,8 +94,8 @@ async def test_every_kind_of_record_arrives_as_sent_and_only_with_its_transactio
 async def test_records_sent_many_at_once_land_where_send_puts_them_with_every_field_and_their_transaction(
         kafka):
     """`send_many` (a fused group_by's forwarding): each record in its key's partition, as `send` and
-    aiokafka place it, in order, with its headers (a tuple or a list) and timestamp, more than a batch's
-    worth per partition, and only once the transaction commits; records without a key go one by one."""
+    aiokafka place it, in order, with its headers (a tuple or a list, a value None) and timestamp, more than
+    a batch's worth per partition, and only once the transaction commits; records without a key too."""
     from engine.partitioner import partition_for
 
     topic = unique("many")
@@ -103,8 +103,8 @@ async def test_records_sent_many_at_once_land_where_send_puts_them_with_every_fi
     producer = open_transport(kafka.url).producer("many-test")  # transactional, like a task's
     await producer.start()
     keyed = [(f"k{i % 40}".encode(), b"x" * 1000 + str(i).encode(),
-              ((("n", str(i).encode()),) if i % 2 else [("n", str(i).encode())]) if i % 3 else (),
-              1_700_000_000_000 + i) for i in range(900)]  # 900 kB over 3 partitions: past one batch each
+              ((("n", str(i).encode()),) if i % 2 else [("n", str(i).encode()), ("none", None)]) if i % 3
+              else (), 1_700_000_000_000 + i) for i in range(900)]  # 900 kB, 3 partitions: past a batch each
     keyless = [(None, b"unkeyed", (), 1_234)]
     try:
         await producer.send_many(topic, keyed)

@@ -47,6 +47,9 @@ class RestartingBroker:
 
     end_offsets = offsets_for_times = beginning_offsets
 
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        return {0, 1}  # (what its metadata still says of the topic)
+
 
 async def test_the_consumers_offset_reads_while_its_broker_restarts_are_broker_unavailable() -> None:
     consumer = KafkaConsumer.__new__(KafkaConsumer)
@@ -55,3 +58,41 @@ async def test_the_consumers_offset_reads_while_its_broker_restarts_are_broker_u
         await consumer.offsets([TP("t", 0)])
     with pytest.raises(BrokerUnavailable, match="cannot find offsets at 5 ms"):
         await consumer.offsets_at([TP("t", 0)], 5)
+
+
+class GaveUp:
+    """aiokafka's consumer once it retried a read for its request timeout: KafkaTimeoutError, whether the
+    broker is away or the partitions are gone from its metadata (a topic deleted)."""
+
+    def __init__(self, known: dict[str, set[int]]) -> None:
+        self.known = known
+
+    async def beginning_offsets(self, partitions: Any) -> Any:
+        raise KafkaTimeoutError("Failed to get offsets by times in 40000 ms")
+
+    end_offsets = offsets_for_times = beginning_offsets
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        return self.known.get(topic)
+
+
+@pytest.mark.parametrize("read", ["offsets", "offsets_at"])
+async def test_a_read_given_up_on_is_waited_out_unless_its_partitions_are_gone(read: str) -> None:
+    """A broker away past aiokafka's request timeout is still only away; partitions the broker no longer has
+    (a changelog deleted under the app) would be waited for for ever: the worker stops, naming them."""
+    consumer = KafkaConsumer.__new__(KafkaConsumer)
+
+    async def reading(tps: list[TP]) -> Any:
+        return await (consumer.offsets(tps) if read == "offsets" else consumer.offsets_at(tps, 5))
+
+    consumer._client = GaveUp({"t": {0, 1}})
+    with pytest.raises(BrokerUnavailable, match="KafkaTimeoutError"):
+        await reading([TP("t", 0), TP("t", 1)])
+    consumer._client = GaveUp({"t": {0}})
+    with pytest.raises(TransportError, match=r"does not have \[TP\(topic='t', partition=1\)\]") as gone:
+        await reading([TP("t", 0), TP("t", 1)])
+    assert not isinstance(gone.value, BrokerUnavailable)
+    consumer._client = GaveUp({})
+    with pytest.raises(TransportError, match=r"does not have \[TP\(topic='t', partition=0\)\]") as gone:
+        await reading([TP("t", 0)])
+    assert not isinstance(gone.value, BrokerUnavailable)
