@@ -302,16 +302,12 @@ class TaskManager(Service):
             return
         fresh = [task for n in sorted({tp.partition for tp in tps})
                  if (task := self.active[n]).state is TaskState.CREATED]
-        set_up = self.new_producer is not None or self.tables is not None
-        if set_up:  # fenced and recovered (stores opened first) before any of their events is processed
-            self.pauses.hold(tps, RECOVERING)
+        # Set up (sought from their committed offsets, fenced and recovered: engine.tasks.starts, stores
+        # opened first) before any of their events is processed; a stateless app's too, so that a committed
+        # offset the broker no longer has is said and followed the same way.
+        self.pauses.hold(tps, RECOVERING)
         for task in fresh:
             task.restoring(self.standbys.for_active(task.number) if self.standbys is not None else None)
-        if not set_up:
-            for task in fresh:
-                task.open()
-            self._moved()
-            return
         self._recover(tps)
 
     def _recover(self, tps: set[TP]) -> None:
@@ -343,9 +339,7 @@ class TaskManager(Service):
     async def _set_up_once(self, tps: set[TP]) -> None:
         tasks = [self.active[n] for n in sorted({tp.partition for tp in tps})]
         await self._start_producers([task for task in tasks if task.producer is None])
-        starts: dict[TP, int] = {}
-        if self.new_producer is not None:
-            starts = await self.starts.seek(self.consumer, tps)  # after the fence: earlier commits are final
+        starts = await self.starts.seek(self.consumer, tps)  # after the fence: earlier commits are final
         restoring = [task for task in tasks if task.state is TaskState.RESTORING]
         if self.tables is not None:
             sources = {tp: offset for tp, offset in starts.items() if tp.topic in self.table_sources}

@@ -1,9 +1,10 @@
 """An app stopped for longer than its input's retention comes back to committed offsets the broker no
 longer has: it goes on where `auto_offset_reset` says, says once which partitions jumped and how many records
-were skipped, and counts exactly what is left."""
+were skipped, and counts exactly what is left; a stateless app too."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 import pytest
@@ -71,6 +72,70 @@ async def test_committed_offsets_deleted_by_retention_jump_to_the_start_say_so_a
     finally:
         assert two.terminate() == 0, two.output()[-3000:]
     assert latest(records) == truth
+    warnings = [line for line in two.output().splitlines() if "committed offsets no longer on the broker"
+                in line]
+    assert len(warnings) == 1, two.output()[-3000:]
+    assert "WARNING" in warnings[0]
+    for tp in tps:
+        assert (f"{topic}[{tp.partition}] from {committed[tp]} to {committed[tp] + GONE} ({GONE} records "
+                "skipped)") in warnings[0]
+    assert status is not None
+    assert status["offset_jumps"] == {
+        f"{topic}[{tp.partition}]": {"committed": committed[tp], "to": committed[tp] + GONE, "skipped": GONE}
+        for tp in tps}
+
+
+async def test_a_stateless_app_whose_committed_offsets_were_deleted_says_so_and_processes_the_rest(
+        kafka, tmp_path):
+    """No table, at-least-once: no changelog or transaction to set up, but the same check of its committed
+    offsets against the log, the same WARNING and `engine status`: every record left processed, none of the
+    deleted ones."""
+    app_id, topic = unique("retention-stateless"), unique("words")
+    echo = f"{app_id}-echo"
+    await create_topics(kafka.bootstrap, [topic], partitions=PARTITIONS)
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(tmp_path / "data")}
+
+    def echoing(name: str) -> WorkerProcess:
+        return WorkerProcess("tests.integration.echo_apps:app", kafka.url, env, tmp_path / f"{name}.log")
+
+    first = [(f"k{i % 50}", i) for i in range(800)]
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    one = echoing("one")
+    try:
+        await one.wait_for_output("assigned", 90)
+        await produce(kafka.bootstrap, topic, first)
+        await consume_until(kafka.bootstrap, echo, lambda rs: len({r.value for r in rs}) == len(first),
+                            timeout=90, workers=[one])
+        written = await read_all(kafka.bootstrap, topic)
+        ends = {p: max(r.offset for r in written if r.partition == p) + 1 for p in range(PARTITIONS)}
+        for _ in range(300):  # (its last checkpoint commits what it processed)
+            committed = await committed_offsets(kafka.bootstrap, app_id, tps)
+            if {tp.partition: offset for tp, offset in committed.items()} == ends:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        assert one.terminate() == 0, one.output()[-3000:]
+    committed = await committed_offsets(kafka.bootstrap, app_id, tps)
+    assert {tp.partition: offset for tp, offset in committed.items()} == ends, "all committed at the stop"
+    await produce(kafka.bootstrap, topic, [(f"k{i % 50}", i) for i in range(800, 1600)])  # while stopped
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_records({tp: RecordsToDelete(committed[tp] + GONE) for tp in tps})
+    finally:
+        await admin.close()
+    left = {f"{r.partition}:{r.offset}" for r in await read_all(kafka.bootstrap, topic)}
+    deleted = {f"{tp.partition}:{at}" for tp in tps for at in range(committed[tp], committed[tp] + GONE)}
+    two = echoing("two")
+    try:
+        records = await consume_until(kafka.bootstrap, echo,
+                                      lambda rs: left <= {r.value.decode().strip('"') for r in rs},
+                                      timeout=90, workers=[two])
+        status = await worker_status(two)
+    finally:
+        assert two.terminate() == 0, two.output()[-3000:]
+    echoed = {r.value.decode().strip('"') for r in records}
+    assert echoed & deleted == set(), "no deleted record was processed"
     warnings = [line for line in two.output().splitlines() if "committed offsets no longer on the broker"
                 in line]
     assert len(warnings) == 1, two.output()[-3000:]
