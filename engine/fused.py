@@ -202,6 +202,7 @@ def _fold_plain(stream: Stream, events: list[Event], begin: int, end: int, steps
     try:
         for at in range(begin, end):
             event = events[at]
+            stream.current_event = event  # (what its steps and the aggregate, reading a table, route by)
             value = event.value
             for is_filter, fun in steps:
                 if is_filter:
@@ -213,14 +214,12 @@ def _fold_plain(stream: Stream, events: list[Event], begin: int, end: int, steps
                 key = event.key
                 entry = folded.get(key)
                 if entry is None:  # the key's first event: read, routed and checked as the table's writes are
-                    stream.current_event = event
                     current, buffer = table.own_slot(event)
                     folded[key] = [add(current, value), buffer]
                 else:
                     entry[0] = add(entry[0], value)
     except BaseException:
-        stream.current_event = events[at]  # the event it failed on, for the error policy
-        stream.batch_reached = at + 1
+        stream.batch_reached = at + 1  # (the event it failed on is current, for the error policy)
         raise
     finally:
         for key, (aggregate, buffer) in folded.items():

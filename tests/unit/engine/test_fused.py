@@ -352,3 +352,33 @@ async def test_an_event_a_step_fails_on_before_its_windows_is_dead_lettered_and_
     assert sorted(letters) == sorted(f"ValueError: refused {ts}".encode() for ts in refused)
     assert all(seen_as_current)
     assert max(batch_sizes) > 1
+
+
+async def test_a_plain_folds_steps_and_aggregate_each_see_their_own_event_as_current(
+        batch_sizes: list[int]) -> None:
+    """A table read inside a step or an aggregate function is routed by the event being processed: the
+    batch's fold makes each event current before its steps, as the agent path does."""
+    from engine.streams.current import current_event
+
+    app, events = make_app("fused-current")
+    mismatched: list[Any] = []
+
+    def checked(value: dict[str, Any]) -> dict[str, Any]:
+        current = current_event()
+        if current is None or current.value is not value:
+            mismatched.append(("step", value))
+        return {**value, "seen_in_step": True}
+
+    def own(total: int, value: dict[str, Any]) -> int:
+        current = current_event()
+        if current is None or current.value["ts"] != value["ts"]:
+            mismatched.append(("aggregate", value))
+        return total + 1
+
+    counted = app.stream(events).map(checked).aggregate("own", 0, own)
+    truth = Counter(key for key, _, _ in EVENTS)
+    async with testing.running(app):
+        await send_all(events)
+        await testing.eventually(lambda: contents(counted) == truth, 20)
+    assert mismatched == []
+    assert max(batch_sizes) > 1
