@@ -8,8 +8,10 @@ tests/contract/test_aiokafka_private.py, which names the use that broke when a r
   asked now (one heartbeat) and read (its generation), and a rejoin asked for. aiokafka's public API has no
   membership check: a checkpoint must not commit, and a failed task must not be set up again, for a worker
   the group has moved on from; and warm-up replicas that caught up ask for the rebalance that moves them.
-- The group's committed offsets, fetched through the coordinator's request sender (`_send_req`): aiokafka's
-  own fetch (`AIOKafkaConsumer.committed`) reads only each partition's error code, but a coordinator that is
+- The group's committed offsets, fetched through the coordinator's request sender (`_send_req`; an admin
+  client's `_send_request` for `engine status` and `engine reset`): aiokafka's own fetches
+  (`AIOKafkaConsumer.committed`, the admin's `list_consumer_group_offsets`) read only each partition's
+  error code, but a coordinator that is
   loading the group's offsets (a broker restarted), or is not its coordinator any more, answers OffsetFetch
   v2+ with one error for the whole response and no partitions, which aiokafka returns as "nothing committed":
   a task set up then started from `auto_offset_reset`, its records processed a second time over tables that
@@ -118,18 +120,23 @@ def request_rejoin(coordinator: Any) -> None:
 FETCH_RETRY = 0.1  # seconds between two OffsetFetch requests a coordinator answered with a retriable error
 
 
-async def committed_offsets(coordinator: Any, tps: Collection[TopicPartition]) -> dict[tuple[str, int], int]:
-    """The group's committed offset of each of `tps` that has one, as the coordinator knows it once it can
-    answer: an error for the whole response (loading, not the coordinator) or for a partition is retried if
-    retriable (a coordinator found anew when it is not the group's), and raised (a KafkaError) if not."""
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in tps:
-        by_topic.setdefault(topic, []).append(partition)
+async def committed_offsets(coordinator: Any, tps: Collection[TopicPartition] | None
+                            ) -> dict[tuple[str, int], int]:
+    """The group's committed offset of each of `tps` that has one (None: of every partition it committed), as
+    the coordinator knows it once it can answer: an error for the whole response (loading, not the
+    coordinator) or for a partition is retried if retriable (a coordinator found anew when it is not the
+    group's), and raised (a KafkaError) if not. `coordinator`: a consumer's group coordinator, or an admin's
+    (`AdminCoordinator`)."""
+    topics: list[tuple[str, list[int]]] | None = None
+    if tps is not None:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in tps:
+            by_topic.setdefault(topic, []).append(partition)
+        topics = list(by_topic.items())
     while True:
-        await coordinator.ensure_coordinator_known()
         try:
-            response = await coordinator._send_req(OffsetFetchRequest(coordinator.group_id,
-                                                                       list(by_topic.items())))
+            await coordinator.ensure_coordinator_known()
+            response = await coordinator._send_req(OffsetFetchRequest(coordinator.group_id, topics))
         except KafkaError as exc:
             if not exc.retriable:
                 raise
@@ -143,6 +150,28 @@ async def committed_offsets(coordinator: Any, tps: Collection[TopicPartition]) -
         if not all(error.retriable for error in errors):
             raise next(error for error in errors if not error.retriable)()
         await asyncio.sleep(FETCH_RETRY)
+
+
+class AdminCoordinator:
+    """A group's coordinator as an admin client reaches it, for `committed_offsets`: aiokafka's admin reads
+    an OffsetFetch answer with an error for the whole response (the coordinator loading the group's offsets)
+    as "nothing committed" (`list_consumer_group_offsets`), which `engine status` would show and `engine
+    reset --shift-by` would shift from the log's start. Its request sender (`_send_request`) is private."""
+
+    def __init__(self, admin: Any, group_id: str) -> None:
+        self.admin = admin
+        self.group_id = group_id
+        self.node: int | None = None
+
+    async def ensure_coordinator_known(self) -> None:
+        if self.node is None:
+            self.node = await self.admin.find_coordinator(self.group_id)
+
+    async def _send_req(self, request: Any) -> Any:
+        return await self.admin._send_request(request, self.node)
+
+    def coordinator_dead(self) -> None:
+        self.node = None
 
 
 def offset_fetch_answer(response: Any) -> tuple[dict[tuple[str, int], int], list[type[KafkaError]]]:

@@ -931,6 +931,9 @@ def _last_offset(last: asyncio.Future[int], relative: int, batch: asyncio.Future
         last.set_result(batch.result().offset + relative)
 
 
+COMMITTED_WAIT = 30.0  # seconds an admin waits for a group's coordinator to answer OffsetFetch
+
+
 class KafkaAdmin:
     def __init__(self, servers: str, options: Mapping[str, Any]) -> None:
         self._servers = servers
@@ -1041,12 +1044,19 @@ class KafkaAdmin:
         return streams_group_description(group)
 
     async def committed(self, group_id: str) -> dict[TP, int]:
+        """Every offset the group committed, once its coordinator can answer (one loading the group's offsets
+        after a broker restarted is asked again, up to COMMITTED_WAIT: not read as "nothing committed")."""
         await self._ensure_started()
         try:
-            offsets = await self._client.list_consumer_group_offsets(group_id)
+            async with asyncio.timeout(COMMITTED_WAIT):
+                coordinator = private.AdminCoordinator(self._client, group_id)
+                offsets = await private.committed_offsets(coordinator, None)
         except KafkaError as exc:
-            raise TransportError(f"cannot read the offsets of group {group_id!r}: {exc}") from exc
-        return {TP(tp.topic, tp.partition): meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
+            raise TransportError(f"cannot read the offsets of group {group_id!r}: {exc!r}") from exc
+        except TimeoutError as exc:
+            raise TransportError(f"cannot read the offsets of group {group_id!r}: its coordinator did not "
+                                 f"answer within {COMMITTED_WAIT:.0f} s") from exc
+        return {TP(topic, partition): offset for (topic, partition), offset in offsets.items()}
 
     async def topic_configs(self, names: Collection[str]) -> dict[str, dict[str, str]]:
         await self._ensure_started()

@@ -112,6 +112,42 @@ async def test_committed_offsets_wait_for_a_coordinator_that_can_answer():
         await private.committed_offsets(denied, [tp])
 
 
+class AdminAnswers:
+    """An admin client whose OffsetFetch answers are given (OffsetFetch v3 responses, as aiokafka decodes
+    them), and whose coordinator lookups are counted."""
+
+    def __init__(self, *answers: Any) -> None:
+        self.answers = list(answers)
+        self.lookups = 0
+        self.asked: list[tuple[Any, Any]] = []
+
+    async def find_coordinator(self, group_id: str) -> int:
+        self.lookups += 1
+        return 7
+
+    async def _send_request(self, request: Any, node_id: Any = None) -> Any:
+        self.asked.append((request, node_id))
+        return self.answers.pop(0)
+
+
+async def test_an_admins_group_offsets_wait_for_a_coordinator_that_can_answer():
+    """aiokafka's admin reads an answer with an error for the whole response as "nothing committed"
+    (`list_consumer_group_offsets`): `engine status` would show none, and `engine reset --shift-by` shift
+    from the log's start. engine asks the coordinator through the admin's request sender until it answers."""
+    loading = OffsetFetchResponse_v3(0, [], LOADING)
+    assert await AIOKafkaAdminClient.list_consumer_group_offsets(AdminAnswers(loading), "g", 7) == {}, (
+        f"{CHANGED}the admin's OffsetFetch: it now reads the whole response's error (engine's may go)")
+    has_method(AIOKafkaAdminClient, "_send_request", "request", "node_id", coroutine=True)
+    has_method(AIOKafkaAdminClient, "find_coordinator", "group_id", coroutine=True)
+    admin = AdminAnswers(loading, OffsetFetchResponse_v3(0, [], NOT_COORDINATOR),
+                         OffsetFetchResponse_v3(0, [("t", [(0, 42, "", 0), (1, 9, "", 0)])], 0))
+    found = await private.committed_offsets(private.AdminCoordinator(admin, "g"), None)
+    assert found == {("t", 0): 42, ("t", 1): 9}
+    assert [node for _, node in admin.asked] == [7, 7, 7]
+    assert admin.lookups == 2, "a coordinator that is not the group's is looked for anew"
+    assert admin.asked[0][0]._partitions is None, "every partition the group committed"
+
+
 async def test_the_producer_hot_path_finds_the_accumulator_timeouts_and_the_transaction_state():
     producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:9", transactional_id="t",
                                 enable_idempotence=True, request_timeout_ms=1234, max_request_size=5678)
