@@ -129,14 +129,9 @@ def _runs(events: list[Event]) -> Iterator[tuple[int, int]]:
 def _fold_fixed_windows(stream: Stream, events: list[Event], begin: int, end: int, steps: tuple[Step, ...],
                         table: WindowedTable, add: Combine) -> None:
     """The run's events applied to their windows in one call of the table's `apply_run`, which has each event
-    current while it applies it; with steps, each event goes through them just before (as its own current
-    event), so a step sees the table as the events before it left it."""
-    run: Iterator[tuple[Event, Any, Any]]
-    if steps:
-        run = _stepped(stream, events, begin, end, steps)
-    else:
-        run_events = events[begin:end]
-        run = zip(run_events, map(_key_of, run_events), map(_value_of, run_events), strict=True)
+    current while it applies it; with steps, each event goes through them just before, so a step sees the
+    table as the events before it left it."""
+    run = _kept(stream, events, begin, end, steps)
     try:
         first = next(run, None)
         if first is None:
@@ -145,18 +140,61 @@ def _fold_fixed_windows(stream: Stream, events: list[Event], begin: int, end: in
         part = table.own_partition(first[0])  # (routed for the run's first event the steps keep)
         table.apply_run(part, chain((first,), run), add, stream)
     except BaseException:
-        failed = stream.current_event  # (the rest goes back to the mailbox when the agent is abandoned)
-        stream.batch_reached = next((at for at in range(begin, end) if events[at] is failed), end - 1) + 1
+        stream.batch_reached = _index_of(events, begin, end, stream.current_event) + 1
         raise
+
+
+def _fold_windows(stream: Stream, events: list[Event], begin: int, end: int, steps: tuple[Step, ...],
+                  table: SessionTable | SlidingTable) -> None:
+    part: TablePartition | None = None  # (routed for the run's first event the steps keep)
+    try:
+        for event, key, value in _kept(stream, events, begin, end, steps):
+            stream.current_event = event
+            if part is None:
+                part = table.own_partition(event)
+            table.apply(part, event, key, value)
+    except BaseException:
+        stream.batch_reached = _index_of(events, begin, end, stream.current_event) + 1
+        raise
+
+
+def _fold_plain(stream: Stream, events: list[Event], begin: int, end: int, steps: tuple[Step, ...],
+                table: BaseTable, add: Combine) -> None:
+    folded: dict[Any, list[Any]] = {}  # key -> [aggregate, the buffer it goes to]
+    try:
+        for event, key, value in _kept(stream, events, begin, end, steps):
+            stream.current_event = event  # (what the aggregate, reading a table, routes by)
+            entry = folded.get(key)
+            if entry is None:  # the key's first event: read, routed and checked as the table's writes are
+                current, buffer = table.own_slot(event)
+                folded[key] = [add(current, value), buffer]
+            else:
+                entry[0] = add(entry[0], value)
+    except BaseException:
+        stream.batch_reached = _index_of(events, begin, end, stream.current_event) + 1
+        raise
+    finally:
+        for key, (aggregate, buffer) in folded.items():
+            buffer[key] = aggregate
 
 
 _key_of, _value_of = attrgetter("key"), attrgetter("value")
 
 
+def _kept(stream: Stream, events: list[Event], begin: int, end: int,
+          steps: tuple[Step, ...]) -> Iterator[tuple[Event, Any, Any]]:
+    """(event, its key, its value as the steps left it) of each event of the run the steps keep: the one
+    step loop of every fold. Each event is made current before its steps run (a step reading a table is
+    routed by it; one that raises leaves it current, for the error policy). Without steps, every event as
+    it is, through C iterators (no Python frame per event): the fold makes each current itself."""
+    if not steps:
+        run = events[begin:end]
+        return zip(run, map(_key_of, run), map(_value_of, run), strict=True)
+    return _stepped(stream, events, begin, end, steps)
+
+
 def _stepped(stream: Stream, events: list[Event], begin: int, end: int,
              steps: tuple[Step, ...]) -> Iterator[tuple[Event, Any, Any]]:
-    """(event, key, value) of each event of the run that the steps keep, its value as they left it, each
-    event current while its steps run."""
     for at in range(begin, end):
         event = events[at]
         stream.current_event = event
@@ -171,59 +209,10 @@ def _stepped(stream: Stream, events: list[Event], begin: int, end: int,
             yield event, event.key, value
 
 
-def _fold_windows(stream: Stream, events: list[Event], begin: int, end: int, steps: tuple[Step, ...],
-                  table: SessionTable | SlidingTable) -> None:
-    part: TablePartition | None = None  # (routed for the run's first event the steps keep)
-    at = begin
-    try:
-        for at in range(begin, end):
-            event = events[at]
-            stream.current_event = event
-            value = event.value
-            for is_filter, fun in steps:
-                if is_filter:
-                    if not fun(value):
-                        break
-                else:
-                    value = fun(value)
-            else:
-                if part is None:
-                    part = table.own_partition(event)
-                table.apply(part, event, event.key, value)
-    except BaseException:
-        stream.batch_reached = at + 1  # (the rest goes back to the mailbox when the agent is abandoned)
-        raise
-
-
-def _fold_plain(stream: Stream, events: list[Event], begin: int, end: int, steps: tuple[Step, ...],
-                table: BaseTable, add: Combine) -> None:
-    folded: dict[Any, list[Any]] = {}  # key -> [aggregate, the buffer it goes to]
-    at = begin
-    try:
-        for at in range(begin, end):
-            event = events[at]
-            stream.current_event = event  # (what its steps and the aggregate, reading a table, route by)
-            value = event.value
-            for is_filter, fun in steps:
-                if is_filter:
-                    if not fun(value):
-                        break
-                else:
-                    value = fun(value)
-            else:
-                key = event.key
-                entry = folded.get(key)
-                if entry is None:  # the key's first event: read, routed and checked as the table's writes are
-                    current, buffer = table.own_slot(event)
-                    folded[key] = [add(current, value), buffer]
-                else:
-                    entry[0] = add(entry[0], value)
-    except BaseException:
-        stream.batch_reached = at + 1  # (the event it failed on is current, for the error policy)
-        raise
-    finally:
-        for key, (aggregate, buffer) in folded.items():
-            buffer[key] = aggregate
+def _index_of(events: list[Event], begin: int, end: int, event: Event | None) -> int:
+    """Where `event` is in the run (the one a fold failed on: it is current); the run's first if it is not
+    (nothing of the run current yet)."""
+    return next((at for at in range(begin, end) if events[at] is event), begin)
 
 
 def _ack(events: list[Event], begin: int, end: int) -> None:
@@ -275,35 +264,25 @@ class Forwarder:
         source, target, steps, key_of = self.source, self.target, self.steps, self.key
         topic, encode = source.topic, target.encode
         records: list[KeyedRecord] = []
-        owners: list[int] = []  # the event each record is of
+        owners: list[Event] = []  # the event each record is of
         failure: Exception | None = None
-        at = begin
+        at = end  # (where the run stops: an event that failed)
         try:
-            for at in range(begin, end):  # (`at`: where an event fails)
-                event = events[at]
-                source.current_event = event  # (what a step reading a table or a header routes by)
-                value = event.value
-                for is_filter, fun in steps:
-                    if is_filter:
-                        if not fun(value):
-                            break
-                    else:
-                        value = fun(value)
-                else:
-                    time_ms = topic.event_time_ms(event) if topic is not None else event.record.timestamp
-                    key, encoded = encode(key_of(value), value)
-                    records.append((key, encoded, event.headers, time_ms))
-                    owners.append(at)
-            at = end
+            for event, _, value in _kept(source, events, begin, end, steps):
+                source.current_event = event  # (what a key function reading a table routes by)
+                time_ms = topic.event_time_ms(event) if topic is not None else event.record.timestamp
+                key, encoded = encode(key_of(value), value)
+                records.append((key, encoded, event.headers, time_ms))
+                owners.append(event)
         except Exception as exc:
-            failure = exc
+            failure, at = exc, _index_of(events, begin, end, source.current_event)
         if records:
             try:
                 await self._send(events, begin, records)
             except RecordTooLarge as exc:  # (nothing enqueued: as if encoding its event had failed)
                 if exc.index:
                     await self._send(events, begin, records[:exc.index])
-                at, failure = owners[exc.index], exc
+                at, failure = _index_of(events, begin, end, owners[exc.index]), exc
         _ack(events, begin, at)
         if failure is not None:
             source.current_event, source.batch_reached = events[at], at + 1
