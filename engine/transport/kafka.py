@@ -46,7 +46,6 @@ from aiokafka.errors import (
     InconsistentGroupProtocolError,
     KafkaConnectionError,
     KafkaError,
-    KafkaTimeoutError,
     SaslAuthenticationFailed,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailed,
@@ -802,8 +801,6 @@ class KafkaProducer:
         caller cancelled while this waits (for the topic's metadata, a transaction, room in the accumulator)
         has enqueued nothing, and may send the run again without sending any of it twice. Keyless records
         go to one partition picked at random for the run, as Kafka's sticky partitioner keeps a batch's.)"""
-        if not self._open.is_set():
-            await self._open.wait()
         tps = self._partitions.get(topic) or self._partitions_of(topic)
         if not tps:  # (aiokafka's wait for the topic's metadata; DeliveryFailed past the request timeout)
             try:
@@ -843,9 +840,9 @@ class KafkaProducer:
             if waiting is None:
                 break
             left = deadline - time.monotonic()
+            if left <= 0:
+                raise DeliveryFailed(f"cannot send to {topic!r}: no room in {self._timeout:.0f} s")
             try:
-                if left <= 0:
-                    raise KafkaTimeoutError(f"no room for a batch to {topic!r} in {self._timeout:.0f} s")
                 await waiting.wait_drain(left)
             except KafkaError as exc:
                 raise DeliveryFailed(f"cannot send to {topic!r}: {exc!r}") from exc
