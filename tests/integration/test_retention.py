@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
@@ -34,6 +35,33 @@ def counting(kafka, tmp_path, app_id: str, topic: str, name: str) -> WorkerProce
     return WorkerProcess("tests.integration.table_apps:app", kafka.url, env, tmp_path / f"{name}.log")
 
 
+async def retention_deletes_past(bootstrap: str, committed: dict[TopicPartition, int]) -> None:
+    """What retention does to an app stopped too long: everything up to GONE records past each committed
+    offset deleted."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_records({tp: RecordsToDelete(offset + GONE) for tp, offset in committed.items()})
+    finally:
+        await admin.close()
+
+
+def assert_the_jumps_were_said(worker: WorkerProcess, status: dict[str, Any] | None, topic: str,
+                               committed: dict[TopicPartition, int]) -> None:
+    """One WARNING naming every partition's jump past the deleted records, and the same jumps in /status."""
+    warnings = [line for line in worker.output().splitlines()
+                if "committed offsets no longer on the broker" in line]
+    assert len(warnings) == 1, worker.output()[-3000:]
+    assert "WARNING" in warnings[0]
+    for tp, offset in committed.items():
+        assert (f"{topic}[{tp.partition}] from {offset} to {offset + GONE} ({GONE} records "
+                "skipped)") in warnings[0]
+    assert status is not None
+    assert status["offset_jumps"] == {
+        f"{topic}[{tp.partition}]": {"committed": offset, "to": offset + GONE, "skipped": GONE}
+        for tp, offset in committed.items()}
+
+
 async def test_committed_offsets_deleted_by_retention_jump_to_the_start_say_so_and_count_the_rest(
         kafka, tmp_path):
     app_id, topic = unique("retention"), unique("words")
@@ -52,12 +80,7 @@ async def test_committed_offsets_deleted_by_retention_jump_to_the_start_say_so_a
     committed = await committed_offsets(kafka.bootstrap, app_id, tps)
     assert len(committed) == PARTITIONS, "every partition committed before the stop"
     await produce(kafka.bootstrap, topic, [(f"k{i % 50}", 1) for i in range(2000)])  # while stopped
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
-    await admin.start()
-    try:  # retention: everything up to GONE records past each committed offset is deleted
-        await admin.delete_records({tp: RecordsToDelete(committed[tp] + GONE) for tp in tps})
-    finally:
-        await admin.close()
+    await retention_deletes_past(kafka.bootstrap, committed)
     left = await read_all(kafka.bootstrap, topic)
     starts = {p: min(r.offset for r in left if r.partition == p) for p in range(PARTITIONS)}
     assert starts == {tp.partition: committed[tp] + GONE for tp in tps}, "the logs start past the commits"
@@ -72,17 +95,7 @@ async def test_committed_offsets_deleted_by_retention_jump_to_the_start_say_so_a
     finally:
         assert two.terminate() == 0, two.output()[-3000:]
     assert latest(records) == truth
-    warnings = [line for line in two.output().splitlines() if "committed offsets no longer on the broker"
-                in line]
-    assert len(warnings) == 1, two.output()[-3000:]
-    assert "WARNING" in warnings[0]
-    for tp in tps:
-        assert (f"{topic}[{tp.partition}] from {committed[tp]} to {committed[tp] + GONE} ({GONE} records "
-                "skipped)") in warnings[0]
-    assert status is not None
-    assert status["offset_jumps"] == {
-        f"{topic}[{tp.partition}]": {"committed": committed[tp], "to": committed[tp] + GONE, "skipped": GONE}
-        for tp in tps}
+    assert_the_jumps_were_said(two, status, topic, committed)
 
 
 async def test_a_stateless_app_whose_committed_offsets_were_deleted_says_so_and_processes_the_rest(
@@ -118,12 +131,7 @@ async def test_a_stateless_app_whose_committed_offsets_were_deleted_says_so_and_
     committed = await committed_offsets(kafka.bootstrap, app_id, tps)
     assert {tp.partition: offset for tp, offset in committed.items()} == ends, "all committed at the stop"
     await produce(kafka.bootstrap, topic, [(f"k{i % 50}", i) for i in range(800, 1600)])  # while stopped
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
-    await admin.start()
-    try:
-        await admin.delete_records({tp: RecordsToDelete(committed[tp] + GONE) for tp in tps})
-    finally:
-        await admin.close()
+    await retention_deletes_past(kafka.bootstrap, committed)
     left = {f"{r.partition}:{r.offset}" for r in await read_all(kafka.bootstrap, topic)}
     deleted = {f"{tp.partition}:{at}" for tp in tps for at in range(committed[tp], committed[tp] + GONE)}
     two = echoing("two")
@@ -136,14 +144,4 @@ async def test_a_stateless_app_whose_committed_offsets_were_deleted_says_so_and_
         assert two.terminate() == 0, two.output()[-3000:]
     echoed = {r.value.decode().strip('"') for r in records}
     assert echoed & deleted == set(), "no deleted record was processed"
-    warnings = [line for line in two.output().splitlines() if "committed offsets no longer on the broker"
-                in line]
-    assert len(warnings) == 1, two.output()[-3000:]
-    assert "WARNING" in warnings[0]
-    for tp in tps:
-        assert (f"{topic}[{tp.partition}] from {committed[tp]} to {committed[tp] + GONE} ({GONE} records "
-                "skipped)") in warnings[0]
-    assert status is not None
-    assert status["offset_jumps"] == {
-        f"{topic}[{tp.partition}]": {"committed": committed[tp], "to": committed[tp] + GONE, "skipped": GONE}
-        for tp in tps}
+    assert_the_jumps_were_said(two, status, topic, committed)

@@ -92,25 +92,39 @@ async def test_a_count_after_group_by_is_fused_downstream_of_the_repartition_top
     assert max(batch_sizes) > 1
 
 
+def windowing(pipeline: Any, kind: str) -> Any:
+    """1-minute tumbling windows, or 1-minute windows hopping by 20 s, kept long enough to be read."""
+    return pipeline.tumbling(60, expires=10**6) if kind == "tumbling" else pipeline.hopping(60, 20,
+                                                                                          expires=10**6)
+
+
+def window_sums(kind: str, events: list[tuple[str, int, int]]) -> dict[tuple[str, WindowRange], int]:
+    """The ground truth of `windowing`'s sums of (key, amount, event time ms), computed here."""
+    truth: dict[tuple[str, WindowRange], int] = defaultdict(int)
+    for key, amount, ts in events:
+        starts = ([ts // 60_000 * 60_000] if kind == "tumbling"
+                  else [s for s in range(ts // 20_000 * 20_000 - 40_000, ts + 1, 20_000)
+                        if s >= 0 and s <= ts < s + 60_000])
+        for start in starts:
+            truth[key, WindowRange.from_ms(start, start + 60_000)] += amount
+    return truth
+
+
+def by_window(totals: Any) -> dict[tuple[str, WindowRange], int]:
+    return {(key, WindowRange.from_ms(start, start + 60_000)): value
+            for (key, start), value in totals.table.items()}
+
+
 @pytest.mark.parametrize("kind", ["tumbling", "hopping"])
 async def test_fixed_windows_hold_every_window_of_every_event(kind: str, batch_sizes: list[int]) -> None:
     app, events = make_app(f"fused-{kind}")
     pipeline = app.stream(events).filter(lambda v: v["amount"] != 5)
-    windowed = (pipeline.tumbling(60, expires=10**6) if kind == "tumbling"
-                else pipeline.hopping(60, 20, expires=10**6))
+    windowed = windowing(pipeline, kind)
     totals = windowed.sum(f"{kind}-sums", lambda v: v["amount"])
-    starts_of = ((lambda ts: [ts // 60_000 * 60_000]) if kind == "tumbling"
-                 else (lambda ts: [s for s in range(ts // 20_000 * 20_000 - 40_000, ts + 1, 20_000)
-                                   if s >= 0 and s <= ts < s + 60_000]))
-    truth: dict[tuple[str, WindowRange], int] = defaultdict(int)
-    for key, amount, ts in EVENTS:
-        if amount != 5:
-            for start in starts_of(ts):
-                truth[key, WindowRange.from_ms(start, start + 60_000)] += amount
+    truth = window_sums(kind, [(key, amount, ts) for key, amount, ts in EVENTS if amount != 5])
     async with testing.running(app):
         await send_all(events)
-        await testing.eventually(lambda: {(key, WindowRange.from_ms(start, start + 60_000)): value for (
-            key, start), value in totals.table.items()} == truth, 20)
+        await testing.eventually(lambda: by_window(totals) == truth, 20)
     assert max(batch_sizes) > 1
 
 
@@ -272,8 +286,7 @@ async def test_an_event_without_a_key_in_a_fixed_window_batch_is_dead_lettered_a
         kind: str, batch_sizes: list[int]) -> None:
     app, events = make_app(f"fused-keyless-{kind}", agent_error_policy="dlq")
     pipeline = app.stream(events)
-    windowed = pipeline.tumbling(60, expires=10**6) if kind == "tumbling" else pipeline.hopping(60, 20,
-                                                                                              expires=10**6)
+    windowed = windowing(pipeline, kind)
     totals = windowed.sum(f"{kind}-sums", lambda v: v["amount"])
     keyless = set(range(5, len(EVENTS), 97))  # (indexes of the events sent without a key)
     letters: list[bytes] = []
@@ -284,20 +297,12 @@ async def test_an_event_without_a_key_in_a_fixed_window_batch_is_dead_lettered_a
         async for event in stream.events():
             letters.append(dict(event.headers)["engine-error-type"])
 
-    starts_of = ((lambda ts: [ts // 60_000 * 60_000]) if kind == "tumbling"
-                 else (lambda ts: [s for s in range(ts // 20_000 * 20_000 - 40_000, ts + 1, 20_000)
-                                   if s >= 0 and s <= ts < s + 60_000]))
-    truth: dict[tuple[str, WindowRange], int] = defaultdict(int)
-    for at, (key, amount, ts) in enumerate(EVENTS):
-        if at not in keyless:
-            for start in starts_of(ts):
-                truth[key, WindowRange.from_ms(start, start + 60_000)] += amount
+    truth = window_sums(kind, [event for at, event in enumerate(EVENTS) if at not in keyless])
     async with testing.running(app):
         for at, (key, amount, ts) in enumerate(EVENTS):
             await events.send(key=None if at in keyless else key, value={"amount": amount, "ts": ts})
         await testing.eventually(lambda: len(letters) == len(keyless), 20)
-        await testing.eventually(lambda: {(key, WindowRange.from_ms(start, start + 60_000)): value for (
-            key, start), value in totals.table.items()} == truth, 20)
+        await testing.eventually(lambda: by_window(totals) == truth, 20)
     assert letters == [b"TableError"] * len(keyless)
     assert max(batch_sizes) > 1
 
@@ -321,8 +326,7 @@ async def test_an_event_a_step_fails_on_before_its_windows_is_dead_lettered_and_
         return value
 
     pipeline = app.stream(events).map(checked)
-    windowed = pipeline.tumbling(60, expires=10**6) if kind == "tumbling" else pipeline.hopping(60, 20,
-                                                                                              expires=10**6)
+    windowed = windowing(pipeline, kind)
     totals = windowed.sum(f"step-{kind}-sums", lambda v: v["amount"])
     refused = {ts for _, amount, ts in EVENTS if amount == 3 and ts % 7 == 0}
     letters: list[bytes] = []
@@ -335,20 +339,12 @@ async def test_an_event_a_step_fails_on_before_its_windows_is_dead_lettered_and_
         async for event in stream.events():
             letters.append(dict(event.headers)["engine-error"])
 
-    starts_of = ((lambda ts: [ts // 60_000 * 60_000]) if kind == "tumbling"
-                 else (lambda ts: [s for s in range(ts // 20_000 * 20_000 - 40_000, ts + 1, 20_000)
-                                   if s >= 0 and s <= ts < s + 60_000]))
-    truth: dict[tuple[str, WindowRange], int] = defaultdict(int)
-    for key, amount, ts in EVENTS:
-        if ts not in refused:
-            for start in starts_of(ts):
-                truth[key, WindowRange.from_ms(start, start + 60_000)] += amount
+    truth = window_sums(kind, [(key, amount, ts) for key, amount, ts in EVENTS if ts not in refused])
     assert refused
     async with testing.running(app):
         await send_all(events)
         await testing.eventually(lambda: len(letters) == len(refused), 20)
-        await testing.eventually(lambda: {(key, WindowRange.from_ms(start, start + 60_000)): value for (
-            key, start), value in totals.table.items()} == truth, 20)
+        await testing.eventually(lambda: by_window(totals) == truth, 20)
     assert sorted(letters) == sorted(f"ValueError: refused {ts}".encode() for ts in refused)
     assert all(seen_as_current)
     assert max(batch_sizes) > 1
