@@ -51,6 +51,19 @@ class WorkerProcess:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def records(self, level: str) -> list[str]:
+        """The worker's log records at `level` (ERROR, WARNING), each whole: its first line and the lines
+        that continue it (a traceback, asyncio's "future: <Task ...>"), so that a failure message shows
+        what the record was about, not only its first line."""
+        started = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+\] ")
+        records: list[str] = []
+        for line in self.output().splitlines():
+            if started.match(line) or not records:
+                records.append(line)
+            else:
+                records[-1] += "\n" + line
+        return [record for record in records if f" {level} " in record.split("\n", 1)[0]]
+
     async def wait_for_output(self, text: str, timeout: float = 60, count: int = 1) -> None:
         """Wait until the worker logged `text` (`count` times); fail early, with its log, if it exited."""
         for _ in range(int(timeout * 10)):

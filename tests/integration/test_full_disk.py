@@ -89,10 +89,12 @@ def stopped_for_the_full_disk(worker: WorkerProcess, data: Path, verb: str) -> N
     # another store's write, can meet it too and say so); no other failure, no traceback of the stop.
     # (aiokafka's own are not counted: on a loaded machine the stop, which frees each failed store on the
     # loop, can outlast the session, and aiokafka logs that at ERROR.)
-    errors = [line for line in log.splitlines() if " ERROR " in line and " ERROR aiokafka" not in line]
+    errors = [record for record in worker.records("ERROR") if " ERROR aiokafka" not in record]
     assert errors, log[-3000:]
     either = said.replace(f"cannot {verb} ", "cannot (open|write) ", 1)  # (the disk met by a later step too)
-    assert [line for line in errors if not re.search(rf"StoreError: {either}", line)] == [], "\n".join(errors)
+    others = [record for record in errors
+              if not re.search(rf"StoreError: {either}", record.split("\n", 1)[0])]
+    assert others == [], "\n".join(others)
 
 
 async def run_until_it_stops(worker: WorkerProcess, timeout: float = 90) -> None:
