@@ -106,7 +106,8 @@ class Agent:
         try:
             with replies.asking():
                 await replies.request(self.channel, key, value, correlation_id)
-                return await asyncio.wait_for(future, timeout)
+                async with asyncio.timeout(timeout):
+                    return await future
         except TimeoutError:
             raise AskTimeout(f"agent {self.name!r} did not reply within {timeout:g}s") from None
         finally:

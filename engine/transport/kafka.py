@@ -123,7 +123,8 @@ async def _stop_quietly(client: Any, what: str, within: float | None = None,
     `left` undone). aiokafka's stop awaits its own cancelled fetch tasks and can let their CancelledError out
     (seen with a broker down); that must not look like *our* task being cancelled."""
     try:
-        await asyncio.wait_for(client.stop(), within)
+        async with asyncio.timeout(within):
+            await client.stop()
     except TimeoutError:
         log.warning("the %s did not stop within %.0f s (the broker it needs unreachable?); stopped %s",
                     what, within, left)
@@ -508,7 +509,8 @@ class KafkaConsumer:
         if private.session_expired(coordinator):
             raise MembershipLost("this worker is not a member of its group (its session expired)")
         try:
-            answered = await asyncio.wait_for(private.heartbeat(coordinator), CONFIRM_TIMEOUT)
+            async with asyncio.timeout(CONFIRM_TIMEOUT):
+                answered = await private.heartbeat(coordinator)
         except (TimeoutError, KafkaError) as exc:
             raise MembershipLost(f"cannot confirm this worker's group membership: {exc!r}") from exc
         if private.session_expired(coordinator):
@@ -552,7 +554,8 @@ class KafkaConsumer:
         if end is None:
             return None
         try:
-            position: int = await asyncio.wait_for(self._client.position(partition), POSITION_WAIT)
+            async with asyncio.timeout(POSITION_WAIT):
+                position: int = await self._client.position(partition)
         except (TimeoutError, IllegalStateError):
             return None
         return max(end - position, 0)
@@ -711,7 +714,8 @@ class KafkaProducer:
         producer replaced) or ProducerFenced."""
         self._open.clear()
         try:
-            await asyncio.wait_for(self._commit_transaction(offsets, group_id), self._transaction_timeout)
+            async with asyncio.timeout(self._transaction_timeout):
+                await self._commit_transaction(offsets, group_id)
         except TimeoutError as exc:
             raise DeliveryFailed(f"the transaction did not commit within the transaction timeout "
                                  f"({self._transaction_timeout:.0f} s; the broker aborts it)") from exc

@@ -256,7 +256,8 @@ class StreamsMember:
     async def _run(self) -> None:
         while self.failure is None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._interval)
+                async with asyncio.timeout(self._interval):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 await self._beat()
@@ -368,9 +369,15 @@ class StreamsMember:
     async def _ask_peers_to_beat(self) -> None:
         """Ask every other member to heartbeat now (through their web servers, when the worker has one):
         what they are to revoke, or may now take, is in the answer. Best effort: a member not reached
-        hears of it at its next heartbeat anyway."""
-        if self._placement.ask_to_beat is not None:
+        hears of it at its next heartbeat anyway. It runs as a task nobody awaits: whatever it fails with is
+        said here, not left for asyncio to report as never retrieved."""
+        if self._placement.ask_to_beat is None:
+            return
+        try:
             await self._placement.ask_to_beat(sorted(self._peers))
+        except Exception as exc:
+            log.warning("could not ask the group's other members to heartbeat now (%r): they hear of the "
+                        "change at their next heartbeat", exc)
 
     def request_rebalance(self) -> None:
         """The broker assigns continuously: what a classic member asks a rebalance for is, here, reporting
@@ -513,7 +520,8 @@ class StreamsMember:
         if self.epoch == JOIN_EPOCH or self._lost_pending:
             raise MembershipLost("this worker is not a member of its streams group now (rejoining)")
         try:
-            answer = await asyncio.wait_for(self._beat(), CONFIRM_TIMEOUT)
+            async with asyncio.timeout(CONFIRM_TIMEOUT):
+                answer = await self._beat()
         except (KafkaError, OSError, TimeoutError) as exc:
             self._doubted = True
             raise MembershipLost(f"cannot confirm this worker's group membership: {exc!r}") from exc
@@ -583,7 +591,8 @@ class StreamsMember:
             return
         epoch = LEAVE_STATIC_EPOCH if self.instance_id is not None else LEAVE_EPOCH
         try:
-            await asyncio.wait_for(self._beat(leave=epoch), LEAVE_TIMEOUT)
+            async with asyncio.timeout(LEAVE_TIMEOUT):
+                await self._beat(leave=epoch)
         except (KafkaError, OSError, TimeoutError) as exc:
             log.warning("could not leave the streams group (%r): its tasks move after the session timeout",
                         exc)

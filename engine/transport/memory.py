@@ -118,7 +118,8 @@ class MemoryBroker:
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.add(waiter)
         try:
-            await (waiter if timeout is None else asyncio.wait_for(waiter, timeout))
+            async with asyncio.timeout(timeout):
+                await waiter
         except TimeoutError:
             pass
         finally:

@@ -4,6 +4,7 @@ on it for over a minute after the brokers restarted, so the worker did not stop 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 
 import pytest
@@ -45,3 +46,33 @@ async def test_a_stop_cancelled_from_outside_is_still_a_cancellation():
     stopping.cancel()
     with pytest.raises(asyncio.CancelledError):
         await stopping
+
+
+class FailsWhenCancelled:
+    """aiokafka's client whose stop, cancelled, fails with an error of its own (as a sender task that died of
+    a fence does, re-raised where the stop awaits it)."""
+
+    async def stop(self) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RuntimeError("the stop failed while it was cancelled") from None
+
+
+async def test_what_a_cancelled_stop_fails_with_reaches_the_canceller_and_is_never_left_unretrieved(caplog):
+    """A bounded stop waits inside the caller's own task: what the stop fails with once cancelled goes to
+    whoever cancelled it. (asyncio.wait_for ran the stop as a task of its own and, cancelled, dropped that
+    task's failure: asyncio logged "Task exception was never retrieved" when it was freed.)"""
+    consumer = KafkaConsumer.__new__(KafkaConsumer)
+    consumer._client = FailsWhenCancelled()
+    consumer._member = None
+    stopping = asyncio.ensure_future(consumer.stop())
+    await asyncio.sleep(0.01)
+    stopping.cancel()
+    with pytest.raises(RuntimeError, match="failed while it was cancelled"):
+        await stopping
+    del stopping
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        gc.collect()
+        await asyncio.sleep(0)
+    assert "never retrieved" not in caplog.text
