@@ -283,8 +283,13 @@ class StreamsMember:
     async def _beat(self, *, leave: int | None = None, first: bool = False) -> HeartbeatAnswer:
         """One heartbeat, its answer acted on before the next request goes out: an answer handled after a
         later request was built would leave that request with an epoch the broker moved past (it fences the
-        member for it). Shielded: a caller that stops waiting does not lose the answer."""
-        return await asyncio.shield(self._beat_now(leave, first))
+        member for it). Shielded: a caller that stops waiting does not lose the answer. Nor is a failure
+        of the beat then left unread: once its caller is gone, asyncio's shield drops its own reading of
+        the beat, and would log the failure (a connection closed at stop) as never retrieved; the next
+        beat meets whatever it was."""
+        beat = asyncio.ensure_future(self._beat_now(leave, first))
+        beat.add_done_callback(_read_failure)
+        return await asyncio.shield(beat)
 
     async def _beat_now(self, leave: int | None, first: bool) -> HeartbeatAnswer:
         async with self._request:
@@ -627,6 +632,12 @@ def _tasks(tasks: TaskSet) -> dict[str, list[int]]:
 def _of(tasks: Mapping[str, list[int]] | None) -> TaskSet:
     return frozenset(p for subtopology, parts in (tasks or {}).items() if subtopology == SUBTOPOLOGY
                      for p in parts)
+
+
+def _read_failure(beat: asyncio.Future[Any]) -> None:
+    """Mark what a finished beat failed with as read (a caller still waiting gets it through the shield)."""
+    if not beat.cancelled() and beat.exception() is not None:
+        log.debug("a heartbeat no one waited for any more failed: %r", beat.exception())
 
 
 async def _call(callback: Callable[[set[TP]], Awaitable[None]] | None, tps: set[TP]) -> None:
