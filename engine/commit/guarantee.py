@@ -74,6 +74,14 @@ class Guarantee(Protocol):
         """Whether a checkpoint asked for some partitions (a revoke) commits every task anyway: each task's
         transaction holds everything its events sent since its last commit."""
 
+    @property
+    def stores_follow_commits(self) -> bool:
+        """Whether a store is written only once its writes and its task's input offsets committed in one
+        transaction (exactly-once on Kafka): then a store must never reflect input past its task's committed
+        offsets, and one that does is rebuilt at set-up (engine.tables.state). At-least-once writes stores
+        before it commits offsets: a store ahead of them is what a crash leaves, and its events are
+        processed again (at least once), its changelog ahead as much."""
+
     async def pause(self, timeout: float, busy: Busy) -> Sequence[tuple[str, Event]]:
         """Before a cut: the events it goes on without (agent, event); their tasks stay out of it, each
         holding its transaction open."""
@@ -115,6 +123,10 @@ class AtLeastOnce:
 
     @property
     def commits_every_task(self) -> bool:
+        return False
+
+    @property
+    def stores_follow_commits(self) -> bool:
         return False
 
     async def pause(self, timeout: float, busy: Busy) -> Sequence[tuple[str, Event]]:
@@ -172,6 +184,10 @@ class ExactlyOnce:
     @property
     def commits_every_task(self) -> bool:
         return True
+
+    @property
+    def stores_follow_commits(self) -> bool:
+        return self.events.transactional
 
     async def pause(self, timeout: float, busy: Busy) -> Sequence[tuple[str, Event]]:
         """Close the gate and wait (bounded, and not again for an event already found stuck) for agents to be

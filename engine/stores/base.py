@@ -14,6 +14,8 @@ from engine.errors import EngineError
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
+    from engine.events import TP
+
 
 class StoreError(EngineError):
     """A store could not be opened or written."""
@@ -48,8 +50,17 @@ class PartitionStore(StoreView, Protocol):
     def set_changelog_identity(self, identity: bytes) -> None:
         """Record which changelog topic this store reflects (a recreated topic has another id)."""
 
-    def write(self, updates: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
-        """Apply puts (bytes) and deletes (None), and record `changelog_offset` if given, atomically."""
+    def write(self, updates: Mapping[bytes, bytes | None], changelog_offset: int | None,
+              inputs: Mapping[TP, int] | None = None) -> None:
+        """Apply puts (bytes) and deletes (None), and record `changelog_offset` and `inputs` if given,
+        atomically. `inputs`: where the task that wrote this resumes reading each of its input partitions
+        ((topic, partition) -> offset), as the commit that made these writes durable recorded it; each
+        partition's last recorded offset is kept."""
+
+    def input_offsets(self) -> dict[TP, int]:
+        """The input offsets recorded by `write` ((topic, partition) -> the offset its task resumes at once
+        the data here is committed): what a task set up under exactly-once checks the store against. Empty
+        for a store only restored or followed (a changelog record says nothing of the input)."""
 
     def snapshot(self) -> StoreView:
         """A point-in-time view of the data and its offset, unaffected by later writes (close it)."""

@@ -11,6 +11,8 @@ from engine.stores.base import StoreError
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
+    from engine.events import TP
+
 
 class MemoryPartitionStore:
     def __init__(self, data: dict[bytes, bytes], meta: dict[str, Any]) -> None:
@@ -26,7 +28,8 @@ class MemoryPartitionStore:
         self._check()
         return self._data.get(key)
 
-    def write(self, updates: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
+    def write(self, updates: Mapping[bytes, bytes | None], changelog_offset: int | None,
+              inputs: Mapping[TP, int] | None = None) -> None:
         self._check()
         data = self._data
         for key, value in updates.items():
@@ -36,6 +39,11 @@ class MemoryPartitionStore:
                 data[key] = value
         if changelog_offset is not None:
             self._meta["offset"] = changelog_offset
+        if inputs:
+            self._meta["inputs"] = {**self._meta.get("inputs", {}), **inputs}
+
+    def input_offsets(self) -> dict[TP, int]:
+        return dict(self._meta.get("inputs", {}))
 
     def changelog_offset(self) -> int | None:
         return self._meta.get("offset")

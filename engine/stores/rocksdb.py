@@ -34,6 +34,7 @@ from rocksdict import (
     WriteOptions,
 )
 
+from engine.events import TP
 from engine.stores.base import StoreCorrupt, StoreError
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 META = "engine-meta"
 OFFSET_KEY = b"changelog-offset"
 IDENTITY_KEY = b"changelog-id"
+INPUTS_KEY = b"input-offsets"  # "topic:partition:offset" lines (a topic name has no ':' nor newline)
 
 
 def _options(memory: SharedMemory | None = None) -> Options:
@@ -115,6 +117,7 @@ class RocksDBPartitionStore:
             self._scan_options = ReadOptions()
             self._scan_options.fill_cache(False)  # type: ignore[call-arg]  # its stub omits the flag it takes
         self._closed = False
+        self._inputs: dict[TP, int] | None = None
         try:
             self._offset = self._read_offset()
             if not read_only:
@@ -145,7 +148,8 @@ class RocksDBPartitionStore:
         value: bytes | None = self._db.get(key)
         return value
 
-    def write(self, updates: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
+    def write(self, updates: Mapping[bytes, bytes | None], changelog_offset: int | None,
+              inputs: Mapping[TP, int] | None = None) -> None:
         batch = WriteBatch(raw_mode=True)
         for key, value in updates.items():
             if value is None:
@@ -154,15 +158,31 @@ class RocksDBPartitionStore:
                 batch.put(key, value)
         if changelog_offset is not None:
             batch.put(OFFSET_KEY, str(changelog_offset).encode(), self._meta_handle)
+        recorded = None
+        if inputs:
+            recorded = {**self.input_offsets(), **inputs}
+            batch.put(INPUTS_KEY, "\n".join(f"{topic}:{partition}:{offset}" for (topic, partition), offset
+                                            in sorted(recorded.items())).encode(), self._meta_handle)
         try:
             self._db.write(batch, self._write_options)
         except Exception as exc:  # rocksdict raises plain Exceptions; the batch was not applied
             raise self._write_failed(exc) from exc
         if changelog_offset is not None:
             self._offset = changelog_offset
+        if recorded is not None:
+            self._inputs = recorded
 
     def changelog_offset(self) -> int | None:
         return self._offset
+
+    def input_offsets(self) -> dict[TP, int]:
+        if self._inputs is None:  # (read once: every checkpoint's write merges into it)
+            raw: bytes | None = self._meta.get(INPUTS_KEY)
+            self._inputs = {}
+            for line in (raw or b"").decode().splitlines():
+                topic, partition, offset = line.rsplit(":", 2)
+                self._inputs[TP(topic, int(partition))] = int(offset)
+        return dict(self._inputs)
 
     def changelog_identity(self) -> bytes | None:
         identity: bytes | None = self._meta.get(IDENTITY_KEY)

@@ -13,14 +13,17 @@ Global tables' partitions are held by one state manager of the table manager, th
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Protocol
 
 from engine.events import TP
 from engine.tables.partition import TablePartition
 from engine.tables.recovery import apply_batch
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from engine.events import RawRecord
     from engine.stores import PartitionStore
@@ -75,6 +78,33 @@ class StateManager:
         self._stores.destroy_store(table, tp.partition)
         self.open([(table, tp.partition)])
         return self.stores[tp][1]
+
+    def rebuild_ahead_of(self, committed: Mapping[TP, int]) -> list[TP]:
+        """Rebuild the stores that reflect input past their task's committed offsets (`committed`: input
+        partition -> the offset its task resumes at); returns their changelog partitions.
+
+        Under exactly-once a store is written only once the transaction holding its writes and its input
+        offsets committed, so a store ahead of its task's committed offsets reflects a commit the broker no
+        longer has. A broker that lost a committed transaction's markers (seen on a single broker restarted
+        under load; an unclean leader election can too: KAFKA-20716) reads that transaction as aborted, its
+        offsets included: its events are processed again, and from such a store they would count twice.
+        Rebuilt, the store holds what its changelog holds committed."""
+        rebuilt = []
+        for tp, (table, store) in sorted(self.stores.items()):
+            ahead = sorted((source, recorded, committed[source])
+                           for source, recorded in store.input_offsets().items()
+                           if source in committed and recorded > committed[source])
+            if not ahead:
+                continue
+            log.warning("table %s: the store of %s[%d] (%s) reflects input past where its task resumes "
+                        "(%s): the broker no longer has a commit the store reflects (a committed "
+                        "transaction's markers lost); rebuilding it from what its changelog holds committed",
+                        table.name, tp.topic, tp.partition, self.label,
+                        ", ".join(f"{source.topic}[{source.partition}] at {recorded}, resuming at {start}"
+                                  for source, recorded, start in ahead))
+            self.rebuild(tp)
+            rebuilt.append(tp)
+        return rebuilt
 
     def partitions(self) -> list[tuple[BaseTable, TablePartition]]:
         """A table partition over each store, for an active task to own (buffers and window state start

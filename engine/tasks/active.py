@@ -197,12 +197,15 @@ class ActiveTask(Lifecycle):
                                         timestamp_ms=record.timestamp)
 
     def complete(self, cut: TaskCut) -> None:
-        """The cut committed: write each batch to its store with the changelog offset it got, and mark the
-        offsets committed on the leases (once they are: `offsets_committed`)."""
+        """The cut committed: write each batch to its store with the changelog offset it got and the input
+        offsets it committed with (what a set-up under exactly-once checks the store against:
+        engine.tasks.manager), and mark the offsets committed on the leases (once they are:
+        `offsets_committed`)."""
+        inputs = cut.committable()
         for item in cut.writes:
             if item.last is not None:  # (else only closed windows or late records were sent)
                 assert item.last.done()
-                item.part.store.write(item.encoded, item.last.result())
+                item.part.store.write(item.encoded, item.last.result(), inputs)
                 item.table.changelog_records += len(item.encoded)
             if item.table.windowed is not None:
                 item.table.windowed.stored(item.part, item.writes)

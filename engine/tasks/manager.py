@@ -339,8 +339,13 @@ class TaskManager(Service):
     async def _set_up_once(self, tps: set[TP]) -> None:
         tasks = [self.active[n] for n in sorted({tp.partition for tp in tps})]
         await self._start_producers([task for task in tasks if task.producer is None])
-        starts = await self.starts.seek(self.consumer, tps)  # after the fence: earlier commits are final
+        # After the fence: earlier commits are final.
+        starts, committed = await self.starts.seek(self.consumer, tps)
         restoring = [task for task in tasks if task.state is TaskState.RESTORING]
+        if self.tables is not None and self.guarantee.stores_follow_commits:
+            for task in restoring:
+                if task.state_manager is not None:
+                    task.state_manager.rebuild_ahead_of(committed)
         if self.tables is not None:
             sources = {tp: offset for tp, offset in starts.items() if tp.topic in self.table_sources}
             states = [task.state_manager for task in restoring if task.state_manager is not None]

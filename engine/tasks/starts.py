@@ -71,9 +71,9 @@ class Starts:
         self.latest = latest
         self.jumps: dict[TP, Jump] = {}
 
-    async def seek(self, consumer: Consumer, tps: Collection[TP]) -> dict[TP, int]:
-        """Seek each partition to where it starts (`start_at`); returns those offsets. A jump not said yet
-        is said at WARNING."""
+    async def seek(self, consumer: Consumer, tps: Collection[TP]) -> tuple[dict[TP, int], dict[TP, int]]:
+        """Seek each partition to where it starts (`start_at`); returns those offsets, and the committed
+        offsets read (of the partitions that have one). A jump not said yet is said at WARNING."""
         committed = await consumer.committed(tps)
         bounds = await consumer.offsets(list(committed))
         starts, jumps = {}, []
@@ -90,4 +90,4 @@ class Starts:
                         "recreated): %s went on where auto_offset_reset=%r says: %s",
                         describe([j.tp for j in jumps]), "latest" if self.latest else "earliest",
                         "; ".join(j.describe() for j in sorted(jumps, key=lambda j: j.tp)))
-        return starts
+        return starts, {tp: offset for tp, offset in committed.items() if offset is not None}

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from engine.events import TP
 from engine.stores import StoreBackend, StoreCorrupt, StoreError, open_store_backend
 
 if TYPE_CHECKING:
@@ -40,6 +41,23 @@ def test_offset_is_written_with_the_data_and_survives_reopen(backend):
     assert again.get(b"k") == b"v"
     assert again.get(b"k2") == b"v2"
     again.close()
+
+
+def test_input_offsets_are_written_with_the_data_merged_by_partition_and_survive_reopen(backend):
+    words, clicks = TP("words.v1-x", 1), TP("clicks", 1)
+    store = backend.open("counts", 1)
+    assert store.input_offsets() == {}
+    store.write({b"k": b"v"}, 41, {words: 120, clicks: 7})
+    store.write({b"k": b"w"}, 42, {words: 130})  # (a commit of one input: the other's offset kept)
+    store.write({b"k2": b"x"}, 43)  # (a restored or followed record: nothing said of the input)
+    assert store.input_offsets() == {words: 130, clicks: 7}
+    store.close()
+    again = backend.open("counts", 1)
+    assert again.input_offsets() == {words: 130, clicks: 7}
+    assert again.changelog_offset() == 43
+    again.close()
+    backend.destroy("counts", 1)
+    assert backend.open("counts", 1).input_offsets() == {}
 
 
 def test_partitions_and_tables_are_separate(backend):

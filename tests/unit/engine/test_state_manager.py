@@ -122,3 +122,29 @@ def test_unsent_work_goes_back_under_newer_writes() -> None:
     assert part.flushing is None
     assert part.take_closes() == [(b"w", b"v", 5)]
     assert [record.offset for record in part.take_late()] == [1]
+
+
+def test_a_store_that_reflects_input_past_where_its_task_resumes_is_rebuilt_and_said(caplog) -> None:
+    """Under exactly-once a store holds only committed writes, with the input offsets they committed with:
+    one ahead of where its task resumes reflects a commit the broker lost (engine.tables.state)."""
+    counts, profiles = tables()
+    stores = Stores()
+    state = StateManager("task 3", stores)  # type: ignore[arg-type]
+    state.open([(counts, 3), (profiles, 3)])
+    words, clicks = TP("words", 3), TP("clicks", 3)
+    state.store(counts, 3).write({b"a": b"5"}, 7, {words: 120, clicks: 40})  # type: ignore[union-attr]
+    state.store(counts, 3).write({b"a": b"6"}, 8, {words: 130})  # type: ignore[union-attr]
+    state.store(profiles, 3).write({b"p": b"1"}, 2, {words: 100})  # type: ignore[union-attr]
+    assert state.store(counts, 3).input_offsets() == {words: 130, clicks: 40}  # type: ignore[union-attr]
+
+    assert state.rebuild_ahead_of({words: 130, clicks: 40}) == [], "where it resumes: kept"
+    assert state.rebuild_ahead_of({TP("other", 3): 0}) == [], "inputs of no start here: kept"
+    assert stores.destroyed == []
+    with caplog.at_level("WARNING", logger="engine.tables.state"):
+        rebuilt = state.rebuild_ahead_of({words: 110, clicks: 40})
+    assert rebuilt == [TP(counts.changelog_topic.name, 3)], "only the store ahead of its input"
+    assert stores.destroyed == [("counts", 3)]
+    assert list(state.store(counts, 3).items()) == []  # type: ignore[union-attr]
+    assert state.store(counts, 3).input_offsets() == {}  # type: ignore[union-attr]
+    assert "words[3] at 130, resuming at 110" in caplog.text
+    assert "task 3" in caplog.text
