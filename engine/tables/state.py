@@ -98,7 +98,8 @@ class StateManager:
                 continue
             log.warning("table %s: the store of %s[%d] (%s) reflects input past where its task resumes "
                         "(%s): the broker no longer has a commit the store reflects (a committed "
-                        "transaction's markers lost); rebuilding it from what its changelog holds committed",
+                        "transaction's markers lost), or the group's offsets were moved back; rebuilding it "
+                        "from what its changelog holds committed",
                         table.name, tp.topic, tp.partition, self.label,
                         ", ".join(f"{source.topic}[{source.partition}] at {recorded}, resuming at {start}"
                                   for source, recorded, start in ahead))

@@ -42,7 +42,10 @@ tests/contract/test_aiokafka_private.py, which names the use that broke when a r
   for waits on a future the client's background synchroniser resolves; `close` cancels the synchroniser
   and leaves that future pending, so a send waiting when its producer stops (a task's producer, stopped
   when the task is lost while no broker answers) waits for ever, and its agent stays inside its event.
-  After a producer stops, engine fails that future: the waiting send raises.
+  A send between two of its tries (asleep for `retry_backoff` after an update that found nothing) asks
+  for a new update once the client is closed, and that one nobody resolves. After a producer stops,
+  engine fails the pending future and leaves a failed one in its place: the waiting send raises, and so
+  does every later update of the closed client, at once.
 - The records a consumer's fetches are unpacked into (`bare_records`): aiokafka makes a `ConsumerRecord`
   (a dataclass of eleven fields) of each record its batch parser made, one generator step and two method
   calls per record, and the public API returns only those. engine's records need no topic or partition of
@@ -251,12 +254,16 @@ def retrieve_failures(producer: Any) -> None:
 
 
 def fail_metadata_waiters(client: Any) -> None:
-    """Fail the metadata update a closed client left pending (its sends waiting for a topic's metadata
-    raise instead of waiting for ever)."""
+    """Fail the metadata update a closed client left pending, and every later one (its sends waiting for
+    a topic's metadata raise instead of waiting for ever): `force_metadata_update` makes a new update only
+    while none is there, so a failed one left in place answers every later call."""
     waiting = client._md_update_fut
-    client._md_update_fut = None
     if waiting is not None and not waiting.done():
         waiting.set_exception(KafkaConnectionError("the client was closed"))
+    closed = asyncio.get_running_loop().create_future()
+    closed.set_exception(KafkaConnectionError("the client was closed"))
+    closed.exception()  # (read here: asyncio would log it unread if no send ever waits on it)
+    client._md_update_fut = closed
 
 
 # -- requests of our own --------------------------------------------------------------------------------

@@ -237,6 +237,10 @@ async def test_a_closed_client_leaves_a_metadata_wait_pending_and_engine_fails_i
     private.fail_metadata_waiters(client)
     with pytest.raises(aiokafka.errors.KafkaConnectionError):
         await asyncio.wait_for(waiting, 1)
+    # A send that was between two tries (asleep after an update that found nothing) asks again once the
+    # client is closed: that update fails at once too, instead of waiting for a synchroniser that is gone.
+    with pytest.raises(aiokafka.errors.KafkaConnectionError):
+        await asyncio.wait_for(client.force_metadata_update(), 1)
 
 
 async def test_the_admin_sends_requests_of_its_own_to_the_controller_and_to_a_broker():
