@@ -144,8 +144,6 @@ class Reassign(Protocol):
 
     def release(self, tps: set[TP]) -> None: ...
 
-    def seek(self, tp: TP, offset: int) -> None: ...
-
 
 class StreamsMember:
     """One worker's membership of its streams group: joins with the topology, beats at the interval the
@@ -231,6 +229,11 @@ class StreamsMember:
                                          f"after {JOIN_TIMEOUT:.0f} s: {answer.error_message}")
             await asyncio.sleep(RETRY)
         self._loop_task = asyncio.ensure_future(self._run())
+        # What the join's answer assigns is reconciled from here, in a task that runs once the caller goes on:
+        # the consumer has taken this member as its membership by then, so the task manager's set-up of the
+        # tasks (its committed offsets read through the member) finds it.
+        if self._target is not None and self._target != self._owned:
+            self._reconcile_soon()
 
     async def _set_group_configs(self) -> None:
         """A streams group's session timeout, heartbeat interval and standby replicas are the group's configs
@@ -431,7 +434,8 @@ class StreamsMember:
             self._target = Target(_of(answer.active_tasks), _of(answer.standby_tasks),
                                   _of(answer.warmup_tasks))
         if self._target is not None and (self._target != self._owned or self._lost_pending):
-            self._reconcile_soon()
+            if not first:  # (the join's answer is reconciled once the join returned: see `join`)
+                self._reconcile_soon()
         elif owners_changed:
             self._placement.owners_received(self._owners)
 
@@ -478,7 +482,7 @@ class StreamsMember:
                     if lost:
                         await _call(self._on_lost or self._on_revoked, self.partitions(lost))
                     continue
-                target, generation = self._target, self._generation
+                target = self._target
                 if target is None or target == self._owned:
                     return
                 # The task manager hears the assignment first (the standbys it names, where tasks are
@@ -496,14 +500,11 @@ class StreamsMember:
                     continue
                 new = target.active - self._owned.active
                 fresh = self.partitions(new)
+                # The new partitions stay paused until the task manager set them up: it seeks each to its
+                # committed offset after its producers' fence, when every earlier commit is final (a read
+                # here, before the fence, could be older, and one that met a broker restarting would stop
+                # the member; the set-up waits a broker out).
                 self._reassign.reassign(self.partitions(target.active), fresh)
-                committed = await self.committed(fresh)  # (without one: auto_offset_reset)
-                if generation != self._generation:  # fenced meanwhile: the target is no longer this member's
-                    self._reassign.reassign(self.partitions(self._owned.active), set())
-                    continue
-                for tp, offset in committed.items():
-                    if offset is not None:
-                        self._reassign.seek(tp, offset)
                 try:
                     await _call(self._on_assigned, fresh)
                 finally:
