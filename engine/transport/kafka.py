@@ -79,7 +79,7 @@ from engine.events import TP, Headers, RawRecord
 from engine.partitioner import KeyHashes
 from engine.transport import aiokafka_private as private
 from engine.transport.deliveries import Deliveries, first_failure
-from engine.transport.kafka_errors import read_failed
+from engine.transport.kafka_errors import read_failed, retriable
 from engine.transport.kafka_protocol import BROKER_DEFAULT, CreateTopicsRequest, TopicIdsRequest, topic_ids
 from engine.transport.kafka_streams_describe import StreamsGroupDescribeRequest, described_groups
 from engine.transport.kafka_streams_member import (
@@ -159,6 +159,11 @@ async def _start(client: Any, servers: str, options: Mapping[str, Any], stop: st
     except tuple(_NOT_AUTHORIZED) as exc:
         await getattr(client, stop)()
         raise _not_authorized(servers, options, exc) from exc
+    except KafkaError as exc:  # (a broker that went away mid-start: a task's set-up waits that out)
+        if not retriable(exc):
+            raise
+        await getattr(client, stop)()
+        raise read_failed(f"cannot start a Kafka client of {servers!r}", exc) from exc
 
 
 def _not_authorized(servers: str, options: Mapping[str, Any], exc: BaseException, *,

@@ -9,6 +9,7 @@ import pytest
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
     KafkaConnectionError,
+    KafkaError,
     KafkaTimeoutError,
     NodeNotReadyError,
     NotCoordinatorForGroupError,
@@ -18,8 +19,9 @@ from aiokafka.errors import (
 
 from engine.errors import BrokerUnavailable, TransportError
 from engine.events import TP
+from engine.transport import kafka as kafka_transport
 from engine.transport.kafka import KafkaConsumer
-from engine.transport.kafka_errors import read_failed
+from engine.transport.kafka_errors import read_failed, retriable
 
 
 @pytest.mark.parametrize("error", [NodeNotReadyError("node 1 not ready"), KafkaConnectionError("closed"),
@@ -96,3 +98,45 @@ async def test_a_read_given_up_on_is_waited_out_unless_its_partitions_are_gone(r
     with pytest.raises(TransportError, match=r"does not have \[TP\(topic='t', partition=0\)\]") as gone:
         await reading([TP("t", 0)])
     assert not isinstance(gone.value, BrokerUnavailable)
+
+
+def wrapped(cause: Exception) -> KafkaError:
+    """What aiokafka's producer raises when its search for a transaction coordinator fails: a plain
+    KafkaError from the error it met (`Sender._find_coordinator`)."""
+    try:
+        raise KafkaError(repr(cause)) from cause
+    except KafkaError as exc:
+        return exc
+
+
+def test_a_plain_kafka_error_raised_from_a_retriable_one_is_a_broker_away() -> None:
+    assert retriable(wrapped(KafkaConnectionError("Connection at 127.0.0.1:9 closed")))
+    assert isinstance(read_failed("cannot start", wrapped(NodeNotReadyError("node 2"))), BrokerUnavailable)
+    assert not retriable(wrapped(GroupAuthorizationFailedError()))
+    assert not retriable(KafkaError("a plain failure"))
+
+
+class StartFails:
+    """A client whose start fails with `error` (a task's transactional producer whose start met its
+    transaction coordinator's broker going away: seen in the 3-node restart storm, where the worker stopped
+    instead of waiting it out)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.stopped = False
+
+    async def start(self) -> None:
+        raise self.error
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+async def test_a_client_start_that_meets_a_broker_going_is_broker_unavailable_and_stops_it() -> None:
+    going = StartFails(wrapped(KafkaConnectionError("Connection at 127.0.0.1:9 closed")))
+    with pytest.raises(BrokerUnavailable, match=r"cannot start a Kafka client of '127\.0\.0\.1:9'"):
+        await kafka_transport._start(going, "127.0.0.1:9", {})
+    assert going.stopped
+    failed = StartFails(KafkaError("a plain failure"))
+    with pytest.raises(KafkaError, match="a plain failure"):
+        await kafka_transport._start(failed, "127.0.0.1:9", {})
