@@ -38,7 +38,7 @@ from engine.errors import EngineError, MembershipLost, TransportError
 from engine.events import TP
 from engine.transport import aiokafka_private as private
 from engine.transport.base import GroupDescription, GroupMember
-from engine.transport.kafka_errors import read_failed
+from engine.transport.kafka_errors import read_failed, retriable
 from engine.transport.kafka_group_configs import set_group_configs
 from engine.transport.kafka_protocol import MemberOffsetCommitRequest, commit_errors
 from engine.transport.kafka_streams_group import (
@@ -217,7 +217,7 @@ class StreamsMember:
             try:
                 answer = await self._beat(first=True)
             except KafkaError as exc:
-                if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
+                if not retriable(exc) or time.monotonic() > deadline:
                     raise
                 self._coordinator = None
             else:
@@ -581,7 +581,7 @@ class StreamsMember:
                 break
             except KafkaError as exc:  # (a connection closed, the coordinator moving: tried again)
                 self._coordinator = None
-                if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
+                if not retriable(exc) or time.monotonic() > deadline:
                     raise read_failed(f"cannot read committed offsets of {sorted(tps)}", exc) from exc
             await asyncio.sleep(RETRY)
         return {tp: offsets.get((tp.topic, tp.partition)) for tp in tps}
