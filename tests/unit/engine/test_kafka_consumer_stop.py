@@ -24,12 +24,26 @@ class NeverLeaves:
         await asyncio.Event().wait()
 
 
+def consumer_over(client: object) -> KafkaConsumer:
+    """engine's consumer over a fake aiokafka client (the real one is never built), of a classic group."""
+    consumer = KafkaConsumer.__new__(KafkaConsumer)
+    consumer._client = client
+    consumer._member = None
+    return consumer
+
+
+async def stop_cancelled(consumer: KafkaConsumer) -> asyncio.Future[None]:
+    """The consumer's stop, cancelled from outside once it waits: the task, to await."""
+    stopping = asyncio.ensure_future(consumer.stop())
+    await asyncio.sleep(0.01)
+    stopping.cancel()
+    return stopping
+
+
 async def test_a_consumer_whose_stop_hangs_is_given_up_with_a_warning(monkeypatch, caplog):
     monkeypatch.setattr(kafka, "CONSUMER_STOP_TIMEOUT", 0.05)
-    consumer = KafkaConsumer.__new__(KafkaConsumer)  # (the real aiokafka client is never built)
     fake = NeverLeaves()
-    consumer._client = fake
-    consumer._member = None  # (classic)
+    consumer = consumer_over(fake)
     with caplog.at_level(logging.WARNING, logger="engine.transport.kafka"):
         await asyncio.wait_for(consumer.stop(), 5)
     assert fake.stopping
@@ -38,12 +52,7 @@ async def test_a_consumer_whose_stop_hangs_is_given_up_with_a_warning(monkeypatc
 
 
 async def test_a_stop_cancelled_from_outside_is_still_a_cancellation():
-    consumer = KafkaConsumer.__new__(KafkaConsumer)
-    consumer._client = NeverLeaves()
-    consumer._member = None
-    stopping = asyncio.ensure_future(consumer.stop())
-    await asyncio.sleep(0.01)
-    stopping.cancel()
+    stopping = await stop_cancelled(consumer_over(NeverLeaves()))
     with pytest.raises(asyncio.CancelledError):
         await stopping
 
@@ -63,12 +72,7 @@ async def test_what_a_cancelled_stop_fails_with_reaches_the_canceller_and_is_nev
     """A bounded stop waits inside the caller's own task: what the stop fails with once cancelled goes to
     whoever cancelled it. (asyncio.wait_for ran the stop as a task of its own and, cancelled, dropped that
     task's failure: asyncio logged "Task exception was never retrieved" when it was freed.)"""
-    consumer = KafkaConsumer.__new__(KafkaConsumer)
-    consumer._client = FailsWhenCancelled()
-    consumer._member = None
-    stopping = asyncio.ensure_future(consumer.stop())
-    await asyncio.sleep(0.01)
-    stopping.cancel()
+    stopping = await stop_cancelled(consumer_over(FailsWhenCancelled()))
     with pytest.raises(RuntimeError, match="failed while it was cancelled"):
         await stopping
     del stopping
