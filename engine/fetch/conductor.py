@@ -219,7 +219,8 @@ class Conductor(Service):
             if batches:
                 activity.signal()  # (records to process, then commit)
             if quiesce is not None and quiesce.closed:
-                await quiesce.wait_open()  # a checkpoint is waiting for agents to be idle
+                with consumer.waiting_on_worker():
+                    await quiesce.wait_open()  # a checkpoint is waiting for agents to be idle
             for tp, records in batches.items():
                 lease = leases.get(tp)  # (aiokafka's TopicPartition is a tuple equal to our TP)
                 if lease is None or not lease.dispatching:

@@ -32,6 +32,11 @@ tests/contract/test_aiokafka_private.py, which names the use that broke when a r
   rewound), so `retrieve_failures` reads them when the producer stops; the public API has no way to.
 - The admin client's controller and network client: CreateTopics v4 (the broker's default replication factor)
   goes to the controller, and Metadata v12 (topic ids) to any broker; aiokafka's admin has neither request.
+- The poll interval's clock (`waiting_as_fetching`): aiokafka's consumer leaves its group once it has gone
+  `max_poll_interval` without a fetch (its heartbeat counts from the last fetch that ended, in the
+  subscription's fetch context). When every partition a worker has is held back (its agents' mailboxes
+  full behind a slow event), engine's fetch loop waits instead of fetching: asking for no partition would
+  ask aiokafka for all of them. That wait is the worker at work, not stalled; the public API cannot say so.
 - The positions of a consumer's partitions, read without waiting: a streams group's member assigns its
   partitions by hand, and aiokafka's `assign` replaces the assignment with one that has no positions: those
   of the partitions it keeps are put back (`positions`).
@@ -65,6 +70,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import contextvars
 import copy
 import sys
@@ -89,7 +95,7 @@ from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
 from aiokafka.protocol.metadata import MetadataRequest
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping
+    from collections.abc import Collection, Iterator, Mapping
 
     from aiokafka import TopicPartition
 
@@ -334,6 +340,14 @@ def positions(consumer: Any) -> dict[Any, int]:
         if state.has_valid_position:
             found[tp] = state.position
     return found
+
+
+@contextlib.contextmanager
+def waiting_as_fetching(consumer: Any) -> Iterator[None]:
+    """Within the block the consumer counts as fetching for its poll interval (aiokafka's
+    `fetcher_idle_time` is 0): the wait of a fetch loop whose partitions are all held back."""
+    with consumer._subscription.fetch_context():
+        yield
 
 
 def bare_records(consumer: Any) -> None:

@@ -10,6 +10,7 @@ from engine.events import TP, Headers, RawRecord
 
 if TYPE_CHECKING:
     import asyncio
+    from contextlib import AbstractContextManager
 
     from engine.assignor import Assignment, Placement
 
@@ -122,6 +123,11 @@ class Consumer(Protocol):
         a worker on virtual time (engine.testing) sleeps through a quiet day in one step; one that cannot
         (Kafka: positions and lags move with fetches in the background) returns empty after its own poll
         interval, and the caller looks again."""
+
+    def waiting_on_worker(self) -> AbstractContextManager[None]:
+        """Within the block the fetch loop waits on the worker's own work rather than fetching (a checkpoint
+        pausing agents between events): the group must not take that for a stalled consumer (Kafka's
+        `max.poll.interval.ms`), as a `getmany` whose partitions are all held back does not either."""
 
     def wakeup(self) -> None:
         """Have a `getmany` that waits for as long as nothing changes return now: the caller changed what it

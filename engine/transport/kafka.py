@@ -94,6 +94,7 @@ from engine.transport.kafka_txn_offsets import send_offsets_as_member
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping, Sequence
+    from contextlib import AbstractContextManager
 
     from engine.transport.base import GroupTopology, KeyedRecord, PartitionsCallback, TopicSpec
 from engine.transport.base import ClientTuning, GroupDescription, GroupMember
@@ -476,7 +477,8 @@ class KafkaConsumer:
         if self._held:
             partitions = [tp for tp in self._client.assignment() if tp not in self._held]
             if not partitions:  # (all held back: asking for none would ask for all)
-                await asyncio.sleep(timeout)
+                with self.waiting_on_worker():
+                    await asyncio.sleep(timeout)
                 return {}
         try:
             batches: Mapping[TP, list[RawRecord]] = await self._client.getmany(
@@ -488,6 +490,9 @@ class KafkaConsumer:
             asked = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
             raise OffsetOutOfRange({TP(tp.topic, tp.partition): o for tp, o in asked.items()}) from exc
         return batches
+
+    def waiting_on_worker(self) -> AbstractContextManager[None]:
+        return private.waiting_as_fetching(self._client)
 
     def wakeup(self) -> None:
         return None  # (getmany returns after IDLE_POLL at the longest)

@@ -9,6 +9,7 @@ Brokers are named (`memory://name`, default `memory://`) so that apps in one pro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import uuid
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from engine.transport.base import GroupDescription, GroupMember
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping, Sequence
+    from contextlib import AbstractContextManager
 
     from engine.transport.base import GroupTopology, KeyedRecord, PartitionsCallback, TopicSpec
 
@@ -319,6 +321,9 @@ class MemoryConsumer:
             await self._sync_group()
             out = self._poll(max_records)
         return out
+
+    def waiting_on_worker(self) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()  # (no poll interval here)
 
     def wakeup(self) -> None:
         self.broker.notify()

@@ -148,6 +148,20 @@ async def test_an_admins_group_offsets_wait_for_a_coordinator_that_can_answer():
     assert admin.asked[0][0]._partitions is None, "every partition the group committed"
 
 
+async def test_a_wait_counts_as_a_fetch_on_the_clock_aiokafkas_poll_interval_check_reads():
+    """aiokafka's heartbeat leaves the group once `fetcher_idle_time` passes `max_poll_interval`; within
+    `waiting_as_fetching` that idle time is 0, and it counts again from the block's end."""
+    assert "fetcher_idle_time" in inspect.getsource(GroupCoordinator._heartbeat_routine), \
+        f"{CHANGED}GroupCoordinator._heartbeat_routine (what it reads for the poll interval)"
+    consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:9")
+    subscription = consumer._subscription
+    subscription._last_fetch_ended -= 60  # (a minute without a fetch)
+    assert subscription.fetcher_idle_time >= 60
+    with private.waiting_as_fetching(consumer):
+        assert subscription.fetcher_idle_time == 0, f"{CHANGED}SubscriptionState.fetch_context"
+    assert subscription.fetcher_idle_time < 60, "counted from the wait's end"
+
+
 async def test_the_producer_hot_path_finds_the_accumulator_timeouts_and_the_transaction_state():
     producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:9", transactional_id="t",
                                 enable_idempotence=True, request_timeout_ms=1234, max_request_size=5678)
