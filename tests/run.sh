@@ -11,6 +11,4 @@ echo "== import-linter"; lint-imports
 echo "== mkdocs";        NO_MKDOCS_2_WARNING=1 mkdocs build --strict   # into build/site (git-ignored)
 # Two test processes, each with its own brokers: most tests wait on brokers and workers, not on the CPU
 # (the whole suite took 12 minutes in one process and 8 in two, on 2 cores). A file stays in one process.
-# The restart storms (marked storm) run by hand: within the suite's load the single-node one is not exact in
-# every run yet (issue 38; docs/rebalances-and-faults.md, "The broker restarting").
-echo "== pytest";        exec python -m pytest -p no:cacheprovider -n 2 --dist loadfile -m "not storm" "$@"
+echo "== pytest";        exec python -m pytest -p no:cacheprovider -n 2 --dist loadfile "$@"

@@ -12,8 +12,8 @@ The faults it found and what is still open: docs/rebalances-and-faults.md, "The 
 unclean election, and one killed storm's log dumps showed a committed transaction without its markers. Shut
 down cleanly it lost a committed transaction's markers too (its leader epoch moved twice as it stopped):
 the exactly-once workers then rebuild the stores that reflect it (a WARNING each), and stay exact.
-Crashes are the 3-node cluster's test, where replicas keep what was acknowledged. Marked `storm` and run by
-hand until the single-node storm is exact in every run under the suite's load."""
+Crashes are the 3-node cluster's test, where replicas keep what was acknowledged. Marked `storm` (`-m storm`
+runs them alone); part of tests/run.sh."""
 
 from __future__ import annotations
 
