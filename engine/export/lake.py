@@ -257,7 +257,8 @@ async def changed_keys(snapshot: TableSnapshot, base: Mapping[int, int | None],
         raise ChangelogGone(f"{tp.topic}[{tp.partition}] no longer holds the records after offset "
                             f"{base[tp.partition]} (the last export's)")
 
-    reader = transport_for(settings).consumer(group_id=None)
+    # (never reset by itself: records deleted while it reads raise ChangelogGone, as below its start)
+    reader = transport_for(settings).consumer(group_id=None, auto_offset_reset="none")
     await reader.start()
     try:
         await replay_to_end(reader, collectors, gone, Progress(), f"{topic} since the last export",

@@ -146,10 +146,12 @@ async def from_changelog(
     try:
         for number in range(count):
             stores[TP(topic, number)] = backend.open(table.name, number)
-        reader = transport.consumer(group_id=None)
+        # (never reset by itself: records deleted while it reads are a gap it says, as recovery does)
+        reader = transport.consumer(group_id=None, auto_offset_reset="none")
         await reader.start()
         try:
-            await replay_to_end(reader, stores, rebuild, progress or Progress(), topic)
+            await replay_to_end(reader, stores, rebuild, progress or Progress(), topic,
+                                tables={topic: table.name})
         finally:
             await reader.stop()
     except BaseException:

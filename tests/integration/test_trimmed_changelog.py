@@ -1,11 +1,13 @@
 """A changelog trimmed under a stopped worker's stores (DeleteRecords, as retention would): the worker comes
 back, follows (standby, warm-up) or restores them, and neither waits for offsets that will not come nor reads
 on from the log's new start as if nothing were missing. Each store is rebuilt from what the log holds, with
-a WARNING naming the table, the partition and the gap; its contents are then exactly what the log says."""
+a WARNING naming the table, the partition and the gap; its contents are then exactly what the log says.
+An incremental export whose changes were deleted as it set out to read them does a full export instead."""
 
 from __future__ import annotations
 
 from collections import Counter
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -13,8 +15,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+import engine
+from engine.export.lake import ChangelogGone, changed_keys
 from engine.stores import open_store_backend
 from engine.tables.keys import META_PREFIX
+from engine.transport import transport_for
 from tests.integration.helpers import (
     SHORT_SESSION,
     WorkerProcess,
@@ -151,3 +156,60 @@ async def test_stores_below_a_trimmed_changelog_are_rebuilt_from_what_it_holds_a
         for w in (a, b, again):
             if w is not None and w.process.poll() is None:
                 w.kill()
+
+
+class TrimmedWhileRead:
+    """A real reader whose partitions lose their records below `first` on the broker (DeleteRecords, as
+    retention would) right after it was told where they start: before it seeks and fetches."""
+
+    def __init__(self, inner: Any, bootstrap: str, first: int) -> None:
+        self.inner, self.bootstrap, self.first = inner, bootstrap, first
+        self.trimmed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def offsets(self, tps: Any) -> Any:
+        bounds = await self.inner.offsets(tps)
+        if not self.trimmed:
+            self.trimmed = True
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+            await admin.start()
+            try:
+                await admin.delete_records({TopicPartition(*tp): RecordsToDelete(self.first) for tp in tps})
+            finally:
+                await admin.close()
+        return bounds
+
+
+class Trimming:
+    """A transport whose readers are TrimmedWhileRead."""
+
+    def __init__(self, inner: Any, bootstrap: str, first: int) -> None:
+        self.inner, self.args = inner, (bootstrap, first)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def consumer(self, **options: Any) -> TrimmedWhileRead:
+        return TrimmedWhileRead(self.inner.consumer(**options), *self.args)
+
+
+async def test_an_incremental_export_whose_changelog_is_trimmed_while_it_reads_asks_for_a_full_one(
+        kafka, monkeypatch):
+    """The last export was at offset 9; offsets 10-19 set k0-k9 to 2, then 20-29 set k5-k14 to 3, and the
+    records below 20 are deleted once the export's reader set out from 10. Read on from the log's new start,
+    the export would miss that k0-k4 changed and leave their old values in the lake: it must do a full one."""
+    app = engine.App(unique("trimexport"), broker=kafka.url)
+    table = app.Table("counts", key_type=str, value_type=int)
+    changelog = table.changelog_topic.name
+    await create_topics(kafka.bootstrap, [changelog], partitions=1,
+                        config={"cleanup.policy": "compact,delete"})
+    log = [(f"k{i}", 1) for i in range(10)] + [(f"k{i}", 2) for i in range(10)]
+    await produce(kafka.bootstrap, changelog, log + [(f"k{i}", 3) for i in range(5, 15)])
+    real = transport_for
+    monkeypatch.setattr("engine.export.lake.transport_for",
+                        lambda settings, *rest: Trimming(real(settings, *rest), kafka.bootstrap, 20))
+    snapshot = SimpleNamespace(table=table, views={0: SimpleNamespace(changelog_offset=lambda: 29)})
+    with pytest.raises(ChangelogGone, match=r"no longer holds the records after offset 9"):
+        await changed_keys(snapshot, {0: 9}, app.settings())  # type: ignore[arg-type]
