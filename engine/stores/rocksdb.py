@@ -87,11 +87,27 @@ class SharedMemory:
         options.set_block_based_table_factory(table)
 
 
+class Disk:
+    """The filesystem the stores of a backend share, as they found it: full, once a write or a flush of one
+    of them ran out of space (for the rest of the process: a worker stops on it). Then no store of it
+    flushes as it closes: RocksDB retries a failed flush in the
+    background, once a second, and a flush or a close met on the way waits for the next retry, so a worker
+    stopping on a full disk held its event loop a second or more per store."""
+
+    __slots__ = ("full",)
+
+    def __init__(self) -> None:
+        self.full = False
+
+
 class RocksDBPartitionStore:
     def __init__(self, path: Path, *, read_only: bool = False, remove_on_close: bool = False,
-                 memory: SharedMemory | None = None, name: str | None = None) -> None:
-        """`name`: what the store is, for errors ("table 'counts' partition 1")."""
+                 memory: SharedMemory | None = None, name: str | None = None,
+                 disk: Disk | None = None) -> None:
+        """`name`: what the store is, for errors ("table 'counts' partition 1"); `disk`: the filesystem as
+        the backend's stores found it."""
         self.path = path
+        self._disk = disk if disk is not None else Disk()
         self.name = f"the store of {name} at {path}" if name else f"store {path}"
         self.read_only = read_only
         self._remove_on_close = remove_on_close
@@ -197,6 +213,7 @@ class RocksDBPartitionStore:
     def _write_failed(self, exc: Exception) -> StoreError:
         message = str(exc)
         if _NO_SPACE in message:
+            self._disk.full = True
             return StoreError(_no_space(f"cannot write {self.name}", message))
         return StoreError(f"cannot write {self.name}: {message}")
 
@@ -241,15 +258,24 @@ class RocksDBPartitionStore:
 
         A flush that fails (a full disk) loses nothing: every write the store acknowledged is in its
         write-ahead log, replayed when it is opened again. The handles are released all the same, so
-        that a worker stopping after such a failure closes its other stores and leaves its group."""
+        that a worker stopping after such a failure closes its other stores and leaves its group. On a disk
+        found full (`Disk`) the store does not try: background work is called off, and the handles go at
+        once."""
         if self._closed:
             return
         self._closed = True
-        try:
-            if not self.read_only:
-                self.flush()
-        except StoreError as exc:
-            log.warning("closed without a flush (its write-ahead log keeps every write it took): %s", exc)
+        if not self.read_only:
+            failure = f"{self.name}: its filesystem is full" if self._disk.full else None
+            if failure is None:
+                try:
+                    self.flush()
+                except StoreError as exc:
+                    failure = str(exc)
+            if failure is not None:
+                log.warning("closed without a flush (its write-ahead log keeps every write it took): %s",
+                            failure)
+                with contextlib.suppress(Exception):
+                    self._db.cancel_all_background(False)  # (False: not waiting for a retry under way)
         # After a failed write RocksDB repeats its error ("Writer has previous error") as it closes: the
         # handles are released all the same.
         for handle in (self._meta, self._db):
@@ -265,6 +291,7 @@ class RocksDBStoreBackend:
         self.url = url
         self.root = Path(data_dir)
         self.memory = SharedMemory(memory) if memory is not None else None
+        self.disk = Disk()
 
     def path(self, table: str, partition: int) -> Path:
         return self.root / table / str(partition)
@@ -272,7 +299,8 @@ class RocksDBStoreBackend:
     def open(self, table: str, partition: int) -> RocksDBPartitionStore:
         path = self.path(table, partition)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return RocksDBPartitionStore(path, memory=self.memory, name=f"table {table!r} partition {partition}")
+        return RocksDBPartitionStore(path, memory=self.memory, name=f"table {table!r} partition {partition}",
+                                     disk=self.disk)
 
     def destroy(self, table: str, partition: int) -> None:
         shutil.rmtree(self.path(table, partition), ignore_errors=True)

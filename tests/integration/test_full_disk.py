@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import re
-import subprocess
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -26,6 +25,7 @@ from tests.integration.helpers import (
 )
 from tests.integration.rebalance_run import COMMITTED, paced_produce, wait_until_complete, words
 from tests.integration.test_rebalances import check
+from tests.tmpfs import mounted_tmpfs
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -39,18 +39,9 @@ DISK = "32m"  # the data dir's filesystem: room for the stores, little more
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A tmpfs of DISK mounted for the test (the tests run as root, as CI does), unmounted whatever
-    happens."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(mount)],
-                             capture_output=True, text=True, check=False)
-    if mounted.returncode != 0:
-        pytest.fail(f"this test mounts a tmpfs, which needs root (CI runs as root): {mounted.stderr.strip()}")
-    try:
+    """A tmpfs of DISK mounted for the test."""
+    with mounted_tmpfs(tmp_path / "disk", DISK) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def fill(disk: Path) -> Path:
