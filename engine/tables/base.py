@@ -405,12 +405,15 @@ class BaseTable(MutableMapping[Any, Any]):
         return self._partition(number, own), encoded
 
     def _for_write(self, key: Any) -> tuple[TablePartition, bytes]:
-        """The partition a write of `key` goes to, and its store key."""
+        """The partition a write of `key` goes to, and its store key. A windowed table's windows are written
+        by its windowed face only (`table[key] += n`, `update`, a pipeline's aggregation): the face keeps
+        which windows each key has in memory, and an event after a window written or deleted on its own
+        would not see it (its write lost to the window's next update)."""
         if self.window is None:
             return self._route_write(key, current_event())
-        part, inner = self._route_write(key[0], current_event())
-        part.writes()  # (a windowed face's writes kept in memory are then in the buffer this writes to)
-        return part, stored_key(inner, key)
+        raise ConfigError(f"table {self.name!r} holds windows, written by its aggregation (`table[key] += "
+                          "n`, `update`, a pipeline's count/sum/reduce/aggregate): a window "
+                          f"{key!r} cannot be written or deleted on its own")
 
     def _for_read(self, key: Any) -> tuple[TablePartition, bytes]:
         if self.window is None:

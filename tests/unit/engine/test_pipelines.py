@@ -125,3 +125,41 @@ def test_every_windowed_pipeline_sends_its_late_events_to_the_late_topic(window:
         late = driver.read(table.late_topic)
     assert [(r.key, r.value, r.timestamp_ms) for r in late] == [(b"p", b"late", 3000)]
     assert table.late_events == 1
+
+
+@pytest.mark.parametrize("kind", ["tumbling", "hopping", "session", "sliding"])
+def test_a_window_written_or_deleted_on_its_own_is_refused_and_the_windows_stay_as_the_events_made_them(
+        kind: str) -> None:
+    """A windowed table's face keeps in memory which windows each key has, so a window written past it
+    (`table[(key, start)] = v` on the table itself) was lost to the window's next update: refused instead,
+    with an error naming the table, which the agent's error policy deals with."""
+    app = engine.App("direct", broker=testing.memory_url(), store="memory://", topic_partitions=1)
+    clicks = app.topic("clicks", key_type=str, value_type=dict, timestamp=lambda c: c["at"])
+    stream = app.stream(clicks)
+    windowed = {"tumbling": stream.tumbling(10), "hopping": stream.hopping(10, 5),
+                "session": stream.session(10), "sliding": stream.sliding(10)}[kind]
+    windowed.count("recent")
+    pokes = app.topic("pokes", key_type=str, value_type=list)
+
+    @app.agent(pokes)
+    async def poke(events: Any) -> None:
+        async for key, (start, delete) in events.items():
+            if delete:
+                del app.tables["recent"][(key, start)]
+            else:
+                app.tables["recent"][(key, start)] = 100
+
+    with TestDriver(app) as driver:
+        driver.send(clicks, key="a", value={"at": 20})
+        before = driver.table("recent")
+        driver.send(pokes, key="a", value=[10_000, False])
+        driver.send(pokes, key="a", value=[20_000, True])
+        assert driver.table("recent") == before, "neither reached the table"
+        refused = driver.read("direct-poke-dlq")
+        assert len(refused) == 2
+        for record in refused:
+            error = dict(record.headers)["engine-error"].decode()
+            assert "table 'recent' holds windows" in error
+            assert "cannot be written or deleted on its own" in error
+        driver.send(clicks, key="a", value={"at": 15})  # its windows as the events alone make them
+        assert all(n <= 2 for n in driver.table("recent").values())
