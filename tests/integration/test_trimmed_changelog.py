@@ -2,10 +2,12 @@
 back, follows (standby, warm-up) or restores them, and neither waits for offsets that will not come nor reads
 on from the log's new start as if nothing were missing. Each store is rebuilt from what the log holds, with
 a WARNING naming the table, the partition and the gap; its contents are then exactly what the log says.
-An incremental export whose changes were deleted as it set out to read them does a full export instead."""
+The same while a standby follows its changelog live (its worker frozen within its session). An incremental
+export whose changes were deleted as it set out to read them does a full export instead."""
 
 from __future__ import annotations
 
+import signal
 from collections import Counter
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -155,6 +157,82 @@ async def test_stores_below_a_trimmed_changelog_are_rebuilt_from_what_it_holds_a
     finally:
         for w in (a, b, again):
             if w is not None and w.process.poll() is None:
+                w.kill()
+
+
+@pytest.mark.both_protocols
+async def test_a_changelog_trimmed_under_a_standby_that_follows_it_rebuilds_it_and_says_so(kafka, tmp_path):
+    """A standby following its changelog live falls behind (its worker frozen a few seconds, within its
+    session: it stays a member, its follower keeps its position), and the records past that position are
+    deleted meanwhile: the follower's next fetch (OffsetOutOfRange) rebuilds the store from what the log
+    holds, with the WARNING naming the gap, and follows on."""
+    app_id, topic = unique("trimfollow"), unique("words")
+    changelog = f"{app_id}-counts-changelog"
+    await create_topics(kafka.bootstrap, [topic], partitions=PARTITIONS)
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_STANDBY_REPLICAS": "1"}
+    a, b = (WorkerProcess("tests.integration.table_apps:app", kafka.url,
+                          {**env, "ENGINE_DATA_DIR": str(tmp_path / name)}, tmp_path / f"{name}.log")
+            for name in ("a", "b"))
+    first = [f"c{i % 40}" for i in range(1000)]
+    second = [f"c{i % 40}" for i in range(400)]  # while b is frozen, in two waves (below)
+    third = [f"d{i % 20}" for i in range(200)]  # once it wakes
+    try:
+        await placed_over([a, b], PARTITIONS)
+        await produce(kafka.bootstrap, topic, [(w, 1) for w in first])
+        await consume_until(kafka.bootstrap, changelog, lambda rs: latest(rs) == dict(Counter(first)),
+                            workers=[a, b])
+        await standbys_caught_up(b, kafka.bootstrap, changelog)
+        status = await worker_status(b)
+        assert status is not None
+        standby = sorted(status["standby"])
+        partition_of = {r.key.decode(): r.partition for r in await read_all(kafka.bootstrap, changelog)}
+        followed = {key for key, n in partition_of.items() if n in standby}  # (a's: it writes them alone)
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+        await admin.start()
+        try:
+            await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, changelog,
+                                                      configs={"cleanup.policy": "compact,delete"})])
+            assignments = b.output().count("assignment:")
+            b.process.send_signal(signal.SIGSTOP)
+            try:
+                # Each wave written by its own checkpoint of a's: a fetch b had in flight as it froze can
+                # return the first wave's records at most, so the trim past the second is past b's position.
+                for end in (200, 400):
+                    await produce(kafka.bootstrap, topic, [(w, 1) for w in second[end - 200:end]])
+                    sent = Counter(first + second[:end])
+                    await consume_until(kafka.bootstrap, changelog, lambda rs, sent=sent: all(
+                        latest(rs).get(key) == sent[key] for key in followed), workers=[a])
+                tps = [TopicPartition(changelog, n) for n in standby]
+                trim = {tp.partition: end for tp, end in (await end_offsets(kafka.bootstrap, tps)).items()}
+                await admin.delete_records({tp: RecordsToDelete(trim[tp.partition]) for tp in tps})
+            finally:
+                b.process.send_signal(signal.SIGCONT)
+        finally:
+            await admin.close()
+        await produce(kafka.bootstrap, topic, [(w, 1) for w in third])
+        await consume_until(kafka.bootstrap, changelog, lambda rs: all(
+            latest(rs).get(key) == n for key, n in Counter(third).items()), workers=[a, b])
+        await standbys_caught_up(b, kafka.bootstrap, changelog)
+        status = await worker_status(b)
+        assert status is not None
+        assert sorted(status["standby"]) == standby, "b stayed a member, with the same standbys"
+        assert b.output().count("assignment:") == assignments, "its stores followed on, never set up again"
+        assert b.terminate() == 0, b.output()[-3000:]
+        warnings = [line for line in b.output().splitlines() if "records deleted under it" in line]
+        for n in standby:
+            line = next((w for w in warnings if f"{changelog}[{n}]" in w), None)
+            assert line is not None, f"no warning for partition {n}: {b.output()[-3000:]}"
+            assert "WARNING" in line
+            assert "table counts" in line
+            assert f"now starts at {trim[n]}" in line
+        held = stores_on_disk(kafka.url, app_id, topic, tmp_path / "b")
+        records = await read_all(kafka.bootstrap, changelog)
+        for n in standby:  # the latest surviving record of each key: the c keys' are gone
+            assert held[n][1] == latest(r for r in records if r.partition == n), f"partition {n}"
+        assert a.terminate() == 0, a.output()[-3000:]
+    finally:
+        for w in (a, b):
+            if w.process.poll() is None:
                 w.kill()
 
 
