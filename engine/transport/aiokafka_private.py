@@ -33,10 +33,12 @@ tests/contract/test_aiokafka_private.py, which names the use that broke when a r
 - The admin client's controller and network client: CreateTopics v4 (the broker's default replication factor)
   goes to the controller, and Metadata v12 (topic ids) to any broker; aiokafka's admin has neither request.
 - The poll interval's clock (`waiting_as_fetching`): aiokafka's consumer leaves its group once it has gone
-  `max_poll_interval` without a fetch (its heartbeat counts from the last fetch that ended, in the
-  subscription's fetch context). When every partition a worker has is held back (its agents' mailboxes
-  full behind a slow event), engine's fetch loop waits instead of fetching: asking for no partition would
-  ask aiokafka for all of them. That wait is the worker at work, not stalled; the public API cannot say so.
+  `max_poll_interval` without a fetch (its heartbeat counts from the last fetch that ended, by the
+  subscription's count of fetches under way). engine's fetch loop sometimes waits on the worker instead of
+  fetching: at an exactly-once checkpoint's gate, and when every partition is held back for timestamp
+  order (asking for no partition would ask aiokafka for all of them; partitions paused through aiokafka,
+  as backpressure pauses them, already count as fetched). Those waits are the worker at work, not
+  stalled; the public API cannot say so.
 - The positions of a consumer's partitions, read without waiting: a streams group's member assigns its
   partitions by hand, and aiokafka's `assign` replaces the assignment with one that has no positions: those
   of the partitions it keeps are put back (`positions`).
@@ -74,6 +76,7 @@ import contextlib
 import contextvars
 import copy
 import sys
+import time
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -345,9 +348,17 @@ def positions(consumer: Any) -> dict[Any, int]:
 @contextlib.contextmanager
 def waiting_as_fetching(consumer: Any) -> Iterator[None]:
     """Within the block the consumer counts as fetching for its poll interval (aiokafka's
-    `fetcher_idle_time` is 0): the wait of a fetch loop whose partitions are all held back."""
-    with consumer._subscription.fetch_context():
+    `fetcher_idle_time` is 0), and its idle time counts from the block's end. As aiokafka's own
+    `fetch_context` does, but restored however the block ends: that one, left by a cancellation, would
+    count the consumer as fetching for good."""
+    subscription = consumer._subscription
+    subscription._fetch_count += 1
+    try:
         yield
+    finally:
+        subscription._fetch_count -= 1
+        if subscription._fetch_count == 0:
+            subscription._last_fetch_ended = time.monotonic()
 
 
 def bare_records(consumer: Any) -> None:

@@ -158,8 +158,12 @@ async def test_a_wait_counts_as_a_fetch_on_the_clock_aiokafkas_poll_interval_che
     subscription._last_fetch_ended -= 60  # (a minute without a fetch)
     assert subscription.fetcher_idle_time >= 60
     with private.waiting_as_fetching(consumer):
-        assert subscription.fetcher_idle_time == 0, f"{CHANGED}SubscriptionState.fetch_context"
-    assert subscription.fetcher_idle_time < 60, "counted from the wait's end"
+        assert subscription.fetcher_idle_time == 0, f"{CHANGED}SubscriptionState._fetch_count"
+    assert subscription.fetcher_idle_time < 60, f"{CHANGED}SubscriptionState._last_fetch_ended"
+    with pytest.raises(asyncio.CancelledError), private.waiting_as_fetching(consumer):
+        raise asyncio.CancelledError
+    subscription._last_fetch_ended -= 60
+    assert subscription.fetcher_idle_time >= 60, "a cancelled wait left the consumer counted as fetching"
 
 
 async def test_the_producer_hot_path_finds_the_accumulator_timeouts_and_the_transaction_state():

@@ -4,9 +4,10 @@ flowing, both guarantees, against ground truth computed from the input:
   runs on the blocked loop, and its poll-interval check counts from the last fetch that ended, while engine's
   fetch loop was usually waiting in one: nothing moves, the worker goes on where it stood (caught outside a
   fetch, aiokafka leaves the group as the loop wakes: then the partitions move and come back cleanly);
-- an agent awaiting one event that long without blocking the loop: its mailboxes fill (kept small here) and
-  every partition of its worker is held back, so the fetch loop waits on the worker instead of fetching,
-  which the group must not take for a stall: nothing moves either;
+- an agent awaiting one event that long without blocking the loop: its mailbox fills (kept small here) and
+  backpressure pauses every partition of its worker, while the fetch loop goes on asking (for none), and
+  each exactly-once checkpoint waits for the agent at its gate, a wait that counts as a fetch: the group
+  must take neither for a stall, and nothing moves either;
 - its loop blocked past the session timeout too: the group gives its partitions to the other worker, which
   goes on with them; the stalled worker says it lost them, drops their uncommitted work and rejoins.
 """
