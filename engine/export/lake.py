@@ -247,15 +247,19 @@ async def changed_keys(snapshot: TableSnapshot, base: Mapping[int, int | None],
     """The store keys written to each partition's changelog after `base` and up to the snapshot's offset.
     Raises ChangelogGone when the log no longer holds all of them (then only a full export is exact)."""
     topic = snapshot.table.changelog_topic.name
-    collectors = {TP(topic, number): _ChangedKeys(after) for number, after in base.items()}
+    # (-1 for a partition the last export had nothing of: every record from offset 0 on is a change, and a
+    # log that no longer starts at 0 lost some, as one that lost records after an offset did)
+    collectors = {TP(topic, number): _ChangedKeys(-1 if after is None else after)
+                  for number, after in base.items()}
     until = {}
     for tp in collectors:
         offset = snapshot.views[tp.partition].changelog_offset()
         until[tp] = 0 if offset is None else offset + 1
 
     def gone(tp: TP) -> _ChangedKeys:
-        raise ChangelogGone(f"{tp.topic}[{tp.partition}] no longer holds the records after offset "
-                            f"{base[tp.partition]} (the last export's)")
+        after = base[tp.partition]
+        since = "from its start" if after is None else f"after offset {after} (the last export's)"
+        raise ChangelogGone(f"{tp.topic}[{tp.partition}] no longer holds the records {since}")
 
     # (never reset by itself: records deleted while it reads raise ChangelogGone, as below its start)
     reader = transport_for(settings).consumer(group_id=None, auto_offset_reset="none")
