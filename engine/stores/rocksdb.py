@@ -88,11 +88,10 @@ class SharedMemory:
 
 
 class Disk:
-    """The filesystem the stores of a backend share, as they found it: full, once a write or a flush of one
-    of them ran out of space (for the rest of the process: a worker stops on it). Then no store of it
-    flushes as it closes: RocksDB retries a failed flush in the
-    background, once a second, and a flush or a close met on the way waits for the next retry, so a worker
-    stopping on a full disk held its event loop a second or more per store."""
+    """The filesystem the stores of a backend share, as they found it: full from a write or a flush of one
+    of them that ran out of space, until one of them flushes again. While it is full no store of it flushes
+    as it closes: RocksDB retries a failed flush in the background once a second, and a flush or a close
+    met on the way waits for the next retry, the event loop held meanwhile (a second or more per store)."""
 
     __slots__ = ("full",)
 
@@ -252,6 +251,7 @@ class RocksDBPartitionStore:
             self._meta.flush()
         except Exception as exc:
             raise self._write_failed(exc) from exc
+        self._disk.full = False
 
     def close(self) -> None:
         """Flush and release the database. Every handle must go: any live one keeps RocksDB's lock.
