@@ -253,6 +253,17 @@ class RocksDBPartitionStore:
             raise self._write_failed(exc) from exc
         self._disk.full = False
 
+    def _flush_for_close(self) -> str | None:
+        """Flush before the close; None if it did, else why not: the disk found full (not tried), or the
+        flush's failure."""
+        if self._disk.full:
+            return f"{self.name}: its filesystem is full"
+        try:
+            self.flush()
+        except StoreError as exc:
+            return str(exc)
+        return None
+
     def close(self) -> None:
         """Flush and release the database. Every handle must go: any live one keeps RocksDB's lock.
 
@@ -264,18 +275,12 @@ class RocksDBPartitionStore:
         if self._closed:
             return
         self._closed = True
-        if not self.read_only:
-            failure = f"{self.name}: its filesystem is full" if self._disk.full else None
-            if failure is None:
-                try:
-                    self.flush()
-                except StoreError as exc:
-                    failure = str(exc)
-            if failure is not None:
-                log.warning("closed without a flush (its write-ahead log keeps every write it took): %s",
-                            failure)
-                with contextlib.suppress(Exception):
-                    self._db.cancel_all_background(False)  # (False: not waiting for a retry under way)
+        unflushed = None if self.read_only else self._flush_for_close()
+        if unflushed is not None:
+            log.warning("closed without a flush (its write-ahead log keeps every write it took): %s",
+                        unflushed)
+            with contextlib.suppress(Exception):
+                self._db.cancel_all_background(False)  # (False: not waiting for a retry under way)
         # After a failed write RocksDB repeats its error ("Writer has previous error") as it closes: the
         # handles are released all the same.
         for handle in (self._meta, self._db):
