@@ -39,6 +39,7 @@ from tests.integration.helpers import (
 from tests.integration.table_apps import make_app
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
 pytestmark = pytest.mark.kafka
@@ -47,9 +48,9 @@ PARTITIONS = 4
 
 
 def worker(kafka_url: str, app_id: str, topic: str, tmp_path: Path, name: str,
-           data_dir: Path) -> WorkerProcess:
+           data_dir: Path, session: Mapping[str, str] = SHORT_SESSION) -> WorkerProcess:
     env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_DATA_DIR": str(data_dir),
-           "ENGINE_STANDBY_REPLICAS": "1", **SHORT_SESSION}
+           "ENGINE_STANDBY_REPLICAS": "1", **session}
     return WorkerProcess("tests.integration.table_apps:app", kafka_url, env, tmp_path / f"{name}.log")
 
 
@@ -85,6 +86,31 @@ async def end_offsets(bootstrap: str, tps: list[TopicPartition]) -> dict[TopicPa
         await consumer.stop()
 
 
+async def counted_with_standbys(kafka: Any, topic: str, changelog: str, a: WorkerProcess, b: WorkerProcess,
+                                words: list[str]) -> None:
+    """Once the two workers hold every partition: `words` counted into the changelog, and b's standbys
+    caught up with it."""
+    await placed_over([a, b], PARTITIONS)
+    await produce(kafka.bootstrap, topic, [(w, 1) for w in words])
+    await consume_until(kafka.bootstrap, changelog, lambda rs: latest(rs) == dict(Counter(words)),
+                        workers=[a, b])
+    await standbys_caught_up(b, kafka.bootstrap, changelog)
+
+
+async def trim(bootstrap: str, below: Mapping[TopicPartition, int]) -> None:
+    """Delete each partition's records below its offset (DeleteRecords, as retention would), its topic's
+    cleanup policy made `compact,delete` first (a compacted-only log refuses DeleteRecords)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                                  configs={"cleanup.policy": "compact,delete"})
+                                   for topic in sorted({tp.topic for tp in below})])
+        await admin.delete_records({tp: RecordsToDelete(offset) for tp, offset in below.items()})
+    finally:
+        await admin.close()
+
+
 async def test_stores_below_a_trimmed_changelog_are_rebuilt_from_what_it_holds_and_say_so(kafka, tmp_path):
     app_id, topic = unique("trimmed"), unique("words")
     changelog = f"{app_id}-counts-changelog"
@@ -96,11 +122,7 @@ async def test_stores_below_a_trimmed_changelog_are_rebuilt_from_what_it_holds_a
     third = [f"d{i % 20}" for i in range(200)]  # after the trim
     again: WorkerProcess | None = None
     try:
-        await placed_over([a, b], PARTITIONS)
-        await produce(kafka.bootstrap, topic, [(w, 1) for w in first])
-        await consume_until(kafka.bootstrap, changelog, lambda rs: latest(rs) == dict(Counter(first)),
-                            workers=[a, b])
-        await standbys_caught_up(b, kafka.bootstrap, changelog)
+        await counted_with_standbys(kafka, topic, changelog, a, b, first)
         assert b.terminate() == 0, b.output()[-3000:]
         held = stores_on_disk(kafka.url, app_id, topic, tmp_path / "b")
         assert all(offset is not None for offset, _ in held.values()), "b kept a store of every partition"
@@ -109,15 +131,9 @@ async def test_stores_below_a_trimmed_changelog_are_rebuilt_from_what_it_holds_a
         both = dict(Counter(first + second))
         await consume_until(kafka.bootstrap, changelog, lambda rs: latest(rs) == both, workers=[a])
         tps = [TopicPartition(changelog, n) for n in range(PARTITIONS)]
-        trim = {tp.partition: end for tp, end in (await end_offsets(kafka.bootstrap, tps)).items()}
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
-        await admin.start()
-        try:  # everything written so far, past every store b holds (compact-only logs refuse DeleteRecords)
-            await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, changelog,
-                                                      configs={"cleanup.policy": "compact,delete"})])
-            await admin.delete_records({tp: RecordsToDelete(trim[tp.partition]) for tp in tps})
-        finally:
-            await admin.close()
+        ends = await end_offsets(kafka.bootstrap, tps)
+        await trim(kafka.bootstrap, ends)  # everything written so far, past every store b holds
+        cut = {tp.partition: end for tp, end in ends.items()}
         await produce(kafka.bootstrap, topic, [(w, 1) for w in third])
         records = await consume_until(kafka.bootstrap, changelog,
                                       lambda rs: latest(rs) == dict(Counter(third)), workers=[a])
@@ -145,8 +161,8 @@ async def test_stores_below_a_trimmed_changelog_are_rebuilt_from_what_it_holds_a
             assert line is not None, f"no warning for partition {n}: {again.output()[-3000:]}"
             assert "WARNING" in line
             assert "table counts" in line
-            assert f"now starts at {trim[n]}" in line
-            assert f"a gap of {trim[n] - stored - 1} offsets [{stored + 1}, {trim[n]})" in line
+            assert f"now starts at {cut[n]}" in line
+            assert f"a gap of {cut[n] - stored - 1} offsets [{stored + 1}, {cut[n]})" in line
         rebuilt = stores_on_disk(kafka.url, app_id, topic, tmp_path / "b")
         held_now: dict[str, int] = {}
         for _, contents in rebuilt.values():
@@ -170,47 +186,33 @@ async def test_a_changelog_trimmed_under_a_standby_that_follows_it_rebuilds_it_a
     changelog = f"{app_id}-counts-changelog"
     await create_topics(kafka.bootstrap, [topic], partitions=PARTITIONS)
     # (a session long enough that b, frozen through the waves and the trim, stays a member on a busy machine)
-    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_STANDBY_REPLICAS": "1",
-           "ENGINE_SESSION_TIMEOUT": "30"}
-    a, b = (WorkerProcess("tests.integration.table_apps:app", kafka.url,
-                          {**env, "ENGINE_DATA_DIR": str(tmp_path / name)}, tmp_path / f"{name}.log")
-            for name in ("a", "b"))
+    session = {"ENGINE_SESSION_TIMEOUT": "30"}
+    a, b = (worker(kafka.url, app_id, topic, tmp_path, name, tmp_path / name, session) for name in ("a", "b"))
     first = [f"c{i % 40}" for i in range(1000)]
     second = [f"c{i % 40}" for i in range(400)]  # while b is frozen, in two waves (below)
     third = [f"d{i % 20}" for i in range(200)]  # once it wakes
     try:
-        await placed_over([a, b], PARTITIONS)
-        await produce(kafka.bootstrap, topic, [(w, 1) for w in first])
-        await consume_until(kafka.bootstrap, changelog, lambda rs: latest(rs) == dict(Counter(first)),
-                            workers=[a, b])
-        await standbys_caught_up(b, kafka.bootstrap, changelog)
+        await counted_with_standbys(kafka, topic, changelog, a, b, first)
         status = await worker_status(b)
         assert status is not None
         standby = sorted(status["standby"])
         partition_of = {r.key.decode(): r.partition for r in await read_all(kafka.bootstrap, changelog)}
         followed = {key for key, n in partition_of.items() if n in standby}  # (a's: it writes them alone)
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
-        await admin.start()
+        assignments = b.output().count("assignment:")
+        b.process.send_signal(signal.SIGSTOP)
         try:
-            await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, changelog,
-                                                      configs={"cleanup.policy": "compact,delete"})])
-            assignments = b.output().count("assignment:")
-            b.process.send_signal(signal.SIGSTOP)
-            try:
-                # Each wave written by its own checkpoint of a's: a fetch b had in flight as it froze can
-                # return the first wave's records at most, so the trim past the second is past b's position.
-                for end in (200, 400):
-                    await produce(kafka.bootstrap, topic, [(w, 1) for w in second[end - 200:end]])
-                    sent = Counter(first + second[:end])
-                    await consume_until(kafka.bootstrap, changelog, lambda rs, sent=sent: all(
-                        latest(rs).get(key) == sent[key] for key in followed), workers=[a])
-                tps = [TopicPartition(changelog, n) for n in standby]
-                trim = {tp.partition: end for tp, end in (await end_offsets(kafka.bootstrap, tps)).items()}
-                await admin.delete_records({tp: RecordsToDelete(trim[tp.partition]) for tp in tps})
-            finally:
-                b.process.send_signal(signal.SIGCONT)
+            # Each wave written by its own checkpoint of a's: a fetch b had in flight as it froze can return
+            # the first wave's records at most, so the trim past the second is past b's position.
+            for end in (200, 400):
+                await produce(kafka.bootstrap, topic, [(w, 1) for w in second[end - 200:end]])
+                sent = Counter(first + second[:end])
+                await consume_until(kafka.bootstrap, changelog, lambda rs, sent=sent: all(
+                    latest(rs).get(key) == sent[key] for key in followed), workers=[a])
+            ends = await end_offsets(kafka.bootstrap, [TopicPartition(changelog, n) for n in standby])
+            await trim(kafka.bootstrap, ends)
         finally:
-            await admin.close()
+            b.process.send_signal(signal.SIGCONT)
+        cut = {tp.partition: end for tp, end in ends.items()}
         await produce(kafka.bootstrap, topic, [(w, 1) for w in third])
         await consume_until(kafka.bootstrap, changelog, lambda rs: all(
             latest(rs).get(key) == n for key, n in Counter(third).items()), workers=[a, b])
@@ -226,7 +228,7 @@ async def test_a_changelog_trimmed_under_a_standby_that_follows_it_rebuilds_it_a
             assert line is not None, f"no warning for partition {n}: {b.output()[-3000:]}"
             assert "WARNING" in line
             assert "table counts" in line
-            assert f"now starts at {trim[n]}" in line
+            assert f"now starts at {cut[n]}" in line
         held = stores_on_disk(kafka.url, app_id, topic, tmp_path / "b")
         records = await read_all(kafka.bootstrap, changelog)
         for n in standby:  # the latest surviving record of each key: the c keys' are gone
@@ -253,12 +255,7 @@ class TrimmedWhileRead:
         bounds = await self.inner.offsets(tps)
         if not self.trimmed:
             self.trimmed = True
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
-            await admin.start()
-            try:
-                await admin.delete_records({TopicPartition(*tp): RecordsToDelete(self.first) for tp in tps})
-            finally:
-                await admin.close()
+            await trim(self.bootstrap, {TopicPartition(*tp): self.first for tp in tps})
         return bounds
 
 
