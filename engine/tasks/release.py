@@ -149,22 +149,32 @@ class TaskRelease:
 
     async def run(self, ordering: Ordering) -> None:
         """Release what the buffers' order allows, if a release is `due`."""
-        if self.due:
+        if self._take_turn():
             await self._release(ordering)
 
     def unparked(self, ordering: Ordering) -> None:
         """A batch of the task was handed over after waiting for room: go on releasing (it stopped for it)."""
-        if self.due:
+        if self._take_turn():
             ordering.delivery.spawn(self._release(ordering), f"ordering:{self._task.number}")
 
+    def _take_turn(self) -> bool:
+        """IDLE -> RELEASING if a release is `due`, in one step with the check: the release that starts
+        later (spawned) holds its turn from now, so that the fetch loop's meanwhile finds it taken. Two
+        releases of one task at once would interleave their runs, a partition's records out of order."""
+        if not self.due:
+            return False
+        self.state = ReleaseState.RELEASING
+        return True
+
     async def _release(self, ordering: Ordering) -> None:
-        """Release the buffered runs in timestamp order, for as long as the order is known."""
+        """Release the buffered runs in timestamp order, for as long as the order is known (the task's turn
+        taken: RELEASING)."""
         task = self._task
         inputs = task.inputs
         assert inputs is not None
+        assert self.state is ReleaseState.RELEASING
         delivery = ordering.delivery
         loop = asyncio.get_running_loop()
-        self.state = ReleaseState.RELEASING
         # Consecutive runs for one mailbox (a stream-stream join's two streams, merged into one agent's
         # stream) are handed over together, each partition's records decoded in one call: interleaved by
         # time, runs are of one or two records, and a decode and a hand-over each cost more than the records.
@@ -255,10 +265,14 @@ class TaskRelease:
             quiesce = ordering.quiesce
             if quiesce is not None and quiesce.closed:
                 await quiesce.wait_open()
-        finally:
+        except BaseException:
             self.state = ReleaseState.IDLE
-        if not task.closed:
-            await self._release(ordering)
+            raise
+        if task.closed:
+            self.state = ReleaseState.IDLE
+            return
+        self.state = ReleaseState.RELEASING  # WAITING -> RELEASING: the turn stays this release's
+        await self._release(ordering)
 
 
 def _unread(inputs: TaskInputs, runs: Sequence[Run]) -> None:

@@ -63,6 +63,7 @@ class FakeDelivery:
     parked_tps: set[TP] = field(default_factory=set)
     park_after: int | None = None  # the run handed over as this many-th is parked
     read_tables: Collection[str] = ()  # tables' topics that agents read: their runs handed over once applied
+    suspends: bool = False  # each hand-over gives the loop a turn (a mailbox's room awaited, a decode)
     spawned: list[asyncio.Task[Any]] = field(default_factory=list)
 
     async def lag(self, tp: TP) -> int | None:
@@ -94,6 +95,8 @@ class FakeHandover:
             for record in got:
                 self.leases[tp].track(record.offset)
             delivery.delivered.append((tp.topic, [record.timestamp for record in got]))
+            if delivery.suspends:
+                await asyncio.sleep(0)
             if len(delivery.delivered) == delivery.park_after:
                 delivery.parked_tps.add(tp)  # this run's batch waits for room in its mailbox
         return len(runs)
@@ -265,6 +268,27 @@ async def test_a_parked_batch_stops_the_release_until_it_is_handed_over() -> Non
     await settle()
     assert delivery.delivered == [("orders", [1]), ("payments", [2]), ("orders", [3]), ("payments", [4]),
                                   ("orders", [5]), ("payments", [6])]
+
+
+async def test_a_release_that_goes_on_after_a_parked_batch_is_the_only_one_of_its_task() -> None:
+    """`unparked` starts the release in the background; a fetch loop that asks the task to release before
+    that release ran finds it under way, and does not start a second one beside it: two releases of one task
+    would each take runs and hand them over interleaved, a partition's records out of their order."""
+    task = task_of(LEFT, RIGHT)
+    delivery = FakeDelivery(tables=(), park_after=1, suspends=True)
+    order, _ = ordering(delivery)
+    task.release.buffer(LEFT, records(*range(0, 40, 2)), order)
+    task.release.buffer(RIGHT, records(*range(1, 40, 2)), order)
+    await task.release.run(order)
+    assert delivery.delivered == [("orders", [0])]
+    delivery.parked_tps.clear()
+    task.release.unparked(order)  # the parked batch was handed over: the release goes on, in the background
+    await task.release.run(order)  # the fetch loop's turn comes first: the release is under way already
+    await asyncio.gather(*delivery.spawned)
+    for topic, first in (("orders", 0), ("payments", 1)):
+        times = [at for got, run in delivery.delivered if got == topic for at in run]
+        assert times == list(range(first, 40, 2)), f"{topic}: each record once, in order"
+    assert task.release.state is ReleaseState.IDLE
 
 
 async def test_an_input_with_much_buffered_is_held_back_until_the_task_released_it() -> None:
