@@ -22,7 +22,7 @@ a buffer entry is the values at one time, each prefixed by its 4-byte length.
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
+from heapq import heapify, heappush
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from engine.errors import ConfigError
@@ -163,9 +163,30 @@ class JoinBuffer(EventTimeTable):
                 times[at] = (0, True)
 
 
+class PendingState(KeyedWindowState):
+    """A pending buffer's partition index, with Kafka Streams' `minTime` of the join's records waiting (kept
+    on the left side's state when the join has one, for both sides: Kafka Streams keeps one outer store per
+    join and task). Not stored: a partition taken on here starts without it (None), as a Kafka Streams task
+    starts with Long.MAX_VALUE, which lets its first look go through."""
+
+    __slots__ = ("min_time",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.min_time: int | None = None
+
+
 class PendingBuffer(JoinBuffer):
     """A left (outer) join's records that found no partner yet, waiting to be emitted alone: its partitions'
     index also has them in a heap by the stream time at which they are emitted."""
+
+    def _new_state(self) -> WindowState:
+        return PendingState()
+
+    def state(self, part: TablePartition) -> PendingState:
+        state = super().state(part)
+        assert isinstance(state, PendingState)
+        return state
 
     def _load_state(self, part: TablePartition) -> WindowState:
         state = super()._load_state(part)
@@ -269,7 +290,16 @@ class StreamJoin:
                 state = pending.state(part)
                 if pending.append(part, state, key, at, raw):
                     pending.wait(state, key, at)
+                lead = self._lead(event)
+                if lead.min_time is None or at < lead.min_time:
+                    lead.min_time = at  # (Kafka Streams' updatedMinTime)
         return results
+
+    def _lead(self, event: Event) -> PendingState:
+        """The state that keeps the join's `min_time` for `event`'s partition (its first side's pending)."""
+        pending = self.pending[0] if self.pending[0] is not None else self.pending[1]
+        assert pending is not None
+        return pending.state(pending.table._partition(event.tp.partition, event.key))
 
     @staticmethod
     def _partnered(pending: PendingBuffer, event: Event, key: Any, at: int) -> None:
@@ -281,22 +311,56 @@ class StreamJoin:
             pending.remove(part, state, key, at)
 
     def _emit_waited(self, event: Event, stream_time: int, results: list[Joined]) -> None:
-        """The records of this partition whose wait for a partner ended before `stream_time`, alone."""
+        """The records of this partition whose wait for a partner ended before `stream_time`, alone: Kafka
+        Streams' emitNonJoinedOuterRecords, step for step. It looks only once stream time passed the join
+        window of `min_time` (the oldest record put since its last look, or the record its last look stopped
+        at), then goes through the waiting records of both sides in time order (the right side's first on a
+        tie) and emits each whose window closed, until a record of each side with its window still open was
+        seen; `min_time` is left at the last record it looked at. (So a record waits past its own window while
+        an older one of the other side is still open, and a late partner may yet take it out, as in Kafka
+        Streams: results equal its own.)"""
+        lead = self._lead(event)
+        window = self.window
+        if lead.min_time is not None and lead.min_time + window.within_ms + window.grace_ms >= stream_time:
+            return
+        waiting: list[tuple[int, int, int, int, Any]] = []  # (time, right first, order, side, key)
+        states: list[tuple[PendingBuffer, TablePartition, PendingState] | None] = [None, None]
         for side, pending in enumerate(self.pending):
             if pending is None:
                 continue
             part = pending.table._partition(event.tp.partition, event.key)
             state = pending.state(part)
-            due = state.due
-            decode = self._decode[side]
-            while due and due[0][0] < stream_time:
-                _, _, (key, at) = heappop(due)
+            states[side] = (pending, part, state)
+            for _, sequence, (key, at) in state.due:
                 times = state.windows.get(key)
-                if times is None or at not in times:
-                    continue  # it found a partner meanwhile
-                for raw in pending.values(part, key, at):
-                    results.append(_pair(side, key, decode(raw), None))
-                pending.remove(part, state, key, at)
+                if times is not None and at in times:  # (else it found a partner meanwhile)
+                    waiting.append((at, 1 - side, sequence, side, key))
+        waiting.sort(key=lambda entry: entry[:3])
+        lead.min_time = None
+        open_sides = [False, False]
+        emitted: set[tuple[int, Any, int]] = set()
+        for at, _, _, side, key in waiting:
+            lead.min_time = at
+            if open_sides[0] and open_sides[1]:
+                break
+            if at + window.within_ms + window.grace_ms >= stream_time:
+                open_sides[side] = True
+                continue
+            found = states[side]
+            assert found is not None
+            pending, part, state = found
+            decode = self._decode[side]
+            for raw in pending.values(part, key, at):
+                results.append(_pair(side, key, decode(raw), None))
+            pending.remove(part, state, key, at)
+            emitted.add((side, key, at))
+        for side, found in enumerate(states):
+            if found is not None:
+                state = found[2]
+                state.due = [entry for entry in state.due
+                             if (side, entry[2][0], entry[2][1]) not in emitted
+                             and entry[2][1] in state.windows.get(entry[2][0], ())]
+                heapify(state.due)
 
 
 def _pair(side: int, key: Any, mine: Any, theirs: Any) -> Joined:
