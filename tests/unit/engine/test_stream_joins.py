@@ -91,6 +91,30 @@ def test_an_outer_join_emits_either_side_alone() -> None:
         assert sorted(results(driver, out)) == [("zz", ["later", None])]
 
 
+def test_records_alone_wait_as_kafka_streams_makes_them_wait_and_a_late_partner_still_takes_one_out() -> None:
+    """Kafka Streams' emitNonJoinedOuterRecords (within 10 s, grace 2 s: a record's window closes 12 s after
+    it): a look goes through the waiting records of both sides in time order and stops once a record of each
+    side is still open, remembering the time of the record it stopped at; the next look waits until stream
+    time passed that time's window. So pay-b, whose own window closed at 117, still waits at 118, and the late
+    order-b (at 104) joins it instead of finding it emitted alone."""
+    app, orders, payments, out = join_app("outer")
+    with TestDriver(app) as driver:
+        driver.send(orders, key="a", value="order-a", timestamp_ms=100 * S)
+        driver.send(payments, key="b", value="pay-b", timestamp_ms=105 * S)
+        driver.send(orders, key="c", value="order-c", timestamp_ms=106 * S)
+        driver.send(orders, key="d", value="order-d", timestamp_ms=107 * S)
+        assert results(driver, out) == []
+        driver.send(payments, key="z", value="pay-z", timestamp_ms=113 * S)  # a closed; b, c open: stops at d
+        assert results(driver, out) == [("a", ["order-a", None])]
+        driver.send(payments, key="y", value="pay-y", timestamp_ms=118 * S)  # not past d's window (119)
+        assert results(driver, out) == []
+        driver.send(orders, key="b", value="order-b", timestamp_ms=104 * S)  # late, yet pay-b still waits
+        assert results(driver, out) == [("b", ["order-b", "pay-b"])]
+        driver.send(payments, key="x", value="pay-x", timestamp_ms=130 * S)  # c, d and z closed; y open
+        assert results(driver, out) == [("c", ["order-c", None]), ("d", ["order-d", None]),
+                                         ("z", [None, "pay-z"])]
+
+
 def test_records_past_the_retention_are_deleted_and_found_by_nobody() -> None:
     """within 10 s, grace 2 s: a stream's records are kept for 22 s of its own time."""
     app, orders, payments, out = join_app("inner")
