@@ -274,8 +274,9 @@ class Worker(Service):
 
     def status(self) -> dict[str, Any]:
         """What this worker holds now (`GET /status`, engine status): its tasks, its stores' changelog
-        positions per task (summed over tables), the late events counted per windowed table, and the
-        partitions whose committed offset was gone from the broker (engine.tasks.starts)."""
+        positions per task (summed over tables), the late events counted per windowed table, the
+        partitions whose committed offset was gone from the broker (engine.tasks.starts), and where the
+        checkpoint under way stands ("prepared": its writes being sent and committed; None between two)."""
         assigned = self._assigned()
         return {
             "app": self.app.id, "worker": self.placement.endpoint,
@@ -288,6 +289,7 @@ class Worker(Service):
             "offset_jumps": {f"{tp.topic}[{tp.partition}]": {"committed": j.committed, "to": j.to,
                                                              "skipped": j.skipped}
                              for tp, j in sorted(self.tasks.starts.jumps.items())},
+            "checkpoint": current.state.value if (current := self.tasks.checkpoints.current) else None,
         }
 
     def _settled(self) -> None:

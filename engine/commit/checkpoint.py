@@ -126,6 +126,7 @@ class Checkpointer:
         self.lock = asyncio.Lock()
         self.durations = Histogram()  # seconds per checkpoint, pause included (for /metrics)
         self.failures = 0
+        self.current: Checkpoint | None = None  # the one between its cut and its end, for /status
 
     async def run(self, pause_timeout: float, only: Collection[TP] | None = None) -> Checkpoint:
         """Checkpoint (the offsets of `only`, or of every task); one at a time."""
@@ -168,6 +169,14 @@ class Checkpointer:
         if cut.cuts:
             self._adopt_global_writes(cut)
         cut.to(CheckpointState.PREPARED)
+        self.current = cut
+        try:
+            return await self._commit(cut)
+        finally:
+            self.current = None
+
+    async def _commit(self, cut: Checkpoint) -> Checkpoint:
+        """Send and commit a prepared cut, as the guarantee says, then complete it."""
         guarantee = self.guarantee
         if cut.empty and not guarantee.commits_empty_cuts:
             cut.to(CheckpointState.SENT)
