@@ -111,3 +111,50 @@ async def test_a_send_waiting_for_a_topics_metadata_fails_when_the_producer_stop
     await asyncio.wait_for(producer.stop(), 5)
     with pytest.raises(DeliveryFailed, match="closed"):
         await asyncio.wait_for(sending, 5)
+
+
+class PartialMetadata:
+    """aiokafka's producer whose metadata of a topic created a moment ago lists only its partition 0 until the
+    second update; its `send_batch` asserts, as aiokafka's does, that the partition is in the metadata."""
+
+    def __init__(self) -> None:
+        self.updates = 0
+        self.sent: list[tuple[str, int]] = []
+        self.client = self  # (the producer's client and its cluster: this stand-in)
+        self.cluster = self
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return {0, 1, 2, 3} if self.updates >= 2 else {0}
+
+    def add_topic(self, topic: str) -> None: ...
+
+    async def force_metadata_update(self) -> bool:
+        self.updates += 1
+        return True
+
+    async def send_batch(self, batch: Any, topic: str, partition: int) -> asyncio.Future[Any]:
+        assert partition in self.partitions_for_topic(topic), "Unrecognized partition"
+        self.sent.append((topic, partition))
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+async def test_a_batch_for_a_partition_the_metadata_does_not_list_yet_waits_for_it():
+    producer = KafkaProducer("127.0.0.1:9", {})
+    fake = PartialMetadata()
+    producer._client = fake  # type: ignore[assignment]
+    await producer._send_batch(object(), "new-closed", 3)
+    assert fake.sent == [("new-closed", 3)]
+    assert fake.updates == 2
+
+
+async def test_a_partition_the_metadata_never_lists_fails_the_batch_after_the_request_timeout():
+    producer = KafkaProducer("127.0.0.1:9", {})
+    fake = PartialMetadata()
+    fake.partitions_for_topic = lambda topic: {0}  # type: ignore[method-assign]
+    producer._client = fake  # type: ignore[assignment]
+    producer._timeout = 0.3
+    with pytest.raises(DeliveryFailed, match=r"'new-closed'\[3\]: the broker's metadata has no such"):
+        await producer._send_batch(object(), "new-closed", 3)
+    assert fake.sent == []
