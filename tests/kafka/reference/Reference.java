@@ -41,6 +41,16 @@ import org.apache.kafka.streams.kstream.Windowed;
  *
  *   java Reference BOOTSTRAP APP_ID table-joins INPUT OUTPUT 0 0 RIGHT_INPUT ORDERS
  *
+ * event-time     A, B unused; INPUT is a prefix: one topology over six topics, as one app of several event-time
+ *                tables and joins (tests/integration/event_time_apps.py): the words of PREFIXwords counted in
+ *                session windows (gap 5 s, grace 10 s) and sliding windows (30 s, grace 10 s), final results
+ *                keyed "sessions:key@start@end" and "sliding:key@start@end"; PREFIXleft joined with
+ *                PREFIXright within 5 s (grace 2 s), inner, left and outer, keyed "ss-inner:key" (and
+ *                "ss-left", "ss-outer"), value "left|right"; tables over PREFIXt-left, PREFIXt-right and
+ *                PREFIXt-orders joined as table-joins does, its tags "inner", "left", "outer", "fk-inner"
+ *
+ *   java Reference BOOTSTRAP APP_ID event-time PREFIX OUTPUT 0 0
+ *
  * Record caches are off, so results do not depend on when Kafka Streams commits, nor (emit interval 0)
  * those of joins on the wall clock. Prints "RUNNING" once it runs, and stops on SIGTERM.
  */
@@ -75,6 +85,32 @@ public final class Reference {
                 tagged(left.outerJoin(right, pair), "outer", output, produced);
                 tagged(orders.join(right, foreignKey, pair), "fk-inner", output, produced);
                 tagged(orders.leftJoin(right, foreignKey, pair), "fk-left", output, produced);
+            }
+            case "event-time" -> {
+                final var words = builder.stream(input + "words", consumed).groupByKey();
+                finals(words.windowedBy(SessionWindows.ofInactivityGapAndGrace(Duration.ofSeconds(5),
+                        Duration.ofSeconds(10))).count(), "sessions:", output, produced);
+                finals(words.windowedBy(SlidingWindows.ofTimeDifferenceAndGrace(Duration.ofSeconds(30),
+                        Duration.ofSeconds(10))).count(), "sliding:", output, produced);
+                final KStream<String, String> left = builder.stream(input + "left", consumed);
+                final KStream<String, String> right = builder.stream(input + "right", consumed);
+                final JoinWindows within = JoinWindows.ofTimeDifferenceAndGrace(Duration.ofSeconds(5),
+                                                                                Duration.ofSeconds(2));
+                final StreamJoined<String, String, String> joined = StreamJoined.with(strings, strings, strings);
+                final ValueJoiner<String, String, String> pair = (row, other) -> row + "|" + other;
+                left.join(right, pair, within, joined).selectKey((key, value) -> "ss-inner:" + key)
+                    .to(output, produced);
+                left.leftJoin(right, pair, within, joined).selectKey((key, value) -> "ss-left:" + key)
+                    .to(output, produced);
+                left.outerJoin(right, pair, within, joined).selectKey((key, value) -> "ss-outer:" + key)
+                    .to(output, produced);
+                final KTable<String, String> rows = builder.table(input + "t-left", consumed);
+                final KTable<String, String> others = builder.table(input + "t-right", consumed);
+                final KTable<String, String> orders = builder.table(input + "t-orders", consumed);
+                tagged(rows.join(others, pair), "inner", output, produced);
+                tagged(rows.leftJoin(others, pair), "left", output, produced);
+                tagged(rows.outerJoin(others, pair), "outer", output, produced);
+                tagged(orders.join(others, row -> row.split("/")[0], pair), "fk-inner", output, produced);
             }
             default -> throw new IllegalArgumentException("no mode " + mode);
         }
@@ -116,11 +152,17 @@ public final class Reference {
     private static void finals(final KTable<Windowed<String>, Long> counts,
                                                             final String output,
                                                             final Produced<String, String> produced) {
+        finals(counts, "", output, produced);
+    }
+
+    /** As above, each key prefixed with `tag`. */
+    private static void finals(final KTable<Windowed<String>, Long> counts, final String tag,
+                               final String output, final Produced<String, String> produced) {
         counts.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()))
               .toStream()
               .filter((key, count) -> count != null)
               .map((key, count) -> KeyValue.pair(
-                      key.key() + "@" + key.window().start() + "@" + key.window().end(), String.valueOf(count)))
+                      tag + key.key() + "@" + key.window().start() + "@" + key.window().end(), String.valueOf(count)))
               .to(output, produced);
     }
 }
