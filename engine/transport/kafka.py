@@ -101,8 +101,6 @@ from engine.transport.base import ClientTuning, GroupDescription, GroupMember
 
 IDLE_POLL = 0.5  # seconds a fetch that may wait for as long as nothing changes waits here before returning
 POSITION_WAIT = 0.05  # seconds `lag` waits for a partition's position before saying it is not known
-METADATA_RETRY = 0.1  # seconds between asks for the metadata of a partition a batch is bound for
-
 log = logging.getLogger(__name__)
 
 
@@ -898,7 +896,6 @@ class KafkaProducer:
         return last
 
     async def _send_batch(self, batch: Any, topic: str, partition: int) -> asyncio.Future[Any]:
-        await self._partition_known(topic, partition)
         try:
             sent: asyncio.Future[Any] = await self._client.send_batch(batch, topic, partition=partition)
         except KafkaError as exc:
@@ -908,26 +905,6 @@ class KafkaProducer:
                                      ) from exc
         self._deliveries.add(sent)
         return sent
-
-    async def _partition_known(self, topic: str, partition: int) -> None:
-        """Wait until the client's metadata has `partition` of `topic`. aiokafka's `send_batch` waits for the
-        topic's metadata, then asserts that the partition is in it: the metadata of a topic created a moment
-        ago can list only some of its partitions (those whose leader is known), and the assertion stopped a
-        new app's worker at its first checkpoint's closed windows. Asked again every METADATA_RETRY seconds,
-        for up to the request timeout; then DeliveryFailed (the checkpoint fails, its tasks rewind)."""
-        cluster = self._client.client.cluster
-        if partition in (cluster.partitions_for_topic(topic) or ()):
-            return
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._timeout
-        while partition not in (cluster.partitions_for_topic(topic) or ()):
-            if loop.time() > deadline:
-                raise DeliveryFailed(f"cannot send to {topic!r}[{partition}]: the broker's metadata has no "
-                                     f"such partition (after {self._timeout:.0f} s)")
-            self._client.client.add_topic(topic)
-            await self._client.client.force_metadata_update()
-            if partition not in (cluster.partitions_for_topic(topic) or ()):
-                await asyncio.sleep(METADATA_RETRY)
 
     def _partitions_of(self, topic: str) -> list[TopicPartition]:
         """The topic's partitions by number, from the client's metadata; empty while it has none."""
