@@ -95,10 +95,13 @@ class TopicPlan:
 
 @dataclass(frozen=True)
 class CoPartitioned:
-    """Topics whose partition counts must be equal, and why."""
+    """Topics whose partition counts must be equal, and why. `settles`: whether a count the broker has for
+    one of them settles the others' (a window's closed or late topic follows its table, never leads it: it
+    is checked, not followed)."""
 
     topics: tuple[str, ...]
     why: str
+    settles: bool = True
 
 
 @dataclass
@@ -149,7 +152,7 @@ class Topology:
         fixed = {name: counts.get(name, plan.partitions) for name, plan in self.topics.items()
                  if name in counts or not plan.follower}
         open_ = {name: plan.follows for name, plan in self.topics.items() if name not in fixed}
-        groups = [group.topics for group in self.copartitioned]
+        groups = [group.topics for group in self.copartitioned if group.settles]
         for name, count in followed_counts(fixed, open_, groups).items():
             self.topics[name] = replace(self.topics[name], partitions=count)
 
@@ -301,3 +304,11 @@ def _add_table(topology: Topology, table: BaseTable) -> None:
         for topic, kind in kinds:
             if topic is not None:
                 topology.add(topic, kind, user=table.name, partitions=count, follows=(changelog.name,))
+                # Partition p of the table sends its closed windows (late events) to partition p of the
+                # topic: one made beforehand with fewer partitions (a reader that had the broker create it)
+                # would fail the first checkpoint that sends there.
+                what = "final results" if kind == "closed" else "late events"
+                topology.copartitioned.append(CoPartitioned(
+                    (changelog.name, topic.name),
+                    f"table {table.name!r} sends the {what} of its partition p to partition p of "
+                    f"{topic.name!r}", settles=False))

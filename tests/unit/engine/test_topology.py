@@ -73,6 +73,8 @@ def test_every_topic_with_its_role_partitions_and_config():
     assert topology.undeclared == {}
     line = by_customer_line()
     assert [(g.topics, g.why) for g in topology.copartitioned] == [
+        (("shop-totals-changelog", "shop-totals-closed"),  # checked, never followed (settles=False)
+         "table 'totals' sends the final results of its partition p to partition p of 'shop-totals-closed'"),
         (("shop-by-customer-repartition", "shop-customers-changelog"),
          "agent 'by_customer' joins stream 'shop-by-customer-repartition' with table 'customers'"),
         (("quotes", "fx-rates"), "agent 'convert' joins stream 'quotes' with table 'rates'"),
@@ -312,3 +314,30 @@ async def test_a_pipeline_declared_only_at_run_time_still_delivers():
         await testing.eventually(lambda: len(seen) == 6, 10)
     assert sorted(seen) == sorted((f"c{n % 2}", n) for n in range(6))
     assert testing.broker_for(url).topics["late-run-by-customer-repartition"], "created, not auto-created"
+
+
+async def test_a_closed_topic_made_beforehand_with_another_count_is_refused_at_start():
+    """A reader of a windowed table's closed topic before the first worker made it has the broker make it with
+    its default count: the worker refuses to start, naming both counts and the reset, rather than failing the
+    first checkpoint that sends partition 3's final results."""
+    url = testing.memory_url()
+    broker = testing.broker_for(url)
+    broker.create_topic("clicks", 4)
+    broker.create_topic("made-per-minute-closed", 1)
+    app = engine.App("made", broker=url)
+    per_minute = app.Table("per-minute", default=int, key_type=str).tumbling(60)
+    per_minute.closed()
+
+    @app.agent(app.topic("clicks", key_type=str))
+    async def count(stream):
+        async for user in stream:
+            per_minute[user] += 1
+
+    worker = engine.Worker(app, app.settings())
+    with pytest.raises(TopologyError) as raised:
+        await worker.start()
+    await worker.stop()
+    assert ("table 'per-minute' sends the final results of its partition p to partition p of "
+            "'made-per-minute-closed', so their topics must have the same number of partitions, but "
+            "'made-per-minute-changelog' has 4, 'made-per-minute-closed' has 1") in str(raised.value)
+    assert "`engine reset -A <module>:app --execute`" in str(raised.value)
