@@ -87,11 +87,18 @@ def seeded() -> Input:
     records: list[tuple[int, Produced]] = []  # (arrival, record): the topics' records interleaved by arrival
     for n, (key, at) in enumerate(words):
         records.append((n, ("words", key, "v", at, None)))
+    # The streams' times follow the words' (as a second day's data would): a task releases every word it has
+    # before any of them, in long runs; produced among the words all the same.
+    shift = last - min(at for _, at in left + right) + 60_000
     for side, stream in (("left", left), ("right", right)):
         for n, (key, at) in enumerate(stream):
+            at += shift
             records.append((n * len(words) // len(stream), (side, key, f"{side}-{key}-{at}", at, None)))
-    for n, (table, key, value) in enumerate(updates):  # the tables' times spread over the words'
-        at = first + (last - first) * n // len(updates)
+    # The tables' records in three phases, produced among the others but timed before the words, in their
+    # middle and after them.
+    phases = (first - 60_000, (first + last) // 2, last + 1_000)
+    for n, (table, key, value) in enumerate(updates):
+        at = phases[3 * n // len(updates)] + n
         records.append((n * len(words) // len(updates), (f"t-{table}", key, value, at, None)))
     ordered = [record for _, record in sorted(records, key=lambda item: item[0])]
     closing = max(at for _, _, _, at, _ in ordered) + SLIDING_MS + SLIDING_GRACE_MS + 2 * WITHIN_MS
@@ -208,8 +215,9 @@ class Run:
         """`finals`: how many session finals the whole input gives (a kill mid-stream waits for a third)."""
         self.kafka, self.tmp_path, self.prefix, self.finals = kafka, tmp_path, prefix, finals
         self.app_id = unique(f"et-{guarantee[:3]}")
+        # Small mailboxes: batches wait for room and are handed over later (parked) all through a backlog.
         self.env = {"ITEST_APP": self.app_id, "ITEST_PREFIX": prefix, "ITEST_GUARANTEE": guarantee,
-                    **SHORT_SESSION}
+                    "ENGINE_MAILBOX_SIZE": "50", **SHORT_SESSION}
         self.workers: list[WorkerProcess] = []
 
     def start(self, name: str, data: str) -> WorkerProcess:
