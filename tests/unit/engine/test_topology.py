@@ -196,6 +196,15 @@ async def test_a_table_takes_the_partition_count_of_the_topic_that_writes_it():
         await worker.stop()
 
 
+async def refused_at_start(app: engine.App) -> str:
+    """What the TopologyError a worker of `app` refuses to start with says."""
+    worker = engine.Worker(app, app.settings())
+    with pytest.raises(TopologyError) as raised:
+        await worker.start()
+    await worker.stop()
+    return str(raised.value)
+
+
 async def test_a_table_written_from_topics_of_other_counts_is_refused_at_start():
     url = testing.memory_url()
     testing.broker_for(url).create_topic("sales", 6)
@@ -213,16 +222,13 @@ async def test_a_table_written_from_topics_of_other_counts_is_refused_at_start()
         async for sku in stream:
             stock[sku] += 1
 
-    worker = engine.Worker(app, app.settings())
-    with pytest.raises(TopologyError) as raised:
-        await worker.start()
-    await worker.stop()
+    refused = await refused_at_start(app)
     assert re.fullmatch(
         r"the topology does not fit the broker: table 'stock' is used by key in agent 'sell' "
         r"\(test_topology\.py:\d+\), agent 'take_back' \(test_topology\.py:\d+\), which process the "
         r"events of 'sales', 'returns', so their topics must have the same number of partitions, but 'sales' "
         r"has 6, 'returns' has 2; declare the same partitions= on both, or recreate the smaller one \(and "
-        r"re-key with group_by if the source cannot change\)", str(raised.value))
+        r"re-key with group_by if the source cannot change\)", refused)
     assert "two-stock-changelog" not in testing.broker_for(url).topics, "refused before creating it"
 
 
@@ -333,11 +339,8 @@ async def test_a_closed_topic_made_beforehand_with_another_count_is_refused_at_s
         async for user in stream:
             per_minute[user] += 1
 
-    worker = engine.Worker(app, app.settings())
-    with pytest.raises(TopologyError) as raised:
-        await worker.start()
-    await worker.stop()
+    refused = await refused_at_start(app)
     assert ("table 'per-minute' sends the final results of its partition p to partition p of "
             "'made-per-minute-closed', so their topics must have the same number of partitions, but "
-            "'made-per-minute-changelog' has 4, 'made-per-minute-closed' has 1") in str(raised.value)
-    assert "`engine reset -A <module>:app --execute`" in str(raised.value)
+            "'made-per-minute-changelog' has 4, 'made-per-minute-closed' has 1") in refused
+    assert "`engine reset -A <module>:app --execute`" in refused
