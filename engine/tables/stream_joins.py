@@ -164,16 +164,19 @@ class JoinBuffer(EventTimeTable):
 
 
 class PendingState(KeyedWindowState):
-    """A pending buffer's partition index, with Kafka Streams' `minTime` of the join's records waiting (kept
-    on the left side's state when the join has one, for both sides: Kafka Streams keeps one outer store per
-    join and task). Not stored: a partition taken on here starts without it (None), as a Kafka Streams task
-    starts with Long.MAX_VALUE, which lets its first look go through."""
+    """A pending buffer's partition index, with Kafka Streams' TimeTracker of the join (kept on the left
+    side's state when the join has one, for both sides: Kafka Streams keeps one per join and task):
+    `stream_time`, the newest time of every record the join was given (those it skips, a tombstone or a
+    record without key, included), and `min_time`, the oldest record put to wait since the last look or the
+    record that look stopped at. In memory only, as Kafka Streams' are: a partition taken on here starts
+    without them (None), as a Kafka Streams task starts with stream time -1 and minTime Long.MAX_VALUE."""
 
-    __slots__ = ("min_time",)
+    __slots__ = ("min_time", "stream_time")
 
     def __init__(self) -> None:
         super().__init__()
         self.min_time: int | None = None
+        self.stream_time: int | None = None
 
 
 class PendingBuffer(JoinBuffer):
@@ -215,6 +218,7 @@ class StreamJoin:
         self.outer = pending[0] is not None or pending[1] is not None
         self._left_name = left.name
         self._decode = (left.value_codec.decode, right.value_codec.decode)
+        self._encode_key = (left.key_codec.encode, right.key_codec.encode)  # (the order of a look's records)
         self._extract = (left.timestamp, right.timestamp)  # event time extractors (None: the record's)
 
     def process(self, event: Event) -> list[Joined]:
@@ -222,14 +226,17 @@ class StreamJoin:
         whose wait ended (if this record is at stream time), then its joins."""
         side = 0 if event.tp.topic == self._left_name else 1
         key, value = event.key, event.value
-        if value is None:
+        at = event.time_ms
+        if at is None and (value is not None or self._extract[side] is None):  # (an extractor reads a value)
+            at = event_time_ms(self._extract[side], event)
+        lead = self._lead(event) if self.outer else None
+        if lead is not None and at is not None and (lead.stream_time is None or at > lead.stream_time):
+            lead.stream_time = at  # (every record moves it, those skipped below too, as in Kafka Streams)
+        if value is None or at is None:
             return []  # a tombstone joins nothing (Kafka Streams skips it)
         pending = self.pending[side]
         if key is None:
             return [] if pending is None else [_pair(side, None, value, None)]
-        at = event.time_ms
-        if at is None:
-            at = event_time_ms(self._extract[side], event)
         mine, theirs = self.buffers[side], self.buffers[1 - side]
         my_part, _ = mine.table._route_write(key, event)
         their_part = theirs.table.active.get(my_part.number)  # (the same partition: co-partitioned)
@@ -241,15 +248,14 @@ class StreamJoin:
         assert isinstance(their_state, KeyedWindowState)
         raw = event.record.value
         assert raw is not None
-        my_time = my_state.store_time
         mine.append(my_part, my_state, key, at, raw)
-        stream_time = at if my_time is None or at > my_time else my_time
         their_time = their_state.store_time
-        if their_time is not None and their_time > stream_time:
-            stream_time = their_time
         results: list[Joined] = []
-        if at == stream_time and self.outer:
-            self._emit_waited(event, stream_time, results)
+        stream_time = at
+        if lead is not None:
+            stream_time = lead.stream_time if lead.stream_time is not None else at  # (it is: set above)
+            if at == stream_time:
+                self._emit_waited(event, lead, stream_time, results)
         within = self.window.within_ms
         low, high = at - within, at + within
         shown = 0 if their_time is None else their_time - self.window.retention_ms + 1
@@ -290,7 +296,7 @@ class StreamJoin:
                 state = pending.state(part)
                 if pending.append(part, state, key, at, raw):
                     pending.wait(state, key, at)
-                lead = self._lead(event)
+                assert lead is not None
                 if lead.min_time is None or at < lead.min_time:
                     lead.min_time = at  # (Kafka Streams' updatedMinTime)
         return results
@@ -310,20 +316,24 @@ class StreamJoin:
         if times is not None and at in times:
             pending.remove(part, state, key, at)
 
-    def _emit_waited(self, event: Event, stream_time: int, results: list[Joined]) -> None:
+    def _emit_waited(self, event: Event, lead: PendingState, stream_time: int, results: list[Joined]) -> None:
         """The records of this partition whose wait for a partner ended before `stream_time`, alone: Kafka
         Streams' emitNonJoinedOuterRecords, step for step. It looks only once stream time passed the join
         window of `min_time` (the oldest record put since its last look, or the record its last look stopped
-        at), then goes through the waiting records of both sides in time order (the right side's first on a
-        tie) and emits each whose window closed, until a record of each side with its window still open was
-        seen; `min_time` is left at the last record it looked at. (So a record waits past its own window while
-        an older one of the other side is still open, and a late partner may yet take it out, as in Kafka
-        Streams: results equal its own.)"""
-        lead = self._lead(event)
+        at; never before one is put when the window is 0 wide, as Long.MAX_VALUE + 0 in Kafka Streams), then
+        goes through the waiting records of both sides in its store's order (time, the right side's first,
+        the key's bytes) and emits each whose window closed, until a record of each side with its window
+        still open was seen; `min_time` is left at the last record it looked at. (So a record waits past its
+        own window while an older one of the other side is still open, and a late partner may yet take it
+        out, as in Kafka Streams: results equal its own.)"""
         window = self.window
-        if lead.min_time is not None and lead.min_time + window.within_ms + window.grace_ms >= stream_time:
+        reach = window.within_ms + window.grace_ms
+        if lead.min_time is None:
+            if reach == 0:
+                return
+        elif lead.min_time + reach >= stream_time:
             return
-        waiting: list[tuple[int, int, int, int, Any]] = []  # (time, right first, order, side, key)
+        waiting: dict[tuple[int, Any, int], tuple[int, int, bytes]] = {}  # (side, key, time) -> its order
         states: list[tuple[PendingBuffer, TablePartition, PendingState] | None] = [None, None]
         for side, pending in enumerate(self.pending):
             if pending is None:
@@ -331,19 +341,19 @@ class StreamJoin:
             part = pending.table._partition(event.tp.partition, event.key)
             state = pending.state(part)
             states[side] = (pending, part, state)
-            for _, sequence, (key, at) in state.due:
+            encode = self._encode_key[side]
+            for _, _, (key, at) in state.due:
                 times = state.windows.get(key)
-                if times is not None and at in times:  # (else it found a partner meanwhile)
-                    waiting.append((at, 1 - side, sequence, side, key))
-        waiting.sort(key=lambda entry: entry[:3])
+                # (Once each: a record taken out by a partner and put to wait again has two entries.)
+                if times is not None and at in times and (side, key, at) not in waiting:
+                    waiting[(side, key, at)] = (at, 1 - side, encode(key) or b"")
         lead.min_time = None
         open_sides = [False, False]
-        emitted: set[tuple[int, Any, int]] = set()
-        for at, _, _, side, key in waiting:
+        for side, key, at in sorted(waiting, key=waiting.__getitem__):
             lead.min_time = at
             if open_sides[0] and open_sides[1]:
                 break
-            if at + window.within_ms + window.grace_ms >= stream_time:
+            if at + reach >= stream_time:
                 open_sides[side] = True
                 continue
             found = states[side]
@@ -353,13 +363,11 @@ class StreamJoin:
             for raw in pending.values(part, key, at):
                 results.append(_pair(side, key, decode(raw), None))
             pending.remove(part, state, key, at)
-            emitted.add((side, key, at))
-        for side, found in enumerate(states):
+        for found in states:
             if found is not None:
                 state = found[2]
-                state.due = [entry for entry in state.due
-                             if (side, entry[2][0], entry[2][1]) not in emitted
-                             and entry[2][1] in state.windows.get(entry[2][0], ())]
+                windows = state.windows
+                state.due = [entry for entry in state.due if entry[2][1] in windows.get(entry[2][0], ())]
                 heapify(state.due)
 
 

@@ -115,6 +115,46 @@ def test_records_alone_wait_as_kafka_streams_makes_them_wait_and_a_late_partner_
                                          ("z", [None, "pay-z"])]
 
 
+def test_a_record_put_to_wait_again_at_the_same_time_is_emitted_alone_once() -> None:
+    """order k@10 waits, pay@5 takes it out, and a second order k@10 (pay@5 past the retention by then)
+    waits at the same key and time: the next look emits it alone, once (two entries of the wait, one
+    record)."""
+    app, orders, payments, out = join_app("left", within=5, grace=0)
+    with TestDriver(app) as driver:
+        driver.send(orders, key="k", value="order-1", timestamp_ms=10 * S)
+        driver.send(payments, key="k", value="pay-5", timestamp_ms=5 * S)
+        assert results(driver, out) == [("k", ["order-1", "pay-5"])]
+        driver.send(payments, key="k2", value="pay-15", timestamp_ms=15 * S)  # not past 10's window (15)
+        driver.send(orders, key="k", value="order-2", timestamp_ms=10 * S)
+        assert results(driver, out) == []
+        driver.send(payments, key="k3", value="pay-16", timestamp_ms=16 * S)
+        assert results(driver, out) == [("k", ["order-2", None])]
+
+
+def test_records_alone_of_one_time_go_in_the_order_of_their_keys_bytes() -> None:
+    """Kafka Streams' outer store is ordered by time, side, then the key's bytes: b and a of one time are
+    emitted a first, whatever order they came in."""
+    app, orders, payments, out = join_app("left")
+    with TestDriver(app) as driver:
+        driver.send(orders, key="b", value="order-b", timestamp_ms=100 * S)
+        driver.send(orders, key="a", value="order-a", timestamp_ms=100 * S)
+        driver.send(payments, key="z", value="pay-z", timestamp_ms=113 * S)
+        assert results(driver, out) == [("a", ["order-a", None]), ("b", ["order-b", None])]
+
+
+def test_a_record_without_key_moves_the_joins_stream_time_too() -> None:
+    """Kafka Streams advances a join's stream time with every record it is given, a record without key (which
+    a left join emits alone at once) included: order-b at 150 is behind stream time (200), so no look is
+    made (order-a still waits), and its own window (till 162) is over already: alone at once."""
+    app, orders, _, out = join_app("left")
+    with TestDriver(app) as driver:
+        driver.send(orders, key="a", value="order-a", timestamp_ms=100 * S)
+        driver.send(orders, key=None, value="order-x", timestamp_ms=200 * S)
+        assert results(driver, out) == [(None, ["order-x", None])]
+        driver.send(orders, key="b", value="order-b", timestamp_ms=150 * S)
+        assert results(driver, out) == [("b", ["order-b", None])]
+
+
 def test_records_past_the_retention_are_deleted_and_found_by_nobody() -> None:
     """within 10 s, grace 2 s: a stream's records are kept for 22 s of its own time."""
     app, orders, payments, out = join_app("inner")
