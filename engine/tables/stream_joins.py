@@ -11,10 +11,11 @@ buffer, a table `<agent>-join-<n>-left` or `-right` of (key, event time) -> the 
 a changelog like any table's; it is joined with every record of the other buffer with its key and a time at
 most `within` away, found while that record is within the other stream's retention (engine.windows.
 JoinWindows). A record with no partner in a left (outer) join waits in `-left-pending` (`-right-pending`)
-until stream time (the newer of the two streams') passes its time + within + grace, and is then emitted
-alone, when a record comes at stream time; a partner found before that takes it out. Exactly Kafka Streams'
-order of steps, so results equal its own (with its emit interval for those results at 0; see
-tests/kafka/reference).
+until the join's stream time (the newest time of every record given to it, of either stream) passes its
+time + within + grace, and is then emitted alone, when a record comes at stream time, by Kafka Streams' rule
+for a look at the records waiting (`StreamJoin._emit_waited`); a partner found before that takes it out.
+Exactly Kafka Streams' order of steps, so results equal its own (with its emit interval for those results at
+0; see tests/kafka/reference).
 
 Values are kept as their topic encoded them (the raw record value), so a buffer needs no codec of its own:
 a buffer entry is the values at one time, each prefixed by its 4-byte length.
@@ -137,7 +138,7 @@ class JoinBuffer(EventTimeTable):
     # -- the checkpoint's steps (engine.tables.partition.Windowing) -----------------------------------
 
     def advance(self, part: TablePartition, processed: int | None) -> None:
-        """(A join's stream time is its buffers' store times: nothing to advance.)"""
+        """(A join's stream time moves with its records, in `StreamJoin.process`: nothing to advance.)"""
 
     def close_windows(self, part: TablePartition) -> list[Closed]:
         return []
