@@ -42,7 +42,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-pytestmark = [pytest.mark.kafka, pytest.mark.storm]
+# A storm takes about 3 minutes beside two busy processes, and longer beside the suite's heaviest tests
+# (in the other test process): bounded by its own waits (each stage's progress), not by the suite's 300 s.
+pytestmark = [pytest.mark.kafka, pytest.mark.storm, pytest.mark.timeout(600)]
 
 RESTARTS = 5
 UP_BETWEEN = 2.0  # seconds each node stays up between two restarts: events flow, the group rejoins
