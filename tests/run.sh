@@ -11,4 +11,9 @@ echo "== import-linter"; lint-imports
 echo "== mkdocs";        NO_MKDOCS_2_WARNING=1 mkdocs build --strict   # into build/site (git-ignored)
 # Two test processes, each with its own brokers: most tests wait on brokers and workers, not on the CPU
 # (the whole suite took 12 minutes in one process and 8 in two, on 2 cores). A file stays in one process.
-echo "== pytest";        exec python -m pytest -p no:cacheprovider -n 2 --dist loadfile "$@"
+echo "== pytest";        python -m pytest -p no:cacheprovider -n 2 --dist loadfile -m "not storm" "$@"
+# Then the restart storms, alone: beside the event-time differential in the other process one ran past its
+# bounds and once gave outputs twice, where beside two busy processes 18 runs of 18 were exact. (Exit code 5,
+# no test selected, when the arguments select none of them.)
+echo "== pytest: the restart storms, alone"
+python -m pytest -p no:cacheprovider -m storm "$@" || { code=$?; [ "$code" -eq 5 ] || exit "$code"; }
