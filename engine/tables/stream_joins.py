@@ -23,7 +23,6 @@ a buffer entry is the values at one time, each prefixed by its 4-byte length.
 
 from __future__ import annotations
 
-from heapq import heapify, heappush
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from engine.errors import ConfigError
@@ -182,7 +181,7 @@ class PendingState(KeyedWindowState):
 
 class PendingBuffer(JoinBuffer):
     """A left (outer) join's records that found no partner yet, waiting to be emitted alone: its partitions'
-    index also has them in a heap by the stream time at which they are emitted."""
+    index (each key's times) is what a look goes through (`StreamJoin._emit_waited`)."""
 
     def _new_state(self) -> WindowState:
         return PendingState()
@@ -191,18 +190,6 @@ class PendingBuffer(JoinBuffer):
         state = super().state(part)
         assert isinstance(state, PendingState)
         return state
-
-    def _load_state(self, part: TablePartition) -> WindowState:
-        state = super()._load_state(part)
-        assert isinstance(state, KeyedWindowState)
-        for key, times in state.windows.items():
-            for at in times:
-                self.wait(state, key, at)
-        return state
-
-    def wait(self, state: KeyedWindowState, key: Any, at: int) -> None:
-        state.sequence += 1
-        heappush(state.due, (at + self.window.within_ms + self.window.grace_ms, state.sequence, (key, at)))
 
     def expire(self, part: TablePartition) -> int:
         return 0  # they leave when emitted, or when a partner comes
@@ -254,7 +241,8 @@ class StreamJoin:
         results: list[Joined] = []
         stream_time = at
         if lead is not None:
-            stream_time = lead.stream_time if lead.stream_time is not None else at  # (it is: set above)
+            assert lead.stream_time is not None  # (moved by this record above)
+            stream_time = lead.stream_time
             if at == stream_time:
                 self._emit_waited(event, lead, stream_time, results)
         within = self.window.within_ms
@@ -295,8 +283,7 @@ class StreamJoin:
             else:
                 part, _ = pending.table._route_write(key, event)
                 state = pending.state(part)
-                if pending.append(part, state, key, at, raw):
-                    pending.wait(state, key, at)
+                pending.append(part, state, key, at, raw)
                 assert lead is not None
                 if lead.min_time is None or at < lead.min_time:
                     lead.min_time = at  # (Kafka Streams' updatedMinTime)
@@ -334,7 +321,7 @@ class StreamJoin:
                 return
         elif lead.min_time + reach >= stream_time:
             return
-        waiting: dict[tuple[int, Any, int], tuple[int, int, bytes]] = {}  # (side, key, time) -> its order
+        waiting: list[tuple[int, int, bytes, int, Any]] = []  # (time, right first, key bytes, side, key)
         states: list[tuple[PendingBuffer, TablePartition, PendingState] | None] = [None, None]
         for side, pending in enumerate(self.pending):
             if pending is None:
@@ -343,14 +330,12 @@ class StreamJoin:
             state = pending.state(part)
             states[side] = (pending, part, state)
             encode = self._encode_key[side]
-            for _, _, (key, at) in state.due:
-                times = state.windows.get(key)
-                # (Once each: a record taken out by a partner and put to wait again has two entries.)
-                if times is not None and at in times and (side, key, at) not in waiting:
-                    waiting[(side, key, at)] = (at, 1 - side, encode(key) or b"")
+            waiting += [(at, 1 - side, encode(key) or b"", side, key)  # (its index: the records waiting)
+                        for key, times in state.windows.items() for at in times]
+        waiting.sort(key=lambda entry: entry[:3])
         lead.min_time = None
         open_sides = [False, False]
-        for side, key, at in sorted(waiting, key=waiting.__getitem__):
+        for at, _, _, side, key in waiting:
             lead.min_time = at
             if open_sides[0] and open_sides[1]:
                 break
@@ -364,12 +349,6 @@ class StreamJoin:
             for raw in pending.values(part, key, at):
                 results.append(_pair(side, key, decode(raw), None))
             pending.remove(part, state, key, at)
-        for found in states:
-            if found is not None:
-                state = found[2]
-                windows = state.windows
-                state.due = [entry for entry in state.due if entry[2][1] in windows.get(entry[2][0], ())]
-                heapify(state.due)
 
 
 def _pair(side: int, key: Any, mine: Any, theirs: Any) -> Joined:
