@@ -138,30 +138,20 @@ class Outputs:
 
 
 def reference_outputs(records: list[Any]) -> Outputs:
-    tagged: dict[str, list[Any]] = {"sessions": [], "sliding": [], "ss": [], "tables": []}
-    for record in records:
-        tag = record.key.decode().split(":", 1)[0]
-        tagged[tag if tag in ("sessions", "sliding") else "ss" if tag.startswith("ss-") else "tables"].append(
-            record)
-    strip = [_Untagged(r) for r in tagged["sessions"]], [_Untagged(r) for r in tagged["sliding"]]
-    return Outputs(reference_results(strip[0]), reference_results(strip[1]),
-                   Counter((r.key.decode(), r.value.decode()) for r in tagged["ss"]),
-                   final_rows(tagged["tables"]))
+    """Kafka Streams' output, split by the tag each key starts with ("sessions:", "sliding:", "ss-<join>:",
+    a table join's)."""
+    tags = [record.key.decode().split(":", 1)[0] for record in records]
+    tagged = list(zip(records, tags, strict=True))
+    windows = reference_results([r for r, tag in tagged if tag in ("sessions", "sliding")])
 
+    def untagged(tag: str) -> Counter[Any]:
+        return Counter({(key.split(":", 1)[1], *rest): n for (key, *rest), n in windows.items()
+                        if key.startswith(f"{tag}:")})
 
-@dataclass
-class _Untagged:
-    """A windowed result of the reference without its "sessions:"/"sliding:" tag."""
-
-    record: Any
-
-    @property
-    def key(self) -> bytes:
-        return bytes(self.record.key.split(b":", 1)[1])
-
-    @property
-    def value(self) -> bytes:
-        return bytes(self.record.value)
+    joined = Counter((r.key.decode(), r.value.decode()) for r, tag in tagged if tag.startswith("ss-"))
+    rows = final_rows([r for r, tag in tagged
+                       if tag not in ("sessions", "sliding") and not tag.startswith("ss-")])
+    return Outputs(untagged("sessions"), untagged("sliding"), joined, rows)
 
 
 @dataclass(frozen=True)
