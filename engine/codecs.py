@@ -1,11 +1,13 @@
 """Codecs turn keys and values into bytes and back. orjson lives here and only here.
 
 - "json" (the default): orjson; a dataclass type is encoded from and decoded into that dataclass, its
-  fields checked against their declared types (`engine.typecheck`); a plain type (int, str, dict...) is
-  checked after decoding, so a wrong-typed record is a DecodeError at the edge, not a TypeError deep in an
-  agent.
+  fields checked against their declared types (`engine.typecheck`); a pydantic model is validated by
+  pydantic both ways (engine.schemas.models); a plain type (int, str, dict...) is checked after decoding,
+  so a wrong-typed record is a DecodeError at the edge, not a TypeError deep in an agent.
 - "str": UTF-8 text, the usual choice for keys.
 - "raw": bytes as they are.
+- a schema format (engine.schemas: Avro, Protobuf, JsonSchema): Confluent's wire format through a schema
+  registry, its codec made for the topic and role.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Protocol
 import orjson
 
 from engine.errors import ConfigError, DecodeError, EncodeError
+from engine.schemas.models import check_model, is_model, model_builder, model_json
 from engine.typecheck import RecordDecoder, plain_decoder, record_decoder
 
 # What a key codec that `skips` decodes engine's own records to (a windowed table's stream time on its
@@ -98,6 +101,8 @@ class JsonCodec:
     def __init__(self, type_: type | None = None) -> None:
         self.type = type_
         self._build: RecordDecoder | None = None
+        self._model = type_ if is_model(type_) else None
+        self._build_model = model_builder(type_) if type_ is not None and self._model is not None else None
         if type_ is not None and dataclasses.is_dataclass(type_):
             self._build = record_decoder(type_)  # once per codec: per record, one pass over the object
         # A plain type, by the rule of a field of that type (an int where a float is declared: that float).
@@ -106,6 +111,8 @@ class JsonCodec:
     def encode(self, value: Any) -> bytes | None:
         if value is None:
             return None
+        if self._model is not None:  # validated on the way out too: a bad field names its path here
+            return _right_sized(model_json(check_model(self._model, value)))
         try:
             return _right_sized(orjson.dumps(value))
         except TypeError as exc:
@@ -123,6 +130,8 @@ class JsonCodec:
             return obj
         if self._build is not None:
             return self._record(obj, self._build)
+        if self._build_model is not None:
+            return self._build_model(obj)
         if type(obj) is type_:  # (the usual case)
             return obj
         if self._plain is not None:
@@ -164,8 +173,21 @@ class JsonCodec:
 SERIALIZERS = ("json", "str", "raw")
 
 
-def codec_for(type_: type | None, serializer: str | None = None) -> Codec:
-    """The codec for a declared type: bytes → raw, str → str, anything else → JSON, unless told."""
+class CodecFormat(Protocol):
+    """A serializer declared as a format rather than by name (engine.schemas: Avro(), Protobuf()...): it makes
+    the codec of one topic's key or value."""
+
+    name: str
+
+    def codec(self, type_: type | None, *, topic: str, is_key: bool) -> Codec: ...
+
+
+def codec_for(type_: type | None, serializer: str | CodecFormat | None = None, *, topic: str = "",
+              is_key: bool = False) -> Codec:
+    """The codec for a declared type: bytes → raw, str → str, anything else → JSON, unless told (a name, or
+    a format that makes the codec of `topic`'s key or value)."""
+    if serializer is not None and not isinstance(serializer, str):
+        return serializer.codec(type_, topic=topic, is_key=is_key)
     if serializer is None:
         serializer = "raw" if type_ is bytes else "str" if type_ is str else "json"
     if serializer == "json":

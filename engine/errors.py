@@ -5,7 +5,12 @@
     │   └── TopologyError      the topics on the broker do not fit the app (partition counts, compaction)
     ├── CodecError
     │   ├── DecodeError        bytes on a topic could not become the declared type
-    │   └── EncodeError        a value could not be encoded for its topic
+    │   ├── EncodeError        a value could not be encoded for its topic
+    │   └── SchemasNotCached   a record names schema ids its codec has not fetched yet (fetched, then again)
+    ├── RegistryError          (engine.schemas) the schema registry's answer
+    │   ├── RegistryUnavailable  it did not answer (down, unreachable, failing)
+    │   ├── SchemaNotFound     it has no such schema id, subject or version
+    │   └── SchemaRefused      it refused a schema: incompatible with the subject's versions, or invalid
     ├── TransportError
     │   ├── BrokerUnavailable  no broker answered at the configured address
     │   ├── DeliveryFailed     a produced record was not acknowledged by the broker
@@ -55,6 +60,33 @@ class DecodeError(CodecError):
 
 class EncodeError(CodecError):
     """A value could not be encoded."""
+
+
+class SchemasNotCached(CodecError):
+    """A registry codec met schema ids it has not fetched: whoever decodes awaits `codec.fetch(ids)` (the
+    registry asked once per id, off the per-record path) and decodes again. Never a reason to dead-letter."""
+
+    def __init__(self, codec: object, ids: set[int]) -> None:
+        super().__init__(f"schema ids {sorted(ids)} not fetched yet")
+        self.codec = codec
+        self.ids = ids
+
+
+class RegistryError(EngineError):
+    """The schema registry's answer (engine.schemas.registry)."""
+
+
+class RegistryUnavailable(RegistryError):
+    """The registry did not answer: down, unreachable, or failing with a 5xx."""
+
+
+class SchemaNotFound(RegistryError):
+    """The registry has no such schema id, subject or version."""
+
+
+class SchemaRefused(RegistryError, ConfigError):
+    """The registry refused a schema: incompatible with the subject's earlier versions (409), or invalid
+    (422); the message keeps the registry's reason."""
 
 
 class TransportError(EngineError):

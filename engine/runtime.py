@@ -26,8 +26,10 @@ from engine.lockfile import holding
 from engine.loops import running_loop_name, stop_on_signals
 from engine.monitors.loopwatch import LoopMonitor
 from engine.monitors.watchdog import Watchdog
+from engine.optional import needs
 from engine.processing.replies import ReplyService
 from engine.processing.runner import AgentRunner
+from engine.schemas.codecs import prepare_codecs, registry_codecs
 from engine.scope import running_as
 from engine.tables.manager import TableManager
 from engine.tables.stream_joins import StreamJoin, as_how, stream_join
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from engine.app import App, Timer
+    from engine.schemas.registry import Registry
     from engine.settings import Settings
     from engine.tasks.active import ActiveTask
     from engine.topics import Topic
@@ -116,6 +119,7 @@ class Worker(Service):
         super().__init__(f"worker:{app.id}")
         self.app = app
         self.settings = settings
+        self._registry: Registry | None = None  # the schema registry, if topics are declared in its formats
         check_data_dir(settings)
         self.topology = build_topology(app, settings)
         self.transport = transport_for(settings, ClientTuning(
@@ -356,6 +360,7 @@ class Worker(Service):
                 self._bind_tables({**existing, **counts})
         finally:
             await admin.close()
+        await self._connect_schemas()
         for name in self.topology.undeclared:
             log.info("agent %s awaits something before its first event (%s): topics its pipeline reads are "
                      "subscribed when it gets there", name, self.topology.undeclared[name])
@@ -365,6 +370,25 @@ class Worker(Service):
             agent.attach(self.replies, self)
         log.info("worker %s starting on %s (event loop: %s): agents %s", self.app.id, self.settings.broker,
                  running_loop_name(), ", ".join(self.app.agents) or "none")
+
+    async def _connect_schemas(self) -> None:
+        """Connect the codecs of topics declared in a registry format (engine.schemas) to the schema
+        registry: their schemas registered before the first record is read or written."""
+        codecs = registry_codecs(codec for topic in self.all_topics()
+                                 for codec in (topic.key_codec, topic.value_codec))
+        if not codecs:
+            return
+        url = self.settings.schema_registry_url
+        if url is None:
+            names = ", ".join(sorted({c.topic for c in codecs}))
+            raise ConfigError(f"topics {names} are declared in a schema registry format: set "
+                              "schema_registry_url (ENGINE_SCHEMA_REGISTRY_URL)")
+        with needs("confluent-kafka", "a schema registry", extra="schemas"):
+            from engine.schemas.registry import Registry
+        s = self.settings
+        self._registry = Registry(url, auth=s.schema_registry_auth, cafile=s.schema_registry_cafile,
+                                  certfile=s.schema_registry_certfile, keyfile=s.schema_registry_keyfile)
+        await prepare_codecs(codecs, self._registry)
 
     def _group_topology(self) -> GroupTopology:
         """What a streams group is told this app reads and keeps (read as the consumer starts, once the
@@ -418,6 +442,8 @@ class Worker(Service):
         await asyncio.gather(*(runner.stop() for runner in self.runners))
         await self.tasks.stop()  # the final checkpoint, then every task closes
         await self.conductor.stop()
+        if self._registry is not None:
+            await self._registry.close()
 
     async def checkpoint(self) -> None:
         """Run a checkpoint now and return once it completed (tests, live exports)."""

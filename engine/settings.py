@@ -196,6 +196,19 @@ class Settings:
         "a client certificate (PEM), with `ssl_keyfile`"))
     ssl_keyfile: str | None = field(default=None, metadata=doc(
         "the client certificate's key (PEM)"))
+    # The schema registry of topics declared in a registry format (engine.schemas): Confluent's API.
+    schema_registry_url: str | None = field(default=None, metadata=doc(
+        "the schema registry of the topics declared `Avro()`, `Protobuf()` or `JsonSchema()`: Confluent's "
+        "API, `http(s)://host:port[/path]` (Apicurio's: `.../apis/ccompat/v7`; several, comma-separated), or "
+        "`memory://[name]`: one in this process (tests, the demo) ([schemas](schemas.md))"))
+    schema_registry_auth: str | None = field(default=None, repr=False, metadata=doc(
+        "the registry's basic auth, `user:password`: shown nowhere (`ENGINE_SCHEMA_REGISTRY_AUTH`)"))
+    schema_registry_cafile: str | None = field(default=None, metadata=doc(
+        "the PEM file of the certificate authority that signed the registry's certificate"))
+    schema_registry_certfile: str | None = field(default=None, metadata=doc(
+        "a client certificate for the registry (PEM), with `schema_registry_keyfile`"))
+    schema_registry_keyfile: str | None = field(default=None, metadata=doc(
+        "the registry client certificate's key (PEM)"))
 
 
     def __post_init__(self) -> None:
@@ -275,6 +288,35 @@ def _validate_security(s: Settings) -> None:
             fail(name, path, "expected a readable PEM file")
 
 
+def _validate_registry(s: Settings) -> None:
+    url = s.schema_registry_url
+    others = {"schema_registry_auth": s.schema_registry_auth,
+              "schema_registry_cafile": s.schema_registry_cafile,
+              "schema_registry_certfile": s.schema_registry_certfile,
+              "schema_registry_keyfile": s.schema_registry_keyfile}
+    if url is None:
+        given = [name for name, value in others.items() if value is not None]
+        if given:
+            raise ConfigError(f"{', '.join(given)} given without schema_registry_url")
+        return
+    for one in url.split(","):
+        parts = urlsplit(one.strip())
+        if parts.scheme == "memory":
+            continue
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            fail("schema_registry_url", url, "expected http(s)://host:port[/path] (comma-separated for "
+                                             "several) or memory://[name]")
+    if s.schema_registry_auth is not None and ":" not in s.schema_registry_auth:
+        raise ConfigError("schema_registry_auth: expected user:password")
+    if (s.schema_registry_certfile is None) != (s.schema_registry_keyfile is None):
+        raise ConfigError("schema_registry_certfile and schema_registry_keyfile go together (a client "
+                          "certificate and its key)")
+    for name in ("schema_registry_cafile", "schema_registry_certfile", "schema_registry_keyfile"):
+        path = others[name]
+        if path is not None and not Path(path).is_file():
+            fail(name, path, "expected a readable PEM file")
+
+
 def validate(s: Settings) -> None:
     if not isinstance(s.app_id, str) or not _APP_ID.match(s.app_id):
         fail("app_id", s.app_id, "use 1-200 letters, digits, '.', '_' or '-' (it names Kafka topics)")
@@ -309,6 +351,7 @@ def validate(s: Settings) -> None:
     if s.processing_guarantee not in GUARANTEES:
         fail("processing_guarantee", s.processing_guarantee, f"expected one of {GUARANTEES}")
     _validate_security(s)
+    _validate_registry(s)
     if s.event_loop not in EVENT_LOOPS:
         fail("event_loop", s.event_loop, f"expected one of {EVENT_LOOPS}")
     if s.auto_offset_reset not in OFFSET_RESETS:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from engine.codecs import Codec, codec_for
+from engine.codecs import Codec, CodecFormat, codec_for
 from engine.errors import DecodeError, NotRunning
 from engine.scope import PerWorker
 
@@ -27,8 +27,8 @@ class Topic:
         *,
         key_type: type | None = None,
         value_type: type | None = None,
-        key_serializer: str | None = None,
-        value_serializer: str | None = None,
+        key_serializer: str | CodecFormat | None = None,
+        value_serializer: str | CodecFormat | None = None,
         partitions: int | None = None,
         replication: int | None = None,
         config: Mapping[str, str] | None = None,
@@ -39,9 +39,9 @@ class Topic:
         self.timestamp = timestamp  # event time from the value (seconds or datetime); default: record time
         self.key_type = key_type
         self.value_type = value_type
-        self.key_codec: Codec = codec_for(key_type, key_serializer)
+        self.key_codec: Codec = codec_for(key_type, key_serializer, topic=name, is_key=True)
         self._raw_key = self.key_codec.name == "raw"
-        self.value_codec: Codec = codec_for(value_type, value_serializer)
+        self.value_codec: Codec = codec_for(value_type, value_serializer, topic=name)
         self.partitions = partitions
         self.replication = replication
         self.config = dict(config or {})

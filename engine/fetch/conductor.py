@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING, Any
 from agents import MailboxClosed, Service
 from engine.activity import Activity
 from engine.codecs import SKIP
-from engine.errors import DecodeError
+from engine.errors import DecodeError, SchemasNotCached
 from engine.events import TP, Event, RawRecord
+from engine.schemas.codecs import fetch_schemas
 from engine.tasks.inputs import InputPlan
 from engine.tasks.poison import PoisonRecords
 from engine.tasks.release import Ordering
@@ -322,6 +323,9 @@ class Conductor(Service):
         try:
             keys = key_codec.decode_many([r.key for r in records])
             values = topic.value_codec.decode_many([r.value for r in records])
+        except SchemasNotCached as missing:  # (a schema id met for the first time: asked once, then again)
+            await fetch_schemas(missing, f"{lease.tp.topic}[{lease.tp.partition}]")
+            return await self._events(topic, runner, records, lease)
         except DecodeError:
             events = await self._decode_each(topic, runner, records, lease)
         else:
@@ -349,8 +353,7 @@ class Conductor(Service):
         events: list[Event] = []
         for record in records:
             try:
-                key = record.key if decode_key is None else decode_key(record.key)
-                value = decode_value(record.value)
+                key, value = await _decoded(lease.tp, record, decode_key, decode_value)
             except DecodeError as exc:
                 lease.track(record.offset)
                 await runner.handle_error(lease.tp, record, decode_error(lease.tp, record, exc))
@@ -372,10 +375,15 @@ class Conductor(Service):
             decoded: dict[int, tuple[Any, Any] | DecodeError] = {}
             for topic, _ in topic_routes:
                 if id(topic) not in decoded:
-                    try:
-                        decoded[id(topic)] = topic.decode(lease.tp, record)
-                    except DecodeError as exc:
-                        decoded[id(topic)] = exc
+                    while True:
+                        try:
+                            decoded[id(topic)] = topic.decode(lease.tp, record)
+                        except SchemasNotCached as missing:
+                            await fetch_schemas(missing, f"{lease.tp.topic}[{lease.tp.partition}]")
+                            continue
+                        except DecodeError as exc:
+                            decoded[id(topic)] = exc
+                        break
             if any(not isinstance(found, DecodeError) and found[0] is SKIP for found in decoded.values()):
                 lease.track(record.offset)  # engine's own record: for no agent
                 lease.ack(record.offset)
@@ -594,3 +602,14 @@ class _Handover:
             return False
         await conductor._dispatch(records, lease)
         return True
+
+
+async def _decoded(tp: TP, record: RawRecord, decode_key: Callable[[bytes | None], Any] | None,
+                   decode_value: Callable[[bytes | None], Any]) -> tuple[Any, Any]:
+    """One record's key and value, the schemas it names fetched first if they were not yet."""
+    while True:
+        try:
+            key = record.key if decode_key is None else decode_key(record.key)
+            return key, decode_value(record.value)
+        except SchemasNotCached as missing:
+            await fetch_schemas(missing, f"{tp.topic}[{tp.partition}]")

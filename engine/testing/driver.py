@@ -32,10 +32,11 @@ from agents import ServiceState
 from engine.agent import Agent
 from engine.clock import wall_clock
 from engine.codecs import SKIP
-from engine.errors import ConfigError, WorkerFailed
+from engine.errors import ConfigError, SchemasNotCached, WorkerFailed
 from engine.events import TP
 from engine.processing.runner import read_error_headers
 from engine.runtime import Worker
+from engine.schemas.codecs import fetch_schemas
 from engine.scope import running_as
 from engine.testing.virtual_time import NeverIdle, VirtualTimeLoop
 from engine.topics import Topic
@@ -108,6 +109,8 @@ class TestDriver:
         self.broker = MemoryBroker.named(broker_name)
         overrides: dict[str, Any] = {
             "store": "memory://", "web_enabled": False, "data_dir": self._data_dir,
+            # Topics in a registry format (engine.schemas) get a registry of the driver's own, in memory.
+            "schema_registry_url": f"memory://{broker_name}",
             **settings,
             "broker": f"memory://{broker_name}", "processing_guarantee": "at_least_once",
         }
@@ -191,9 +194,17 @@ class TestDriver:
         self._check_open()
         target = self._topic(topic)
         fresh = self._unread(target.name)
-        decoded = [(target.decode(TP(r.topic, r.partition), r), r) for r in fresh]
+        decoded = [(self._decoded(target, r), r) for r in fresh]
         return [Record(key, value, r.timestamp, r.headers, r.partition)
                 for (key, value), r in decoded if key is not SKIP]
+
+    def _decoded(self, topic: Topic, record: MemoryRecord) -> tuple[Any, Any]:
+        """A record decoded with the topic's codecs, the registry's schemas it names fetched first."""
+        while True:
+            try:
+                return topic.decode(TP(record.topic, record.partition), record)
+            except SchemasNotCached as missing:
+                self._run(fetch_schemas(missing, f"the driver's read of {topic.name}"))
 
     def dlq(self, agent: Agent | str) -> list[DeadLetter]:
         """The records `agent` dead-lettered since the last `dlq` of it, oldest first."""
