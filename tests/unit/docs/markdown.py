@@ -36,7 +36,9 @@ class Block:
 
     def compiled(self) -> object:
         """The code, compiled so that a traceback names the page and its line there."""
-        return compile("\n" * (self.line - 1) + self.code, str(self.page.relative_to(ROOT)), "exec")
+        # (dont_inherit: not this module's `from __future__ import annotations`, which a reader's code lacks)
+        return compile("\n" * (self.line - 1) + self.code, str(self.page.relative_to(ROOT)), "exec",
+                       dont_inherit=True)
 
 
 def pages() -> list[Path]:
