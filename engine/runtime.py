@@ -276,11 +276,14 @@ class Worker(Service):
 
         return render(await worker_families(self))
 
-    def status(self) -> dict[str, Any]:
+    async def status(self) -> dict[str, Any]:
         """What this worker holds now (`GET /status`, engine status): its tasks, its stores' changelog
         positions per task (summed over tables), the late events counted per windowed table, the
-        partitions whose committed offset was gone from the broker (engine.tasks.starts), and where the
-        checkpoint under way stands ("prepared": its writes being sent and committed; None between two)."""
+        partitions whose committed offset was gone from the broker (engine.tasks.starts), where the
+        checkpoint under way stands ("prepared": its writes being sent and committed; None between two),
+        and where each ready task's partitions stand (what the stall watch reads: position, in flight,
+        buffered, lag, pauses)."""
+        states = await self.conductor.task_states()
         assigned = self._assigned()
         return {
             "app": self.app.id, "worker": self.placement.endpoint,
@@ -294,6 +297,7 @@ class Worker(Service):
                                                              "skipped": j.skipped}
                              for tp, j in sorted(self.tasks.starts.jumps.items())},
             "checkpoint": current.state.value if (current := self.tasks.checkpoints.current) else None,
+            "partitions": {str(n): text for n, (_, _, text) in states.items()},
         }
 
     def _settled(self) -> None:

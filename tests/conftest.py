@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.kafka.broker import KafkaCluster
+from tests.schema_registry import SchemaRegistry
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -59,6 +60,18 @@ class _External:
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
         self.url = "kafka://" + bootstrap
+
+
+@pytest.fixture(scope="session")
+def schema_registry() -> Iterator[str]:
+    """A real schema registry (Apicurio, tests.schema_registry) on loopback, started once; its Confluent API's
+    URL. ENGINE_TEST_SCHEMA_REGISTRY=url uses one you started yourself."""
+    external = os.environ.get("ENGINE_TEST_SCHEMA_REGISTRY")
+    if external:
+        yield external
+        return
+    with SchemaRegistry() as registry:
+        yield registry.url
 
 
 @pytest.fixture(scope="session")

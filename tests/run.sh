@@ -4,6 +4,7 @@
 set -euo pipefail
 . "$(dirname "$0")/../.ci/bootstrap.sh" dev,spark
 python -m tests.kafka resolve >/dev/null
+python -m tests.schema_registry resolve >/dev/null
 echo "== ruff";          ruff check .
 echo "== mypy";          mypy
 echo "== import-linter"; lint-imports

@@ -97,7 +97,7 @@ class WebServer(Service):
     def __init__(self, app_id: str, queries: TableQueries, host: str, port: int,
                  on_bound: Callable[[str], None] = lambda endpoint: None,
                  metrics: Callable[[], Awaitable[bytes]] | None = None,
-                 status: Callable[[], Mapping[str, Any]] | None = None,
+                 status: Callable[[], Awaitable[Mapping[str, Any]]] | None = None,
                  exports: Exports | None = None,
                  on_beat_asked: Callable[[], None] = lambda: None) -> None:
         super().__init__("web")
@@ -175,7 +175,7 @@ class WebServer(Service):
     async def _status_json(self, request: web.Request) -> web.Response:
         if self._status is None:
             return _json(404, {"error": "this worker reports no status"})
-        return _json(200, self._status())
+        return _json(200, await self._status())
 
     async def _tables(self, request: web.Request) -> web.Response:
         return _respond(self.queries.list_tables())

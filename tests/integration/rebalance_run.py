@@ -17,7 +17,7 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from engine.tables.keys import split_window_key
-from tests.integration.helpers import latest, read_all
+from tests.integration.helpers import latest, read_all, worker_status
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -112,7 +112,8 @@ async def wait_until_complete(bootstrap: str, app_id: str, events: Events, *, ti
         await asyncio.sleep(1)
     missing = len(set(truth_windows) - {(k, s) for k, s, _ in closes})
     below = sum(1 for k, n in truth_counts.items() if counts.get(k, 0) < n)
-    logs = "".join(f"\n--- {w.log_path.name}:\n{w.output()[-4000:]}" for w in workers if w is not None)
+    logs = "".join([f"\n--- {w.log_path.name}:\n{w.output()[-4000:]}\n--- its /status: "
+                    f"{await worker_status(w)}" for w in workers if w is not None])
     raise AssertionError(f"not complete after {time.monotonic() - started:.0f}s, the last "
                          f"{time.monotonic() - last_change:.0f}s without progress: {below} counts below the "
                          f"truth ({sum(counts.values())} of {len(events)} counted), {missing} of "

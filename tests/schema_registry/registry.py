@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -40,7 +41,7 @@ def resolve_registry(version: str = APICURIO_VERSION) -> Path:
     marker = target / ".complete"
     if not marker.exists():
         subprocess.run(["mvn", "-q", "-B", MAVEN_GET, f"-Dartifact={ARTIFACT}", "-Dtransitive=false"],
-                       check=True)
+                       check=True, stdout=sys.stderr)
         archive = (Path.home() / ".m2" / "repository" / "io" / "apicurio" / "apicurio-registry-app" / version
                    / f"apicurio-registry-app-{version}-all.tar.gz")
         shutil.rmtree(target, ignore_errors=True)
@@ -108,6 +109,16 @@ class SchemaRegistry:
 
     def _log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
+
+    def pause(self) -> None:
+        """SIGSTOP: it keeps its schemas but answers nothing, as behind a network partition (its storage is
+        in memory: a restart would forget them)."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGCONT)
 
     def stop(self) -> None:
         """Kill it (its storage is in memory: nothing to keep) and delete its folder."""

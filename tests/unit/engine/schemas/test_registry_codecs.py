@@ -24,7 +24,7 @@ from engine.schemas.avro import avro_schema
 from engine.schemas.codecs import fetch_schemas
 from engine.schemas.registry import Registry, memory_client
 from engine.schemas.wire import frame, message_indexes, read_message_indexes, schema_id
-from tests.unit.engine.schemas.protos import Line, Money, Order, Refund
+from tests.schema_registry.protos import Line, Money, Order, Refund
 
 
 @dataclass
