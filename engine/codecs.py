@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import orjson
@@ -211,9 +212,25 @@ def decode_text(codec: Codec, text: str, declared: type | None) -> Any:
         raise
 
 
+# How values orjson cannot write itself become plain data in engine's own JSON (a query's answer, the CLI's
+# output), by type: the codec module of a format registers its records' (engine.schemas.protobuf).
+PLAIN: dict[type, Callable[[Any], Any]] = {}
+
+
+def _plain(value: Any) -> Any:
+    """orjson's `default`: a pydantic model as its JSON data, a registered type as its converter says."""
+    dump = getattr(value, "model_dump", None)
+    if dump is not None:
+        return dump(mode="json")
+    for kind, convert in PLAIN.items():
+        if isinstance(value, kind):
+            return convert(value)
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
 def dumps(value: Any) -> bytes:
-    """JSON for engine's own metadata (headers, replies, CLI output)."""
-    return _right_sized(orjson.dumps(value))
+    """JSON for engine's own metadata (headers, replies, CLI output, query answers)."""
+    return _right_sized(orjson.dumps(value, default=_plain))
 
 
 def loads(data: bytes | str) -> Any:

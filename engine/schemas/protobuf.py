@@ -14,10 +14,12 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING, Any
 
+from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.protobuf.message import EncodeError as ProtobufEncodeError
 from google.protobuf.message import Message
 
+from engine.codecs import PLAIN
 from engine.errors import ConfigError, DecodeError, EncodeError
 from engine.schemas.codecs import RegistryCodec, SubjectStrategy
 from engine.schemas.registry import Reference, SchemaText
@@ -30,6 +32,9 @@ if TYPE_CHECKING:
     from engine.schemas.registry import Registry
 
 KNOWN = ("google/protobuf/", "google/type/", "confluent/")  # files every registry knows: never registered
+
+# A message in engine's own JSON (a query's answer, the CLI's output): its fields by their .proto names.
+PLAIN[Message] = lambda message: MessageToDict(message, preserving_proto_field_name=True)
 
 
 class ProtobufCodec(RegistryCodec):
