@@ -1,5 +1,6 @@
-"""Session-wide fixtures: a real Kafka broker (a 3-node cluster, a secured broker), started once and stopped
-after; and the group protocol of the workers a test starts.
+"""Fixtures: a real Kafka broker, started once per test process and stopped after; per test module (each is
+one module's, and idle a JVM costs CPU the rest of the run needs) a 3-node cluster, the secured brokers, a
+schema registry and a Spark session; and the group protocol of the workers a test starts.
 
 A test marked `both_protocols` runs twice, its workers members of a streams group (KIP-1071) and of a classic
 one: ENGINE_GROUP_PROTOCOL is set for it, which the workers it starts (processes inherit the environment, and
@@ -62,7 +63,7 @@ class _External:
         self.url = "kafka://" + bootstrap
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def schema_registry() -> Iterator[str]:
     """A real schema registry (Apicurio, tests.schema_registry) on loopback, started once; its Confluent API's
     URL. ENGINE_TEST_SCHEMA_REGISTRY=url uses one you started yourself."""
@@ -74,36 +75,37 @@ def schema_registry() -> Iterator[str]:
         yield registry.url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kafka_cluster() -> Iterator[KafkaCluster]:
     with KafkaCluster(3) as cluster:
         yield cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def secured_kafka() -> Iterator[KafkaCluster]:
     """One KRaft broker speaking SASL_PLAINTEXT with SCRAM-SHA-512 users and the standard authorizer."""
     with KafkaCluster(1, security="sasl_plaintext") as cluster:
         yield cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def tls_kafka() -> Iterator[KafkaCluster]:
     """One KRaft broker speaking TLS with client certificates (made at start) and the standard authorizer."""
     with KafkaCluster(1, security="ssl") as cluster:
         yield cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def sasl_tls_kafka() -> Iterator[KafkaCluster]:
     """One KRaft broker speaking SASL_SSL: TLS (certificates made at start) and SCRAM-SHA-512 users."""
     with KafkaCluster(1, security="sasl_ssl") as cluster:
         yield cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark() -> Iterator[object]:
-    """One local PySpark session for the whole run (it takes seconds to start), JVM stopped after; it reads
+    """One local PySpark session per test module (it takes seconds to start), its JVM stopped after the
+    module: kept for the whole run, an idle Spark JVM took a fifth of a core in each test process. It reads
     Delta tables too."""
     from engine.export import local_session, stop_session
     from tests.lake import lake_spark_config

@@ -38,7 +38,6 @@ from tests.integration.helpers import (
     web_address,
 )
 from tests.integration.lake_apps import Hit, make_app
-from tests.lake import S3_BUCKET, s3_catalog, s3_environment
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -178,18 +177,13 @@ def offsets_of(commit: Any) -> dict[int, int | None]:
 
 class SharedLake:
     """The lake both workers of a test export into, configured for them by environment as a user would
-    (`env`; the test's process gets the same): a Delta directory or bucket path (`delta-s3`: on the S3
-    endpoint), or an Iceberg namespace in a SQL catalog both share (`iceberg-s3`: its warehouse in a bucket
-    there)."""
+    (`env`; the test's process gets the same): a Delta directory, or an Iceberg namespace in a SQL catalog
+    both share."""
 
-    def __init__(self, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                 request: pytest.FixtureRequest, settings: Any) -> None:
+    def __init__(self, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
         self.kind, self.settings = kind, settings
         self.env: dict[str, str] = {}
         self.delta: str = str(tmp_path / "lake")
-        if kind == "delta-s3":
-            self.delta = f"s3://{S3_BUCKET}/lake"
-            self.env = s3_environment(request.getfixturevalue("s3_endpoint"))
         if kind.startswith("iceberg"):
             from pyiceberg import catalog
             from pyiceberg.utils.config import Config
@@ -197,8 +191,6 @@ class SharedLake:
             (tmp_path / "warehouse").mkdir()
             self.env = {"PYICEBERG_CATALOG__SHARED__URI": f"sqlite:///{tmp_path / 'catalog.db'}",
                         "PYICEBERG_CATALOG__SHARED__WAREHOUSE": (tmp_path / "warehouse").as_uri()}
-            if kind == "iceberg-s3":
-                self.env.update(s3_catalog("SHARED", request.getfixturevalue("s3_endpoint")))
         for name, value in self.env.items():
             monkeypatch.setenv(name, value)
         if kind.startswith("iceberg"):
@@ -216,20 +208,21 @@ class SharedLake:
         return DeltaTarget(found).history() if self.kind.startswith("delta") else found.history()
 
 
-@pytest.mark.parametrize("kind", ["delta", "delta-s3", "iceberg", "iceberg-s3"])
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
 async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_version_consistent(
-        kafka, tmp_path, spark, kind, monkeypatch, request) -> None:
+        kafka, tmp_path, spark, kind, monkeypatch) -> None:
     """Both workers export every second (`app.export("all", ..., every=1)`): each round, each stages the
     partitions it owns and the owner of partition 0 commits them as one version; one worker is SIGKILLed
     while events and exports go on, its partitions move to the other. Every version of both tables records
     all four partitions at one round and, read by time travel, holds for each partition exactly the
     changelog up to the offset it records (none half-written); once the events stop the lake catches up
-    with the changelogs' ends. (Iceberg: in a SQL catalog both workers share, configured by environment;
-    `iceberg-s3`: its warehouse on an S3 endpoint, the rounds staged there, read back with pyiceberg;
-    `delta-s3`: the Delta tables in a bucket there, reached by the workers' AWS_* environment.)"""
+    with the changelogs' ends. (Iceberg: in a SQL catalog both workers share, configured by environment.
+    The same rounds on an object store, two workers staging and committing on an S3 endpoint, are
+    tests/unit/engine/test_export_delta.py's `delta-s3` and `iceberg-s3`: run here too, under SIGKILL and
+    Spark's reading of every version, they took three minutes each, the suite's longest tests.)"""
     app_id, topic = unique("lake-workers"), unique("hits")
     await create_topics(kafka.bootstrap, [topic])
-    lake = SharedLake(kind, tmp_path, monkeypatch, request, make_app(app_id, topic).settings())
+    lake = SharedLake(kind, tmp_path, monkeypatch, make_app(app_id, topic).settings())
     env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ITEST_LAKE": lake.target, "ITEST_EVERY": "1",
            **SHORT_SESSION, **lake.env}
     history = lake.history
@@ -264,7 +257,7 @@ async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_ver
 
 @pytest.mark.parametrize("kind", ["delta", "iceberg"])
 async def test_live_exports_asked_from_the_cli_while_a_worker_is_sigkilled_leave_every_version_consistent(
-        kafka, tmp_path, spark, kind, monkeypatch, request) -> None:
+        kafka, tmp_path, spark, kind, monkeypatch) -> None:
     """`engine export --live --all` asked, while events flow, of one of two `engine worker`s (no schedule):
     each answer is one version holding both workers' partitions at one round. Then one worker is SIGKILLed:
     asked of the survivor while the partitions move, a round may miss some (the CLI exits 1 naming them and
@@ -272,7 +265,7 @@ async def test_live_exports_asked_from_the_cli_while_a_worker_is_sigkilled_leave
     records; asked once more after the events stop, the lake is at the changelogs' ends."""
     app_id, topic = unique("lake-live"), unique("hits")
     await create_topics(kafka.bootstrap, [topic])
-    lake = SharedLake(kind, tmp_path, monkeypatch, request, make_app(app_id, topic).settings())
+    lake = SharedLake(kind, tmp_path, monkeypatch, make_app(app_id, topic).settings())
     env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_WEB_PORT": "0", **SHORT_SESSION, **lake.env}
     workers = [WorkerProcess("tests.integration.lake_apps:app", kafka.url,
                              {**env, "ENGINE_DATA_DIR": str(tmp_path / name)}, tmp_path / f"{name}.log")
@@ -360,8 +353,6 @@ async def check_every_version(bootstrap: str, app_id: str, lake: SharedLake, spa
                                            windowed)
                 assert rows.get(number, {}) == expected, (name, version, number)
             assert set(rows) <= set(position)  # no rows of a partition no version recorded
-        if kind.endswith("-s3"):
-            continue  # (this Spark has no S3 file system: the versions were read with delta-rs or pyiceberg)
         newest = versions[0][0]  # in Spark too: every partition, at the changelog's end
         source = table(name) if kind == "delta" else table(name).catalog.load_table(
             table(name).name).metadata_location

@@ -28,7 +28,7 @@ from tests.integration.helpers import (
     read_all,
     unique,
 )
-from tests.integration.schema_apps import Payment
+from tests.integration.schema_apps import Balance, Payment
 from tests.schema_registry import SchemaRegistry
 from tests.schema_registry.protos import Money, Order, Refund
 
@@ -150,7 +150,7 @@ async def test_confluents_records_through_two_engine_workers_and_back(kafka, sch
         await placed_over(workers, PARTITIONS)
         stock, balances, ordered, refunds = truth(sales, pays, orders)
         avro = AvroDeserializer(confluent.client)
-        as_json = JSONDeserializer(orjson.dumps(Payment.model_json_schema()).decode(),
+        as_json = JSONDeserializer(orjson.dumps(Balance.model_json_schema()).decode(),
                                    schema_registry_client=confluent.client)
         money = ProtobufDeserializer(Money, {"use.deprecated.format": False})
         refund = ProtobufDeserializer(Refund, {"use.deprecated.format": False})
