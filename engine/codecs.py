@@ -13,14 +13,16 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
 from engine.errors import ConfigError, DecodeError, EncodeError
 from engine.schemas.models import check_model, is_model, model_builder, model_json
 from engine.typecheck import RecordDecoder, plain_decoder, record_decoder
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # What a key codec that `skips` decodes engine's own records to (a windowed table's stream time on its
 # changelog): not events; the conductor acks them without handing them to agents.

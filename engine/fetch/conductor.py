@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +68,9 @@ ORDERED_POLL = 0.5  # seconds at most a fetch waits while a task's ordered relea
 
 BACKPRESSURE = "backpressure"
 PARK_AFTER = 0.05  # seconds the fetch loop waits for room in a full mailbox before parking the batch
+# Seconds without an answer to a fetch of a partition that is fetched from (not paused) after which the stall
+# watch counts it as waiting: a fetch is answered within fetch_max_wait (0.5 s) even when nothing is new.
+FETCH_UNANSWERED = 15.0
 Parked = list[tuple["Mailbox[Event]", list[Event]]]
 
 
@@ -158,6 +162,7 @@ class Conductor(Service):
         or on the broker not fetched yet), and where each of its partitions stands and why it may wait."""
         states: dict[int, tuple[object, bool, str]] = {}
         quiesce = self.quiesce
+        now = time.time()
         for number, task in sorted(self.tasks.items()):
             if not task.ready or task.closed:
                 continue
@@ -166,12 +171,18 @@ class Conductor(Service):
             for tp, lease in sorted(task.leases.items()):
                 buffered = inputs.buffered(tp) if inputs is not None and tp in inputs.inputs else 0
                 lag = await self.consumer.lag(tp)
-                waiting = waiting or bool(buffered or lease.in_flight or lag)
-                moved.append((lease.position, lease.in_flight, buffered))
                 paused = sorted(self.pauses.reasons(tp)) + (["parked"] if tp in self._parked else [])
+                # A partition fetched from (not paused) whose fetches the broker stopped answering: its lag
+                # is as of its last answer, and may read 0 however much waits on the broker.
+                fetched = self.consumer.fetched_at(tp)
+                unanswered = None if fetched is None or paused else now - fetched
+                stale = unanswered is not None and unanswered > FETCH_UNANSWERED
+                waiting = waiting or bool(buffered or lease.in_flight or lag or stale)
+                moved.append((lease.position, lease.in_flight, buffered))
                 parts.append(f"{tp.topic}[{tp.partition}] at {lease.position}, {lease.in_flight} in flight, "
                              f"{buffered} buffered, lag {'unknown' if lag is None else lag}"
-                             + (f", paused ({', '.join(paused)})" if paused else ""))
+                             + (f", paused ({', '.join(paused)})" if paused else "")
+                             + (f", no fetch answered for {unanswered:.0f} s" if stale else ""))
             if inputs is not None:
                 parts.append(f"timestamp order: {task.release.state.value}")
             if quiesce is not None and quiesce.closed:

@@ -102,6 +102,11 @@ class Consumer(Protocol):
         """How many records of an assigned partition the broker is known to hold past what was fetched (as
         of the last fetch, without asking the broker); None if not known yet."""
 
+    def fetched_at(self, tp: TP) -> float | None:
+        """When the broker last answered a fetch of an assigned partition (`time.time()` seconds; an empty
+        answer counts), or None if it has not yet or the transport cannot say: what tells a fetcher that
+        stopped asking from a partition with nothing new (both show no lag)."""
+
     async def committed(self, tps: Collection[TP]) -> dict[TP, int | None]:
         """The group's committed offset of each partition (None: nothing committed), asked of the broker."""
 

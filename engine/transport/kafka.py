@@ -570,6 +570,13 @@ class KafkaConsumer:
             return None
         return max(end - position, 0)
 
+    def fetched_at(self, tp: TP) -> float | None:
+        partition = TopicPartition(*tp)
+        if partition not in self._client.assignment():
+            return None
+        stamp: int | None = self._client.last_poll_timestamp(partition)
+        return None if stamp is None else stamp / 1000
+
     async def offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
         partitions = [TopicPartition(*tp) for tp in tps]
         if not partitions:

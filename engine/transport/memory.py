@@ -241,6 +241,9 @@ class MemoryConsumer:
             return None
         return max(len(partitions[tp.partition]) - position, 0)
 
+    def fetched_at(self, tp: TP) -> float | None:
+        return None  # (no fetches: getmany reads the broker's lists, which cannot stall)
+
     async def offsets(self, tps: Collection[TP]) -> dict[TP, tuple[int, int]]:
         out = {}
         for tp in tps:

@@ -1,15 +1,18 @@
 """Per-partition back-pressure on fakes (no broker): a batch for a mailbox that stays full past PARK_AFTER is
 parked and only its partition is paused; batches after it queue behind it in order; once the agent takes
-events the parked ones go in, in order, and the partition resumes; a revoke drops what is parked."""
+events the parked ones go in, in order, and the partition resumes; a revoke drops what is parked. And what
+the stall watch reads of a partition whose fetches went unanswered."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from agents import Mailbox
 from engine.events import TP, Event
-from engine.fetch.conductor import Conductor
+from engine.fetch.conductor import FETCH_UNANSWERED, Conductor
+from engine.tasks.active import ActiveTask
 from engine.tasks.leases import Leases
 from engine.tasks.pauses import Pauses
 
@@ -96,3 +99,44 @@ async def test_a_revoke_drops_what_is_parked_and_what_waits_in_mailboxes():
         assert conduct._parked == {}
     finally:
         await conduct.stop()
+
+
+class AnsweringConsumer(FakeConsumer):
+    """A consumer whose fetches of a partition were last answered at `answered[tp]` (time.time())."""
+
+    def __init__(self, answered: dict[TP, float]) -> None:
+        super().__init__()
+        self.answered = answered
+
+    async def lag(self, tp: TP) -> int | None:
+        return 0  # as of the last answer: nothing new, however long ago that was
+
+    def fetched_at(self, tp: TP) -> float | None:
+        return self.answered.get(tp)
+
+
+async def test_a_partition_whose_fetches_went_unanswered_counts_as_waiting_for_the_stall_watch():
+    """Lag is as of the last fetch answered: a fetcher that stopped asking shows no lag, like a partition
+    with nothing new. Unanswered for longer than FETCH_UNANSWERED (and not paused), the partition counts as
+    waiting, so that the stall watch names it if it does not move; a paused one does not."""
+    now = time.time()
+    consumer = AnsweringConsumer({SLOW: now - FETCH_UNANSWERED - 5, OTHER: now})
+    leases = Leases()
+    task = ActiveTask(0)
+    task.leases = {tp: lease for tp, lease in zip((SLOW, OTHER), leases.grant([SLOW, OTHER]), strict=True)}
+    task.restoring()
+    task.open()
+    conduct = Conductor(consumer, leases=leases, pauses=Pauses(consumer),  # type: ignore[arg-type]
+                        max_poll_records=10, admin_factory=lambda: None,  # type: ignore[arg-type,return-value]
+                        tasks={0: task})
+    [(_, waiting, where)] = (await conduct.task_states()).values()
+    assert waiting
+    assert "in[0] at None, 0 in flight, 0 buffered, lag 0, no fetch answered for 20 s" in where
+    assert where.endswith("in[1] at None, 0 in flight, 0 buffered, lag 0")
+    consumer.answered[SLOW] = now
+    [(_, waiting, _)] = (await conduct.task_states()).values()
+    assert not waiting
+    consumer.answered[SLOW] = now - 100
+    conduct.pauses.hold([SLOW], "recovering")
+    [(_, waiting, where)] = (await conduct.task_states()).values()
+    assert not waiting, where
