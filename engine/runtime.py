@@ -229,7 +229,7 @@ class Worker(Service):
         self.add_child(self.conductor)
         self.add_child(Watchdog(self.conductor.busy_events, settings.stuck_event_warning.total_seconds(),
                                 tasks=self.conductor.task_states, waiting_at=self.conductor.waiting_at,
-                                activity=activity))
+                                activity=activity, fetching=self.conductor.fetching))
         self.purge = self.add_child(RepartitionPurge(
             active, [p.name for p in self.topology.topics.values() if p.role == "repartition"],
             self.transport.admin, settings.repartition_purge_interval.total_seconds(), activity))

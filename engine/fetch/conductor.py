@@ -144,6 +144,12 @@ class Conductor(Service):
     def runners(self) -> list[AgentRunner]:
         return list({id(r): r for rs in self.routes.values() for _, r in rs}.values())
 
+    def fetching(self) -> bool:
+        """Whether a partition of this worker is fetched by a fetcher that can stop being answered (the
+        transport says when it was last answered): then the stall watch keeps looking while nothing
+        happens, since a fetcher that stops makes nothing happen."""
+        return any(self.consumer.fetched_at(tp) is not None for tp in self.leases.current)
+
     def busy_events(self) -> list[tuple[str, Event]]:
         """(agent, event) of every agent instance inside an event now."""
         return [(runner.agent.name, event) for runner in self.runners() for event in runner.current_events()]

@@ -44,10 +44,12 @@ class Watchdog(Service):
         waiting_at: WaitingAt | None = None,
         clock: Callable[[], float] = time.monotonic,
         activity: Activity | None = None,
+        fetching: Callable[[], bool] | None = None,
     ) -> None:
         """`activity`: the worker's (engine.activity): with no agent inside an event and no task waiting,
-        the watchdog looks again only after the next records fetched or timer run. `waiting_at`: where the
-        agent inside an event waits (traceback lines), for the first warning about it."""
+        the watchdog looks again only after the next records fetched or timer run, unless `fetching()`
+        says a fetcher could stop unseen (a broker's: its stopping brings no activity). `waiting_at`:
+        where the agent inside an event waits (traceback lines), for the first warning about it."""
         super().__init__("watchdog")
         self._activity = activity if activity is not None else Activity()
         self._busy = busy
@@ -59,6 +61,7 @@ class Watchdog(Service):
         self._clock = clock
         self._since: dict[int, tuple[Event, float, float]] = {}  # id(event) -> (event, first seen, warn at)
         self._waiting = False  # whether the last look found a task with records waiting
+        self._fetching = fetching
 
     async def on_start(self) -> None:
         self.spawn(self._watch(), "watch")
@@ -73,7 +76,8 @@ class Watchdog(Service):
             if self._task_states is not None:
                 for message in self.stalls(await self._task_states()):
                     log.warning("%s", message)
-            idle = not self._since and not self._waiting  # nothing to watch until something happens
+            # Nothing to watch until something happens (but a fetcher that stops makes nothing happen).
+            idle = not self._since and not self._waiting and not (self._fetching and self._fetching())
 
     def stalls(self, states: dict[int, tuple[object, bool, str]]) -> list[str]:
         """The warnings due now for tasks with work waiting that did not move (`states`: Conductor's)."""

@@ -1,5 +1,9 @@
-"""The stuck-event watchdog, with a fake clock and fake busy agents: no loop, no sleeping."""
+"""The stuck-event watchdog, with a fake clock and fake busy agents: no loop, no sleeping (but for how it
+sleeps while idle)."""
 
+import asyncio
+
+from engine.activity import Activity
 from engine.events import TP, Event
 from engine.monitors.watchdog import Watchdog
 from engine.transport.memory import MemoryRecord
@@ -77,3 +81,27 @@ def test_the_first_warning_about_an_event_says_where_its_agent_waits_and_the_rep
     assert dog.sample() == ["agent count has been processing words[2]@7 for 20s; the partitions it serves "
                             "wait behind it (the others keep flowing)"]
     assert asked == [held[0][1]]
+
+
+async def test_with_nothing_to_watch_it_sleeps_until_activity_unless_a_fetcher_could_stop_unseen():
+    """Idle (no event held, no task waiting) the watchdog looks again only after some activity; but while a
+    fetcher that can stop being answered runs, a stop brings no activity, so it keeps looking."""
+    for fetching in (False, True):
+        looks = 0
+
+        async def states() -> dict[int, tuple[object, bool, str]]:
+            nonlocal looks
+            looks += 1
+            return {}
+
+        dog = Watchdog(list, 0.02, tasks=states, activity=Activity(), fetching=lambda f=fetching: f)
+        await dog.start()
+        try:
+            async with asyncio.timeout(10):
+                while looks < (3 if fetching else 1):  # rounds every 0.01 s
+                    await asyncio.sleep(0.005)
+            if not fetching:
+                await asyncio.sleep(0.2)  # twenty rounds' time: it slept through them
+                assert looks == 1
+        finally:
+            await dog.stop()
