@@ -205,11 +205,14 @@ def codec_for(type_: type | None, serializer: str | CodecFormat | None = None, *
 def decode_text(codec: Codec, text: str, declared: type | None) -> Any:
     """A key or value as a person types it (on a command line, in a URL), decoded with `codec`, so its type
     is checked the same way as a record's. The JSON codec of an undeclared or str type takes a bare word
-    that is not JSON as the string itself: typing `ada` means "ada", without the quotes a shell would eat."""
+    that is not JSON as the string itself: typing `ada` means "ada", without the quotes a shell would eat.
+    A registry format's codec (engine.schemas) reads the text as JSON into its declared type, by the same
+    rule."""
+    from_text = getattr(codec, "from_text", None)  # (a registry codec's: its bytes are not what one types)
     try:
-        return codec.decode(text.encode())
+        return from_text(text) if from_text is not None else codec.decode(text.encode())
     except DecodeError:
-        if codec.name == "json" and declared in (None, str):
+        if (codec.name == "json" or from_text is not None) and declared in (None, str):
             return text
         raise
 

@@ -26,10 +26,9 @@ from engine.lockfile import holding
 from engine.loops import running_loop_name, stop_on_signals
 from engine.monitors.loopwatch import LoopMonitor
 from engine.monitors.watchdog import Watchdog
-from engine.optional import needs
+from engine.operations.schemas import connect_schemas
 from engine.processing.replies import ReplyService
 from engine.processing.runner import AgentRunner
-from engine.schemas.codecs import prepare_codecs, registry_codecs
 from engine.scope import running_as
 from engine.tables.manager import TableManager
 from engine.tables.stream_joins import StreamJoin, as_how, stream_join
@@ -378,21 +377,7 @@ class Worker(Service):
     async def _connect_schemas(self) -> None:
         """Connect the codecs of topics declared in a registry format (engine.schemas) to the schema
         registry: their schemas registered before the first record is read or written."""
-        codecs = registry_codecs(codec for topic in self.all_topics()
-                                 for codec in (topic.key_codec, topic.value_codec))
-        if not codecs:
-            return
-        url = self.settings.schema_registry_url
-        if url is None:
-            names = ", ".join(sorted({c.topic for c in codecs}))
-            raise ConfigError(f"topics {names} are declared in a schema registry format: set "
-                              "schema_registry_url (ENGINE_SCHEMA_REGISTRY_URL)")
-        with needs("confluent-kafka", "a schema registry", extra="schemas"):
-            from engine.schemas.registry import Registry
-        s = self.settings
-        self._registry = Registry(url, auth=s.schema_registry_auth, cafile=s.schema_registry_cafile,
-                                  certfile=s.schema_registry_certfile, keyfile=s.schema_registry_keyfile)
-        await prepare_codecs(codecs, self._registry)
+        self._registry = await connect_schemas(self.all_topics(), self.settings)
 
     def _group_topology(self) -> GroupTopology:
         """What a streams group is told this app reads and keeps (read as the consumer starts, once the

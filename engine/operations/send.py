@@ -14,6 +14,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from engine.errors import ConfigError
+from engine.operations.schemas import connect_schemas
 from engine.topology.plan import build_topology
 from engine.transport import shared_transport_for
 from engine.transport.base import TopicSpec
@@ -36,6 +37,7 @@ async def sending(app: App, settings: Settings, topic: Topic, *, create: bool = 
     transport = shared_transport_for(settings, "send", otherwise=", or send from inside the app (a timer, "
                                      "or engine.testing in a test)")
     created = await ensure_topic(transport.admin(), build_topology(app, settings), topic, create)
+    registry = await connect_schemas([topic], settings)  # a registry format's schema registered first
     producer = transport.producer()
     await producer.start()
     try:
@@ -44,6 +46,8 @@ async def sending(app: App, settings: Settings, topic: Topic, *, create: bool = 
     finally:
         topic.attach(None)
         await producer.stop()
+        if registry is not None:
+            await registry.close()
 
 
 async def ensure_topic(admin: Admin, topology: Topology, topic: Topic, create: bool) -> TopicSpec | None:

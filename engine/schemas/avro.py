@@ -77,6 +77,13 @@ class AvroCodec(RegistryCodec):
             raise EncodeError(f"does not fit the Avro schema of topic {self.topic!r}: {exc}") from exc
         return _right_sized(out.getvalue())
 
+    def from_text(self, text: str) -> Any:
+        try:
+            data = loads(text)
+        except ValueError as exc:
+            raise DecodeError(f"not valid JSON ({exc}): {text[:80]!r}") from exc
+        return data if self._build is None else self._build(data)
+
     def reader(self, written: SchemaText) -> Reader:
         if written.kind != "AVRO":
             raise ValueError(f"it is a {written.kind} schema")

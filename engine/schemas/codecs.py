@@ -96,6 +96,10 @@ class RegistryCodec:
         """How to read records written with `written` into the declared type."""
         raise NotImplementedError
 
+    def from_text(self, text: str) -> Any:
+        """A value as a person types it (`engine send`): JSON, built into the declared type."""
+        raise NotImplementedError
+
     # -- the registry --------------------------------------------------------------------------------
 
     def subject_name(self) -> str:

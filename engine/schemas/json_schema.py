@@ -64,6 +64,13 @@ class JsonSchemaCodec(RegistryCodec):
         except TypeError as exc:
             raise EncodeError(f"cannot encode {type(value).__name__} as JSON: {exc}") from exc
 
+    def from_text(self, text: str) -> Any:
+        try:
+            data = loads(text)
+        except ValueError as exc:
+            raise DecodeError(f"not valid JSON ({exc}): {text[:80]!r}") from exc
+        return data if self._build is None else self._build(data)
+
     def reader(self, written: SchemaText) -> Reader:
         if written.kind != "JSON":
             raise ValueError(f"it is a {written.kind} schema")

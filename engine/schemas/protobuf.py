@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING, Any
 
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.json_format import MessageToDict, Parse, ParseError
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.protobuf.message import EncodeError as ProtobufEncodeError
 from google.protobuf.message import Message
@@ -71,6 +71,13 @@ class ProtobufCodec(RegistryCodec):
             return bytes(value.SerializeToString())
         except ProtobufEncodeError as exc:
             raise EncodeError(f"cannot serialize {self.type.__name__}: {exc}") from exc
+
+    def from_text(self, text: str) -> Any:
+        """The message in Protobuf's JSON mapping (its fields by their .proto or JSON names)."""
+        try:
+            return Parse(text, self.type())
+        except ParseError as exc:
+            raise DecodeError(f"not a {self.type.__name__} in Protobuf's JSON: {exc}") from exc
 
     def reader(self, written: SchemaText) -> Reader:
         if written.kind != "PROTOBUF":

@@ -7,7 +7,10 @@ read back by Confluent's deserializers; exactly-once, with a second worker joini
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import subprocess
+import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +24,7 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, Proto
 from confluent_kafka.serialization import MessageField, SerializationContext, StringSerializer
 
 from tests.integration.helpers import (
+    ROOT,
     SHORT_SESSION,
     WorkerProcess,
     create_topics,
@@ -318,3 +322,28 @@ async def test_the_registrys_faults_wait_or_dead_letter_with_the_reason(kafka, o
         assert "not in Confluent's wire format" in reasons[0] + reasons[1] or "too short" in "".join(reasons)
     finally:
         one.terminate(timeout=60)
+
+
+async def test_engine_send_takes_json_text_for_a_registry_topic(kafka, schema_registry, tmp_path):
+    """`engine send` of JSON text to an Avro topic: the schema registered (or found), the record framed,
+    and read back by Confluent's deserializer; a value that does not fit is refused before anything is
+    sent."""
+    app_id = unique("send")
+    env = {**os.environ, "ITEST_APP": app_id, "ENGINE_SCHEMA_REGISTRY_URL": schema_registry}
+
+    def send(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "cli.main", "send", "-A", "tests.integration.schema_apps:app",
+                   "--broker", kafka.url, f"{app_id}-sales", *args]
+        return subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    sent = await asyncio.to_thread(send, '{"item": "tea", "qty": 3}', "--key", "tea", "--create")
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+    refused = await asyncio.to_thread(send, '{"item": "tea", "qty": "three"}', "--key", "tea")
+    assert refused.returncode != 0
+    assert "qty" in refused.stdout + refused.stderr
+    [record] = await read_all(kafka.bootstrap, f"{app_id}-sales")
+    client = SchemaRegistryClient({"url": schema_registry})
+    topic = f"{app_id}-sales"
+    value = AvroDeserializer(client)(record.value, _context(topic, MessageField.VALUE))
+    assert value == {"item": "tea", "qty": 3}
+    assert AvroDeserializer(client)(record.key, _context(topic, MessageField.KEY)) == "tea"

@@ -18,6 +18,7 @@ from confluent_kafka.schema_registry._async.json_schema import AsyncJSONDeserial
 from confluent_kafka.schema_registry._async.protobuf import AsyncProtobufDeserializer, AsyncProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from engine.codecs import decode_text
 from engine.errors import ConfigError, DecodeError, EncodeError, SchemasNotCached
 from engine.schemas import Avro, JsonSchema, Protobuf
 from engine.schemas.avro import avro_schema
@@ -211,3 +212,21 @@ async def test_register_false_writes_with_the_subjects_latest_version():
     none = Avro(register=False).codec(Sale, topic=f"{topic}-none", is_key=False)
     with pytest.raises(ConfigError, match="has no schema in the registry"):
         await none.prepare(registry)
+
+
+def test_text_as_a_person_types_it_is_json_built_into_the_declared_type():
+    """What `engine send` and a URL's key give a registry codec: JSON into the declared type, a bare word
+    for a str, and the field that does not fit named."""
+    _, _, topic = fresh()
+    sale = Avro().codec(Sale, topic=topic, is_key=False)
+    assert decode_text(sale, '{"item": "tea", "qty": 2}', Sale) == Sale("tea", 2)
+    with pytest.raises(DecodeError, match="qty"):
+        decode_text(sale, '{"item": "tea", "qty": "two"}', Sale)
+    assert decode_text(Avro(schema='"string"').codec(str, topic=topic, is_key=True), "ada", str) == "ada"
+    payment = JsonSchema().codec(Payment, topic=topic, is_key=False)
+    assert decode_text(payment, '{"who": "ada", "cents": 5}', Payment) == Payment(who="ada", cents=5)
+    order = Protobuf().codec(Order, topic=topic, is_key=False)
+    assert decode_text(order, '{"item": "tea", "qty": 2, "price": {"cents": 5}}', Order) == Order(
+        item="tea", qty=2, price=Money(cents=5))
+    with pytest.raises(DecodeError, match="Protobuf's JSON"):
+        decode_text(order, '{"nope": 1}', Order)
