@@ -26,16 +26,21 @@ def _name(t: type | None) -> str:
 
 
 def run_topics(args: argparse.Namespace) -> int:
-    """Every topic the app reads, writes and keeps, as the worker will create it (engine.topology.plan)."""
+    """Every topic the app reads, writes and keeps, as the worker will create it (engine.topology.plan), with
+    each key's and value's format and type, and the registry subjects of those in a registry format."""
     app = load_app(args.app)
     topology = build_topology(app, app.settings(given_settings(args)))
     print(f"{'topic':40} {'role':12} {'partitions':>10}  {'key':12} {'value':12} config")
     for plan in sorted(topology.topics.values(), key=lambda p: (_ORDER.index(p.role), p.name)):
         topic = plan.topic
         config = ",".join(f"{k}={v}" for k, v in sorted(plan.config.items())) or "-"
+        subjects = [f"{role} subject {subject()}" for role, codec in (("key", topic.key_codec),
+                                                                      ("value", topic.value_codec))
+                    if (subject := getattr(codec, "subject_name", None)) is not None]  # a registry format's
         print(f"{plan.name:40} {plan.role:12} {plan.partitions:>10}  "
               f"{topic.key_codec.name + ':' + _name(topic.key_type):12} "
-              f"{topic.value_codec.name + ':' + _name(topic.value_type):12} {config}")
+              f"{topic.value_codec.name + ':' + _name(topic.value_type):12} {config}"
+              + (f"  ({', '.join(subjects)})" if subjects else ""))
     for agent, why in topology.undeclared.items():
         print(f"(agent {agent} awaits before its first event ({why}): topics its pipeline reads are "
               "known once it runs)")
