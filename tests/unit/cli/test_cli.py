@@ -55,6 +55,14 @@ def test_listings(capsys):
     assert rows["itopology-by-customer-repartition"] == ["repartition", "4"]
     assert rows["itopology-spent-changelog"] == ["changelog", "4"]
     assert rows["itopology-per-customer-closed"] == ["closed", "4"]
+    # Registry formats, with their subjects.
+    code, out, _ = run(capsys, "topics", "-A", "tests.integration.schema_apps:app")
+    sales = next(line for line in out.splitlines() if line.startswith("ischemas-sales "))
+    assert "avro:str" in sales
+    assert "avro:Sale" in sales
+    assert "(key subject ischemas-sales-key, value subject ischemas-sales-value)" in sales
+    orders = next(line for line in out.splitlines() if line.startswith("ischemas-orders "))
+    assert "protobuf:Order" in orders
 
 
 def test_send_checks_the_value_and_refuses_an_in_memory_broker(capsys):
