@@ -25,7 +25,7 @@ from engine.clock import wall_time
 from engine.tables.keyed import KeyedWindowsTable
 from engine.tables.keys import session_key
 from engine.tables.partition import DELETED, MISSING, EventWindowState, KeyedWindowState
-from engine.tables.windowed import _advance
+from engine.tables.windowed import LATEST_EVENT_TIME_MS, _advance
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -83,7 +83,7 @@ class SessionTable(KeyedWindowsTable):
         bridges); False if that session would be late. Then emit the sessions this event closed (after the
         merge: a session merged away by the event that closes it is not final, as in Kafka Streams)."""
         ts = event.time_ms  # the topic's extractor (or the record's time), applied at dispatch
-        if ts is None or ts < 0 or self.timestamp is not None:
+        if ts is None or not 0 <= ts <= LATEST_EVENT_TIME_MS or self.timestamp is not None:
             ts = self._valid_time(event)
         found_key = self.table._locations.get(key)  # (the key checked and encoded, cached)
         inner = found_key[0] if found_key is not None else self.table._locate_new(key)[0]

@@ -37,7 +37,7 @@ from engine.clock import wall_time
 from engine.tables.keyed import KeyedWindowsTable
 from engine.tables.keys import META_PREFIX
 from engine.tables.partition import DELETED, MISSING, EventWindowState
-from engine.tables.windowed import _advance
+from engine.tables.windowed import LATEST_EVENT_TIME_MS, _advance
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -196,7 +196,7 @@ class SlidingTable(KeyedWindowsTable):
     def apply(self, part: TablePartition, event: Event, key: Any, value: Any) -> bool:
         """Add the event's `value` to the sliding windows of `key` at its time; False if late."""
         ts = event.time_ms  # the topic's extractor (or the record's time), applied at dispatch
-        if ts is None or ts < 0 or self.timestamp is not None:
+        if ts is None or not 0 <= ts <= LATEST_EVENT_TIME_MS or self.timestamp is not None:
             ts = self._valid_time(event)
         state = part.windows or self._state(part)
         assert isinstance(state, SlidingState)

@@ -79,6 +79,10 @@ def _advance(state: WindowState, ts: int) -> int:
     return current
 
 
+# Event times past this (the year 3000, in ms) are refused: an extractor returning milliseconds where seconds
+# are meant gives times a thousand times too large, and no record's own timestamp is ever that late.
+LATEST_EVENT_TIME_MS = 32_503_680_000_000
+
 class EventTimeTable:
     """What every windowed face of a table shares (fixed-size windows here, sessions in
     engine.tables.sessions): event time, stream time per partition (advanced by events, or by idleness with
@@ -174,6 +178,13 @@ class EventTimeTable:
                 f"windowed table {self.name!r}: {event.topic}[{event.partition}]@{event.offset} has no valid "
                 f"event time ({ts} ms): it was written without a timestamp; give the topic or the table a "
                 "timestamp= extractor"
+            )
+        if ts > LATEST_EVENT_TIME_MS:  # (a record's own timestamp never is: the broker refuses it)
+            raise InvalidTimestamp(
+                f"windowed table {self.name!r}: {event.topic}[{event.partition}]@{event.offset} has an "
+                f"event time past the year 3000 ({ts // 1000} s): a timestamp= extractor returns seconds (an "
+                "int or a float) or a datetime; one returning milliseconds puts windows in the year 50,000 "
+                "(divide by 1000)"
             )
         return ts
 
@@ -376,7 +387,7 @@ class WindowedTable(EventTimeTable):
             if source is not None:
                 source.current_event = event
             ts = event.time_ms  # the topic's extractor (or the record's time), applied at dispatch
-            if ts is None or ts < 0 or extracted:
+            if ts is None or not 0 <= ts <= LATEST_EVENT_TIME_MS or extracted:
                 ts = self._valid_time(event)
             # (Each key checked and encoded once, cached: a None key raises here. Looked up per event: an
             # aggregate writing the table may make the cache forget it.)

@@ -384,3 +384,32 @@ def test_the_late_warning_repeats_after_its_interval_on_the_drivers_clock(
         assert len(late_warnings(caplog)) == 2
         assert "2 late event(s) dropped since the last report (3 in all" in late_warnings(caplog)[1]
     assert table.late_events == 3
+
+
+@pytest.mark.parametrize("how", ["agent", "pipeline", "session", "sliding"])
+def test_an_extractor_in_milliseconds_is_refused_naming_the_unit(how):
+    """A `timestamp=` extractor takes seconds (or a datetime): one returning milliseconds put a 5-minute
+    window in the year 55,000 without a word. Such an event is refused (the agent's error policy: the DLQ)
+    saying what the unit is, on every path an event takes into windows; one in seconds is counted."""
+    app = engine.App(f"units-{how}")
+    clicks = app.topic("clicks", key_type=str, value_type=dict, timestamp=lambda v: v["at"])
+    if how == "pipeline":
+        app.stream(clicks).tumbling(300).count("per-user")
+    elif how in ("session", "sliding"):
+        getattr(app.stream(clicks), how)(300).count("per-user")
+    else:
+        per_user = app.Table("per-user", default=int, key_type=str, value_type=int).tumbling(300)
+
+        @app.agent(clicks)
+        async def count(stream):
+            async for event in stream.events():
+                per_user[event.key] += 1
+
+    with TestDriver(app, topic_partitions=1) as driver:
+        now = int(driver.now)
+        driver.send(clicks, key="ada", value={"at": now * 1000})  # milliseconds
+        driver.send(clicks, key="ada", value={"at": now})
+        [letter] = driver.dlq(next(iter(app.agents.values())))
+        assert "past the year 3000" in letter.error
+        assert "returning milliseconds" in letter.error
+        assert list(driver.table("per-user").values()) == [1]
