@@ -70,6 +70,7 @@ class Supervisor(Service):
         super().__init__(name)
         self.policy = policy or RestartPolicy()
         self.restarts = 0
+        self.last_crash: tuple[str, BaseException] | None = None  # the child that crashed last, and why
         self._clock = clock
         self._pending: list[tuple[str, ChildFactory]] = []
         self._children_tasks: list[asyncio.Task[Any]] = []
@@ -119,6 +120,7 @@ class Supervisor(Service):
                     self.fail(failure)
                     return
                 self.restarts += 1
+                self.last_crash = (name, exc)
                 delay = self.policy.delay(len(crashes))
                 log.warning(
                     "%s: %s crashed (%s: %s); restart %d of at most %d within %gs, in %gs",

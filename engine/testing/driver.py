@@ -119,6 +119,8 @@ class TestDriver:
         self._context.run(wall_clock.set, self._loop.wall_time)
         self.worker = Worker(app, app.settings(overrides), watch_loop=False)
         self._read_upto: dict[str, int] = {}  # records of a topic returned by `read` (appends seen)
+        self._restarts_seen: dict[str, int] = {}  # agent -> its restarts already raised to the test
+        self._failure_raised = False  # whether a call raised the worker's failure (or a crash) to the test
         self._closed = False
         self._spinning: NeverIdle | None = None  # the loop never became idle: nothing more can run on it
         # A driver never closed is freed when collected (or at exit), saying so, instead of leaving its
@@ -244,7 +246,8 @@ class TestDriver:
                 self.worker.request_stop()
                 self._run(self.worker.run_until_stopped(), within=STOP_WITHIN)
         except WorkerFailed:
-            pass  # raised to the test already, by the call that saw it
+            if not self._failure_raised:  # (it failed while stopping: nothing else would tell the test)
+                raise
         finally:
             _free(self._loop, self._context, self.broker, self._data_dir)
 
@@ -274,23 +277,44 @@ class TestDriver:
 
     def _settle(self) -> None:
         """Checkpoint until nothing more is written: the changelogs, closed windows and late records of the
-        work done, and what agents reading them do in turn."""
-        self.worker.raise_failure()
+        work done, and what agents reading them do in turn. An agent that crashed meanwhile fails the call
+        (below)."""
+        self._raise_failure()
         for _ in range(MAX_SETTLE_ROUNDS):
             written = self.broker.appended
             self._run(self.worker.checkpoint())
-            self.worker.raise_failure()
+            self._raise_failure()
             if self.broker.appended == written:
                 return
         raise RuntimeError(f"app {self.app.id!r} still writes after {MAX_SETTLE_ROUNDS} checkpoints in a row "
                            "without new input: a cycle between agents and tables?")
+
+    def _raise_failure(self) -> None:
+        """WorkerFailed if the worker failed, or if an agent crashed since the last call. A crash is a bug
+        the test is there to find, as an exception in a Kafka Streams processor fails TopologyTestDriver's
+        pipeInput: a worker restarts the agent after a backoff, which on the driver's clock comes only with
+        `advance`, so its events would wait unprocessed while `send` returned and the table read empty."""
+        try:
+            self.worker.raise_failure()
+        except WorkerFailed:
+            self._failure_raised = True
+            raise
+        for runner in self.worker.runners:
+            supervisor = runner.group.supervisor
+            crash = supervisor.last_crash
+            if crash is not None and supervisor.restarts > self._restarts_seen.get(runner.agent.name, 0):
+                self._restarts_seen[runner.agent.name] = supervisor.restarts
+                name, exc = crash
+                self._failure_raised = True
+                raise WorkerFailed(f"agent {runner.agent.name} crashed ({name}): {type(exc).__name__}: "
+                                   f"{exc}") from exc
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this TestDriver is closed")
         if self._spinning is not None:
             raise RuntimeError(f"this TestDriver cannot go on: {self._spinning}")
-        self.worker.raise_failure()
+        self._raise_failure()
 
     def _topic(self, topic: Topic | Agent | str) -> Topic:
         if isinstance(topic, Agent):

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import engine
+from engine.errors import WorkerFailed
 from engine.testing import DeadLetter, NeverIdle, Record, TestDriver
 from engine.windows import WindowRange
 from tests.unit.engine.test_table_joins import make_app as table_join_app
@@ -409,3 +410,23 @@ def test_a_driver_never_closed_is_freed_when_collected_saying_so(caplog: pytest.
     assert broker not in MemoryBroker._registry.values()  # forgotten, like close() does
     gc.collect()
     assert "Task was destroyed but it is pending" not in caplog.text
+
+
+def test_an_agent_that_crashes_fails_the_call_that_made_it_crash():
+    """An agent that crashes (before its first event here, as one calling group_by without name= did) is
+    restarted by a worker after a backoff, which on the driver's clock never comes without `advance`: the
+    test passed with its events unprocessed. The driver raises the crash from the call during which it
+    happened, naming the agent and the exception, as TopologyTestDriver raises a processor's."""
+    app = engine.App("crashing")
+    orders = app.topic("orders", key_type=str, value_type=int)
+    totals = app.Table("totals", default=int, key_type=str, value_type=int)
+
+    @app.agent(orders)
+    async def keep(stream):
+        raise RuntimeError("set-up went wrong")
+        async for key, value in stream.items():  # pragma: no cover
+            totals[key] += value
+
+    with pytest.raises(WorkerFailed, match=r"agent keep crashed .*RuntimeError: set-up went wrong"):
+        TestDriver(app)
+
