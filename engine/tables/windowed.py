@@ -234,12 +234,12 @@ class EventTimeTable:
         report = late.add(needed + self.window_kind.grace_ms, asyncio.get_running_loop().time())
         if report is not None:
             log.warning(
-                "windowed table %r: %d late event(s) dropped since the last report (%d in all; e.g. "
-                "%s[%d]@%d, %.3f s behind stream time): a grace of %.3f s would have kept them (it is %.3f s)"
-                "%s", self.name, report[0], late.count, event.topic, event.partition,
-                event.offset, (stream_time - ts) / 1000, report[1] / 1000,
-                self.window_kind.grace_ms / 1000,
-                "; they went to the late topic" if self.late_topic is not None else "")
+                "windowed table %r: %d late event(s) since the last report (%d in all; e.g. %s[%d]@%d, "
+                "%.3f s behind stream time) left out of its windows, %s: a grace of %.3f s would have kept "
+                "them (it is %.3f s)", self.name, report[0], late.count, event.topic, event.partition,
+                event.offset, (stream_time - ts) / 1000,
+                f"sent to {self.late_topic.name} as read (raw bytes)" if self.late_topic is not None
+                else "dropped", report[1] / 1000, self.window_kind.grace_ms / 1000)
 
     def advance(self, part: TablePartition, processed: int | None) -> None:
         """Advance the partition's stream time to `processed`, the largest event time of the records its

@@ -50,7 +50,8 @@ async def test_tumbling_with_out_of_order_and_late_events(caplog):
     # kept it: 4 s at stream time 25 s, its window [0, 10) ended at 10 s.
     warnings = [r.getMessage() for r in caplog.records if "late event" in r.getMessage()]
     assert len(warnings) == 1
-    assert "1 late event(s) dropped" in warnings[0]
+    assert "1 late event(s) since the last report" in warnings[0]
+    assert "left out of its windows, dropped:" in warnings[0]
     assert "a grace of 15.001 s would have kept them (it is 5.000 s)" in warnings[0]
     assert [current for _, current, _ in seen] == [1, 1, 2, 1, 2, 1, 2]
     assert [delta for _, _, delta in seen] == [0, 1, 0, 1, 0, 2, 1]  # at 18: [0, 10) held 2
@@ -94,7 +95,7 @@ async def test_expired_windows_are_tombstoned_if_stored_and_never_sent_if_not(st
     assert [codec.decode(key)[1] for key in stored] == [WindowRange(50, 60)]
 
 
-async def test_changelog_readers_get_key_and_window_and_late_records_go_to_the_late_topic():
+async def test_changelog_readers_get_key_and_window_and_late_records_go_to_the_late_topic(caplog):
     url = testing.memory_url()
     app = engine.App("wl", broker=url, commit_interval=0.05, store="memory://")
     views = app.topic("views", key_type=str, value_type=dict, timestamp=lambda v: v["ts"])
@@ -124,6 +125,9 @@ async def test_changelog_readers_get_key_and_window_and_late_records_go_to_the_l
     assert late[0].value == b'{"ts":2}'
     source = next(r for p in testing.broker_for(url).topics["views"] for r in p if r.value == late[0].value)
     assert late[0].timestamp == source.timestamp  # the late record keeps its own time
+    [said] = [r.getMessage() for r in caplog.records if "late event(s)" in r.getMessage()]
+    assert "left out of its windows, sent to wl-views-late as read (raw bytes)" in said
+    assert "dropped" not in said
 
 
 async def test_stream_time_survives_a_restart(tmp_path):
@@ -356,7 +360,7 @@ async def test_a_worker_that_takes_a_quiet_partition_over_closes_its_windows_by_
 
 def late_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records
-            if r.levelname == "WARNING" and "late event(s) dropped" in r.getMessage()]
+            if r.levelname == "WARNING" and "late event(s) since the last report" in r.getMessage()]
 
 
 def test_late_events_and_their_warning_are_per_worker_run(caplog: pytest.LogCaptureFixture) -> None:
@@ -382,7 +386,7 @@ def test_the_late_warning_repeats_after_its_interval_on_the_drivers_clock(
         driver.advance(15)  # past the 10 s between two warnings, on the virtual clock
         driver.send(views, key="a", value={"ts": 2})
         assert len(late_warnings(caplog)) == 2
-        assert "2 late event(s) dropped since the last report (3 in all" in late_warnings(caplog)[1]
+        assert "2 late event(s) since the last report (3 in all" in late_warnings(caplog)[1]
     assert table.late_events == 3
 
 
