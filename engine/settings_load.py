@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import difflib
 import os
 import shlex
 import typing
@@ -18,7 +19,7 @@ from engine.errors import ConfigError
 from engine.settings import BadSetting, Settings, fail
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Collection, Mapping
 
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 ENV_PREFIX = "ENGINE_"
@@ -74,6 +75,13 @@ def coerce(name: str, value: Any) -> Any:
     return value
 
 
+def _did_you_mean(name: str, known: Collection[str], spell: Callable[[str], str] = str) -> str:
+    """`: did you mean x?` for the known setting closest to a misspelled `name` (written as `spell` writes
+    it: an option, a variable), if one is close."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.7)
+    return f": did you mean {spell(close[0])}?" if close else ""
+
+
 def load_settings(
     app_id: str,
     given: Mapping[str, Any],
@@ -88,15 +96,18 @@ def load_settings(
     for source, label in ((given, "App argument"), (overrides, "option")):
         for name in source:
             if name not in known or (label == "option" and name in APP_ONLY):
-                raise ConfigError(f"unknown setting {name!r} ({label}); known: {', '.join(sorted(known))}")
+                raise ConfigError(f"unknown setting {name!r} ({label})"
+                                  f"{_did_you_mean(name, known) or '; known: ' + ', '.join(sorted(known))}")
     env = os.environ if environ is None else environ
     for variable in sorted(env):
         name = variable[len(ENV_PREFIX):].lower()
         if variable.startswith(ENV_PREFIX) and variable not in NOT_SETTINGS and (
                 name not in known or name in APP_ONLY):
             expected = ", ".join(variable_name(n) for n in sorted(known - APP_ONLY))
-            why = (f"{name} can only be given to App(...)" if name in APP_ONLY else f"known: {expected}")
-            raise ConfigError(f"unknown setting {variable!r} (environment variable); {why}")
+            close = "" if name in APP_ONLY else _did_you_mean(name, known - APP_ONLY, variable_name)
+            why = (f"; {name} can only be given to App(...)" if name in APP_ONLY else close
+                   or f"; known: {expected}")
+            raise ConfigError(f"unknown setting {variable!r} (environment variable){why}")
     values: dict[str, Any] = dict(given)
     said: dict[str, str] = {}  # setting -> how the user wrote it, where it came from as text
     for name in known - APP_ONLY:

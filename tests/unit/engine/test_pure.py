@@ -194,7 +194,9 @@ def test_settings_precedence_and_coercion():
         ({"commit_interval": "soon"}, "setting 'commit_interval' is 'soon'; expected a number"),
         ({"mailbox_size": 0}, "setting 'mailbox_size' is 0; expected an integer of at least 1"),
         ({"agent_error_policy": "retry"}, "setting 'agent_error_policy' is 'retry'"),
-        ({"comit_interval": 1}, "unknown setting 'comit_interval'"),
+        ({"comit_interval": 1}, "unknown setting 'comit_interval' (App argument): did you mean "
+                                "commit_interval?"),
+        ({"frobnicate": 1}, "unknown setting 'frobnicate' (App argument); known: acceptable_recovery_lag, "),
     ],
 )
 def test_bad_settings_name_the_setting(given, message):
@@ -209,9 +211,13 @@ def test_bad_env_setting_fails_naming_it():
 
 
 def test_a_misspelled_env_setting_is_refused_like_a_misspelled_argument():
-    expected = r"unknown setting 'ENGINE_COMIT_INTERVAL' \(environment variable\); known: ENGINE_ACCEPTABLE_"
+    expected = (r"unknown setting 'ENGINE_COMIT_INTERVAL' \(environment variable\): did you mean "
+                "ENGINE_COMMIT_INTERVAL\\?$")
     with pytest.raises(ConfigError, match=expected):
         load_settings("app", {}, None, {"ENGINE_COMIT_INTERVAL": "1"})
+    expected = r"unknown setting 'ENGINE_FROBNICATE' \(environment variable\); known: ENGINE_ACCEPTABLE_"
+    with pytest.raises(ConfigError, match=expected):
+        load_settings("app", {}, None, {"ENGINE_FROBNICATE": "1"})
     with pytest.raises(ConfigError, match="broker_options can only be given to App"):
         load_settings("app", {}, None, {"ENGINE_BROKER_OPTIONS": "{}"})
     # engine's own tools' variables share the prefix and are not settings; other variables are not looked at
