@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 def add_setting_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "settings", "Each overrides the app's App(...) argument and its ENGINE_* variable; a duration is in "
-                    "seconds. The SASL password only as ENGINE_SASL_PASSWORD, never on a command line.")
+                    "seconds. The secrets (the SASL password, the schema registry's auth) only as their "
+                    "ENGINE_* variables, never on a command line.")
     for setting in setting_docs():
         if setting.on_command_line:
             text = f"{setting.plain} (default: {setting.default}; {setting.variable})"

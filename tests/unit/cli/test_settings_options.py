@@ -19,8 +19,8 @@ from cli.main import build_parser, main
 from engine import App, Settings
 
 # Settings that no option gives, and why: the app's id is -A's; broker_options only App(...) takes (objects);
-# the password never (a command line is seen by every user of the machine).
-NO_OPTION = {"app_id", "broker_options", "sasl_password"}
+# the passwords never (a command line is seen by every user of the machine).
+NO_OPTION = {"app_id", "broker_options", "sasl_password", "schema_registry_auth"}
 HINTS = typing.get_type_hints(Settings, localns={"Mapping": typing.Mapping})
 SECRET = "pw-from-the-environment"
 PRECEDENCE_APP = App("precedence", broker="memory://precedence", web_port=7001, commit_interval=3,
@@ -41,7 +41,9 @@ def other_value(field: dataclasses.Field[Any], pem: Path) -> tuple[str, Any]:
     texts = {"broker": "kafka://broker-a:9093,broker-b:9093", "store": "memory://", "web_host": "0.0.0.0",
              "group_instance_id": "worker-a", "security_protocol": "SASL_SSL",
              "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "app", "ssl_cafile": str(pem),
-             "ssl_certfile": str(pem), "ssl_keyfile": str(pem)}
+             "ssl_certfile": str(pem), "ssl_keyfile": str(pem),
+             "schema_registry_url": "https://registry-a:8081/apis/ccompat/v7", "schema_registry_cafile": str(pem),
+             "schema_registry_certfile": str(pem), "schema_registry_keyfile": str(pem)}
     if field.name in texts:
         return texts[field.name], texts[field.name]
     if kind is timedelta:
