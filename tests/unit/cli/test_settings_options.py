@@ -42,8 +42,9 @@ def other_value(field: dataclasses.Field[Any], pem: Path) -> tuple[str, Any]:
              "group_instance_id": "worker-a", "security_protocol": "SASL_SSL",
              "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "app", "ssl_cafile": str(pem),
              "ssl_certfile": str(pem), "ssl_keyfile": str(pem),
-             "schema_registry_url": "https://registry-a:8081/apis/ccompat/v7", "schema_registry_cafile": str(pem),
-             "schema_registry_certfile": str(pem), "schema_registry_keyfile": str(pem)}
+             "schema_registry_url": "https://registry-a:8081/apis/ccompat/v7",
+             "schema_registry_cafile": str(pem), "schema_registry_certfile": str(pem),
+             "schema_registry_keyfile": str(pem)}
     if field.name in texts:
         return texts[field.name], texts[field.name]
     if kind is timedelta:
