@@ -31,6 +31,7 @@ from tests.integration.helpers import (
     placed_over,
     read_all,
     unique,
+    until_done,
 )
 from tests.integration.schema_apps import Balance, Payment
 from tests.schema_registry import SchemaRegistry
@@ -315,6 +316,12 @@ async def test_the_registrys_faults_wait_or_dead_letter_with_the_reason(kafka, o
             confluent.producer.produce(f"{app_id}-sales", key=key, value=value)
         assert confluent.producer.flush(60) == 0
         await stock_at(kafka, confluent, stock_truth([*good[:100], *newer], web=False), [one])
+
+        async def dead_letters() -> tuple[bool, int]:  # (committed with the transaction of their partition)
+            found = await read_all(kafka.bootstrap, f"{app_id}-keep_stock-dlq")
+            return len(found) >= 2, len(found)
+
+        await until_done(dead_letters, "the two bad records dead-lettered", workers=[one])
         letters = await read_all(kafka.bootstrap, f"{app_id}-keep_stock-dlq")
         reasons = sorted(dict(r.headers).get("engine-error", b"").decode() for r in letters)
         assert len(reasons) == 2, reasons
