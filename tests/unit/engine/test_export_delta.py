@@ -392,6 +392,11 @@ def rounds_consistent(lake: SharedLake, settings: engine.Settings, logs: list[An
     return rounds
 
 
+# Batches in the two workers' test, each waited for as a version of its own: three give versions of several
+# states; six took two minutes on the S3 endpoint, the longest of the unit tests.
+ROUNDS_OF_TWO_WORKERS = 3
+
+
 @pytest.mark.parametrize("kind", ["delta", "delta-s3", "iceberg", "iceberg-s3"])
 async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_version(
         tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
@@ -413,7 +418,7 @@ async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_ver
 
         def versions() -> int:
             return len(lake.table("totals", settings).history())
-        for _ in range(6):
+        for _ in range(ROUNDS_OF_TWO_WORKERS):
             committed = versions()
             for key, op in (batch := ops_round(rng, at)):
                 await app.topics["ops"].send(key=key, value=op)
