@@ -26,7 +26,7 @@ import fastavro
 from engine.codecs import _right_sized, dumps, loads
 from engine.errors import ConfigError, DecodeError, EncodeError
 from engine.schemas.codecs import RegistryCodec, SubjectStrategy
-from engine.schemas.models import MISSING, as_dict, builder, fields, is_record
+from engine.schemas.models import MISSING, as_dict, builder, fields, is_flat_dataclass, is_record
 from engine.schemas.registry import SchemaText
 from engine.schemas.wire import HEADER
 
@@ -40,6 +40,7 @@ class AvroCodec(RegistryCodec):
     def __init__(self, type_: type | None, schema: str | dict[str, Any] | None, *, topic: str, is_key: bool,
                  subject: SubjectStrategy, register: bool, record_name: str | None = None) -> None:
         super().__init__(topic=topic, is_key=is_key, subject=subject, register=register)
+        derived = schema is None
         if schema is None:
             if type_ is None or not is_record(type_):
                 raise ConfigError(f"topic {topic!r}: an Avro codec needs a schema, or a dataclass or "
@@ -55,7 +56,10 @@ class AvroCodec(RegistryCodec):
             raise ConfigError(f"topic {topic!r}: not a valid Avro schema: {exc}") from exc
         self._writer = self._parsed  # the schema records are written with (the subject's latest, if adopted)
         self._text = dumps(schema).decode()
-        self._build = builder(type_)
+        # What fastavro reads with a schema derived from a dataclass of scalars has the fields' types
+        # already (the writer's version resolved to it): built as it is, without checking them again.
+        self._checked = builder(type_)  # (what a person types is built checking every field)
+        self._build = _splat(type_) if derived and is_flat_dataclass(type_) else self._checked
 
     def schema_text(self) -> SchemaText:
         return SchemaText(self._text, "AVRO")
@@ -82,7 +86,7 @@ class AvroCodec(RegistryCodec):
             data = loads(text)
         except ValueError as exc:
             raise DecodeError(f"not valid JSON ({exc}): {text[:80]!r}") from exc
-        return data if self._build is None else self._build(data)
+        return data if self._checked is None else self._checked(data)
 
     def reader(self, written: SchemaText) -> Reader:
         if written.kind != "AVRO":
@@ -92,14 +96,23 @@ class AvroCodec(RegistryCodec):
         read, build = fastavro.schemaless_reader, self._build
 
         def decode(data: bytes) -> Any:
+            stream = io.BytesIO(data)  # (over the bytes themselves: no copy)
+            stream.seek(HEADER)
             try:
-                record = read(io.BytesIO(data[HEADER:]), writer, reader_schema)
+                record = read(stream, writer, reader_schema)
             except (ValueError, TypeError, KeyError, EOFError, IndexError, UnicodeDecodeError,
                     fastavro.read.SchemaResolutionError) as exc:
                 raise DecodeError(f"not Avro of its schema: {type(exc).__name__}: {exc}") from exc
             return record if build is None else build(record)
 
         return decode
+
+
+def _splat(type_: Any) -> typing.Callable[[dict[str, Any]], Any]:
+    def build(data: dict[str, Any]) -> Any:
+        return type_(**data)
+
+    return build
 
 
 # -- schemas derived from types ------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from engine.errors import (
     SchemaRefused,
     SchemasNotCached,
 )
-from engine.schemas.wire import WireError, frame, schema_id
+from engine.schemas.wire import HEADER, WireError, frame, schema_id
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
@@ -187,13 +187,40 @@ class RegistryCodec:
         return read(data)
 
     def decode_many(self, datas: list[bytes | None]) -> list[Any]:
+        """Each record read by the reader of its id, looked up once per run of one id (a batch is mostly
+        of one); SchemasNotCached for every id of the batch not fetched yet, DecodeError for one that does
+        not decode."""
         readers = self._readers
-        missing = {found for data in datas if data is not None and len(data) >= 5 and data[0] == 0
-                   and (found := int.from_bytes(data[1:5], "big")) not in readers
-                   and found not in self._unknown}
+        decoded: list[Any] = []
+        append = decoded.append
+        last, read = -1, None
+        for data in datas:
+            if data is None:
+                append(None)
+                continue
+            if len(data) < HEADER or data[0]:
+                append(self.decode(data))  # (raises: not in the wire format)
+                continue
+            found = int.from_bytes(data[1:HEADER], "big")
+            if found != last:
+                read = readers.get(found)
+                if read is None:
+                    self._missing(datas)
+                    append(self.decode(data))  # (raises: an id the registry does not have)
+                    continue
+                last = found
+            assert read is not None
+            append(read(data))
+        return decoded
+
+    def _missing(self, datas: list[bytes | None]) -> None:
+        """Raise SchemasNotCached for the ids of `datas` neither fetched nor known missing, if any."""
+        readers, unknown = self._readers, self._unknown
+        missing = {found for data in datas if data is not None and len(data) >= HEADER and data[0] == 0
+                   and (found := int.from_bytes(data[1:HEADER], "big")) not in readers
+                   and found not in unknown}
         if missing:
             raise SchemasNotCached(self, missing)
-        return [self.decode(data) for data in datas]
 
 
 def registry_codecs(codecs: Iterable[object]) -> list[RegistryCodec]:

@@ -88,6 +88,22 @@ def model_builder(type_: type) -> typing.Callable[[Any], Any]:
     return build
 
 
+_SCALARS: frozenset[Any] = frozenset({int, float, str, bool, bytes, type(None)})
+
+
+def is_flat_dataclass(type_: Any) -> bool:
+    """Whether `type_` is a dataclass whose fields are all scalars (or unions of them): data typed by a
+    schema derived from it builds it as it is, without the field checks (a nested record would stay a
+    dict)."""
+    if not (isinstance(type_, type) and dataclasses.is_dataclass(type_)):
+        return False
+    for field in fields(type_):
+        kinds = typing.get_args(field.annotation) or (field.annotation,)
+        if not all(kind in _SCALARS for kind in kinds):
+            return False
+    return True
+
+
 def builder(type_: type | None) -> typing.Callable[[Any], Any] | None:
     """How decoded plain data becomes the declared record type (None: not a record type, the data as it
     is): a model validated, a dataclass's fields checked (engine.typecheck)."""
