@@ -23,6 +23,7 @@ from engine.events import TP, Event
 from engine.runtime import Worker, run_worker
 from engine.settings import Settings
 from engine.streams.stream import Stream
+from engine.tables.base import KeyNotInPartition, PartitionNotLocal, PartitionNotReady, TableError
 from engine.topics import Topic
 from engine.windows import WindowRange
 
@@ -41,10 +42,14 @@ __all__ = [
     "EngineError",
     "Event",
     "InvalidTimestamp",
+    "KeyNotInPartition",
     "NotRunning",
     "PartitionMigrated",
+    "PartitionNotLocal",
+    "PartitionNotReady",
     "Settings",
     "Stream",
+    "TableError",
     "Timer",
     "Topic",
     "TransportError",

@@ -116,6 +116,9 @@ class JsonCodec:
             return None
         if self._model is not None:  # validated on the way out too: a bad field names its path here
             return _right_sized(model_json(check_model(self._model, value)))
+        build = self._build
+        if build is not None and type(value) is not self.type:
+            value = self._checked_record(value, build)
         try:
             return _right_sized(orjson.dumps(value))
         except TypeError as exc:
@@ -163,6 +166,19 @@ class JsonCodec:
                 if type(obj) is not dict and obj is not None:
                     raise DecodeError(f"expected dict, got {type(obj).__name__}: {obj!r:.80}")
         return objs
+
+    def _checked_record(self, value: Any, build: RecordDecoder) -> Any:
+        """What is sent to a dataclass topic that is not that dataclass (its data as a dict, say), checked
+        as a record read from the topic would be: an EncodeError names the field, before anything is sent,
+        rather than a decode error at every reader. (An instance is sent as it is: it was built.)"""
+        data = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+        if not isinstance(data, dict):
+            raise EncodeError(f"expected {build.type.__name__} (or its fields as a dict), got "
+                              f"{type(value).__name__}: {value!r:.80}")
+        try:
+            return build(data)
+        except (TypeError, DecodeError) as exc:
+            raise EncodeError(f"not a valid {build.type.__name__}: {exc}") from exc
 
     def _record(self, obj: Any, build: RecordDecoder) -> Any:
         if not isinstance(obj, dict):

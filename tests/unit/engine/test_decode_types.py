@@ -155,3 +155,26 @@ class Holder:
 def test_an_error_of_a_nested_dataclass_s_own_is_not_taken_for_an_unknown_field() -> None:
     with pytest.raises(KeyError, match="'c'"):
         codec_for(Holder).decode(b'{"inner": {"code": "c"}}')
+
+
+def test_what_is_sent_to_a_dataclass_topic_is_checked_when_sent():
+    """Sent as a dict (or another shape) to a dataclass topic, a value was written as it was and failed at
+    every reader; it is checked as a read record would be, and refused naming the field, before it is
+    sent. An instance goes as it is."""
+    app = engine.App("checked-send")
+    payments = app.topic("payments", key_type=str, value_type=Payment)
+    seen: list[Payment] = []
+
+    @app.agent(payments)
+    async def keep(stream):
+        async for payment in stream:
+            seen.append(payment)
+
+    with TestDriver(app) as driver:
+        driver.send(payments, key="a", value=Payment("ada", 2.5))
+        driver.send(payments, key="a", value={"customer": "bob", "amount": 3})
+        with pytest.raises(engine.errors.EncodeError, match=r"Payment.amount: expected float, got str"):
+            driver.send(payments, key="a", value={"customer": "eve", "amount": "lots"})
+        with pytest.raises(engine.errors.EncodeError, match="expected Payment"):
+            driver.send(payments, key="a", value=["eve", 1.0])
+    assert seen == [Payment("ada", 2.5), Payment("bob", 3.0)]
