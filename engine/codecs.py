@@ -108,6 +108,8 @@ class JsonCodec:
         self._build_model = model_builder(type_) if type_ is not None and self._model is not None else None
         if type_ is not None and dataclasses.is_dataclass(type_):
             self._build = record_decoder(type_)  # once per codec: per record, one pass over the object
+        self._from_plain = next((convert for kind, convert in FROM_PLAIN.items()
+                                 if isinstance(type_, type) and issubclass(type_, kind)), None)
         # A plain type, by the rule of a field of that type (an int where a float is declared: that float).
         self._plain = plain_decoder(type_) if type_ is not None else None
 
@@ -120,7 +122,7 @@ class JsonCodec:
         if build is not None and type(value) is not self.type:
             value = self._checked_record(value, build)
         try:
-            return _right_sized(orjson.dumps(value))
+            return _right_sized(orjson.dumps(value, default=_plain))
         except TypeError as exc:
             raise EncodeError(f"cannot encode {type(value).__name__} as JSON: {exc}") from exc
 
@@ -138,6 +140,8 @@ class JsonCodec:
             return self._record(obj, self._build)
         if self._build_model is not None:
             return self._build_model(obj)
+        if self._from_plain is not None:
+            return self._from_plain(type_, obj)
         if type(obj) is type_:  # (the usual case)
             return obj
         if self._plain is not None:
@@ -233,9 +237,12 @@ def decode_text(codec: Codec, text: str, declared: type | None) -> Any:
         raise
 
 
-# How values orjson cannot write itself become plain data in engine's own JSON (a query's answer, the CLI's
-# output), by type: the codec module of a format registers its records' (engine.schemas.protobuf).
+# How values orjson cannot write itself become plain data in engine's JSON (a record of a JSON topic, a
+# query's answer, the CLI's output), and how plain data becomes such a value again (a JSON topic declared
+# with that type: an internal topic a pipeline re-keys them through), by type: the codec module of a format
+# registers its records' (engine.schemas.protobuf: messages in Protobuf's JSON mapping).
 PLAIN: dict[type, Callable[[Any], Any]] = {}
+FROM_PLAIN: dict[type, Callable[[type, Any], Any]] = {}
 
 
 def _plain(value: Any) -> Any:

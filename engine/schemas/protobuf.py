@@ -14,12 +14,12 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING, Any
 
-from google.protobuf.json_format import MessageToDict, Parse, ParseError
+from google.protobuf.json_format import MessageToDict, Parse, ParseDict, ParseError
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.protobuf.message import EncodeError as ProtobufEncodeError
 from google.protobuf.message import Message
 
-from engine.codecs import PLAIN
+from engine.codecs import FROM_PLAIN, PLAIN
 from engine.errors import ConfigError, DecodeError, EncodeError
 from engine.schemas.codecs import RegistryCodec, SubjectStrategy
 from engine.schemas.registry import Reference, SchemaText
@@ -33,8 +33,17 @@ if TYPE_CHECKING:
 
 KNOWN = ("google/protobuf/", "google/type/", "confluent/")  # files every registry knows: never registered
 
-# A message in engine's own JSON (a query's answer, the CLI's output): its fields by their .proto names.
+def _from_plain(cls: type[Message], data: Any) -> Message:
+    try:
+        return ParseDict(data, cls())
+    except ParseError as exc:
+        raise DecodeError(f"not a {cls.__name__} in Protobuf's JSON: {exc}") from exc
+
+
+# A message in engine's JSON (a JSON topic's record, a query's answer, the CLI's output): its fields by their
+# .proto names, Protobuf's JSON mapping; and back, into the declared message class.
 PLAIN[Message] = lambda message: MessageToDict(message, preserving_proto_field_name=True)
+FROM_PLAIN[Message] = _from_plain
 
 
 class ProtobufCodec(RegistryCodec):

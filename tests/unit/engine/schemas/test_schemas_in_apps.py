@@ -16,9 +16,10 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 import engine
 from engine.errors import EncodeError
-from engine.schemas import Avro
+from engine.schemas import Avro, Protobuf
 from engine.schemas.registry import memory_client
 from engine.testing import TestDriver
+from tests.schema_registry.protos import Money, Order
 
 
 class Payment(pydantic.BaseModel):
@@ -157,3 +158,17 @@ def test_typed_records_through_a_pipeline_that_re_keys_them():
             driver.send(sales, key=f"till-{n}", value=sale)
         assert driver.table("cents") == {"ada": 16, "bob": 7}
         assert driver.table("units") == {"tea": 6, "pie": 1}
+
+
+def test_protobuf_messages_through_a_pipeline_that_re_keys_them():
+    """A pipeline re-keying Protobuf messages writes them to its repartition topic (engine's JSON, in
+    Protobuf's JSON mapping) and reads them back as messages."""
+    app = engine.App("proto-pipeline")
+    orders = app.topic("orders", key_type=str, value_type=Order, value_serializer=Protobuf())
+    app.stream(orders).group_by(lambda o: o.item, key_type=str).sum("cents", lambda o: o.qty * o.price.cents)
+    sent = [Order(item=i, qty=q, price=Money(currency="EUR", cents=c))
+            for i, q, c in (("tea", 2, 150), ("pie", 1, 300), ("tea", 1, 150))]
+    with TestDriver(app) as driver:
+        for n, order in enumerate(sent):
+            driver.send(orders, key=f"till-{n}", value=order)
+        assert driver.table("cents") == {"tea": 450, "pie": 300}
