@@ -175,7 +175,8 @@ class JsonCodec:
         """What is sent to a dataclass topic that is not that dataclass (its data as a dict, say), checked
         as a record read from the topic would be: an EncodeError names the field, before anything is sent,
         rather than a decode error at every reader. (An instance is sent as it is: it was built.)"""
-        data = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+        is_instance = dataclasses.is_dataclass(value) and not isinstance(value, type)
+        data = dataclasses.asdict(value) if is_instance else value
         if not isinstance(data, dict):
             raise EncodeError(f"expected {build.type.__name__} (or its fields as a dict), got "
                               f"{type(value).__name__}: {value!r:.80}")

@@ -93,7 +93,8 @@ class AvroCodec(RegistryCodec):
             raise ValueError(f"it is a {written.kind} schema")
         writer = fastavro.parse_schema(loads(written.text))
         reader_schema = None if loads(written.text) == self.schema else self._parsed
-        read, build = fastavro.schemaless_reader, self._build
+        read = fastavro.schemaless_reader
+        build: typing.Callable[[Any], Any] | None = self._build
 
         def decode(data: bytes) -> Any:
             stream = io.BytesIO(data)  # (over the bytes themselves: no copy)
