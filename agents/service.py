@@ -50,7 +50,11 @@ _ALLOWED = {
 
 
 class _ModeBridge(mode.Service):
-    """Lets mode order start/stop of the tree while our Service keeps the hooks."""
+    """Lets mode order start/stop of the tree while our Service keeps the hooks. Its "Starting..." and
+    "Stopping..." lines are DEBUG (mode's `mundane_level`): at INFO a two-agent worker logged some fifteen of
+    them at every start and stop, burying what the worker itself says."""
+
+    mundane_level = "debug"
 
     def __init__(self, owner: Service) -> None:
         self._owner = owner
