@@ -8,7 +8,7 @@ import dataclasses
 from engine.settings import Settings
 from engine.settings_docs import setting_docs
 from engine.settings_load import coerce
-from tests.unit.docs import cli_reference, settings_reference
+from tests.unit.docs import app_signature, cli_reference, settings_reference
 from tests.unit.docs.markdown import ROOT, blocks, pages
 
 
@@ -89,3 +89,13 @@ def test_every_code_fence_of_the_docs_is_closed() -> None:
     for page in pages():
         fences = [line for line in page.read_text().splitlines() if line.lstrip().startswith("```")]
         assert len(fences) == 2 * len(blocks(page)), f"{page.relative_to(ROOT)}: a code fence is not closed"
+
+
+def test_the_apps_keyword_arguments_are_the_settings() -> None:
+    """App(...)'s keyword arguments (what editors and help() show) are engine.Settings' own: every setting,
+    the types it is given as, its description."""
+    source = app_signature.PAGE.read_text()
+    start, end = app_signature.block(source)
+    assert source[start:end] == app_signature.render(), (
+        "engine/app.py's App.__init__ differs from engine/settings.py: "
+        "python -m tests.unit.docs.app_signature")
