@@ -370,7 +370,7 @@ def stream_join(app: Declarer, agent: str, number: int, left: Topic, right: Topi
                     "the agent's stream before anything is awaited in the agent")
             table = app.Table(name, key_type=topic.key_type, key_serializer=topic.key_codec.name,
                               value_serializer="raw", partitions=topic.partitions)
-            table.join_buffer(window, pending=pending)
+            table._join_buffer(window, pending=pending)  # (engine's own, not the user's API)
         return table.windowed
 
     buffers = [buffer(f"{base}-left", left, False), buffer(f"{base}-right", right, False)]

@@ -133,7 +133,7 @@ class Table(BaseTable):
         self.windowed = sliding
         return sliding
 
-    def join_buffer(self, window: JoinWindows, *, pending: bool) -> JoinBuffer:
+    def _join_buffer(self, window: JoinWindows, *, pending: bool) -> JoinBuffer:
         """Make this a buffer of one stream's records of a stream-stream join (engine.tables.stream_joins):
         keys (key, event time), values the raw records' values at that time; `pending`: those of a left or
         outer join still without a partner."""
