@@ -31,6 +31,7 @@ from engine.tables.partition import DELETED, MISSING, TablePartition, Windowing
 from engine.topics import Topic
 
 if TYPE_CHECKING:
+    from engine.codecs import CodecFormat
     from engine.events import TP, Event
     from engine.settings import Settings
     from engine.stores.base import PartitionStore, StoreView
@@ -153,8 +154,8 @@ class BaseTable(MutableMapping[Any, Any]):
         default: Callable[[], Any] | None = None,
         key_type: type | None = None,
         value_type: type | None = None,
-        key_serializer: str | None = None,
-        value_serializer: str | None = None,
+        key_serializer: str | CodecFormat | None = None,
+        value_serializer: str | CodecFormat | None = None,
         partitions: int | None = None,
         store: str | None = None,
         source_topic: Topic | None = None,

@@ -33,6 +33,7 @@ from engine.topics import event_time_ms
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from engine.codecs import Codec
     from engine.events import Event
     from engine.tables.base import BaseTable
     from engine.tables.declarer import Declarer
@@ -368,7 +369,7 @@ def stream_join(app: Declarer, agent: str, number: int, left: Topic, right: Topi
                 raise ConfigError(
                     f"agent {agent!r}: its stream-stream join was not declared when the worker started; join "
                     "the agent's stream before anything is awaited in the agent")
-            table = app.Table(name, key_type=topic.key_type, key_serializer=topic.key_codec.name,
+            table = app.Table(name, key_type=topic.key_type, key_serializer=SameCodec(topic.key_codec),
                               value_serializer="raw", partitions=topic.partitions)
             table._join_buffer(window, pending=pending)  # (engine's own, not the user's API)
         return table.windowed
@@ -377,3 +378,15 @@ def stream_join(app: Declarer, agent: str, number: int, left: Topic, right: Topi
     pending = [buffer(f"{base}-left-pending", left, True) if how in ("left", "outer") else None,
                buffer(f"{base}-right-pending", right, True) if how == "outer" else None]
     return StreamJoin(left, right, window, buffers, pending)
+
+
+class SameCodec:
+    """A join buffer's key format: its stream's own key codec (a registry format's included), so that the
+    buffer keys records exactly as their topic does."""
+
+    def __init__(self, codec: Codec) -> None:
+        self._codec = codec
+        self.name = codec.name
+
+    def codec(self, type_: type | None, *, topic: str, is_key: bool) -> Codec:
+        return self._codec

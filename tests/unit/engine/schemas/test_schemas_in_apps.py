@@ -172,3 +172,28 @@ def test_protobuf_messages_through_a_pipeline_that_re_keys_them():
         for n, order in enumerate(sent):
             driver.send(orders, key=f"till-{n}", value=order)
         assert driver.table("cents") == {"tea": 450, "pie": 300}
+
+
+def test_a_stream_stream_join_of_topics_keyed_and_valued_in_avro():
+    """A windowed join of two Avro topics (keys and values): its buffers keep the records by the topics' own
+    key codec, and the pairs are the records as declared."""
+    app = engine.App("avro-join", topic_partitions=1)
+    key = Avro(schema='"string"')
+    sales = app.topic("sales", key_type=str, value_type=Sale, key_serializer=key,
+                      value_serializer=Avro(record_name="shop.Sale"))
+    stock = app.topic("stock", key_type=str, value_type=Stock, key_serializer=key,
+                      value_serializer=Avro(record_name="shop.Stock"))
+    paired: list[tuple[str, Sale, Stock]] = []
+
+    @app.agent(sales)
+    async def pair(stream):
+        async for item, (sale, level) in stream.join(stock, within=10).items():
+            paired.append((item, sale, level))
+
+    with TestDriver(app) as driver:
+        t0 = int(driver.now) * 1000
+        driver.send(sales, key="tea", value=Sale("tea", 2), timestamp_ms=t0)
+        driver.send(stock, key="tea", value=Stock(40, 3), timestamp_ms=t0 + 5_000)  # within 10 s: a pair
+        driver.send(stock, key="pie", value=Stock(1, 1), timestamp_ms=t0 + 6_000)  # no sale of pie
+        driver.send(stock, key="tea", value=Stock(38, 4), timestamp_ms=t0 + 30_000)  # too late for the sale
+    assert paired == [("tea", Sale("tea", 2), Stock(40, 3))]
