@@ -18,7 +18,7 @@ from confluent_kafka.schema_registry._async.json_schema import AsyncJSONDeserial
 from confluent_kafka.schema_registry._async.protobuf import AsyncProtobufDeserializer, AsyncProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from engine.codecs import decode_text
+from engine.codecs import decode_text, dumps
 from engine.errors import ConfigError, DecodeError, EncodeError, SchemasNotCached
 from engine.schemas import Avro, JsonSchema, Protobuf
 from engine.schemas.avro import avro_schema
@@ -230,3 +230,13 @@ def test_text_as_a_person_types_it_is_json_built_into_the_declared_type():
         item="tea", qty=2, price=Money(cents=5))
     with pytest.raises(DecodeError, match="Protobuf's JSON"):
         decode_text(order, '{"nope": 1}', Order)
+
+
+def test_engines_own_json_writes_models_and_messages():
+    """What a query answers and the CLI prints (engine's own JSON) writes a pydantic model as its JSON data
+    and a Protobuf message in Protobuf's JSON mapping, where orjson alone refused both."""
+    assert orjson.loads(dumps({"payment": Payment(who="ada", cents=5)})) == {
+        "payment": {"who": "ada", "cents": 5, "tags": []}}
+    order = Order(item="tea", qty=2, price=Money(currency="EUR", cents=150), lines=[Line(sku="t1")])
+    assert orjson.loads(dumps(order)) == {  # (an int64 is a string in Protobuf's JSON mapping)
+        "item": "tea", "qty": 2, "price": {"currency": "EUR", "cents": "150"}, "lines": [{"sku": "t1"}]}
