@@ -58,7 +58,7 @@ class AvroCodec(RegistryCodec):
         self._text = dumps(schema).decode()
         # What fastavro reads with a schema derived from a dataclass of scalars has the fields' types
         # already (the writer's version resolved to it): built as it is, without checking them again.
-        self._checked = builder(type_)  # (what a person types is built checking every field)
+        self._checked = builder(type_)
         self._build = _splat(type_) if derived and is_flat_dataclass(type_) else self._checked
 
     def schema_text(self) -> SchemaText:
@@ -81,18 +81,12 @@ class AvroCodec(RegistryCodec):
             raise EncodeError(f"does not fit the Avro schema of topic {self.topic!r}: {exc}") from exc
         return _right_sized(out.getvalue())
 
-    def from_text(self, text: str) -> Any:
-        try:
-            data = loads(text)
-        except ValueError as exc:
-            raise DecodeError(f"not valid JSON ({exc}): {text[:80]!r}") from exc
-        return data if self._checked is None else self._checked(data)
-
     def reader(self, written: SchemaText) -> Reader:
         if written.kind != "AVRO":
             raise ValueError(f"it is a {written.kind} schema")
-        writer = fastavro.parse_schema(loads(written.text))
-        reader_schema = None if loads(written.text) == self.schema else self._parsed
+        schema = loads(written.text)
+        writer = fastavro.parse_schema(schema)
+        reader_schema = None if schema == self.schema else self._parsed
         read = fastavro.schemaless_reader
         build: typing.Callable[[Any], Any] | None = self._build
 

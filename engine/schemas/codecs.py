@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
+from engine.codecs import loads
 from engine.errors import (
     ConfigError,
     DecodeError,
@@ -66,6 +67,7 @@ class RegistryCodec:
         self._header = b""  # what every record written starts with: magic, id (and message indexes)
         self._readers: dict[int, Reader] = {}
         self._unknown: dict[int, str] = {}  # ids the registry does not have (or cannot be read): why
+        self._checked: Callable[[Any], Any] | None = None  # plain data into the declared type, checked
 
     # -- what each format says -----------------------------------------------------------------------
 
@@ -97,8 +99,13 @@ class RegistryCodec:
         raise NotImplementedError
 
     def from_text(self, text: str) -> Any:
-        """A value as a person types it (`engine send`): JSON, built into the declared type."""
-        raise NotImplementedError
+        """A value as a person types it (`engine send`): JSON, built into the declared type checking every
+        field (`_checked`, the format's own: what a person types was never checked by a schema)."""
+        try:
+            data = loads(text)
+        except ValueError as exc:
+            raise DecodeError(f"not valid JSON ({exc}): {text[:80]!r}") from exc
+        return data if self._checked is None else self._checked(data)
 
     # -- the registry --------------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ class JsonSchemaCodec(RegistryCodec):
         self.schema: dict[str, Any] = loads(schema) if isinstance(schema, str) else schema
         self._validator = _validator(self.schema, topic)
         self._text = dumps(self.schema).decode()
-        self._build = builder(type_)
+        self._build = self._checked = builder(type_)
 
     def schema_text(self) -> SchemaText:
         return SchemaText(self._text, "JSON")
@@ -63,13 +63,6 @@ class JsonSchemaCodec(RegistryCodec):
             return dumps(data)
         except TypeError as exc:
             raise EncodeError(f"cannot encode {type(value).__name__} as JSON: {exc}") from exc
-
-    def from_text(self, text: str) -> Any:
-        try:
-            data = loads(text)
-        except ValueError as exc:
-            raise DecodeError(f"not valid JSON ({exc}): {text[:80]!r}") from exc
-        return data if self._build is None else self._build(data)
 
     def reader(self, written: SchemaText) -> Reader:
         if written.kind != "JSON":
