@@ -201,8 +201,8 @@ class App:
         web_port: the web server's port, or the next free one when taken; 0: any free port (default: 6066;
             ENGINE_WEB_PORT)
         event_loop: auto (uvloop when installed), uvloop or asyncio (default: auto; ENGINE_EVENT_LOOP)
-        tracing: traces with OpenTelemetry (the extra engine[otel]): a span per event an agent processes, the
-            trace context carried in record headers (default: false; ENGINE_TRACING)
+        tracing: traces with OpenTelemetry (the extra engine-streams[otel]): a span per event an agent
+            processes, the trace context carried in record headers (default: false; ENGINE_TRACING)
         processes: worker processes engine worker runs, each a member of the group with its own <data_dir>/<i>
             and web port web_port + i, under one supervisor; auto: one per core (default: 1; ENGINE_PROCESSES)
         security_protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (default: PLAINTEXT;

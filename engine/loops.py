@@ -1,5 +1,5 @@
 """The event loop a worker runs on (uvloop lives here and only here): uvloop when it is installed (the
-extra `engine[fast]`), else asyncio's own; the `event_loop` setting picks one ("auto", "uvloop",
+extra `engine-streams[fast]`), else asyncio's own; the `event_loop` setting picks one ("auto", "uvloop",
 "asyncio"). What uvloop gives is measured in benchmarks/README.md. And how a process's entry point on a loop
 stops on SIGTERM and SIGINT (`stop_on_signals`)."""
 
@@ -27,7 +27,7 @@ def loop_factory(choice: str = "auto") -> tuple[str, Callable[[], asyncio.Abstra
         except ImportError:
             if choice == "uvloop":
                 raise ConfigError("setting 'event_loop' is 'uvloop', which is not installed; "
-                                  "pip install 'engine[fast]' (or uvloop)") from None
+                                  "pip install 'engine-streams[fast]' (or uvloop)") from None
         else:
             return "uvloop", uvloop.new_event_loop
     return "asyncio", asyncio.new_event_loop

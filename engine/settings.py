@@ -161,16 +161,16 @@ class Settings:
     web_port: int = field(default=6066, metadata=doc(
         "the web server's port, or the next free one when taken; `0`: any free port"))
     # The event loop `engine worker` runs on (engine.loops): uvloop when installed ("auto"; the extra
-    # engine[fast]), or asyncio's own.
+    # engine-streams[fast]), or asyncio's own.
     event_loop: EventLoop = field(default="auto", metadata=doc(
         "`auto` (uvloop when installed), `uvloop` or `asyncio` ([operations](operations.md#event-loop))"))
-    # Traces with OpenTelemetry (engine.tracing, the extra engine[otel]): a span per event an agent
+    # Traces with OpenTelemetry (engine.tracing, the extra engine-streams[otel]): a span per event an agent
     # processes, continuing the trace context in the record's headers, that context written into the
     # headers of what agents send, spans for checkpoints and rebalances. Spans go to the global tracer
     # provider, which the app configures (its sampler decides which are recorded).
     tracing: bool = field(default=False, metadata=doc(
-        "traces with OpenTelemetry (the extra `engine[otel]`): a span per event an agent processes, the "
-        "trace context carried in record headers ([operations](operations.md#tracing))"))
+        "traces with OpenTelemetry (the extra `engine-streams[otel]`): a span per event an agent processes, "
+        "the trace context carried in record headers ([operations](operations.md#tracing))"))
     # How many worker processes `engine worker` runs (engine.processes): each a member of the group with its
     # own share of the data dir and its own web port, under one supervisor process that restarts a crashed
     # one; "auto": one per core this process may run on. 1: the worker runs in the command's own process.

@@ -1,4 +1,4 @@
-"""Tracing with OpenTelemetry (the extra engine[otel]; opentelemetry only here): what a worker with
+"""Tracing with OpenTelemetry (the extra engine-streams[otel]; opentelemetry only here): what a worker with
 `tracing=True` does with each event, send, checkpoint and rebalance.
 
 engine speaks the OpenTelemetry API and leaves the rest to the app, as instrumentation libraries do: spans go

@@ -16,7 +16,7 @@ os.environ.setdefault("NOT_VIEWING_TICK_SECONDS", "0.2")  # before the example i
 
 from typing import TYPE_CHECKING
 
-from examples import fraud, inventory, not_viewing, wordcount
+from . import fraud, inventory, not_viewing, wordcount
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from engine import export, testing
-from examples import inventory, retail, wordcount
-from examples.demo import WORDS, run_example
+
+from . import inventory, retail, wordcount
+from .demo import WORDS, run_example
 
 START = 1_767_225_600  # 2026-01-01T00:00:00Z: event times of the generated till sales
 

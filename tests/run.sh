@@ -9,6 +9,7 @@ echo "== ruff";          ruff check .
 echo "== mypy";          mypy
 echo "== import-linter"; lint-imports
 # (not --quiet: it hides the warnings --strict fails on, and the build passes whatever they say)
+echo "== the wheel, installed outside the checkout"; bash tests/wheel/check.sh python
 echo "== mkdocs";        NO_MKDOCS_2_WARNING=1 mkdocs build --strict   # into build/site (git-ignored)
 # Two test processes, each with its own brokers: most tests wait on brokers and workers, not on the CPU
 # (the whole suite took 12 minutes in one process and 8 in two, on 2 cores). A file stays in one process.

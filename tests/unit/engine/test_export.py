@@ -252,7 +252,7 @@ def test_without_pyarrow_the_error_says_how_to_install_it(exported, tmp_path, mo
     for module in ("pyarrow", "pyarrow.parquet", "pyarrow.json", "pyarrow.compute"):
         monkeypatch.setitem(sys.modules, module, None)  # what an import finds when it is not installed
     settings = app.settings({"data_dir": source / "data", "broker": broker})
-    with pytest.raises(MissingDependency, match=r"needs pyarrow.*pip install 'engine\[spark\]'"):
+    with pytest.raises(MissingDependency, match=r"needs pyarrow.*pip install 'engine-streams\[spark\]'"):
         export.export_from_store(app, settings, "units", tmp_path / "out")
 
 

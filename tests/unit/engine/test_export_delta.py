@@ -244,7 +244,8 @@ def test_without_its_library_a_lake_export_says_how_to_install_it(tmp_path: Path
     monkeypatch.setitem(sys.modules, library, None)  # what an import finds when it is not installed
     app, _ = build_app()
     settings = app.settings({"data_dir": tmp_path})
-    with pytest.raises(MissingDependency, match=rf"{feature} needs {library}.*pip install 'engine\[spark\]'"):
+    with pytest.raises(MissingDependency,
+                       match=rf"{feature} needs {library}.*pip install 'engine-streams\[spark\]'"):
         export.lake_table(parse_target(target.format(tmp_path / "t")), settings).history()
 
 

@@ -1,6 +1,6 @@
-"""Tracing (engine[otel]) on the in-memory broker: the spans an app's OpenTelemetry SDK records, read from the
-SDK's in-memory exporter, and the trace context in the records agents send, checked against the context the
-test put into the input records' headers."""
+"""Tracing (engine-streams[otel]) on the in-memory broker: the spans an app's OpenTelemetry SDK records, read
+from the SDK's in-memory exporter, and the trace context in the records agents send, checked against the
+context the test put into the input records' headers."""
 
 from __future__ import annotations
 
