@@ -15,6 +15,7 @@ how long it takes. On a live worker it only saves idle wake-ups.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 
 
@@ -46,14 +47,20 @@ class Rounds:
         self._woken = woken
         self._interval = interval
 
-    async def next(self, *, idle: bool = False) -> None:
+    async def next(self, *, idle: bool = False, wake_after: float | None = None) -> None:
         """Return at the next round: `interval` seconds from now, or, if the round just ended found nothing
         to do (`idle`), at the first round time after the next activity (one that happened during the round
-        counts: the round may have missed it)."""
+        counts: the round may have missed it), or after `wake_after` seconds if that comes first (the time
+        the service knows it will have work without any activity)."""
         loop = asyncio.get_running_loop()
         ended = loop.time()
         if idle:
-            await self._woken.wait()
+            if wake_after is None:
+                await self._woken.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(wake_after, 0.0)):
+                        await self._woken.wait()
         waited = loop.time() - ended
         rounds = max(math.ceil(waited / self._interval), 1)
         await asyncio.sleep(rounds * self._interval - waited)

@@ -63,6 +63,14 @@ class Window(WindowKind, Protocol):
     @property
     def size_ms(self) -> int: ...
 
+    @property
+    def closes_after_ms(self) -> int:
+        """A window closes once stream time reaches its start plus this (its end plus grace)."""
+
+    @property
+    def expires_ms(self) -> int:
+        """A window expires once stream time reaches its end plus this."""
+
     def starts_ms(self, ts_ms: int) -> list[int]:
         """The start of every window containing `ts_ms`, oldest first; none starts before the epoch."""
 

@@ -58,6 +58,14 @@ class KeyedWindowsTable(EventTimeTable):
     def _new_state(self) -> WindowState:
         return KeyedWindowState()
 
+    def _next_due_ms(self, state: WindowState) -> int | None:
+        """The next close waiting (the due heap); with none but windows alive, stream time itself (their
+        expiry is not indexed by time: rounds go on until they expire); no window: none."""
+        assert isinstance(state, EventWindowState)
+        if state.due:
+            return state.due[0][0]
+        return state.stream_time if next(iter(self._live(state)), None) is not None else None
+
     def _load_state(self, part: TablePartition) -> WindowState:
         """(Then queue the windows whose close stream time has not reached: the others were emitted.)"""
         state = super()._load_state(part)

@@ -269,11 +269,29 @@ class EventTimeTable:
             state.stream_time = state.seen_time = state.stream_time + added
             state.idle_upto = now
 
-    def moves_by_clock(self, part: TablePartition) -> bool:
-        """Whether the partition's stream time moves on with the wall clock alone (`close_idle_after`, once
-        it has a stream time): then every checkpoint may close windows of it, without any event."""
+    def clock_work_at(self, part: TablePartition) -> float | None:
+        """When the wall clock alone (`close_idle_after`) next gives the partition work: the wall-clock time
+        at which its stream time, moved on by the clock once idle, reaches a window's close or expiry; None
+        when the clock alone gives it none (no such option, no stream time yet, no window left). The commit
+        loop sleeps until then (engine.tasks.manager) instead of running a checkpoint every interval that
+        finds nothing: such a checkpoint would only move stream time on, which each event does first
+        anyway (`_move_idle`)."""
         state = part.windows
-        return self.close_idle_after is not None and state is not None and state.stream_time is not None
+        idle_after = self.close_idle_after
+        if idle_after is None or state is None or state.stream_time is None:
+            return None
+        due = self._next_due_ms(state)
+        if due is None:
+            return None
+        if state.stream_time != state.seen_time or due <= state.stream_time:
+            return self.clock()  # (events moved it since a checkpoint looked, or work is due: next round)
+        since = state.idle_upto if state.idle_upto is not None else state.moved_at
+        return max(state.moved_at + idle_after, since + (due - state.stream_time) / 1000)
+
+    def _next_due_ms(self, state: WindowState) -> int | None:
+        """The stream time at which a window of the partition next closes or expires (None: no window).
+        A kind that cannot tell says its current stream time: work every round while it has windows."""
+        return state.stream_time
 
     def windows(self, key: Any) -> Iterator[tuple[WindowRange, Any]]:
         for start, end, value in self.windows_ms(key):
@@ -345,6 +363,20 @@ class WindowedTable(EventTimeTable):
         self._tumbling_ms = tumbling.size_ms if tumbling is not None else 0
         self._closes_after_ms = tumbling.closes_after_ms if tumbling is not None else 0
 
+    def _next_due_ms(self, state: WindowState) -> int | None:
+        """The earliest close (of a window not emitted yet, with a closed topic) or expiry of a live one."""
+        window, done = self.window, state.closed_upto
+        emitting = self.closed_topic is not None
+        expires_after = window.size_ms + window.expires_ms
+        due: int | None = None
+        for start in state.live:
+            at = start + expires_after
+            if emitting and (done is None or start > done):
+                at = min(at, start + window.closes_after_ms)
+            if due is None or at < due:
+                due = at
+        return due
+
     # -- updates ------------------------------------------------------------------------------------
 
     def update(self, key: Any, fun: Callable[[Any, Any], Any], arg: Any) -> bool:
@@ -376,6 +408,8 @@ class WindowedTable(EventTimeTable):
         table = self.table
         locations = table._locations
         state = part.windows or self._state(part)
+        if self.close_idle_after is not None:  # (idle time first: the run's events may be late by it)
+            self._move_idle(state)
         live_at = state.live
         buffer, flushing = part.buffer, part.flushing
         latest = None if self.closed_topic is None else state.latest  # (for final results' time only)

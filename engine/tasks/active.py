@@ -18,6 +18,7 @@ task manager rewinds it (its events are processed again) or lets it go.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -117,22 +118,25 @@ class ActiveTask(Lifecycle):
 
     # -- its part of a checkpoint -------------------------------------------------------------------
 
-    @property
-    def at_rest(self) -> bool:
-        """Whether checkpoints have nothing of this task to do until new records or a timer's run give them
-        some: nothing in flight, buffered or uncommitted, and no windows that close by the clock alone
-        (`close_idle_after`). Read after a checkpoint, not per event."""
+    def at_rest_until(self) -> float | None:
+        """Until when (wall clock) checkpoints have nothing of this task to do unless new records or a
+        timer's run give them some: None if they have now (something in flight, buffered or uncommitted),
+        math.inf if only activity will, else the time the clock alone gives a windowed table work
+        (`close_idle_after`: a window closes or expires). Read after a checkpoint, not per event."""
         if any(lease.in_flight or lease.committable() is not None
                for lease in self.leases.values() if not lease.ended):
-            return False
+            return None
         if self.inputs is not None and self.inputs.buffering:
-            return False
+            return None
+        until = math.inf
         for table, part in self.partitions:
             if part.writes() or part.meta or part.late or part.unsent_closes:
-                return False
-            if table.windowed is not None and table.windowed.moves_by_clock(part):
-                return False
-        return True
+                return None
+            if table.windowed is not None:
+                at = table.windowed.clock_work_at(part)
+                if at is not None:
+                    until = min(until, at)
+        return until
 
     def cut(self, only: Collection[TP] | None = None) -> TaskCut:
         """The committable offsets (of the partitions `only`, if given) and every table partition's buffered

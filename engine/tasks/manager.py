@@ -28,11 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
 from agents import Service, ServiceState
 from engine.activity import Activity
+from engine.clock import wall_time
 from engine.commit.checkpoint import Checkpointer
 from engine.commit.transactions import TransactionsFailed
 from engine.errors import BrokerUnavailable, EngineError, MembershipLost, ProducerFenced
@@ -165,12 +167,14 @@ class TaskManager(Service):
         confirm this worker's membership (away, or the broker restarting) are said once, and counted when
         one runs again: one line per outage, not one per interval."""
         rounds = self.activity.rounds(self.commit_interval)
-        idle = False
+        rest_until: float | None = None
         skipped = 0
         while True:
-            # Every commit interval while a task has anything to commit, or windows that close by the clock;
-            # otherwise from the next records fetched, timer run or commit on (engine.activity).
-            await rounds.next(idle=idle)
+            # Every commit interval while a task has anything to commit; otherwise from the next records
+            # fetched, timer run or commit on (engine.activity), or from when the clock alone closes or
+            # expires windows (`close_idle_after`), whichever comes first.
+            await rounds.next(idle=rest_until is not None,
+                              wake_after=None if rest_until in (None, math.inf) else rest_until - wall_time())
             # Shielded: stopping the worker cancels this loop, and a checkpoint cancelled halfway would not
             # know whether its transaction committed (aiokafka shields the commit itself), put its closed
             # windows back, and the final checkpoint would emit them again. Cancelled, the loop leaves the
@@ -185,14 +189,24 @@ class TaskManager(Service):
                 if not skipped:
                     log.warning("checkpoint skipped: %s; skipped until it is confirmed again", exc)
                 skipped += 1
-                idle = False  # (tried again at the next interval: what it would commit is still there)
+                rest_until = None  # (tried again at the next interval: what it would commit is still there)
                 continue
             except TransactionsFailed as exc:
                 await self.tasks_failed(exc.failed)
             if skipped:
                 log.info("checkpoints run again, after %d skipped", skipped)
                 skipped = 0
-            idle = all(task.at_rest for task in self.active.values())
+            rest_until = self._at_rest_until()
+
+    def _at_rest_until(self) -> float | None:
+        """Until when no task has work for a checkpoint (ActiveTask.at_rest_until); None if one has now."""
+        until = math.inf
+        for task in self.active.values():
+            at = task.at_rest_until()
+            if at is None:
+                return None
+            until = min(until, at)
+        return until
 
     async def checkpoint(self) -> dict[TP, int]:
         """Checkpoint now (live exports, tests and the final stop use it); one at a time with every other.

@@ -207,6 +207,44 @@ def test_a_quiet_partition_closes_its_windows_after_close_idle_after_on_the_virt
         assert [r.value for r in driver.read(finals)] == [[T0, 7]]
 
 
+def test_a_day_of_close_idle_after_costs_the_windows_it_closes_not_its_commit_intervals() -> None:
+    """With `close_idle_after`, the commit loop sleeps until the clock alone closes or expires a window
+    (issue 53: one idle day was 691,077 loop steps, one checkpoint per commit interval); each window still
+    closes at the first checkpoint after idle time moved stream time past its end plus grace, and an event
+    after the idle time is judged against the stream time it moved to."""
+    app = engine.App("driven-idle-day", broker="memory://unused", topic_partitions=1)
+    source = app.topic("in", key_type=str, value_type=int)
+    sums = app.stream(source).tumbling(60, grace=10, close_idle_after=30).sum("sums", lambda v: v)
+    finals = app.topic("finals", key_type=str, value_type=list)
+
+    @app.agent(sums.closed())
+    async def report(stream: Any) -> None:
+        async for (key, window), total in stream.items():
+            await finals.send(key=key, value=[window.start, total])
+
+    with TestDriver(app) as driver:
+        started = driver.now
+        for value, at in [(1, 5), (2, 50), (4, 65)]:  # windows [T0, T0+60) and [T0+60, T0+120)
+            driver.send(source, key="k", value=value, timestamp_ms=(T0 + at) * 1000)
+        driver.advance(29)  # idle for less than 30 s: stream time stays at T0+65
+        assert driver.read(finals) == []
+        # Idle from the first checkpoint after the sends: stream time moves with the clock from then on, and
+        # reaches T0+70 (the first window's end plus grace) 5 s of clock after it went idle.
+        driver.advance(10)
+        assert [r.value for r in driver.read(finals)] == [[T0, 3]]
+        before = driver.steps
+        driver.advance(86_400)
+        steps = driver.steps - before
+        assert [r.value for r in driver.read(finals)] == [[T0 + 60, 4]]  # (read: what is new since)
+        assert steps < 1_000, f"an idle day with close_idle_after took {steps:,} loop steps"
+        # Stream time moved on by the clock all day: an event an hour old now is late.
+        driver.send(source, key="k", value=8, timestamp_ms=round((T0 + 65 + driver.now - started
+                                                                   - 3600) * 1000))
+        driver.advance(120)
+        assert driver.read(finals) == []
+        assert app.tables["sums"].windowed.late_events == 1
+
+
 def test_a_record_an_agent_fails_on_goes_to_its_dlq_and_the_agent_goes_on() -> None:
     app = engine.App("driven-dlq", broker="memory://unused")
     source = app.topic("amounts", key_type=str, value_type=int)

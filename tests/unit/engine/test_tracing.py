@@ -257,7 +257,8 @@ def test_tracing_is_a_setting_of_the_app_and_the_environment():
 def test_tracing_without_opentelemetry_says_which_extra_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "opentelemetry", None)  # import opentelemetry fails
     monkeypatch.delitem(sys.modules, "engine.tracing")
-    with pytest.raises(MissingDependency, match=r"tracing .* needs opentelemetry-api.*'engine\[otel\]'"):
+    with pytest.raises(MissingDependency,
+                       match=r"tracing .* needs opentelemetry-api.*'engine-streams\[otel\]'"):
         importlib.import_module("engine.tracing")
 
 
