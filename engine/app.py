@@ -355,7 +355,7 @@ class App:
                            partitions=partitions, store=store, source_topic=source_topic,
                            **options)
 
-    def stream(self, topic: Topic | str) -> Pipeline:
+    def stream(self, topic: Topic | str) -> Pipeline[_Table]:
         """A declarative pipeline over `topic` (engine.pipelines): steps (`filter`, `map`, `group_by`), a
         window (`tumbling`, `hopping`), then an aggregation (`count`, `sum`, `reduce`, `aggregate`) that
         returns the table it maintains."""

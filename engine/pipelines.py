@@ -24,7 +24,7 @@ import copy
 import inspect
 import operator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from engine.errors import ConfigError
 from engine.fused import FixedWindowFold, Forwarder, PlainFold, WindowFold, run_fused
@@ -36,12 +36,20 @@ if TYPE_CHECKING:
     from engine.fused import Fold
     from engine.streams.stream import DerivedStream, Stream
     from engine.tables.declarer import Declarer
+    from engine.tables.sessions import SessionTable
+    from engine.tables.sliding import SlidingTable
     from engine.tables.table import Table
+    from engine.tables.windowed import WindowedTable
     from engine.topics import Topic
     from engine.windows import Seconds, Window, WindowKind
 
     Update = Callable[[Any, Any, Any], None]  # (table, key, value)
     Combine = Callable[[Any, Any], Any]
+
+
+# What a pipeline's aggregation returns: the table (Table; WindowedTable after tumbling or hopping,
+# SessionTable after session, SlidingTable after sliding), so that an editor knows what `count` gave.
+TableT = TypeVar("TableT")
 
 
 @dataclass(frozen=True)
@@ -50,11 +58,13 @@ class _Step:
     fun: Callable[[Any], Any]
     key_type: type | None = None
     value_type: type | None = None
+    name: str | None = None  # a group_by's repartition topic: <app>-<name>-repartition
 
 
 @dataclass(frozen=True)
-class Pipeline:
-    """`app.stream(topic)`: steps, then optionally a window, then an aggregation."""
+class Pipeline(Generic[TableT]):
+    """`app.stream(topic)`: steps, then optionally a window, then an aggregation, which returns the table it
+    maintains (typed: `TableT`)."""
 
     app: Declarer
     topic: Topic
@@ -65,20 +75,23 @@ class Pipeline:
 
     # -- steps --------------------------------------------------------------------------------------
 
-    def filter(self, fun: Callable[[Any], bool]) -> Pipeline:
+    def filter(self, fun: Callable[[Any], bool]) -> Pipeline[TableT]:
         """Keep the values for which `fun(value)` is true."""
         return self._then(_Step("filter", fun))
 
-    def map(self, fun: Callable[[Any], Any], *, value_type: type | None = None) -> Pipeline:
+    def map(self, fun: Callable[[Any], Any], *, value_type: type | None = None) -> Pipeline[TableT]:
         """Replace each value by `fun(value)` (of `value_type`, if a later `group_by` should check it)."""
         return self._then(_Step("map", fun, value_type=value_type))
 
-    def group_by(self, fun: Callable[[Any], Any], *, key_type: type | None = None) -> Pipeline:
-        """Re-key each value by `fun(value)` through a repartition topic; give `key_type` (as the table's
-        keys will be), or keys keep the JSON codec."""
-        return self._then(_Step("group_by", fun, key_type=key_type))
+    def group_by(self, key: Callable[[Any], Any], *, name: str | None = None, key_type: type | None = None,
+                 value_type: type | None = None) -> Pipeline[TableT]:
+        """Re-key each value by `key(value)` through a repartition topic, as `Stream.group_by` does (the same
+        arguments): `<app>-<name>-repartition`, or without `name` `<app>-<aggregation>-<n>-repartition`; give
+        `key_type` (as the table's keys will be), or keys keep the JSON codec, and `value_type` for the
+        values' codec there (else the stream's)."""
+        return self._then(_Step("group_by", key, key_type=key_type, value_type=value_type, name=name))
 
-    def _then(self, step: _Step) -> Pipeline:
+    def _then(self, step: _Step) -> Pipeline[TableT]:
         if self.window is not None:
             raise ConfigError("a pipeline's window comes after its steps (filter, map, group_by)")
         return replace(self, steps=(*self.steps, step))
@@ -86,46 +99,52 @@ class Pipeline:
     # -- windows ------------------------------------------------------------------------------------
 
     def tumbling(self, size: Seconds, *, grace: Seconds = 0, expires: Seconds | None = None,
-                 close_idle_after: Seconds | None = None, late_topic: bool = False) -> Pipeline:
+                 close_idle_after: Seconds | None = None,
+                 late_topic: bool = False) -> Pipeline[WindowedTable]:
         """Aggregate per key and back-to-back window of `size` (event time); `close_idle_after` and
         `late_topic` (late events to `<app>-<name>-late`) as the table's (engine.tables.windowed)."""
-        return self._windowed(TumblingWindow(size, expires, grace), close_idle_after, late_topic)
+        return cast("Pipeline[WindowedTable]",
+                    self._windowed(TumblingWindow(size, expires, grace), close_idle_after, late_topic))
 
     def hopping(self, size: Seconds, step: Seconds, *, grace: Seconds = 0, expires: Seconds | None = None,
-                close_idle_after: Seconds | None = None, late_topic: bool = False) -> Pipeline:
+                close_idle_after: Seconds | None = None, late_topic: bool = False) -> Pipeline[WindowedTable]:
         """Aggregate per key and window of `size` starting every `step` (event time)."""
-        return self._windowed(HoppingWindow(size, step, expires, grace), close_idle_after, late_topic)
+        return cast("Pipeline[WindowedTable]",
+                    self._windowed(HoppingWindow(size, step, expires, grace), close_idle_after, late_topic))
 
     def sliding(self, size: Seconds, *, grace: Seconds = 0,
-                close_idle_after: Seconds | None = None, late_topic: bool = False) -> Pipeline:
+                close_idle_after: Seconds | None = None, late_topic: bool = False) -> Pipeline[SlidingTable]:
         """Aggregate per key and sliding window: events at most `size` apart (event time), Kafka Streams'
         sliding windows (engine.tables.sliding)."""
-        return self._windowed(SlidingWindow(size, grace), close_idle_after, late_topic)
+        return cast("Pipeline[SlidingTable]",
+                    self._windowed(SlidingWindow(size, grace), close_idle_after, late_topic))
 
     def session(self, gap: Seconds, *, grace: Seconds = 0, expires: Seconds | None = None,
-                close_idle_after: Seconds | None = None, late_topic: bool = False) -> Pipeline:
+                close_idle_after: Seconds | None = None, late_topic: bool = False) -> Pipeline[SessionTable]:
         """Aggregate per key and session: events less than `gap` apart (event time), Kafka Streams' session
         windows (engine.tables.sessions). `aggregate` needs a `merge` for two sessions' values."""
-        return self._windowed(SessionWindow(gap, grace, expires), close_idle_after, late_topic)
+        return cast("Pipeline[SessionTable]",
+                    self._windowed(SessionWindow(gap, grace, expires), close_idle_after, late_topic))
 
-    def _windowed(self, window: WindowKind, close_idle_after: Seconds | None, late_topic: bool) -> Pipeline:
+    def _windowed(self, window: WindowKind, close_idle_after: Seconds | None,
+                  late_topic: bool) -> Pipeline[Any]:
         if self.window is not None:
             raise ConfigError("a pipeline has one window")
         return replace(self, window=window, close_idle_after=close_idle_after, late_topic=late_topic)
 
     # -- aggregations -------------------------------------------------------------------------------
 
-    def count(self, name: str) -> Any:
+    def count(self, name: str) -> TableT:
         """The number of values per key (and window)."""
         return self._aggregate(name, int, int, _add_one, operator.add, _count_one)
 
-    def sum(self, name: str, fun: Callable[[Any], Any] | None = None) -> Any:
+    def sum(self, name: str, fun: Callable[[Any], Any] | None = None) -> TableT:
         """The sum of `fun(value)` (the value itself if no `fun`) per key (and window)."""
         pick = fun or _same
         return self._aggregate(name, int, None, lambda table, key, value: _add(table, key, pick(value)),
                                operator.add, lambda total, value: total + pick(value))
 
-    def reduce(self, name: str, fun: Callable[[Any, Any], Any]) -> Any:
+    def reduce(self, name: str, fun: Callable[[Any, Any], Any]) -> TableT:
         """`fun(aggregate, value)` per key (and window), starting from the first value (None stands for
         "no value yet": `fun` is never given None as its aggregate). Two sessions merge by `fun` too, as in
         Kafka Streams."""
@@ -140,7 +159,7 @@ class Pipeline:
         return self._aggregate(name, _none, None, update, add, add)
 
     def aggregate(self, name: str, initial: Any, fun: Callable[[Any, Any], Any], *,
-                  merge: Callable[[Any, Any], Any] | None = None) -> Any:
+                  merge: Callable[[Any, Any], Any] | None = None) -> TableT:
         """`fun(aggregate, value)` per key (and window), starting from `initial` (a value, copied for each
         key, or a function that makes one); `merge(aggregate, aggregate)` combines two sessions' (needed
         for sessions only)."""
@@ -156,7 +175,7 @@ class Pipeline:
         return self._aggregate(name, start, None, update, merge or _no_merge, fun)
 
     def _aggregate(self, name: str, default: Callable[[], Any], value_type: type | None,
-                   update: Update, merge: Combine, add: Combine) -> Any:
+                   update: Update, merge: Combine, add: Combine) -> TableT:
         """Declare the table and its agent: `update(table, key, value)` writes a value into a table (plain or
         of fixed windows); a session table instead adds it with `add(aggregate, value)` and merges two
         sessions with `merge`."""
@@ -168,13 +187,12 @@ class Pipeline:
         target: Any = table
         fold: Fold = PlainFold(table, add)
         if isinstance(self.window, SessionWindow):
-            target = table.session_windowed(self.window, initial=default, add=add, merge=merge,
-                                            late_topic=self.late_topic,
-                                            close_idle_after=self.close_idle_after)
+            target = table.sessions_by(self.window, initial=default, add=add, merge=merge,
+                                       late_topic=self.late_topic, close_idle_after=self.close_idle_after)
             update, fold = _add_to_windows, WindowFold(target)
         elif isinstance(self.window, SlidingWindow):
-            target = table.sliding_windowed(self.window, initial=default, add=add, late_topic=self.late_topic,
-                                            close_idle_after=self.close_idle_after)
+            target = table.sliding_by(self.window, initial=default, add=add, late_topic=self.late_topic,
+                                      close_idle_after=self.close_idle_after)
             update, fold = _add_to_windows, WindowFold(target)
         elif self.window is not None:
             target = table.windowed_by(cast("Window", self.window), late_topic=self.late_topic,
@@ -194,14 +212,16 @@ class Pipeline:
                     value_type = step.value_type or object  # object: JSON of any type
                 if step.kind != "group_by":
                     continue
+                value_type = step.value_type or value_type
                 run, begun = steps[begun:number], number + 1
+                through = step.name or f"{name}-{number}"
                 if _fusable(root, run):
-                    topic = root.context.repartition_topic(f"{name}-{number}-repartition", root.topic,
+                    topic = root.context.repartition_topic(f"{through}-repartition", root.topic,
                                                            step.key_type, value_type)
                     root = root.forwarded_to(topic, Forwarder(root, _fused(run), step.fun, topic))
                 else:
-                    root = _operators(root, run).group_by(step.fun, name=f"{name}-{number}",
-                                                          key_type=step.key_type, value_type=value_type)
+                    root = _operators(root, run).group_by(step.fun, name=through, key_type=step.key_type,
+                                                          value_type=value_type)
             if _fusable(root, steps[begun:]):
                 await run_fused(root, _fused(steps[begun:]), fold)
                 return
@@ -209,7 +229,7 @@ class Pipeline:
                 update(target, key, value)
 
         self.app.agent(self.topic, name=f"{name}-aggregate")(aggregate)
-        return target
+        return cast("TableT", target)
 
 
 def _fusable(root: Stream, steps: tuple[_Step, ...]) -> bool:

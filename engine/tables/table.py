@@ -9,7 +9,8 @@ pipeline's `session(...)` a table of sessions (engine.tables.sessions), `sliding
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import warnings
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import ConfigError
 from engine.tables.base import BaseTable, KeyNotInPartition, PartitionNotLocal, PartitionNotReady, TableError
@@ -21,14 +22,13 @@ from engine.tables.sliding import SlidingTable
 from engine.tables.stream_joins import JoinBuffer, PendingBuffer
 from engine.tables.windowed import Timestamp, WindowedTable
 from engine.topics import Topic
-from engine.windows import HoppingWindow, Seconds, TumblingWindow, to_ms
+from engine.windows import HoppingWindow, Seconds, SessionWindow, SlidingWindow, TumblingWindow, to_ms
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
 
     from engine.tables.declarer import Declarer
-    from engine.windows import JoinWindows, SessionWindow, SlidingWindow, Window, WindowKind
+    from engine.windows import JoinWindows, Window, WindowKind
 
 __all__ = ["KeyNotInPartition", "PartitionNotLocal", "PartitionNotReady", "Table", "TableError"]
 
@@ -110,23 +110,70 @@ class Table(BaseTable):
         self.windowed = windowed
         return windowed
 
-    def session_windowed(self, window: SessionWindow, *, initial: Callable[[], Any],
-                         add: Callable[[Any, Any], Any], merge: Callable[[Any, Any], Any],
-                         timestamp: Timestamp | None = None, late_topic: bool = False,
-                         close_idle_after: Seconds | None = None) -> SessionTable:
-        """Make this a table of sessions, each the aggregate of its events by `add(aggregate, value)` from
-        `initial()`, two merged by `merge` (what a pipeline's `session(...)` makes)."""
+    def session(
+        self,
+        gap: Seconds,
+        *,
+        initial: Callable[[], Any],
+        add: Callable[[Any, Any], Any],
+        merge: Callable[[Any, Any], Any],
+        grace: Seconds = 0,
+        expires: Seconds | None = None,
+        timestamp: Timestamp | None = None,
+        late_topic: bool = False,
+        close_idle_after: Seconds | None = None,
+    ) -> SessionTable:
+        """Make this a table of sessions: events less than `gap` apart (event time), Kafka Streams' session
+        windows, each the aggregate of its events by `add(aggregate, value)` from `initial()`, two merged
+        by `merge` when an event bridges them (the same arguments as a pipeline's `session(...)`)."""
+        return self.sessions_by(SessionWindow(gap, grace, expires), initial=initial, add=add, merge=merge,
+                                timestamp=timestamp, late_topic=late_topic, close_idle_after=close_idle_after)
+
+    def sliding(
+        self,
+        size: Seconds,
+        *,
+        initial: Callable[[], Any],
+        add: Callable[[Any, Any], Any],
+        grace: Seconds = 0,
+        timestamp: Timestamp | None = None,
+        late_topic: bool = False,
+        close_idle_after: Seconds | None = None,
+    ) -> SlidingTable:
+        """Make this a table of sliding windows: events at most `size` apart (event time), Kafka Streams'
+        sliding windows, each the aggregate of its events by `add(aggregate, value)` from `initial()` (the
+        same arguments as a pipeline's `sliding(...)`)."""
+        return self.sliding_by(SlidingWindow(size, grace), initial=initial, add=add, timestamp=timestamp,
+                               late_topic=late_topic, close_idle_after=close_idle_after)
+
+    def session_windowed(self, window: SessionWindow, **options: Any) -> SessionTable:
+        """Deprecated: `session(gap, ...)`, or `sessions_by(window, ...)` with a SessionWindow."""
+        warnings.warn("Table.session_windowed(window, ...) is deprecated: use Table.session(gap, grace=, "
+                      "expires=, ...) or Table.sessions_by(window, ...)", DeprecationWarning, stacklevel=2)
+        return self.sessions_by(window, **options)
+
+    def sliding_windowed(self, window: SlidingWindow, **options: Any) -> SlidingTable:
+        """Deprecated: `sliding(size, ...)`, or `sliding_by(window, ...)` with a SlidingWindow."""
+        warnings.warn("Table.sliding_windowed(window, ...) is deprecated: use Table.sliding(size, grace=, "
+                      "...) or Table.sliding_by(window, ...)", DeprecationWarning, stacklevel=2)
+        return self.sliding_by(window, **options)
+
+    def sessions_by(self, window: SessionWindow, *, initial: Callable[[], Any],
+                    add: Callable[[Any, Any], Any], merge: Callable[[Any, Any], Any],
+                    timestamp: Timestamp | None = None, late_topic: bool = False,
+                    close_idle_after: Seconds | None = None) -> SessionTable:
+        """Make this a table of `window`'s sessions (what `session` makes, and pipelines), as `windowed_by`
+        is to `tumbling` and `hopping`."""
         late, idle = self._window_by(window, None, late_topic, close_idle_after)
         sessions = SessionTable(self, window, initial=initial, add=add, merge=merge, timestamp=timestamp,
                                 late_topic=late, close_idle_after=idle)
         self.windowed = sessions
         return sessions
 
-    def sliding_windowed(self, window: SlidingWindow, *, initial: Callable[[], Any],
-                         add: Callable[[Any, Any], Any], timestamp: Timestamp | None = None,
-                         late_topic: bool = False, close_idle_after: Seconds | None = None) -> SlidingTable:
-        """Make this a table of sliding windows, each the aggregate of its events by `add(aggregate, value)`
-        from `initial()` (what a pipeline's `sliding(...)` makes)."""
+    def sliding_by(self, window: SlidingWindow, *, initial: Callable[[], Any],
+                   add: Callable[[Any, Any], Any], timestamp: Timestamp | None = None,
+                   late_topic: bool = False, close_idle_after: Seconds | None = None) -> SlidingTable:
+        """Make this a table of `window`'s sliding windows (what `sliding` makes, and pipelines)."""
         late, idle = self._window_by(window, window.size_ms, late_topic, close_idle_after)
         sliding = SlidingTable(self, window, initial=initial, add=add, timestamp=timestamp, late_topic=late,
                                close_idle_after=idle)

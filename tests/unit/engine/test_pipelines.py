@@ -12,7 +12,7 @@ import engine
 from engine import testing
 from engine.errors import ConfigError
 from engine.testing import TestDriver
-from engine.windows import WindowRange
+from engine.windows import SessionWindow, SlidingWindow, WindowRange
 
 # (user, page, amount, event time in s): users are spread over keys the source topic does not have.
 CLICKS = [(f"u{i % 5}", f"p{i % 3}", i % 7, t) for i, t in enumerate(
@@ -163,3 +163,42 @@ def test_a_window_written_or_deleted_on_its_own_is_refused_and_the_windows_stay_
             assert "cannot be written or deleted on its own" in error
         driver.send(clicks, key="a", value={"at": 15})  # its windows as the events alone make them
         assert all(n <= 2 for n in driver.table("recent").values())
+
+
+def test_a_pipelines_group_by_takes_the_streams_arguments() -> None:
+    """`Pipeline.group_by(key, *, name=, key_type=, value_type=)` as `Stream.group_by`: a name names the
+    repartition topic `<app>-<name>-repartition` (without one, `<app>-<aggregation>-<n>-repartition`), and
+    `value_type` its values' codec; the counts are the same either way."""
+    app = engine.App("pipes-named", broker="memory://unused", topic_partitions=2)
+    clicks = app.topic("clicks", key_type=str, value_type=dict)
+    named = app.stream(clicks).group_by(lambda c: c["user"], name="by-user", key_type=str,
+                                        value_type=dict).count("named")
+    unnamed = app.stream(clicks).group_by(lambda c: c["user"], key_type=str).count("unnamed")
+    with TestDriver(app) as driver:
+        for user, page, amount, ts in CLICKS:
+            driver.send(clicks, key=page, value={"user": user, "page": page, "amount": amount, "ts": ts})
+        expected = dict(Counter(user for user, _, _, _ in CLICKS))
+        assert driver.table(named.name) == expected
+        assert driver.table(unnamed.name) == expected
+        topics = driver.worker.topology.topics
+        assert topics["pipes-named-by-user-repartition"].topic.value_type is dict
+        assert "pipes-named-unnamed-0-repartition" in topics
+
+
+def test_sessions_and_sliding_windows_of_a_table_are_named_as_a_pipelines() -> None:
+    """`Table.session(gap, ...)` and `Table.sliding(size, ...)`, as `tumbling`/`hopping` and the pipeline's
+    window methods; the old `session_windowed`/`sliding_windowed` still work, with a DeprecationWarning."""
+    app = engine.App("tables-named", broker="memory://unused")
+    sessions = app.Table("s", key_type=str).session(10, grace=2, initial=int, add=lambda n, _: n + 1,
+                                                   merge=lambda a, b: a + b)
+    sliding = app.Table("w", key_type=str).sliding(10, initial=int, add=lambda n, _: n + 1)
+    assert (sessions.window.gap_ms, sessions.window.grace_ms) == (10_000, 2_000)
+    assert sliding.window.size_ms == 10_000
+    with pytest.warns(DeprecationWarning, match=r"Table\.session\(gap"):
+        old = app.Table("s-old", key_type=str).session_windowed(
+            SessionWindow(10), initial=int, add=lambda n, _: n + 1, merge=lambda a, b: a + b)
+    assert old.window == SessionWindow(10)
+    with pytest.warns(DeprecationWarning, match=r"Table\.sliding\(size"):
+        app.Table("w-old", key_type=str).sliding_windowed(SlidingWindow(10), initial=int,
+                                                          add=lambda n, _: n + 1)
+
