@@ -133,6 +133,10 @@ class JsonCodec:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             raise DecodeError(f"not valid JSON ({exc}): {bytes(data[:80])!r}") from exc
+        return self.from_json(obj)
+
+    def from_json(self, obj: Any) -> Any:
+        """A parsed JSON value built into the declared type (what `decode` does after parsing)."""
         type_ = self.type
         if type_ is None:
             return obj
@@ -195,6 +199,45 @@ class JsonCodec:
 
 
 SERIALIZERS = ("json", "str", "raw")
+
+
+class PairCodec:
+    """A table join's value, (left row, right row): one JSON array, each side built into its own table's
+    value type (a dataclass, a pydantic model... whatever format each side's topic is in), a missing side
+    None. So the rows of a join's result are of the types its tables hold, not plain dicts."""
+
+    name = "json"
+
+    def __init__(self, left: type | None, right: type | None) -> None:
+        self._sides = (JsonCodec(left), JsonCodec(right))
+        self._json = JsonCodec()
+
+    def encode(self, value: Any) -> bytes | None:
+        return self._json.encode(value)
+
+    def decode(self, data: bytes | None) -> Any:
+        pair = self._json.decode(data)
+        if pair is None:
+            return None
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise DecodeError(f"expected a pair of rows, got {pair!r:.80}")
+        return tuple(None if row is None else side.from_json(row) for side, row in zip(self._sides, pair,
+                                                                                      strict=True))
+
+    def decode_many(self, datas: list[bytes | None]) -> list[Any]:
+        return [self.decode(data) for data in datas]
+
+
+@dataclasses.dataclass(frozen=True)
+class JoinPair:
+    """The value format of a table join's result (a CodecFormat): `PairCodec` of the two sides' types."""
+
+    left: type | None
+    right: type | None
+    name: str = "json"
+
+    def codec(self, type_: type | None, *, topic: str, is_key: bool) -> Codec:
+        return PairCodec(self.left, self.right)
 
 
 class CodecFormat(Protocol):

@@ -31,6 +31,7 @@ import base64
 import hashlib
 from typing import TYPE_CHECKING, Any
 
+from engine.codecs import JoinPair
 from engine.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ def join_by_foreign_key(app: Declarer, left: BaseTable, right: BaseTable, foreig
         key_serializer=left_keys.name if left_topic.key_type is None else None, value_type=dict,
         partitions=left_topic.partitions, internal=True)
     result = app.Table(result_name, key_type=left_topic.key_type, value_type=tuple,
+                       value_serializer=JoinPair(left_topic.value_type, right_topic.value_type),
                        key_serializer=left_keys.name if left_topic.key_type is None else None,
                        partitions=left_topic.partitions)
     subscribed = app.Table(f"{result_name}-foreign-keys", key_type=left_topic.key_type,

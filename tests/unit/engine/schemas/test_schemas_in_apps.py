@@ -197,3 +197,88 @@ def test_a_stream_stream_join_of_topics_keyed_and_valued_in_avro():
         driver.send(stock, key="pie", value=Stock(1, 1), timestamp_ms=t0 + 6_000)  # no sale of pie
         driver.send(stock, key="tea", value=Stock(38, 4), timestamp_ms=t0 + 30_000)  # too late for the sale
     assert paired == [("tea", Sale("tea", 2), Stock(40, 3))]
+
+
+@dataclass
+class Customer:
+    name: str
+    country: str
+
+
+def test_a_stream_joins_a_table_over_an_avro_topic_and_a_tombstone_forgets_the_row():
+    """Stream-table join where both sides are Avro (the table over its source topic, which is its changelog):
+    each sale is paired with the customer row the table holds when it is processed, None after a tombstone."""
+    app = engine.App("avro-lookup", topic_partitions=2)
+    customers = app.Table("customers", source_topic=app.topic(
+        "customers", key_type=str, value_type=Customer, value_serializer=Avro(record_name="shop.Customer")))
+    sales = app.topic("sales", key_type=str, value_type=Sale, value_serializer=Avro(record_name="shop.Sale"))
+    paired: list[tuple[str, int, str | None]] = []
+
+    @app.agent(sales)
+    async def enrich(stream):
+        async for who, (sale, customer) in stream.left_join(customers).items():
+            paired.append((who, sale.qty, None if customer is None else customer.country))
+
+    with TestDriver(app) as driver:
+        driver.send("customers", key="ada", value=Customer("Ada", "FR"))
+        driver.send(sales, key="ada", value=Sale("tea", 2))
+        driver.send(sales, key="bob", value=Sale("pie", 1))
+        driver.send("customers", key="ada", value=None)
+        driver.send(sales, key="ada", value=Sale("cake", 3))
+        assert driver.table("customers") == {}
+    assert sorted(paired) == [("ada", 2, "FR"), ("ada", 3, None), ("bob", 1, None)]
+
+
+def test_a_table_table_join_of_avro_tables_follows_both_sides():
+    """Two tables over Avro topics joined by key (left join): each side's update is paired with the other
+    side's current row, a deleted right row turns the pair to (row, None)."""
+    app = engine.App("avro-tables", topic_partitions=2)
+    stock = app.Table("stock", source_topic=app.topic(
+        "stock", key_type=str, value_type=Stock, value_serializer=Avro(record_name="shop.Stock")))
+    names = app.Table("names", source_topic=app.topic(
+        "names", key_type=str, value_type=Customer, value_serializer=Avro(record_name="shop.Customer")))
+    joined = stock.left_join(names)
+    with TestDriver(app) as driver:
+        driver.send("stock", key="tea", value=Stock(10, 1))
+        driver.send("stock", key="pie", value=Stock(3, 1))
+        driver.send("names", key="tea", value=Customer("Tea", "CN"))
+        driver.send("names", key="pie", value=Customer("Pie", "UK"))
+        driver.send("names", key="pie", value=None)
+        driver.advance(1)  # (the join follows each side's changelog: a checkpoint)
+        assert driver.table(joined.name) == {"tea": (Stock(10, 1), Customer("Tea", "CN")),
+                                             "pie": (Stock(3, 1), None)}
+
+
+def test_a_windowed_table_of_avro_values_emits_each_window_once_with_its_final_value():
+    """Tumbling windows over an Avro topic, the windows' values Avro too (table and changelog): every closed
+    window's final value is what the test computes from its input."""
+    app = engine.App("avro-windows", topic_partitions=1)
+    sales = app.topic("sales", key_type=str, value_type=Sale, value_serializer=Avro(record_name="shop.Sale"),
+                      timestamp=lambda sale: sale.qty)  # (the sale's qty doubles as its event time, in s)
+    per_item = app.Table("per-item", default=Stock, key_type=str, value_type=Stock,
+                         value_serializer=Avro(record_name="shop.Stock")).tumbling(10, grace=0)
+    per_item.closed()
+    finals: list[tuple[str, int, Stock]] = []
+
+    @app.agent(sales)
+    async def add(stream):
+        async for item, sale in stream.items():
+            old = per_item[item].current()
+            per_item[item] = Stock(old.sold + sale.qty, old.sales + 1)
+
+    @app.agent(per_item.closed())
+    async def collect(stream):
+        async for (item, window), level in stream.items():
+            finals.append((item, int(window.start), level))
+
+    sent = [("tea", 1), ("tea", 4), ("pie", 7), ("tea", 12), ("pie", 15), ("tea", 31)]
+    with TestDriver(app) as driver:
+        for item, at in sent:
+            driver.send(sales, key=item, value=Sale(item, at))
+        driver.advance(1)
+    expected: dict[tuple[str, int], Stock] = {}
+    for item, at in sent:
+        old = expected.get((item, at // 10 * 10), Stock())
+        expected[item, at // 10 * 10] = Stock(old.sold + at, old.sales + 1)
+    closed = {window: level for window, level in expected.items() if window[1] + 10 <= 31}
+    assert sorted(finals) == sorted((item, start, level) for (item, start), level in closed.items())
