@@ -26,7 +26,7 @@ import typing
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from engine.codecs import loads_many
+from engine.codecs import dumps, loads_many
 from engine.errors import EngineError, ExportError
 from engine.export.optional import needs
 from engine.tables.keys import META_PREFIX, window_bounds, window_inner_key
@@ -41,6 +41,9 @@ if TYPE_CHECKING:
     from engine.tables.base import BaseTable
 
 KEY, WINDOW_START, WINDOW_END, PARTITION, VALUE = "key", "window_start", "window_end", "partition", "value"
+# The codecs whose bytes Arrow's JSON reader and orjson parse as they are; any other (Avro, Protobuf, JSON
+# Schema in Confluent's wire format) is decoded by its codec and written as engine's JSON first.
+PARSED_AS_JSON = frozenset({"json"})
 # Rows decoded at once. A chunk's pairs are Python objects until Arrow has them (far larger than Arrow's), and
 # an export has several chunks in flight (its decoding threads, the batches waiting for the writer); lake
 # writers gather batches into their own row groups, so a smaller chunk costs them nothing.
@@ -62,16 +65,28 @@ def arrow_type(type_: Any) -> pa.DataType | None:
     if origin is list and len(args) == 1:
         inner = arrow_type(args[0])
         return pa.list_(inner) if inner is not None else None
-    if dataclasses.is_dataclass(type_) and isinstance(type_, type):
+    names = _record_fields(type_)
+    if names is not None:
         hints = typing.get_type_hints(type_)
         fields = []
-        for field in dataclasses.fields(type_):
-            field_type = arrow_type(hints.get(field.name, Any))
+        for name in names:
+            field_type = arrow_type(hints.get(name, Any))
             if field_type is None:
                 return None
-            fields.append(pa.field(field.name, field_type))
+            fields.append(pa.field(name, field_type))
         return pa.struct(fields)
     return None
+
+
+def _record_fields(type_: Any) -> list[str] | None:
+    """The field names of a record type, a dataclass or a pydantic model (by its `model_fields`: pydantic
+    itself stays in engine.schemas), in order; None for any other type."""
+    if not isinstance(type_, type):
+        return None
+    if dataclasses.is_dataclass(type_):
+        return [field.name for field in dataclasses.fields(type_)]
+    model_fields = getattr(type_, "model_fields", None)
+    return list(model_fields) if isinstance(model_fields, dict) else None
 
 
 def _codec_type(codec: Codec, declared: Any) -> pa.DataType | None:
@@ -193,6 +208,8 @@ class TableColumns:
                 return pa.array(raw, pa.binary())
             if codec.name == "str":
                 return pa.array(raw, pa.binary()).cast(pa.string())
+            if codec.name not in PARSED_AS_JSON:  # a registry format (engine.schemas): its records as JSON
+                raw = [dumps(value) for value in codec.decode_many(list[bytes | None](raw))]
             records = pa.types.is_struct(type_) if type_ is not None else raw[0][:1] == b"{"
             if records:
                 return self._json_records(raw, type_)

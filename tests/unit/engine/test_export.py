@@ -317,3 +317,53 @@ def test_a_read_only_stores_scans_leave_the_block_cache_empty(tmp_path: Path) ->
     assert sum(1 for _ in view.items()) == 20_000
     assert cached(view) < live / 100  # what opening it read, not the data
     view.close()
+
+
+async def test_registry_format_and_pydantic_tables_export_typed_columns(tmp_path: Path) -> None:
+    """A table whose changelog is Avro (a dataclass value type) and one of pydantic models export one typed
+    column per field, as a JSON table of dataclasses does: the registry's bytes are decoded by the table's
+    codec, never read as JSON."""
+    import pydantic
+
+    from engine.schemas import Avro
+
+    class Level(pydantic.BaseModel):
+        sold: int
+        note: str | None = None
+
+    app = engine.App("export-typed")
+    sales = app.topic("sales", key_type=str, value_type=Sale)
+    last = app.Table("last-avro", key_type=str, value_type=Sale,
+                     value_serializer=Avro(record_name="shop.Sale"))
+    levels = app.Table("levels", key_type=str, value_type=Level)
+
+    @app.agent(sales)
+    async def keep(stream):
+        async for sku, sale in stream.items():
+            last[sku] = sale
+            levels[sku] = Level(sold=(levels[sku].sold if sku in levels else 0) + sale.units)
+
+    async with testing.running(app, broker=testing.memory_url(), store="rocksdb://",
+                               data_dir=tmp_path / "data", schema_registry_url="memory://export-typed") as worker:
+        for sale in SALES:
+            await sales.send(key=sale.sku, value=sale)
+        await testing.eventually(lambda: len(list(last.items())) == 7, 10)
+        await testing.eventually(lambda: sum(level.sold for _, level in levels.items())
+                                 == sum(s.units for s in SALES), 10)
+        await worker.checkpoint()
+        await export.export_table(last, tmp_path / "avro")
+        await export.export_table(levels, tmp_path / "levels")
+    avro = pq.read_schema(str(tmp_path / "avro" / export.read_manifest(tmp_path / "avro").files[0].path))
+    assert [(f.name, str(f.type)) for f in avro] == [
+        ("key", "string"), ("sku", "string"), ("units", "int64"), ("price", "double"), ("at", "double")]
+    latest = {sale.sku: sale for sale in SALES}
+    assert rows(tmp_path / "avro") == sorted(
+        ({"key": s.sku, "sku": s.sku, "units": s.units, "price": s.price, "at": s.at}
+         for s in latest.values()),
+        key=lambda r: tuple(str(v) for v in r.values()))
+    sold: dict[str, int] = {}
+    for sale in SALES:
+        sold[sale.sku] = sold.get(sale.sku, 0) + sale.units
+    assert rows(tmp_path / "levels") == sorted(
+        ({"key": sku, "sold": n, "note": None} for sku, n in sold.items()),
+        key=lambda r: tuple(str(v) for v in r.values()))
