@@ -343,8 +343,9 @@ async def test_registry_format_and_pydantic_tables_export_typed_columns(tmp_path
             last[sku] = sale
             levels[sku] = Level(sold=(levels[sku].sold if sku in levels else 0) + sale.units)
 
+    registry = "memory://export-typed"
     async with testing.running(app, broker=testing.memory_url(), store="rocksdb://",
-                               data_dir=tmp_path / "data", schema_registry_url="memory://export-typed") as worker:
+                               data_dir=tmp_path / "data", schema_registry_url=registry) as worker:
         for sale in SALES:
             await sales.send(key=sale.sku, value=sale)
         await testing.eventually(lambda: len(list(last.items())) == 7, 10)
