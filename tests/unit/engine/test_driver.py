@@ -187,10 +187,12 @@ def test_take_within_a_deadline_waits_on_the_virtual_clock() -> None:
         assert [r.value for r in driver.read(batches)] == [[1, 2]]
 
 
-def test_a_quiet_partition_closes_its_windows_after_close_idle_after_on_the_virtual_clock() -> None:
-    app = engine.App("driven-idle", broker="memory://unused", topic_partitions=1)
+def idle_sums(app_id: str, grace: float) -> tuple[engine.App, engine.Topic, engine.Topic, Any]:
+    """An app summing per key in 60 s windows with `close_idle_after=30`, its finals as [start, sum] on
+    `finals`: (app, source, finals, the windowed table)."""
+    app = engine.App(app_id, broker="memory://unused", topic_partitions=1)
     source = app.topic("in", key_type=str, value_type=int)
-    sums = app.stream(source).tumbling(60, grace=0, close_idle_after=30).sum("sums", lambda v: v)
+    sums = app.stream(source).tumbling(60, grace=grace, close_idle_after=30).sum("sums", lambda v: v)
     finals = app.topic("finals", key_type=str, value_type=list)
 
     @app.agent(sums.closed())
@@ -198,6 +200,11 @@ def test_a_quiet_partition_closes_its_windows_after_close_idle_after_on_the_virt
         async for (key, window), total in stream.items():
             await finals.send(key=key, value=[window.start, total])
 
+    return app, source, finals, sums
+
+
+def test_a_quiet_partition_closes_its_windows_after_close_idle_after_on_the_virtual_clock() -> None:
+    app, source, finals, _ = idle_sums("driven-idle", grace=0)
     with TestDriver(app) as driver:
         for value, at in [(1, 5), (2, 30), (4, 50)]:
             driver.send(source, key="k", value=value, timestamp_ms=(T0 + at) * 1000)
@@ -212,16 +219,7 @@ def test_a_day_of_close_idle_after_costs_the_windows_it_closes_not_its_commit_in
     (issue 53: one idle day was 691,077 loop steps, one checkpoint per commit interval); each window still
     closes at the first checkpoint after idle time moved stream time past its end plus grace, and an event
     after the idle time is judged against the stream time it moved to."""
-    app = engine.App("driven-idle-day", broker="memory://unused", topic_partitions=1)
-    source = app.topic("in", key_type=str, value_type=int)
-    sums = app.stream(source).tumbling(60, grace=10, close_idle_after=30).sum("sums", lambda v: v)
-    finals = app.topic("finals", key_type=str, value_type=list)
-
-    @app.agent(sums.closed())
-    async def report(stream: Any) -> None:
-        async for (key, window), total in stream.items():
-            await finals.send(key=key, value=[window.start, total])
-
+    app, source, finals, sums = idle_sums("driven-idle-day", grace=10)
     with TestDriver(app) as driver:
         started = driver.now
         for value, at in [(1, 5), (2, 50), (4, 65)]:  # windows [T0, T0+60) and [T0+60, T0+120)
@@ -242,7 +240,7 @@ def test_a_day_of_close_idle_after_costs_the_windows_it_closes_not_its_commit_in
                                                                    - 3600) * 1000))
         driver.advance(120)
         assert driver.read(finals) == []
-        assert app.tables["sums"].windowed.late_events == 1
+        assert sums.late_events == 1
 
 
 def test_a_record_an_agent_fails_on_goes_to_its_dlq_and_the_agent_goes_on() -> None:
