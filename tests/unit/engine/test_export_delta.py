@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import re
 import sys
@@ -400,12 +401,14 @@ ROUNDS_OF_TWO_WORKERS = 3
 
 @pytest.mark.parametrize("kind", ["delta", "delta-s3", "iceberg", "iceberg-s3"])
 async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_version(
-        tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+        tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest,
+        caplog: pytest.LogCaptureFixture) -> None:
     """`app.export` from two workers: each tick stages both workers' partitions, the worker with partition 0
     commits them together (`-s3`: the table on an object store, staged in its own location there, through
     the catalog's file IO for Iceberg, the environment's credentials for Delta). Every version records all
     four partitions at one round, and holds for each exactly its changelog up to the recorded offset; the
     last one equals the events' outcome."""
+    caplog.set_level(logging.INFO, "engine.export")  # (why rounds committed nothing, should none commit)
     app, totals = build_app()
     s3 = request.getfixturevalue("s3_endpoint") if kind.endswith("-s3") else None
     lake = SharedLake(kind, tmp_path / "shared", monkeypatch, s3)
@@ -426,7 +429,12 @@ async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_ver
                 truth.apply(key, op)
             at = batch[-1][1]["at"] + 1
             # a version after each batch (however long a round takes here): versions of several states
-            await testing.eventually(lambda before=committed: versions() > before, 60)
+            try:
+                await testing.eventually(lambda before=committed: versions() > before, 60)
+            except AssertionError:
+                rounds = [r.getMessage() for r in caplog.records if r.name.startswith("engine.export")]
+                raise AssertionError("no version for 60 s after a batch; the last rounds said:\n"
+                                     + "\n".join(rounds[-30:])) from None
         await testing.eventually(lambda: dict(totals.items()) == truth.totals, 10)
 
         def exported() -> dict[str, int]:
