@@ -27,7 +27,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from engine.codecs import dumps, loads_many
-from engine.errors import EngineError, ExportError
+from engine.errors import EngineError, ExportError, SchemasNotCached
 from engine.export.optional import needs
 from engine.tables.keys import META_PREFIX, window_bounds, window_inner_key
 
@@ -65,28 +65,18 @@ def arrow_type(type_: Any) -> pa.DataType | None:
     if origin is list and len(args) == 1:
         inner = arrow_type(args[0])
         return pa.list_(inner) if inner is not None else None
-    names = _record_fields(type_)
-    if names is not None:
+    if dataclasses.is_dataclass(type_) and isinstance(type_, type):
         hints = typing.get_type_hints(type_)
         fields = []
-        for name in names:
-            field_type = arrow_type(hints.get(name, Any))
+        for field in dataclasses.fields(type_):
+            field_type = arrow_type(hints.get(field.name, Any))
             if field_type is None:
                 return None
-            fields.append(pa.field(name, field_type))
+            fields.append(pa.field(field.name, field_type))
         return pa.struct(fields)
+    # Anything else is inferred from the rows: a pydantic model's JSON may hold more than its declared
+    # fields (computed fields, extras, aliases), so its columns are the ones its records have.
     return None
-
-
-def _record_fields(type_: Any) -> list[str] | None:
-    """The field names of a record type, a dataclass or a pydantic model (by its `model_fields`: pydantic
-    itself stays in engine.schemas), in order; None for any other type."""
-    if not isinstance(type_, type):
-        return None
-    if dataclasses.is_dataclass(type_):
-        return [field.name for field in dataclasses.fields(type_)]
-    model_fields = getattr(type_, "model_fields", None)
-    return list(model_fields) if isinstance(model_fields, dict) else None
 
 
 def _codec_type(codec: Codec, declared: Any) -> pa.DataType | None:
@@ -209,17 +199,32 @@ class TableColumns:
             if codec.name == "str":
                 return pa.array(raw, pa.binary()).cast(pa.string())
             if codec.name not in PARSED_AS_JSON:  # a registry format (engine.schemas): its records as JSON
-                raw = [dumps(value) for value in codec.decode_many(list[bytes | None](raw))]
+                raw = self._as_json(codec, raw, what)
             records = pa.types.is_struct(type_) if type_ is not None else raw[0][:1] == b"{"
             if records:
                 return self._json_records(raw, type_)
             return pa.array(loads_many(raw), type_)
+        except ExportError:
+            raise
         except (pa.ArrowInvalid, pa.ArrowTypeError, EngineError) as exc:
             expected = f" as {type_}" if type_ is not None else ""
             raise ExportError(
                 f"table {self.table.name!r}: stored {what}s cannot be read{expected}: {exc}; declare the "
                 f"table's {what}_type so that every partition exports with the same schema"
             ) from exc
+
+    def _as_json(self, codec: Codec, raw: list[bytes], what: str) -> list[bytes]:
+        """Stored records of a registry format, decoded by their codec and written as engine's JSON."""
+        try:
+            return [dumps(value) for value in codec.decode_many(list[bytes | None](raw))]
+        except SchemasNotCached as exc:
+            raise ExportError(
+                f"table {self.table.name!r}: its {what}s are in a schema registry format and the registry's "
+                f"schemas are not known here ({exc}); export from a worker connected to the registry (a "
+                "live or scheduled export)") from exc
+        except TypeError as exc:  # (a value JSON cannot hold: Avro bytes, a Decimal)
+            raise ExportError(f"table {self.table.name!r}: a stored {what} cannot be exported: "
+                              f"{exc}") from exc
 
     def _json_records(self, raw: list[bytes], type_: pa.DataType | None) -> Any:
         """JSON objects through Arrow's JSON reader: columns come out without a Python object per row."""

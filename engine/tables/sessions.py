@@ -88,10 +88,13 @@ class SessionTable(KeyedWindowsTable):
         found_key = self.table._locations.get(key)  # (the key checked and encoded, cached)
         inner = found_key[0] if found_key is not None else self.table._locate_new(key)[0]
         state = part.windows or self._state(part)
-        if self.close_idle_after is not None:  # (idle time first: the event may be late by it)
-            self._move_idle(state)
         assert isinstance(state, KeyedWindowState)
-        before = stream_time = state.stream_time
+        before = state.stream_time
+        # Idle time first: the event may be late by it, and the windows it closed are emitted below (stream
+        # time moved since `before`), before any the event itself makes.
+        if self.close_idle_after is not None:
+            self._move_idle(state)
+        stream_time = state.stream_time
         if stream_time is None or ts > stream_time:
             stream_time = _advance(state, ts)
         window = self.window

@@ -199,10 +199,13 @@ class SlidingTable(KeyedWindowsTable):
         if ts is None or not 0 <= ts <= LATEST_EVENT_TIME_MS or self.timestamp is not None:
             ts = self._valid_time(event)
         state = part.windows or self._state(part)
-        if self.close_idle_after is not None:  # (idle time first: the event may be late by it)
-            self._move_idle(state)
         assert isinstance(state, SlidingState)
-        before = stream_time = state.stream_time
+        before = state.stream_time
+        # Idle time first: the event may be late by it, and the windows it closed are emitted below (stream
+        # time moved since `before`), before any the event itself makes.
+        if self.close_idle_after is not None:
+            self._move_idle(state)
+        stream_time = state.stream_time
         if stream_time is None or ts > stream_time:
             stream_time = _advance(state, ts)
         window = self.window
