@@ -197,13 +197,22 @@ class EventTimeTable:
     def _load_state(self, part: TablePartition) -> WindowState:
         """Rebuild stream time and the index of live windows from the store (once per activation)."""
         state = self._new_state()
+        state.seen_time, state.moved_at = None, self.clock()  # (idle from when it is taken here, unless...)
         raw = part.store.get(STREAM_TIME_KEY)
         if raw is not None:
-            state.stream_time = state.recorded_time = int(raw)
+            # "<stream time>", or with close_idle_after "<stream time> <moved_at> <idle_upto or ->": the wall
+            # clock's part of it, so that a new owner goes on moving an idle partition's time from where
+            # the last checkpoint left it (no checkpoint records it while the partition waits for its
+            # next window to close by the clock: engine.tasks.manager), not from when it took it.
+            recorded = raw.split()
+            state.stream_time = state.recorded_time = int(recorded[0])
+            if len(recorded) == 3 and self.close_idle_after is not None:
+                state.moved_at = float(recorded[1])
+                state.idle_upto = None if recorded[2] == b"-" else float(recorded[2])
         raw = part.store.get(CLOSED_KEY)
         if raw is not None:
             state.closed_upto = int(raw)
-        state.seen_time, state.moved_at = state.stream_time, self.clock()  # idle from when it is taken here
+        state.seen_time = state.stream_time
         decode = self.table.key_codec.decode
         for raw_key, _ in part.store.items():
             if not raw_key.startswith(META_PREFIX):
@@ -253,7 +262,11 @@ class EventTimeTable:
         self._move_idle(state)
         if state.stream_time != state.recorded_time:
             state.recorded_time = state.stream_time
-            part.meta[STREAM_TIME_KEY] = str(state.stream_time).encode()
+            record = str(state.stream_time)
+            if self.close_idle_after is not None:
+                idle_upto = "-" if state.idle_upto is None else repr(state.idle_upto)
+                record = f"{record} {state.moved_at!r} {idle_upto}"
+            part.meta[STREAM_TIME_KEY] = record.encode()
 
     def _move_idle(self, state: WindowState) -> None:
         now = self.clock()

@@ -358,6 +358,31 @@ async def test_a_worker_that_takes_a_quiet_partition_over_closes_its_windows_by_
         await testing.eventually(lambda: closed == [("a", WindowRange(0, 10), 2)], 10)
 
 
+async def test_the_next_owner_goes_on_with_the_idle_clock_where_the_last_checkpoint_left_it():
+    """While a partition waits for the clock to close its next window no checkpoint records its stream time
+    (the commit loop sleeps until then), so the record says from when the wall clock moves it: a worker
+    taking the partition over (here after a stop; the same after a crash) counts the idle time from there,
+    not from when it took the partition."""
+    url = testing.memory_url()
+    app, views, table, _ = closing_app(lambda t: t.tumbling(10, grace=2, close_idle_after=5), url,
+                                       store="memory://")
+    now = [1000.0]
+    table.clock = lambda: now[0]
+    async with testing.running(app) as worker:
+        for ts in (1, 3):
+            await views.send(key="a", value={"ts": ts})
+        await testing.eventually(lambda: dict(table.table.items()) == {("a", 0): 2})
+        await worker.checkpoint()  # stream time 3 s, moved by events at wall time 1000
+        now[0] += 3  # idle 3 s < 5 s: nothing to record
+        await worker.checkpoint()
+    async with testing.running(app) as worker:  # the next owner, at wall time 1003
+        await testing.eventually(lambda: bool(table.table.active), 10)
+        await worker.checkpoint()
+        now[0] += 3  # idle 6 s since 1000: stream time 3 s + 6 s
+        await worker.checkpoint()
+        assert table.table.active[0].windows.stream_time == 9000
+
+
 def late_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records
             if r.levelname == "WARNING" and "late event(s) since the last report" in r.getMessage()]
