@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
 # What a key codec that `skips` decodes engine's own records to (a windowed table's stream time on its
 # changelog): not events; the conductor acks them without handing them to agents.
 SKIP: Any = object()
+
+
+log = logging.getLogger(__name__)
 
 
 class Codec(Protocol):
@@ -203,41 +207,66 @@ SERIALIZERS = ("json", "str", "raw")
 
 class PairCodec:
     """A table join's value, (left row, right row): one JSON array, each side built into its own table's
-    value type (a dataclass, a pydantic model... whatever format each side's topic is in), a missing side
-    None. So the rows of a join's result are of the types its tables hold, not plain dicts."""
+    value type (a dataclass, a pydantic model... whatever format each side's topic is in; a side that is a
+    join's result, its own pair), a missing side None. So the rows of a join's result are of the types its
+    tables hold, not plain dicts. A side that no longer fits its type (a row written before the type lost
+    a field) is read as the plain data it is, with a WARNING once: a join's rows are rewritten as its sides
+    change, and a restore must not stop on the older ones."""
 
     name = "json"
 
-    def __init__(self, left: type | None, right: type | None) -> None:
-        self._sides = (JsonCodec(left), JsonCodec(right))
+    def __init__(self, left: JsonSide, right: JsonSide) -> None:
+        self._sides = (left, right)
         self._json = JsonCodec()
+        self._warned = False
 
     def encode(self, value: Any) -> bytes | None:
         return self._json.encode(value)
 
     def decode(self, data: bytes | None) -> Any:
-        pair = self._json.decode(data)
-        if pair is None:
+        return self.from_json(self._json.decode(data))
+
+    def from_json(self, obj: Any) -> Any:
+        if obj is None:
             return None
-        if not isinstance(pair, list) or len(pair) != 2:
-            raise DecodeError(f"expected a pair of rows, got {pair!r:.80}")
-        return tuple(None if row is None else side.from_json(row) for side, row in zip(self._sides, pair,
-                                                                                      strict=True))
+        if not isinstance(obj, list) or len(obj) != 2:
+            raise DecodeError(f"expected a pair of rows, got {obj!r:.80}")
+        return tuple(None if row is None else self._side(side, row)
+                     for side, row in zip(self._sides, obj, strict=True))
+
+    def _side(self, side: JsonSide, row: Any) -> Any:
+        try:
+            return side.from_json(row)
+        except DecodeError as exc:
+            if not self._warned:
+                self._warned = True
+                log.warning("a table join's row does not fit its table's type any more (%s); such rows are "
+                            "read as plain data until the join rewrites them", exc)
+            return row
 
     def decode_many(self, datas: list[bytes | None]) -> list[Any]:
         return [self.decode(data) for data in datas]
 
 
+JsonSide = JsonCodec | PairCodec  # how one side of a join's pair is read back
+
+
 @dataclasses.dataclass(frozen=True)
 class JoinPair:
-    """The value format of a table join's result (a CodecFormat): `PairCodec` of the two sides' types."""
+    """The value format of a table join's result (a CodecFormat): `PairCodec` of its two sides."""
 
-    left: type | None
-    right: type | None
+    left: JsonSide
+    right: JsonSide
     name: str = "json"
 
     def codec(self, type_: type | None, *, topic: str, is_key: bool) -> Codec:
         return PairCodec(self.left, self.right)
+
+    @staticmethod
+    def side(value_codec: Codec, value_type: type | None) -> JsonSide:
+        """How a joined table's rows are read back in the pair: its own pair if it is a join's result,
+        else JSON built into its value type."""
+        return value_codec if isinstance(value_codec, PairCodec) else JsonCodec(value_type)
 
 
 class CodecFormat(Protocol):

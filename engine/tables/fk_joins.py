@@ -73,7 +73,8 @@ def join_by_foreign_key(app: Declarer, left: BaseTable, right: BaseTable, foreig
         key_serializer=left_keys.name if left_topic.key_type is None else None, value_type=dict,
         partitions=left_topic.partitions, internal=True)
     result = app.Table(result_name, key_type=left_topic.key_type, value_type=tuple,
-                       value_serializer=JoinPair(left_topic.value_type, right_topic.value_type),
+                       value_serializer=JoinPair(JoinPair.side(left_values, left_topic.value_type),
+                                                 JoinPair.side(right_values, right_topic.value_type)),
                        key_serializer=left_keys.name if left_topic.key_type is None else None,
                        partitions=left_topic.partitions)
     subscribed = app.Table(f"{result_name}-foreign-keys", key_type=left_topic.key_type,

@@ -45,8 +45,9 @@ def join_tables(app: Declarer, left: BaseTable, right: BaseTable, how: How, name
     result_name = name or f"{left.name}-{how}-join-{right.name}"
     topic = left.changelog_topic
     result = app.Table(result_name, key_type=topic.key_type, value_type=tuple,
-                       value_serializer=JoinPair(left.changelog_topic.value_type,
-                                                 right.changelog_topic.value_type),
+                       value_serializer=JoinPair(
+                           JoinPair.side(left.value_codec, left.changelog_topic.value_type),
+                           JoinPair.side(right.value_codec, right.changelog_topic.value_type)),
                        key_serializer=topic.key_codec.name if topic.key_type is None else None)
     result.key_join_of = (left, right)
 
