@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agents import Mailbox
+from engine.errors import ConfigError
 from engine.streams.stream import Stream
 from engine.tables.base import BaseTable
 from engine.tables.stream_joins import StreamJoin, as_how, stream_join
@@ -80,8 +81,14 @@ def declare(app: App) -> Declaration:
     """Run each agent of `app` up to its first pull and record what its pipeline declares (a stream-stream
     join also declares its buffers as tables of the app, the first time)."""
     declaration = Declaration(app.id)
+    writers: dict[str, str] = {}  # internal topic -> the agent that repartitions through it
     for agent in app.agents.values():
-        declaration.agents[agent.name] = _declare(app, declaration, agent)
+        declared = declaration.agents[agent.name] = _declare(app, declaration, agent)
+        for topic in declared.internal:
+            other = writers.setdefault(topic.name, agent.name)
+            if other != agent.name:  # both would read what either writes there: each the other's records
+                raise ConfigError(f"agents {other!r} and {agent.name!r} both re-route through the internal "
+                                  f"topic {topic.name!r}: give their group_by (or through) different names")
     return declaration
 
 

@@ -202,3 +202,16 @@ def test_sessions_and_sliding_windows_of_a_table_are_named_as_a_pipelines() -> N
         app.Table("w-old", key_type=str).sliding_windowed(SlidingWindow(10), initial=int,
                                                           add=lambda n, _: n + 1)
 
+
+
+def test_two_pipelines_grouping_through_one_name_are_refused_at_start() -> None:
+    """Two aggregations re-keyed through the same `name=` would share `<app>-<name>-repartition`, each then
+    counting the other's records too: refused when the worker starts, naming the topic and both."""
+    app = engine.App("pipes-same-name", broker="memory://unused")
+    orders = app.topic("orders", key_type=str, value_type=dict)
+    app.stream(orders).group_by(lambda o: o["user"], name="by-user", key_type=str).count("orders-per-user")
+    app.stream(orders).group_by(lambda o: o["user"], name="by-user", key_type=str).sum(
+        "units-per-user", lambda o: o["units"])
+    with pytest.raises(ConfigError, match=r"orders-per-user-aggregate.*units-per-user-aggregate.*"
+                                          r"pipes-same-name-by-user-repartition.*different names"):
+        TestDriver(app)
