@@ -8,7 +8,12 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 PYTHON="${1:-python3}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-"$PYTHON" -m pip wheel -q --disable-pip-version-check --no-deps -w "$WORK/dist" "$ROOT"
+# Built from a copy of the checkout's files (tracked, and new ones not ignored): a build in the checkout
+# would reuse its build/ folder, where a module deleted since still lies.
+mkdir "$WORK/src"
+(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard |
+  while IFS= read -r -d '' file; do [ ! -e "$file" ] || cp --parents "$file" "$WORK/src"; done)
+"$PYTHON" -m pip wheel -q --disable-pip-version-check --no-deps -w "$WORK/dist" "$WORK/src"
 "$PYTHON" -m venv "$WORK/venv"
 "$WORK/venv/bin/python" -m pip install -q --disable-pip-version-check "$WORK"/dist/engine_streams-*.whl pytest
 cd "$WORK"
