@@ -34,6 +34,8 @@ from engine.export.sources import (
 )
 from engine.export.spark import local_session, read_export, spark_schema, stop_session
 from engine.operations.inspect import table_named
+from engine.operations.schemas import connect_schemas
+from engine.schemas.codecs import registry_codecs
 from engine.tables.windowed import EventTimeTable
 from engine.targets import Target, parse_target
 
@@ -112,7 +114,10 @@ def export_from_store(
     """Export table `name` from a data directory (`settings.data_dir`), offline or beside a worker. (Blocking,
     for scripts and the CLI: a lake export reads the changelog on its own event loop.)"""
     where = parse_target(target)
-    with from_store(table_named(app, name), settings) as snapshot:
+    table = table_named(app, name)
+    if registry_codecs([table.changelog_topic.key_codec, table.changelog_topic.value_codec]):
+        asyncio.run(_knowing_schemas(table, settings))
+    with from_store(table, settings) as snapshot:
         if where.is_lake:
             return asyncio.run(write_lake(snapshot, where, settings, {}, progress))
         return write_snapshot(snapshot, where.location, progress)
@@ -124,8 +129,18 @@ async def export_from_changelog(
 ) -> ExportResult:
     """Export table `name` rebuilt from its changelog topic on `settings.broker`: every partition."""
     where = parse_target(target)
-    with await from_changelog(table_named(app, name), settings, progress=replay) as snapshot:
+    table = table_named(app, name)
+    await _knowing_schemas(table, settings)
+    with await from_changelog(table, settings, progress=replay) as snapshot:
         return await _write(snapshot, where, settings, {}, progress)
+
+
+async def _knowing_schemas(table: BaseTable, settings: Settings) -> None:
+    """A table in a schema registry format: its codecs connected to the registry the settings name (its
+    subjects' schemas learnt), as a worker's are, so that an export without a worker decodes its records."""
+    registry = await connect_schemas([table.changelog_topic], settings)
+    if registry is not None:
+        await registry.close()
 
 
 def lake_status(target: Path | str, settings: Settings | None = None) -> list[str]:

@@ -368,3 +368,10 @@ async def test_registry_format_and_pydantic_tables_export_typed_columns(tmp_path
     assert rows(tmp_path / "levels") == sorted(
         ({"key": sku, "sold": n, "note": None} for sku, n in sold.items()),
         key=lambda r: tuple(str(v) for v in r.values()))
+    # Offline, as `engine export --data-dir` runs: a fresh app (codecs that know no schema) connects to the
+    # registry the settings name, and exports the same rows from the stores.
+    fresh = engine.App("export-typed")
+    fresh.Table("last-avro", key_type=str, value_type=Sale, value_serializer=Avro(record_name="shop.Sale"))
+    settings = fresh.settings({"data_dir": tmp_path / "data", "schema_registry_url": registry})
+    await asyncio.to_thread(export.export_from_store, fresh, settings, "last-avro", tmp_path / "offline")
+    assert rows(tmp_path / "offline") == rows(tmp_path / "avro")
