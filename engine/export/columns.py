@@ -220,8 +220,8 @@ class TableColumns:
         except SchemasNotCached as exc:
             raise ExportError(
                 f"table {self.table.name!r}: its {what}s are in a schema registry format and the registry's "
-                f"schemas are not known here ({exc}); export from a worker connected to the registry (a "
-                "live or scheduled export)") from exc
+                f"schemas are not known here ({exc}); give the settings the registry (schema_registry_url), "
+                "or export from a worker (a live or scheduled export)") from exc
         except TypeError as exc:  # (a value JSON cannot hold: Avro bytes, a Decimal)
             raise ExportError(f"table {self.table.name!r}: a stored {what} cannot be exported: "
                               f"{exc}") from exc
