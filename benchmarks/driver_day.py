@@ -4,7 +4,7 @@
 
 The app: a keyed sum in 1-minute tumbling windows (grace 0) whose final results an agent sends on, and a
 timer every hour sending to a topic; three events, then a day advanced. Again with `close_idle_after=30` on
-the windows (the idle partition's stream time then moves on at every commit interval: a checkpoint each).
+the windows (the commit loop then also wakes when the clock alone closes or expires a window).
 The outputs are checked: 24 timer runs, the windows' final sums. No broker.
 """
 
