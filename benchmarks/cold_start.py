@@ -44,7 +44,7 @@ def main() -> None:
         return
     # Not benchmarks.common.broker, which pins this process to one core: the three workers it spawns share
     # the machine with the broker, as the test's do.
-    with KafkaCluster(1, heap="1g") as cluster:
+    with KafkaCluster(1, heap="1g", peak=True) as cluster:
         asyncio.run(rounds(cluster.bootstrap, args.keys, args.rounds))
 
 

@@ -40,7 +40,7 @@ def broker(bootstrap: str | None) -> Iterator[str]:
 
     cores = sorted(os.sched_getaffinity(0))
     pinned = len(cores) > 1
-    with KafkaCluster(1, heap="1g", cpus=str(cores[-1]) if pinned else None) as cluster:
+    with KafkaCluster(1, heap="1g", cpus=str(cores[-1]) if pinned else None, peak=True) as cluster:
         if pinned:
             os.sched_setaffinity(0, {cores[0]})
         yield cluster.bootstrap

@@ -59,7 +59,8 @@ logger.spark.level = error
 
 def local_session(name: str = "engine", cores: int = 2, options: Mapping[str, str] | None = None) -> Any:
     """A quiet local Spark session on loopback (no UI), with any further `options` (the jars and extensions
-    that read Delta tables, say); stop it when done."""
+    that read Delta tables, say; JVM options in `spark.driver.extraJavaOptions` join the session's own
+    logging option); stop it when done."""
     with needs("pyspark", "Spark export"):
         import pyspark.sql as sql
     logging.getLogger("py4j").setLevel(logging.WARNING)  # an INFO line per connection otherwise
@@ -68,12 +69,15 @@ def local_session(name: str = "engine", cores: int = 2, options: Mapping[str, st
         written = config.with_name(f"{config.name}.{os.getpid()}")
         written.write_text(QUIET_LOG4J)
         written.replace(config)
+    settings = dict(options or {})
+    more_java = settings.pop("spark.driver.extraJavaOptions", "")
+    java_options = f"-Dlog4j2.configurationFile=file:{config} {more_java}"
     builder = sql.SparkSession.builder
-    for option, value in (options or {}).items():
+    for option, value in settings.items():
         builder = builder.config(option, value)
     session = (
         builder.master(f"local[{cores}]").appName(name)
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{config}")
+        .config("spark.driver.extraJavaOptions", java_options.strip())
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")

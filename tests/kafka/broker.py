@@ -27,6 +27,9 @@ from tests.kafka.certs import Certificates, make_certificates
 KAFKA_VERSION = "4.4.0"
 HERE = Path(__file__).resolve().parent
 CACHE_ROOT = Path(os.environ.get("ENGINE_KAFKA_CACHE", Path.home() / ".cache" / "engine-kafka"))
+# The JVM options of the test suite's short-lived JVMs (brokers, Kafka Streams, Spark): C1 only (C2's
+# compiler threads cost more CPU than a JVM of a few minutes earns back) and the single-threaded collector.
+QUICK_JVM = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
 
 LOG4J2 = """\
 status = warn
@@ -108,6 +111,7 @@ class KafkaCluster:
         heap: str = "512m",
         cpus: str | None = None,
         security: str = "plaintext",
+        peak: bool = False,
     ) -> None:
         if nodes not in (1, 3):
             raise ValueError(f"nodes must be 1 or 3, not {nodes}")
@@ -120,6 +124,9 @@ class KafkaCluster:
         self.root = root or Path(tempfile.mkdtemp(prefix="engine-kafka-"))
         self.heap = heap
         self.cpus = cpus  # e.g. "1": pin the JVMs (taskset) so benchmarks don't share a core with them
+        # A test's broker lives minutes and mostly waits: the quick compiler alone and the serial collector
+        # spare the cores the tests share; a benchmark's broker (`peak`) gets the full JIT and G1.
+        self.jvm_options = ["-XX:+UseG1GC"] if peak else QUICK_JVM
         ports = ports or [free_port() for _ in range(nodes)]
         self.nodes = [
             Node(i + 1, ports[i], free_port(), self.root / f"node-{i + 1}") for i in range(nodes)
@@ -211,7 +218,7 @@ class KafkaCluster:
         pin = ["taskset", "-c", self.cpus] if self.cpus else []
         return [
             *pin,
-            "java", f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC",
+            "java", f"-Xmx{self.heap}", "-Xms128m", *self.jvm_options,
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}",
             "-cp", f"{self.jars}/*", main, *args,

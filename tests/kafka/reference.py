@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.kafka.broker import CACHE_ROOT, HERE, KAFKA_VERSION, LOG4J2
+from tests.kafka.broker import CACHE_ROOT, HERE, KAFKA_VERSION, LOG4J2, QUICK_JVM
 
 SOURCE = HERE / "reference" / "Reference.java"
 
@@ -55,7 +55,7 @@ class StreamsReference:
         self.app_id = app_id
         with log.open("ab") as out:
             self.process = subprocess.Popen(
-                ["java", "-Xmx512m", "-Djava.awt.headless=true",
+                ["java", "-Xmx512m", *QUICK_JVM, "-Djava.awt.headless=true",
                  f"-Dlog4j2.configurationFile={classes.parent / 'log4j2.properties'}",
                  "-cp", f"{jars}/*:{classes}", "Reference", bootstrap, app_id, mode, source, output,
                  str(a_ms), str(b_ms), *more],

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.kafka.broker import CACHE_ROOT
+from tests.kafka.broker import CACHE_ROOT, QUICK_JVM
 
 HERE = Path(__file__).parent
 DELTA_VERSION, ICEBERG_VERSION = "4.3.0", "1.12.0"
@@ -32,11 +32,14 @@ def resolve_lake_jars() -> list[Path]:
 
 def lake_spark_config() -> dict[str, str]:
     """What a Spark session needs to read (and time-travel) Delta tables, and Iceberg tables by their
-    metadata file (`spark.read.format("iceberg").load(table.metadata_location)`)."""
+    metadata file (`spark.read.format("iceberg").load(table.metadata_location)`), on a JVM tuned for tests."""
     return {
         "spark.jars": ",".join(str(jar) for jar in resolve_lake_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.driver.extraJavaOptions": " ".join(QUICK_JVM),
+        # (a table's log is replayed in this many tasks; the default, 50, costs seconds a read on 2 cores)
+        "spark.databricks.delta.snapshotPartitions": "1",
     }
 
 

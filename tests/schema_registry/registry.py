@@ -26,7 +26,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.kafka.broker import CACHE_ROOT, free_port
+from tests.kafka.broker import CACHE_ROOT, QUICK_JVM, free_port
 
 APICURIO_VERSION = "3.0.9"  # the newest that runs on Java 17 (3.3.x needs 21)
 ARTIFACT = f"io.apicurio:apicurio-registry-app:{APICURIO_VERSION}:tar.gz:all"
@@ -77,7 +77,7 @@ class SchemaRegistry:
     def start(self, timeout: float = 120.0) -> SchemaRegistry:
         jar = resolve_registry()
         command = [
-            "java", f"-Xmx{self.heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "java", f"-Xmx{self.heap}", *QUICK_JVM,
             "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={self.port}",
             "-Dquarkus.otel.sdk.disabled=true", "-Dquarkus.log.level=WARN",
             "-Dapicurio.storage.kind=sql", "-Dapicurio.storage.sql.kind=h2",
