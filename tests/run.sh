@@ -8,14 +8,21 @@ python -m tests.schema_registry resolve >/dev/null
 echo "== ruff";          ruff check .
 echo "== mypy";          mypy && mypy tests/typing  # (the second: engine's types as apps see them)
 echo "== import-linter"; lint-imports
+# The wheel's check (a build and a venv: mostly waiting on pip) runs beside the rest; its verdict is
+# awaited after the tests.
+wheel_log="$(mktemp)"
+bash tests/wheel/check.sh python >"$wheel_log" 2>&1 &
+wheel_check=$!
 # (not --quiet: it hides the warnings --strict fails on, and the build passes whatever they say)
-echo "== the wheel, installed outside the checkout"; bash tests/wheel/check.sh python
 echo "== mkdocs";        NO_MKDOCS_2_WARNING=1 mkdocs build --strict   # into build/site (git-ignored)
-# Two test processes, each with its own brokers: most tests wait on brokers and workers, not on the CPU
-# (the whole suite took 12 minutes in one process and 8 in two, on 2 cores). A file stays in one process.
-echo "== pytest";        python -m pytest -p no:cacheprovider -n 2 --dist loadfile -m "not storm" "$@"
-# Then the restart storms, alone: beside the event-time differential in the other process one ran past its
-# bounds and once gave outputs twice, where beside two busy processes 18 runs of 18 were exact. (Exit code 5,
-# no test selected, when the arguments select none of them.)
-echo "== pytest: the restart storms, alone"
-python -m pytest -p no:cacheprovider -m storm "$@" || { code=$?; [ "$code" -eq 5 ] || exit "$code"; }
+# Three test processes, each with its own brokers: most tests wait on brokers and workers, not on the CPU.
+# A file stays in one process.
+echo "== pytest";        python -m pytest -p no:cacheprovider -n 3 --dist loadfile -m "not storm" "$@"
+# Then the two restart storms, side by side (each bounds its own waits): beside the event-time differential
+# one ran past its bounds and once gave outputs twice. (Exit code 5, no test selected, when the arguments
+# select none of them.)
+echo "== pytest: the restart storms"
+python -m pytest -p no:cacheprovider -n 2 -m storm "$@" || { code=$?; [ "$code" -eq 5 ] || exit "$code"; }
+echo "== the wheel, installed outside the checkout"
+wait "$wheel_check" || { cat "$wheel_log"; exit 1; }
+rm -f "$wheel_log"

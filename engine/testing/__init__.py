@@ -58,14 +58,16 @@ async def running(app: App, **overrides: Any) -> AsyncIterator[Worker]:
         await worker.run_until_stopped()
 
 
-async def eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Wait until `predicate()` is true; fail with AssertionError after `timeout` seconds."""
+async def eventually(predicate: Callable[[], bool], timeout: float = 5.0, *, interval: float = 0.005) -> None:
+    """Wait until `predicate()` is true, looking every `interval` seconds; fail with AssertionError after
+    `timeout` seconds. (A predicate that blocks, reading files or an object store, takes the loop from the
+    workers running in it while it runs: look at it less often.)"""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not predicate():
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {timeout:g}s")
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(interval)
 
 
 from engine.testing.driver import DeadLetter, Record, TestDriver  # noqa: E402  # needs Worker above

@@ -13,7 +13,7 @@ unclean election, and one killed storm's log dumps showed a committed transactio
 down cleanly it lost a committed transaction's markers too (its leader epoch moved twice as it stopped):
 the exactly-once workers then rebuild the stores that reflect it (a WARNING each), and stay exact.
 Crashes are the 3-node cluster's test, where replicas keep what was acknowledged. Marked `storm` (`-m storm`
-runs them alone); part of tests/run.sh."""
+runs them, apart from the other tests); part of tests/run.sh."""
 
 from __future__ import annotations
 

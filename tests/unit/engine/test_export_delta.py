@@ -430,7 +430,7 @@ async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_ver
             at = batch[-1][1]["at"] + 1
             # a version after each batch (however long a round takes here): versions of several states
             try:
-                await testing.eventually(lambda before=committed: versions() > before, 60)
+                await testing.eventually(lambda before=committed: versions() > before, 60, interval=0.2)
             except AssertionError:
                 rounds = [r.getMessage() for r in caplog.records if r.name.startswith("engine.export")]
                 raise AssertionError("no version for 60 s after a batch; the last rounds said:\n"
@@ -439,7 +439,7 @@ async def test_scheduled_rounds_of_two_workers_commit_every_partition_as_one_ver
 
         def exported() -> dict[str, int]:
             return {row["key"]: row["value"] for row in lake.rows("totals", settings)}
-        await testing.eventually(lambda: exported() == truth.totals, 30)
+        await testing.eventually(lambda: exported() == truth.totals, 30, interval=0.2)
         logs = testing.broker_for(url).topics[totals.changelog_topic.name]
     history = lake.table("totals", settings).history()
     assert len(history) >= 2
