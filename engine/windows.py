@@ -291,3 +291,26 @@ class JoinWindows:
 
     def spec(self) -> dict[str, int]:
         return {"within_ms": self.within_ms, "grace_ms": self.grace_ms, "retention_ms": self.retention_ms}
+
+
+@dataclass(frozen=True)
+class History:
+    """How long a versioned table (engine.tables.versioned) keeps the versions a key had: Kafka Streams'
+    versioned store's history retention. A version is answered as of any time no older than the table's
+    stream time (the newest version time written) minus `retention`; an update older than that is late,
+    and a version no longer valid at that time is removed. The key's latest version is kept whatever its age
+    (unless it is a deletion)."""
+
+    retention: Seconds
+    retention_ms: int = field(init=False, repr=False, compare=False)
+    grace_ms: int = field(init=False, repr=False, compare=False)  # what keeps late updates: the retention
+
+    def __post_init__(self) -> None:
+        retention = to_ms(self.retention, "history")
+        if retention <= 0:
+            raise ConfigError(f"a versioned table's history must be positive, not {self.retention!r}")
+        object.__setattr__(self, "retention_ms", retention)
+        object.__setattr__(self, "grace_ms", retention)
+
+    def spec(self) -> dict[str, int]:
+        return {"history_ms": self.retention_ms}

@@ -231,9 +231,12 @@ class RegistryCodec:
 
 
 def registry_codecs(codecs: Iterable[object]) -> list[RegistryCodec]:
-    """The registry codecs among `codecs` (each once)."""
+    """The registry codecs among `codecs`, or wrapped by them (a codec wrapping another names it `inner`: a
+    windowed table's keys, a versioned table's values), each once."""
     found: dict[int, RegistryCodec] = {}
     for codec in codecs:
+        while not isinstance(codec, RegistryCodec) and hasattr(codec, "inner"):
+            codec = codec.inner
         if isinstance(codec, RegistryCodec):
             found.setdefault(id(codec), codec)
     return list(found.values())

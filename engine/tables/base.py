@@ -29,6 +29,7 @@ from engine.streams.current import current_event, current_source
 from engine.tables.keys import META_PREFIX, stored_key
 from engine.tables.partition import DELETED, MISSING, TablePartition, Windowing
 from engine.topics import Topic
+from engine.windows import History
 
 if TYPE_CHECKING:
     from engine.codecs import CodecFormat
@@ -310,9 +311,11 @@ class BaseTable(MutableMapping[Any, Any]):
     @property
     def key_layout(self) -> str:
         """How its store and changelog keys are laid out (engine.tables.keys): "plain", "windowed" (key and
-        window start) or "session" (key, start and end)."""
+        window start), "session" (key, start and end) or "versioned" (key and version time)."""
         if self.window is None:
             return "plain"
+        if isinstance(self.window, History):
+            return "versioned"
         return "windowed" if hasattr(self.window, "size_ms") else "session"
 
     # -- locating keys ------------------------------------------------------------------------------

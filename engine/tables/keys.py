@@ -115,6 +115,21 @@ class WindowedChangelogKeyCodec(WindowKeyCodec):
         return self.inner.decode(key_bytes), WindowRange.from_ms(*window_bounds(data, self.size_ms))
 
 
+class VersionedChangelogKeyCodec(WindowKeyCodec):
+    """What readers of a versioned table's `changelog()` get as keys: (key, the version's time in seconds).
+    Engine's own records decode to SKIP."""
+
+    skips = True
+
+    def decode(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        if data.startswith(META_PREFIX):
+            return SKIP
+        key_bytes, at = split_window_key(data)
+        return self.inner.decode(key_bytes), at // 1000 if at % 1000 == 0 else at / 1000
+
+
 def window_inner_key(raw: bytes) -> bytes:
     """The encoded key alone of a windowed store key."""
     return raw[4:4 + int.from_bytes(raw[:4], "big")]

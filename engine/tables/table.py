@@ -16,13 +16,22 @@ from engine.errors import ConfigError
 from engine.tables.base import BaseTable, KeyNotInPartition, PartitionNotLocal, PartitionNotReady, TableError
 from engine.tables.fk_joins import join_by_foreign_key
 from engine.tables.joins import How, join_tables
-from engine.tables.keys import WindowedChangelogKeyCodec, WindowKeyCodec
+from engine.tables.keys import VersionedChangelogKeyCodec, WindowedChangelogKeyCodec, WindowKeyCodec
 from engine.tables.sessions import SessionTable
 from engine.tables.sliding import SlidingTable
 from engine.tables.stream_joins import JoinBuffer, PendingBuffer
+from engine.tables.versioned import VersionedTable, VersionValueCodec
 from engine.tables.windowed import Timestamp, WindowedTable
 from engine.topics import Topic
-from engine.windows import HoppingWindow, Seconds, SessionWindow, SlidingWindow, TumblingWindow, to_ms
+from engine.windows import (
+    History,
+    HoppingWindow,
+    Seconds,
+    SessionWindow,
+    SlidingWindow,
+    TumblingWindow,
+    to_ms,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -179,6 +188,20 @@ class Table(BaseTable):
                                close_idle_after=idle)
         self.windowed = sliding
         return sliding
+
+    def versioned(self, history: Seconds, *, timestamp: Timestamp | None = None,
+                  late_topic: bool = False) -> VersionedTable:
+        """Make this a table of each key's versions through time, kept for `history` of its stream time
+        (engine.tables.versioned): written and read through what this returns (`as_of`, `versions`, the
+        latest by key), joined with a stream on event time."""
+        window = History(history)
+        late, _ = self._window_by(window, None, late_topic, None)
+        self.value_codec = VersionValueCodec(self.value_codec)
+        self.changelog_topic.use_codecs(key=VersionedChangelogKeyCodec(self.plain_key_codec),
+                                        value=self.value_codec)
+        versioned = VersionedTable(self, window, timestamp=timestamp, late_topic=late)
+        self.windowed = versioned
+        return versioned
 
     def _join_buffer(self, window: JoinWindows, *, pending: bool) -> JoinBuffer:
         """Make this a buffer of one stream's records of a stream-stream join (engine.tables.stream_joins):

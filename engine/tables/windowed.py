@@ -88,6 +88,11 @@ class EventTimeTable:
     engine.tables.sessions): event time, stream time per partition (advanced by events, or by idleness with
     `close_idle_after`), the final-results and late topics, and reporting late events."""
 
+    # How a late event's report names the table, what befell the event, and what would have kept it.
+    kind_name = "windowed table"
+    late_means = "left out of its windows"
+    kept_by = "a grace"
+
     def __init__(
         self,
         table: BaseTable,
@@ -175,13 +180,13 @@ class EventTimeTable:
             ts = self.event_time_ms(event)
         if ts < 0:
             raise InvalidTimestamp(
-                f"windowed table {self.name!r}: {event.topic}[{event.partition}]@{event.offset} has no valid "
-                f"event time ({ts} ms): it was written without a timestamp; give the topic or the table a "
-                "timestamp= extractor"
+                f"{self.kind_name} {self.name!r}: {event.topic}[{event.partition}]@{event.offset} has no "
+                f"valid event time ({ts} ms): it was written without a timestamp; give the topic or the "
+                "table a timestamp= extractor"
             )
         if ts > LATEST_EVENT_TIME_MS:  # (a record's own timestamp never is: the broker refuses it)
             raise InvalidTimestamp(
-                f"windowed table {self.name!r}: {event.topic}[{event.partition}]@{event.offset} has an "
+                f"{self.kind_name} {self.name!r}: {event.topic}[{event.partition}]@{event.offset} has an "
                 f"event time past the year 3000 ({ts // 1000} s): a timestamp= extractor returns seconds (an "
                 "int or a float) or a datetime; one returning milliseconds puts windows in the year 50,000 "
                 "(divide by 1000)"
@@ -230,7 +235,7 @@ class EventTimeTable:
     def _event(self) -> Event:
         event = current_event()
         if event is None:
-            raise EngineError(f"windowed table {self.name!r}: updates need an event (write from an agent)")
+            raise EngineError(f"{self.kind_name} {self.name!r}: updates need an event (write from an agent)")
         return event
 
     def _late(self, part: TablePartition, event: Event, ts: int, stream_time: int, needed: int) -> None:
@@ -243,12 +248,12 @@ class EventTimeTable:
         report = late.add(needed + self.window_kind.grace_ms, asyncio.get_running_loop().time())
         if report is not None:
             log.warning(
-                "windowed table %r: %d late event(s) since the last report (%d in all; e.g. %s[%d]@%d, "
-                "%.3f s behind stream time) left out of its windows, %s: a grace of %.3f s would have kept "
-                "them (it is %.3f s)", self.name, report[0], late.count, event.topic, event.partition,
-                event.offset, (stream_time - ts) / 1000,
+                "%s %r: %d late event(s) since the last report (%d in all; e.g. %s[%d]@%d, %.3f s behind "
+                "stream time) %s, %s: %s of %.3f s would have kept them (it is %.3f s)", self.kind_name,
+                self.name, report[0], late.count, event.topic, event.partition, event.offset,
+                (stream_time - ts) / 1000, self.late_means,
                 f"sent to {self.late_topic.name} as read (raw bytes)" if self.late_topic is not None
-                else "dropped", report[1] / 1000, self.window_kind.grace_ms / 1000)
+                else "dropped", self.kept_by, report[1] / 1000, self.window_kind.grace_ms / 1000)
 
     def advance(self, part: TablePartition, processed: int | None) -> None:
         """Advance the partition's stream time to `processed`, the largest event time of the records its

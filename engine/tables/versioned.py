@@ -1,0 +1,388 @@
+"""Versioned tables: each key's values through time, Kafka Streams' versioned key-value store (KIP-889).
+
+    prices = app.Table("prices", value_type=float).versioned(history=3600)
+
+    @app.agent(price_updates)
+    async def keep(stream):
+        async for update in stream:
+            prices[update.symbol] = update.price      # a version from this event's time on
+
+    prices.as_of("ACME", at)         # the value valid at `at` (seconds or a datetime), or None
+    prices.versions("ACME", a, b)    # every Version valid at some time in [a, b], oldest first
+    prices["ACME"]                   # the latest value
+
+A write is a version of its key valid from its event's time (the topic's or the table's `timestamp=`
+extractor, else the record's timestamp) until the key's next version; `del prices[key]` is a version that
+says the key has no value from then on. An update that arrives out of order (older than the key's latest
+version) is placed in the key's history, not made its latest. The table's stream time is the newest
+version time written to the partition (the store's observed stream time in Kafka Streams): every time no
+older than stream time minus the history is answered exactly; an update older than that is late (counted,
+reported, sent to the late topic if asked for, not stored), as late events of windows are; a version no
+longer valid at that time is removed, from the store and (a tombstone) from the changelog. The latest
+version of a key is kept whatever its age, unless it is a deletion.
+
+Stored as a windowed table's keys are (engine.tables.keys): (key, version time) -> the value, one byte
+before it saying whether it is a value or a deletion (`VersionValueCodec`); the changelog holds the same
+records, so a restore or a standby rebuilds exactly the versions. Each partition keeps an index of its keys'
+version times in memory (rebuilt from the store when the partition is taken on, as join buffers are), and a
+heap of the versions that a newer one ended, by the time they end: what expires next is found without
+looking at the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from heapq import heappop, heappush
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any
+
+from engine.clock import wall_time
+from engine.errors import ConfigError
+from engine.tables.keys import META_PREFIX, STREAM_TIME_KEY, key_prefix
+from engine.tables.partition import MISSING, KeyedWindowState
+from engine.tables.windowed import EventTimeTable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from engine.codecs import Codec
+    from engine.stores.base import StoreView
+    from engine.tables.base import BaseTable
+    from engine.tables.partition import Closed, TablePartition, WindowState
+    from engine.tables.windowed import Timestamp
+    from engine.topics import Topic
+    from engine.windows import History
+
+# A version's value is its codec's bytes after VALUE; a deletion is DELETION alone.
+VALUE, DELETION = b"\x01", b"\x00"
+# The end of the latest version, which has none (the largest time a window key holds).
+OPEN_MS = 2**63 - 1
+
+
+class _Deleted:
+    """A deletion version's value in a partition's buffer (encoded as DELETION)."""
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+DELETED_VERSION: Any = _Deleted()
+
+
+class VersionValueCodec:
+    """A versioned table's values: a version's value as `inner` encodes it after VALUE, or DELETION for a
+    version that deletes the key (a store or changelog record must be bytes to be a version: a null record
+    removes it)."""
+
+    name = "versioned"
+
+    def __init__(self, inner: Codec) -> None:
+        self.inner = inner
+
+    def encode(self, value: Any) -> bytes | None:
+        if value is DELETED_VERSION:
+            return DELETION
+        return VALUE + (self.inner.encode(value) or b"")
+
+    def decode(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        if data[:1] == DELETION:
+            return DELETED_VERSION
+        return self.inner.decode(data[1:])
+
+    def decode_many(self, datas: list[bytes | None]) -> list[Any]:
+        return [self.decode(data) for data in datas]
+
+
+@dataclass(frozen=True)
+class Version:
+    """A key's value from `valid_from` until `valid_to` (seconds; None: it is still the latest)."""
+
+    value: Any
+    valid_from: float
+    valid_to: float | None
+
+
+def at_ms(at: float | int | datetime, what: str = "at") -> int:
+    """A time given in seconds (int or float) or as a datetime, in ms."""
+    if isinstance(at, datetime):
+        return round(at.timestamp() * 1000)
+    if isinstance(at, bool) or not isinstance(at, int | float):
+        raise ConfigError(f"{what} must be seconds (an int or a float) or a datetime, not {at!r}")
+    return at * 1000 if isinstance(at, int) else round(at * 1000)
+
+
+def _seconds(ms: int) -> float:
+    return ms // 1000 if ms % 1000 == 0 else ms / 1000
+
+
+class VersionedTable(EventTimeTable):
+    """The versioned face of a table (`Table.versioned`): what agents write and read, and the checkpoint's
+    steps on each partition (engine.tables.partition.Windowing)."""
+
+    kind_name = "versioned table"
+    late_means = "older than its history, not stored"
+    kept_by = "a history"
+
+    def __init__(
+        self,
+        table: BaseTable,
+        history: History,
+        *,
+        timestamp: Timestamp | None = None,
+        late_topic: Topic | None = None,
+        clock: Callable[[], float] = wall_time,
+    ) -> None:
+        super().__init__(table, history, timestamp=timestamp, late_topic=late_topic, clock=clock)
+        self.history = history
+
+    # -- the partition's index ----------------------------------------------------------------------
+
+    def _new_state(self) -> WindowState:
+        return KeyedWindowState()
+
+    def _load_state(self, part: TablePartition) -> WindowState:
+        """Stream time, and each key's version times (with whether each is a deletion) from the store;
+        then the versions that a newer one ended, on the expiry heap."""
+        state = KeyedWindowState()
+        raw = part.store.get(STREAM_TIME_KEY)
+        if raw is not None:
+            state.stream_time = state.recorded_time = int(raw.split()[0])
+        decode = self.table.key_codec.decode
+        for raw_key, raw_value in part.store.items():
+            if raw_key.startswith(META_PREFIX):
+                continue
+            key, at = decode(raw_key)
+            state.windows.setdefault(key, {})[at] = (int(raw_value == DELETION), True)
+            if state.stream_time is None or at > state.stream_time:
+                state.stream_time = at
+        for key, times in state.windows.items():
+            ordered = sorted(times)
+            for at, after in pairwise(ordered):
+                self._ends(state, key, at, after)
+            if times[ordered[-1]][0]:
+                self._ends(state, key, ordered[-1], ordered[-1])
+        state.seen_time = state.stream_time
+        return state
+
+    def _index(self, state: WindowState, stored: Any) -> None:
+        raise AssertionError("a versioned table loads its index itself")  # (not EventTimeTable's scan)
+
+    @staticmethod
+    def _ends(state: KeyedWindowState, key: Any, at: int, end: int) -> None:
+        """The version of `key` at `at` is valid until `end`: it expires once stream time minus the history
+        reaches `end` (a deletion ends where it starts: once no time it answers for is kept)."""
+        state.sequence += 1
+        heappush(state.due, (end, state.sequence, (key, at)))
+
+    def state(self, part: TablePartition) -> KeyedWindowState:
+        state = part.windows or self._state(part)
+        assert isinstance(state, KeyedWindowState)
+        return state
+
+    # -- writes -------------------------------------------------------------------------------------
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """A version of `key` valid from the current event's time."""
+        self._put(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        """A version saying `key` has no value from the current event's time on."""
+        self._put(key, DELETED_VERSION)
+
+    def _put(self, key: Any, value: Any) -> None:
+        event = self._event()
+        at = self._valid_time(event)
+        part = self.table._route_write(key, event)[0]
+        state = self.state(part)
+        stream_time = state.stream_time
+        if stream_time is not None and at < stream_time - self.history.retention_ms:
+            self._late(part, event, at, stream_time, stream_time - self.history.retention_ms - at)
+            return
+        self.put(part, state, key, at, value)
+
+    def put(self, part: TablePartition, state: KeyedWindowState, key: Any, at: int, value: Any) -> None:
+        """Write a version (not late: the caller saw to it). A version at a time the key already has
+        replaces it."""
+        times = state.windows.get(key)
+        if times is None:
+            times = state.windows[key] = {}
+        known = times.get(at)
+        deletion = value is DELETED_VERSION
+        times[at] = (int(deletion), known is not None and known[1])
+        part.buffer[key, at] = value
+        if state.stream_time is None or at > state.stream_time:
+            state.stream_time = at
+        before = max((t for t in times if t < at), default=None)
+        if before is not None:
+            self._ends(state, key, before, at)
+        after = min((t for t in times if t > at), default=None)  # (an update out of order)
+        if after is not None or deletion:
+            self._ends(state, key, at, at if after is None else after)
+
+    # -- reads --------------------------------------------------------------------------------------
+
+    def _version_at(self, part: TablePartition, state: KeyedWindowState, key: Any, at: int | None
+                    ) -> tuple[int, int, Any] | None:
+        """(valid from, valid to or OPEN_MS, value) of the version of `key` valid at `at` (None: the
+        latest), or None if none is (no version yet, a deletion, older than the history)."""
+        times = state.windows.get(key)
+        if not times:
+            return None
+        stream_time = state.stream_time
+        if at is not None and stream_time is not None and at < stream_time - self.history.retention_ms:
+            return None
+        start = max((t for t in times if at is None or t <= at), default=None)
+        if start is None or times[start][0]:
+            return None
+        end = min((t for t in times if t > start), default=OPEN_MS)
+        return start, end, self._value(part, key, start)
+
+    def _value(self, part: TablePartition, key: Any, at: int) -> Any:
+        value = part.get((key, at), self.table.locate((key, at))[0])
+        assert value is not MISSING, (key, at)
+        assert value is not DELETED_VERSION, (key, at)
+        return value
+
+    def _read(self, key: Any) -> tuple[TablePartition, KeyedWindowState]:
+        part, _ = self.table._route_read(key)
+        return part, self.state(part)
+
+    def __getitem__(self, key: Any) -> Any:
+        """The latest value of `key` (KeyError if it has none, or was deleted last; the table's default
+        is not used: a made-up value has no time)."""
+        found = self._version_at(*self._read(key), key, None)
+        if found is None:
+            raise KeyError(key)
+        return found[2]
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        found = self._version_at(*self._read(key), key, None)
+        return default if found is None else found[2]
+
+    def __contains__(self, key: object) -> bool:
+        return self._version_at(*self._read(key), key, None) is not None
+
+    def find(self, key: Any) -> tuple[bool, Any]:
+        """(True, the latest value) or (False, None): a stream-table join's look-up."""
+        found = self._version_at(*self._read(key), key, None)
+        return (False, None) if found is None else (True, found[2])
+
+    def find_at(self, key: Any, at_ms_: int) -> tuple[bool, Any]:
+        """(True, the value valid at `at_ms_`) or (False, None): an event-time join's look-up."""
+        found = self._version_at(*self._read(key), key, at_ms_)
+        return (False, None) if found is None else (True, found[2])
+
+    def as_of(self, key: Any, at: float | int | datetime) -> Any:
+        """The value of `key` valid at `at` (seconds or a datetime), or None: no version then, a deletion,
+        or a time older than the table's stream time minus its history."""
+        when = at_ms(at)
+        found = self._version_at(*self._read(key), key, when)
+        return None if found is None else found[2]
+
+    def versions(self, key: Any, since: float | int | datetime | None = None,
+                 until: float | int | datetime | None = None) -> list[Version]:
+        """Every version of `key` valid at some time from `since` to `until` (seconds or datetimes, both
+        included; None: unbounded), oldest first, deletions left out; none valid only before the table's
+        stream time minus its history."""
+        low = None if since is None else at_ms(since, "since")
+        high = None if until is None else at_ms(until, "until")
+        part, state = self._read(key)
+        return self._versions(state.windows.get(key) or {}, state.stream_time, low, high,
+                              lambda at: self._value(part, key, at))
+
+    def _versions(self, times: Mapping[int, tuple[int, bool]], stream_time: int | None, since: int | None,
+                  until: int | None, value: Callable[[int], Any]) -> list[Version]:
+        horizon = None if stream_time is None else stream_time - self.history.retention_ms
+        low = since if horizon is None or (since is not None and since > horizon) else horizon
+        ordered = sorted(times)
+        found = []
+        for index, start in enumerate(ordered):
+            end = ordered[index + 1] if index + 1 < len(ordered) else OPEN_MS
+            if times[start][0] or (until is not None and start > until) or (low is not None and end <= low):
+                continue
+            found.append(Version(value(start), _seconds(start), None if end == OPEN_MS else _seconds(end)))
+        return found
+
+    # -- the checkpoint's steps (engine.tables.partition.Windowing) -----------------------------------
+
+    def advance(self, part: TablePartition, processed: int | None) -> None:
+        """Record the partition's stream time for the store when writes moved it (a versioned table's moves
+        with the versions written, not with the events its task processed: Kafka Streams' rule)."""
+        state = part.windows
+        if state is not None and state.stream_time != state.recorded_time:
+            state.recorded_time = state.stream_time
+            part.meta[STREAM_TIME_KEY] = str(state.stream_time).encode()
+
+    def clock_work_at(self, part: TablePartition) -> float | None:
+        return None  # (nothing happens to a versioned table with the clock alone)
+
+    def close_windows(self, part: TablePartition) -> list[Closed]:
+        return []
+
+    def expire(self, part: TablePartition) -> int:
+        """Remove the versions no longer valid at stream time minus the history."""
+        state = part.windows
+        if not isinstance(state, KeyedWindowState) or state.stream_time is None:
+            return 0
+        horizon = state.stream_time - self.history.retention_ms
+        due, removed = state.due, 0
+        while due and due[0][0] <= horizon:
+            _, _, (key, at) = heappop(due)
+            times = state.windows.get(key)
+            entry = None if times is None else times.get(at)
+            if entry is None:
+                continue  # (already removed: an entry for an end that a later write moved)
+            end = min((t for t in times if t > at), default=at if entry[0] else None)  # type: ignore[union-attr]
+            if end is None or end > horizon:
+                continue
+            self._remove(part, state, key, at)
+            removed += 1
+        return removed
+
+    @staticmethod
+    def _remove(part: TablePartition, state: KeyedWindowState, key: Any, at: int) -> None:
+        times = state.windows[key]
+        _, in_store = times.pop(at)
+        if not times:
+            del state.windows[key]
+        if in_store or (part.flushing is not None and (key, at) in part.flushing):
+            part.delete((key, at))
+        else:
+            part.discard((key, at))
+
+    def stored(self, part: TablePartition, writes: Mapping[Any, Any]) -> None:
+        state = part.windows
+        if not isinstance(state, KeyedWindowState):
+            return
+        for key, at in writes:
+            times = state.windows.get(key)
+            if times is not None and at in times:
+                times[at] = (times[at][0], True)
+
+    def windows_ms(self, key: Any, standby: StoreView | None = None) -> list[tuple[int, int, Any]]:
+        """(valid from ms, valid to ms or OPEN_MS, value) of every version of `key` kept, oldest first,
+        deletions left out: from its partition active here, or from a `standby` store (as its changelog
+        has it)."""
+        if standby is None:
+            part, state = self._read(key)
+            times: Mapping[int, tuple[int, bool]] = state.windows.get(key) or {}
+            return [(start, end, value) for start, end, value in self._spans(times, lambda at: self._value(
+                part, key, at))]
+        inner = self.table.plain_key_codec.encode(key)
+        if inner is None:
+            raise ConfigError(f"versioned table {self.name!r}: a key cannot be None")
+        low, high = key_prefix(inner)
+        decode_key, decode = self.table.key_codec.decode, self.table.value_codec.decode
+        values = {decode_key(raw)[1]: decode(raw_value) for raw, raw_value in standby.items(low, high)}
+        stored = {at: (int(value is DELETED_VERSION), True) for at, value in values.items()}
+        return list(self._spans(stored, values.__getitem__))
+
+    @staticmethod
+    def _spans(times: Mapping[int, tuple[int, bool]], value: Callable[[int], Any]
+               ) -> list[tuple[int, int, Any]]:
+        ordered = sorted(times)
+        return [(start, ordered[index + 1] if index + 1 < len(ordered) else OPEN_MS, value(start))
+                for index, start in enumerate(ordered) if not times[start][0]]

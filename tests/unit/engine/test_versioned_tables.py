@@ -1,0 +1,176 @@
+"""Versioned tables (engine.tables.versioned) on the in-memory broker, against a model of Kafka Streams'
+versioned store computed here from the updates alone: every write kept with its time, stream time the newest
+time accepted, an update older than stream time minus the history late; the value as of a time is the
+newest write at or before it (None for a deletion), nothing older than stream time minus the history."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+import engine
+from engine import testing
+from engine.errors import ConfigError
+from engine.tables.keys import META_PREFIX, split_window_key
+from engine.tables.versioned import Version
+
+HISTORY = 10  # seconds
+S = 1000
+
+
+class Model:
+    """Kafka Streams' versioned store, as its documentation states it (one partition)."""
+
+    def __init__(self, history_ms: int) -> None:
+        self.history_ms = history_ms
+        self.writes: dict[str, dict[int, float | None]] = {}
+        self.stream_time: int | None = None
+        self.late = 0
+
+    def put(self, key: str, at: int, value: float | None) -> None:
+        if self.stream_time is not None and at < self.stream_time - self.history_ms:
+            self.late += 1
+            return
+        self.writes.setdefault(key, {})[at] = value
+        self.stream_time = at if self.stream_time is None else max(self.stream_time, at)
+
+    def horizon(self) -> int:
+        assert self.stream_time is not None
+        return self.stream_time - self.history_ms
+
+    def as_of(self, key: str, at: int) -> float | None:
+        if at < self.horizon():
+            return None
+        times = [t for t in self.writes.get(key, {}) if t <= at]
+        return self.writes[key][max(times)] if times else None
+
+    def latest(self, key: str) -> float | None:
+        times = self.writes.get(key, {})
+        return times[max(times)] if times else None
+
+    def versions(self, key: str) -> list[Version]:
+        """Every non-deletion version still valid at the horizon or later, oldest first."""
+        times = sorted(self.writes.get(key, {}))
+        found = []
+        for index, start in enumerate(times):
+            end = times[index + 1] if index + 1 < len(times) else None
+            value = self.writes[key][start]
+            if value is not None and (end is None or end > self.horizon()):
+                found.append(Version(value, start / S if start % S else start // S,
+                                     None if end is None else (end / S if end % S else end // S)))
+        return found
+
+    def kept(self) -> set[tuple[str, int]]:
+        """The (key, time) versions a store holds once expired: those valid at the horizon or later, and
+        each key's latest unless it is a deletion."""
+        kept = set()
+        for key, writes in self.writes.items():
+            times = sorted(writes)
+            for index, start in enumerate(times):
+                last = index + 1 == len(times)
+                end = start if last and writes[start] is None else (None if last else times[index + 1])
+                if end is None or end > self.horizon():
+                    kept.add((key, start))
+        return kept
+
+
+def versioned_app(url: str, name: str = "versions", **settings: Any) -> tuple[engine.App, Any, Any, list[Any]]:
+    app = engine.App(name, broker=url, topic_partitions=1, commit_interval=0.05, **settings)
+    updates = app.topic("updates", key_type=str, value_type=dict, timestamp=lambda v: v["at"])
+    prices = app.Table("prices", key_type=str, value_type=float).versioned(history=HISTORY)
+    seen: list[Any] = []
+
+    @app.agent(updates)
+    async def keep(stream: Any) -> None:
+        async for key, update in stream.items():
+            if update["price"] is None:
+                del prices[key]
+            else:
+                prices[key] = update["price"]
+            seen.append(key)
+
+    return app, updates, prices, seen
+
+
+def random_updates(seed: int, count: int) -> list[tuple[str, float, float | None]]:
+    """(key, time in seconds, price or None for a deletion): mostly in order, some a few seconds out of
+    order, some older than the history, a deletion in ten."""
+    rng = random.Random(seed)
+    found = []
+    for n in range(count):
+        at = 1_000 + n * 0.5 - (rng.choice([0, 0, 0, 3, 7, 14]) + rng.randrange(0, 1000) / 1000)
+        price = None if rng.random() < 0.1 else float(rng.randrange(1, 500))
+        found.append((f"s{rng.randrange(4)}", round(at, 3), price))
+    return found
+
+
+def check_against(model: Model, prices: Any) -> None:
+    low = min(t for writes in model.writes.values() for t in writes) - 2 * S
+    for key in ["s0", "s1", "s2", "s3", "none"]:
+        assert prices.get(key) == model.latest(key), key
+        assert (key in prices) == (model.latest(key) is not None)
+        for at in range(low, model.stream_time + 2 * S, 250):  # type: ignore[operator]
+            assert prices.as_of(key, at / S) == model.as_of(key, at), (key, at)
+        assert prices.versions(key) == model.versions(key), key
+
+
+@pytest.mark.parametrize("store", ["memory://", "rocksdb://"])
+async def test_versions_out_of_order_and_late_equal_the_model_and_a_restart_restores_them(tmp_path, store):
+    url = testing.memory_url()
+    updates_ = random_updates(7, 400)
+    model = Model(HISTORY * S)
+    for key, at, price in updates_:
+        model.put(key, round(at * S), price)
+    assert model.late > 10  # (the input has late updates, deletions and out-of-order ones)
+    assert sum(1 for _, _, price in updates_ if price is None) > 20
+
+    app, updates, prices, seen = versioned_app(url, store=store, data_dir=tmp_path / "a")
+    async with testing.running(app) as worker:
+        for key, at, price in updates_:
+            await updates.send(key=key, value={"at": at, "price": price})
+        await testing.eventually(lambda: len(seen) == len(updates_))
+        check_against(model, prices)
+        assert prices.late_events == model.late
+        await worker.checkpoint()
+
+    # The changelog holds exactly the versions kept (each written, the expired ones tombstoned after).
+    changelog: dict[bytes, bytes | None] = {}
+    for record in testing.broker_for(url).topics[prices.changelog().name][0]:
+        changelog[record.key] = record.value
+    stored = {(split_window_key(key)[0].decode().strip('"'), split_window_key(key)[1])
+              for key, value in changelog.items() if value is not None and not key.startswith(META_PREFIX)}
+    assert stored == model.kept()
+    assert len(stored) < sum(len(w) for w in model.writes.values())  # (some expired)
+
+    # A new worker (another data dir: nothing on disk) restores them from the changelog.
+    app, _, prices, _ = versioned_app(url, store=store, data_dir=tmp_path / "b")
+    async with testing.running(app):
+        await testing.eventually(lambda: bool(app.tables["prices"].active))
+        check_against(model, prices)
+
+
+async def test_a_deletion_hides_older_versions_from_later_times_and_an_update_older_than_it_does_not_revive():
+    url = testing.memory_url()
+    app, updates, prices, seen = versioned_app(url, store="memory://")
+    sent = [("a", 100, 1.0), ("a", 105, None), ("a", 103, 2.0), ("a", 108, 3.0)]
+    async with testing.running(app):
+        for key, at, price in sent:
+            await updates.send(key=key, value={"at": at, "price": price})
+        await testing.eventually(lambda: len(seen) == 4)
+        assert [prices.as_of("a", t) for t in (99, 100, 102.999, 103, 104.5, 105, 107, 108, 200)] == [
+            None, 1.0, 1.0, 2.0, 2.0, None, None, 3.0, 3.0]
+        assert prices.versions("a") == [Version(1.0, 100, 103), Version(2.0, 103, 105), Version(3.0, 108, None)]
+        assert prices.versions("a", 104, 107) == [Version(2.0, 103, 105)]
+        assert prices["a"] == 3.0
+
+
+def test_history_must_be_positive_and_times_are_seconds_or_datetimes():
+    app = engine.App("bad", broker="memory://")
+    with pytest.raises(ConfigError, match="history must be positive"):
+        app.Table("t").versioned(history=0)
+    table = app.Table("u").versioned(history=5)
+    with pytest.raises(ConfigError, match="seconds .* or a datetime"):
+        table.as_of("k", "yesterday")
+    assert app.tables["u"].key_layout == "versioned"
