@@ -30,6 +30,7 @@ from engine.operations.schemas import connect_schemas
 from engine.processing.replies import ReplyService
 from engine.processing.runner import AgentRunner
 from engine.scope import running_as
+from engine.tables.grace_joins import GraceJoin, grace_join
 from engine.tables.manager import TableManager
 from engine.tables.stream_joins import StreamJoin, as_how, stream_join
 from engine.tasks.inputs import InputPlan
@@ -215,7 +216,7 @@ class Worker(Service):
                 reads=[topics[name].topic for name in self.topology.reads[agent.name][1:]
                        if name not in self.topology.merged.get(agent.name, ())],
                 merged=[topics[name].topic for name in self.topology.merged.get(agent.name, ())],
-                join_factory=self._stream_join, tracing=tracing,
+                join_factory=self._stream_join, grace_join_factory=self._grace_join, tracing=tracing,
             ))
             for agent in app.agents.values()
         ]
@@ -332,6 +333,11 @@ class Worker(Service):
         """An agent's stream-stream join, over the buffer tables its declaration declared."""
         return stream_join(self.app, agent, number, topic, other, JoinWindows(within, grace), as_how(how),
                            declaring=False)
+
+    def _grace_join(self, agent: str, number: int, topic: Topic, table: Any, grace: Seconds, how: str
+                    ) -> GraceJoin:
+        """An agent's join with a versioned table's grace, over the buffer table its declaration declared."""
+        return grace_join(self.app, agent, number, topic, table, grace, how, declaring=False)
 
     def _internal_topic(self, name: str, like: Topic | None, key_type: type | None = None,
                         value_type: type | None = None) -> Topic:

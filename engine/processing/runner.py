@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from engine.events import TP, Event, EventLease, RawRecord
     from engine.settings import Settings
     from engine.streams.quiesce import Quiesce
-    from engine.streams.stream import Lookup, RecordJoin
+    from engine.streams.stream import Lookup, RecordJoin, TimedLookup
     from engine.tracing import AgentSpans, Tracing
     from engine.transport.base import Producer
     from engine.windows import Seconds
@@ -42,10 +42,12 @@ Subscribe = Callable[[Topic, "AgentRunner"], None]
 InternalTopic = Callable[[str, "Topic | None", "type | None", "type | None"], Topic]
 # (agent name, its nth join, its topic, the other topic, within, grace, how) -> the join
 JoinFactory = Callable[[str, int, Topic, Topic, "Seconds", "Seconds", str], "RecordJoin"]
+# (agent, number, its stream's topic, the versioned table, grace, how): a join with a grace period
+GraceJoinFactory = Callable[[str, int, Topic, "TimedLookup", "Seconds", str], "RecordJoin"]
 
 
 def _no_joins(agent: str, *_: Any) -> RecordJoin:
-    raise TopologyError(f"agent {agent!r}: this worker does not run stream-stream joins")
+    raise TopologyError(f"agent {agent!r}: this worker does not run joins that keep records")
 
 
 class AgentReturned(EngineError):
@@ -94,6 +96,7 @@ class _InstanceContext:
         self.task = asyncio.current_task()  # the instance's (made inside it): where it waits, for a watchdog
         self.streams: list[Stream] = []
         self.joins = 0  # stream-stream joins made by this run: the nth is the agent's nth join
+        self.grace_joins = 0  # and joins with a versioned table's grace
 
     def subscribe(self, topic: Topic) -> Mailbox[Event]:
         self.runner.subscribe(topic)
@@ -111,6 +114,11 @@ class _InstanceContext:
 
     def joined(self, topic: Topic | None, table: Lookup) -> None:
         return None  # checked by the topology at start-up
+
+    def grace_join(self, topic: Topic, table: TimedLookup, grace: Seconds, how: str) -> RecordJoin:
+        self.grace_joins += 1
+        return self.runner.grace_join_factory(self.runner.agent.name, self.grace_joins - 1, topic, table,
+                                              grace, how)
 
     def stream_join(self, topic: Topic, other: Topic, within: Seconds, grace: Seconds,
                     how: str) -> RecordJoin:
@@ -155,6 +163,7 @@ class AgentRunner(Service):
         reads: Sequence[Topic] = (),
         merged: Sequence[Topic] = (),
         join_factory: JoinFactory | None = None,
+        grace_join_factory: GraceJoinFactory | None = None,
         quiesce: Quiesce | None = None,
         tracing: Tracing | None = None,
     ) -> None:
@@ -184,6 +193,7 @@ class AgentRunner(Service):
         self._contexts: dict[int, _InstanceContext] = {}  # the current run of each instance
         self._dropped_under: dict[tuple[str, int], EventLease | None] = {}  # the lease a drop was said for
         self.join_factory = join_factory or _no_joins
+        self.grace_join_factory = grace_join_factory or _no_joins
         for topic in reads:  # what its pipeline reads besides its channel, as the topology declared it
             self.subscribe(topic)
         for topic in merged:  # what it reads into its own stream (stream-stream joins)

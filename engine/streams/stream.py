@@ -19,12 +19,13 @@ import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agents import Mailbox, MailboxClosed
 from engine.errors import ConfigError
 from engine.events import Event
 from engine.streams.current import current_source
+from engine.topics import event_time_ms
 
 if TYPE_CHECKING:
     from engine.stats import Histogram
@@ -61,6 +62,10 @@ class StreamContext(Protocol):
         """The agent's stream of `topic` is joined with the stream of `other` (engine.tables.stream_joins):
         `other`'s events come into this stream too, in timestamp order; returns what joins each record."""
 
+    def grace_join(self, topic: Topic, table: TimedLookup, grace: Seconds, how: str) -> RecordJoin:
+        """The agent's stream of `topic` is joined with the versioned `table`, each event after waiting
+        `grace` for the table's updates (engine.tables.grace_joins); returns what joins each record."""
+
     @property
     def quiesce(self) -> Quiesce | None:
         """The exactly-once checkpoint's gate between events (None: at-least-once, no pauses)."""
@@ -86,6 +91,15 @@ class Lookup(Protocol):
 
     def find(self, key: Any) -> tuple[bool, Any]:
         """(True, value) if `key` is in the table, else (False, None); a table's default is not used."""
+
+
+@runtime_checkable
+class TimedLookup(Lookup, Protocol):
+    """A table that answers as of a time (a versioned table, engine.tables.versioned): a stream joined with it
+    finds the value valid at each event's time, not the latest."""
+
+    def find_at(self, key: Any, at_ms: int) -> tuple[bool, Any]:
+        """(True, the value valid at `at_ms`) or (False, None)."""
 
 
 class UpstreamError(Exception):
@@ -158,7 +172,7 @@ class _Operators:
         event time (engine.tables.stream_joins)."""
         if within is not None or _stream_of(other) is not None:
             return self._stream_join(other, within, grace, "inner")
-        return self._join(other, key, inner=True)
+        return self._join(other, key, grace, inner=True)
 
     def left_join(self, other: Any, *, key: Callable[[Any], Any] | None = None,
                   within: Seconds | None = None, grace: Seconds = 0) -> DerivedStream:
@@ -166,7 +180,7 @@ class _Operators:
         (value, None) for a value with no partner, once none can come (after `within` + `grace`)."""
         if within is not None or _stream_of(other) is not None:
             return self._stream_join(other, within, grace, "left")
-        return self._join(other, key, inner=False)
+        return self._join(other, key, grace, inner=False)
 
     def outer_join(self, other: Any, *, within: Seconds, grace: Seconds = 0) -> DerivedStream:
         """With a stream: as `left_join`, and (None, other value) for an other value with no partner."""
@@ -193,9 +207,17 @@ class _Operators:
 
         return DerivedStream(root, gen())
 
-    def _join(self, table: Lookup, key: Callable[[Any], Any] | None, *, inner: bool) -> DerivedStream:
+    def _join(self, table: Lookup, key: Callable[[Any], Any] | None, grace: Seconds, *, inner: bool
+              ) -> DerivedStream:
         root = self.root
         root.context.joined(root.topic, table)
+        if isinstance(table, TimedLookup):
+            if grace:
+                return self._grace_join(table, key, grace, inner=inner)
+            return self._join_as_of(table, key, inner=inner)
+        if grace:
+            raise ConfigError(f"a join with {table!r} cannot wait (grace=): only a versioned table's can "
+                              "(table.versioned(history=...))")
 
         async def gen() -> AsyncIterator[Any]:
             async for value in self:
@@ -205,6 +227,47 @@ class _Operators:
                     event = root.current_event
                     lookup = event.key if event is not None else None
                 found, other = table.find(lookup)
+                if found or not inner:
+                    yield value, other
+
+        return DerivedStream(root, gen())
+
+    def _grace_join(self, table: TimedLookup, key: Callable[[Any], Any] | None, grace: Seconds, *,
+                    inner: bool) -> DerivedStream:
+        """Each event joined with the table's value valid at its time once `grace` of stream time passed it
+        (engine.tables.grace_joins): results come in the order of the events' times, each with its own key."""
+        root = self.root
+        if key is not None:
+            raise ConfigError("a join with grace= waits by the event's own key: key= cannot be given")
+        if self is not root or root.topic is None:
+            raise ConfigError("join the agent's own stream with a table and grace= before filter, map or "
+                              "other steps: the events wait as they were read")
+        joining = root.context.grace_join(root.topic, table, grace, "inner" if inner else "left")
+
+        async def gen() -> AsyncIterator[Any]:
+            async for _ in root:
+                event = root.current_event
+                assert event is not None
+                for joined_key, value, other in joining.process(event):
+                    root.rekey(joined_key)
+                    yield value, other
+
+        return DerivedStream(root, gen())
+
+    def _join_as_of(self, table: TimedLookup, key: Callable[[Any], Any] | None, *, inner: bool
+                    ) -> DerivedStream:
+        """Each event joined with the table's value valid at the event's time (its topic's `timestamp=`
+        extractor, else the record's timestamp): Kafka Streams' stream-table join with a versioned table."""
+        root = self.root
+        extract = root.topic.timestamp if root.topic is not None else None
+
+        async def gen() -> AsyncIterator[Any]:
+            async for value in self:
+                event = root.current_event
+                assert event is not None
+                lookup = key(value) if key is not None else event.key
+                at = event.time_ms if event.time_ms is not None else event_time_ms(extract, event)
+                found, other = table.find_at(lookup, at)
                 if found or not inner:
                     yield value, other
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import ConfigError
 from engine.tables.base import BaseTable, KeyNotInPartition, PartitionNotLocal, PartitionNotReady, TableError
 from engine.tables.fk_joins import join_by_foreign_key
+from engine.tables.grace_joins import GraceBuffer
 from engine.tables.joins import How, join_tables
 from engine.tables.keys import VersionedChangelogKeyCodec, WindowedChangelogKeyCodec, WindowKeyCodec
 from engine.tables.sessions import SessionTable
@@ -209,6 +210,14 @@ class Table(BaseTable):
         outer join still without a partner."""
         self._window_by(window, window.size_ms, False, None)
         buffer = PendingBuffer(self, window) if pending else JoinBuffer(self, window)
+        self.windowed = buffer
+        return buffer
+
+    def _grace_buffer(self, window: JoinWindows) -> GraceBuffer:
+        """Make this the buffer of a stream's events waiting for a versioned table's grace
+        (engine.tables.grace_joins): keys (key, event time), values the raw records' values."""
+        self._window_by(window, window.size_ms, False, None)
+        buffer = GraceBuffer(self, window)
         self.windowed = buffer
         return buffer
 

@@ -19,7 +19,9 @@ from agents import Mailbox
 from engine.errors import ConfigError
 from engine.streams.stream import Stream
 from engine.tables.base import BaseTable
+from engine.tables.grace_joins import GraceJoin, grace_join
 from engine.tables.stream_joins import StreamJoin, as_how, stream_join
+from engine.tables.windowed import EventTimeTable
 from engine.topics import Topic
 from engine.windows import JoinWindows
 
@@ -108,6 +110,7 @@ class _Declaring:
         self.declaration = declaration
         self.agent = agent
         self.declared = declared
+        self.grace_joins = 0  # (numbering its joins with a grace, as the worker's run numbers them)
 
     def subscribe(self, topic: Topic) -> Mailbox[Event]:
         if topic.name != self.agent.channel.name and all(t.name != topic.name for t in self.declared.reads):
@@ -129,8 +132,17 @@ class _Declaring:
         raise _Declared
 
     def joined(self, topic: Topic | None, table: Any) -> None:
+        if isinstance(table, EventTimeTable):  # (a table's face: a versioned table's)
+            table = table.table
         if isinstance(table, BaseTable) and not table.is_global and topic is not None:
             self.declared.joins.append((topic, table))
+
+    def grace_join(self, topic: Topic, table: Any, grace: Seconds, how: str) -> GraceJoin:
+        joined = grace_join(self.app, self.agent.name, self.grace_joins, topic, table, grace, how,
+                            declaring=True)
+        self.grace_joins += 1
+        self.declared.joins.append((topic, joined.buffer.table))
+        return joined
 
     def stream_join(self, topic: Topic, other: Topic, within: Seconds, grace: Seconds,
                     how: str) -> StreamJoin:

@@ -5,7 +5,9 @@ newest write at or before it (None for a deletion), nothing older than stream ti
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -13,8 +15,11 @@ import pytest
 import engine
 from engine import testing
 from engine.errors import ConfigError
+from engine.events import TP
+from engine.streams.current import current_event
 from engine.tables.keys import META_PREFIX, split_window_key
 from engine.tables.versioned import Version
+from engine.topology.declaration import declare
 
 HISTORY = 10  # seconds
 S = 1000
@@ -76,7 +81,8 @@ class Model:
         return kept
 
 
-def versioned_app(url: str, name: str = "versions", **settings: Any) -> tuple[engine.App, Any, Any, list[Any]]:
+def versioned_app(url: str, name: str = "versions", **settings: Any
+                  ) -> tuple[engine.App, Any, Any, list[Any]]:
     app = engine.App(name, broker=url, topic_partitions=1, commit_interval=0.05, **settings)
     updates = app.topic("updates", key_type=str, value_type=dict, timestamp=lambda v: v["at"])
     prices = app.Table("prices", key_type=str, value_type=float).versioned(history=HISTORY)
@@ -161,7 +167,8 @@ async def test_a_deletion_hides_older_versions_from_later_times_and_an_update_ol
         await testing.eventually(lambda: len(seen) == 4)
         assert [prices.as_of("a", t) for t in (99, 100, 102.999, 103, 104.5, 105, 107, 108, 200)] == [
             None, 1.0, 1.0, 2.0, 2.0, None, None, 3.0, 3.0]
-        assert prices.versions("a") == [Version(1.0, 100, 103), Version(2.0, 103, 105), Version(3.0, 108, None)]
+        assert prices.versions("a") == [
+            Version(1.0, 100, 103), Version(2.0, 103, 105), Version(3.0, 108, None)]
         assert prices.versions("a", 104, 107) == [Version(2.0, 103, 105)]
         assert prices["a"] == 3.0
 
@@ -171,6 +178,132 @@ def test_history_must_be_positive_and_times_are_seconds_or_datetimes():
     with pytest.raises(ConfigError, match="history must be positive"):
         app.Table("t").versioned(history=0)
     table = app.Table("u").versioned(history=5)
-    with pytest.raises(ConfigError, match="seconds .* or a datetime"):
+    with pytest.raises(ConfigError, match=r"seconds .* or a datetime"):
         table.as_of("k", "yesterday")
     assert app.tables["u"].key_layout == "versioned"
+
+
+async def test_a_stream_joined_with_a_versioned_table_finds_the_version_of_each_events_time():
+    """Orders joined (inner and left) with prices after every price is in: each order with the price valid
+    at its own time (of its value's `at`), none for an order older than the history or before any price."""
+    url = testing.memory_url()
+    app, updates, prices, seen = versioned_app(url, store="memory://")
+    orders = app.topic("orders", key_type=str, value_type=dict, timestamp=lambda v: v["at"])
+    inner: list[Any] = []
+    left: list[Any] = []
+
+    @app.agent(orders)
+    async def price(stream: Any) -> None:
+        async for order, found in stream.join(prices):
+            inner.append((order["id"], found))
+
+    @app.agent(app.topic("orders-too", key_type=str, value_type=dict, timestamp=lambda v: v["at"]))
+    async def price_or_none(stream: Any) -> None:
+        async for order, found in stream.left_join(prices):
+            left.append((order["id"], found))
+
+    updates_ = random_updates(3, 200)
+    model = Model(HISTORY * S)
+    for key, at, value in updates_:
+        model.put(key, round(at * S), value)
+    rng = random.Random(4)
+    sent = [(n, f"s{rng.randrange(5)}", round(1085 + rng.random() * 17, 3)) for n in range(300)]
+    async with testing.running(app):
+        for key, at, price_ in updates_:
+            await updates.send(key=key, value={"at": at, "price": price_})
+        await testing.eventually(lambda: len(seen) == len(updates_))
+        for n, key, at in sent:
+            for topic in ("orders", "orders-too"):
+                await app.topics[topic].send(key=key, value={"id": n, "at": at})
+        await testing.eventually(lambda: len(left) == len(sent))
+        await testing.eventually(lambda: len(inner) == sum(
+            1 for _, key, at in sent if model.as_of(key, round(at * S)) is not None))
+    expected = [(n, model.as_of(key, round(at * S))) for n, key, at in sent]
+    assert sorted(left) == expected
+    assert sorted(inner) == [(n, found) for n, found in expected if found is not None]
+    assert 50 < len(inner) < len(sent)  # (some orders are older than the history or before any price)
+
+
+def grace_app(url: str) -> tuple[engine.App, Any, Any, list[Any], list[Any]]:
+    """Prices (versioned, history 60 s) and orders joined with them with a grace of 5 s, left and inner."""
+    app = engine.App("grace", broker=url, store="memory://", topic_partitions=1, commit_interval=0.05)
+    updates = app.topic("updates", key_type=str, value_type=dict, timestamp=lambda v: v["at"])
+    orders = app.topic("orders", key_type=str, value_type=dict, timestamp=lambda v: v["at"])
+    prices = app.Table("prices", key_type=str, value_type=float).versioned(history=60)
+    left: list[Any] = []
+    inner: list[Any] = []
+
+    @app.agent(updates)
+    async def keep(stream: Any) -> None:
+        async for key, update in stream.items():
+            prices[key] = update["price"]
+
+    @app.agent(orders)
+    async def price_or_none(stream: Any) -> None:
+        async for order, found in stream.left_join(prices, grace=5):
+            event = current_event()
+            left.append((order["id"], event.key if event else None, found))
+
+    @app.agent(app.topic("orders-too", key_type=str, value_type=dict, timestamp=lambda v: v["at"]))
+    async def price(stream: Any) -> None:
+        async for order, found in stream.join(prices, grace=5):
+            inner.append((order["id"], found))
+
+    return app, updates, orders, left, inner
+
+
+async def test_a_join_with_grace_waits_for_the_tables_late_updates_and_emits_in_time_order_across_a_restart():
+    """Step by step (each processed before the next): an order waits until stream time passes its time by the
+    grace, then takes the price valid at its time, an update that came after it included; an order already
+    that far behind is joined at once; waiting orders survive a restart (the buffer and its stream time)."""
+    url = testing.memory_url()
+    steps = [("updates", "a", 90, 1.0), ("orders", "a", 100, "o1"), ("updates", "a", 99, 2.0),
+             ("orders", "a", 103, "o2"), ("orders", "b", 95, "o3"), ("orders", "a", 106, "o4"),
+             "restart", ("updates", "a", 104, 3.0), ("orders", "a", 120, "o5")]
+    left_all: list[Any] = []
+    inner_all: list[Any] = []
+    runs = [steps[:steps.index("restart")], steps[steps.index("restart") + 1:]]
+    sent: Counter[str] = Counter()
+    for run in runs:
+        app, _, _, left, inner = grace_app(url)
+        async with testing.running(app) as worker:
+            for step in run:
+                topic, key, at, value = step  # type: ignore[misc]
+                names = ["updates"] if topic == "updates" else ["orders", "orders-too"]
+                for name in names:
+                    field = "price" if topic == "updates" else "id"
+                    await app.topics[name].send(key=key, value={"at": at, field: value})
+                    sent[name] += 1
+                await committed(worker, url, app.id, sent)  # processed (the restart goes on from there)
+        left_all += left
+        inner_all += inner
+    assert left_all == [("o3", "b", None), ("o1", "a", 2.0), ("o2", "a", 2.0), ("o4", "a", 3.0)]
+    assert inner_all == [("o1", 2.0), ("o2", 2.0), ("o4", 3.0)]
+
+
+async def committed(worker: Any, url: str, group: str, sent: Counter[str]) -> None:
+    """Wait until the group committed every record `sent` (topic -> count, one partition each)."""
+    groups = testing.broker_for(url).groups
+
+    async def done() -> bool:
+        await worker.checkpoint()
+        offsets = groups[group].committed if group in groups else {}
+        return all(offsets.get(TP(topic, 0), 0) >= count for topic, count in sent.items())
+
+    for _ in range(500):
+        if await done():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not every record of {dict(sent)} was committed")
+
+
+def test_grace_needs_a_versioned_table():
+    app = engine.App("no-grace", broker="memory://")
+    plain = app.Table("plain", key_type=str)
+
+    @app.agent(app.topic("x"))
+    async def join(stream: Any) -> None:
+        async for _ in stream.join(plain, grace=5):
+            pass
+
+    assert "only a versioned table's can" in (declare(app).agents["join"].undeclared or "")
