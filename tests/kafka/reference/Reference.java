@@ -14,8 +14,10 @@ import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.JoinWindows;
+import org.apache.kafka.streams.kstream.Joined;
 import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.KTable;
+import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.SlidingWindows;
@@ -23,6 +25,7 @@ import org.apache.kafka.streams.kstream.StreamJoined;
 import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.ValueJoiner;
 import org.apache.kafka.streams.kstream.Windowed;
+import org.apache.kafka.streams.state.Stores;
 
 /**
  * Kafka Streams itself, the reference that engine's differential tests compare with: one topology per
@@ -50,6 +53,10 @@ import org.apache.kafka.streams.kstream.Windowed;
  *                PREFIXt-orders joined as table-joins does, its tags "inner", "left", "outer", "fk-inner"
  *
  *   java Reference BOOTSTRAP APP_ID event-time PREFIX OUTPUT 0 0
+ *
+ * versioned-join A = history retention, B = grace: a table over RIGHT_INPUT in a versioned store
+ *                (Stores.persistentVersionedKeyValueStore, a null value deletes), INPUT left-joined with it
+ *                with a grace period (Joined.withGracePeriod), value "order|price" ("null" for none)
  *
  * Record caches are off, so results do not depend on when Kafka Streams commits, nor (emit interval 0)
  * those of joins on the wall clock. Prints "RUNNING" once it runs, and stops on SIGTERM.
@@ -111,6 +118,15 @@ public final class Reference {
                 tagged(rows.leftJoin(others, pair), "left", output, produced);
                 tagged(rows.outerJoin(others, pair), "outer", output, produced);
                 tagged(orders.join(others, row -> row.split("/")[0], pair), "fk-inner", output, produced);
+            }
+            case "versioned-join" -> {
+                final KTable<String, String> prices = builder.table(args[7], consumed,
+                        Materialized.<String, String>as(Stores.persistentVersionedKeyValueStore("prices", a))
+                                    .withKeySerde(strings).withValueSerde(strings));
+                builder.stream(input, consumed)
+                       .leftJoin(prices, (order, price) -> order + "|" + price,
+                                 Joined.<String, String, String>with(strings, strings, strings).withGracePeriod(b))
+                       .to(output, produced);
             }
             default -> throw new IllegalArgumentException("no mode " + mode);
         }

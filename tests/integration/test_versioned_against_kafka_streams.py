@@ -1,0 +1,214 @@
+"""Differential tests of a versioned table and a stream joined with it on event time: engine and Kafka Streams
+itself (tests/kafka/reference, mode "versioned-join": `Stores.persistentVersionedKeyValueStore` and
+`leftJoin(table, Joined.withGracePeriod)`) on the same seeded input, and both against the join computed here
+from the input alone.
+
+The input: prices and orders of 12 symbols, produced interleaved, each up to 1.5 s out of order; one price in
+ten a tombstone (no price from then on); some prices more than the history (60 s) behind (left out), some
+orders more than the grace (5 s) behind (joined at once). Each order must be joined with the price valid at
+its own time, and the results of each key come in the order of their orders' times (the grace buffer's). The
+grace is longer than any disorder, so the results do not depend on which topic a system reads first: a live
+run and a run over a backlog must give the same results. Engine runs as `engine worker`s, exactly-once under
+the broker's default (streams) protocol: over a backlog with two workers; live with one SIGKILLed and started
+again; live with a second one joining."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from engine.partitioner import partition_for
+from tests.integration.helpers import (
+    SHORT_SESSION,
+    WorkerProcess,
+    committed_to_end,
+    consume_until,
+    create_topics,
+    placed_over,
+    read_all,
+    unique,
+)
+from tests.integration.test_against_kafka_streams import stop_all
+from tests.kafka.reference import StreamsReference
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.kafka.broker import KafkaCluster
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 4
+HISTORY_MS, GRACE_MS = 60_000, 5_000
+START_MS = 1_700_000_000_000
+Record = tuple[str, str, str | None, int]  # (topic: "prices" or "orders", key, value or None, timestamp ms)
+
+
+def versioned_input(seed: int, count: int = 1200) -> list[Record]:
+    """The records in the order they are produced, every timestamp distinct, then one order per partition far
+    enough ahead that every other order's grace passes (its own stays waiting)."""
+    rng = random.Random(seed)
+    used: set[int] = set()
+    records: list[Record] = []
+    for n in range(count):
+        nominal = START_MS + n * 60
+        key = f"k{rng.randrange(12)}"
+        if rng.random() < 0.45:
+            behind = rng.randrange(0, 1500)
+            if n > count // 4 and rng.random() < 0.05:
+                behind = rng.randrange(70_000, 90_000)  # older than the history: left out
+            topic, value = "prices", None if rng.random() < 0.1 else f"p{n}"
+        else:
+            behind = rng.randrange(0, 1500)
+            if rng.random() < 0.05:
+                behind = rng.randrange(15_000, 25_000)  # older than the grace: joined at once
+            topic, value = "orders", f"o{n}"
+        at = nominal - behind
+        while at in used:
+            at += 1
+        used.add(at)
+        records.append((topic, key, value, at))
+    end = START_MS + count * 60 + 2 * GRACE_MS
+    closers = {partition_for(f"close{n}".encode(), PARTITIONS): f"close{n}" for n in range(40)}
+    records += [("orders", closers[p], "closer", end + p) for p in range(PARTITIONS)]
+    return records
+
+
+def expected_joins(records: list[Record]) -> dict[str, list[str]]:
+    """Per key, the "order|price" results in order, computed from the input: per partition, the prices kept
+    (not older than the partition's newest price time minus the history when they come), and the orders in the
+    grace buffer's order: one older than the partition's newest order time minus the grace at once, the
+    others once that newest time passes theirs by the grace (by time, then key bytes, then arrival)."""
+    kept: dict[str, dict[int, str | None]] = {}
+    price_time: dict[int, int] = {}
+    for topic, key, value, at in records:
+        if topic == "prices":
+            partition = partition_for(key.encode(), PARTITIONS)
+            newest = price_time.get(partition)
+            if newest is not None and at < newest - HISTORY_MS:
+                continue
+            price_time[partition] = at if newest is None else max(newest, at)
+            kept.setdefault(key, {})[at] = value
+
+    def price_at(key: str, at: int) -> str:
+        times = [t for t in kept.get(key, {}) if t <= at]
+        found = kept[key][max(times)] if times else None
+        return "null" if found is None else found
+
+    results: dict[str, list[str]] = {}
+    order_time: dict[int, int] = {}
+    waiting: dict[int, list[tuple[int, bytes, int, str, str]]] = {}
+    for arrival, (topic, key, value, at) in enumerate(records):
+        if topic != "orders":
+            continue
+        assert value is not None
+        partition = partition_for(key.encode(), PARTITIONS)
+        newest = order_time.get(partition)
+        if newest is not None and newest - GRACE_MS > at:
+            results.setdefault(key, []).append(f"{value}|{price_at(key, at)}")
+            continue
+        order_time[partition] = at if newest is None else max(newest, at)
+        buffer = waiting.setdefault(partition, [])
+        buffer.append((at, key.encode(), arrival, key, value))
+        buffer.sort()
+        while buffer and buffer[0][0] <= order_time[partition] - GRACE_MS:
+            at_, _, _, key_, value_ = buffer.pop(0)
+            results.setdefault(key_, []).append(f"{value_}|{price_at(key_, at_)}")
+    return results
+
+
+def per_key(records: list[Any]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        found.setdefault(record.key.decode(), []).append(record.value.decode())
+    return found
+
+
+async def produce(bootstrap: str, topics: dict[str, str], records: list[Record], *, pace: float = 0) -> None:
+    """Each record to its key's partition with its timestamp; `pace` seconds between batches of 20."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        for start in range(0, len(records), 20):
+            for topic, key, value, at in records[start:start + 20]:
+                raw = None if value is None else value.encode()
+                await producer.send(topics[topic], raw, key=key.encode(),
+                                    partition=partition_for(key.encode(), PARTITIONS), timestamp_ms=at)
+            await producer.flush()
+            if pace:
+                await asyncio.sleep(pace)
+    finally:
+        await producer.stop()
+
+
+async def run_engine(kafka: KafkaCluster, tmp_path: Path, topics: dict[str, str], records: list[Record],
+                     scenario: str) -> dict[str, list[str]]:
+    """Engine's results (read_committed) once it committed both topics to their ends."""
+    app_id = unique("versioned")
+    env = {"ITEST_APP": app_id, "ITEST_TOPIC": topics["orders"], "ITEST_RIGHT": topics["prices"],
+           "ITEST_MODE": "versioned-join", "ITEST_A_MS": str(HISTORY_MS), "ITEST_B_MS": str(GRACE_MS),
+           **SHORT_SESSION}
+
+    def worker(name: str, data: str) -> WorkerProcess:
+        return WorkerProcess("tests.integration.reference_apps:app", kafka.url,
+                             {**env, "ENGINE_DATA_DIR": str(tmp_path / data)}, tmp_path / f"{name}.log")
+
+    half = len(records) // 2
+    workers: list[WorkerProcess] = []
+    try:
+        if scenario == "backlog":
+            await produce(kafka.bootstrap, topics, records)
+            workers = [worker("first", "first"), worker("second", "second")]
+        else:
+            workers = [worker("first", "first")]
+            await placed_over(workers, PARTITIONS)
+            await produce(kafka.bootstrap, topics, records[:half], pace=0.02)
+            if scenario == "sigkill":  # with results committed, and a transaction open
+                await consume_until(kafka.bootstrap, f"{app_id}-joined", lambda rs: len(rs) >= 20,
+                                    workers=workers)
+                await produce(kafka.bootstrap, topics, records[half:half + 100], pace=0.02)
+                workers[0].kill()
+                workers.append(worker("restarted", "first"))
+            else:
+                workers.append(worker("second", "second"))
+                await produce(kafka.bootstrap, topics, records[half:half + 100], pace=0.02)
+            await produce(kafka.bootstrap, topics, records[half + 100:], pace=0.02)
+        live = [w for w in workers if w.process.poll() is None]
+        await placed_over(live, PARTITIONS)
+        for name in topics.values():
+            await committed_to_end(kafka.bootstrap, app_id, name, PARTITIONS, workers=live)
+        return per_key(await read_all(kafka.bootstrap, f"{app_id}-joined"))
+    finally:
+        stop_all(workers)
+
+
+async def reference_run(kafka: KafkaCluster, tmp_path: Path, topics: dict[str, str]) -> dict[str, list[str]]:
+    """Kafka Streams' results on the complete input, once it committed both topics to their ends."""
+    reference_id, reference_out = unique("versioned-ref"), unique("versioned-ref-out")
+    await create_topics(kafka.bootstrap, [reference_out], partitions=PARTITIONS)
+    log = tmp_path / "reference.log"
+    with StreamsReference(kafka.bootstrap, reference_id, "versioned-join", topics["orders"], reference_out,
+                          HISTORY_MS, GRACE_MS, topics["prices"], log=log) as reference:
+        await reference.wait_running()
+        for name in topics.values():
+            await committed_to_end(kafka.bootstrap, reference_id, name, PARTITIONS)
+        return per_key(await read_all(kafka.bootstrap, reference_out))
+
+
+@pytest.mark.parametrize("scenario", ["backlog", "sigkill", "join"])
+async def test_a_join_with_a_versioned_table_equals_kafka_streams_and_the_input(
+        kafka: KafkaCluster, tmp_path: Path, scenario: str) -> None:
+    records = versioned_input({"backlog": 21, "sigkill": 22, "join": 23}[scenario])
+    expected = expected_joins(records)
+    results = [r for rs in expected.values() for r in rs]
+    assert len(results) > 500
+    assert sum(r.endswith("|null") for r in results) > 20  # (before any price, or after a tombstone)
+    topics = {"prices": unique("prices"), "orders": unique("orders")}
+    await create_topics(kafka.bootstrap, list(topics.values()), partitions=PARTITIONS)
+    engine = await run_engine(kafka, tmp_path, topics, records, scenario)
+    assert engine == expected
+    assert await reference_run(kafka, tmp_path, topics) == expected
