@@ -43,6 +43,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                                      "the app's settings); any worker of the app answers for every key")
     table.add_argument("--window", help="a windowed table's windows: latest (default), all, or a window's "
                                         "start (seconds or an ISO datetime)")
+    table.add_argument("--as-of", dest="as_of", help="a versioned table's value valid at this time (seconds "
+                                                     "or an ISO datetime); without it, the latest")
+    table.add_argument("--from", dest="since", help="a versioned table's versions valid from this time on "
+                                                    "(with --to: in that range)")
+    table.add_argument("--to", dest="until", help="a versioned table's versions valid up to this time")
     table.add_argument("--stale", action="store_true", help="a worker may answer from its standby copy")
     table.add_argument("--offline", action="store_true",
                        help="read this machine's local stores (--data-dir) instead of asking a worker")
@@ -94,7 +99,8 @@ def run_table(args: argparse.Namespace) -> int:
         print(dumps(value).decode())
         return 0
     url = args.url or f"http://{settings.web_host}:{settings.web_port}"
-    query = {"window": args.window, "stale": "ok" if args.stale else None}
+    query = {"window": args.window, "as_of": args.as_of, "from": args.since, "to": args.until,
+             "stale": "ok" if args.stale else None}
     path = (f"/tables/{quote(table.name, safe='')}/{quote(key_text(table, key), safe='')}?"
             f"{urlencode({k: v for k, v in query.items() if v is not None})}")
     answer = asyncio.run(_ask_app(app.id, url, path.rstrip("?")))
@@ -103,7 +109,7 @@ def run_table(args: argparse.Namespace) -> int:
                           "server at http://...'); pass --url, or --offline to read this machine's stores")
     status, body = answer
     if status == 200:
-        print(dumps(body["windows"] if "windows" in body else body["value"]).decode())
+        print(dumps(next(body[name] for name in ("windows", "versions", "value") if name in body)).decode())
         return 0
     print(f"{args.table}[{args.key!r}]: {body.get('error', status)}", file=sys.stderr)
     return 1

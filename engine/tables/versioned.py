@@ -225,20 +225,54 @@ class VersionedTable(EventTimeTable):
     # -- reads --------------------------------------------------------------------------------------
 
     def _version_at(self, part: TablePartition, state: KeyedWindowState, key: Any, at: int | None
-                    ) -> tuple[int, int, Any] | None:
-        """(valid from, valid to or OPEN_MS, value) of the version of `key` valid at `at` (None: the
-        latest), or None if none is (no version yet, a deletion, older than the history)."""
-        times = state.windows.get(key)
+                    ) -> tuple[int, Any] | None:
+        """(valid from, value) of the version of `key` valid at `at` (None: the latest), or None if none
+        is (no version yet, a deletion, older than the history)."""
+        start = self._start_at(state.windows.get(key) or {}, state.stream_time, at)
+        if start is None:
+            return None
+        return start, self._value(part, key, start)
+
+    def _start_at(self, times: Mapping[int, tuple[int, bool]], stream_time: int | None, at: int | None
+                  ) -> int | None:
+        """The time of the version valid at `at` (None: the latest) among `times`, or None if none is."""
         if not times:
             return None
-        stream_time = state.stream_time
         if at is not None and stream_time is not None and at < stream_time - self.history.retention_ms:
             return None
         start = max((t for t in times if at is None or t <= at), default=None)
-        if start is None or times[start][0]:
-            return None
-        end = min((t for t in times if t > start), default=OPEN_MS)
-        return start, end, self._value(part, key, start)
+        return None if start is None or times[start][0] else start
+
+    def lookup(self, key: Any, *, at: int | None = None, since: int | None = None, until: int | None = None,
+               store: StoreView | None = None) -> tuple[bool, Any]:
+        """What a query asks (engine.web.queries), from the partition active here or from `store` (a
+        standby's, or one opened offline: as its changelog has it): with `since` or `until` (ms), (found,
+        the versions valid in that range); else (found, the value valid at `at` ms, or the latest)."""
+        if store is None:
+            part, state = self._read(key)
+            times: Mapping[int, tuple[int, bool]] = state.windows.get(key) or {}
+            stream_time = state.stream_time
+            value: Callable[[int], Any] = lambda at_: self._value(part, key, at_)  # noqa: E731
+        else:
+            values = self._stored_versions(store, key)
+            times = {at_: (int(found is DELETED_VERSION), True) for at_, found in values.items()}
+            recorded = store.get(STREAM_TIME_KEY)
+            stream_time = None if recorded is None else int(recorded.split()[0])
+            value = values.__getitem__
+        if since is not None or until is not None:
+            versions = self._versions(times, stream_time, since, until, value)
+            return bool(versions), versions
+        start = self._start_at(times, stream_time, at)
+        return (False, None) if start is None else (True, value(start))
+
+    def _stored_versions(self, store: StoreView, key: Any) -> dict[int, Any]:
+        """Every version of `key` in `store`, by time (deletions as DELETED_VERSION)."""
+        inner = self.table.plain_key_codec.encode(key)
+        if inner is None:
+            raise ConfigError(f"versioned table {self.name!r}: a key cannot be None")
+        low, high = key_prefix(inner)
+        decode_key, decode = self.table.key_codec.decode, self.table.value_codec.decode
+        return {decode_key(raw)[1]: decode(raw_value) for raw, raw_value in store.items(low, high)}
 
     def _value(self, part: TablePartition, key: Any, at: int) -> Any:
         value = part.get((key, at), self.table.locate((key, at))[0])
@@ -256,11 +290,11 @@ class VersionedTable(EventTimeTable):
         found = self._version_at(*self._read(key), key, None)
         if found is None:
             raise KeyError(key)
-        return found[2]
+        return found[1]
 
     def get(self, key: Any, default: Any = None) -> Any:
         found = self._version_at(*self._read(key), key, None)
-        return default if found is None else found[2]
+        return default if found is None else found[1]
 
     def __contains__(self, key: object) -> bool:
         return self._version_at(*self._read(key), key, None) is not None
@@ -268,19 +302,19 @@ class VersionedTable(EventTimeTable):
     def find(self, key: Any) -> tuple[bool, Any]:
         """(True, the latest value) or (False, None): a stream-table join's look-up."""
         found = self._version_at(*self._read(key), key, None)
-        return (False, None) if found is None else (True, found[2])
+        return (False, None) if found is None else (True, found[1])
 
     def find_at(self, key: Any, at_ms_: int) -> tuple[bool, Any]:
         """(True, the value valid at `at_ms_`) or (False, None): an event-time join's look-up."""
         found = self._version_at(*self._read(key), key, at_ms_)
-        return (False, None) if found is None else (True, found[2])
+        return (False, None) if found is None else (True, found[1])
 
     def as_of(self, key: Any, at: float | int | datetime) -> Any:
         """The value of `key` valid at `at` (seconds or a datetime), or None: no version then, a deletion,
         or a time older than the table's stream time minus its history."""
         when = at_ms(at)
         found = self._version_at(*self._read(key), key, when)
-        return None if found is None else found[2]
+        return None if found is None else found[1]
 
     def versions(self, key: Any, since: float | int | datetime | None = None,
                  until: float | int | datetime | None = None) -> list[Version]:
@@ -371,12 +405,7 @@ class VersionedTable(EventTimeTable):
             times: Mapping[int, tuple[int, bool]] = state.windows.get(key) or {}
             return [(start, end, value) for start, end, value in self._spans(times, lambda at: self._value(
                 part, key, at))]
-        inner = self.table.plain_key_codec.encode(key)
-        if inner is None:
-            raise ConfigError(f"versioned table {self.name!r}: a key cannot be None")
-        low, high = key_prefix(inner)
-        decode_key, decode = self.table.key_codec.decode, self.table.value_codec.decode
-        values = {decode_key(raw)[1]: decode(raw_value) for raw, raw_value in standby.items(low, high)}
+        values = self._stored_versions(standby, key)
         stored = {at: (int(value is DELETED_VERSION), True) for at, value in values.items()}
         return list(self._spans(stored, values.__getitem__))
 

@@ -29,6 +29,7 @@ from engine.operations.inspect import window_entries
 from engine.scope import running_as
 from engine.tables.base import PartitionNotLocal
 from engine.tables.partition import MISSING
+from engine.tables.versioned import VersionedTable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -141,21 +142,24 @@ class TableQueries:
     # -- one key ------------------------------------------------------------------------------------
 
     def get(self, name: str, key_text: str, *, forwarded: bool, window: str | None = None,
-            stale: bool = False) -> Answer | Forward:
+            stale: bool = False, times: Mapping[str, str] | None = None) -> Answer | Forward:
         """A query as a URL gives it: the table's name, the key's text, `window` for a windowed table
-        ("latest", the default; "all"; or a window's start, in seconds or as an ISO datetime)."""
+        ("latest", the default; "all"; or a window's start, in seconds or as an ISO datetime); for a
+        versioned table, `times`: `as_of` (the value valid then), or `from` and `to` (the versions valid
+        then), each in seconds or as an ISO datetime."""
         try:
             table = self.table(name)
             return self.get_key(table, self.key(table, key_text), forwarded=forwarded, window=window,
-                                stale=stale)
+                                stale=stale, times=times)
         except QueryError as exc:
             return exc.answer
 
     def get_key(self, table: BaseTable, key: Any, *, forwarded: bool, window: str | None = None,
-                stale: bool = False) -> Answer | Forward:
+                stale: bool = False, times: Mapping[str, str] | None = None) -> Answer | Forward:
         name = table.name
         try:
-            chosen = _window_choice(table, window)
+            choice = _version_choice if isinstance(table.windowed, VersionedTable) else _window_choice
+            chosen = choice(table, window, times or {})
             _, number = table.locate_key(key)
         except QueryError as exc:
             return exc.answer
@@ -171,9 +175,12 @@ class TableQueries:
                 found = _read_store(table, key, store, chosen)
         if found is not None:
             present, value = found
+            answer = ("windows" if isinstance(chosen, str | int) else
+                      "versions" if isinstance(chosen, dict) and "at" not in chosen else "value")
             if not present:
-                return Answer(404, {**here, "error": "no such key" if chosen is None else "no such window"})
-            return Answer(200, {**here, ("value" if chosen is None else "windows"): value})
+                why = {"windows": "no such window", "versions": "no version then", "value": "no such key"}
+                return Answer(404, {**here, "error": why[answer]})
+            return Answer(200, {**here, answer: value})
         return self._elsewhere(name, number, forwarded)
 
     def _elsewhere(self, name: str, number: int, forwarded: bool) -> Answer | Forward:
@@ -270,45 +277,88 @@ class TableQueries:
         return Answer(200, {"ready": True, "active": sorted(assigned), "standby": standby})
 
 
-def _window_choice(table: BaseTable, window: str | None) -> str | int | None:
+# What a key's query asks: None, a plain table's value; "latest", "all" or a window's start in ms, a windowed
+# table's windows; for a versioned table, {"at": ms or None} (the value then, or the latest) or {"since": ms
+# or None, "until": ms or None} (the versions then).
+Choice = str | int | dict[str, int | None] | None
+
+
+def _window_choice(table: BaseTable, window: str | None, times: Mapping[str, str]) -> Choice:
     """None for a plain table; "latest", "all" or a window's start in ms for a windowed one."""
+    if times:
+        raise QueryError(Answer(400, {"error": f"table {table.name!r} is not versioned: no "
+                                               f"{'='.join(sorted(times))}= (only window=)"}))
     if table.window is None:
         if window is not None:
             raise QueryError(Answer(400, {"error": f"table {table.name!r} is not windowed: no window="}))
         return None
     if window is None or window in ("latest", "all"):
         return window or "latest"
+    return _time_ms(window, "window must be latest, all, or a window's start")
+
+
+def _version_choice(table: BaseTable, window: str | None, times: Mapping[str, str]) -> Choice:
+    """What a versioned table's query asks: the value `as_of` a time (else the latest), or the versions
+    valid `from` one time `to` another."""
+    if window is not None:
+        raise QueryError(Answer(400, {"error": f"table {table.name!r} is versioned: no window= (as_of=, or "
+                                               "from= and to=)"}))
+    if "as_of" in times:
+        if set(times) != {"as_of"}:
+            raise QueryError(Answer(400, {"error": "as_of= asks for one value: not with from= or to="}))
+        return {"at": _time_ms(times["as_of"], "as_of must be a time")}
+    if not times:
+        return {"at": None}
+    return {"since": _time_ms(times["from"], "from must be a time") if "from" in times else None,
+            "until": _time_ms(times["to"], "to must be a time") if "to" in times else None}
+
+
+def _time_ms(text: str, what: str) -> int:
+    """A time given in a URL, in seconds or as an ISO datetime, in ms."""
     try:
-        return round(float(window) * 1000)
+        return round(float(text) * 1000)
     except ValueError:
         pass
     try:
-        return round(datetime.fromisoformat(window).timestamp() * 1000)
+        return round(datetime.fromisoformat(text).timestamp() * 1000)
     except ValueError:
-        raise QueryError(Answer(400, {"error": f"window must be latest, all, or a window's start in "
-                                               f"seconds or as an ISO datetime, not {window!r}"})) from None
+        raise QueryError(Answer(400, {"error": f"{what}, in seconds or as an ISO datetime, not "
+                                               f"{text!r}"})) from None
 
 
-def _read_active(table: BaseTable, key: Any, number: int, window: str | int | None,
-                 ) -> tuple[bool, Any] | None:
-    """(found, value or windows) from the partition active here; None if it is not active here."""
+def _read_active(table: BaseTable, key: Any, number: int, chosen: Choice) -> tuple[bool, Any] | None:
+    """(found, value, windows or versions) from the partition active here; None if it is not active here."""
     if number not in table.active:
         return None
     try:
-        if window is None:
+        if chosen is None:
             return table.find(key)
+        if isinstance(chosen, dict):
+            assert isinstance(table.windowed, VersionedTable)
+            return _versions(*table.windowed.lookup(key, at=chosen.get("at"), since=chosen.get("since"),
+                                                    until=chosen.get("until")))
         assert table.windowed is not None
-        return _pick(table.windowed.windows_ms(key), window)
+        return _pick(table.windowed.windows_ms(key), chosen)
     except PartitionNotLocal:
         return None
 
 
-def _read_store(table: BaseTable, key: Any, store: PartitionStore, window: str | int | None,
-                ) -> tuple[bool, Any]:
+def _read_store(table: BaseTable, key: Any, store: PartitionStore, chosen: Choice) -> tuple[bool, Any]:
+    if isinstance(chosen, dict):
+        assert isinstance(table.windowed, VersionedTable)
+        return _versions(*table.windowed.lookup(key, at=chosen.get("at"), since=chosen.get("since"),
+                                                until=chosen.get("until"), store=store))
     found = table.stored(store, key)
-    if window is None:
+    if chosen is None:
         return (False, None) if found is MISSING else (True, found)
-    return _pick([] if found is MISSING else found, window)
+    return _pick([] if found is MISSING else found, chosen)
+
+
+def _versions(found: bool, value: Any) -> tuple[bool, Any]:
+    """A versioned table's answer as JSON takes it: a value, or versions as objects."""
+    if isinstance(value, list):
+        return found, [{"value": v.value, "valid_from": v.valid_from, "valid_to": v.valid_to} for v in value]
+    return found, value
 
 
 def _pick(windows: list[tuple[int, int, Any]], window: str | int) -> tuple[bool, Any]:

@@ -183,8 +183,9 @@ class WebServer(Service):
     async def _get(self, request: web.Request) -> web.Response:
         forwarded = FORWARDED in request.headers
         query = request.rel_url.query
+        times = {name: query[name] for name in ("as_of", "from", "to") if name in query}
         answer = self.queries.get(request.match_info["table"], request.match_info["key"], forwarded=forwarded,
-                                  window=query.get("window"), stale=query.get("stale") == "ok")
+                                  window=query.get("window"), stale=query.get("stale") == "ok", times=times)
         if isinstance(answer, Answer):
             return _respond(answer)
         status, body = await self.forward(answer.endpoint, request.rel_url.path_qs)

@@ -10,6 +10,7 @@ import random
 from collections import Counter
 from typing import Any
 
+import aiohttp
 import pytest
 
 import engine
@@ -20,6 +21,7 @@ from engine.streams.current import current_event
 from engine.tables.keys import META_PREFIX, split_window_key
 from engine.tables.versioned import Version
 from engine.topology.declaration import declare
+from engine.web.server import FORWARDED
 
 HISTORY = 10  # seconds
 S = 1000
@@ -307,3 +309,78 @@ def test_grace_needs_a_versioned_table():
             pass
 
     assert "only a versioned table's can" in (declare(app).agents["join"].undeclared or "")
+
+
+async def test_queries_as_of_and_version_ranges_are_answered_by_any_worker_and_from_a_standby(tmp_path):
+    """Two workers with standbys: every key's latest value, its value as of a time and its versions in a
+    range, asked of either worker (forwarded to the owner) and, with stale=ok, of the standby's."""
+    url = testing.memory_url()
+    app = engine.App("versions-web", broker=url, topic_partitions=4, commit_interval=0.05)
+    updates = app.topic("updates", key_type=str, value_type=dict, timestamp=lambda v: v["at"])
+    prices = app.Table("prices", key_type=str, value_type=float).versioned(history=1000)
+    plain = app.Table("plain", key_type=str, value_type=int)
+
+    @app.agent(updates)
+    async def keep(stream: Any) -> None:
+        async for key, update in stream.items():
+            prices[key] = update["price"]
+            plain[key] = 1
+
+    history = {f"s{n}": [(1000 + 10 * v + n, float(100 * n + v)) for v in range(3)] for n in range(8)}
+    options = {"broker": url, "web_enabled": True, "web_port": 0, "standby_replicas": 1, "store": "memory://"}
+    async with testing.running(app, data_dir=str(tmp_path / "a"), **options) as first, \
+            testing.running(app, data_dir=str(tmp_path / "b"), **options) as second, \
+            aiohttp.ClientSession() as session:
+        def placed(worker: Any) -> bool:
+            current = worker.placement.current
+            return current is not None and len(current.owners) == 4 and bool(worker.tasks.standby)
+
+        await testing.eventually(lambda: placed(first) and placed(second), 10)
+        for key, versions in history.items():
+            for at, price in versions:
+                await updates.send(key=key, value={"at": at, "price": price})
+        await testing.eventually(lambda: all(prices.get(k) == v[-1][1] for k, v in history.items()), 10)
+        await first.checkpoint()
+        await second.checkpoint()
+
+        async def get(endpoint: str, path: str, **headers: str) -> tuple[int, Any]:
+            async with session.get(f"http://{endpoint}{path}", headers=headers) as response:
+                return response.status, await response.json()
+
+        endpoints = [first.placement.endpoint, second.placement.endpoint]
+        for asked in endpoints:
+            for key, versions in history.items():
+                (t0, p0), (t1, p1), (t2, p2) = versions
+                assert (await get(asked, f"/tables/prices/{key}"))[1]["value"] == p2
+                assert (await get(asked, f"/tables/prices/{key}?as_of={t1 + 1}"))[1]["value"] == p1
+                status, body = await get(asked, f"/tables/prices/{key}?as_of={t0 - 1}")
+                assert (status, body["error"]) == (404, "no such key")
+                status, body = await get(asked, f"/tables/prices/{key}?from={t0 + 1}&to={t1}")
+                assert (status, body["versions"]) == (200, [{"value": p0, "valid_from": t0, "valid_to": t1},
+                                                            {"value": p1, "valid_from": t1, "valid_to": t2}])
+                status, body = await get(asked, f"/tables/prices/{key}?from={t2}")
+                assert body["versions"] == [{"value": p2, "valid_from": t2, "valid_to": None}]
+            for path, error in [("/tables/prices/s1?window=all", "versioned: no window="),
+                                ("/tables/prices/s1?as_of=1&from=2", "as_of= asks for one value"),
+                                ("/tables/prices/s1?as_of=noon", "as_of must be a time"),
+                                ("/tables/plain/s1?as_of=1", "not versioned")]:
+                status, body = await get(asked, path)
+                assert status == 400
+                assert error in body["error"], (path, body)
+
+        at = first.placement.endpoint
+        elsewhere = [k for k in history if app.tables["prices"].locate_key(k)[1] in second.tasks.active]
+        assert elsewhere
+        for key in elsewhere:
+            expected = {"value": history[key][1][1], "stale": True, "worker": at}
+
+            async def stale(key: str = key) -> dict[str, Any]:
+                _, body = await get(at, f"/tables/prices/{key}?as_of={history[key][1][0]}&stale=ok",
+                                         **{FORWARDED: "t"})
+                return {name: body.get(name) for name in ("value", "stale", "worker")}
+
+            for _ in range(200):
+                if await stale() == expected:
+                    break
+                await asyncio.sleep(0.05)
+            assert await stale() == expected
