@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 from engine.codecs import dumps, loads_many
 from engine.errors import EngineError, ExportError, SchemasNotCached
 from engine.export.optional import needs
-from engine.tables.keys import META_PREFIX, window_bounds, window_inner_key
+from engine.tables.keys import META_PREFIX, session_key, split_window_key, window_bounds, window_inner_key
+from engine.tables.versioned import DELETION, OPEN_MS, VersionValueCodec
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from engine.tables.base import BaseTable
 
 KEY, WINDOW_START, WINDOW_END, PARTITION, VALUE = "key", "window_start", "window_end", "partition", "value"
+VALID_FROM, VALID_TO = "valid_from", "valid_to"  # a versioned table's rows: each version's validity
 # The codecs whose bytes Arrow's JSON reader and orjson parse as they are; any other (Avro, Protobuf, JSON
 # Schema in Confluent's wire format) is decoded by its codec and written as engine's JSON first.
 PARSED_AS_JSON = frozenset({"json"})
@@ -102,6 +104,11 @@ class TableColumns:
         topic = table.changelog_topic
         self.key_codec: Codec = table.plain_key_codec
         self.value_codec: Codec = table.value_codec
+        # A versioned table's rows are its versions, each with its validity (engine.tables.versioned): the
+        # values are its inner codec's, once `version_rows` took the tag off.
+        self.versioned = isinstance(self.value_codec, VersionValueCodec)
+        if isinstance(self.value_codec, VersionValueCodec):
+            self.value_codec = self.value_codec.inner
         value_type: Any = topic.value_type
         if value_type is None and table.default in (int, float, str, bool):
             value_type = table.default  # `default=int` says what the values are
@@ -119,7 +126,10 @@ class TableColumns:
         self.key_type, self.value_type = key_type, value_type
         self.flatten = pa.types.is_struct(value_type) and value_type.num_fields > 0
         fields = [pa.field(KEY, key_type, nullable=False)]
-        if self.window is not None:
+        if self.versioned:
+            stamp = pa.timestamp("ms", tz="UTC")
+            fields += [pa.field(VALID_FROM, stamp, nullable=False), pa.field(VALID_TO, stamp)]
+        elif self.window is not None:
             stamp = pa.timestamp("ms", tz="UTC")
             fields += [pa.field(WINDOW_START, stamp, nullable=False),
                        pa.field(WINDOW_END, stamp, nullable=False)]
@@ -157,6 +167,8 @@ class TableColumns:
         records (a windowed table's stream time) sort after every key (META_PREFIX), so the scan simply
         stops before them."""
         pairs = iter(view.items(None, META_PREFIX if self.window is not None else None))
+        if self.versioned:
+            pairs = version_rows(pairs)
         while True:
             taken = list(islice(pairs, chunk))
             if not taken:
@@ -184,9 +196,10 @@ class TableColumns:
             size = getattr(self.window, "size_ms", None)  # (None for sessions: their keys have their end)
             bounds = [window_bounds(raw, size) for raw in keys]
             stamp = pa.timestamp("ms", tz="UTC")
+            ends = [None if self.versioned and end == OPEN_MS else end for _, end in bounds]
             columns += [self._decode(self.key_codec, inner, self.key_type, "key"),
                         pa.array([start for start, _ in bounds], pa.int64()).cast(stamp),
-                        pa.array([end for _, end in bounds], pa.int64()).cast(stamp)]
+                        pa.array(ends, pa.int64()).cast(stamp)]
         if self.partition_column:
             columns.append(pa.array([partition] * len(keys), pa.int32()))
         return columns
@@ -241,3 +254,24 @@ class TableColumns:
             raise ExportError(f"table {self.table.name!r}: {len(raw)} stored values gave "
                               f"{parsed.num_rows} rows")
         return parsed.to_struct_array().combine_chunks()
+
+
+def version_rows(pairs: Iterator[tuple[bytes, bytes]], raw_keys: set[bytes] | None = None
+                 ) -> Iterator[tuple[bytes, bytes]]:
+    """A versioned table's stored (key, version time) pairs, key by key in time order, as rows: each
+    version's key with its validity (valid from its time until the key's next version, or OPEN_MS for the
+    latest; the layout of a session key, engine.tables.keys), its value without the tag; deletions only
+    end the version before them. `raw_keys` collects the store keys read."""
+    held: tuple[bytes, int, bytes] | None = None  # the version read last: (inner key, time, tagged value)
+    for raw, tagged in pairs:
+        if raw_keys is not None:
+            raw_keys.add(raw)
+        inner, at = split_window_key(raw)
+        if held is not None:
+            last_inner, last_at, last_value = held
+            if last_value != DELETION:
+                end = at if last_inner == inner else OPEN_MS
+                yield session_key(last_inner, last_at, end), last_value[1:]
+        held = (inner, at, tagged)
+    if held is not None and held[2] != DELETION:
+        yield session_key(held[0], held[1], OPEN_MS), held[2][1:]

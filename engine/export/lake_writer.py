@@ -18,7 +18,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import ExportError
-from engine.export.columns import CHUNK, TableColumns
+from engine.export.columns import CHUNK, TableColumns, version_rows
 from engine.export.delta import DeltaTarget
 from engine.export.iceberg import IcebergTarget
 from engine.export.lake import (
@@ -241,10 +241,13 @@ class TouchedKeys:
     def batches(self, number: int) -> Iterator[pa.RecordBatch]:
         """Partition `number`'s rows of its touched keys."""
         pairs = _rows_of(self.snapshot.views[number], self.touched[number], self.windowed)
-        found: set[bytes] = set()  # the changed rows (keys, or windows) the snapshot still has
+        found: set[bytes] = set()  # the changed rows (keys, windows, versions) the snapshot still has
+        if self.columns.versioned:
+            pairs = version_rows(pairs, found)
         rows = 0
         while chunk := list(islice(pairs, CHUNK)):
-            found.update(key for key, _ in chunk)
+            if not self.columns.versioned:
+                found.update(key for key, _ in chunk)
             rows += len(chunk)
             yield self.columns.batch([k for k, _ in chunk], [v for _, v in chunk], number)
         self.read[number] = (rows, len(self.changed[number] - found))

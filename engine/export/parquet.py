@@ -44,6 +44,9 @@ KEY_LAYOUT = {
                 "window start in milliseconds plus 2**63",
     "session": "4-byte big-endian key length, the key encoded by the table's key codec, 8-byte big-endian "
                "session start then 8-byte big-endian session end, each in milliseconds plus 2**63",
+    "versioned": "4-byte big-endian key length, the key encoded by the table's key codec, 8-byte big-endian "
+                 "version time in milliseconds plus 2**63; the value a byte 1 then the value encoded by the "
+                 "table's value codec, or a byte 0 alone for a deletion",
 }
 
 @dataclass(frozen=True)

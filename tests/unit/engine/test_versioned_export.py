@@ -1,0 +1,69 @@
+"""A versioned table's history exported (engine.tables.versioned, engine.export): one row per version kept,
+`key, valid_from, valid_to, value` (`valid_to` null for a key's latest; deletions only end the version
+before them), to Parquet and, full then incremental, to a Delta table; against the versions a model of
+Kafka Streams' versioned store keeps (tests/unit/engine/test_versioned_tables.py's), computed from the
+updates alone."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+from engine import export, testing
+from tests.unit.engine.test_versioned_tables import HISTORY, Model, S, random_updates, versioned_app
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def expected_rows(model: Model) -> list[tuple[str, datetime, datetime | None, float]]:
+    """(key, valid from, valid to or None, value) of every non-deletion version the store keeps."""
+    def when(ms: int) -> datetime:
+        return datetime.fromtimestamp(ms / 1000, UTC)
+
+    found = []
+    for key, writes in model.writes.items():
+        kept = sorted(at for k, at in model.kept() if k == key)
+        for index, at in enumerate(kept):
+            if writes[at] is not None:
+                end = kept[index + 1] if index + 1 < len(kept) else None
+                found.append((key, when(at), None if end is None else when(end), writes[at]))
+    return sorted(found, key=str)
+
+
+def as_rows(records: list[dict[str, Any]]) -> list[tuple[str, datetime, datetime | None, float]]:
+    return sorted(((r["key"], r["valid_from"], r["valid_to"], r["value"]) for r in records), key=str)
+
+
+async def test_a_versioned_tables_history_exports_to_parquet_and_delta_full_then_incremental(
+        tmp_path: Path) -> None:
+    url = testing.memory_url()
+    updates_ = random_updates(9, 400)
+    first, second = updates_[:250], updates_[250:]
+    model = Model(HISTORY * S)
+    app, updates, prices, seen = versioned_app(url, store="rocksdb://", data_dir=tmp_path / "data")
+    lake = tmp_path / "lake"
+    sent = 0
+    async with testing.running(app):
+        for part in (first, second):
+            for key, at, price in part:
+                model.put(key, round(at * S), price)
+                await updates.send(key=key, value={"at": at, "price": price})
+            sent += len(part)
+            await testing.eventually(lambda total=sent: len(seen) == total)
+            result = await export.export_table(prices, f"delta:{lake}")
+            assert isinstance(result, export.LakeExport)
+            delta = DeltaTable(str(lake)).to_pyarrow_table().to_pylist()
+            assert as_rows(delta) == expected_rows(model)
+            assert result.commit.mode == ("full" if part is first else "incremental")
+        await export.export_table(prices, tmp_path / "parquet")
+    manifest = export.read_manifest(tmp_path / "parquet")
+    parquet = pq.read_table([str(tmp_path / "parquet" / f.path) for f in manifest.files]).to_pylist()
+    assert as_rows(parquet) == expected_rows(model)
+    assert any(row[2] is None for row in expected_rows(model))  # (latest versions: open)
+    assert len({row[0] for row in expected_rows(model)}) == 4
+    assert manifest.window == {"history_ms": HISTORY * S}
+    assert "version time in milliseconds" in manifest.encoding["store_key"]
