@@ -38,6 +38,7 @@ from engine.processing.runner import read_error_headers
 from engine.runtime import Worker
 from engine.schemas.codecs import fetch_schemas
 from engine.scope import running_as
+from engine.tables.versioned import DELETED_VERSION
 from engine.testing.virtual_time import NeverIdle, VirtualTimeLoop
 from engine.topics import Topic
 from engine.transport.memory import MemoryBroker, MemoryRecord
@@ -224,8 +225,8 @@ class TestDriver:
         return letters
 
     def table(self, name: str) -> dict[Any, Any]:
-        """The table's contents now (the writes of every processed record included): key -> value, and for a
-        windowed table (key, WindowRange) -> value."""
+        """The table's contents now (the writes of every processed record included): key -> value, for a
+        windowed table (key, WindowRange) -> value, for a versioned table each key's latest value."""
         self._check_open()
         table = self.app.tables.get(name)
         if table is None:
@@ -344,6 +345,13 @@ class TestDriver:
         window = table.window
         if window is None:
             yield from table.items()
+            return
+        if table.key_layout == "versioned":  # each key's latest value (its versions: the table's versions())
+            latest: dict[Any, tuple[int, Any]] = {}
+            for (key, at), value in table.items():
+                if key not in latest or at > latest[key][0]:
+                    latest[key] = (at, value)
+            yield from ((key, value) for key, (_, value) in latest.items() if value is not DELETED_VERSION)
             return
         size = getattr(window, "size_ms", 0)  # (a session's key has its end)
         for window_key, value in table.items():
