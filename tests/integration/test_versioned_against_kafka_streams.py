@@ -10,7 +10,8 @@ its own time, and the results of each key come in the order of their orders' tim
 grace is longer than any disorder, so the results do not depend on which topic a system reads first: a live
 run and a run over a backlog must give the same results. Engine runs as `engine worker`s, exactly-once under
 the broker's default (streams) protocol: over a backlog with two workers; live with one SIGKILLed and started
-again; live with a second one joining."""
+again; live with a second one joining. Then each worker is asked over HTTP for every key's price as of times
+within the history, and for the versions valid since: the owner's answers, routed."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import asyncio
 import random
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import pytest
 from aiokafka import AIOKafkaProducer
 
@@ -31,6 +33,7 @@ from tests.integration.helpers import (
     placed_over,
     read_all,
     unique,
+    web_address,
 )
 from tests.integration.test_against_kafka_streams import stop_all
 from tests.kafka.reference import StreamsReference
@@ -78,11 +81,9 @@ def versioned_input(seed: int, count: int = 1200) -> list[Record]:
     return records
 
 
-def expected_joins(records: list[Record]) -> dict[str, list[str]]:
-    """Per key, the "order|price" results in order, computed from the input: per partition, the prices kept
-    (not older than the partition's newest price time minus the history when they come), and the orders in the
-    grace buffer's order: one older than the partition's newest order time minus the grace at once, the
-    others once that newest time passes theirs by the grace (by time, then key bytes, then arrival)."""
+def kept_prices(records: list[Record]) -> dict[str, dict[int, str | None]]:
+    """Per key, the prices kept by time (None: a tombstone): per partition, those not older than the
+    partition's newest price time minus the history when they come."""
     kept: dict[str, dict[int, str | None]] = {}
     price_time: dict[int, int] = {}
     for topic, key, value, at in records:
@@ -93,10 +94,22 @@ def expected_joins(records: list[Record]) -> dict[str, list[str]]:
                 continue
             price_time[partition] = at if newest is None else max(newest, at)
             kept.setdefault(key, {})[at] = value
+    return kept
 
-    def price_at(key: str, at: int) -> str:
-        times = [t for t in kept.get(key, {}) if t <= at]
-        found = kept[key][max(times)] if times else None
+
+def price_at(kept: dict[str, dict[int, str | None]], key: str, at: int) -> str | None:
+    times = [t for t in kept.get(key, {}) if t <= at]
+    return kept[key][max(times)] if times else None
+
+
+def expected_joins(records: list[Record]) -> dict[str, list[str]]:
+    """Per key, the "order|price" results in order, computed from the input: the prices kept, and the orders
+    in the grace buffer's order: one older than the partition's newest order time minus the grace at once,
+    the others once that newest time passes theirs by the grace (by time, then key bytes, then arrival)."""
+    kept = kept_prices(records)
+
+    def price_of(key: str, at: int) -> str:
+        found = price_at(kept, key, at)
         return "null" if found is None else found
 
     results: dict[str, list[str]] = {}
@@ -109,7 +122,7 @@ def expected_joins(records: list[Record]) -> dict[str, list[str]]:
         partition = partition_for(key.encode(), PARTITIONS)
         newest = order_time.get(partition)
         if newest is not None and newest - GRACE_MS > at:
-            results.setdefault(key, []).append(f"{value}|{price_at(key, at)}")
+            results.setdefault(key, []).append(f"{value}|{price_of(key, at)}")
             continue
         order_time[partition] = at if newest is None else max(newest, at)
         buffer = waiting.setdefault(partition, [])
@@ -117,7 +130,7 @@ def expected_joins(records: list[Record]) -> dict[str, list[str]]:
         buffer.sort()
         while buffer and buffer[0][0] <= order_time[partition] - GRACE_MS:
             at_, _, _, key_, value_ = buffer.pop(0)
-            results.setdefault(key_, []).append(f"{value_}|{price_at(key_, at_)}")
+            results.setdefault(key_, []).append(f"{value_}|{price_of(key_, at_)}")
     return results
 
 
@@ -151,7 +164,7 @@ async def run_engine(kafka: KafkaCluster, tmp_path: Path, topics: dict[str, str]
     app_id = unique("versioned")
     env = {"ITEST_APP": app_id, "ITEST_TOPIC": topics["orders"], "ITEST_RIGHT": topics["prices"],
            "ITEST_MODE": "versioned-join", "ITEST_A_MS": str(HISTORY_MS), "ITEST_B_MS": str(GRACE_MS),
-           **SHORT_SESSION}
+           "ENGINE_WEB_PORT": "0", **SHORT_SESSION}
 
     def worker(name: str, data: str) -> WorkerProcess:
         return WorkerProcess("tests.integration.reference_apps:app", kafka.url,
@@ -181,9 +194,36 @@ async def run_engine(kafka: KafkaCluster, tmp_path: Path, topics: dict[str, str]
         await placed_over(live, PARTITIONS)
         for name in topics.values():
             await committed_to_end(kafka.bootstrap, app_id, name, PARTITIONS, workers=live)
+        await ask_prices(live, records)
         return per_key(await read_all(kafka.bootstrap, f"{app_id}-joined"))
     finally:
         stop_all(workers)
+
+
+async def ask_prices(workers: list[WorkerProcess], records: list[Record]) -> None:
+    """Each worker, asked over HTTP for every key's price as of times in the last 20 s of the input (within
+    the history) and for its versions valid then, answers for every key (the owner's answer, forwarded)."""
+    kept = kept_prices(records)
+    end = max(at for topic, _, _, at in records if topic == "prices")
+    times = [end - 20_000 + 2_500 * n for n in range(9)]
+    async with aiohttp.ClientSession() as session:
+        for worker in workers:
+            address = web_address(worker)
+            for key in sorted(kept):
+                for at in times:
+                    async with session.get(f"http://{address}/tables/prices/{key}?as_of={at / 1000}") as got:
+                        body = await got.json()
+                    expected = price_at(kept, key, at)
+                    answer = (200, expected) if expected is not None else (404, None)
+                    assert (got.status, body.get("value")) == answer, (key, at, body)
+                async with session.get(f"http://{address}/tables/prices/{key}?from={times[0] / 1000}") as got:
+                    body = await got.json()
+                ordered = sorted(kept[key])
+                wanted = [(at, kept[key][at]) for n, at in enumerate(ordered)
+                          if kept[key][at] is not None
+                          and (n + 1 == len(ordered) or ordered[n + 1] > times[0])]
+                versions = body.get("versions", [])
+                assert [(round(v["valid_from"] * 1000), v["value"]) for v in versions] == wanted, key
 
 
 async def reference_run(kafka: KafkaCluster, tmp_path: Path, topics: dict[str, str]) -> dict[str, list[str]]:
