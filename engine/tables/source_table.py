@@ -13,6 +13,7 @@ from engine.errors import ConfigError
 from engine.tables.table import Table
 
 if TYPE_CHECKING:
+    from engine.tables.versioned import VersionedTable
     from engine.tables.windowed import Timestamp, WindowedTable
     from engine.topics import Topic
     from engine.windows import Seconds, Window
@@ -29,3 +30,10 @@ class SourceTable(Table):
     def windowed_by(self, window: Window, *, timestamp: Timestamp | None = None, late_topic: bool = False,
                     close_idle_after: Seconds | None = None) -> WindowedTable:
         raise ConfigError(f"table {self.name!r} reads a source topic; it cannot be windowed")
+
+    def versioned(self, history: Seconds, *, timestamp: Timestamp | None = None,
+                  late_topic: bool = False) -> VersionedTable:
+        """(Not yet: its topic is its changelog, and keeps no versions.)"""
+        raise ConfigError(f"table {self.name!r} reads a source topic, which keeps no versions: declare it "
+                          "without source_topic and write each record of the topic into it from an agent "
+                          "(docs: joins, tables through time)")

@@ -384,3 +384,10 @@ async def test_queries_as_of_and_version_ranges_are_answered_by_any_worker_and_f
                     break
                 await asyncio.sleep(0.05)
             assert await stale() == expected
+
+
+def test_a_table_over_a_source_topic_is_not_versioned_yet_and_says_what_to_do():
+    app = engine.App("source", broker="memory://")
+    table = app.Table("prices", source_topic=app.topic("feed", key_type=str, value_type=float))
+    with pytest.raises(ConfigError, match="write each record of the topic into it from an agent"):
+        table.versioned(history=60)
