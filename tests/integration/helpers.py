@@ -26,6 +26,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SHORT_SESSION = {"ENGINE_SESSION_TIMEOUT": "3"}
 
 
+def engine_cli(env: Mapping[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`engine ARGS` run to its end with `env`: its exit code and output."""
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, env=dict(env),
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import time
 from collections import Counter
 from typing import Any
@@ -21,9 +19,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from engine.tables.keys import split_window_key
 from tests.integration.helpers import (
-    ROOT,
     WorkerProcess,
     create_topics,
+    engine_cli,
     latest,
     read_all,
     unique,
@@ -60,10 +58,6 @@ def backlog(start_ms: int) -> tuple[list[tuple[str, str, int, int]], dict[int, i
         expected[number] = versions.get(customer)
     return records, expected
 
-
-def engine_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
 
 
 async def test_reset_then_a_second_run_gives_the_same_results(kafka, tmp_path):

@@ -30,6 +30,7 @@ from tests.integration.helpers import (
     WorkerProcess,
     consume_until,
     create_topics,
+    engine_cli,
     grant,
     latest,
     produce,
@@ -228,10 +229,6 @@ async def committed_offsets(bootstrap: str, group: str, auth: dict) -> dict:
     finally:
         await admin.close()
 
-
-def engine_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
 
 
 async def test_every_cli_command_works_on_the_secured_broker_with_its_options(secured_kafka, tmp_path):

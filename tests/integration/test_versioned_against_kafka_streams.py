@@ -10,12 +10,14 @@ its own time, and the results of each key come in the order of their orders' tim
 grace is longer than any disorder, so the results do not depend on which topic a system reads first: a live
 run and a run over a backlog must give the same results. Engine runs as `engine worker`s, exactly-once under
 the broker's default (streams) protocol: over a backlog with two workers; live with one SIGKILLed and started
-again; live with a second one joining. Then each worker is asked over HTTP for every key's price as of times
-within the history, and for the versions valid since: the owner's answers, routed."""
+again; live with a second one joining; over the backlog, then again after `engine reset`. Then each worker
+is asked over HTTP for every key's price as of times within the history, and for the versions valid since:
+the owner's answers, routed."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +32,7 @@ from tests.integration.helpers import (
     committed_to_end,
     consume_until,
     create_topics,
+    engine_cli,
     placed_over,
     read_all,
     unique,
@@ -176,6 +179,24 @@ async def run_engine(kafka: KafkaCluster, tmp_path: Path, topics: dict[str, str]
         if scenario == "backlog":
             await produce(kafka.bootstrap, topics, records)
             workers = [worker("first", "first"), worker("second", "second")]
+        elif scenario == "reset":  # a run over the backlog, `engine reset`, and the same run again
+            await produce(kafka.bootstrap, topics, records)
+            first = worker("first", "first")
+            for name in topics.values():
+                await committed_to_end(kafka.bootstrap, app_id, name, PARTITIONS, workers=[first])
+            assert first.terminate() == 0, first.output()[-3000:]
+            before = await read_all(kafka.bootstrap, f"{app_id}-joined")
+            assert per_key(before) == expected_joins(records)
+            reset = await asyncio.to_thread(
+                engine_cli, {**os.environ, **env, "ENGINE_DATA_DIR": str(tmp_path / "first")}, "reset", "-A",
+                "tests.integration.reference_apps:app", "--broker", kafka.url, "--execute")
+            assert reset.returncode == 0, reset.stdout + reset.stderr
+            workers = [worker("again", "first")]
+            for name in topics.values():
+                await committed_to_end(kafka.bootstrap, app_id, name, PARTITIONS, workers=workers)
+            seen = {(r.partition, r.offset) for r in before}
+            return per_key([r for r in await read_all(kafka.bootstrap, f"{app_id}-joined")
+                            if (r.partition, r.offset) not in seen])
         else:
             workers = [worker("first", "first")]
             await placed_over(workers, PARTITIONS)
@@ -239,10 +260,10 @@ async def reference_run(kafka: KafkaCluster, tmp_path: Path, topics: dict[str, s
         return per_key(await read_all(kafka.bootstrap, reference_out))
 
 
-@pytest.mark.parametrize("scenario", ["backlog", "sigkill", "join"])
+@pytest.mark.parametrize("scenario", ["backlog", "sigkill", "join", "reset"])
 async def test_a_join_with_a_versioned_table_equals_kafka_streams_and_the_input(
         kafka: KafkaCluster, tmp_path: Path, scenario: str) -> None:
-    records = versioned_input({"backlog": 21, "sigkill": 22, "join": 23}[scenario])
+    records = versioned_input({"backlog": 21, "sigkill": 22, "join": 23, "reset": 24}[scenario])
     expected = expected_joins(records)
     results = [r for rs in expected.values() for r in rs]
     assert len(results) > 500
