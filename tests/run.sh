@@ -18,11 +18,12 @@ echo "== mkdocs";        NO_MKDOCS_2_WARNING=1 mkdocs build --strict   # into bu
 # Three test processes, each with its own brokers: most tests wait on brokers and workers, not on the CPU.
 # A file stays in one process.
 echo "== pytest";        python -m pytest -p no:cacheprovider -n 3 --dist loadfile -m "not storm" "$@"
-# Then the two restart storms, side by side (each bounds its own waits): beside the event-time differential
-# one ran past its bounds and once gave outputs twice. (Exit code 5, no test selected, when the arguments
-# select none of them.)
-echo "== pytest: the restart storms"
-python -m pytest -p no:cacheprovider -n 2 -m storm "$@" || { code=$?; [ "$code" -eq 5 ] || exit "$code"; }
+# Then the restart storms, alone: beside the event-time differential one ran past its bounds and once gave
+# outputs twice; side by side, the at-least-once app of the 3-node storm once stopped fetching two partitions
+# for good (docs/rebalances-and-faults.md, "The broker restarting"). (Exit code 5, no test selected, when
+# the arguments select none of them.)
+echo "== pytest: the restart storms, alone"
+python -m pytest -p no:cacheprovider -m storm "$@" || { code=$?; [ "$code" -eq 5 ] || exit "$code"; }
 echo "== the wheel, installed outside the checkout"
 wait "$wheel_check" || { cat "$wheel_log"; exit 1; }
 rm -f "$wheel_log"
