@@ -169,6 +169,7 @@ class Conductor(Service):
         states: dict[int, tuple[object, bool, str]] = {}
         quiesce = self.quiesce
         now = time.time()
+        fetching = self.consumer.assignment()
         for number, task in sorted(self.tasks.items()):
             if not task.ready or task.closed:
                 continue
@@ -183,12 +184,16 @@ class Conductor(Service):
                 fetched = self.consumer.fetched_at(tp)
                 unanswered = None if fetched is None or paused else now - fetched
                 stale = unanswered is not None and unanswered > FETCH_UNANSWERED
-                waiting = waiting or bool(buffered or lease.in_flight or lag or stale)
+                # A partition of a ready task that the consumer does not fetch: nothing of it comes, and no
+                # lag says that anything waits.
+                unfetched = tp not in fetching
+                waiting = waiting or bool(buffered or lease.in_flight or lag or stale or unfetched)
                 moved.append((lease.position, lease.in_flight, buffered))
                 parts.append(f"{tp.topic}[{tp.partition}] at {lease.position}, {lease.in_flight} in flight, "
                              f"{buffered} buffered, lag {'unknown' if lag is None else lag}"
                              + (f", paused ({', '.join(paused)})" if paused else "")
-                             + (f", no fetch answered for {unanswered:.0f} s" if stale else ""))
+                             + (f", no fetch answered for {unanswered:.0f} s" if stale else "")
+                             + (", not in the consumer's assignment" if unfetched else ""))
             if inputs is not None:
                 parts.append(f"timestamp order: {task.release.state.value}")
             if quiesce is not None and quiesce.closed:

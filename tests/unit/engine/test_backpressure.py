@@ -102,11 +102,16 @@ async def test_a_revoke_drops_what_is_parked_and_what_waits_in_mailboxes():
 
 
 class AnsweringConsumer(FakeConsumer):
-    """A consumer whose fetches of a partition were last answered at `answered[tp]` (time.time())."""
+    """A consumer whose fetches of a partition were last answered at `answered[tp]` (time.time()), fetching
+    the partitions `fetching`."""
 
     def __init__(self, answered: dict[TP, float]) -> None:
         super().__init__()
         self.answered = answered
+        self.fetching = {SLOW, OTHER}
+
+    def assignment(self) -> set[TP]:
+        return set(self.fetching)
 
     async def lag(self, tp: TP) -> int | None:
         return 0  # as of the last answer: nothing new, however long ago that was
@@ -140,3 +145,24 @@ async def test_a_partition_whose_fetches_went_unanswered_counts_as_waiting_for_t
     conduct.pauses.hold([SLOW], "recovering")
     [(_, waiting, where)] = (await conduct.task_states()).values()
     assert not waiting, where
+
+
+async def test_a_ready_partition_the_consumer_does_not_fetch_counts_as_waiting_and_says_so():
+    """A ready task's partition missing from the consumer's assignment never gets a record, and never shows a
+    lag: it counts as waiting (the stall watch names it if it does not move), and its state says why."""
+    now = time.time()
+    consumer = AnsweringConsumer({SLOW: now, OTHER: now})
+    leases = Leases()
+    task = ActiveTask(0)
+    task.leases = {tp: lease for tp, lease in zip((SLOW, OTHER), leases.grant([SLOW, OTHER]), strict=True)}
+    task.restoring()
+    task.open()
+    conduct = Conductor(consumer, leases=leases, pauses=Pauses(consumer),  # type: ignore[arg-type]
+                        max_poll_records=10, admin_factory=lambda: None,  # type: ignore[arg-type,return-value]
+                        tasks={0: task})
+    [(_, waiting, _)] = (await conduct.task_states()).values()
+    assert not waiting
+    consumer.fetching = {OTHER}
+    [(_, waiting, where)] = (await conduct.task_states()).values()
+    assert waiting
+    assert "in[0] at None, 0 in flight, 0 buffered, lag 0, not in the consumer's assignment" in where
