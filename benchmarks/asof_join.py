@@ -82,6 +82,8 @@ async def _fill(data: Path, versioned: bool, keys: int, versions: int) -> None:
             for n in range(keys):
                 await updates.send(key=f"key-{n}", value=version * 1000 + n,
                                    timestamp_ms=START_MS + version * 1000 + n % 1000)
+                if n % 1000 == 0:
+                    await asyncio.sleep(0)  # (the in-memory broker's send never waits: let the worker run)
         await written.wait()
         await worker.checkpoint()
 
