@@ -102,6 +102,21 @@ class TimedLookup(Lookup, Protocol):
         """(True, the value valid at `at_ms`) or (False, None)."""
 
 
+def _records_joined(root: Stream, joining: RecordJoin) -> DerivedStream:
+    """The pairs a join that keeps records (a stream-stream join, a join with a versioned table's grace)
+    makes of each record of the agent's own stream, each with its own key as the current event's."""
+
+    async def gen() -> AsyncIterator[Any]:
+        async for _ in root:
+            event = root.current_event
+            assert event is not None
+            for key, left, right in joining.process(event):
+                root.rekey(key)
+                yield left, right
+
+    return DerivedStream(root, gen())
+
+
 class UpstreamError(Exception):
     """An error while forwarding upstream of through/group_by; carries the event it happened on."""
 
@@ -195,17 +210,7 @@ class _Operators:
         if self is not root or root.topic is None:
             raise ConfigError("join the agent's own stream with another stream before filter, map or other "
                               "steps: the other stream's records come into the agent's stream")
-        joining = root.context.stream_join(root.topic, topic, within, grace, how)
-
-        async def gen() -> AsyncIterator[Any]:
-            async for _ in root:
-                event = root.current_event
-                assert event is not None
-                for key, left, right in joining.process(event):
-                    root.rekey(key)
-                    yield left, right
-
-        return DerivedStream(root, gen())
+        return _records_joined(root, root.context.stream_join(root.topic, topic, within, grace, how))
 
     def _join(self, table: Lookup, key: Callable[[Any], Any] | None, grace: Seconds, *, inner: bool
               ) -> DerivedStream:
@@ -242,17 +247,8 @@ class _Operators:
         if self is not root or root.topic is None:
             raise ConfigError("join the agent's own stream with a table and grace= before filter, map or "
                               "other steps: the events wait as they were read")
-        joining = root.context.grace_join(root.topic, table, grace, "inner" if inner else "left")
-
-        async def gen() -> AsyncIterator[Any]:
-            async for _ in root:
-                event = root.current_event
-                assert event is not None
-                for joined_key, value, other in joining.process(event):
-                    root.rekey(joined_key)
-                    yield value, other
-
-        return DerivedStream(root, gen())
+        return _records_joined(root, root.context.grace_join(root.topic, table, grace,
+                                                             "inner" if inner else "left"))
 
     def _join_as_of(self, table: TimedLookup, key: Callable[[Any], Any] | None, *, inner: bool
                     ) -> DerivedStream:

@@ -120,20 +120,25 @@ class AnsweringConsumer(FakeConsumer):
         return self.answered.get(tp)
 
 
+def ready_task_conductor(consumer: AnsweringConsumer) -> Conductor:
+    """A conductor of one ready task reading SLOW and OTHER through `consumer`."""
+    leases = Leases()
+    task = ActiveTask(0)
+    task.leases = {tp: lease for tp, lease in zip((SLOW, OTHER), leases.grant([SLOW, OTHER]), strict=True)}
+    task.restoring()
+    task.open()
+    return Conductor(consumer, leases=leases, pauses=Pauses(consumer),  # type: ignore[arg-type]
+                     max_poll_records=10, admin_factory=lambda: None,  # type: ignore[arg-type,return-value]
+                     tasks={0: task})
+
+
 async def test_a_partition_whose_fetches_went_unanswered_counts_as_waiting_for_the_stall_watch():
     """Lag is as of the last fetch answered: a fetcher that stopped asking shows no lag, like a partition
     with nothing new. Unanswered for longer than FETCH_UNANSWERED (and not paused), the partition counts as
     waiting, so that the stall watch names it if it does not move; a paused one does not."""
     now = time.time()
     consumer = AnsweringConsumer({SLOW: now - FETCH_UNANSWERED - 5, OTHER: now})
-    leases = Leases()
-    task = ActiveTask(0)
-    task.leases = {tp: lease for tp, lease in zip((SLOW, OTHER), leases.grant([SLOW, OTHER]), strict=True)}
-    task.restoring()
-    task.open()
-    conduct = Conductor(consumer, leases=leases, pauses=Pauses(consumer),  # type: ignore[arg-type]
-                        max_poll_records=10, admin_factory=lambda: None,  # type: ignore[arg-type,return-value]
-                        tasks={0: task})
+    conduct = ready_task_conductor(consumer)
     [(_, waiting, where)] = (await conduct.task_states()).values()
     assert waiting
     assert "in[0] at None, 0 in flight, 0 buffered, lag 0, no fetch answered for 20 s" in where
@@ -152,14 +157,7 @@ async def test_a_ready_partition_the_consumer_does_not_fetch_counts_as_waiting_a
     lag: it counts as waiting (the stall watch names it if it does not move), and its state says why."""
     now = time.time()
     consumer = AnsweringConsumer({SLOW: now, OTHER: now})
-    leases = Leases()
-    task = ActiveTask(0)
-    task.leases = {tp: lease for tp, lease in zip((SLOW, OTHER), leases.grant([SLOW, OTHER]), strict=True)}
-    task.restoring()
-    task.open()
-    conduct = Conductor(consumer, leases=leases, pauses=Pauses(consumer),  # type: ignore[arg-type]
-                        max_poll_records=10, admin_factory=lambda: None,  # type: ignore[arg-type,return-value]
-                        tasks={0: task})
+    conduct = ready_task_conductor(consumer)
     [(_, waiting, _)] = (await conduct.task_states()).values()
     assert not waiting
     consumer.fetching = {OTHER}
