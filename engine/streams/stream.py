@@ -262,6 +262,10 @@ class _Operators:
                 event = root.current_event
                 assert event is not None
                 lookup = key(value) if key is not None else event.key
+                if lookup is None or value is None:  # (joins nothing, as in Kafka Streams; a left join keeps
+                    if not inner and value is not None:  # a value without a key)
+                        yield value, None
+                    continue
                 at = event.time_ms if event.time_ms is not None else event_time_ms(extract, event)
                 found, other = table.find_at(lookup, at)
                 if found or not inner:

@@ -144,6 +144,10 @@ def grace_join(app: Declarer, agent: str, number: int, topic: Topic, table: Vers
     grace_ms = to_ms(grace, "grace")
     if grace_ms < 0:
         raise ConfigError(f"a join's grace must not be negative, not {grace!r}")
+    if grace_ms > table.history.retention_ms:
+        raise ConfigError(f"a join's grace ({grace_ms / 1000:g} s) must not be longer than versioned table "
+                          f"{table.name!r}'s history ({table.history.retention_ms / 1000:g} s): the events "
+                          "it holds back would be looked up past the history (Kafka Streams refuses it too)")
     name = f"{agent}-join-{number}-grace"
     buffer: Any = app.tables.get(name)
     if buffer is None:

@@ -104,7 +104,8 @@ class JoinBuffer(EventTimeTable):
         window_key_ = (key, at)
         packed = len(raw).to_bytes(4, "big") + raw  # pack([raw])
         if entry is None:
-            times[at] = (0, False)
+            # (removed since the last checkpoint but in the store still: its tombstone must stay pending)
+            times[at] = (0, part.cached(window_key_) is DELETED)
             part.buffer[window_key_] = packed
         else:
             part.buffer[window_key_] = self._packed(part, window_key_) + packed

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from engine.clock import wall_time
 from engine.errors import ConfigError
 from engine.tables.keys import META_PREFIX, STREAM_TIME_KEY, key_prefix
-from engine.tables.partition import MISSING, KeyedWindowState
+from engine.tables.partition import DELETED, MISSING, KeyedWindowState
 from engine.tables.windowed import EventTimeTable
 
 if TYPE_CHECKING:
@@ -185,8 +185,9 @@ class VersionedTable(EventTimeTable):
     # -- writes -------------------------------------------------------------------------------------
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        """A version of `key` valid from the current event's time."""
-        self._put(key, value)
+        """A version of `key` valid from the current event's time (None: a deletion, as Kafka Streams reads
+        a null put)."""
+        self._put(key, DELETED_VERSION if value is None else value)
 
     def __delitem__(self, key: Any) -> None:
         """A version saying `key` has no value from the current event's time on."""
@@ -211,7 +212,9 @@ class VersionedTable(EventTimeTable):
             times = state.windows[key] = {}
         known = times.get(at)
         deletion = value is DELETED_VERSION
-        times[at] = (int(deletion), known is not None and known[1])
+        # (a version removed since the last checkpoint but in the store still: its tombstone is pending)
+        in_store = known[1] if known is not None else part.cached((key, at)) is DELETED
+        times[at] = (int(deletion), in_store)
         part.buffer[key, at] = value
         if state.stream_time is None or at > state.stream_time:
             state.stream_time = at
@@ -239,7 +242,10 @@ class VersionedTable(EventTimeTable):
         if not times:
             return None
         if at is not None and stream_time is not None and at < stream_time - self.history.retention_ms:
-            return None
+            # Older than the history: only the latest version still answers, if it began by then (Kafka
+            # Streams' rule: the latest version of a key never expires).
+            latest = max(times)
+            return None if latest > at or times[latest][0] else latest
         start = max((t for t in times if at is None or t <= at), default=None)
         return None if start is None or times[start][0] else start
 
@@ -311,7 +317,8 @@ class VersionedTable(EventTimeTable):
 
     def as_of(self, key: Any, at: float | int | datetime) -> Any:
         """The value of `key` valid at `at` (seconds or a datetime), or None: no version then, a deletion,
-        or a time older than the table's stream time minus its history."""
+        or a time older than the table's stream time minus its history (unless the key's latest version
+        began by then: it never expires)."""
         when = at_ms(at)
         found = self._version_at(*self._read(key), key, when)
         return None if found is None else found[1]

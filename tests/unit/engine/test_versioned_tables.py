@@ -1,7 +1,8 @@
 """Versioned tables (engine.tables.versioned) on the in-memory broker, against a model of Kafka Streams'
 versioned store computed here from the updates alone: every write kept with its time, stream time the newest
 time accepted, an update older than stream time minus the history late; the value as of a time is the
-newest write at or before it (None for a deletion), nothing older than stream time minus the history."""
+newest write at or before it (None for a deletion); older than stream time minus the history, only the
+key's latest write answers, if it was by then."""
 
 from __future__ import annotations
 
@@ -48,8 +49,9 @@ class Model:
         return self.stream_time - self.history_ms
 
     def as_of(self, key: str, at: int) -> float | None:
-        if at < self.horizon():
-            return None
+        if at < self.horizon():  # only the latest version answers, if it began by then: it never expires
+            latest = max(self.writes.get(key, {}), default=None)
+            return None if latest is None or latest > at else self.writes[key][latest]
         times = [t for t in self.writes.get(key, {}) if t <= at]
         return self.writes[key][max(times)] if times else None
 
@@ -226,9 +228,10 @@ async def test_a_stream_joined_with_a_versioned_table_finds_the_version_of_each_
     assert 50 < len(inner) < len(sent)  # (some orders are older than the history or before any price)
 
 
-def grace_app(url: str) -> tuple[engine.App, Any, Any, list[Any], list[Any]]:
+def grace_app(url: str, commit_interval: float = 0.05) -> tuple[engine.App, Any, Any, list[Any], list[Any]]:
     """Prices (versioned, history 60 s) and orders joined with them with a grace of 5 s, left and inner."""
-    app = engine.App("grace", broker=url, store="memory://", topic_partitions=1, commit_interval=0.05)
+    app = engine.App("grace", broker=url, store="memory://", topic_partitions=1,
+                     commit_interval=commit_interval)
     updates = app.topic("updates", key_type=str, value_type=dict, timestamp=lambda v: v["at"])
     orders = app.topic("orders", key_type=str, value_type=dict, timestamp=lambda v: v["at"])
     prices = app.Table("prices", key_type=str, value_type=float).versioned(history=60)
@@ -391,3 +394,55 @@ def test_a_table_over_a_source_topic_is_not_versioned_yet_and_says_what_to_do():
     table = app.Table("prices", source_topic=app.topic("feed", key_type=str, value_type=float))
     with pytest.raises(ConfigError, match="write each record of the topic into it from an agent"):
         table.versioned(history=60)
+
+
+async def test_a_none_is_a_deletion_the_latest_version_answers_past_the_history_and_grace_fits_the_history():
+    url = testing.memory_url()
+    app, updates, prices, seen = versioned_app(url, store="memory://")
+    sent = [("a", 100, 1.0), ("b", 100, 5.0), ("b", 200, None), ("a", 300, 2.0), ("c", 400, 3.0),
+            ("c", 401, None)]
+    async with testing.running(app) as worker:
+        for key, at, price in sent:
+            await updates.send(key=key, value={"at": at, "price": price})
+        await testing.eventually(lambda: len(seen) == len(sent))
+        await worker.checkpoint()
+        # stream time 401, history 10 s: 350 is past the history; a's latest (300) began by then, b's
+        # latest is a deletion, c's latest began later
+        assert [prices.as_of(k, 350) for k in "abc"] == [2.0, None, None]
+        assert prices.as_of("a", 250) is None  # (a's version of 100 s expired: nothing answers then)
+        assert "c" not in prices
+    longer = engine.App("grace-long", broker=url, store="memory://")
+    kept = longer.Table("prices", key_type=str, value_type=float).versioned(history=HISTORY)
+
+    @longer.agent(longer.topic("sales", key_type=str, value_type=dict))
+    async def price(stream: Any) -> None:
+        async for _ in stream.join(kept, grace=HISTORY + 1):
+            pass
+
+    assert "must not be longer than versioned table 'prices'" in (declare(longer).agents["price"].undeclared
+                                                                   or "")
+
+
+async def test_an_event_that_waits_where_one_just_left_keeps_the_first_ones_tombstone_across_a_restart():
+    """E1 (k at 100 s) is stored; E2 (j at 105 s) releases it (a tombstone pending); E3 (k at 100 s again)
+    comes before the next checkpoint, waits where E1 was and is released at once. After a restart, a later
+    event releases what still waits: neither E1 nor E3 again."""
+    url = testing.memory_url()
+    sent: Counter[str] = Counter()
+    joined: list[Any] = []
+    runs = [([("k", 100, "E1"), "checkpoint", ("j", 105, "E2"), ("k", 100, "E3")], 2),
+            ([("x", 200, "E4")], 1)]
+    for run, results in runs:
+        app, _, _, left, _ = grace_app(url, commit_interval=3600)
+        async with testing.running(app) as worker:
+            for step in run:
+                if step == "checkpoint":
+                    await committed(worker, url, app.id, sent)
+                    continue
+                key, at, name = step  # type: ignore[misc]
+                await app.topics["orders"].send(key=key, value={"at": at, "id": name})
+                sent["orders"] += 1
+            await testing.eventually(lambda left=left, results=results: len(left) >= results)
+            await committed(worker, url, app.id, sent)
+        joined += [order for order, _, _ in left]
+    assert joined == ["E1", "E3", "E2"]
