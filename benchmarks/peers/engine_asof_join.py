@@ -7,8 +7,7 @@ import asyncio
 import os
 
 import engine
-from benchmarks.peers.harness import Job
-from engine.runtime import settle_heap
+from benchmarks.peers.harness import Job, engine_worker
 
 job = Job()
 VERSIONED = os.environ.get("BENCH_MODE") == "versioned"
@@ -38,12 +37,8 @@ async def main() -> None:
             if job.tick():
                 done.set()
 
-    worker = engine.Worker(app, app.settings())
-    await worker.start()
-    settle_heap()  # as engine worker does after start-up
-    await done.wait()
-    worker.request_stop()
-    await worker.run_until_stopped()
+    async with engine_worker(app):
+        await done.wait()
 
 
 asyncio.run(main())

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import engine
-from benchmarks.peers.harness import Job
-from engine.runtime import settle_heap
+from benchmarks.peers.harness import Job, engine_worker
 
 job = Job()
 MODE = os.environ.get("BENCH_MODE", "plain")
@@ -69,15 +68,11 @@ async def main() -> None:
                 if job.tick():
                     done.set()
 
-    worker = engine.Worker(app, app.settings())
-    await worker.start()
-    settle_heap()  # as engine worker does after start-up
-    await done.wait()
-    await worker.checkpoint()
-    stored = sum(1 for part in table.active.values() for _ in part.store.items())
-    add_to_report({"live_windows": samples, "stored_keys": stored})
-    worker.request_stop()
-    await worker.run_until_stopped()
+    async with engine_worker(app) as worker:
+        await done.wait()
+        await worker.checkpoint()
+        stored = sum(1 for part in table.active.values() for _ in part.store.items())
+        add_to_report({"live_windows": samples, "stored_keys": stored})
 
 
 asyncio.run(main())

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 
 @dataclass
@@ -38,3 +43,20 @@ class Job:
         with open(self.out, "w") as f:
             json.dump({"seconds": took, "cpu": time.process_time() - self.cpu,
                        "records": self.count, **self.extra}, f)
+
+
+@contextlib.asynccontextmanager
+async def engine_worker(app: Any) -> AsyncIterator[Any]:
+    """An engine worker of `app` started as `engine worker` starts one (the heap settled after start-up),
+    stopped when the block ends: what an engine job runs its app in."""
+    import engine
+    from engine.runtime import settle_heap
+
+    worker = engine.Worker(app, app.settings())
+    await worker.start()
+    settle_heap()
+    try:
+        yield worker
+    finally:
+        worker.request_stop()
+        await worker.run_until_stopped()

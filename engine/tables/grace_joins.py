@@ -22,7 +22,6 @@ from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import ConfigError
-from engine.tables.keys import STREAM_TIME_KEY
 from engine.tables.partition import KeyedWindowState
 from engine.tables.stream_joins import JoinBuffer, SameCodec
 from engine.topics import event_time_ms
@@ -81,10 +80,8 @@ class GraceBuffer(JoinBuffer):
 
     def advance(self, part: TablePartition, processed: int | None) -> None:
         """Record the buffer's stream time for the store when events moved it."""
-        state = part.windows
-        if state is not None and state.stream_time != state.recorded_time:
-            state.recorded_time = state.stream_time
-            part.meta[STREAM_TIME_KEY] = str(state.stream_time).encode()
+        if part.windows is not None:
+            self._record_stream_time(part, part.windows)
 
     def expire(self, part: TablePartition) -> int:
         return 0  # (its events leave when joined)

@@ -81,6 +81,19 @@ class KeyedWindowState(EventWindowState):
         super().__init__()
         self.windows: dict[Any, dict[int, tuple[int, bool]]] = {}
 
+    def drop(self, part: TablePartition, key: Any, at: int) -> None:
+        """Remove the entry of `key` at `at` from the index and from the partition: a tombstone if the store
+        has it (or gets it from the flush under way), else the write forgotten."""
+        times = self.windows[key]
+        _, in_store = times.pop(at)
+        if not times:
+            del self.windows[key]
+        entry = (key, at)
+        if in_store or (part.flushing is not None and entry in part.flushing):
+            part.delete(entry)
+        else:
+            part.discard(entry)
+
 
 class Windowing(Protocol):
     """What a table's windowed face (engine.tables.windowed) does for the rest of engine: a checkpoint's steps
@@ -165,6 +178,11 @@ class TablePartition:
 
     def delete(self, key: Any) -> None:
         self.buffer[key] = DELETED
+
+    def deleting(self, key: Any) -> bool:
+        """Whether a tombstone of `key` waits for the next checkpoint: the store has it until then, so a
+        write made there now must still count as one the store has (its own removal sends a tombstone)."""
+        return self.cached(key) is DELETED
 
     def discard(self, key: Any) -> None:
         """Forget a write not yet flushed, as if never made (for a key the store does not have: a delete

@@ -105,7 +105,7 @@ class JoinBuffer(EventTimeTable):
         packed = len(raw).to_bytes(4, "big") + raw  # pack([raw])
         if entry is None:
             # (removed since the last checkpoint but in the store still: its tombstone must stay pending)
-            times[at] = (0, part.cached(window_key_) is DELETED)
+            times[at] = (0, part.deleting(window_key_))
             part.buffer[window_key_] = packed
         else:
             part.buffer[window_key_] = self._packed(part, window_key_) + packed
@@ -126,15 +126,7 @@ class JoinBuffer(EventTimeTable):
         return b"" if packed is MISSING or packed is DELETED else cast("bytes", packed)
 
     def remove(self, part: TablePartition, state: KeyedWindowState, key: Any, at: int) -> None:
-        times = state.windows[key]
-        _, in_store = times.pop(at)
-        if not times:
-            del state.windows[key]
-        window_key_ = (key, at)
-        if in_store or (part.flushing is not None and window_key_ in part.flushing):
-            part.delete(window_key_)
-        else:
-            part.discard(window_key_)
+        state.drop(part, key, at)
 
     # -- the checkpoint's steps (engine.tables.partition.Windowing) -----------------------------------
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from engine.clock import wall_time
 from engine.errors import ConfigError
 from engine.tables.keys import META_PREFIX, STREAM_TIME_KEY, key_prefix
-from engine.tables.partition import DELETED, MISSING, KeyedWindowState
+from engine.tables.partition import MISSING, KeyedWindowState
 from engine.tables.windowed import EventTimeTable
 
 if TYPE_CHECKING:
@@ -213,7 +213,7 @@ class VersionedTable(EventTimeTable):
         known = times.get(at)
         deletion = value is DELETED_VERSION
         # (a version removed since the last checkpoint but in the store still: its tombstone is pending)
-        in_store = known[1] if known is not None else part.cached((key, at)) is DELETED
+        in_store = known[1] if known is not None else part.deleting((key, at))
         times[at] = (int(deletion), in_store)
         part.buffer[key, at] = value
         if state.stream_time is None or at > state.stream_time:
@@ -352,10 +352,8 @@ class VersionedTable(EventTimeTable):
     def advance(self, part: TablePartition, processed: int | None) -> None:
         """Record the partition's stream time for the store when writes moved it (a versioned table's moves
         with the versions written, not with the events its task processed: Kafka Streams' rule)."""
-        state = part.windows
-        if state is not None and state.stream_time != state.recorded_time:
-            state.recorded_time = state.stream_time
-            part.meta[STREAM_TIME_KEY] = str(state.stream_time).encode()
+        if part.windows is not None:
+            self._record_stream_time(part, part.windows)
 
     def clock_work_at(self, part: TablePartition) -> float | None:
         return None  # (nothing happens to a versioned table with the clock alone)
@@ -379,20 +377,9 @@ class VersionedTable(EventTimeTable):
             end = min((t for t in times if t > at), default=at if entry[0] else None)  # type: ignore[union-attr]
             if end is None or end > horizon:
                 continue
-            self._remove(part, state, key, at)
+            state.drop(part, key, at)
             removed += 1
         return removed
-
-    @staticmethod
-    def _remove(part: TablePartition, state: KeyedWindowState, key: Any, at: int) -> None:
-        times = state.windows[key]
-        _, in_store = times.pop(at)
-        if not times:
-            del state.windows[key]
-        if in_store or (part.flushing is not None and (key, at) in part.flushing):
-            part.delete((key, at))
-        else:
-            part.discard((key, at))
 
     def stored(self, part: TablePartition, writes: Mapping[Any, Any]) -> None:
         state = part.windows

@@ -265,13 +265,19 @@ class EventTimeTable:
         if processed is not None:
             _advance(state, processed)
         self._move_idle(state)
-        if state.stream_time != state.recorded_time:
-            state.recorded_time = state.stream_time
-            record = str(state.stream_time)
-            if self.close_idle_after is not None:
-                idle_upto = "-" if state.idle_upto is None else repr(state.idle_upto)
-                record = f"{record} {state.moved_at!r} {idle_upto}"
-            part.meta[STREAM_TIME_KEY] = record.encode()
+        self._record_stream_time(part, state)
+
+    def _record_stream_time(self, part: TablePartition, state: WindowState) -> None:
+        """Put the partition's stream time in its next checkpoint's records (STREAM_TIME_KEY) if it changed
+        since the last one: what `_load_state` reads back when the partition is taken on again."""
+        if state.stream_time == state.recorded_time:
+            return
+        state.recorded_time = state.stream_time
+        record = str(state.stream_time)
+        if self.close_idle_after is not None:
+            idle_upto = "-" if state.idle_upto is None else repr(state.idle_upto)
+            record = f"{record} {state.moved_at!r} {idle_upto}"
+        part.meta[STREAM_TIME_KEY] = record.encode()
 
     def _move_idle(self, state: WindowState) -> None:
         now = self.clock()
