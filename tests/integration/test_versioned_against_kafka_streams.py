@@ -9,10 +9,10 @@ orders more than the grace (5 s) behind (joined at once). Each order must be joi
 its own time, and the results of each key come in the order of their orders' times (the grace buffer's). The
 grace is longer than any disorder, so the results do not depend on which topic a system reads first: a live
 run and a run over a backlog must give the same results. Engine runs as `engine worker`s, exactly-once under
-both group protocols (streams and classic): over a backlog with two workers; live with one SIGKILLed and started
-again; live with a second one joining; over the backlog, then again after `engine reset`. Then each worker
-is asked over HTTP for every key's price as of times within the history, and for the versions valid since:
-the owner's answers, routed."""
+both group protocols (streams and classic): over a backlog with two workers; live with one SIGKILLed and
+started again; live with a second one joining; over the backlog, then again after `engine reset`. Then each
+worker is asked over HTTP for every key's price as of times within the history, and for the versions valid
+since: the owner's answers, routed."""
 
 from __future__ import annotations
 
