@@ -47,6 +47,16 @@ class RawRecord(Protocol):
     def headers(self) -> Headers: ...
 
 
+class Restamped:
+    """A record with another timestamp (a join result's time: engine.streams.stream.Stream.stands_for)."""
+
+    __slots__ = ("headers", "key", "offset", "timestamp", "value")
+
+    def __init__(self, record: RawRecord, timestamp: int) -> None:
+        self.offset, self.key, self.value = record.offset, record.key, record.value
+        self.headers, self.timestamp = record.headers, timestamp
+
+
 class Event:
     """A decoded record on its way through agents.
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agents import Mailbox, MailboxClosed
 from engine.errors import ConfigError
-from engine.events import Event
+from engine.events import Event, Restamped
 from engine.streams.current import current_source
 from engine.topics import event_time_ms
 
@@ -82,8 +82,9 @@ class StreamContext(Protocol):
 class RecordJoin(Protocol):
     """A stream-stream join (engine.tables.stream_joins.StreamJoin): what a record of either stream makes."""
 
-    def process(self, event: Event) -> list[tuple[Any, Any, Any]]:
-        """(key, left value or None, right value or None) of each result, in order."""
+    def process(self, event: Event) -> list[tuple[Any, Any, Any, int]]:
+        """(key, left value or None, right value or None, its event time in ms) of each result, in
+        order."""
 
 
 class Lookup(Protocol):
@@ -104,14 +105,14 @@ class TimedLookup(Lookup, Protocol):
 
 def _records_joined(root: Stream, joining: RecordJoin) -> DerivedStream:
     """The pairs a join that keeps records (a stream-stream join, a join with a versioned table's grace)
-    makes of each record of the agent's own stream, each with its own key as the current event's."""
+    makes of each record of the agent's own stream, each with its own key and time as the current event's."""
 
     async def gen() -> AsyncIterator[Any]:
         async for _ in root:
             event = root.current_event
             assert event is not None
-            for key, left, right in joining.process(event):
-                root.rekey(key)
+            for key, left, right, time_ms in joining.process(event):
+                root.stands_for(key, time_ms)
                 yield left, right
 
     return DerivedStream(root, gen())
@@ -529,15 +530,24 @@ class Stream(_Operators):
             timings.observe((time.perf_counter() - self._timed_since) / size)
             self._timed_since = 0.0
 
-    def rekey(self, key: Any) -> None:
-        """The current event stands for a result of another key (a stream-stream join's record emitted
-        alone when its wait ended, in this partition): `current_event.key` is that key until the next event.
-        It is the same record underneath, acked once."""
+    def stands_for(self, key: Any, time_ms: int) -> None:
+        """The current event stands for a join result of `key` at event time `time_ms` (a stream-stream
+        join's pair at the later of its records' times, a record emitted alone when its wait ended, an event
+        released by a join's grace: Kafka Streams' result timestamps): until the next event, `current_event`
+        has that key, that time (what windowed tables and `stream.current_event.timestamp` read) and the
+        record's offset, headers and value; acked once, as the record it is underneath."""
         current = self.current_event
-        if current is not None and current.key is not key and current.key != key:
-            moved = Event(current.tp, current.record, key, current.value, current.lease)
-            moved.time_ms = current.time_ms
-            self.current_event = moved
+        if current is None:
+            return
+        record = current.record
+        if record.timestamp != time_ms:
+            record = Restamped(record, time_ms)
+        elif current.key is key or current.key == key:
+            current.time_ms = time_ms  # (the record's own result: its time is the record's)
+            return
+        moved = Event(current.tp, record, key, current.value, current.lease)
+        moved.time_ms = time_ms
+        self.current_event = moved
 
     def _end_span(self, error: BaseException | None = None) -> None:
         span, spans = self._span, self._spans

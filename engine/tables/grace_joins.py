@@ -97,16 +97,17 @@ class GraceJoin:
         self._extract = topic.timestamp
 
     def process(self, event: Event) -> list[Joined]:
-        """(key, value, the table's value valid at its time or None) of each event joined now: this one if
-        it is already past the grace, then every waiting one the grace passed, in the buffer's order."""
+        """(key, value, the table's value valid at its time or None, its time) of each event joined now: this
+        one if it is already past the grace, then every waiting one the grace passed, in the buffer's
+        order."""
         key, value = event.key, event.value
         if value is None:
             return []  # (a tombstone joins nothing, as in Kafka Streams)
-        if key is None:
-            return [] if self.inner else [(None, value, None)]
         at = event.time_ms
         if at is None:
             at = event_time_ms(self._extract, event)
+        if key is None:
+            return [] if self.inner else [(None, value, None, at)]
         buffer = self.buffer
         part = buffer.table._route_write(key, event)[0]
         state = buffer.grace_state(part)
@@ -129,7 +130,7 @@ class GraceJoin:
     def _join(self, key: Any, value: Any, at: int, results: list[Joined]) -> None:
         found, other = self.table.find_at(key, at)
         if found or not self.inner:
-            results.append((key, value, other))
+            results.append((key, value, other, at))
 
 
 def grace_join(app: Declarer, agent: str, number: int, topic: Topic, table: VersionedTable, grace: Seconds,

@@ -43,7 +43,9 @@ if TYPE_CHECKING:
 
 How = Literal["inner", "left", "outer"]
 HOWS: tuple[How, ...] = ("inner", "left", "outer")
-Joined = tuple[Any, Any, Any]  # (key, left value or None, right value or None)
+# (key, left value or None, right value or None, the result's event time in ms: Kafka Streams' record
+# timestamp of a join result, the later of the pair's times, or the time of a record emitted alone)
+Joined = tuple[Any, Any, Any, int]
 
 
 def as_how(how: str) -> How:
@@ -218,7 +220,7 @@ class StreamJoin:
             return []  # a tombstone joins nothing (Kafka Streams skips it)
         pending = self.pending[side]
         if key is None:
-            return [] if pending is None else [_pair(side, None, value, None)]
+            return [] if pending is None else [_pair(side, None, value, None, at)]
         mine, theirs = self.buffers[side], self.buffers[1 - side]
         my_part, _ = mine.table._route_write(key, event)
         their_part = theirs.table.active.get(my_part.number)  # (the same partition: co-partitioned)
@@ -267,13 +269,14 @@ class StreamJoin:
                 decode = self._decode[1 - side]
                 their_pending = self.pending[1 - side]
                 for other_at in found:
+                    later = at if at > other_at else other_at
                     for other in theirs.values(their_part, key, other_at):
-                        results.append(_pair(side, key, value, decode(other)))
+                        results.append(_pair(side, key, value, decode(other), later))
                     if their_pending is not None:
                         self._partnered(their_pending, event, key, other_at)
         if not matched and pending is not None:
             if high < stream_time:  # its wait is over already
-                results.append(_pair(side, key, value, None))
+                results.append(_pair(side, key, value, None, at))
             else:
                 part, _ = pending.table._route_write(key, event)
                 state = pending.state(part)
@@ -341,12 +344,12 @@ class StreamJoin:
             pending, part, state = found
             decode = self._decode[side]
             for raw in pending.values(part, key, at):
-                results.append(_pair(side, key, decode(raw), None))
+                results.append(_pair(side, key, decode(raw), None, at))
             pending.remove(part, state, key, at)
 
 
-def _pair(side: int, key: Any, mine: Any, theirs: Any) -> Joined:
-    return (key, mine, theirs) if side == 0 else (key, theirs, mine)
+def _pair(side: int, key: Any, mine: Any, theirs: Any, at: int) -> Joined:
+    return (key, mine, theirs, at) if side == 0 else (key, theirs, mine, at)
 
 
 def stream_join(app: Declarer, agent: str, number: int, left: Topic, right: Topic, window: JoinWindows,

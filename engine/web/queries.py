@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from engine.codecs import decode_text
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 RETRY_AFTER = 1  # seconds a client should wait before asking again about a moving or recovering partition
 DEFAULT_LIMIT = 100  # keys per page of a range
 MAX_LIMIT = 10_000
+MAX_SECONDS = 1e15  # the largest time a query takes (its ms fit the store's 64-bit times)
 # `GET /tables` counts a table's local keys exactly up to this many (a scan of them), and past it gives the
 # stores' own estimate (RocksDB's counts overwrites and deletes not compacted yet), marked not exact.
 EXACT_KEYS_UP_TO = 10_000
@@ -309,21 +311,30 @@ def _version_choice(table: BaseTable, window: str | None, times: Mapping[str, st
         return {"at": _time_ms(times["as_of"], "as_of must be a time")}
     if not times:
         return {"at": None}
-    return {"since": _time_ms(times["from"], "from must be a time") if "from" in times else None,
-            "until": _time_ms(times["to"], "to must be a time") if "to" in times else None}
+    since = _time_ms(times["from"], "from must be a time") if "from" in times else None
+    until = _time_ms(times["to"], "to must be a time") if "to" in times else None
+    if since is not None and until is not None and since > until:
+        raise QueryError(Answer(400, {"error": f"from ({times['from']}) is after to ({times['to']})"}))
+    return {"since": since, "until": until}
 
 
 def _time_ms(text: str, what: str) -> int:
-    """A time given in a URL, in seconds or as an ISO datetime, in ms."""
+    """A time given in a URL, in seconds or as an ISO datetime (without a zone: UTC, not the worker's
+    local zone, which the client does not know), in ms."""
     try:
-        return round(float(text) * 1000)
+        seconds = float(text)
     except ValueError:
-        pass
-    try:
-        return round(datetime.fromisoformat(text).timestamp() * 1000)
-    except ValueError:
-        raise QueryError(Answer(400, {"error": f"{what}, in seconds or as an ISO datetime, not "
-                                               f"{text!r}"})) from None
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise QueryError(Answer(400, {"error": f"{what}, in seconds or as an ISO datetime, not "
+                                                   f"{text!r}"})) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        seconds = moment.timestamp()
+    if not math.isfinite(seconds) or abs(seconds) > MAX_SECONDS:
+        raise QueryError(Answer(400, {"error": f"{what} within ±{MAX_SECONDS:g} s of the epoch, not {text!r}"}))
+    return round(seconds * 1000)
 
 
 def _read_active(table: BaseTable, key: Any, number: int, chosen: Choice) -> tuple[bool, Any] | None:

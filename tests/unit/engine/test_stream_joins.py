@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import engine
 from engine import testing
 from engine.fetch import conductor
+from engine.streams.current import current_event
 from engine.tasks import release
 from engine.testing import TestDriver
 from engine.topology.declaration import declare
@@ -113,6 +114,34 @@ def test_records_alone_wait_as_kafka_streams_makes_them_wait_and_a_late_partner_
         driver.send(payments, key="x", value="pay-x", timestamp_ms=130 * S)  # c, d and z closed; y open
         assert results(driver, out) == [("c", ["order-c", None]), ("d", ["order-d", None]),
                                          ("z", [None, "pay-z"])]
+
+
+def test_a_result_has_the_later_time_of_its_pair_and_a_record_alone_its_own_as_kafka_streams_stamps_them(
+) -> None:
+    """The current event of a result (what a windowed table or `current_event().timestamp` reads) has the
+    result's time: the later of its records' times, or the time of a record emitted alone."""
+    app = engine.App("stamps", broker="memory://unused", topic_partitions=1)
+    orders = app.topic("orders", key_type=str, value_type=str)
+    payments = app.topic("payments", key_type=str, value_type=str)
+    out = app.topic("stamped", key_type=str, value_type=list)
+
+    @app.agent(orders)
+    async def match(stream: Any) -> None:
+        async for key, (order, payment) in stream.outer_join(payments, within=10, grace=0).items():
+            event = current_event()
+            assert event is not None
+            await out.send(key=key, value=[order, payment, event.timestamp.timestamp()],
+                           timestamp_ms=event.time_ms)
+
+    with TestDriver(app) as driver:
+        driver.send(orders, key="o1", value="order-1", timestamp_ms=100 * S)
+        driver.send(payments, key="o1", value="pay-a", timestamp_ms=95 * S)  # the order's time is later
+        driver.send(payments, key="o1", value="pay-b", timestamp_ms=107 * S)  # the payment's is
+        driver.send(payments, key="p9", value="pay-9", timestamp_ms=108 * S)  # waits, alone
+        driver.send(orders, key="zz", value="order-z", timestamp_ms=140 * S)  # emits pay-9 alone
+        assert [(r.key, r.value, r.timestamp_ms) for r in driver.read(out)] == [
+            ("o1", ["order-1", "pay-a", 100], 100 * S), ("o1", ["order-1", "pay-b", 107], 107 * S),
+            ("p9", [None, "pay-9", 108], 108 * S)]
 
 
 def test_a_record_put_to_wait_again_at_the_same_time_is_emitted_alone_once() -> None:

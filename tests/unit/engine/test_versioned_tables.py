@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -247,7 +248,9 @@ def grace_app(url: str, commit_interval: float = 0.05) -> tuple[engine.App, Any,
     async def price_or_none(stream: Any) -> None:
         async for order, found in stream.left_join(prices, grace=5):
             event = current_event()
-            left.append((order["id"], event.key if event else None, found))
+            assert event is not None
+            assert event.timestamp.timestamp() == order["at"]  # (the order's time, not the releasing one's)
+            left.append((order["id"], event.key, found))
 
     @app.agent(app.topic("orders-too", key_type=str, value_type=dict, timestamp=lambda v: v["at"]))
     async def price(stream: Any) -> None:
@@ -363,9 +366,14 @@ async def test_queries_as_of_and_version_ranges_are_answered_by_any_worker_and_f
                                                             {"value": p1, "valid_from": t1, "valid_to": t2}])
                 status, body = await get(asked, f"/tables/prices/{key}?from={t2}")
                 assert body["versions"] == [{"value": p2, "valid_from": t2, "valid_to": None}]
+                naive_utc = datetime.fromtimestamp(t1, UTC).replace(tzinfo=None).isoformat()  # (a zone: UTC)
+                assert (await get(asked, f"/tables/prices/{key}?as_of={naive_utc}"))[1]["value"] == p1
             for path, error in [("/tables/prices/s1?window=all", "versioned: no window="),
                                 ("/tables/prices/s1?as_of=1&from=2", "as_of= asks for one value"),
                                 ("/tables/prices/s1?as_of=noon", "as_of must be a time"),
+                                ("/tables/prices/s1?as_of=inf", "as_of must be a time within"),
+                                ("/tables/prices/s1?as_of=nan", "as_of must be a time within"),
+                                ("/tables/prices/s1?from=2&to=1", "from (2) is after to (1)"),
                                 ("/tables/plain/s1?as_of=1", "not versioned")]:
                 status, body = await get(asked, path)
                 assert status == 400
