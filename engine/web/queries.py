@@ -333,7 +333,8 @@ def _time_ms(text: str, what: str) -> int:
             moment = moment.replace(tzinfo=UTC)
         seconds = moment.timestamp()
     if not math.isfinite(seconds) or abs(seconds) > MAX_SECONDS:
-        raise QueryError(Answer(400, {"error": f"{what} within ±{MAX_SECONDS:g} s of the epoch, not {text!r}"}))
+        raise QueryError(Answer(400, {"error": f"{what} within ±{MAX_SECONDS:g} s of the epoch, "
+                                               f"not {text!r}"}))
     return round(seconds * 1000)
 
 
