@@ -26,6 +26,7 @@ from engine.codecs import JoinPair
 from engine.errors import ConfigError
 
 if TYPE_CHECKING:
+    from engine.codecs import Codec
     from engine.streams.stream import Stream
     from engine.tables.base import BaseTable
     from engine.tables.declarer import Declarer
@@ -33,10 +34,13 @@ if TYPE_CHECKING:
 How = Literal["inner", "left", "outer"]
 
 
-def join_tables(app: Declarer, left: BaseTable, right: BaseTable, how: How, name: str | None) -> BaseTable:
-    """Declare the result table of `left` joined with `right` and the agents that keep it."""
+def join_tables(app: Declarer, left: BaseTable, right: BaseTable | Any, how: How, name: str | None
+                ) -> BaseTable:
+    """Declare the result table of `left` joined with `right` (a table, or a versioned table's face) and
+    the agents that keep it."""
+    right = getattr(right, "table", right)  # (a versioned table's face: the table underneath)
     for side in (left, right):
-        if side.window is not None or side.is_global:
+        if (side.window is not None and side.key_layout != "versioned") or side.is_global:
             raise ConfigError(f"table {side.name!r} cannot be joined with another table: only tables that "
                               "are neither windowed nor global can")
     if left.changelog_topic.key_type is not right.changelog_topic.key_type:
@@ -46,9 +50,9 @@ def join_tables(app: Declarer, left: BaseTable, right: BaseTable, how: How, name
     topic = left.changelog_topic
     result = app.Table(result_name, key_type=topic.key_type, value_type=tuple,
                        value_serializer=JoinPair(
-                           JoinPair.side(left.value_codec, left.changelog_topic.value_type),
-                           JoinPair.side(right.value_codec, right.changelog_topic.value_type)),
-                       key_serializer=topic.key_codec.name if topic.key_type is None else None)
+                           JoinPair.side(_row_codec(left), left.changelog_topic.value_type),
+                           JoinPair.side(_row_codec(right), right.changelog_topic.value_type)),
+                       key_serializer=left.plain_key_codec.name if topic.key_type is None else None)
     result.key_join_of = (left, right)
 
     def joined(key: Any, mine: Any, theirs: Any, mine_is_left: bool) -> None:
@@ -64,16 +68,31 @@ def join_tables(app: Declarer, left: BaseTable, right: BaseTable, how: How, name
         elif key in result:
             del result[key]
 
-    def follower(other: BaseTable, is_left: bool) -> Any:
+    def follower(mine: BaseTable, other: BaseTable, is_left: bool) -> Any:
+        # A versioned side's changelog holds versions: only a change of a key's latest value joins.
+        latest = mine.windowed.latest_change if mine.key_layout == "versioned" else None  # type: ignore[union-attr]
+        theirs_of = other.windowed.find if other.key_layout == "versioned" else other.find  # type: ignore[union-attr]
+
         async def follow(stream: Stream) -> None:
             async for key, value in stream.items():
                 if key is None:
                     continue  # a source topic's record without key: in no table (as Kafka Streams drops it)
-                found, theirs = other.find(key)
+                if latest is not None:
+                    changed, value = latest(key, value)
+                    if not changed:
+                        continue
+                    key = key[0]
+                found, theirs = theirs_of(key)
                 joined(key, value, theirs if found else None, is_left)
 
         return follow
 
-    app.agent(left.changelog(), name=f"{result_name}-left")(follower(right, True))
-    app.agent(right.changelog(), name=f"{result_name}-right")(follower(left, False))
+    app.agent(left.changelog(), name=f"{result_name}-left")(follower(left, right, True))
+    app.agent(right.changelog(), name=f"{result_name}-right")(follower(right, left, False))
     return result
+
+
+def _row_codec(table: BaseTable) -> Codec:
+    """The codec of one of `table`'s rows (a versioned table's: of a version's value, without its tag)."""
+    codec = table.value_codec
+    return getattr(codec, "inner", codec) if table.key_layout == "versioned" else codec

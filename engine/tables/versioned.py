@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
 from engine.errors import ConfigError
+from engine.tables.joins import join_tables
 from engine.tables.keys import META_PREFIX, STREAM_TIME_KEY, key_prefix
 from engine.tables.partition import MISSING, KeyedWindowState
 from engine.tables.windowed import EventTimeTable
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
     from engine.codecs import Codec
     from engine.stores.base import StoreView
     from engine.tables.base import BaseTable
+    from engine.tables.declarer import Declarer
+    from engine.tables.joins import How
     from engine.tables.partition import Closed, TablePartition, WindowState
     from engine.tables.windowed import Timestamp
     from engine.topics import Topic
@@ -309,6 +312,41 @@ class VersionedTable(EventTimeTable):
         """(True, the latest value) or (False, None): a stream-table join's look-up."""
         found = self._version_at(*self._read(key), key, None)
         return (False, None) if found is None else (True, found[1])
+
+    def latest_change(self, version: tuple[Any, float], value: Any) -> tuple[bool, Any]:
+        """Whether a record of this table's changelog, ((key, its time in seconds), `value`) as its codecs
+        decode it, changed the key's latest value, and the value it says (None: deleted). It did unless the
+        key has a newer version now: an update out of order (older than the key's latest) is not a change,
+        as Kafka Streams forwards none to a table-table join, nor a version a newer one replaced since its
+        record was written; nor the removal of an expired version (a tombstone: the version it removes had
+        been replaced, or was a deletion)."""
+        if value is None:
+            return False, None
+        key, seconds = version
+        at = at_ms(seconds)
+        times = self._read(key)[1].windows.get(key)
+        if times and any(t > at for t in times):
+            return False, None
+        return True, None if value is DELETED_VERSION else value
+
+    def join(self, other: Any, *, name: str | None = None) -> BaseTable:
+        """The table of (this key's latest value, other row) for the keys both have (engine.tables.joins):
+        an update out of order joins nothing, as in Kafka Streams' joins of versioned tables."""
+        return self._joined(other, "inner", name)
+
+    def left_join(self, other: Any, *, name: str | None = None) -> BaseTable:
+        """The table of (this key's latest value, other row or None) for every key of this table."""
+        return self._joined(other, "left", name)
+
+    def outer_join(self, other: Any, *, name: str | None = None) -> BaseTable:
+        """The table of (this key's latest value or None, other row or None) for every key of either."""
+        return self._joined(other, "outer", name)
+
+    def _joined(self, other: Any, how: How, name: str | None) -> BaseTable:
+        declarer: Declarer | None = getattr(self.table, "declared_by", None)  # (engine.tables.table.Table's)
+        if declarer is None:
+            raise ConfigError(f"table {self.name!r} was not declared with app.Table: it cannot be joined")
+        return join_tables(declarer, self.table, other, how, name)
 
     def find_at(self, key: Any, at_ms_: int) -> tuple[bool, Any]:
         """(True, the value valid at `at_ms_`) or (False, None): an event-time join's look-up."""

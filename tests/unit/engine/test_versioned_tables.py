@@ -22,8 +22,10 @@ from engine.events import TP
 from engine.streams.current import current_event
 from engine.tables.keys import META_PREFIX, split_window_key
 from engine.tables.versioned import Version
+from engine.testing import TestDriver
 from engine.topology.declaration import declare
 from engine.web.server import FORWARDED
+from tests.unit.engine.test_table_joins import expected
 
 HISTORY = 10  # seconds
 S = 1000
@@ -303,6 +305,60 @@ async def committed(worker: Any, url: str, group: str, sent: Counter[str]) -> No
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"not every record of {dict(sent)} was committed")
+
+
+def test_table_joins_over_a_versioned_table_take_its_latest_values_and_ignore_updates_out_of_order():
+    """A versioned table joined with a plain one, every way round: an update older than its key's latest
+    (out of order, or late) changes no result, as Kafka Streams' joins of versioned tables drop them; after
+    every update, each result is the join of the latest values (Model) with the plain table's rows."""
+    app = engine.App("vjoins", broker="memory://unused", topic_partitions=1)
+    updates = app.topic("updates", key_type=str, value_type=dict, timestamp=lambda v: v["at"])
+    stock_in = app.topic("stock-in", key_type=str, value_type=int)
+    prices = app.Table("prices", key_type=str, value_type=float).versioned(history=HISTORY)
+    stock = app.Table("stock", key_type=str, value_type=int)
+
+    @app.agent(updates)
+    async def keep(stream: Any) -> None:
+        async for key, update in stream.items():
+            prices[key] = update["price"]  # (None: a deletion)
+
+    @app.agent(stock_in)
+    async def count(stream: Any) -> None:
+        async for key, amount in stream.items():
+            if amount < 0:
+                del stock[key]
+            else:
+                stock[key] = amount
+
+    joins = {"inner": prices.join(stock), "left": prices.left_join(stock), "outer": prices.outer_join(stock),
+             "stock-left": stock.left_join(prices)}
+    model = Model(HISTORY * S)
+    rows: dict[str, int] = {}
+    rng = random.Random(11)
+    with TestDriver(app) as driver:
+        for key, at, price in random_updates(3, 160):
+            if rng.random() < 0.3:
+                amount = rng.randrange(-2, 9)
+                driver.send(stock_in, key=key, value=amount)
+                if amount < 0:
+                    rows.pop(key, None)
+                else:
+                    rows[key] = amount
+            before = {how: driver.table(joined.name) for how, joined in joins.items()}
+            driver.send(updates, key=key, value={"at": at, "price": price})
+            out_of_order = bool(model.writes.get(key)) and at * S < max(model.writes[key])
+            model.put(key, round(at * S), price)
+            latest = {k: v for k in model.writes if (v := model.latest(k)) is not None}
+            for how, joined in joins.items():
+                found = driver.table(joined.name)
+                if how == "stock-left":
+                    assert found == expected(rows, latest, "left")
+                else:
+                    assert found == expected(latest, rows, how), (how, key, at)
+                if out_of_order:
+                    assert found == before[how]
+        assert model.late > 0
+        assert len(latest) >= 2
 
 
 def test_grace_needs_a_versioned_table():
