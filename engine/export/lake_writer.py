@@ -219,7 +219,11 @@ class TouchedKeys:
                  ) -> None:
         self.snapshot, self.columns, self.changed = snapshot, columns, changed
         self.windowed = columns.window is not None
-        self.touched = {number: sorted({window_inner_key(key) if self.windowed else key for key in keys})
+        # The changed keys are the changelog's: the store's, but a source topic's plain keys for a versioned
+        # table over one.
+        self.plain_changed = self.windowed and not columns.table.has_own_changelog
+        inner = self.windowed and not self.plain_changed
+        self.touched = {number: sorted({window_inner_key(key) if inner else key for key in keys})
                         for number, keys in sorted(changed.items())}
         # Per partition, once its batches were read: (rows, changed rows the snapshot no longer has: the
         # deletes).
@@ -250,6 +254,8 @@ class TouchedKeys:
                 found.update(key for key, _ in chunk)
             rows += len(chunk)
             yield self.columns.batch([k for k, _ in chunk], [v for _, v in chunk], number)
+        if self.plain_changed:
+            found = {window_inner_key(key) for key in found}
         self.read[number] = (rows, len(self.changed[number] - found))
 
 

@@ -298,6 +298,11 @@ class BaseTable(MutableMapping[Any, Any]):
             raise TableError(f"table {self.name!r} is not attached to a running worker")
         return self._count
 
+    def store_for(self, store: PartitionStore, number: int) -> PartitionStore:
+        """The store that partition `number`'s changelog records are applied to: `store` itself, unless the
+        table makes its own records of them (a versioned table over a source topic)."""
+        return store
+
     def changelog(self) -> Topic:
         """The stream of this table's updates, as a topic an agent can read."""
         return self.changelog_topic

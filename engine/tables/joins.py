@@ -78,10 +78,9 @@ def join_tables(app: Declarer, left: BaseTable, right: BaseTable | Any, how: How
                 if key is None:
                     continue  # a source topic's record without key: in no table (as Kafka Streams drops it)
                 if latest is not None:
-                    changed, value = latest(key, value)
+                    changed, key, value = latest(key, value)
                     if not changed:
                         continue
-                    key = key[0]
                 found, theirs = theirs_of(key)
                 joined(key, value, theirs if found else None, is_left)
 

@@ -95,11 +95,12 @@ class TableManager(Service):
         self.on_disk.pop(TP(table.changelog_topic.name, number), None)
         backend = self._backend(table)
         try:
-            return backend.open(table.name, number)
+            store = backend.open(table.name, number)
         except StoreCorrupt as exc:
             log.warning("%s; deleting it and rebuilding from the changelog", exc)
             backend.destroy(table.name, number)
-            return backend.open(table.name, number)
+            store = backend.open(table.name, number)
+        return table.store_for(store, number)
 
     def destroy_store(self, table: BaseTable, number: int) -> None:
         self._backend(table).destroy(table.name, number)

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from engine.errors import OffsetOutOfRange
 from engine.events import TP
@@ -21,6 +21,7 @@ from engine.events import TP
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from engine.events import RawRecord
     from engine.transport.base import Consumer
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,19 @@ class Progress:
         return self.applied / elapsed if elapsed > 0 else 0.0
 
 
+@runtime_checkable
+class RecordApplier(Protocol):
+    """A store that makes its own records of a changelog's (a versioned table over a source topic's:
+    engine.tables.versioned_source), with the batch's offset."""
+
+    def apply_records(self, records: list[RawRecord]) -> None: ...
+
+
 def apply_batch(store: ChangelogSink, records: list) -> int:  # type: ignore[type-arg]
     """Write one fetched batch of changelog records (raw bytes; None values delete)."""
+    if isinstance(store, RecordApplier):
+        store.apply_records(records)
+        return len(records)
     updates: dict[bytes, bytes | None] = {}
     for record in records:
         if record.key is not None:

@@ -10,12 +10,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from engine.errors import ConfigError
+from engine.tables.keys import WindowKeyCodec
 from engine.tables.table import Table
+from engine.tables.versioned import VersionValueCodec
+from engine.tables.versioned_source import VersionedSourceTable
+from engine.topics import Topic
+from engine.windows import History
 
 if TYPE_CHECKING:
+    from engine.stores.base import PartitionStore
     from engine.tables.versioned import VersionedTable
     from engine.tables.windowed import Timestamp, WindowedTable
-    from engine.topics import Topic
     from engine.windows import Seconds, Window
 
 
@@ -33,7 +38,21 @@ class SourceTable(Table):
 
     def versioned(self, history: Seconds, *, timestamp: Timestamp | None = None,
                   late_topic: bool = False) -> VersionedTable:
-        """(Not yet: its topic is its changelog, and keeps no versions.)"""
-        raise ConfigError(f"table {self.name!r} reads a source topic, which keeps no versions: declare it "
-                          "without source_topic and write each record of the topic into it from an agent "
-                          "(docs: joins, tables through time)")
+        """Make each record of the topic a version of its key at its time (the record's, or `timestamp=`'s),
+        kept for `history` of the partition's stream time (engine.tables.versioned_source)."""
+        if self.window is not None:
+            raise ConfigError(f"table {self.name!r} is already windowed")
+        window = History(history)
+        self.window = window
+        self.key_codec = WindowKeyCodec(self.plain_key_codec)  # (the store's keys; the topic's stay plain)
+        self.value_codec = VersionValueCodec(self.value_codec)
+        late = Topic(f"{self.app_id}-{self.name}-late", key_serializer="raw", value_serializer="raw",
+                     internal=True) if late_topic else None
+        versioned = VersionedSourceTable(self, window, timestamp=timestamp, late_topic=late)
+        self.windowed = versioned
+        return versioned
+
+    def store_for(self, store: PartitionStore, number: int) -> PartitionStore:
+        if isinstance(self.windowed, VersionedSourceTable):
+            return self.windowed.source_store(store, number)
+        return store

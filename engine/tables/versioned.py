@@ -211,14 +211,19 @@ class VersionedTable(EventTimeTable):
         """Write a version (not late: the caller saw to it). A version at a time the key already has
         replaces it."""
         times = state.windows.get(key)
-        if times is None:
-            times = state.windows[key] = {}
-        known = times.get(at)
-        deletion = value is DELETED_VERSION
+        known = None if times is None else times.get(at)
         # (a version removed since the last checkpoint but in the store still: its tombstone is pending)
         in_store = known[1] if known is not None else part.deleting((key, at))
-        times[at] = (int(deletion), in_store)
+        self.index(state, key, at, value is DELETED_VERSION, in_store)
         part.buffer[key, at] = value
+
+    def index(self, state: KeyedWindowState, key: Any, at: int, deletion: bool, in_store: bool = True
+              ) -> None:
+        """Put a version of `key` at `at` in the partition's index, its stream time and expiry heap."""
+        times = state.windows.get(key)
+        if times is None:
+            times = state.windows[key] = {}
+        times[at] = (int(deletion), in_store)
         if state.stream_time is None or at > state.stream_time:
             state.stream_time = at
         before = max((t for t in times if t < at), default=None)
@@ -313,21 +318,22 @@ class VersionedTable(EventTimeTable):
         found = self._version_at(*self._read(key), key, None)
         return (False, None) if found is None else (True, found[1])
 
-    def latest_change(self, version: tuple[Any, float], value: Any) -> tuple[bool, Any]:
+    def latest_change(self, version: tuple[Any, float], value: Any) -> tuple[bool, Any, Any]:
         """Whether a record of this table's changelog, ((key, its time in seconds), `value`) as its codecs
-        decode it, changed the key's latest value, and the value it says (None: deleted). It did unless the
-        key has a newer version now: an update out of order (older than the key's latest) is not a change,
-        as Kafka Streams forwards none to a table-table join, nor a version a newer one replaced since its
-        record was written; nor the removal of an expired version (a tombstone: the version it removes had
-        been replaced, or was a deletion)."""
-        if value is None:
-            return False, None
+        decode it, changed the key's latest value; the key, and the value it says (None: deleted). It did
+        unless the key has a newer version now: an update out of order (older than the key's latest) is not
+        a change, as Kafka Streams forwards none to a table-table join, nor a version a newer one replaced
+        since its record was written; nor the removal of an expired version (a tombstone: the version it
+        removes had been replaced, or was a deletion)."""
         key, seconds = version
-        at = at_ms(seconds)
+        if value is None or self._newer_than(key, at_ms(seconds)):
+            return False, key, None
+        return True, key, None if value is DELETED_VERSION else value
+
+    def _newer_than(self, key: Any, at: int) -> bool:
+        """Whether `key` has a version newer than `at` now."""
         times = self._read(key)[1].windows.get(key)
-        if times and any(t > at for t in times):
-            return False, None
-        return True, None if value is DELETED_VERSION else value
+        return bool(times) and any(t > at for t in times)  # type: ignore[union-attr]
 
     def join(self, other: Any, *, name: str | None = None) -> BaseTable:
         """The table of (this key's latest value, other row) for the keys both have (engine.tables.joins):
@@ -404,20 +410,31 @@ class VersionedTable(EventTimeTable):
         state = part.windows
         if not isinstance(state, KeyedWindowState) or state.stream_time is None:
             return 0
+        expired = self.expired(state)
+        for key, at in expired:
+            state.drop(part, key, at)
+        return len(expired)
+
+    def expired(self, state: KeyedWindowState) -> list[tuple[Any, int]]:
+        """The (key, time) of each version no longer valid at the partition's stream time minus the
+        history (still in the index: the caller removes them)."""
+        if state.stream_time is None:
+            return []
         horizon = state.stream_time - self.history.retention_ms
-        due, removed = state.due, 0
+        due, found, seen = state.due, [], set()
         while due and due[0][0] <= horizon:
-            _, _, (key, at) = heappop(due)
+            _, _, entry = heappop(due)
+            key, at = entry
             times = state.windows.get(key)
-            entry = None if times is None else times.get(at)
-            if entry is None:
+            known = None if times is None else times.get(at)
+            if known is None or entry in seen:
                 continue  # (already removed: an entry for an end that a later write moved)
-            end = min((t for t in times if t > at), default=at if entry[0] else None)  # type: ignore[union-attr]
+            end = min((t for t in times if t > at), default=at if known[0] else None)  # type: ignore[union-attr]
             if end is None or end > horizon:
                 continue
-            state.drop(part, key, at)
-            removed += 1
-        return removed
+            seen.add(entry)
+            found.append(entry)
+        return found
 
     def stored(self, part: TablePartition, writes: Mapping[Any, Any]) -> None:
         state = part.windows

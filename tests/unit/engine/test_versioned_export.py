@@ -13,7 +13,14 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from engine import export, testing
-from tests.unit.engine.test_versioned_tables import HISTORY, Model, S, random_updates, versioned_app
+from tests.unit.engine.test_versioned_tables import (
+    HISTORY,
+    Model,
+    S,
+    random_updates,
+    source_app,
+    versioned_app,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -67,3 +74,30 @@ async def test_a_versioned_tables_history_exports_to_parquet_and_delta_full_then
     assert len({row[0] for row in expected_rows(model)}) == 4
     assert manifest.window == {"history_ms": HISTORY * S}
     assert "version time in milliseconds" in manifest.encoding["store_key"]
+
+
+async def test_a_versioned_table_over_a_source_topic_exports_its_versions_full_then_incremental(
+        tmp_path: Path) -> None:
+    """Its changelog is the topic (plain keys): an incremental export replaces the keys it touched; the
+    versions expired meanwhile are gone from the store (removed at checkpoints, never on the topic)."""
+    url = testing.memory_url()
+    updates_ = random_updates(4, 400)
+    first, second = updates_[:250], updates_[250:]
+    model = Model(HISTORY * S)
+    app, feed, prices, _ = source_app(url, tmp_path / "data")
+    lake = tmp_path / "lake"
+    async with testing.running(app) as worker:
+        for part in (first, second):
+            for key, at, price in part:
+                model.put(key, round(at * S), price)
+                await feed.send(key=key, value=price, timestamp_ms=round(at * S))
+            await testing.eventually(lambda: prices.late_events == model.late and all(
+                prices.get(key) == model.latest(key) for key in model.writes))
+            await worker.checkpoint()
+            result = await export.export_table(prices, f"delta:{lake}")
+            assert isinstance(result, export.LakeExport)
+            delta = DeltaTable(str(lake)).to_pyarrow_table().to_pylist()
+            assert as_rows(delta) == expected_rows(model)
+            assert result.commit.mode == ("full" if part is first else "incremental")
+    records = testing.broker_for(url).topics["feed"][0]
+    assert len(records) == len(updates_)  # (nothing written back to the topic)

@@ -20,6 +20,7 @@ from engine import testing
 from engine.errors import ConfigError
 from engine.events import TP
 from engine.streams.current import current_event
+from engine.tables.base import PartitionNotReady
 from engine.tables.keys import META_PREFIX, split_window_key
 from engine.tables.versioned import Version
 from engine.testing import TestDriver
@@ -330,8 +331,11 @@ def test_table_joins_over_a_versioned_table_take_its_latest_values_and_ignore_up
             else:
                 stock[key] = amount
 
+    feed = app.topic("feed", key_type=str, value_type=float)
+    fed = app.Table("fed", source_topic=feed).versioned(history=HISTORY)  # (the same versions, from a topic)
     joins = {"inner": prices.join(stock), "left": prices.left_join(stock), "outer": prices.outer_join(stock),
-             "stock-left": stock.left_join(prices)}
+             "stock-left": stock.left_join(prices), "fed-left": fed.left_join(stock),
+             "stock-fed": stock.outer_join(fed)}
     model = Model(HISTORY * S)
     rows: dict[str, int] = {}
     rng = random.Random(11)
@@ -346,13 +350,16 @@ def test_table_joins_over_a_versioned_table_take_its_latest_values_and_ignore_up
                     rows[key] = amount
             before = {how: driver.table(joined.name) for how, joined in joins.items()}
             driver.send(updates, key=key, value={"at": at, "price": price})
+            driver.send(feed, key=key, value=price, timestamp_ms=round(at * S))
             out_of_order = bool(model.writes.get(key)) and at * S < max(model.writes[key])
             model.put(key, round(at * S), price)
             latest = {k: v for k in model.writes if (v := model.latest(k)) is not None}
             for how, joined in joins.items():
                 found = driver.table(joined.name)
-                if how == "stock-left":
-                    assert found == expected(rows, latest, "left")
+                if how.startswith("stock-"):
+                    assert found == expected(rows, latest, "left" if how == "stock-left" else "outer")
+                elif how == "fed-left":
+                    assert found == expected(latest, rows, "left")
                 else:
                     assert found == expected(latest, rows, how), (how, key, at)
                 if out_of_order:
@@ -453,11 +460,65 @@ async def test_queries_as_of_and_version_ranges_are_answered_by_any_worker_and_f
             assert await stale() == expected
 
 
-def test_a_table_over_a_source_topic_is_not_versioned_yet_and_says_what_to_do():
-    app = engine.App("source", broker="memory://")
-    table = app.Table("prices", source_topic=app.topic("feed", key_type=str, value_type=float))
-    with pytest.raises(ConfigError, match="write each record of the topic into it from an agent"):
-        table.versioned(history=60)
+def source_app(url: str, data_dir: Any) -> tuple[engine.App, Any, Any, list[Any]]:
+    """Prices over a source topic (each record a version at its timestamp, a tombstone a deletion) and
+    orders joined with them as of their time."""
+    app = engine.App("versions-source", broker=url, topic_partitions=1, commit_interval=0.05,
+                     store="rocksdb://", data_dir=data_dir)
+    feed = app.topic("feed", key_type=str, value_type=float)
+    prices = app.Table("prices", source_topic=feed).versioned(history=HISTORY)
+    orders = app.topic("orders", key_type=str, value_type=dict, timestamp=lambda v: v["at"])
+    joined: list[Any] = []
+
+    @app.agent(orders)
+    async def price(stream: Any) -> None:
+        async for order, found in stream.left_join(prices):
+            joined.append((order["id"], found))
+
+    return app, feed, prices, joined
+
+
+async def test_a_versioned_table_over_a_source_topic_equals_the_model_joins_and_is_restored_from_its_topic(
+        tmp_path):
+    """Each record of the topic a version at its timestamp: out of order, late (counted, not stored) and
+    deletions as the model says; a stream joined as of its events' times; a worker with nothing on disk
+    restores the same versions from the topic; agents cannot write the table."""
+    url = testing.memory_url()
+    updates_ = random_updates(9, 300)
+    model = Model(HISTORY * S)
+    for key, at, price in updates_:
+        model.put(key, round(at * S), price)
+    assert model.late > 5
+    rng = random.Random(2)
+    sent = [(n, f"s{rng.randrange(5)}", round(1140 + rng.random() * 12, 3)) for n in range(100)]
+
+    app, feed, prices, joined = source_app(url, tmp_path / "a")
+    async with testing.running(app) as worker:
+        for key, at, price in updates_:
+            await feed.send(key=key, value=price, timestamp_ms=round(at * S))
+
+        def caught_up() -> bool:
+            try:
+                check_against(model, prices)
+            except (AssertionError, PartitionNotReady):
+                return False
+            return True
+
+        await testing.eventually(caught_up)
+        assert prices.late_events == model.late
+        for n, key, at in sent:
+            await app.topics["orders"].send(key=key, value={"id": n, "at": at})
+        await testing.eventually(lambda: len(joined) == len(sent))
+        assert sorted(joined) == [(n, model.as_of(key, round(at * S))) for n, key, at in sent]
+        assert sum(1 for _, found in joined if found is not None) > 30
+        with pytest.raises(ConfigError, match="its versions are that topic's records"):
+            prices["s1"] = 1.0
+        await worker.checkpoint()
+
+    app, _, prices, _ = source_app(url, tmp_path / "b")
+    async with testing.running(app):
+        await testing.eventually(lambda: bool(app.tables["prices"].active))
+        check_against(model, prices)
 
 
 async def test_a_none_is_a_deletion_the_latest_version_answers_past_the_history_and_grace_fits_the_history():
