@@ -33,6 +33,7 @@ from engine.topology.declaration import Declaration, declare
 from engine.topology.partitions import followed_counts
 from engine.topology.writers import find_writers
 from engine.transport.base import TopicSpec
+from engine.windows import History
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 Role = Literal["source", "sink", "repartition", "changelog", "table-source", "closed", "late", "dlq",
                "replies"]
 COMPACTED = {"cleanup.policy": "compact"}
+MIN_LAG = "min.compaction.lag.ms"
 # Records in transit between two of the app's agents (repartitioned, a foreign-key join's requests) keep the
 # event's time. Reprocessing old events, time retention would delete them before they are read, at the
 # broker's next retention check: they are kept until the app reads them (Kafka Streams' repartition topics
@@ -200,6 +202,16 @@ class Topology:
                         f"cleanup.policy is {policy or 'unknown'!r}, not compact: old keys would be deleted "
                         "by retention and the table would lose them on recovery; set cleanup.policy=compact "
                         "on the topic")
+                history = int(plan.config.get(MIN_LAG, "0"))
+                lag = int(configs.get(plan.name, {}).get(MIN_LAG, "0") or "0")
+                if lag < history:
+                    tables = ", ".join(map(repr, plan.users))
+                    problems.append(
+                        f"topic {plan.name!r} is the source of versioned table {tables}, whose history is "
+                        f"{history / 1000:g} s, but its {MIN_LAG} is {lag}: compaction may remove versions "
+                        f"within the history, and a restore would not find them; set {MIN_LAG}={history} "
+                        "(or more) on the topic, or declare the table without source_topic and write the "
+                        "topic's records into it from an agent (its own changelog keeps every version)")
         for group in self.copartitioned:
             found_counts = {name: counts.get(name, self.topics[name].partitions) for name in group.topics}
             if len(set(found_counts.values())) > 1:
@@ -291,7 +303,12 @@ def build_topology(app: App, settings: Settings, declaration: Declaration | None
 def _add_table(topology: Topology, table: BaseTable) -> None:
     count = table.changelog_topic.partitions  # closed and late topics are partitioned like the table
     role: Role = "changelog" if table.has_own_changelog else "table-source"
-    changelog = topology.add(table.changelog_topic, role, user=table.name, config=COMPACTED)
+    config = COMPACTED
+    if role == "table-source" and isinstance(table.window, History):
+        # A versioned table's versions are the topic's records of one key: compaction must leave those of its
+        # history, or a restore would not find them.
+        config = {**COMPACTED, MIN_LAG: str(table.window.retention_ms)}
+    changelog = topology.add(table.changelog_topic, role, user=table.name, config=config)
     if table.key_join_of is not None:
         left, right = table.key_join_of
         topology.copartitioned.append(CoPartitioned(

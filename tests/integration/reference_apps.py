@@ -3,7 +3,7 @@ aggregation as tests/kafka/reference/Reference.java, run by `engine worker -A
 tests.integration.reference_apps:app`, configured by ITEST_APP, ITEST_TOPIC (and ITEST_RIGHT for a join),
 ITEST_MODE, ITEST_A_MS and ITEST_B_MS (Reference.java's A and B). Keys and values are plain strings; event
 time is the record's. Counts go to <app>-counts-closed, join results to <app>-joined ("left|right", and for
-"versioned-join" "order|price"); the
+"versioned-join" "order|price", with ITEST_SOURCE the versioned table over the prices' topic itself); the
 table joins' (ITEST_RIGHT and ITEST_ORDERS the other tables' topics) to <app>-<join>-changelog, the joins
 named as Reference.java tags them."""
 
@@ -44,6 +44,10 @@ elif MODE == "table-joins":  # tables over source topics, a null value deleting 
     left.outer_join(right, name="outer")
     orders.join(right, foreign_key=lambda row: row.split("/")[0], name="fk-inner")
     orders.left_join(right, foreign_key=lambda row: row.split("/")[0], name="fk-left")
+elif MODE == "versioned-join" and os.environ.get("ITEST_SOURCE"):  # the same, the table over the topic itself
+    prices = app.Table("prices", source_topic=app.topic(os.environ.get("ITEST_RIGHT", "right"), key_type=str,
+                                                        value_type=str)).versioned(history=A)
+    joined = app.topic(f"{app.id}-joined", key_type=str, value_type=str)
 elif MODE == "versioned-join":  # ITEST_RIGHT: the prices, a versioned table (history A); grace B
     prices = app.Table("prices", key_type=str, value_type=str).versioned(history=A)
     joined = app.topic(f"{app.id}-joined", key_type=str, value_type=str)
@@ -55,14 +59,14 @@ elif MODE == "versioned-join":  # ITEST_RIGHT: the prices, a versioned table (hi
                 del prices[key]  # (a tombstone: no price from its time on)
             else:
                 prices[key] = price
-
+else:
+    raise ValueError(f"no mode {MODE!r}")
+if MODE == "versioned-join":
     @app.agent(source)
     async def price_orders(stream):
         async for key, (order, price) in stream.left_join(prices, grace=B).items():
             await joined.send(key=key, value=f"{order}|{'null' if price is None else price}")
             if DELAY:
                 await asyncio.sleep(DELAY)
-else:
-    raise ValueError(f"no mode {MODE!r}")
 if MODE.endswith("-count"):
     results.closed()  # final results on <app>-counts-closed

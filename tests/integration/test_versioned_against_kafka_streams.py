@@ -12,7 +12,8 @@ run and a run over a backlog must give the same results. Engine runs as `engine 
 both group protocols (streams and classic): over a backlog with two workers; live with one SIGKILLed and
 started again; live with a second one joining; over the backlog, then again after `engine reset`. Then each
 worker is asked over HTTP for every key's price as of times within the history, and for the versions valid
-since: the owner's answers, routed."""
+since: the owner's answers, routed. In the last two, engine's versioned table is over the prices' topic (as
+Kafka Streams' `builder.table` is); in the first two an agent writes each price into it."""
 
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.both_protocols]
 PARTITIONS = 4
 HISTORY_MS, GRACE_MS = 60_000, 5_000
 START_MS = 1_700_000_000_000
+# The scenarios where engine's versioned table is over the prices' topic itself, as Kafka Streams' is (in the
+# others an agent writes each price into it).
+OVER_THE_TOPIC = {"join", "reset"}
 Record = tuple[str, str, str | None, int]  # (topic: "prices" or "orders", key, value or None, timestamp ms)
 
 
@@ -168,6 +172,8 @@ async def run_engine(kafka: KafkaCluster, tmp_path: Path, topics: dict[str, str]
     env = {"ITEST_APP": app_id, "ITEST_TOPIC": topics["orders"], "ITEST_RIGHT": topics["prices"],
            "ITEST_MODE": "versioned-join", "ITEST_A_MS": str(HISTORY_MS), "ITEST_B_MS": str(GRACE_MS),
            "ENGINE_WEB_PORT": "0", **SHORT_SESSION}
+    if scenario in OVER_THE_TOPIC:
+        env["ITEST_SOURCE"] = "1"
 
     def worker(name: str, data: str) -> WorkerProcess:
         return WorkerProcess("tests.integration.reference_apps:app", kafka.url,
@@ -277,7 +283,9 @@ async def test_a_join_with_a_versioned_table_equals_kafka_streams_and_the_input(
     assert len(results) > 500
     assert sum(r.endswith("|null") for r in results) > 20  # (before any price, or after a tombstone)
     topics = {"prices": unique("prices"), "orders": unique("orders")}
-    await create_topics(kafka.bootstrap, list(topics.values()), partitions=PARTITIONS)
+    await create_topics(kafka.bootstrap, [topics["orders"]], partitions=PARTITIONS)
+    await create_topics(kafka.bootstrap, [topics["prices"]], partitions=PARTITIONS, config={
+        "cleanup.policy": "compact", "min.compaction.lag.ms": str(HISTORY_MS)})  # (a table's topic)
     engine = await run_engine(kafka, tmp_path, topics, records, scenario)
     assert engine == expected
     assert await reference_run(kafka, tmp_path, topics) == expected

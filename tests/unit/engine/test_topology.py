@@ -285,6 +285,26 @@ async def test_a_source_table_over_a_topic_that_is_not_compacted_is_refused_at_s
     await worker.stop()
 
 
+async def test_a_versioned_table_over_a_topic_that_may_compact_its_history_away_is_refused_at_start():
+    """Its versions of one key are the topic's records of that key: min.compaction.lag.ms must cover its
+    history (a topic engine creates gets it)."""
+    url = testing.memory_url()
+    broker = testing.broker_for(url)
+    broker.create_topic("prices", 2, {"cleanup.policy": "compact", "min.compaction.lag.ms": "59999"})
+    app = engine.App("vst", broker=url)
+    app.Table("prices", source_topic="prices", key_type=str).versioned(history=60)
+    worker = engine.Worker(app, app.settings())
+    with pytest.raises(TopologyError, match=r"topic 'prices' is the source of versioned table 'prices', "
+                                            r"whose history is 60 s, but its min\.compaction\.lag\.ms is "
+                                            r"59999"):
+        await worker.start()
+    await worker.stop()
+    app = engine.App("vst2", broker=url)
+    app.Table("feed", source_topic="feed", key_type=str).versioned(history=60)
+    async with testing.running(app):
+        assert broker.configs["feed"]["min.compaction.lag.ms"] == "60000"  # (made by engine: it fits)
+
+
 def test_internal_topics_are_typed_like_their_stream_unless_told():
     app = engine.App("typed", broker="memory://x")
     orders = app.topic("orders", key_type=str, value_type=dict)
