@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.codecs import JoinPair
 from engine.errors import ConfigError
+from engine.tables.joins import joinable
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -56,10 +57,10 @@ def join_by_foreign_key(app: Declarer, left: BaseTable, right: BaseTable, foreig
     "left") and the agents and topics that keep it."""
     if how not in ("inner", "left"):
         raise ConfigError(f"a foreign-key join is inner (join) or left (left_join), not {how!r}")
+    right = joinable(app, right)
     for side in (left, right):
-        if side.window is not None or side.is_global:
-            raise ConfigError(f"table {side.name!r} cannot be joined by foreign key: only tables that are "
-                              "neither windowed nor global can")
+        if side.window is not None:
+            raise ConfigError(f"table {side.name!r} cannot be joined by foreign key: it is windowed")
     result_name = name or f"{left.name}-{how}-fk-join-{right.name}"
     left_topic, right_topic = left.changelog_topic, right.changelog_topic
     left_keys, right_keys = left.plain_key_codec, right.plain_key_codec

@@ -38,11 +38,10 @@ def join_tables(app: Declarer, left: BaseTable, right: BaseTable | Any, how: How
                 ) -> BaseTable:
     """Declare the result table of `left` joined with `right` (a table, or a versioned table's face) and
     the agents that keep it."""
-    right = getattr(right, "table", right)  # (a versioned table's face: the table underneath)
+    right = joinable(app, getattr(right, "table", right))  # (a versioned table's face: the table underneath)
     for side in (left, right):
-        if (side.window is not None and side.key_layout != "versioned") or side.is_global:
-            raise ConfigError(f"table {side.name!r} cannot be joined with another table: only tables that "
-                              "are neither windowed nor global can")
+        if side.window is not None and side.key_layout != "versioned":
+            raise ConfigError(f"table {side.name!r} cannot be joined with another table: it is windowed")
     if left.changelog_topic.key_type is not right.changelog_topic.key_type:
         raise ConfigError(f"tables {left.name!r} and {right.name!r} have other key types: a table join "
                           "pairs rows of the same key")
@@ -89,6 +88,23 @@ def join_tables(app: Declarer, left: BaseTable, right: BaseTable | Any, how: How
     app.agent(left.changelog(), name=f"{result_name}-left")(follower(left, right, True))
     app.agent(right.changelog(), name=f"{result_name}-right")(follower(right, left, False))
     return result
+
+
+def joinable(app: Declarer, table: BaseTable) -> BaseTable:
+    """`table` as a table join reads it. A global table over a source topic is read as a table over that
+    topic, `<name>-partitioned` (its partitions restored and applied by the tasks, in their order, as any
+    source table's), so that each side's change meets the other as of the same point of the input: its
+    own store, followed apart from the tasks, would not (Kafka Streams has no table join with a global table
+    for this reason). A global table with its own changelog (written by agents) cannot be joined."""
+    if not table.is_global:
+        return table
+    if table.has_own_changelog:
+        raise ConfigError(f"table {table.name!r} cannot be joined with another table: it is global and "
+                          "written by agents; a global table over a source topic can be")
+    twin = app.tables.get(f"{table.name}-partitioned")
+    if twin is None:
+        twin = app.Table(f"{table.name}-partitioned", source_topic=table.changelog_topic)
+    return twin
 
 
 def _row_codec(table: BaseTable) -> Codec:

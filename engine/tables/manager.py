@@ -92,7 +92,8 @@ class TableManager(Service):
         return backend
 
     def open_store(self, table: BaseTable, number: int) -> PartitionStore:
-        self.on_disk.pop(TP(table.changelog_topic.name, number), None)
+        if not table.is_global:  # (the inventory is of partitioned tables' stores)
+            self.on_disk.pop(TP(table.changelog_topic.name, number), None)
         backend = self._backend(table)
         try:
             store = backend.open(table.name, number)
@@ -106,7 +107,7 @@ class TableManager(Service):
         self._backend(table).destroy(table.name, number)
 
     def closed_store(self, table: BaseTable, tp: TP, store: PartitionStore) -> None:
-        self.unfollow([tp])
+        self._unfollow_stores({tp: store})
         if not table.is_global:
             self.on_disk[tp] = (store.changelog_offset(), time.time())
         store.close()
@@ -148,7 +149,7 @@ class TableManager(Service):
         stores = {tp: store for state in states for tp, (_, store) in state.stores.items()}
         if not stores:
             return
-        self.unfollow(stores)
+        self._unfollow_stores(stores)
         owners = {tp: state for state in states for tp in state.stores}
         admin = self._admin_factory()
         try:
@@ -211,6 +212,14 @@ class TableManager(Service):
             for tp in tps:
                 self.followed.pop(tp, None)
             self._follow_change()
+
+    def _unfollow_stores(self, stores: Mapping[TP, PartitionStore]) -> None:
+        """Stop following these stores' partitions, but one followed with another store (a table over a
+        source topic and the global table over the same topic have the same changelog partitions, and only
+        the global table's are followed)."""
+        self.unfollow([tp for tp, store in stores.items()
+                       if (state := self.followed.get(tp)) is None
+                       or (entry := state.stores.get(tp)) is None or entry[1] is store])
 
     def _follow_change(self) -> None:
         """The partitions followed change: the follow loop reassigns its reader (waking it from its wait)."""

@@ -311,8 +311,8 @@ def _add_table(topology: Topology, table: BaseTable) -> None:
     changelog = topology.add(table.changelog_topic, role, user=table.name, config=config)
     if table.key_join_of is not None:
         left, right = table.key_join_of
-        topology.copartitioned.append(CoPartitioned(
-            (left.changelog_topic.name, right.changelog_topic.name),
+        topology.copartitioned.append(CoPartitioned(  # (the result too: its partition p is theirs)
+            (left.changelog_topic.name, right.changelog_topic.name, changelog.name),
             f"tables {left.name!r} and {right.name!r} are joined by key (into table {table.name!r})"))
     windowed = table.windowed
     if windowed is not None:

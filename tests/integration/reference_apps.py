@@ -35,8 +35,10 @@ elif MODE == "left-join":
                 await asyncio.sleep(DELAY)
 elif MODE == "table-joins":  # tables over source topics, a null value deleting (Kafka Streams' builder.table)
     left = app.Table("left-rows", source_topic=source)
-    right = app.Table("right-rows", source_topic=app.topic(os.environ.get("ITEST_RIGHT", "right"),
-                                                           key_type=str, value_type=str))
+    right_topic = app.topic(os.environ.get("ITEST_RIGHT", "right"), key_type=str, value_type=str)
+    # (ITEST_GLOBAL_RIGHT: the right table a global one over its topic, which joins as a table over it does)
+    right = (app.GlobalTable("right-rows", source_topic=right_topic) if os.environ.get("ITEST_GLOBAL_RIGHT")
+             else app.Table("right-rows", source_topic=right_topic))
     orders = app.Table("orders", source_topic=app.topic(os.environ.get("ITEST_ORDERS", "orders"),
                                                         key_type=str, value_type=str))
     left.join(right, name="inner")

@@ -4,7 +4,8 @@ keys updated many times, one record in four a tombstone (a null value: the key i
 results retracted). By key (inner, left, outer; two tables of 4 partitions) and by foreign key (inner, left;
 a table of 3 partitions naming rows of one of 4). Engine runs under exactly-once through `engine worker`s,
 the input produced as they run, with a second worker joining mid-stream or the worker SIGKILLed and started
-again; Kafka Streams then, alone, on the complete input. Each join's final value per key must be equal, and
+again (there with the right table a global table over its topic, which engine joins as a table over that
+topic); Kafka Streams then, alone, on the complete input. Each join's final value per key must be equal, and
 equal to the join of the topics' final states computed here from the input."""
 
 from __future__ import annotations
@@ -146,6 +147,8 @@ async def run_engine(kafka: KafkaCluster, tmp_path: Path, topics: dict[str, str]
     app_id = unique("table-joins")
     env = {"ITEST_APP": app_id, "ITEST_MODE": "table-joins", "ITEST_TOPIC": topics["left"],
            "ITEST_RIGHT": topics["right"], "ITEST_ORDERS": topics["orders"], **SHORT_SESSION}
+    if fault == "sigkill":
+        env["ITEST_GLOBAL_RIGHT"] = "1"  # (a global table over the right topic: joined as a table over it)
 
     def worker(name: str, data: str) -> WorkerProcess:
         return WorkerProcess("tests.integration.reference_apps:app", kafka.url,

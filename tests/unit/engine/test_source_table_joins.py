@@ -161,3 +161,47 @@ async def test_source_tables_of_other_partition_counts_are_refused_at_start_nami
         "'enriched'), so their topics must have the same number of partitions, but 'orders' has 4, "
         "'customers' has 3; declare the same partitions= on both, or recreate the smaller one (and re-key "
         "with group_by if the source cannot change)")
+
+
+def test_a_global_table_over_a_topic_joins_tables_by_key_and_by_foreign_key_as_a_table_over_it_does() -> None:
+    """Seeded updates and tombstones: each join of a table with a global table over a topic (by key, every
+    way; by foreign key, the global's topic partitioned otherwise) ends as the join of the final states; the
+    global table itself still holds every key on every worker."""
+    rng = random.Random(8)
+    app = engine.App("globaljoin", broker="memory://unused")
+    orders = app.Table("orders", source_topic=app.topic("orders", key_type=str, value_type=dict,
+                                                        partitions=3))
+    customers = app.GlobalTable("customers", source_topic=app.topic("customers", key_type=str,
+                                                                     value_type=dict, partitions=3))
+    countries = app.GlobalTable("countries", source_topic=app.topic("countries", key_type=str,
+                                                                     value_type=dict, partitions=2))
+    by_key = {"inner": orders.join(customers), "left": orders.left_join(customers),
+              "outer": orders.outer_join(customers)}
+    by_country = {"inner": orders.join(countries, foreign_key=lambda order: order.get("country")),
+                  "left": orders.left_join(countries, foreign_key=lambda order: order.get("country"))}
+    states: dict[str, dict[str, Any]] = {"orders": {}, "customers": {}, "countries": {}}
+    with TestDriver(app) as driver:
+        for i in range(400):
+            topic = rng.choice(["orders", "customers", "countries"])
+            key = f"c{rng.randrange(5)}" if topic == "countries" else f"k{rng.randrange(12)}"
+            value: dict[str, Any] | None = {"v": i}
+            if topic == "orders":
+                value = {"v": i, "country": f"c{rng.randrange(6)}"}
+            if rng.random() < 0.2:
+                value = None
+            driver.send(topic, key=key, value=value)
+            if value is None:
+                states[topic].pop(key, None)
+            else:
+                states[topic][key] = value
+        for how, joined in by_key.items():
+            assert driver.table(joined.name) == expected(states["orders"], states["customers"], how)
+        for how, joined in by_country.items():
+            countries = states["countries"]
+            want = {key: (row, countries.get(row["country"])) for key, row in states["orders"].items()
+                    if how == "left" or row["country"] in countries}
+            assert driver.table(joined.name) == want
+        assert driver.table("customers") == states["customers"]
+        assert driver.table("customers-partitioned") == states["customers"]
+        assert sum(1 for pair in driver.table(by_key["inner"].name).values() if pair[1]) > 3
+

@@ -89,8 +89,11 @@ def test_only_plain_tables_with_the_same_key_type_join():
     plain = app.Table("plain", key_type=str)
     windowed = app.Table("windowed", key_type=str).tumbling(10)
     ints = app.Table("ints", key_type=int)
-    with pytest.raises(ConfigError, match="neither windowed nor global"):
+    with pytest.raises(ConfigError, match="'windowed' cannot be joined with another table: it is windowed"):
         plain.join(windowed.table)
+    written = app.GlobalTable("written", key_type=str)
+    with pytest.raises(ConfigError, match="it is global and written by agents"):
+        plain.join(written)
     with pytest.raises(ConfigError, match="other key types"):
         plain.join(ints)
 
