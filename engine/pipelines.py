@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from engine.errors import ConfigError
 from engine.fused import FixedWindowFold, Forwarder, PlainFold, WindowFold, run_fused
-from engine.windows import HoppingWindow, SessionWindow, SlidingWindow, TumblingWindow
+from engine.windows import HoppingWindow, SessionWindow, SlidingWindow, TumblingWindow, to_ms
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -54,11 +54,13 @@ TableT = TypeVar("TableT")
 
 @dataclass(frozen=True)
 class _Step:
-    kind: str  # "filter", "map" or "group_by"
-    fun: Callable[[Any], Any]
+    kind: str  # "filter", "map", "group_by", "join" or "left_join"
+    fun: Callable[[Any], Any] | None  # (a join's: its key= function, or None for the event's key)
     key_type: type | None = None
     value_type: type | None = None
     name: str | None = None  # a group_by's repartition topic: <app>-<name>-repartition
+    table: Any = None  # a join's table
+    grace: Seconds = 0  # a join's grace (a versioned table's)
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,19 @@ class Pipeline(Generic[TableT]):
         `key_type` (as the table's keys will be), or keys keep the JSON codec, and `value_type` for the
         values' codec there (else the stream's)."""
         return self._then(_Step("group_by", key, key_type=key_type, value_type=value_type, name=name))
+
+    def join(self, table: Any, *, key: Callable[[Any], Any] | None = None, grace: Seconds = 0
+             ) -> Pipeline[TableT]:
+        """Replace each value by (value, the table's value for its key), as `Stream.join` with a table does
+        (events with no match are left out): a versioned table's value valid at the event's time, after
+        waiting `grace` for the table's late updates if given (then as the pipeline's first step, and by the
+        event's own key)."""
+        return self._then(_Step("join", key, table=table, grace=grace))
+
+    def left_join(self, table: Any, *, key: Callable[[Any], Any] | None = None, grace: Seconds = 0
+                  ) -> Pipeline[TableT]:
+        """As `join`, every event kept: (value, None) when the table has no value for it."""
+        return self._then(_Step("left_join", key, table=table, grace=grace))
 
     def _then(self, step: _Step) -> Pipeline[TableT]:
         if self.window is not None:
@@ -130,6 +145,14 @@ class Pipeline(Generic[TableT]):
                   late_topic: bool) -> Pipeline[Any]:
         if self.window is not None:
             raise ConfigError("a pipeline has one window")
+        for step in self.steps:
+            waits = to_ms(step.grace, "grace") if step.kind in ("join", "left_join") else 0
+            if waits > window.grace_ms:
+                # A windowed table's stream time moves with every event its task processed, those a join
+                # holds included: what the join releases later would be late for its windows.
+                raise ConfigError(f"a window after a join with grace={waits / 1000:g} needs a grace of at "
+                                  f"least as much (it has {window.grace_ms / 1000:g}): the events the join "
+                                  "releases come that far behind the newest it read")
         return replace(self, window=window, close_idle_after=close_idle_after, late_topic=late_topic)
 
     # -- aggregations -------------------------------------------------------------------------------
@@ -210,8 +233,11 @@ class Pipeline(Generic[TableT]):
             for number, step in enumerate(steps):
                 if step.kind == "map":
                     value_type = step.value_type or object  # object: JSON of any type
+                elif step.kind in ("join", "left_join"):
+                    value_type = object  # (pairs)
                 if step.kind != "group_by":
                     continue
+                assert step.fun is not None  # (a group_by's key)
                 value_type = step.value_type or value_type
                 run, begun = steps[begun:number], number + 1
                 through = step.name or f"{name}-{number}"
@@ -233,19 +259,27 @@ class Pipeline(Generic[TableT]):
 
 
 def _fusable(root: Stream, steps: tuple[_Step, ...]) -> bool:
-    return root.context.tracing is None and not any(inspect.iscoroutinefunction(step.fun) for step in steps)
+    """Whether `steps` run fused (engine.fused: filters and maps of plain functions, not traced); a join
+    runs as the stream operator."""
+    return root.context.tracing is None and all(
+        step.kind in ("filter", "map") and not inspect.iscoroutinefunction(step.fun) for step in steps)
 
 
 def _fused(steps: tuple[_Step, ...]) -> tuple[tuple[bool, Callable[[Any], Any]], ...]:
     """Filters and maps as engine.fused takes them: (is a filter, its function)."""
-    return tuple((step.kind == "filter", step.fun) for step in steps)
+    return tuple((step.kind == "filter", cast("Callable[[Any], Any]", step.fun)) for step in steps)
 
 
 def _operators(root: Stream, steps: tuple[_Step, ...]) -> Stream | DerivedStream:
-    """Filters and maps as stream operators."""
+    """Filters, maps and joins as stream operators."""
     flow: Stream | DerivedStream = root
     for step in steps:
-        flow = flow.filter(step.fun) if step.kind == "filter" else flow.map(step.fun)
+        if step.kind in ("join", "left_join"):
+            joining = flow.join if step.kind == "join" else flow.left_join
+            flow = joining(step.table, key=step.fun, grace=step.grace)
+        else:
+            fun = cast("Callable[[Any], Any]", step.fun)
+            flow = flow.filter(fun) if step.kind == "filter" else flow.map(fun)
     return flow
 
 

@@ -571,3 +571,48 @@ async def test_an_event_that_waits_where_one_just_left_keeps_the_first_ones_tomb
             await committed(worker, url, app.id, sent)
         joined += [order for order, _, _ in left]
     assert joined == ["E1", "E3", "E2"]
+
+
+def test_pipelines_join_a_versioned_table_as_of_each_orders_time_and_window_the_results_by_it():
+    """`app.stream(orders).join(prices, grace=)`: each order priced as of its own time once the grace passed
+    it, then windowed by that time (not the time of the order that released it); a left join without grace
+    keeps the orders before any price with None."""
+    app = engine.App("vpipes", broker="memory://unused", topic_partitions=1)
+    feed = app.topic("feed", key_type=str, value_type=float)
+    orders = app.topic("orders", key_type=str, value_type=int)
+    prices = app.Table("prices", source_topic=feed).versioned(history=3600)
+    revenue = (app.stream(orders).join(prices, grace=5).map(lambda pair: pair[0] * pair[1])
+               .tumbling(10, grace=5, expires=3600).sum("revenue"))
+    with pytest.raises(ConfigError, match=r"a window after a join with grace=5 needs a grace of at least as "
+                                          r"much \(it has 4\)"):
+        app.stream(orders).join(prices, grace=5).tumbling(10, grace=4)
+    unpriced = app.stream(orders).left_join(prices).filter(lambda pair: pair[1] is None).count("unpriced")
+    rng = random.Random(6)
+    model = Model(3600 * S)
+    with TestDriver(app) as driver:
+        for n in range(60):
+            key, at = f"s{rng.randrange(3)}", 1_000 * S + n * 500 - rng.randrange(0, 3_000)
+            price = float(rng.randrange(1, 50))
+            driver.send(feed, key=key, value=price, timestamp_ms=at)
+            model.put(key, at, price)
+        sent = [(f"s{rng.randrange(4)}", 990 * S + n * 250 - rng.randrange(0, 4_000), rng.randrange(1, 9))
+                for n in range(160)]
+        for key, at, qty in sent:
+            driver.send(orders, key=key, value=qty, timestamp_ms=at)
+        horizon = max(at for _, at, _ in sent) - 5 * S  # (the orders within the grace of the last still wait)
+        sums: dict[tuple[str, int], float] = {}
+        for key, at, qty in sent:
+            price = model.as_of(key, at)
+            if at <= horizon and price is not None:
+                window = at - at % (10 * S)
+                sums[key, window] = sums.get((key, window), 0) + qty * price
+        assert {(key, round(window.start * S)): value for (key, window), value
+                in driver.table("revenue").items()} == sums
+        assert revenue.late_events == 0
+        lonely: dict[str, int] = {}
+        for key, at, _ in sent:
+            if model.as_of(key, at) is None:
+                lonely[key] = lonely.get(key, 0) + 1
+        assert driver.table(unpriced.name) == lonely
+        assert "s3" in lonely  # (a symbol without prices)
+        assert len(sums) >= 8
