@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from engine.codecs import Codec, CodecFormat, codec_for
+from engine.codecs import SKIP, Codec, CodecFormat, codec_for
 from engine.errors import DecodeError, NotRunning
 from engine.scope import PerWorker
 
@@ -124,7 +124,8 @@ class Topic:
     def decode(self, tp: TP, record: RawRecord) -> tuple[Any, Any]:
         """A record of `tp` decoded (a DecodeError names the record)."""
         try:
-            return self.key_codec.decode(record.key), self.value_codec.decode(record.value)
+            key = self.key_codec.decode(record.key)
+            return key, None if key is SKIP else self.value_codec.decode(record.value)  # (engine's own)
         except DecodeError as exc:
             raise decode_error(tp, record, exc) from exc
 

@@ -632,6 +632,6 @@ async def _decoded(tp: TP, record: RawRecord, decode_key: Callable[[bytes | None
     while True:
         try:
             key = record.key if decode_key is None else decode_key(record.key)
-            return key, decode_value(record.value)
+            return key, None if key is SKIP else decode_value(record.value)  # (engine's own: no value)
         except SchemasNotCached as missing:
             await fetch_schemas(missing, f"{tp.topic}[{tp.partition}]")

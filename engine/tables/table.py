@@ -21,7 +21,7 @@ from engine.tables.keys import VersionedChangelogKeyCodec, WindowedChangelogKeyC
 from engine.tables.sessions import SessionTable
 from engine.tables.sliding import SlidingTable
 from engine.tables.stream_joins import JoinBuffer, PendingBuffer
-from engine.tables.versioned import VersionedTable, VersionValueCodec
+from engine.tables.versioned import VersionChangeCodec, VersionedTable, VersionValueCodec
 from engine.tables.windowed import Timestamp, WindowedTable
 from engine.topics import Topic
 from engine.windows import (
@@ -197,9 +197,10 @@ class Table(BaseTable):
         latest by key), joined with a stream on event time."""
         window = History(history)
         late, _ = self._window_by(window, None, late_topic, None)
-        self.value_codec = VersionValueCodec(self.value_codec)
+        inner = self.value_codec
+        self.value_codec = VersionValueCodec(inner)
         self.changelog_topic.use_codecs(key=VersionedChangelogKeyCodec(self.plain_key_codec),
-                                        value=self.value_codec)
+                                        value=VersionChangeCodec(inner))
         versioned = VersionedTable(self, window, timestamp=timestamp, late_topic=late)
         self.windowed = versioned
         return versioned

@@ -99,6 +99,17 @@ class VersionValueCodec:
         return [self.decode(data) for data in datas]
 
 
+class VersionChangeCodec(VersionValueCodec):
+    """What readers of a versioned table's `changes()` get as values: a version's value, or None for a
+    deletion (as for the tombstone that removes an expired version: either way the key has no value from
+    that version's time on, unless a newer version says otherwise)."""
+
+    def decode(self, data: bytes | None) -> Any:
+        if data is None or data[:1] != VALUE:  # (a deletion; or engine's own record, whose key is SKIP)
+            return None
+        return self.inner.decode(data[1:])
+
+
 @dataclass(frozen=True)
 class Version:
     """A key's value from `valid_from` until `valid_to` (seconds; None: it is still the latest)."""
@@ -319,16 +330,16 @@ class VersionedTable(EventTimeTable):
         return (False, None) if found is None else (True, found[1])
 
     def latest_change(self, version: tuple[Any, float], value: Any) -> tuple[bool, Any, Any]:
-        """Whether a record of this table's changelog, ((key, its time in seconds), `value`) as its codecs
-        decode it, changed the key's latest value; the key, and the value it says (None: deleted). It did
-        unless the key has a newer version now: an update out of order (older than the key's latest) is not
-        a change, as Kafka Streams forwards none to a table-table join, nor a version a newer one replaced
-        since its record was written; nor the removal of an expired version (a tombstone: the version it
-        removes had been replaced, or was a deletion)."""
+        """Whether a record of this table's changes, ((key, its time in seconds), `value`) as they decode
+        (VersionChangeCodec), changed the key's latest value; the key, and the value it says (None: deleted).
+        It did unless the key has a newer version now: an update out of order (older than the key's latest)
+        is not a change, as Kafka Streams forwards none to a table-table join, nor a version a newer one
+        replaced since its record was written. (The removal of an expired version is one only if it was the
+        key's latest, a deletion: saying again that the key has no value.)"""
         key, seconds = version
-        if value is None or self._newer_than(key, at_ms(seconds)):
+        if self._newer_than(key, at_ms(seconds)):
             return False, key, None
-        return True, key, None if value is DELETED_VERSION else value
+        return True, key, value
 
     def _newer_than(self, key: Any, at: int) -> bool:
         """Whether `key` has a version newer than `at` now."""

@@ -616,3 +616,26 @@ def test_pipelines_join_a_versioned_table_as_of_each_orders_time_and_window_the_
         assert driver.table(unpriced.name) == lonely
         assert "s3" in lonely  # (a symbol without prices)
         assert len(sums) >= 8
+
+
+def test_a_versioned_tables_changes_are_its_versions_with_none_for_a_deletion():
+    app = engine.App("vchanges", broker="memory://unused", topic_partitions=1)
+    updates = app.topic("updates", key_type=str, value_type=dict, timestamp=lambda v: v["at"])
+    prices = app.Table("prices", key_type=str, value_type=float).versioned(history=HISTORY)
+    seen: list[Any] = []
+
+    @app.agent(updates)
+    async def keep(stream: Any) -> None:
+        async for key, update in stream.items():
+            prices[key] = update["price"]
+
+    @app.agent(prices.changes())
+    async def follow(stream: Any) -> None:
+        async for version, value in stream.items():
+            seen.append((version, value))
+
+    with TestDriver(app) as driver:
+        for at, price in [(100, 1.0), (105, None), (103, 2.5), (120, 3.0)]:  # (the last expires 100 and 103)
+            driver.send(updates, key="a", value={"at": at, "price": price})
+    assert seen[:4] == [(("a", 100), 1.0), (("a", 105), None), (("a", 103), 2.5), (("a", 120), 3.0)]
+    assert sorted(seen[4:]) == [(("a", 100), None), (("a", 103), None)]  # (expired: they end by 110)
