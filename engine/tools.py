@@ -37,6 +37,7 @@ from engine.processes import member_environment, process_count, run_processes
 from engine.settings_docs import setting_docs
 from engine.tables.partition import MISSING
 from engine.tables.recovery import Progress
+from engine.tables.versioned import parse_time_ms
 from engine.topics import planned_partitions
 from engine.topology.plan import build_topology
 from engine.transport.base import GroupDescription
@@ -68,6 +69,7 @@ __all__ = [
     "local_partitions",
     "member_environment",
     "parse_key",
+    "parse_time_ms",
     "plan_reset",
     "planned_partitions",
     "process_count",

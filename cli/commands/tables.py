@@ -18,6 +18,7 @@ from engine.tools import (
     key_text,
     local_partitions,
     parse_key,
+    parse_time_ms,
     planned_partitions,
     read_key,
     table_named,
@@ -61,14 +62,15 @@ def run_tables(args: argparse.Namespace) -> int:
     print(f"{'table':24} {'kind':9} {'changelog':40} {'partitions':>10} {'local keys':>10}")
     for table in app.tables.values():
         mine = [i for i in infos if i.table == table.name]
-        kind = "windowed" if table.window is not None else table.kind
+        kind = {"plain": table.kind, "versioned": "versioned"}.get(table.key_layout, "windowed")
         partitions = planned_partitions(table.changelog_topic, settings)
         print(f"{table.name:24} {kind:9} {table.changelog_topic.name:40} {partitions:>10} "
               f"{sum(i.keys for i in mine):>10}")
         if table.window is not None:
-            print(f"  windows: {table.window}")
+            print(f"  {'history' if table.key_layout == 'versioned' else 'windows'}: {table.window}")
         for info in mine:
-            windows = "" if info.windows is None else f" in {info.windows} windows"
+            what = "versions" if table.key_layout == "versioned" else "windows"
+            windows = "" if info.windows is None else f" in {info.windows} {what}"
             print(f"  partition {info.partition}: {info.keys} keys{windows}, changelog offset "
                   f"{info.changelog_offset}")
     if not infos:
@@ -92,7 +94,10 @@ def run_table(args: argparse.Namespace) -> int:
     table = table_named(app, args.table)
     key = parse_key(table, args.key)
     if args.offline:
-        partition, value = read_key(app, settings, args.table, key)
+        times = {name: None if text is None else parse_time_ms(text, f"--{flag} must be a time")
+                 for name, flag, text in (("at", "as-of", args.as_of), ("since", "from", args.since),
+                                          ("until", "to", args.until))}
+        partition, value = read_key(app, settings, args.table, key, **times)
         if value is MISSING:
             print(f"{args.table}[{args.key!r}]: no such key in the local stores (partition {partition})")
             return 1

@@ -73,11 +73,17 @@ def local_partitions(app: App, settings: Settings) -> list[PartitionInfo]:
     return infos
 
 
-def read_key(app: App, settings: Settings, name: str, key: Any) -> tuple[int, Any]:
+def read_key(app: App, settings: Settings, name: str, key: Any, *, at: int | None = None,
+             since: int | None = None, until: int | None = None) -> tuple[int, Any]:
     """(partition, value) of `key` in the local stores; the key's hash partition is tried first. For a
     windowed table the value is every stored window of the key, oldest first:
-    [{"window_start": seconds, "window_end": seconds, "value": ...}, ...]."""
+    [{"window_start": seconds, "window_end": seconds, "value": ...}, ...]; for a versioned table its value
+    valid `at` ms (default: the latest), or with `since` or `until` (ms) its versions valid then, oldest
+    first: [{"value": ..., "valid_from": seconds, "valid_to": seconds or None}, ...] (as a query answers)."""
     table = table_named(app, name)
+    versioned = table.key_layout == "versioned"
+    if not versioned and (at, since, until) != (None, None, None):
+        raise ConfigError(f"table {name!r} is not versioned: no time to read it as of")
     backend = disk_backend(table, settings)
     encoded = table.plain_key_codec.encode(key)
     if encoded is None:
@@ -95,11 +101,20 @@ def read_key(app: App, settings: Settings, name: str, key: Any) -> tuple[int, An
         if store is None:
             continue
         try:
-            found = table.stored(store, key)
+            if versioned:
+                windowed: Any = table.windowed
+                has, found = windowed.lookup(key, at=at, since=since, until=until, store=store)
+                if not has:
+                    found = MISSING
+                elif isinstance(found, list):
+                    found = [{"value": v.value, "valid_from": v.valid_from, "valid_to": v.valid_to}
+                             for v in found]
+            else:
+                found = table.stored(store, key)
         finally:
             store.close()
         if found is not MISSING:
-            return number, found if table.window is None else window_entries(found)
+            return number, found if table.window is None or versioned else window_entries(found)
     return first, MISSING
 
 

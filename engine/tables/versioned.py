@@ -31,8 +31,9 @@ looking at the others.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from heapq import heappop, heappush
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
@@ -126,6 +127,28 @@ def at_ms(at: float | int | datetime, what: str = "at") -> int:
     if isinstance(at, bool) or not isinstance(at, int | float):
         raise ConfigError(f"{what} must be seconds (an int or a float) or a datetime, not {at!r}")
     return at * 1000 if isinstance(at, int) else round(at * 1000)
+
+
+MAX_SECONDS = 1e15  # the largest time asked of a versioned table (its ms fit the store's 64-bit times)
+
+
+def parse_time_ms(text: str, what: str) -> int:
+    """A time given as text (a query's URL, the command line), in seconds or as an ISO datetime (without a
+    zone: UTC, not this machine's local zone, which the asker's may not be), in ms; `what` names it in the
+    error."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise ConfigError(f"{what}, in seconds or as an ISO datetime, not {text!r}") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        seconds = moment.timestamp()
+    if not math.isfinite(seconds) or abs(seconds) > MAX_SECONDS:
+        raise ConfigError(f"{what} within ±{MAX_SECONDS:g} s of the epoch, not {text!r}")
+    return round(seconds * 1000)
 
 
 def _seconds(ms: int) -> float:

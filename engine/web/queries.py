@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from engine.codecs import decode_text
-from engine.errors import DecodeError, EncodeError
+from engine.errors import ConfigError, DecodeError, EncodeError
 from engine.operations.inspect import window_entries
 from engine.scope import running_as
 from engine.tables.base import PartitionNotLocal
 from engine.tables.partition import MISSING
-from engine.tables.versioned import VersionedTable
+from engine.tables.versioned import VersionedTable, parse_time_ms
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -41,7 +39,6 @@ if TYPE_CHECKING:
 RETRY_AFTER = 1  # seconds a client should wait before asking again about a moving or recovering partition
 DEFAULT_LIMIT = 100  # keys per page of a range
 MAX_LIMIT = 10_000
-MAX_SECONDS = 1e15  # the largest time a query takes (its ms fit the store's 64-bit times)
 # `GET /tables` counts a table's local keys exactly up to this many (a scan of them), and past it gives the
 # stores' own estimate (RocksDB's counts overwrites and deletes not compacted yet), marked not exact.
 EXACT_KEYS_UP_TO = 10_000
@@ -319,23 +316,11 @@ def _version_choice(table: BaseTable, window: str | None, times: Mapping[str, st
 
 
 def _time_ms(text: str, what: str) -> int:
-    """A time given in a URL, in seconds or as an ISO datetime (without a zone: UTC, not the worker's
-    local zone, which the client does not know), in ms."""
+    """A time given in a URL (engine.tables.versioned.parse_time_ms), in ms; 400 if it is none."""
     try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            moment = datetime.fromisoformat(text)
-        except ValueError:
-            raise QueryError(Answer(400, {"error": f"{what}, in seconds or as an ISO datetime, not "
-                                                   f"{text!r}"})) from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        seconds = moment.timestamp()
-    if not math.isfinite(seconds) or abs(seconds) > MAX_SECONDS:
-        raise QueryError(Answer(400, {"error": f"{what} within ±{MAX_SECONDS:g} s of the epoch, "
-                                               f"not {text!r}"}))
-    return round(seconds * 1000)
+        return parse_time_ms(text, what)
+    except ConfigError as exc:
+        raise QueryError(Answer(400, {"error": str(exc)})) from None
 
 
 def _read_active(table: BaseTable, key: Any, number: int, chosen: Choice) -> tuple[bool, Any] | None:

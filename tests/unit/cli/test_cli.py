@@ -306,6 +306,11 @@ async def test_tables_table_get_and_export_on_global_and_source_tables(capsys, t
             await feed.send(key=sku, value=price)  # others write a source table's topic
         await testing.eventually(lambda: dict(kinds_app.regions.items()) == {"r1": "north", "r2": "south"})
         await testing.eventually(lambda: dict(kinds_app.prices.items()) == {"a": 1.75, "b": 2.0})
+        quote_feed = kinds_app.app.topics["quote-feed"]
+        for at, price in [(1_800_000_010, 2.0), (1_800_000_000, 1.0), (1_800_000_020, 3.0)]:  # (out of order)
+            await quote_feed.send(key="q", value=price, timestamp_ms=at * 1000)
+        await testing.eventually(lambda: kinds_app.quotes.get("q") == 3.0
+                                 and kinds_app.quotes.as_of("q", 1_800_000_005) == 1.0)
         await worker.checkpoint()
         for table in (kinds_app.regions, kinds_app.prices):
             manifest = await export.export_table(table, tmp_path / "export" / table.name)
@@ -317,11 +322,25 @@ async def test_tables_table_get_and_export_on_global_and_source_tables(capsys, t
     lines = {line.split()[0]: line.split()[1:] for line in out.splitlines()[1:] if not line.startswith(" ")}
     assert lines["regions"] == ["global", "kinds-regions-changelog", "4", "2"]
     assert lines["prices"] == ["source", "price-feed", "4", "2"]
+    assert lines["quotes"] == ["versioned", "quote-feed", "4", "1"]
+    assert "1 keys in 3 versions" in out
     for table, key, value in [("regions", "r2", "south"), ("prices", "a", 1.75)]:
         code, out, _ = run(capsys, "table", "get", "-A", "tests.unit.cli.kinds_app:app", table, key,
                            "--offline", "--data-dir", str(tmp_path))
         assert code == 0
         assert orjson.loads(out) == value
+    for asked, value in [((), 3.0), (("--as-of", "1800000010.5"), 2.0),
+                         (("--as-of", "2027-01-15T08:00:09"), 1.0),  # (without a zone: UTC)
+                         (("--from", "1800000005", "--to", "1800000010"), [
+                             {"value": 1.0, "valid_from": 1800000000, "valid_to": 1800000010},
+                             {"value": 2.0, "valid_from": 1800000010, "valid_to": 1800000020}])]:
+        code, out, _ = run(capsys, "table", "get", "-A", "tests.unit.cli.kinds_app:app", "quotes", "q",
+                           "--offline", "--data-dir", str(tmp_path), *asked)
+        assert (code, orjson.loads(out)) == (0, value), asked
+    code, _, err = run(capsys, "table", "get", "-A", "tests.unit.cli.kinds_app:app", "quotes", "q",
+                       "--offline", "--data-dir", str(tmp_path), "--as-of", "inf")
+    assert (code, err.strip()) == (1, "engine: --as-of must be a time within ±1e+15 s of the epoch, not "
+                                      "'inf'")
 
 
 def test_status_refuses_an_in_memory_broker(capsys):
