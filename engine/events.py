@@ -48,13 +48,15 @@ class RawRecord(Protocol):
 
 
 class Restamped:
-    """A record with another timestamp (a join result's time: engine.streams.stream.Stream.stands_for)."""
+    """A record with another timestamp, and maybe other headers (a join result's: engine.streams.stream
+    .Stream.stands_for)."""
 
     __slots__ = ("headers", "key", "offset", "timestamp", "value")
 
-    def __init__(self, record: RawRecord, timestamp: int) -> None:
+    def __init__(self, record: RawRecord, timestamp: int, headers: Headers | None = None) -> None:
         self.offset, self.key, self.value = record.offset, record.key, record.value
-        self.headers, self.timestamp = record.headers, timestamp
+        self.headers = record.headers if headers is None else headers
+        self.timestamp = timestamp
 
 
 class Event:

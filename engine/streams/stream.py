@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agents import Mailbox, MailboxClosed
 from engine.errors import ConfigError
-from engine.events import Event, Restamped
+from engine.events import Event, Headers, Restamped
 from engine.streams.current import current_source
 from engine.topics import event_time_ms
 
@@ -82,9 +82,9 @@ class StreamContext(Protocol):
 class RecordJoin(Protocol):
     """A stream-stream join (engine.tables.stream_joins.StreamJoin): what a record of either stream makes."""
 
-    def process(self, event: Event) -> list[tuple[Any, Any, Any, int]]:
-        """(key, left value or None, right value or None, its event time in ms) of each result, in
-        order."""
+    def process(self, event: Event) -> list[tuple[Any, Any, Any, int, Headers | None]]:
+        """(key, left value or None, right value or None, its event time in ms, its headers or None for the
+        current record's) of each result, in order."""
 
 
 class Lookup(Protocol):
@@ -111,8 +111,8 @@ def _records_joined(root: Stream, joining: RecordJoin) -> DerivedStream:
         async for _ in root:
             event = root.current_event
             assert event is not None
-            for key, left, right, time_ms in joining.process(event):
-                root.stands_for(key, time_ms)
+            for key, left, right, time_ms, headers in joining.process(event):
+                root.stands_for(key, time_ms, headers)
                 yield left, right
 
     return DerivedStream(root, gen())
@@ -530,18 +530,19 @@ class Stream(_Operators):
             timings.observe((time.perf_counter() - self._timed_since) / size)
             self._timed_since = 0.0
 
-    def stands_for(self, key: Any, time_ms: int) -> None:
+    def stands_for(self, key: Any, time_ms: int, headers: Headers | None = None) -> None:
         """The current event stands for a join result of `key` at event time `time_ms` (a stream-stream
         join's pair at the later of its records' times, a record emitted alone when its wait ended, an event
-        released by a join's grace: Kafka Streams' result timestamps): until the next event, `current_event`
-        has that key, that time (what windowed tables and `stream.current_event.timestamp` read) and the
-        record's offset, headers and value; acked once, as the record it is underneath."""
+        released by a join's grace: Kafka Streams' result timestamps), with `headers` (an event released by
+        a join's grace has its own; None: the record's): until the next event, `current_event` has that key,
+        that time (what windowed tables and `stream.current_event.timestamp` read), those headers and the
+        record's offset and value; acked once, as the record it is underneath."""
         current = self.current_event
         if current is None:
             return
         record = current.record
-        if record.timestamp != time_ms:
-            record = Restamped(record, time_ms)
+        if record.timestamp != time_ms or headers is not None:
+            record = Restamped(record, time_ms, headers)
         elif current.key is key or current.key == key:
             current.time_ms = time_ms  # (the record's own result: its time is the record's)
             return

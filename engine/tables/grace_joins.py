@@ -9,11 +9,12 @@ still come out of order (Kafka Streams' stream-table join with a grace period, K
             ...  # the price valid at the order's time, once 5 s of stream time passed it
 
 Each event of the agent's stream is kept in the join's buffer, a table `<agent>-join-<n>-grace` of (key,
-event time) -> the raw values at that time, with a changelog like any table's, until the buffer's stream
-time (the newest time put into it, recorded with each checkpoint) passes its time by the grace; then it is
-joined, in the buffer's order (time, then the key's bytes, then arrival), with the table's version valid at
-its time. An event already that far behind when it comes is joined at once. Exactly Kafka Streams' steps
-(RocksDBTimeOrderedKeyValueBuffer and KStreamKTableJoinProcessor), so results equal its own.
+event time) -> the raw values at that time with their headers (`pack_record`), with a changelog like any
+table's, until the buffer's stream time (the newest time put into it, recorded with each checkpoint) passes
+its time by the grace; then it is joined, in the buffer's order (time, then the key's bytes, then arrival),
+with the table's version valid at its time. An event already that far behind when it comes is joined at
+once. Exactly Kafka Streams' steps (RocksDBTimeOrderedKeyValueBuffer and KStreamKTableJoinProcessor), so
+results equal its own.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from engine.topics import event_time_ms
 from engine.windows import JoinWindows, to_ms
 
 if TYPE_CHECKING:
-    from engine.events import Event
+    from engine.events import Event, Headers
     from engine.tables.declarer import Declarer
     from engine.tables.partition import TablePartition, WindowState
     from engine.tables.stream_joins import Joined
@@ -107,7 +108,7 @@ class GraceJoin:
         if at is None:
             at = event_time_ms(self._extract, event)
         if key is None:
-            return [] if self.inner else [(None, value, None, at)]
+            return [] if self.inner else [(None, value, None, at, None)]
         buffer = self.buffer
         part = buffer.table._route_write(key, event)[0]
         state = buffer.grace_state(part)
@@ -115,22 +116,59 @@ class GraceJoin:
         if state.stream_time is not None and state.stream_time - self.grace_ms > at:
             self._join(key, value, at, results)
             return results
-        raw = event.record.value
-        assert raw is not None
-        buffer.wait(part, state, key, at, raw)
+        record = event.record
+        assert record.value is not None
+        buffer.wait(part, state, key, at, pack_record(record.headers, record.value))
         assert state.stream_time is not None
         waiting, horizon = state.waiting, state.stream_time - self.grace_ms
         while waiting and waiting[0][0] <= horizon:
             at, _, _, key = heappop(waiting)
-            for raw in buffer.values(part, key, at):
-                self._join(key, self._decode(raw), at, results)
+            for packed in buffer.values(part, key, at):
+                headers, raw = unpack_record(packed)
+                self._join(key, self._decode(raw), at, results, headers)
             buffer.remove(part, state, key, at)
         return results
 
-    def _join(self, key: Any, value: Any, at: int, results: list[Joined]) -> None:
+    def _join(self, key: Any, value: Any, at: int, results: list[Joined], headers: Headers | None = None
+              ) -> None:
         found, other = self.table.find_at(key, at)
         if found or not self.inner:
-            results.append((key, value, other, at))
+            results.append((key, value, other, at, headers))
+
+
+NO_VALUE = 0xFFFFFFFF  # a header's length in a packed record when it has no value (None)
+
+
+def pack_record(headers: Headers, value: bytes) -> bytes:
+    """A waiting event's headers and value as the buffer keeps them: the number of headers (2 bytes), each
+    header's name (2 bytes of length, UTF-8) and value (4 bytes of length, NO_VALUE for None), then the
+    value. (Kafka Streams' buffer keeps a record's headers too: a released event has its own.)"""
+    if not headers:
+        return b"\x00\x00" + value
+    parts = [len(headers).to_bytes(2, "big")]
+    for name, header in headers:
+        encoded = name.encode()
+        parts += [len(encoded).to_bytes(2, "big"), encoded]
+        parts += [NO_VALUE.to_bytes(4, "big")] if header is None else [len(header).to_bytes(4, "big"), header]
+    parts.append(value)
+    return b"".join(parts)
+
+
+def unpack_record(packed: bytes) -> tuple[Headers, bytes]:
+    """(headers, value) of a record `pack_record` packed."""
+    count, at = int.from_bytes(packed[:2], "big"), 2
+    headers: list[tuple[str, Any]] = []
+    for _ in range(count):
+        size = int.from_bytes(packed[at:at + 2], "big")
+        name, at = packed[at + 2:at + 2 + size].decode(), at + 2 + size
+        size = int.from_bytes(packed[at:at + 4], "big")
+        if size == NO_VALUE:
+            headers.append((name, None))
+            at += 4
+        else:
+            headers.append((name, packed[at + 4:at + 4 + size]))
+            at += 4 + size
+    return headers, packed[at:]
 
 
 def grace_join(app: Declarer, agent: str, number: int, topic: Topic, table: VersionedTable, grace: Seconds,

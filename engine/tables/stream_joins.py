@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from engine.codecs import Codec
-    from engine.events import Event
+    from engine.events import Event, Headers
     from engine.tables.base import BaseTable
     from engine.tables.declarer import Declarer
     from engine.tables.partition import Closed, TablePartition, WindowState
@@ -44,8 +44,9 @@ if TYPE_CHECKING:
 How = Literal["inner", "left", "outer"]
 HOWS: tuple[How, ...] = ("inner", "left", "outer")
 # (key, left value or None, right value or None, the result's event time in ms: Kafka Streams' record
-# timestamp of a join result, the later of the pair's times, or the time of a record emitted alone)
-Joined = tuple[Any, Any, Any, int]
+# timestamp of a join result, the later of the pair's times, or the time of a record emitted alone; the
+# result's headers, or None for the current record's)
+Joined = tuple[Any, Any, Any, int, "Headers | None"]
 
 
 def as_how(how: str) -> How:
@@ -349,7 +350,7 @@ class StreamJoin:
 
 
 def _pair(side: int, key: Any, mine: Any, theirs: Any, at: int) -> Joined:
-    return (key, mine, theirs, at) if side == 0 else (key, theirs, mine, at)
+    return (key, mine, theirs, at, None) if side == 0 else (key, theirs, mine, at, None)
 
 
 def stream_join(app: Declarer, agent: str, number: int, left: Topic, right: Topic, window: JoinWindows,

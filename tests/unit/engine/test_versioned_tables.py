@@ -253,6 +253,7 @@ def grace_app(url: str, commit_interval: float = 0.05) -> tuple[engine.App, Any,
             event = current_event()
             assert event is not None
             assert event.timestamp.timestamp() == order["at"]  # (the order's time, not the releasing one's)
+            assert event.headers == (("order", str(order["id"]).encode()), ("none", None))  # (and headers)
             left.append((order["id"], event.key, found))
 
     @app.agent(app.topic("orders-too", key_type=str, value_type=dict, timestamp=lambda v: v["at"]))
@@ -283,7 +284,8 @@ async def test_a_join_with_grace_waits_for_the_tables_late_updates_and_emits_in_
                 names = ["updates"] if topic == "updates" else ["orders", "orders-too"]
                 for name in names:
                     field = "price" if topic == "updates" else "id"
-                    await app.topics[name].send(key=key, value={"at": at, field: value})
+                    headers = [("order", str(value).encode()), ("none", None)] if topic == "orders" else None
+                    await app.topics[name].send(key=key, value={"at": at, field: value}, headers=headers)
                     sent[name] += 1
                 await committed(worker, url, app.id, sent)  # processed (the restart goes on from there)
         left_all += left
@@ -565,7 +567,8 @@ async def test_an_event_that_waits_where_one_just_left_keeps_the_first_ones_tomb
                     await committed(worker, url, app.id, sent)
                     continue
                 key, at, name = step  # type: ignore[misc]
-                await app.topics["orders"].send(key=key, value={"at": at, "id": name})
+                await app.topics["orders"].send(key=key, value={"at": at, "id": name},
+                                                headers=[("order", name.encode()), ("none", None)])
                 sent["orders"] += 1
             await testing.eventually(lambda left=left, results=results: len(left) >= results)
             await committed(worker, url, app.id, sent)
