@@ -32,6 +32,7 @@ looking at the others.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from heapq import heappop, heappush
@@ -109,6 +110,54 @@ class VersionChangeCodec(VersionValueCodec):
         if data is None or data[:1] != VALUE:  # (a deletion; or engine's own record, whose key is SKIP)
             return None
         return self.inner.decode(data[1:])
+
+
+class VersionTimes(dict[int, tuple[int, bool]]):
+    """One key's version times in a partition's index -> (1 if a deletion else 0, whether the store has it),
+    with the times also kept in order (`ordered`): a look-up or a write finds its neighbours by bisection,
+    not by going through a history that may hold thousands of versions."""
+
+    __slots__ = ("ordered",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ordered: list[int] = []
+
+    def __setitem__(self, at: int, entry: tuple[int, bool]) -> None:
+        if at not in self:
+            ordered = self.ordered
+            if not ordered or at > ordered[-1]:
+                ordered.append(at)  # (the usual case: a version newer than the others)
+            else:
+                insort(ordered, at)
+        super().__setitem__(at, entry)
+
+    def __delitem__(self, at: int) -> None:
+        super().__delitem__(at)
+        del self.ordered[bisect_left(self.ordered, at)]
+
+    def pop(self, at: int, *default: Any) -> Any:
+        if at in self:
+            del self.ordered[bisect_left(self.ordered, at)]
+        return super().pop(at, *default)
+
+    def latest(self) -> int:
+        return self.ordered[-1]
+
+    def at_or_before(self, at: int) -> int | None:
+        """The newest version time not after `at`, or None."""
+        index = bisect_right(self.ordered, at)
+        return self.ordered[index - 1] if index else None
+
+    def before(self, at: int) -> int | None:
+        """The newest version time before `at`, or None."""
+        index = bisect_left(self.ordered, at)
+        return self.ordered[index - 1] if index else None
+
+    def after(self, at: int) -> int | None:
+        """The oldest version time after `at`, or None."""
+        index = bisect_right(self.ordered, at)
+        return self.ordered[index] if index < len(self.ordered) else None
 
 
 @dataclass(frozen=True)
@@ -192,11 +241,15 @@ class VersionedTable(EventTimeTable):
             if raw_key.startswith(META_PREFIX):
                 continue
             key, at = decode(raw_key)
-            state.windows.setdefault(key, {})[at] = (int(raw_value == DELETION), True)
+            times = state.windows.get(key)
+            if times is None:
+                times = state.windows[key] = VersionTimes()
+            times[at] = (int(raw_value == DELETION), True)
             if state.stream_time is None or at > state.stream_time:
                 state.stream_time = at
         for key, times in state.windows.items():
-            ordered = sorted(times)
+            assert isinstance(times, VersionTimes)
+            ordered = times.ordered
             for at, after in pairwise(ordered):
                 self._ends(state, key, at, after)
             if times[ordered[-1]][0]:
@@ -256,14 +309,15 @@ class VersionedTable(EventTimeTable):
         """Put a version of `key` at `at` in the partition's index, its stream time and expiry heap."""
         times = state.windows.get(key)
         if times is None:
-            times = state.windows[key] = {}
+            times = state.windows[key] = VersionTimes()
+        assert isinstance(times, VersionTimes)
         times[at] = (int(deletion), in_store)
         if state.stream_time is None or at > state.stream_time:
             state.stream_time = at
-        before = max((t for t in times if t < at), default=None)
+        before = times.before(at)
         if before is not None:
             self._ends(state, key, before, at)
-        after = min((t for t in times if t > at), default=None)  # (an update out of order)
+        after = times.after(at)  # (an update out of order)
         if after is not None or deletion:
             self._ends(state, key, at, at if after is None else after)
 
@@ -273,22 +327,21 @@ class VersionedTable(EventTimeTable):
                     ) -> tuple[int, Any] | None:
         """(valid from, value) of the version of `key` valid at `at` (None: the latest), or None if none
         is (no version yet, a deletion, older than the history)."""
-        start = self._start_at(state.windows.get(key) or {}, state.stream_time, at)
+        start = self._start_at(_times(state, key), state.stream_time, at)
         if start is None:
             return None
         return start, self._value(part, key, start)
 
-    def _start_at(self, times: Mapping[int, tuple[int, bool]], stream_time: int | None, at: int | None
-                  ) -> int | None:
+    def _start_at(self, times: VersionTimes, stream_time: int | None, at: int | None) -> int | None:
         """The time of the version valid at `at` (None: the latest) among `times`, or None if none is."""
         if not times:
             return None
+        latest = times.latest()
         if at is not None and stream_time is not None and at < stream_time - self.history.retention_ms:
             # Older than the history: only the latest version still answers, if it began by then (Kafka
             # Streams' rule: the latest version of a key never expires).
-            latest = max(times)
             return None if latest > at or times[latest][0] else latest
-        start = max((t for t in times if at is None or t <= at), default=None)
+        start = latest if at is None else times.at_or_before(at)
         return None if start is None or times[start][0] else start
 
     def lookup(self, key: Any, *, at: int | None = None, since: int | None = None, until: int | None = None,
@@ -298,12 +351,12 @@ class VersionedTable(EventTimeTable):
         the versions valid in that range); else (found, the value valid at `at` ms, or the latest)."""
         if store is None:
             part, state = self._read(key)
-            times: Mapping[int, tuple[int, bool]] = state.windows.get(key) or {}
+            times = _times(state, key)
             stream_time = state.stream_time
             value: Callable[[int], Any] = lambda at_: self._value(part, key, at_)  # noqa: E731
         else:
             values = self._stored_versions(store, key)
-            times = {at_: (int(found is DELETED_VERSION), True) for at_, found in values.items()}
+            times = _stored_times(values)
             recorded = store.get(STREAM_TIME_KEY)
             stream_time = None if recorded is None else int(recorded.split()[0])
             value = values.__getitem__
@@ -366,8 +419,8 @@ class VersionedTable(EventTimeTable):
 
     def _newer_than(self, key: Any, at: int) -> bool:
         """Whether `key` has a version newer than `at` now."""
-        times = self._read(key)[1].windows.get(key)
-        return bool(times) and any(t > at for t in times)  # type: ignore[union-attr]
+        times = _times(self._read(key)[1], key)
+        return bool(times) and times.latest() > at
 
     def join(self, other: Any, *, name: str | None = None) -> BaseTable:
         """The table of (this key's latest value, other row) for the keys both have (engine.tables.joins):
@@ -409,18 +462,22 @@ class VersionedTable(EventTimeTable):
         low = None if since is None else at_ms(since, "since")
         high = None if until is None else at_ms(until, "until")
         part, state = self._read(key)
-        return self._versions(state.windows.get(key) or {}, state.stream_time, low, high,
+        return self._versions(_times(state, key), state.stream_time, low, high,
                               lambda at: self._value(part, key, at))
 
-    def _versions(self, times: Mapping[int, tuple[int, bool]], stream_time: int | None, since: int | None,
+    def _versions(self, times: VersionTimes, stream_time: int | None, since: int | None,
                   until: int | None, value: Callable[[int], Any]) -> list[Version]:
         horizon = None if stream_time is None else stream_time - self.history.retention_ms
         low = since if horizon is None or (since is not None and since > horizon) else horizon
-        ordered = sorted(times)
+        ordered = times.ordered
+        first = 0 if low is None else max(bisect_right(ordered, low) - 1, 0)  # (the version valid at low)
         found = []
-        for index, start in enumerate(ordered):
+        for index in range(first, len(ordered)):
+            start = ordered[index]
+            if until is not None and start > until:
+                break
             end = ordered[index + 1] if index + 1 < len(ordered) else OPEN_MS
-            if times[start][0] or (until is not None and start > until) or (low is not None and end <= low):
+            if times[start][0] or (low is not None and end <= low):
                 continue
             found.append(Version(value(start), _seconds(start), None if end == OPEN_MS else _seconds(end)))
         return found
@@ -463,7 +520,10 @@ class VersionedTable(EventTimeTable):
             known = None if times is None else times.get(at)
             if known is None or entry in seen:
                 continue  # (already removed: an entry for an end that a later write moved)
-            end = min((t for t in times if t > at), default=at if known[0] else None)  # type: ignore[union-attr]
+            assert isinstance(times, VersionTimes)
+            end = times.after(at)
+            if end is None and known[0]:
+                end = at  # (the latest version, a deletion: it ends where it starts)
             if end is None or end > horizon:
                 continue
             seen.add(entry)
@@ -485,16 +545,32 @@ class VersionedTable(EventTimeTable):
         has it)."""
         if standby is None:
             part, state = self._read(key)
-            times: Mapping[int, tuple[int, bool]] = state.windows.get(key) or {}
-            return [(start, end, value) for start, end, value in self._spans(times, lambda at: self._value(
-                part, key, at))]
+            return self._spans(_times(state, key), lambda at: self._value(part, key, at))
         values = self._stored_versions(standby, key)
-        stored = {at: (int(value is DELETED_VERSION), True) for at, value in values.items()}
-        return list(self._spans(stored, values.__getitem__))
+        return self._spans(_stored_times(values), values.__getitem__)
 
     @staticmethod
-    def _spans(times: Mapping[int, tuple[int, bool]], value: Callable[[int], Any]
-               ) -> list[tuple[int, int, Any]]:
-        ordered = sorted(times)
+    def _spans(times: VersionTimes, value: Callable[[int], Any]) -> list[tuple[int, int, Any]]:
+        ordered = times.ordered
         return [(start, ordered[index + 1] if index + 1 < len(ordered) else OPEN_MS, value(start))
                 for index, start in enumerate(ordered) if not times[start][0]]
+
+
+_NO_TIMES = VersionTimes()  # (a key without versions: never written to)
+
+
+def _times(state: KeyedWindowState, key: Any) -> VersionTimes:
+    """The version times of `key` in a partition's index (none: empty)."""
+    times = state.windows.get(key)
+    if times is None:
+        return _NO_TIMES
+    assert isinstance(times, VersionTimes)
+    return times
+
+
+def _stored_times(values: Mapping[int, Any]) -> VersionTimes:
+    """The version times of a key's `values` read from a store (engine.tables.versioned._stored_versions)."""
+    times = VersionTimes()
+    for at in sorted(values):
+        times[at] = (int(values[at] is DELETED_VERSION), True)
+    return times
