@@ -30,7 +30,7 @@ from engine.codecs import dumps, loads_many
 from engine.errors import EngineError, ExportError, SchemasNotCached
 from engine.export.optional import needs
 from engine.tables.keys import META_PREFIX, session_key, split_window_key, window_bounds, window_inner_key
-from engine.tables.versioned import DELETION, OPEN_MS, VersionValueCodec
+from engine.tables.versioned import DELETION, OPEN_MS
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -103,12 +103,10 @@ class TableColumns:
         self.window = table.window
         topic = table.changelog_topic
         self.key_codec: Codec = table.plain_key_codec
-        self.value_codec: Codec = table.value_codec
         # A versioned table's rows are its versions, each with its validity (engine.tables.versioned): the
-        # values are its inner codec's, once `version_rows` took the tag off.
-        self.versioned = isinstance(self.value_codec, VersionValueCodec)
-        if isinstance(self.value_codec, VersionValueCodec):
-            self.value_codec = self.value_codec.inner
+        # values are its row codec's, once `version_rows` took the tag off.
+        self.value_codec: Codec = table.row_codec
+        self.versioned = table.key_layout == "versioned"
         value_type: Any = topic.value_type
         if value_type is None and table.default in (int, float, str, bool):
             value_type = table.default  # `default=int` says what the values are

@@ -61,6 +61,10 @@ class PartitionNotReady(PartitionNotLocal):
     the same read succeeds: retry it."""
 
 
+# The worker's table query (engine.web.server.WebServer.query): (table, key, a versioned table's times).
+Query = Callable[["BaseTable", Any, "Mapping[str, str] | None"], Awaitable[Any]]
+
+
 @dataclass
 class _Binding:
     """A table as one running worker has it."""
@@ -69,7 +73,7 @@ class _Binding:
     writers: set[str]
     registry: set[str] | None  # told of each topic whose events write the table (the worker's timed topics)
     checkpoint: Callable[[], Awaitable[dict[TP, int]]] | None
-    query: Callable[[BaseTable, Any], Awaitable[Any]] | None = None  # the worker's table queries (engine.web)
+    query: Query | None = None  # the worker's table queries (engine.web)
     settings: Settings | None = None  # the worker's
     assigned: Callable[[], Mapping[int, bool]] | None = None  # the worker's tasks, and whether each is ready
 
@@ -185,6 +189,7 @@ class BaseTable(MutableMapping[Any, Any]):
         self.key_codec = self.changelog_topic.key_codec
         self.plain_key_codec = self.key_codec  # of the key alone, also once windowing wraps key_codec
         self.value_codec = self.changelog_topic.value_codec
+        self.row_codec = self.value_codec  # of a row's value (a versioned table's: without the version tag)
         # The partitions active on the worker the running code belongs to (engine.scope): the only worker's
         # dict itself, or with several workers of the app in this process one that picks the current one's.
         self.active: MutableMapping[int, TablePartition] = {}
@@ -205,7 +210,7 @@ class BaseTable(MutableMapping[Any, Any]):
     def bind(self, worker: object, partition_count: int, topic_counts: Mapping[str, int],
              writers: set[str] | None = None,
              checkpoint: Callable[[], Awaitable[dict[TP, int]]] | None = None,
-             query: Callable[[BaseTable, Any], Awaitable[Any]] | None = None,
+             query: Query | None = None,
              settings: Settings | None = None,
              assigned: Callable[[], Mapping[int, bool]] | None = None) -> None:
         """Attach to a running worker: the table's partition count (its changelog's), and every topic's, to
@@ -256,16 +261,17 @@ class BaseTable(MutableMapping[Any, Any]):
             raise TableError(f"table {self.name!r} is not attached to a running worker")
         return binding.settings
 
-    async def query(self, key: Any) -> Any:
+    async def query(self, key: Any, times: Mapping[str, str] | None = None) -> Any:
         """The key's current value wherever in the app it lives: read here when its partition is active on
         this worker, else asked of the worker that owns it (over HTTP, as `GET /tables/{table}/{key}`).
         Raises KeyError for a key the table does not have, and TableError while the key's partition
-        recovers or moves (ask again a moment later) or when no worker with a web server runs the app."""
+        recovers or moves (ask again a moment later) or when no worker with a web server runs the app.
+        (`times`: a versioned table's `as_of`, `from` and `to`, as the URL gives them: its face's `query`.)"""
         binding = self._bindings.current()
         if binding is None or binding.query is None:
             raise TableError(f"table {self.name!r}: queries need a running worker with its web server "
                              "(web_enabled=True)")
-        return await binding.query(self, key)
+        return await binding.query(self, key, times)
 
     @property
     def writers(self) -> Collection[str]:

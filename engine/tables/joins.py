@@ -26,7 +26,6 @@ from engine.codecs import JoinPair
 from engine.errors import ConfigError
 
 if TYPE_CHECKING:
-    from engine.codecs import Codec
     from engine.streams.stream import Stream
     from engine.tables.base import BaseTable
     from engine.tables.declarer import Declarer
@@ -49,8 +48,8 @@ def join_tables(app: Declarer, left: BaseTable, right: BaseTable | Any, how: How
     topic = left.changelog_topic
     result = app.Table(result_name, key_type=topic.key_type, value_type=tuple,
                        value_serializer=JoinPair(
-                           JoinPair.side(_row_codec(left), left.changelog_topic.value_type),
-                           JoinPair.side(_row_codec(right), right.changelog_topic.value_type)),
+                           JoinPair.side(left.row_codec, left.changelog_topic.value_type),
+                           JoinPair.side(right.row_codec, right.changelog_topic.value_type)),
                        key_serializer=left.plain_key_codec.name if topic.key_type is None else None)
     result.key_join_of = (left, right)
 
@@ -105,9 +104,3 @@ def joinable(app: Declarer, table: BaseTable) -> BaseTable:
     if twin is None:
         twin = app.Table(f"{table.name}-partitioned", source_topic=table.changelog_topic)
     return twin
-
-
-def _row_codec(table: BaseTable) -> Codec:
-    """The codec of one of `table`'s rows (a versioned table's: of a version's value, without its tag)."""
-    codec = table.value_codec
-    return getattr(codec, "inner", codec) if table.key_layout == "versioned" else codec

@@ -45,7 +45,7 @@ class SourceTable(Table):
         window = History(history)
         self.window = window
         self.key_codec = WindowKeyCodec(self.plain_key_codec)  # (the store's keys; the topic's stay plain)
-        self.value_codec = VersionValueCodec(self.value_codec)
+        self.value_codec = VersionValueCodec(self.row_codec)
         late = Topic(f"{self.app_id}-{self.name}-late", key_serializer="raw", value_serializer="raw",
                      internal=True) if late_topic else None
         versioned = VersionedSourceTable(self, window, timestamp=timestamp, late_topic=late)

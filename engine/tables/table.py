@@ -197,7 +197,7 @@ class Table(BaseTable):
         latest by key), joined with a stream on event time."""
         window = History(history)
         late, _ = self._window_by(window, None, late_topic, None)
-        inner = self.value_codec
+        inner = self.row_codec
         self.value_codec = VersionValueCodec(inner)
         self.changelog_topic.use_codecs(key=VersionedChangelogKeyCodec(self.plain_key_codec),
                                         value=VersionChangeCodec(inner))

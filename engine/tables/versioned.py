@@ -435,6 +435,24 @@ class VersionedTable(EventTimeTable):
         """The table of (this key's latest value or None, other row or None) for every key of either."""
         return self._joined(other, "outer", name)
 
+    async def query(self, key: Any, *, at: float | int | datetime | None = None,
+                    since: float | int | datetime | None = None,
+                    until: float | int | datetime | None = None) -> Any:
+        """What `as_of` (with `at`), `versions` (with `since` or `until`) or the latest value (neither) give,
+        wherever in the app the key lives: read here when its partition is active on this worker, else asked
+        of its owner over HTTP (BaseTable.query). KeyError when no value is valid then (a range without
+        versions is an empty list)."""
+        times: dict[str, str] = {}
+        for name, when in (("as_of", at), ("from", since), ("until", until)):
+            if when is not None:
+                times["to" if name == "until" else name] = str(at_ms(when, name) / 1000)
+        try:
+            return await self.table.query(key, times)
+        except KeyError:
+            if since is None and until is None:
+                raise
+            return []
+
     def _joined(self, other: Any, how: How, name: str | None) -> BaseTable:
         declarer: Declarer | None = getattr(self.table, "declared_by", None)  # (engine.tables.table.Table's)
         if declarer is None:

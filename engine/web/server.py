@@ -43,6 +43,7 @@ from engine.codecs import dumps, loads
 from engine.errors import ConfigError, EngineError
 from engine.monitors.metrics import CONTENT_TYPE
 from engine.tables.base import TableError
+from engine.tables.versioned import Version
 from engine.web.queries import RETRY_AFTER, Answer, QueryError, key_text
 
 if TYPE_CHECKING:
@@ -290,20 +291,27 @@ class WebServer(Service):
         except (ClientError, TimeoutError) as exc:
             return 503, dumps({"error": f"the owner {endpoint} did not answer: {exc!r}"})
 
-    async def query(self, table: BaseTable, key: Any) -> Any:
+    async def query(self, table: BaseTable, key: Any, times: Mapping[str, str] | None = None) -> Any:
         """`table.query(key)`: the value from here or from the key's owner; KeyError if absent, TableError
-        for anything else (moving, recovering, a key of the wrong type), with the worker's reason."""
-        answer = self.queries.get_key(table, key, forwarded=False)
+        for anything else (moving, recovering, a key of the wrong type), with the worker's reason. `times`:
+        a versioned table's `as_of`, `from` and `to` (then its versions, as `Version`s, for a range)."""
+        answer = self.queries.get_key(table, key, forwarded=False, times=times)
         if isinstance(answer, Answer):
             status, body = answer.status, answer.body
         else:
             path = f"/tables/{quote(table.name, safe='')}/{quote(key_text(table, key), safe='')}"
+            if times:
+                path += f"?{urlencode(times)}"
             status, raw = await self.forward(answer.endpoint, path)
             body = loads(raw)
         if status == 200:
             if "windows" in body:
                 return body["windows"]
-            return table.value_codec.decode(dumps(body["value"]))  # the value's own type, as a read gives it
+            decode = table.row_codec.decode
+            if "versions" in body:
+                return [Version(decode(dumps(v["value"])), v["valid_from"], v["valid_to"])
+                        for v in body["versions"]]
+            return decode(dumps(body["value"]))  # the value's own type, as a read gives it
         if status == 404 and "key" in body:
             raise KeyError(key)
         raise TableError(f"table {table.name!r}, key {key!r}: {body.get('error', status)}")

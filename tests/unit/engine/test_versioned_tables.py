@@ -19,6 +19,7 @@ import engine
 from engine import testing
 from engine.errors import ConfigError
 from engine.events import TP
+from engine.scope import running_as
 from engine.streams.current import current_event
 from engine.tables.base import PartitionNotReady
 from engine.tables.keys import META_PREFIX, split_window_key
@@ -443,6 +444,17 @@ async def test_queries_as_of_and_version_ranges_are_answered_by_any_worker_and_f
                 status, body = await get(asked, path)
                 assert status == 400
                 assert error in body["error"], (path, body)
+
+        with running_as(first):  # as code of the first worker asks, from Python: here, or of the owner
+            for key, versions in history.items():
+                (t0, p0), (t1, p1), (t2, p2) = versions
+                assert await prices.query(key) == p2
+                assert await prices.query(key, at=t1 + 1) == p1
+                assert await prices.query(key, since=t0 + 1, until=t1) == [Version(p0, t0, t1),
+                                                                          Version(p1, t1, t2)]
+                assert await prices.query(key, since=t2 + 5_000) == [Version(p2, t2, None)]
+                with pytest.raises(KeyError):
+                    await prices.query(key, at=t0 - 1)
 
         at = first.placement.endpoint
         elsewhere = [k for k in history if app.tables["prices"].locate_key(k)[1] in second.tasks.active]
