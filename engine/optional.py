@@ -6,14 +6,10 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-from engine.errors import ConfigError
+from engine.errors import MissingDependency
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-
-
-class MissingDependency(ConfigError):
-    """An optional extra is not installed."""
 
 
 @contextlib.contextmanager

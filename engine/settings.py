@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from engine.errors import ConfigError
+from engine.errors import BadSetting, ConfigError
 from engine.stores import store_scheme
 
 if TYPE_CHECKING:
@@ -241,16 +241,6 @@ class Settings:
     def bootstrap_servers(self) -> list[str]:
         """host:port pairs of a kafka:// URL."""
         return self.broker.split("://", 1)[1].split(",")
-
-
-class BadSetting(ConfigError):
-    """A setting's value is wrong: which setting and what it expects, so that `load_settings` can name where
-    the value came from (the option or the variable, as the user wrote it) instead of the setting."""
-
-    def __init__(self, name: str, shown: str, expected: str) -> None:
-        super().__init__(f"setting {name!r} is {shown}; {expected}")
-        self.setting = name
-        self.expected = expected
 
 
 def fail(name: str, value: object, expected: str) -> None:

@@ -15,8 +15,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from engine.errors import ConfigError
-from engine.settings import BadSetting, Settings, fail
+from engine.errors import BadSetting, ConfigError
+from engine.settings import Settings, fail
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping

@@ -40,8 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from engine.commit.transactions import TransactionsFailed
-from engine.errors import EngineError, TransactionAborted, TransportError
+from engine.errors import CheckpointError, TransactionAborted, TransactionsFailed, TransportError
 from engine.stats import Histogram
 
 if TYPE_CHECKING:
@@ -72,10 +71,6 @@ _NEXT = {
     CheckpointState.COMMITTED: set(),
     CheckpointState.ABORTED: set(),
 }
-
-
-class CheckpointError(EngineError):
-    """A checkpoint could not complete; its cut was aborted."""
 
 
 @dataclass

@@ -26,7 +26,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.errors import EngineError, PartitionMigrated, ProducerFenced, TransactionAborted
+from engine.errors import PartitionMigrated, TransactionAborted
 from engine.streams.current import current_event
 
 if TYPE_CHECKING:
@@ -36,19 +36,6 @@ if TYPE_CHECKING:
     from engine.transport.base import KeyedRecord, Producer, Transport
 
 log = logging.getLogger(__name__)
-
-
-class TransactionsFailed(EngineError):
-    """Some tasks' transactions did not commit (the others did); `failed` says which and why."""
-
-    def __init__(self, failed: dict[int, BaseException]) -> None:
-        super().__init__("transactions of tasks " + ", ".join(
-            f"{n} ({type(e).__name__}: {e})" for n, e in sorted(failed.items())) + " did not commit")
-        self.failed = failed
-
-    @property
-    def fenced(self) -> set[int]:
-        return {n for n, e in self.failed.items() if isinstance(e, ProducerFenced)}
 
 
 def task_transactional_id(app_id: str, number: int) -> str:

@@ -19,9 +19,9 @@ import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from engine.errors import ExportError
+from engine.errors import ExportError, LakeConflict
 from engine.export.columns import KEY, PARTITION
-from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
+from engine.export.lake import METADATA_KEY, LakeCommit, version_of
 from engine.export.optional import needs
 from engine.export.rewrite import FILE_BYTES, ROW_GROUP, Footer, Rewrite, write_files
 from engine.targets import DELTA, Target, is_uri

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
-from engine.errors import ExportError
+from engine.errors import ExportError, LakeConflict
 from engine.export.columns import KEY, PARTITION
-from engine.export.lake import METADATA_KEY, LakeCommit, LakeConflict, version_of
+from engine.export.lake import METADATA_KEY, LakeCommit, version_of
 from engine.export.optional import needs
 from engine.export.rewrite import Rewrite, write_files
 

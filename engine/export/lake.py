@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import ExportError
+from engine.errors import ChangelogGone, ExportError
 from engine.events import TP
 from engine.tables.keys import META_PREFIX
 from engine.tables.recovery import Progress, replay_to_end
@@ -231,15 +231,6 @@ class _ChangedKeys:
         self.keys.update(key for key in updates if not key.startswith(META_PREFIX))
         if changelog_offset is not None:
             self.after = changelog_offset
-
-
-
-class LakeConflict(ExportError):
-    """Another writer committed a version this one conflicts with; planning again on it resolves it."""
-
-
-class ChangelogGone(ExportError):
-    """The changelog no longer holds the records between two exports (deleted by retention)."""
 
 
 async def changed_keys(snapshot: TableSnapshot, base: Mapping[int, int | None],

@@ -17,20 +17,11 @@ import threading
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import ExportError
+from engine.errors import ChangelogGone, ExportError, LakeConflict
 from engine.export.columns import CHUNK, TableColumns, version_rows
 from engine.export.delta import DeltaTarget
 from engine.export.iceberg import IcebergTarget
-from engine.export.lake import (
-    ChangelogGone,
-    ExportPlan,
-    LakeCommit,
-    LakeConflict,
-    LakeExport,
-    changed_keys,
-    new_commit,
-    plan_export,
-)
+from engine.export.lake import ExportPlan, LakeCommit, LakeExport, changed_keys, new_commit, plan_export
 from engine.tables.keys import key_prefix, window_inner_key
 from engine.targets import DELTA
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.optional import MissingDependency
+from engine.errors import MissingDependency
 from engine.optional import needs as _needs
 
 if TYPE_CHECKING:

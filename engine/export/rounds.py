@@ -32,12 +32,11 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
-from engine.errors import ExportError
+from engine.errors import ExportError, LakeConflict
 from engine.export.columns import CHUNK, KEY, TableColumns
 from engine.export.delta import DeltaTarget
 from engine.export.lake import (
     LakeCommit,
-    LakeConflict,
     LakeExport,
     PartitionPosition,
     lake_position,

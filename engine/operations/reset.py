@@ -31,7 +31,7 @@ import shutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from engine.errors import EngineError
+from engine.errors import ResetRefused
 from engine.events import TP
 from engine.topology.plan import build_topology
 from engine.transport import transport_for
@@ -45,10 +45,6 @@ if TYPE_CHECKING:
     from engine.topology.plan import TopicPlan, Topology
 
 Kind = Literal["input", "intermediate", "internal"]
-
-
-class ResetRefused(EngineError):
-    """The app cannot be reset now (a worker of it is running)."""
 
 
 @dataclass(frozen=True)

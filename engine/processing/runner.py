@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from agents import ActorGroup, Fatal, Mailbox, RestartPolicy, Service
 from engine.agent import CORRELATION_ID, REPLY_TO, Agent
 from engine.codecs import dumps
-from engine.errors import EngineError, PartitionMigrated, TopologyError
+from engine.errors import AgentReturned, PartitionMigrated, TopologyError
 from engine.stacks import awaiting
 from engine.stats import Histogram
 from engine.streams.stream import Stream, UpstreamError, open_stream
@@ -48,10 +48,6 @@ GraceJoinFactory = Callable[[str, int, Topic, "TimedLookup", "Seconds", str], "R
 
 def _no_joins(agent: str, *_: Any) -> RecordJoin:
     raise TopologyError(f"agent {agent!r}: this worker does not run joins that keep records")
-
-
-class AgentReturned(EngineError):
-    """The agent function returned while its stream was still open."""
 
 
 def error_headers(tp: TP, record: RawRecord, error: BaseException, agent: str) -> list[tuple[str, bytes]]:

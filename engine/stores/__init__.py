@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.errors import ConfigError
-from engine.stores.base import PartitionStore, StoreBackend, StoreCorrupt, StoreError, StoreView
+from engine.errors import ConfigError, StoreCorrupt, StoreError
+from engine.stores.base import PartitionStore, StoreBackend, StoreView
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -9,20 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from engine.errors import EngineError
-
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
     from engine.events import TP
-
-
-class StoreError(EngineError):
-    """A store could not be opened or written."""
-
-
-class StoreCorrupt(StoreError):
-    """A store's files are unreadable; it must be destroyed and rebuilt from its changelog."""
 
 
 class StoreView(Protocol):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from engine.stores.base import StoreError
+from engine.errors import StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping

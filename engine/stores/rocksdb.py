@@ -34,8 +34,8 @@ from rocksdict import (
     WriteOptions,
 )
 
+from engine.errors import StoreCorrupt, StoreError
 from engine.events import TP
-from engine.stores.base import StoreCorrupt, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping

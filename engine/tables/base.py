@@ -21,7 +21,16 @@ from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from engine.errors import ConfigError, EngineError, PartitionMigrated, TopologyError
+from engine.errors import (
+    ConfigError,
+    EngineError,
+    KeyNotInPartition,
+    PartitionMigrated,
+    PartitionNotLocal,
+    PartitionNotReady,
+    TableError,
+    TopologyError,
+)
 from engine.partitioner import CACHED_KEYS, partition_for
 from engine.scope import PerWorker
 from engine.stores import store_scheme
@@ -40,25 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _source = current_source.get  # (the hottest reads take the current event without a call: __getitem__)
-
-
-class TableError(EngineError):
-    """A table operation that cannot be done here."""
-
-
-class KeyNotInPartition(TableError):
-    """A write to a key that belongs to another partition than the current event's."""
-
-
-class PartitionNotLocal(TableError):
-    """The key's partition is not active on this worker: another worker owns it (`table.query(key)` asks
-    that worker), or it is not ready here yet (PartitionNotReady)."""
-
-
-class PartitionNotReady(PartitionNotLocal):
-    """The key's partition is not ready on this worker yet: assigned here and still being restored from its
-    changelog, or nothing assigned yet (the worker is starting, or partitions are moving). A moment later
-    the same read succeeds: retry it."""
 
 
 # The worker's table query (engine.web.server.WebServer.query): (table, key, a versioned table's times).

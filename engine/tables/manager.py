@@ -22,9 +22,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from agents import Service
-from engine.errors import BrokerUnavailable, OffsetOutOfRange
+from engine.errors import BrokerUnavailable, OffsetOutOfRange, StoreCorrupt
 from engine.events import TP
-from engine.stores import PartitionStore, StoreBackend, StoreCorrupt, open_store_backend
+from engine.stores import PartitionStore, StoreBackend, open_store_backend
 from engine.tables.partition import TablePartition
 from engine.tables.recovery import Progress, apply_batch, replay_to_end, start_positions
 from engine.tables.state import StateManager, read_upto

@@ -12,8 +12,8 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import ConfigError
-from engine.tables.base import BaseTable, KeyNotInPartition, PartitionNotLocal, PartitionNotReady, TableError
+from engine.errors import ConfigError, KeyNotInPartition, PartitionNotLocal, PartitionNotReady, TableError
+from engine.tables.base import BaseTable
 from engine.tables.fk_joins import join_by_foreign_key
 from engine.tables.grace_joins import GraceBuffer
 from engine.tables.joins import How, join_tables

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 
-from engine.errors import EngineError
+from engine.errors import IllegalTaskTransition
 
 
 class TaskState(enum.Enum):
@@ -42,10 +42,6 @@ _NEXT = {
     TaskState.FAILED: frozenset({TaskState.CLOSED}),
     TaskState.CLOSED: frozenset(),
 }
-
-
-class IllegalTaskTransition(EngineError):
-    """A task was asked to go where its state machine does not lead (a bug in whoever asked)."""
 
 
 class Lifecycle:

@@ -36,8 +36,7 @@ from agents import Service, ServiceState
 from engine.activity import Activity
 from engine.clock import wall_time
 from engine.commit.checkpoint import Checkpointer
-from engine.commit.transactions import TransactionsFailed
-from engine.errors import BrokerUnavailable, EngineError, MembershipLost, ProducerFenced
+from engine.errors import BrokerUnavailable, EngineError, MembershipLost, ProducerFenced, TransactionsFailed
 from engine.events import TP, describe
 from engine.stats import Histogram
 from engine.streams.current import current_event

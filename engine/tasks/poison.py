@@ -30,7 +30,7 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING
 
-from engine.errors import EngineError
+from engine.errors import PoisonRecord
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -38,11 +38,6 @@ if TYPE_CHECKING:
     from engine.events import TP
 
 DEFAULT_LIMIT = 3
-
-
-class PoisonRecord(EngineError):
-    """A record during which its partition was lost too many times (it blocks the event loop, or outlasts
-    the group's session or the transaction timeout): dead-lettered so that its partition moves on."""
 
 
 class Cause(enum.Enum):

@@ -68,6 +68,7 @@ from engine.errors import (
     BrokerUnavailable,
     DeliveryFailed,
     MembershipLost,
+    NotAStreamsGroup,
     OffsetOutOfRange,
     ProducerFenced,
     RecordTooLarge,
@@ -84,7 +85,6 @@ from engine.transport.kafka_protocol import BROKER_DEFAULT, CreateTopicsRequest,
 from engine.transport.kafka_streams_describe import StreamsGroupDescribeRequest, described_groups
 from engine.transport.kafka_streams_member import (
     GROUP_ID_NOT_FOUND,
-    NotAStreamsGroup,
     StreamsMember,
     check_topology,
     streams_group_description,

@@ -34,7 +34,7 @@ from aiokafka.errors import IncompatibleBrokerVersion, KafkaError
 from aiokafka.protocol.commit import OffsetFetchRequest
 
 from engine.assignor import Assignment
-from engine.errors import EngineError, MembershipLost, TransportError
+from engine.errors import EngineError, MembershipLost, NotAStreamsGroup, StreamsUnsupported, TransportError
 from engine.events import TP
 from engine.transport import aiokafka_private as private
 from engine.transport.base import GroupDescription, GroupMember
@@ -86,14 +86,6 @@ _BLOCKING = {StatusCode.MISSING_SOURCE_TOPICS, StatusCode.INCORRECTLY_PARTITIONE
              StatusCode.MISSING_INTERNAL_TOPICS, StatusCode.STALE_TOPOLOGY, StatusCode.MISSING_CLIENT_TAGS}
 
 TaskSet = frozenset[int]  # partition numbers of subtopology "0"
-
-
-class NotAStreamsGroup(EngineError):
-    """The group id belongs to a live group of the classic protocol (its members still in it)."""
-
-
-class StreamsUnsupported(EngineError):
-    """The broker does not offer the streams rebalance protocol (StreamsGroupHeartbeat: Kafka 4.1 and on)."""
 
 
 def declared_topology(topology: GroupTopology) -> Topology:

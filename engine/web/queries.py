@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.codecs import decode_text
-from engine.errors import ConfigError, DecodeError, EncodeError
+from engine.errors import ConfigError, DecodeError, EncodeError, PartitionNotLocal
 from engine.operations.inspect import window_entries
 from engine.scope import running_as
-from engine.tables.base import PartitionNotLocal
 from engine.tables.partition import MISSING
 from engine.tables.versioned import VersionedTable, parse_time_ms
 

@@ -40,9 +40,8 @@ from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
 from agents import Service
 from engine.codecs import dumps, loads
-from engine.errors import ConfigError, EngineError
+from engine.errors import ConfigError, EngineError, TableError
 from engine.monitors.metrics import CONTENT_TYPE
-from engine.tables.base import TableError
 from engine.tables.versioned import Version
 from engine.web.queries import RETRY_AFTER, Answer, QueryError, key_text
 

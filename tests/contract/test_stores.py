@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from engine.errors import StoreCorrupt, StoreError
 from engine.events import TP
-from engine.stores import StoreBackend, StoreCorrupt, StoreError, open_store_backend
+from engine.stores import StoreBackend, open_store_backend
 from tests.tmpfs import mounted_tmpfs
 
 if TYPE_CHECKING:

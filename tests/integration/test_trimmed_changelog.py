@@ -18,7 +18,8 @@ from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 import engine
-from engine.export.lake import ChangelogGone, changed_keys
+from engine.errors import ChangelogGone
+from engine.export.lake import changed_keys
 from engine.stores import open_store_backend
 from engine.tables.keys import META_PREFIX
 from engine.transport import transport_for

@@ -14,8 +14,7 @@ import pytest
 import engine
 from engine.commit.checkpoint import Checkpointer, CheckpointState
 from engine.commit.guarantee import AtLeastOnce, ExactlyOnce, Guarantee
-from engine.commit.transactions import TransactionsFailed
-from engine.errors import DeliveryFailed, TransactionAborted
+from engine.errors import DeliveryFailed, TransactionAborted, TransactionsFailed
 from engine.events import TP
 from engine.stores import open_store_backend
 from engine.tables.keys import META_PREFIX

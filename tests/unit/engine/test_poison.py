@@ -8,9 +8,10 @@ import time
 
 import pytest
 
+from engine.errors import PoisonRecord
 from engine.events import TP
 from engine.monitors.loopwatch import LoopMonitor
-from engine.tasks.poison import Cause, PoisonRecord, PoisonRecords
+from engine.tasks.poison import Cause, PoisonRecords
 
 WORDS0 = TP("words", 0)
 WORDS1 = TP("words", 1)

@@ -12,8 +12,8 @@ import pytest
 
 import engine
 from engine import testing
+from engine.errors import ResetRefused
 from engine.events import TP
-from engine.operations.reset import ResetRefused
 from engine.tools import ResetTarget, execute_reset, plan_reset
 from engine.transport import open_transport
 

@@ -12,8 +12,8 @@ import pytest
 
 import engine
 from engine import testing
+from engine.errors import KeyNotInPartition
 from engine.events import TP
-from engine.tables.table import KeyNotInPartition
 
 
 def count_app(url: str, **settings) -> tuple[engine.App, engine.Topic, engine.Table]:
@@ -367,7 +367,7 @@ async def test_an_untyped_group_by_into_a_typed_table_is_warned_about_at_the_gro
 
 
 def test_a_read_before_the_partition_is_ready_says_to_retry_and_one_of_another_workers_says_whose() -> None:
-    from engine.tables.table import PartitionNotLocal, PartitionNotReady
+    from engine.errors import PartitionNotLocal, PartitionNotReady
 
     app = engine.App("not-ready", broker="memory://unused")
     table = app.Table("counts", default=int, key_type=str)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from engine.commit.cut import TaskCut
+from engine.errors import IllegalTaskTransition
 from engine.tasks.active import ActiveTask
-from engine.tasks.lifecycle import IllegalTaskTransition, TaskState
+from engine.tasks.lifecycle import TaskState
 
 
 def test_an_active_task_is_created_restored_run_and_closed() -> None:

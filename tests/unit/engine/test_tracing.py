@@ -18,8 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import engine
 from engine import testing
-from engine.errors import ConfigError
-from engine.optional import MissingDependency
+from engine.errors import ConfigError, MissingDependency
 from engine.settings_load import load_settings
 from engine.testing import TestDriver
 

@@ -10,8 +10,7 @@ import pytest
 
 from engine.commit.cut import TaskCut
 from engine.commit.guarantee import ExactlyOnce
-from engine.commit.transactions import TransactionsFailed
-from engine.errors import TransactionAborted
+from engine.errors import TransactionAborted, TransactionsFailed
 from engine.events import TP
 from engine.tasks.active import ActiveTask
 

@@ -17,11 +17,10 @@ import pytest
 
 import engine
 from engine import testing
-from engine.errors import ConfigError
+from engine.errors import ConfigError, PartitionNotReady
 from engine.events import TP
 from engine.scope import running_as
 from engine.streams.current import current_event
-from engine.tables.base import PartitionNotReady
 from engine.tables.keys import META_PREFIX, split_window_key
 from engine.tables.versioned import Version
 from engine.testing import TestDriver

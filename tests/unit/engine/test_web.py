@@ -18,8 +18,8 @@ import pytest
 
 import engine
 from engine import testing
+from engine.errors import PartitionNotLocal
 from engine.scope import running_as
-from engine.tables.base import PartitionNotLocal
 from engine.web import server as server_module
 from engine.web.queries import Forward
 from engine.web.server import FORWARDED, PORTS_TRIED
