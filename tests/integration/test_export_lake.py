@@ -15,6 +15,9 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra: pip install 'engine-streams[spark]'")
+
 from aiokafka import AIOKafkaProducer
 from deltalake import DeltaTable
 from pyspark.sql import functions as F  # Spark's own convention

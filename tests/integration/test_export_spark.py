@@ -11,6 +11,9 @@ import sys
 from collections import Counter
 
 import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra: pip install 'engine-streams[spark]'")
+
 from aiokafka import AIOKafkaProducer
 from pyspark.sql import functions as F  # Spark's own convention
 from pyspark.sql.types import LongType, StringType, TimestampType

@@ -234,7 +234,7 @@ async def committed_offsets(bootstrap: str, group: str, auth: dict) -> dict:
 async def test_every_cli_command_works_on_the_secured_broker_with_its_options(secured_kafka, tmp_path):
     """send (a file of records), topics, status, tables and table get (asking the worker), export from the
     changelog, and reset: each with the CLI's security options, the password only in the environment."""
-    import pyarrow.parquet as pq
+    pq = pytest.importorskip("pyarrow.parquet", reason="the spark extra: pip install 'engine-streams[spark]'")
 
     from engine.export.parquet import read_manifest
 

@@ -6,6 +6,8 @@ import pytest
 
 from cli.main import main
 
+SPARK_EXTRA = "the spark extra: pip install 'engine-streams[spark]'"
+
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
@@ -239,6 +241,7 @@ def test_export_progress_bar_draws_on_a_terminal():
 
 
 async def test_tables_and_table_get_on_a_windowed_table(capsys, tmp_path):
+    pytest.importorskip("pyarrow", reason=SPARK_EXTRA)  # (it exports)
     import orjson
 
     from engine import export, testing
@@ -292,6 +295,7 @@ def test_worker_processes_are_checked_in_one_line_before_any_starts(capsys, tmp_
 
 
 async def test_tables_table_get_and_export_on_global_and_source_tables(capsys, tmp_path):
+    pytest.importorskip("pyarrow", reason=SPARK_EXTRA)  # (it exports)
     import orjson
 
     from engine import export, testing
@@ -392,7 +396,7 @@ def test_a_reader_that_stops_early_is_no_error():
 
 
 async def test_export_to_delta_then_only_the_changes_and_its_status(capsys, tmp_path):
-    from deltalake import DeltaTable
+    DeltaTable = pytest.importorskip("deltalake", reason=SPARK_EXTRA).DeltaTable
 
     from engine import testing
     from examples import wordcount
@@ -438,6 +442,7 @@ async def test_export_to_delta_then_only_the_changes_and_its_status(capsys, tmp_
 
 
 def test_export_arguments_that_do_not_go_together(capsys, tmp_path):
+    pytest.importorskip("pyarrow", reason=SPARK_EXTRA)  # (it exports)
     app = ["-A", "examples.wordcount:app"]
     assert run(capsys, "export", *app, "word-counts")[2].strip() == \
         "engine: export needs --to TARGET (a directory, delta:PATH or iceberg:NAMESPACE.TABLE), or " \

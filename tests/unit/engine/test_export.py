@@ -10,9 +10,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+import pytest
+
+pytest.importorskip("pyarrow", reason="the spark extra: pip install 'engine-streams[spark]'")
+
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 import engine
 from engine import export, testing

@@ -15,9 +15,12 @@ import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
+pytest.importorskip("deltalake", reason="the spark extra: pip install 'engine-streams[spark]'")
+
 import polars as pl
 import pyarrow.parquet as pq
-import pytest
 from deltalake import DeltaTable
 
 import engine

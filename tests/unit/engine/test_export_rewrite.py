@@ -8,9 +8,12 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
+pytest.importorskip("pyarrow", reason="the spark extra: pip install 'engine-streams[spark]'")
+
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from engine.export import rewrite
 from engine.export.rewrite import Rewrite, may_hold, write_files

@@ -9,6 +9,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
+pytest.importorskip("deltalake", reason="the spark extra: pip install 'engine-streams[spark]'")
+
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
