@@ -8,7 +8,7 @@ from engine.transport.kafka_group_configs import (
     IncrementalAlterConfigsResponse_v1,
     alter_errors,
 )
-from tests.contract.test_streams_group_codec import encoded, engine_decodes
+from tests.contract.codec_helpers import encoded, engine_decodes
 from tests.kafka.codec import kafka_decodes, kafka_encodes
 
 

@@ -4,9 +4,6 @@ decoded by engine from Kafka's bytes, compared with the values the test chose.""
 
 from __future__ import annotations
 
-from io import BytesIO
-from typing import Any
-
 from engine.transport.kafka_protocol import (
     MemberOffsetCommitRequest,
     OffsetCommitResponse_v9,
@@ -36,22 +33,10 @@ from engine.transport.kafka_streams_group import (
     Topology,
     heartbeat_answer,
 )
+from tests.contract.codec_helpers import OFFSETS, OFFSETS_AS_KAFKA_READS_THEM, encoded, engine_decodes
 from tests.kafka.codec import kafka_decodes, kafka_encodes
 
 CHANGELOG_CONFIG = {"cleanup.policy": "compact", "min.insync.replicas": "2"}
-
-
-def encoded(request: Any) -> bytes:
-    """The body of the newest version of `request` engine builds (what follows the request header)."""
-    struct = request.build(request._CLASSES[-1])
-    return bytes(struct.encode())
-
-
-def engine_decodes(response_class: Any, body: bytes) -> Any:
-    data = BytesIO(body)
-    decoded = response_class.decode(data)
-    assert data.read() == b"", "bytes left after the response"
-    return decoded
 
 
 def test_a_joining_heartbeat_with_every_field_set_reads_in_kafka_as_it_was_meant():
@@ -193,19 +178,6 @@ def test_a_describe_request_and_answer_match_kafkas():
             "sticky"),
         DescribedGroup(69, "Group b is not a streams group.", "b", "", 0, 0, None, None, (), None),
     ]
-
-
-# Offsets committed as a member, {("b", 0): 5, ("a", 2): 2**33, ("a", 1): 0}, as Kafka's own classes decode
-# them from OffsetCommit v9 and TxnOffsetCommit v4 (one schema): by topic and partition, in order.
-OFFSETS = {("b", 0): 5, ("a", 2): 2**33, ("a", 1): 0}
-OFFSETS_AS_KAFKA_READS_THEM = [
-    {"name": "a", "partitions": [
-        {"partitionIndex": 1, "committedOffset": 0, "committedLeaderEpoch": -1, "committedMetadata": ""},
-        {"partitionIndex": 2, "committedOffset": 2**33, "committedLeaderEpoch": -1,
-         "committedMetadata": ""}]},
-    {"name": "b", "partitions": [
-        {"partitionIndex": 0, "committedOffset": 5, "committedLeaderEpoch": -1, "committedMetadata": ""}]},
-]
 
 
 def test_a_members_offset_commit_matches_kafkas():

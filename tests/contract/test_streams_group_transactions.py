@@ -21,7 +21,7 @@ from engine.transport.aiokafka_private import network_client
 from engine.transport.kafka_group_configs import group_configs, set_group_configs
 from engine.transport.kafka_streams_describe import StreamsGroupDescribeRequest, described_groups
 from engine.transport.kafka_txn_offsets import send_offsets_as_member
-from tests.contract.test_streams_group import (
+from tests.contract.streams_group_helpers import (
     PARTITIONS,
     TIMEOUT,
     Member,

@@ -13,12 +13,7 @@ from engine.transport.kafka_txn_offsets import (
     TxnOffsetCommitResponse_v4,
     refusal,
 )
-from tests.contract.test_streams_group_codec import (
-    OFFSETS,
-    OFFSETS_AS_KAFKA_READS_THEM,
-    encoded,
-    engine_decodes,
-)
+from tests.contract.codec_helpers import OFFSETS, OFFSETS_AS_KAFKA_READS_THEM, encoded, engine_decodes
 from tests.kafka.codec import kafka_decodes, kafka_encodes
 
 

@@ -11,9 +11,9 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 from tests.integration.helpers import WorkerProcess, consume_until, create_topics, produce, read_all, unique
+from tests.integration.rebalance_checks import check
 from tests.integration.rebalance_run import paced_produce, wait_until_complete, words
-from tests.integration.test_rebalances import check
-from tests.integration.test_workers_on_kafka import numbers_of
+from tests.integration.worker_checks import numbers_of
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
 

@@ -27,6 +27,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from tests.integration.differential import (
+    PARTITIONS,
+    engine_results,
+    join_input,
+    reference_results,
+    seeded_input,
+    stop_all,
+)
 from tests.integration.helpers import (
     SHORT_SESSION,
     WorkerProcess,
@@ -37,20 +45,7 @@ from tests.integration.helpers import (
     until_done,
     worker_status,
 )
-from tests.integration.test_against_kafka_streams import (
-    PARTITIONS,
-    engine_results,
-    join_input,
-    reference_results,
-    seeded_input,
-    stop_all,
-)
-from tests.integration.test_source_table_joins_against_kafka_streams import (
-    expected_joins,
-    final_rows,
-    settled,
-    table_updates,
-)
+from tests.integration.table_join_differential import expected_joins, final_rows, settled, table_updates
 from tests.kafka.reference import StreamsReference
 
 if TYPE_CHECKING:

@@ -25,8 +25,8 @@ from tests.integration.helpers import (
     unique,
     until_done,
 )
+from tests.integration.rebalance_checks import check
 from tests.integration.rebalance_run import outputs, paced_produce, truth_of, wait_until_complete, words
-from tests.integration.test_rebalances import check
 from tests.kafka.broker import KafkaCluster
 
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ from tests.integration.helpers import (
     read_all,
     unique,
 )
+from tests.integration.rebalance_checks import check
 from tests.integration.rebalance_run import COMMITTED, paced_produce, wait_until_complete, words
-from tests.integration.test_rebalances import check
 from tests.tmpfs import mounted_tmpfs
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ import re
 import pytest
 
 from tests.integration.helpers import SHORT_SESSION, WorkerProcess, create_topics, placed_over, unique
+from tests.integration.rebalance_checks import check
 from tests.integration.rebalance_run import paced_produce, wait_until_complete, words
-from tests.integration.test_rebalances import check
 
 pytestmark = pytest.mark.kafka
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections import Counter
 from typing import Any
 
 import pytest
@@ -25,30 +24,14 @@ from tests.integration.helpers import (
     until_done,
     worker_status,
 )
+from tests.integration.rebalance_checks import check
 from tests.integration.rebalance_run import (
     paced_produce,
-    truth_of,
     wait_until_complete,
     words,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.both_protocols]
-
-
-def check(events, counts: dict[str, int], closes: list[tuple[str, int, int]], *, exact: bool) -> None:
-    """Exactly-once: every count and every window exact, each window closed once. At-least-once: nothing
-    below the truth, no window missing."""
-    truth_counts, truth_windows = truth_of(events)
-    windows = Counter((key, start) for key, start, _ in closes)
-    values = {(key, start): value for key, start, value in closes}
-    assert set(truth_windows) - set(values) == set(), "windows never closed"
-    if exact:
-        assert {k: n for k, n in counts.items() if counts[k] != truth_counts.get(k)} == {}
-        assert [w for w, n in windows.items() if n > 1] == [], "windows closed more than once"
-        assert {w: values[w] for w in truth_windows if values[w] != truth_windows[w]} == {}
-    else:
-        assert [k for k, n in truth_counts.items() if counts.get(k, 0) < n] == []
-        assert [w for w, n in truth_windows.items() if values[w] < n] == []
 
 
 async def owns_every_partition(worker: WorkerProcess, partitions: int = 4) -> None:

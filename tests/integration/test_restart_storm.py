@@ -34,8 +34,8 @@ from tests.integration.helpers import (
     read_all,
     unique,
 )
+from tests.integration.rebalance_checks import check
 from tests.integration.rebalance_run import Events, paced_produce, wait_until_complete, words
-from tests.integration.test_rebalances import check
 from tests.kafka.broker import KafkaCluster
 
 if TYPE_CHECKING:

@@ -20,6 +20,7 @@ from tests.integration.helpers import (
     unique,
     until_done,
 )
+from tests.integration.rebalance_checks import check
 from tests.integration.rebalance_run import (
     START,
     Events,
@@ -28,7 +29,6 @@ from tests.integration.rebalance_run import (
     wait_until_complete,
     words,
 )
-from tests.integration.test_rebalances import check
 
 pytestmark = [pytest.mark.kafka, pytest.mark.both_protocols]
 

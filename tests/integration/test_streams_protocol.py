@@ -17,8 +17,8 @@ from datetime import datetime
 import pytest
 
 from tests.integration.helpers import WorkerProcess, create_topics, unique, until_done, worker_status
+from tests.integration.rebalance_checks import check
 from tests.integration.rebalance_run import outputs, paced_produce, wait_until_complete, words
-from tests.integration.test_rebalances import check
 from tests.kafka.broker import resolve_jars
 
 pytestmark = pytest.mark.kafka

@@ -27,6 +27,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from engine.partitioner import partition_for
+from tests.integration.differential import stop_all
 from tests.integration.helpers import (
     SHORT_SESSION,
     WorkerProcess,
@@ -39,7 +40,6 @@ from tests.integration.helpers import (
     unique,
     web_address,
 )
-from tests.integration.test_against_kafka_streams import stop_all
 from tests.kafka.reference import StreamsReference
 
 if TYPE_CHECKING:

@@ -17,12 +17,9 @@ from tests.integration.helpers import (
     read_all,
     unique,
 )
+from tests.integration.worker_checks import numbers_of
 
 pytestmark = pytest.mark.kafka
-
-
-def numbers_of(records) -> set[int]:
-    return {orjson.loads(r.value)["n"] for r in records}
 
 
 def start_worker(kafka, app_id, tmp_path, name, delay=0.0):

@@ -15,7 +15,7 @@ import engine
 from engine.errors import WorkerFailed
 from engine.testing import DeadLetter, NeverIdle, Record, TestDriver
 from engine.windows import WindowRange
-from tests.unit.engine.test_table_joins import make_app as table_join_app
+from tests.unit.engine.table_join_helpers import make_app as table_join_app
 
 T0 = 1_767_225_600  # the driver's default start, 2026-01-01T00:00:00Z
 HOUR = 3600

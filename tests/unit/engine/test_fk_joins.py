@@ -10,7 +10,7 @@ from typing import Any
 
 import engine
 from engine.testing import TestDriver
-from tests.unit.engine.test_table_joins import keep_rows
+from tests.unit.engine.table_join_helpers import keep_rows
 
 
 def fk_app() -> tuple[engine.App, Any, Any, Any, Any]:

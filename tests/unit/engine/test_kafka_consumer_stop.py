@@ -6,11 +6,15 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+from typing import TYPE_CHECKING
 
 import pytest
 
 from engine.transport import kafka
-from engine.transport.kafka import KafkaConsumer
+from tests.unit.engine.consumer_helpers import consumer_over
+
+if TYPE_CHECKING:
+    from engine.transport.kafka import KafkaConsumer
 
 
 class NeverLeaves:
@@ -22,14 +26,6 @@ class NeverLeaves:
     async def stop(self) -> None:
         self.stopping = True
         await asyncio.Event().wait()
-
-
-def consumer_over(client: object) -> KafkaConsumer:
-    """engine's consumer over a fake aiokafka client (the real one is never built), of a classic group."""
-    consumer = KafkaConsumer.__new__(KafkaConsumer)
-    consumer._client = client
-    consumer._member = None
-    return consumer
 
 
 async def stop_cancelled(consumer: KafkaConsumer) -> asyncio.Future[None]:

@@ -8,7 +8,7 @@ import asyncio
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from tests.unit.engine.test_kafka_consumer_stop import consumer_over
+from tests.unit.engine.consumer_helpers import consumer_over
 
 
 async def test_a_fetch_with_every_partition_held_back_counts_as_fetching_while_it_waits() -> None:

@@ -16,7 +16,7 @@ import engine
 from engine import testing
 from engine.errors import TopologyError
 from engine.testing import TestDriver
-from tests.unit.engine.test_table_joins import expected, keep_rows
+from tests.unit.engine.table_join_helpers import expected, keep_rows
 
 COMPACTED = {"cleanup.policy": "compact"}
 

@@ -13,39 +13,7 @@ import engine
 from engine import testing
 from engine.errors import ConfigError
 from engine.testing import TestDriver
-
-
-def keep_rows(table: Any) -> Any:
-    """An agent keeping `table` as its topic says: a value sets the key's row, {"delete": true} deletes it."""
-
-    async def keep(stream: Any) -> None:
-        async for key, value in stream.items():
-            if value.get("delete"):
-                del table[key]
-            else:
-                table[key] = value
-
-    return keep
-
-
-def make_app() -> tuple[engine.App, Any, Any, dict[str, Any]]:
-    app = engine.App("tjoin", broker=testing.memory_url(), store="memory://", commit_interval=0.05)
-    orders_in = app.topic("orders-in", key_type=str, value_type=dict)
-    customers_in = app.topic("customers-in", key_type=str, value_type=dict)
-    orders = app.Table("orders", key_type=str, value_type=dict)
-    customers = app.Table("customers", key_type=str, value_type=dict)
-
-    app.agent(orders_in, name="take_orders")(keep_rows(orders))
-    app.agent(customers_in, name="take_customers")(keep_rows(customers))
-    joins = {"inner": orders.join(customers), "left": orders.left_join(customers),
-             "outer": orders.outer_join(customers, name="both")}
-    return app, orders_in, customers_in, joins
-
-
-def expected(left: dict[str, Any], right: dict[str, Any], how: str) -> dict[str, tuple[Any, Any]]:
-    keys = {"inner": left.keys() & right.keys(), "left": left.keys(),
-            "outer": left.keys() | right.keys()}[how]
-    return {k: (left.get(k), right.get(k)) for k in keys}
+from tests.unit.engine.table_join_helpers import expected, make_app
 
 
 async def test_joins_follow_both_sides_and_retract_deleted_rows():

@@ -17,14 +17,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from engine import export, testing
-from tests.unit.engine.test_versioned_tables import (
-    HISTORY,
-    Model,
-    S,
-    random_updates,
-    source_app,
-    versioned_app,
-)
+from tests.unit.engine.versioned_helpers import HISTORY, Model, S, random_updates, source_app, versioned_app
 
 if TYPE_CHECKING:
     from pathlib import Path
