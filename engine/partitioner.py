@@ -4,7 +4,7 @@ The memory transport uses this so that a key lands in the same partition on memo
 tables can check that a key belongs to the partition of the event that writes it. Engine's Kafka producer
 picks the partition of a keyed record itself (as Kafka Streams' own partitioner does) through `KeyHashes`,
 instead of aiokafka's default partitioner, which runs this pure-Python murmur2 and rebuilds the topic's
-partition sets for every record: a noticeable share of the passthrough benchmark's per-event time (py-spy).
+partition sets for every record (its cost per event: benchmarks/README.md).
 """
 
 from __future__ import annotations

@@ -17,9 +17,8 @@ If step 2 fails the cut is ABORTED: its buffers go back under newer writes (noth
 them), to be sent by the next checkpoint.
 
 Single flight, by construction: every checkpoint (the commit interval, a revoke, the final one on stop, a
-lost partition's clean-up) runs under one lock, so two can never interleave (two interleaved transactions
-were "Invalid state transition READY -> COMMITTING_TRANSACTION"; two interleaved flushes overwrote a
-partition's flushing buffer).
+lost partition's clean-up) runs under one lock, so two never interleave: a producer has one transaction in
+flight, and a partition one flushing buffer.
 
 Exactly-once needs agents between events when the cut is taken: the checkpoint closes the quiesce gate
 (engine.streams.quiesce) and waits, bounded, for the agents inside an event. Past the bound it goes on without

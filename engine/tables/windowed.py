@@ -421,14 +421,13 @@ class WindowedTable(EventTimeTable):
         an error leaves there is the one it failed on): a fused pipeline folds a run of a fetched batch in
         one call (engine.fused), the agent path one event.
 
-        The per-event path of a table of fixed windows (tumbling, hopping), so it avoids what cost most in
-        `benchmarks.windowed` and `benchmarks.stateful_json --pipeline tumbling` (py-spy): what every event
-        of the run reads (the partition's state, the buffer, the table's settings) is read once per run;
-        the key is encoded (cached) only to read the store, not once per window; a window's store key is
-        built only to read the store; the store is read only for a window the live index says it has, so
-        a new window costs no RocksDB read; and a tumbling window's one start is computed here, as
-        `TumblingWindow.open_starts_ms` does, without the call and its list (what that saved:
-        benchmarks/README.md)."""
+        The per-event path of a table of fixed windows (tumbling, hopping), so it holds to these: what every
+        event of the run reads (the partition's state, the buffer, the table's settings) is read once per
+        run; the key is encoded (cached) only to read the store, not once per window; a window's store key
+        is built only to read the store; the store is read only for a window the live index says it has,
+        so a new window costs no RocksDB read; and a tumbling window's one start is computed here, as
+        `TumblingWindow.open_starts_ms` does, without the call and its list (the figures:
+        benchmarks/README.md, `benchmarks.windowed`)."""
         table = self.table
         locations = table._locations
         state = part.windows or self._state(part)

@@ -128,8 +128,7 @@ class TaskManager(Service):
         # tasks while others are still being set up).
         self._recoveries: dict[asyncio.Task[None], set[TP]] = {}
         # One change of ownership at a time: the group's callbacks (assigned, revoked, lost) and the rewind
-        # of tasks whose commit failed. A rewind that ran while a revoke of the same partitions was under
-        # way set them up again in its middle, and the partitions stalled.
+        # of tasks whose commit failed, so that a rewind never sets up partitions a revoke is taking away.
         self._ownership = asyncio.Lock()
         # For /metrics: assignments heard, and how long each change of ownership kept moving partitions
         # from being processed (from the revoke, or the assignment, to their tables being ready).

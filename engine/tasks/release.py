@@ -62,7 +62,7 @@ class ReleaseState(enum.Enum):
 
     IDLE = "idle"
     RELEASING = "releasing"
-    WAITING = "waiting for the events before a table run, or before a run for another agent of a table"
+    WAITING = "waiting"
 
 
 class Handover(Protocol):

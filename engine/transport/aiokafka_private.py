@@ -14,8 +14,8 @@ tests/contract/test_aiokafka_private.py, which names the use that broke when a r
   error code, but a coordinator that is
   loading the group's offsets (a broker restarted), or is not its coordinator any more, answers OffsetFetch
   v2+ with one error for the whole response and no partitions, which aiokafka returns as "nothing committed":
-  a task set up then started from `auto_offset_reset`, its records processed a second time over tables that
-  held them already (the restart storm's exactly-once counts over the truth).
+  a task set up on that answer would start from `auto_offset_reset` and process its records a second time
+  over tables that hold them already. Engine reads the top-level error and asks again.
 - The message accumulator, the request timeout, the maximum request size and the transaction state of a
   producer: the hot path puts a record for a known partition straight into the accumulator, skipping what
   `AIOKafkaProducer.send` checks when engine knows it holds (metadata read twice, size estimate, logging, two

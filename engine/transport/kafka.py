@@ -109,9 +109,9 @@ TOPIC_ALREADY_EXISTS = 36
 CREATE_TIMEOUT_MS = 30_000
 
 
-# How long a consumer's stop may take. Its stop leaves the group, which asks the group's coordinator; after
-# the brokers restarted, aiokafka's stop was seen waiting on it for over a minute (a worker that did not stop
-# on SIGTERM). Leaving only spares the group the session timeout: past this, the worker stops without it.
+# How long a consumer's stop may take. Its stop leaves the group, which asks the group's coordinator, and
+# aiokafka waits for an answer without a bound (a coordinator that restarted may take minutes). Leaving only
+# spares the group the session timeout: past this, the worker stops without it, so that SIGTERM stops it.
 CONSUMER_STOP_TIMEOUT = 10.0
 
 
