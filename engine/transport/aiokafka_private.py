@@ -304,14 +304,18 @@ class _MetadataRequest(MetadataRequest):  # type: ignore[misc]  # aiokafka's pro
         super().__init__(topics, allow_auto_topic_creation=allow_auto_topic_creation)
 
 
-# aiokafka's client builds its metadata requests with the name `MetadataRequest` of its module: the class
-# above stands there, and behaves as aiokafka's for every client that `refuse_auto_create` was not given.
-aiokafka.client.MetadataRequest = _MetadataRequest
+def _stand_in_for_metadata_request() -> None:
+    """aiokafka's client builds its metadata requests with the name `MetadataRequest` of its module: put the
+    class above there, once, when engine makes its first client (importing engine changes nothing of
+    aiokafka). It behaves as aiokafka's own for every client that `refuse_auto_create` was not given."""
+    if aiokafka.client.MetadataRequest is not _MetadataRequest:
+        aiokafka.client.MetadataRequest = _MetadataRequest
 
 
 def refuse_auto_create(client: Any) -> None:
     """Make every metadata request of `client` (an AIOKafkaClient: a producer's `client`, a consumer's or an
     admin's `_client`) say no to auto-creation: its metadata update runs with the flag set."""
+    _stand_in_for_metadata_request()
     update = client._metadata_update
 
     async def metadata_update(cluster_metadata: Any, topics: Any) -> Any:

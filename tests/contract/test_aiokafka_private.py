@@ -10,6 +10,8 @@ import collections
 import gc
 import inspect
 import struct
+import subprocess
+import sys
 import uuid
 import weakref
 from typing import Any
@@ -274,6 +276,7 @@ def test_metadata_requests_are_built_where_engine_says_no_to_auto_creation():
     has_method(AIOKafkaClient, "_metadata_update", "cluster_metadata", "topics", coroutine=True)
     source = inspect.getsource(AIOKafkaClient._metadata_update)
     assert "MetadataRequest(" in source, f"{CHANGED}how AIOKafkaClient builds its metadata requests"
+    private.refuse_auto_create(type("Client", (), {"_metadata_update": None})())  # (an engine client made)
     assert aiokafka.client.MetadataRequest is private._MetadataRequest, "engine's request stands there"
     built = aiokafka.client.MetadataRequest(["t"])
     assert built._allow_auto_topic_creation is None, "outside an engine client: aiokafka's own default"
@@ -590,3 +593,10 @@ class Aborted:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.producer.abort_transaction()
+
+
+def test_importing_engine_leaves_aiokafka_as_it_is() -> None:
+    """Engine's metadata request stands in aiokafka's module only once engine makes a client."""
+    code = ("import aiokafka.client; original = aiokafka.client.MetadataRequest; import engine, "
+            "engine.transport.kafka; assert aiokafka.client.MetadataRequest is original")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
