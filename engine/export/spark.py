@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.export import pyspark_private
 from engine.export.optional import needs
 from engine.export.parquet import read_manifest
 
@@ -93,16 +94,10 @@ def local_session(name: str = "engine", cores: int = 2, options: Mapping[str, st
 def stop_session(session: Any) -> None:
     """Stop the session and the JVM pyspark started for it (`stop()` alone leaves the JVM running until
     Python exits)."""
-    context = session.sparkContext
-    gateway = getattr(context, "_gateway", None)
-    process = getattr(gateway, "proc", None)
+    gateway, process = pyspark_private.launched_jvm(session.sparkContext)
     session.stop()
-    with needs("pyspark", "Spark export"):
-        import pyspark as sql
     if gateway is not None:
-        gateway.shutdown()
-        sql.SparkContext._gateway = None
-        sql.SparkContext._jvm = None
+        pyspark_private.forget_gateway(gateway)
     if process is not None:
         process.terminate()
         process.wait(timeout=30)
