@@ -15,23 +15,9 @@ from engine.fetch.conductor import FETCH_UNANSWERED, Conductor
 from engine.tasks.active import ActiveTask
 from engine.tasks.leases import Leases
 from engine.tasks.pauses import Pauses
+from tests.unit.engine.fake_consumer import FakeConsumer
 
 SLOW, OTHER = TP("in", 0), TP("in", 1)
-
-
-class FakeConsumer:
-    def __init__(self) -> None:
-        self.paused: set[TP] = set()
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    def pause(self, tps: Any) -> None:
-        self.paused |= set(tps)
-
-    def resume(self, tps: Any) -> None:
-        self.paused -= set(tps)
 
 
 class Record:

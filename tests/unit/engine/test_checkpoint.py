@@ -22,6 +22,7 @@ from engine.tables.state import StateManager
 from engine.tasks.active import ActiveTask
 from engine.tasks.leases import Leases
 from engine.tasks.lifecycle import TaskState
+from tests.unit.engine.fake_consumer import FakeConsumer
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -86,17 +87,6 @@ class FakeTransport:
         producer = FakeProducer(transactional_id or "plain", self.log, self.failures)
         producer.transactional = transactional_id is not None and self.transactional
         return producer
-
-
-class FakeConsumer:
-    def __init__(self, log: list[tuple[Any, ...]]) -> None:
-        self.log = log
-
-    async def confirm_membership(self) -> None:
-        self.log.append(("confirm",))
-
-    async def commit(self, offsets: Any) -> None:
-        self.log.append(("offsets", dict(offsets)))
 
 
 class Event:

@@ -18,6 +18,7 @@ from engine.tasks.inputs import InputPlan, TaskInputs
 from engine.tasks.leases import Leases
 from engine.tasks.pauses import Pauses
 from engine.tasks.release import ORDERING, ORDERING_BUFFERS, Ordering, ReleaseState
+from tests.unit.engine.fake_consumer import FakeConsumer
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Coroutine, Mapping, Sequence
@@ -37,19 +38,6 @@ class Record:
 
 def records(*timestamps: int) -> list[Any]:
     return [Record(offset, at) for offset, at in enumerate(timestamps)]
-
-
-class FakeConsumer:
-    """What Pauses drives: which partitions are held back (their fetched records kept)."""
-
-    def __init__(self) -> None:
-        self.held: set[TP] = set()
-
-    def hold_back(self, tps: Collection[TP]) -> None:
-        self.held |= set(tps)
-
-    def let_through(self, tps: Collection[TP]) -> None:
-        self.held -= set(tps)
 
 
 @dataclass

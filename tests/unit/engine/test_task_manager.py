@@ -13,13 +13,14 @@ import pytest
 from engine.app import App
 from engine.commit.cut import TaskCut
 from engine.commit.guarantee import AtLeastOnce, ExactlyOnce
-from engine.errors import BrokerUnavailable, DeliveryFailed, MembershipLost, ProducerFenced
+from engine.errors import BrokerUnavailable, DeliveryFailed, ProducerFenced
 from engine.events import TP
 from engine.stores.memory import MemoryStoreBackend
 from engine.tasks.leases import Leases
 from engine.tasks.manager import RECOVERING, TaskManager
 from engine.tasks.pauses import Pauses
 from engine.tasks.poison import PoisonRecords
+from tests.unit.engine.fake_consumer import FakeConsumer
 
 if TYPE_CHECKING:
     from engine.tasks.active import ActiveTask
@@ -52,39 +53,6 @@ class FakeTransport:
 
     def producer(self, transactional_id: str | None) -> FakeProducer:
         return FakeProducer(transactional_id or "plain", self.log)
-
-
-class FakeConsumer:
-    def __init__(self, log: list[tuple[Any, ...]]) -> None:
-        self.log = log
-        self.paused: set[TP] = set()
-        self.member = True
-
-    def pause(self, tps: Any) -> None:
-        self.paused |= set(tps)
-
-    def resume(self, tps: Any) -> None:
-        self.paused -= set(tps)
-
-    async def committed(self, tps: Any) -> dict[TP, int | None]:
-        self.log.append(("read committed", sorted(tps)))
-        return dict.fromkeys(tps, 7)
-
-    async def offsets(self, tps: Any) -> dict[TP, tuple[int, int]]:
-        return dict.fromkeys(tps, (0, 100))
-
-    def seek(self, tp: TP, offset: int) -> None:
-        self.log.append(("seek", tp, offset))
-
-    async def confirm_membership(self) -> None:
-        if not self.member:
-            raise MembershipLost("the group moved on")
-
-    def request_rebalance(self) -> None:
-        self.log.append(("rebalance",))
-
-    async def commit(self, offsets: Any) -> None:
-        self.log.append(("offsets", dict(offsets)))
 
 
 class FakeTables:
