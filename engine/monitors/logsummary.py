@@ -75,7 +75,7 @@ def _retried(record: logging.LogRecord) -> bool:
 def summarise_repeats(interval: float = INTERVAL) -> None:
     """Put one summary on each of aiokafka's loggers (any time: the handlers need not be configured yet).
     A logger that has one keeps it, so a second call changes nothing."""
-    from engine.transport.kafka import client_loggers  # aiokafka imported: its loggers exist
+    from engine.transport.kafka_connect import client_loggers  # aiokafka imported: its loggers exist
 
     summary = RepeatSummary(interval)
     for logger in client_loggers():

@@ -154,7 +154,7 @@ async def test_a_send_many_cancelled_while_it_waits_for_room_has_enqueued_none_o
     import asyncio
 
     from engine.partitioner import partition_for
-    from engine.transport.kafka import KafkaProducer
+    from engine.transport.kafka_producer import KafkaProducer
 
     topic = unique("all-or-none")
     await create_topics(kafka.bootstrap, [topic], partitions=2)

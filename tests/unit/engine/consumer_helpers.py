@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.transport.kafka import KafkaConsumer
+from engine.transport.kafka_consumer import KafkaConsumer
 
 
 def consumer_over(client: object) -> KafkaConsumer:

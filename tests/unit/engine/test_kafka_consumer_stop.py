@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from engine.transport import kafka
+from engine.transport import kafka_consumer
 from tests.unit.engine.consumer_helpers import consumer_over
 
 if TYPE_CHECKING:
-    from engine.transport.kafka import KafkaConsumer
+    from engine.transport.kafka_consumer import KafkaConsumer
 
 
 class NeverLeaves:
@@ -37,10 +37,10 @@ async def stop_cancelled(consumer: KafkaConsumer) -> asyncio.Future[None]:
 
 
 async def test_a_consumer_whose_stop_hangs_is_given_up_with_a_warning(monkeypatch, caplog):
-    monkeypatch.setattr(kafka, "CONSUMER_STOP_TIMEOUT", 0.05)
+    monkeypatch.setattr(kafka_consumer, "CONSUMER_STOP_TIMEOUT", 0.05)
     fake = NeverLeaves()
     consumer = consumer_over(fake)
-    with caplog.at_level(logging.WARNING, logger="engine.transport.kafka"):
+    with caplog.at_level(logging.WARNING, logger="engine.transport"):
         await asyncio.wait_for(consumer.stop(), 5)
     assert fake.stopping
     assert "did not stop within" in caplog.text

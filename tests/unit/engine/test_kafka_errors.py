@@ -19,8 +19,8 @@ from aiokafka.errors import (
 
 from engine.errors import BrokerUnavailable, TransportError
 from engine.events import TP
-from engine.transport import kafka as kafka_transport
-from engine.transport.kafka import KafkaConsumer
+from engine.transport import kafka_connect
+from engine.transport.kafka_consumer import KafkaConsumer
 from engine.transport.kafka_errors import read_failed, retriable
 
 
@@ -135,8 +135,8 @@ class StartFails:
 async def test_a_client_start_that_meets_a_broker_going_is_broker_unavailable_and_stops_it() -> None:
     going = StartFails(wrapped(KafkaConnectionError("Connection at 127.0.0.1:9 closed")))
     with pytest.raises(BrokerUnavailable, match=r"cannot start a Kafka client of '127\.0\.0\.1:9'"):
-        await kafka_transport._start(going, "127.0.0.1:9", {})
+        await kafka_connect.start_client(going, "127.0.0.1:9", {})
     assert going.stopped
     failed = StartFails(KafkaError("a plain failure"))
     with pytest.raises(KafkaError, match="a plain failure"):
-        await kafka_transport._start(failed, "127.0.0.1:9", {})
+        await kafka_connect.start_client(failed, "127.0.0.1:9", {})

@@ -9,7 +9,7 @@ import pytest
 
 from engine.errors import DeliveryFailed, MembershipLost
 from engine.events import TP
-from engine.transport.kafka import KafkaProducer
+from engine.transport.kafka_producer import KafkaProducer
 
 
 class SlowAcks:

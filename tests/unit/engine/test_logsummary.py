@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from engine.monitors.logsummary import RepeatSummary, summarise_repeats
-from engine.transport.kafka import client_loggers
+from engine.transport.kafka_connect import client_loggers
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -12,7 +12,7 @@ import pytest
 
 from engine.errors import ConfigError
 from engine.settings_load import load_settings
-from engine.transport.kafka import client_options
+from engine.transport.kafka_connect import client_options
 
 if TYPE_CHECKING:
     from engine.settings import Settings

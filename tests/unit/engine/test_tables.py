@@ -291,11 +291,11 @@ async def test_stores_of_partitions_that_moved_away_are_deleted_after_the_cleanu
         async with testing.running(second):
             # Moved away: closed, kept for a while (the same once the group has settled).
             await testing.eventually(lambda: len(counts_a.active) == 2 and len(counts_b.active) == 2 and {
-                tp.partition for tp in worker_a.tables.on_disk} == {0, 1, 2, 3} - set(counts_a.active), 10)
+                tp.partition for tp in worker_a.tables.on_disk} == {0, 1, 2, 3} - set(counts_a.active), 30)
             await asyncio.sleep(0.3)
             worker_a.conductor.consumer.request_rebalance()  # the next assignment cleans up
             await testing.eventually(lambda: sorted(int(p.name) for p in stores.iterdir())
-                                     == sorted(counts_a.active), 5)
+                                     == sorted(counts_a.active), 30)
 
 
 async def test_table_settings_are_checked():
