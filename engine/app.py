@@ -34,10 +34,10 @@ if TYPE_CHECKING:
     )
     from engine.streams.stream import AgentFun
     from engine.tables.base import BaseTable
+from engine.tables.event_time import EventTimeTable
 from engine.tables.global_table import GlobalTable as _GlobalTable
 from engine.tables.source_table import SourceTable as _SourceTable
 from engine.tables.table import Table as _Table
-from engine.tables.windowed import EventTimeTable
 from engine.targets import ALL, Target, lake_target
 
 

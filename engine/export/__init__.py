@@ -36,7 +36,7 @@ from engine.export.spark import local_session, read_export, spark_schema, stop_s
 from engine.operations.inspect import table_named
 from engine.operations.schemas import connect_schemas
 from engine.schemas.codecs import registry_codecs
-from engine.tables.windowed import EventTimeTable
+from engine.tables.event_time import EventTimeTable
 from engine.targets import Target, parse_target
 
 if TYPE_CHECKING:

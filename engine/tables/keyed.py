@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING, Any
 from engine.clock import wall_time
 from engine.errors import ConfigError
 from engine.streams.current import current_event
+from engine.tables.event_time import EventTimeTable
 from engine.tables.partition import EventWindowState, KeyedWindowState
-from engine.tables.windowed import EventTimeTable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from engine.events import Event
     from engine.tables.base import BaseTable
+    from engine.tables.event_time import Timestamp
     from engine.tables.partition import Closed, TablePartition, WindowState
-    from engine.tables.windowed import Timestamp
     from engine.topics import Topic
     from engine.windows import WindowKind
 

@@ -22,18 +22,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
+from engine.tables.event_time import LATEST_EVENT_TIME_MS, advance_stream_time
 from engine.tables.keyed import KeyedWindowsTable
 from engine.tables.keys import session_key
 from engine.tables.partition import DELETED, MISSING, EventWindowState, KeyedWindowState
-from engine.tables.windowed import LATEST_EVENT_TIME_MS, _advance
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from engine.events import Event
     from engine.tables.base import BaseTable
+    from engine.tables.event_time import Timestamp
     from engine.tables.partition import TablePartition, WindowState
-    from engine.tables.windowed import Timestamp
     from engine.topics import Topic
     from engine.windows import SessionWindow
 
@@ -96,7 +96,7 @@ class SessionTable(KeyedWindowsTable):
             self._move_idle(state)
         stream_time = state.stream_time
         if stream_time is None or ts > stream_time:
-            stream_time = _advance(state, ts)
+            stream_time = advance_stream_time(state, ts)
         window = self.window
         gap = window.gap_ms
         sessions = state.windows.get(key)

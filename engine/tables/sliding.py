@@ -34,18 +34,18 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
+from engine.tables.event_time import LATEST_EVENT_TIME_MS, advance_stream_time
 from engine.tables.keyed import KeyedWindowsTable
 from engine.tables.keys import META_PREFIX
 from engine.tables.partition import DELETED, MISSING, EventWindowState
-from engine.tables.windowed import LATEST_EVENT_TIME_MS, _advance
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
 
     from engine.events import Event
     from engine.tables.base import BaseTable
+    from engine.tables.event_time import Timestamp
     from engine.tables.partition import TablePartition, WindowState
-    from engine.tables.windowed import Timestamp
     from engine.topics import Topic
     from engine.windows import SlidingWindow
 
@@ -207,7 +207,7 @@ class SlidingTable(KeyedWindowsTable):
             self._move_idle(state)
         stream_time = state.stream_time
         if stream_time is None or ts > stream_time:
-            stream_time = _advance(state, ts)
+            stream_time = advance_stream_time(state, ts)
         window = self.window
         size = window.size_ms
         close_time = stream_time - window.grace_ms

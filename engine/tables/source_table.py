@@ -19,8 +19,9 @@ from engine.windows import History
 
 if TYPE_CHECKING:
     from engine.stores.base import PartitionStore
+    from engine.tables.event_time import Timestamp
     from engine.tables.versioned import VersionedTable
-    from engine.tables.windowed import Timestamp, WindowedTable
+    from engine.tables.windowed import WindowedTable
     from engine.windows import Seconds, Window
 
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from engine.errors import ConfigError
+from engine.tables.event_time import EventTimeTable
 from engine.tables.partition import DELETED, MISSING, KeyedWindowState
-from engine.tables.windowed import EventTimeTable
 from engine.topics import event_time_ms
 
 if TYPE_CHECKING:

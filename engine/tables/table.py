@@ -22,7 +22,7 @@ from engine.tables.sessions import SessionTable
 from engine.tables.sliding import SlidingTable
 from engine.tables.stream_joins import JoinBuffer, PendingBuffer
 from engine.tables.versioned import VersionChangeCodec, VersionedTable, VersionValueCodec
-from engine.tables.windowed import Timestamp, WindowedTable
+from engine.tables.windowed import WindowedTable
 from engine.topics import Topic
 from engine.windows import (
     History,
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from engine.tables.declarer import Declarer
+    from engine.tables.event_time import Timestamp
     from engine.windows import JoinWindows, Window, WindowKind
 
 __all__ = ["KeyNotInPartition", "PartitionNotLocal", "PartitionNotReady", "Table", "TableError"]

@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Any
 
 from engine.clock import wall_time
 from engine.errors import ConfigError
+from engine.tables.event_time import EventTimeTable
 from engine.tables.joins import join_tables
 from engine.tables.keys import META_PREFIX, STREAM_TIME_KEY, key_prefix
 from engine.tables.partition import MISSING, KeyedWindowState
-from engine.tables.windowed import EventTimeTable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -53,9 +53,9 @@ if TYPE_CHECKING:
     from engine.stores.base import StoreView
     from engine.tables.base import BaseTable
     from engine.tables.declarer import Declarer
+    from engine.tables.event_time import Timestamp
     from engine.tables.joins import How
     from engine.tables.partition import Closed, TablePartition, WindowState
-    from engine.tables.windowed import Timestamp
     from engine.topics import Topic
     from engine.windows import History
 

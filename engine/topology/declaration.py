@@ -19,9 +19,9 @@ from agents import Mailbox
 from engine.errors import ConfigError
 from engine.streams.stream import Stream
 from engine.tables.base import BaseTable
+from engine.tables.event_time import EventTimeTable
 from engine.tables.grace_joins import GraceJoin, grace_join
 from engine.tables.stream_joins import StreamJoin, as_how, stream_join
-from engine.tables.windowed import EventTimeTable
 from engine.topics import Topic
 from engine.windows import JoinWindows
 
