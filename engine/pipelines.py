@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from engine.fused import Fold
-    from engine.streams.stream import DerivedStream, Stream
+    from engine.streams.operators import DerivedStream
+    from engine.streams.stream import Stream
     from engine.tables.declarer import Declarer
     from engine.tables.sessions import SessionTable
     from engine.tables.sliding import SlidingTable

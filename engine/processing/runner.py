@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
     from engine.events import TP, Event, EventLease, RawRecord
     from engine.settings import Settings
+    from engine.streams.context import Lookup, RecordJoin, TimedLookup
     from engine.streams.quiesce import Quiesce
-    from engine.streams.stream import Lookup, RecordJoin, TimedLookup
     from engine.tracing import AgentSpans, Tracing
     from engine.transport.base import Producer
     from engine.windows import Seconds
