@@ -60,3 +60,16 @@ def blocks(page: Path) -> list[Block]:
 
 def python_blocks(page: Path) -> list[Block]:
     return [block for block in blocks(page) if block.language == "python"]
+
+
+def generated_block(source: str, begin: str, end: str) -> tuple[int, int]:
+    """Where in `source` the block a generator writes between the lines `begin` and `end` (included) is."""
+    start = source.index(begin)
+    return start, source.index(end, start) + len(end)
+
+
+def rewrite_block(page: Path, begin: str, end: str, block: str) -> None:
+    """Write `block` (its `begin` and `end` lines included) over the generated block of `page`."""
+    source = page.read_text()
+    start, stop = generated_block(source, begin, end)
+    page.write_text(source[:start] + block + source[stop:])

@@ -525,15 +525,8 @@ def test_pipelines_join_a_versioned_table_as_of_each_orders_time_and_window_the_
 
 
 def test_a_versioned_tables_changes_are_its_versions_with_none_for_a_deletion():
-    app = engine.App("vchanges", broker="memory://unused", topic_partitions=1)
-    updates = app.topic("updates", key_type=str, value_type=dict, timestamp=lambda v: v["at"])
-    prices = app.Table("prices", key_type=str, value_type=float).versioned(history=HISTORY)
+    app, updates, prices, _ = versioned_app("memory://unused", name="vchanges")
     seen: list[Any] = []
-
-    @app.agent(updates)
-    async def keep(stream: Any) -> None:
-        async for key, update in stream.items():
-            prices[key] = update["price"]
 
     @app.agent(prices.changes())
     async def follow(stream: Any) -> None:
