@@ -81,13 +81,18 @@ class KeyedWindowState(EventWindowState):
         super().__init__()
         self.windows: dict[Any, dict[int, tuple[int, bool]]] = {}
 
-    def drop(self, part: TablePartition, key: Any, at: int) -> None:
-        """Remove the entry of `key` at `at` from the index and from the partition: a tombstone if the store
-        has it (or gets it from the flush under way), else the write forgotten."""
+    def forget(self, key: Any, at: int) -> bool:
+        """Remove the entry of `key` at `at` from the index alone; whether the store has it."""
         times = self.windows[key]
         _, in_store = times.pop(at)
         if not times:
             del self.windows[key]
+        return in_store
+
+    def drop(self, part: TablePartition, key: Any, at: int) -> None:
+        """Remove the entry of `key` at `at` from the index and from the partition: a tombstone if the store
+        has it (or gets it from the flush under way), else the write forgotten."""
+        in_store = self.forget(key, at)
         entry = (key, at)
         if in_store or (part.flushing is not None and entry in part.flushing):
             part.delete(entry)

@@ -22,6 +22,7 @@ from engine.tables.sessions import SessionTable
 from engine.tables.sliding import SlidingTable
 from engine.tables.stream_joins import JoinBuffer, PendingBuffer
 from engine.tables.versioned import VersionChangeCodec, VersionedTable, VersionValueCodec
+from engine.tables.versioned_source import VersionedSourceTable
 from engine.tables.windowed import WindowedTable
 from engine.topics import Topic
 from engine.windows import (
@@ -200,11 +201,17 @@ class Table(BaseTable):
         late, _ = self._window_by(window, None, late_topic, None)
         inner = self.row_codec
         self.value_codec = VersionValueCodec(inner)
-        self.changelog_topic.use_codecs(key=VersionedChangelogKeyCodec(self.plain_key_codec),
-                                        value=VersionChangeCodec(inner))
-        versioned = VersionedTable(self, window, timestamp=timestamp, late_topic=late)
+        self._changelog_codecs(key=VersionedChangelogKeyCodec(self.plain_key_codec),
+                               value=VersionChangeCodec(inner))
+        face = VersionedTable if self.has_own_changelog else VersionedSourceTable
+        versioned = face(self, window, timestamp=timestamp, late_topic=late)
         self.windowed = versioned
         return versioned
+
+    def _changelog_codecs(self, **codecs: Any) -> None:
+        """How the readers of this table's changelog decode it once its keys are windows or versions (a table
+        over a source topic leaves that topic's codecs as they are: its records are others')."""
+        self.changelog_topic.use_codecs(**codecs)
 
     def _join_buffer(self, window: JoinWindows, *, pending: bool) -> JoinBuffer:
         """Make this a buffer of one stream's records of a stream-stream join (engine.tables.stream_joins):
@@ -231,7 +238,7 @@ class Table(BaseTable):
             raise ConfigError(f"table {self.name!r} is already windowed")
         self.window = window
         self.key_codec = WindowKeyCodec(self.plain_key_codec)
-        self.changelog_topic.use_codecs(key=WindowedChangelogKeyCodec(self.plain_key_codec, size_ms))
+        self._changelog_codecs(key=WindowedChangelogKeyCodec(self.plain_key_codec, size_ms))
         late = Topic(f"{self.app_id}-{self.name}-late", key_serializer="raw",
                      value_serializer="raw", internal=True) if late_topic else None
         idle = None if close_idle_after is None else to_ms(close_idle_after, "close_idle_after") / 1000

@@ -526,27 +526,25 @@ class VersionedTable(EventTimeTable):
 
     def expired(self, state: KeyedWindowState) -> list[tuple[Any, int]]:
         """The (key, time) of each version no longer valid at the partition's stream time minus the
-        history (still in the index: the caller removes them)."""
+        history, in the order they expire (still in the index: the caller removes them)."""
         if state.stream_time is None:
             return []
         horizon = state.stream_time - self.history.retention_ms
-        due, found, seen = state.due, [], set()
+        due = state.due
+        found: dict[tuple[Any, int], None] = {}
         while due and due[0][0] <= horizon:
-            _, _, entry = heappop(due)
-            key, at = entry
+            _, _, (key, at) = heappop(due)
             times = state.windows.get(key)
             known = None if times is None else times.get(at)
-            if known is None or entry in seen:
+            if known is None:
                 continue  # (already removed: an entry for an end that a later write moved)
             assert isinstance(times, VersionTimes)
             end = times.after(at)
             if end is None and known[0]:
                 end = at  # (the latest version, a deletion: it ends where it starts)
-            if end is None or end > horizon:
-                continue
-            seen.add(entry)
-            found.append(entry)
-        return found
+            if end is not None and end <= horizon:
+                found[key, at] = None  # (a version may be due twice: its end was pushed again)
+        return list(found)
 
     def stored(self, part: TablePartition, writes: Mapping[Any, Any]) -> None:
         state = part.windows

@@ -56,10 +56,7 @@ class VersionedSourceTable(VersionedTable):
         if expired:
             encode = self.table.plain_key_codec.encode
             for key, at in expired:
-                times = state.windows[key]
-                del times[at]
-                if not times:
-                    del state.windows[key]
+                state.forget(key, at)
             part.store.write({window_key(encode(key) or b"", at): None for key, at in expired}, None)
         return len(expired)
 
@@ -67,8 +64,7 @@ class VersionedSourceTable(VersionedTable):
         """As VersionedTable.latest_change, for a record of the topic: (key, value), its time the current
         event's (which it is)."""
         event = current_event()
-        if event is None or version is None:
-            return False, version, None
+        assert event is not None  # (a table join's agent reads the topic)
         at = event.time_ms if event.time_ms is not None else self.event_time_ms(event)
         return not self._newer_than(version, at), version, value
 
