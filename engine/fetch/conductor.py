@@ -344,7 +344,10 @@ class Conductor(Service):
         key_codec = topic.key_codec
         try:
             keys = key_codec.decode_many([r.key for r in records])
-            values = topic.value_codec.decode_many([r.value for r in records])
+            skipped = getattr(key_codec, "skips", False) and any(key is SKIP for key in keys)
+            values = topic.value_codec.decode_many([r.value for r, key in zip(records, keys, strict=True)
+                                                    if key is not SKIP] if skipped else
+                                                   [r.value for r in records])
         except SchemasNotCached as missing:  # (a schema id met for the first time: asked once, then again)
             await fetch_schemas(missing, f"{lease.tp.topic}[{lease.tp.partition}]")
             return await self._events(topic, runner, records, lease)
@@ -352,13 +355,14 @@ class Conductor(Service):
             events = await self._decode_each(topic, runner, records, lease)
         else:
             lease.track_many([r.offset for r in records])
-            if getattr(key_codec, "skips", False) and any(key is SKIP for key in keys):
+            if skipped:  # engine's own records (their values not decoded): acked, never events
                 events = []
-                for record, key, value in zip(records, keys, values, strict=True):
+                decoded = iter(values)
+                for record, key in zip(records, keys, strict=True):
                     if key is SKIP:
-                        lease.ack(record.offset)  # engine's own record: never an event
+                        lease.ack(record.offset)
                     else:
-                        events.append(Event(lease.tp, record, key, value, lease))
+                        events.append(Event(lease.tp, record, key, next(decoded), lease))
             else:
                 tp, count = lease.tp, len(records)
                 events = list(map(Event, repeat(tp, count), records, keys, values, repeat(lease, count)))

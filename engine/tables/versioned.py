@@ -107,7 +107,7 @@ class VersionChangeCodec(VersionValueCodec):
     that version's time on, unless a newer version says otherwise)."""
 
     def decode(self, data: bytes | None) -> Any:
-        if data is None or data[:1] != VALUE:  # (a deletion; or engine's own record, whose key is SKIP)
+        if data is None or data[:1] == DELETION:
             return None
         return self.inner.decode(data[1:])
 
