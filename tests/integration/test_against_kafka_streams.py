@@ -40,7 +40,9 @@ if TYPE_CHECKING:
 
     from tests.kafka.broker import KafkaCluster
 
-pytestmark = [pytest.mark.kafka, pytest.mark.both_protocols]
+# Each case under one group protocol, the two taking turns (what differs between them at a move is
+# test_rebalances.py's): each protocol sees a worker join and a SIGKILL, in sessions and in the join.
+pytestmark = [pytest.mark.kafka]
 
 
 async def produce_timed(bootstrap: str, topic: str, records: list[tuple[str, int]],
@@ -139,24 +141,27 @@ def assert_equal(got: Counter[Result], expected: Counter[Result]) -> None:
     assert sorted(expected - got) == []  # none missing
 
 
+@pytest.mark.parametrize("group_protocol", ["classic"])
 async def test_session_counts_equal_kafka_streams_with_a_worker_joining_mid_stream(
-        kafka: KafkaCluster, tmp_path: Path) -> None:
+        kafka: KafkaCluster, tmp_path: Path, group_protocol: str) -> None:
     gap_ms, grace_ms = 5_000, 3_000
     records = seeded_input(11, gap_ms, grace_ms)
     closing = max(at for _, at in records) + gap_ms + grace_ms + 1_000  # closes every session
     await differential(kafka, tmp_path, "session-count", gap_ms, grace_ms, records, closing, "join")
 
 
+@pytest.mark.parametrize("group_protocol", ["streams"])
 async def test_session_counts_equal_kafka_streams_exactly_once_across_a_sigkill(
-        kafka: KafkaCluster, tmp_path: Path) -> None:
+        kafka: KafkaCluster, tmp_path: Path, group_protocol: str) -> None:
     gap_ms, grace_ms = 5_000, 3_000
     records = seeded_input(13, gap_ms, grace_ms)
     closing = max(at for _, at in records) + gap_ms + grace_ms + 1_000
     await differential(kafka, tmp_path, "session-count", gap_ms, grace_ms, records, closing, "sigkill")
 
 
+@pytest.mark.parametrize("group_protocol", ["streams"])
 async def test_sliding_counts_equal_kafka_streams_with_a_worker_joining_mid_stream(
-        kafka: KafkaCluster, tmp_path: Path) -> None:
+        kafka: KafkaCluster, tmp_path: Path, group_protocol: str) -> None:
     size_ms, grace_ms = 5_000, 3_000
     records = seeded_input(12, size_ms, grace_ms)
     closing = max(at for _, at in records) + size_ms + grace_ms + 1_000  # closes every window
@@ -181,9 +186,9 @@ async def produce_values(bootstrap: str, topic: str, records: list[tuple[str, in
         await producer.stop()
 
 
-@pytest.mark.parametrize("fault", ["join", "sigkill"])
+@pytest.mark.parametrize(("fault", "group_protocol"), [("join", "streams"), ("sigkill", "classic")])
 async def test_a_left_join_equals_kafka_streams_exactly_once(kafka: KafkaCluster, tmp_path: Path,
-                                                              fault: str) -> None:
+                                                              fault: str, group_protocol: str) -> None:
     """Both streams are in their topics before either system starts (a backlog, as reprocessing is): each
     takes them in timestamp order, so each one's results are determined by the input alone (Kafka Streams
     runs after engine, on its own). Mid-stream, a second engine worker joins, or the worker is SIGKILLed (a
