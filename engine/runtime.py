@@ -50,7 +50,7 @@ from engine.transport.traced import TracedProducer
 from engine.windows import JoinWindows
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Collection, Mapping
 
     from engine.app import App, Timer
     from engine.schemas.registry import Registry
@@ -149,6 +149,7 @@ class Worker(Service):
             stateful=any(not t.is_global for t in app.tables.values()),
             positions=lambda: self.tasks.positions(),
             on_assignment=lambda assignment: self.tasks.on_assignment(assignment),
+            ask_to_beat=_ask_to_beat if settings.web_enabled else None,
         )
         instance = settings.group_instance_id
         self.consumer = self.transport.consumer(
@@ -245,9 +246,8 @@ class Worker(Service):
         worker that serves."""
         from engine.export.schedule import AskedExports
         from engine.web.queries import TableQueries
-        from engine.web.server import WebServer, ask_to_beat
+        from engine.web.server import WebServer
 
-        self.placement.ask_to_beat = ask_to_beat  # (a streams member's peers hear its changes at once)
         queries = TableQueries(self, self.app.tables, owners=self._owners, assigned=self._assigned,
                                endpoint=lambda: self.placement.endpoint,
                                standby=lambda table, number: self.tasks.standby_store(table, number),
@@ -498,3 +498,11 @@ async def run_worker(app: App, overrides: Mapping[str, Any] | None = None) -> No
             await worker.start()
             settle_heap()
             await worker.run_until_stopped()
+
+
+async def _ask_to_beat(endpoints: Collection[str]) -> None:
+    """Ask the peers at `endpoints` to heartbeat now (engine.web.server's, imported only by a worker that
+    serves): a streams member's peers hear its changes at once."""
+    from engine.web.server import ask_to_beat
+
+    await ask_to_beat(endpoints)

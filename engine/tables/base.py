@@ -187,7 +187,9 @@ class BaseTable(MutableMapping[Any, Any]):
         self._count: int | None = None
         self._topic_counts: Mapping[str, int] = {}
         self._writers: _TopicSet = set()  # topics whose events wrote this table (each checked once)
-        self._locations: dict[Any, tuple[bytes, int]] = {}
+        # Each key's (bytes, partition) as `locate_new` found it: read directly by the faces' per-event
+        # loops (`located.get(key) or locate_new(key)`, one dict look-up, no call, for a key seen before).
+        self.located: dict[Any, tuple[bytes, int]] = {}
         self._read: tuple[Event, Any, TablePartition] | None = None  # the last read of an event's own key
         # Reads of the current event's own key look in its partition, unrouted (an instance attribute: the
         # class's `is_global` is read through the class on every read).
@@ -222,6 +224,16 @@ class BaseTable(MutableMapping[Any, Any]):
         self._rebind()
         if self.windowed is not None:
             self.windowed.unbind(worker)
+
+    def attach(self, part: TablePartition) -> None:
+        """Make `part` the table's partition of its number on this worker (its task opened, a global table
+        restored): events read and write it from now on."""
+        self.active[part.number] = part
+
+    def detach(self, part: TablePartition) -> None:
+        """Take `part` out of the table (its task closed), unless another replaced it meanwhile."""
+        if self.active.get(part.number) is part:
+            del self.active[part.number]
 
     def _rebind(self) -> None:
         only = self._bindings.only()
@@ -323,17 +335,17 @@ class BaseTable(MutableMapping[Any, Any]):
 
     def locate_key(self, key: Any) -> tuple[bytes, int]:
         """(the key's bytes, its partition by hash), for a key without a window (cached)."""
-        return self._locations.get(key) or self._locate_new(key)
+        return self.located.get(key) or self.locate_new(key)
 
     def locate(self, key: Any) -> tuple[bytes, int]:
         """(store key, partition by hash). A windowed key (key, start) lives in the partition of its key
         alone: the key is located (cached) and the window start appended to its bytes."""
         if self.window is None:
-            return self._locations.get(key) or self._locate_new(key)
-        inner, number = self._locations.get(key[0]) or self._locate_new(key[0])
+            return self.located.get(key) or self.locate_new(key)
+        inner, number = self.located.get(key[0]) or self.locate_new(key[0])
         return stored_key(inner, key), number
 
-    def _locate_new(self, key: Any) -> tuple[bytes, int]:
+    def locate_new(self, key: Any) -> tuple[bytes, int]:
         """Encode a key (without its window) and hash it to its partition; cached, since the same keys come
         back all the time (and only keys: a windowed table's windows would fill the cache with one entry per
         window, each encoded and hashed anew)."""
@@ -341,12 +353,14 @@ class BaseTable(MutableMapping[Any, Any]):
         if encoded is None:
             raise TableError(f"table {self.name!r}: keys cannot be None")
         found = (encoded, partition_for(encoded, self.partition_count))
-        if len(self._locations) >= CACHED_KEYS:
-            self._locations.clear()
-        self._locations[key] = found
+        if len(self.located) >= CACHED_KEYS:
+            self.located.clear()
+        self.located[key] = found
         return found
 
-    def _partition(self, number: int, key: Any) -> TablePartition:
+    def local_partition(self, number: int, key: Any) -> TablePartition:
+        """Partition `number` of the table on this worker; PartitionNotLocal (or PartitionNotReady) naming
+        `key` and where it is when this worker does not hold it."""
         part = self.active.get(number)
         if part is None:
             event = current_event()
@@ -373,19 +387,22 @@ class BaseTable(MutableMapping[Any, Any]):
         return PartitionNotLocal(f"{where}, which another worker owns: `await table.query(key)` asks it (or "
                                  "GET /tables/{table}/{key} on any worker)")
 
-    # The two routes take a key without its window (`own`) and return its partition here with the key's
+    # The routing interface of the table's faces (windowed, sessions, sliding, versioned, joins' buffers):
+    # the two routes take a key without its window (`own`) and return its partition here with the key's
     # bytes: a plain table's store key, or what a windowed table appends window starts to.
 
-    def _route_write(self, own: Any, event: Event | None) -> tuple[TablePartition, bytes]:
-        """(`event`: the current event, which the caller has at hand.)"""
-        encoded, number = self._locations.get(own) or self._locate_new(own)
+    def route_write(self, own: Any, event: Event | None) -> tuple[TablePartition, bytes]:
+        """Where a write of `own` goes: the current event's partition (checked: the key must hash there, the
+        partition must still be this worker's), or the key's for a write outside an event (`event`: the
+        current event, which the caller has at hand)."""
+        encoded, number = self.located.get(own) or self.locate_new(own)
         if event is not None and event.lease is not None and event.lease.ended:
             raise PartitionMigrated(
                 f"table {self.name!r}: {event.topic}[{event.partition}] moved to another worker while "
                 f"offset {event.offset} was processed; its new owner processes it"
             )
         if event is None or self.is_global:
-            return self._partition(number, own), encoded
+            return self.local_partition(number, own), encoded
         tp = event.tp
         if tp.topic not in self._writers:
             self._new_writer(tp.topic)
@@ -399,15 +416,17 @@ class BaseTable(MutableMapping[Any, Any]):
                     f"event is from {tp.topic}[{tp.partition}]; re-key the stream with "
                     "group_by(...) so that events arrive in the partition of the key they write"
                 )
-        return self._partition(number, own), encoded
+        return self.local_partition(number, own), encoded
 
-    def _route_read(self, own: Any) -> tuple[TablePartition, bytes]:
-        encoded, number = self._locations.get(own) or self._locate_new(own)
+    def route_read(self, own: Any) -> tuple[TablePartition, bytes]:
+        """Where a read of `own` looks: the current event's partition for the event's own key, else the
+        key's partition (PartitionNotLocal if another worker holds it)."""
+        encoded, number = self.located.get(own) or self.locate_new(own)
         if not self.is_global:
             event = current_event()
             if event is not None and own == event.key:
                 number = event.tp.partition
-        return self._partition(number, own), encoded
+        return self.local_partition(number, own), encoded
 
     def _for_write(self, key: Any) -> tuple[TablePartition, bytes]:
         """The partition a write of `key` goes to, and its store key. A windowed table's windows are written
@@ -415,15 +434,15 @@ class BaseTable(MutableMapping[Any, Any]):
         which windows each key has in memory, and an event after a window written or deleted on its own
         would not see it (its write lost to the window's next update)."""
         if self.window is None:
-            return self._route_write(key, current_event())
+            return self.route_write(key, current_event())
         raise ConfigError(f"table {self.name!r} holds windows, written by its aggregation (`table[key] += "
                           "n`, `update`, a pipeline's count/sum/reduce/aggregate): a window "
                           f"{key!r} cannot be written or deleted on its own")
 
     def _for_read(self, key: Any) -> tuple[TablePartition, bytes]:
         if self.window is None:
-            return self._route_read(key)
-        part, inner = self._route_read(key[0])
+            return self.route_read(key)
+        part, inner = self.route_read(key[0])
         part.writes()  # (a windowed face's writes kept in memory are then in the buffer this reads)
         return part, stored_key(inner, key)
 
@@ -461,7 +480,7 @@ class BaseTable(MutableMapping[Any, Any]):
                 self._read = (event, key, part)
                 value = part.buffer.get(key, MISSING)
                 if value is MISSING:
-                    value = part.get(key, (self._locations.get(key) or self._locate_new(key))[0])
+                    value = part.get(key, (self.located.get(key) or self.locate_new(key))[0])
                 elif value is DELETED:
                     value = MISSING
                 if value is MISSING:
@@ -469,7 +488,7 @@ class BaseTable(MutableMapping[Any, Any]):
                         raise KeyError(key)
                     return self.default()
                 return value
-        part, encoded = self._route_read(key) if self.window is None else self._for_read(key)
+        part, encoded = self.route_read(key) if self.window is None else self._for_read(key)
         value = part.get(key, encoded)
         if value is MISSING:
             if self.default is None:
@@ -485,7 +504,7 @@ class BaseTable(MutableMapping[Any, Any]):
             if (lease is None or not lease.ended) and event.tp.topic in self._writers:
                 read[2].buffer[key] = value
                 return
-        part, _ = self._route_write(key, event) if self.window is None else self._for_write(key)
+        part, _ = self.route_write(key, event) if self.window is None else self._for_write(key)
         part.set(key, value)
 
     def own_slot(self, event: Event) -> tuple[Any, dict[Any, Any]]:
@@ -494,7 +513,7 @@ class BaseTable(MutableMapping[Any, Any]):
         values of the key onto, writing their aggregate into that buffer once. KeyError for a key without
         a value in a table without a default."""
         key = event.key
-        part, encoded = self._route_write(key, event)
+        part, encoded = self.route_write(key, event)
         value = part.get(key, encoded)
         if value is MISSING:
             if self.default is None:

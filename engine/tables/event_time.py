@@ -134,7 +134,7 @@ class EventTimeTable:
         """The partition `event`'s own key writes to, routed and checked as `update` does: what a fused
         pipeline (engine.fused) gives `apply` for the events of one partition's run, each writing its own
         key (the event's own key is in the event's partition, whatever its hash says)."""
-        return self.table._route_write(event.key, event)[0]
+        return self.table.route_write(event.key, event)[0]
 
     # -- event time ---------------------------------------------------------------------------------
 
@@ -207,7 +207,7 @@ class EventTimeTable:
         key, start = stored
         state.live.setdefault(start, {})[key] = True
 
-    def _event(self) -> Event:
+    def require_event(self) -> Event:
         event = current_event()
         if event is None:
             raise EngineError(f"{self.kind_name} {self.name!r}: updates need an event (write from an agent)")
@@ -306,7 +306,7 @@ class EventTimeTable:
             if inner is None:
                 raise EngineError(f"windowed table {self.name!r}: a key cannot be None")
         else:
-            part, inner = self.table._route_read(key)
+            part, inner = self.table.route_read(key)
             store, overlays = part.store, (part.flushing or {}, part.writes())
         low, high = key_prefix(inner)
         size: int | None = getattr(self.window_kind, "size_ms", None)  # (sessions: their keys have their end)

@@ -110,7 +110,7 @@ class GraceJoin:
         if key is None:
             return [] if self.inner else [(None, value, None, at, None)]
         buffer = self.buffer
-        part = buffer.table._route_write(key, event)[0]
+        part = buffer.table.route_write(key, event)[0]
         state = buffer.grace_state(part)
         results: list[Joined] = []
         if state.stream_time is not None and state.stream_time - self.grace_ms > at:
@@ -192,6 +192,6 @@ def grace_join(app: Declarer, agent: str, number: int, topic: Topic, table: Vers
                               "worker started; join the agent's stream before it awaits anything")
         buffer = app.Table(name, key_type=topic.key_type, key_serializer=SameCodec(topic.key_codec),
                            value_serializer="raw", partitions=topic.partitions)
-        buffer._grace_buffer(JoinWindows(0, grace))  # (engine's own, not the user's API)
+        buffer.as_grace_buffer(JoinWindows(0, grace))  # (engine's own, not the user's API)
     assert isinstance(buffer.windowed, GraceBuffer)
     return GraceJoin(topic, table, buffer.windowed, grace_ms, how == "inner")

@@ -84,8 +84,8 @@ class KeyedWindowsTable(EventTimeTable):
     def update(self, key: Any, value: Any) -> bool:
         """Add the current event's `value` to the windows of `key` (`apply` in the partition the key
         writes to); False if late."""
-        event = current_event() or self._event()
-        return self.apply(self.table._route_write(key, event)[0], event, key, value)
+        event = current_event() or self.require_event()
+        return self.apply(self.table.route_write(key, event)[0], event, key, value)
 
     def apply(self, part: TablePartition, event: Event, key: Any, value: Any) -> bool:
         """`update` in `part`, routed by the caller (a fused pipeline routes a partition's run of events

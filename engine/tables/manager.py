@@ -124,7 +124,7 @@ class TableManager(Service):
             self.globals.open((t, n) for t in globals_ for n in range(t.partition_count))
             await self.restore([self.globals])
             for table, part in self.globals.partitions():  # every partition, read by every worker's agents
-                table.active[part.number] = part
+                table.attach(part)
             self.follow(self.globals)
         # Never resets by itself: a followed store below its log's start is rebuilt (_refit), not moved on.
         self._follower = self.transport.consumer(group_id=None, auto_offset_reset="none")
@@ -268,7 +268,7 @@ class TableManager(Service):
             store = state.rebuild(tp)
             if state is self.globals:  # every worker's agents read these: over the new store from now on
                 table = self.tables_by_changelog(tp.topic)
-                table.active[tp.partition] = TablePartition(tp.partition, store, table.value_codec)
+                table.attach(TablePartition(tp.partition, store, table.value_codec))
             return store
 
         starts, _, _ = await start_positions(reader, stores, rebuild, {}, tables=self._table_names())

@@ -85,8 +85,8 @@ class SessionTable(KeyedWindowsTable):
         ts = event.time_ms  # the topic's extractor (or the record's time), applied at dispatch
         if ts is None or not 0 <= ts <= LATEST_EVENT_TIME_MS or self.timestamp is not None:
             ts = self._valid_time(event)
-        found_key = self.table._locations.get(key)  # (the key checked and encoded, cached)
-        inner = found_key[0] if found_key is not None else self.table._locate_new(key)[0]
+        found_key = self.table.located.get(key)  # (the key checked and encoded, cached)
+        inner = found_key[0] if found_key is not None else self.table.locate_new(key)[0]
         state = part.windows or self._state(part)
         assert isinstance(state, KeyedWindowState)
         before = state.stream_time

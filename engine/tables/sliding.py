@@ -251,7 +251,7 @@ class SlidingTable(KeyedWindowsTable):
                 continue
             aggregate = values[at]
             if aggregate is MISSING:
-                aggregate = self._stored_value(part, windows, at, key)
+                aggregate = self.stored_value(part, windows, at, key)
             newest = newests[at]
             end = start + size
             if end < ts:  # the first window that ends before the event: the loop's end
@@ -278,23 +278,24 @@ class SlidingTable(KeyedWindowsTable):
         # 1, so the loop read it if it exists: its presence is what the loop saw.)
         if previous is not None and previous + 1 + size >= close_time and previous + 1 + size >= ts \
                 and windows.find(previous + 1) is None:
-            self._put(part, state, windows, key, previous + 1, add(self.initial(), value), ts, stream_time)
+            self.put_window(part, state, windows, key, previous + 1, add(self.initial(), value), ts,
+                            stream_time)
         if not left_made and ts >= close_time:
             base = _own(left) if previous is not None and ts - size <= previous and left is not MISSING \
                 else self.initial()
-            self._put(part, state, windows, key, ts - size, add(base, value), ts, stream_time)
+            self.put_window(part, state, windows, key, ts - size, add(base, value), ts, stream_time)
         if right is not None:  # a copy of the window after the event: no close check, no event added
-            self._put(part, state, windows, key, ts + 1, *right, stream_time)
+            self.put_window(part, state, windows, key, ts + 1, *right, stream_time)
 
-    def _stored_value(self, part: TablePartition, windows: _KeyWindows, at: int, key: Any) -> Any:
+    def stored_value(self, part: TablePartition, windows: _KeyWindows, at: int, key: Any) -> Any:
         """The aggregate of a window the store had when the partition was taken on, not written since: read
         once, then kept."""
         value = part.stored(self.table.locate((key, windows.starts[at]))[0])
         windows.values[at] = value = self.initial() if value is MISSING else value
         return value
 
-    def _put(self, part: TablePartition, state: SlidingState, windows: _KeyWindows, key: Any, start: int,
-             value: Any, newest: int, stream_time: int) -> None:
+    def put_window(self, part: TablePartition, state: SlidingState, windows: _KeyWindows, key: Any,
+                   start: int, value: Any, newest: int, stream_time: int) -> None:
         """Write a window (made if new), marked changed."""
         starts = windows.starts
         at = bisect_left(starts, start)
@@ -383,7 +384,7 @@ class SlidingTable(KeyedWindowsTable):
         if windows is None or at is None:
             return MISSING
         value = windows.values[at]
-        return self._stored_value(part, windows, at, window_key_[0]) if value is MISSING else value
+        return self.stored_value(part, windows, at, window_key_[0]) if value is MISSING else value
 
     def _max_time_key(self, window_key_: tuple[Any, int]) -> bytes:
         return MAX_TIME_PREFIX + self.table.locate(window_key_)[0]
@@ -421,8 +422,8 @@ class _Early:
         """updateWindowAndForward: add the event to a window still open (else it is skipped)."""
         table = self.table
         if start + table.window.size_ms >= self.close_time:
-            table._put(self.part, self.state, self.windows, self.key, start, table.add(aggregate, self.value),
-                       max(self.ts, newest), self.stream_time)
+            table.put_window(self.part, self.state, self.windows, self.key, start,
+                             table.add(aggregate, self.value), max(self.ts, newest), self.stream_time)
 
     def run(self) -> None:
         ts, table = self.ts, self.table
@@ -437,7 +438,7 @@ class _Early:
             assert at is not None
             aggregate = windows.values[at]
             if aggregate is MISSING:
-                aggregate = table._stored_value(self.part, windows, at, self.key)
+                aggregate = table.stored_value(self.part, windows, at, self.key)
             newest = windows.newest[at]
             if start == 0:
                 combined = (aggregate, newest)
@@ -451,7 +452,7 @@ class _Early:
         if right is None and combined is not None and combined[1] > ts:
             right = (_own(combined[0]), combined[1])
         if not right_made and right is not None and right[1] > ts:
-            table._put(self.part, self.state, self.windows, self.key, ts + 1, *right, self.stream_time)
+            table.put_window(self.part, self.state, self.windows, self.key, ts + 1, *right, self.stream_time)
         if previous is not None and self.windows.find(previous + 1) is None:
             self._update(previous + 1, table.initial(), ts)
         self._update(0, *(combined if combined is not None else (table.initial(), ts)))

@@ -223,10 +223,10 @@ class StreamJoin:
         if key is None:
             return [] if pending is None else [_pair(side, None, value, None, at)]
         mine, theirs = self.buffers[side], self.buffers[1 - side]
-        my_part, _ = mine.table._route_write(key, event)
+        my_part, _ = mine.table.route_write(key, event)
         their_part = theirs.table.active.get(my_part.number)  # (the same partition: co-partitioned)
         if their_part is None:
-            their_part, _ = theirs.table._route_write(key, event)  # raises, saying why
+            their_part, _ = theirs.table.route_write(key, event)  # raises, saying why
         my_state = my_part.windows or mine.state(my_part)
         their_state = their_part.windows or theirs.state(their_part)
         assert isinstance(my_state, KeyedWindowState)
@@ -279,7 +279,7 @@ class StreamJoin:
             if high < stream_time:  # its wait is over already
                 results.append(_pair(side, key, value, None, at))
             else:
-                part, _ = pending.table._route_write(key, event)
+                part, _ = pending.table.route_write(key, event)
                 state = pending.state(part)
                 pending.append(part, state, key, at, raw)
                 assert lead is not None
@@ -291,12 +291,12 @@ class StreamJoin:
         """The state that keeps the join's `min_time` for `event`'s partition (its first side's pending)."""
         pending = self.pending[0] if self.pending[0] is not None else self.pending[1]
         assert pending is not None
-        return pending.state(pending.table._partition(event.tp.partition, event.key))
+        return pending.state(pending.table.local_partition(event.tp.partition, event.key))
 
     @staticmethod
     def _partnered(pending: PendingBuffer, event: Event, key: Any, at: int) -> None:
         """Records of the other stream at `at` found a partner: they no longer wait to be emitted alone."""
-        part, _ = pending.table._route_write(key, event)
+        part, _ = pending.table.route_write(key, event)
         state = pending.state(part)
         times = state.windows.get(key)
         if times is not None and at in times:
@@ -324,7 +324,7 @@ class StreamJoin:
         for side, pending in enumerate(self.pending):
             if pending is None:
                 continue
-            part = pending.table._partition(event.tp.partition, event.key)
+            part = pending.table.local_partition(event.tp.partition, event.key)
             state = pending.state(part)
             states[side] = (pending, part, state)
             encode = self._encode_key[side]
@@ -368,7 +368,7 @@ def stream_join(app: Declarer, agent: str, number: int, left: Topic, right: Topi
                     "the agent's stream before anything is awaited in the agent")
             table = app.Table(name, key_type=topic.key_type, key_serializer=SameCodec(topic.key_codec),
                               value_serializer="raw", partitions=topic.partitions)
-            table._join_buffer(window, pending=pending)  # (engine's own, not the user's API)
+            table.as_join_buffer(window, pending=pending)  # (engine's own, not the user's API)
         return table.windowed
 
     buffers = [buffer(f"{base}-left", left, False), buffer(f"{base}-right", right, False)]

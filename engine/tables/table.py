@@ -213,7 +213,7 @@ class Table(BaseTable):
         over a source topic leaves that topic's codecs as they are: its records are others')."""
         self.changelog_topic.use_codecs(**codecs)
 
-    def _join_buffer(self, window: JoinWindows, *, pending: bool) -> JoinBuffer:
+    def as_join_buffer(self, window: JoinWindows, *, pending: bool) -> JoinBuffer:
         """Make this a buffer of one stream's records of a stream-stream join (engine.tables.stream_joins):
         keys (key, event time), values the raw records' values at that time; `pending`: those of a left or
         outer join still without a partner."""
@@ -222,7 +222,7 @@ class Table(BaseTable):
         self.windowed = buffer
         return buffer
 
-    def _grace_buffer(self, window: JoinWindows) -> GraceBuffer:
+    def as_grace_buffer(self, window: JoinWindows) -> GraceBuffer:
         """Make this the buffer of a stream's events waiting for a versioned table's grace
         (engine.tables.grace_joins): keys (key, event time), values the raw records' values."""
         self._window_by(window, window.size_ms, False, None)

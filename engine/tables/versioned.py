@@ -284,9 +284,9 @@ class VersionedTable(EventTimeTable):
         self._put(key, DELETED_VERSION)
 
     def _put(self, key: Any, value: Any) -> None:
-        event = self._event()
+        event = self.require_event()
         at = self._valid_time(event)
-        part = self.table._route_write(key, event)[0]
+        part = self.table.route_write(key, event)[0]
         state = self.state(part)
         stream_time = state.stream_time
         if stream_time is not None and at < stream_time - self.history.retention_ms:
@@ -382,7 +382,7 @@ class VersionedTable(EventTimeTable):
         return value
 
     def _read(self, key: Any) -> tuple[TablePartition, KeyedWindowState]:
-        part, _ = self.table._route_read(key)
+        part, _ = self.table.route_read(key)
         return part, self.state(part)
 
     def __getitem__(self, key: Any) -> Any:

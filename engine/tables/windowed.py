@@ -102,8 +102,8 @@ class WindowedTable(EventTimeTable):
         event.)"""
         event = current_event()
         if event is None:
-            event = self._event()  # raises, naming the table
-        part = self.table._route_write(key, event)[0]
+            event = self.require_event()  # raises, naming the table
+        part = self.table.route_write(key, event)[0]
         return self.apply_run(part, ((event, key, arg),), fun) == 1
 
     def apply_run(self, part: TablePartition, run: Iterable[tuple[Event, Any, Any]],
@@ -122,7 +122,7 @@ class WindowedTable(EventTimeTable):
         `TumblingWindow.open_starts_ms` does, without the call and its list (the figures:
         benchmarks/README.md, `benchmarks.windowed`)."""
         table = self.table
-        locations = table._locations
+        locations = table.located
         state = part.windows or self._state(part)
         if self.close_idle_after is not None:  # (idle time first: the run's events may be late by it)
             self._move_idle(state)
@@ -141,7 +141,7 @@ class WindowedTable(EventTimeTable):
                 ts = self._valid_time(event)
             # (Each key checked and encoded once, cached: a None key raises here. Looked up per event: an
             # aggregate writing the table may make the cache forget it.)
-            found = locations.get(key) or table._locate_new(key)
+            found = locations.get(key) or table.locate_new(key)
             stream_time = state.stream_time  # (per event: an aggregate may write the table, and move it)
             if stream_time is None or ts > stream_time:
                 stream_time = state.stream_time = ts  # (recorded for the store by the next checkpoint)
@@ -190,7 +190,7 @@ class WindowedTable(EventTimeTable):
 
     def value_at(self, key: Any, ts_ms: int) -> Any:
         """The value of the newest window of `key` containing `ts_ms` (the default if none)."""
-        part, inner = self.table._route_read(key)
+        part, inner = self.table.route_read(key)
         start = self.window.current_start_ms(ts_ms)
         value = part.get((key, start), window_key(inner, start))
         return self._default() if value is MISSING else value
@@ -312,7 +312,7 @@ class WindowSet:
 
     def current(self) -> Any:
         """The newest window containing the current event's time."""
-        event = self.table._event()
+        event = self.table.require_event()
         return self.table.value_at(self.key, self.table.event_time_ms(event))
 
     value = current
@@ -323,7 +323,7 @@ class WindowSet:
 
     def delta(self, seconds: float) -> Any:
         """The newest window containing the event's time minus `seconds`."""
-        event = self.table._event()
+        event = self.table.require_event()
         return self.table.value_at(self.key, self.table.event_time_ms(event) - round(seconds * 1000))
 
     def items(self) -> list[tuple[WindowRange, Any]]:

@@ -80,7 +80,7 @@ class ActiveTask(Lifecycle):
         state_manager = self.state_manager
         self.partitions = state_manager.partitions() if state_manager is not None else []
         for table, part in self.partitions:
-            table.active[self.number] = part
+            table.attach(part)
 
     def close(self) -> StateManager | None:
         """End every lease and take the table partitions out of their tables, buffers and window state
@@ -100,8 +100,7 @@ class ActiveTask(Lifecycle):
         for lease in self.leases.values():
             lease.end()
         for table, part in self.partitions:
-            if table.active.get(self.number) is part:
-                del table.active[self.number]
+            table.detach(part)
         self.partitions = []
 
     def apply_source(self, topic: str, records: list[RawRecord]) -> bool:

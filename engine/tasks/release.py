@@ -6,8 +6,9 @@ batches (`buffer`) and asked to release them (`run`). It takes the runs its buff
 (engine.tasks.inputs: the oldest head first, KIP-695's readiness rule, ties to the table's records) and
 releases them in that order:
 
-- A stream's runs go to agents through whoever fetched them (`Delivery`, the conductor): consecutive runs
-  for one mailbox are decoded and handed over together, a run that cannot be gathered is dispatched alone.
+- A stream's runs go to agents through whoever fetched them (`Delivery`, engine.fetch.handover): consecutive
+  runs for one mailbox are decoded and handed over together, a run that cannot be gathered is dispatched
+  alone.
 - A table's run is applied to its store by the task, once every event of the task handed over before it
   was processed (and not while the quiesce gate is closed), so each event sees the table as of its own time,
   over a backlog as live. Until then the task waits in the background (WAITING) and releases nothing. Once
@@ -21,7 +22,7 @@ releases them in that order:
   (TaskInputs.next_runs, `apart`), so what waits was not taken.
 - While a batch of the task is parked (its mailbox full), nothing else of the task is released: an agent
   reading two of its inputs would otherwise get one's next records before the other's parked ones. The
-  conductor asks the task to go on once the batch is handed over (`unparked`).
+  fetch asks the task to go on once the batch is handed over (`unparked`).
 
 An input with much buffered (ORDERING_BUFFERS times max_poll_records) is held back (left out of the
 consumer's fetches, what was fetched of it kept) until the task released it down to one fetch's worth:
@@ -87,7 +88,7 @@ class Handover(Protocol):
 
 
 class Delivery(Protocol):
-    """What a task's release needs of the fetching that fed it (engine.fetch.conductor)."""
+    """What a task's release needs of the fetching that fed it (engine.fetch.handover)."""
 
     async def lag(self, tp: TP) -> int | None:
         """Records of `tp` on the broker not fetched yet (None: not known yet)."""

@@ -11,7 +11,8 @@ from typing import Any
 
 from agents import Mailbox
 from engine.events import TP, Event
-from engine.fetch.conductor import FETCH_UNANSWERED, Conductor
+from engine.fetch.conductor import Conductor
+from engine.fetch.stalls import FETCH_UNANSWERED
 from engine.tasks.active import ActiveTask
 from engine.tasks.leases import Leases
 from engine.tasks.pauses import Pauses
@@ -49,10 +50,11 @@ async def test_a_full_mailbox_parks_its_batch_and_pauses_only_its_partition_unti
     try:
         slow: Mailbox[Event] = Mailbox(maxsize=2)
         other: Mailbox[Event] = Mailbox(maxsize=100)
-        await conduct._deliver(leases.current[SLOW], slow, events(leases, SLOW, range(0, 2)))  # fills it
-        await conduct._deliver(leases.current[SLOW], slow, events(leases, SLOW, range(2, 4)))  # parked
-        await conduct._deliver(leases.current[SLOW], slow, events(leases, SLOW, range(4, 6)))  # behind it
-        await conduct._deliver(leases.current[OTHER], other, events(leases, OTHER, range(0, 3)))
+        deliver = conduct.dispatcher.deliver
+        await deliver(leases.current[SLOW], slow, events(leases, SLOW, range(0, 2)))  # fills it
+        await deliver(leases.current[SLOW], slow, events(leases, SLOW, range(2, 4)))  # parked
+        await deliver(leases.current[SLOW], slow, events(leases, SLOW, range(4, 6)))  # behind it
+        await deliver(leases.current[OTHER], other, events(leases, OTHER, range(0, 3)))
         assert consumer.paused == {SLOW}, "only the slow partition is paused"
         assert len(other) == 3
         taken = []
@@ -77,12 +79,12 @@ async def test_a_revoke_drops_what_is_parked_and_what_waits_in_mailboxes():
     await conduct.start()
     try:
         slow: Mailbox[Event] = Mailbox(maxsize=2)
-        await conduct._deliver(leases.current[SLOW], slow, events(leases, SLOW, range(0, 2)))
-        await conduct._deliver(leases.current[SLOW], slow, events(leases, SLOW, range(2, 5)))
+        await conduct.dispatcher.deliver(leases.current[SLOW], slow, events(leases, SLOW, range(0, 2)))
+        await conduct.dispatcher.deliver(leases.current[SLOW], slow, events(leases, SLOW, range(2, 5)))
         assert SLOW in consumer.paused
         leases.revoke([SLOW])
         assert conduct.drop_queued([SLOW]) == {SLOW: 3}, "the parked batch"
-        assert conduct._parked == {}
+        assert not conduct.dispatcher.parked([SLOW])
     finally:
         await conduct.stop()
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import engine
 from engine import testing
-from engine.fetch import conductor
+from engine.fetch import dispatch
 from engine.streams.current import current_event
 from engine.tasks import release
 from engine.testing import TestDriver
@@ -279,14 +279,14 @@ async def test_a_join_over_a_backlog_takes_both_streams_in_timestamp_order_also_
     a batch as soon as it is full (PARK_AFTER 0), the parked batch handed over only 5 ms after there is
     room: a parked batch of one stream must not be overtaken by the other's, or a record would find its
     partners already past the 0.5 s retention. Every result, counted here from the input."""
-    monkeypatch.setattr(conductor, "PARK_AFTER", 0.0)
-    unpark = conductor.Conductor._unpark
+    monkeypatch.setattr(dispatch, "PARK_AFTER", 0.0)
+    unpark = dispatch.Dispatcher._unpark
 
-    async def late_unpark(self: conductor.Conductor, *args: Any) -> None:
+    async def late_unpark(self: dispatch.Dispatcher, *args: Any) -> None:
         await asyncio.sleep(0.005)
         await unpark(self, *args)
 
-    monkeypatch.setattr(conductor.Conductor, "_unpark", late_unpark)
+    monkeypatch.setattr(dispatch.Dispatcher, "_unpark", late_unpark)
     app, url, got, expected = backlog_join("joins-backlog", 600, mailbox_size=4, max_poll_records=50)
     async with testing.running(app, broker=url):
         await testing.eventually(lambda: len(got) >= len(expected), 30)
