@@ -28,27 +28,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agents import Service, ServiceState
 from engine.activity import Activity
-from engine.clock import wall_time
-from engine.commit.checkpoint import Checkpointer
-from engine.errors import BrokerUnavailable, EngineError, MembershipLost, ProducerFenced, TransactionsFailed
+from engine.errors import MembershipLost, ProducerFenced, TransactionsFailed
 from engine.events import TP, describe
 from engine.stats import Histogram
-from engine.streams.current import current_event
-from engine.tasks.active import ActiveTask, start_producers
+from engine.tasks.active import ActiveTask
+from engine.tasks.commits import Commits
 from engine.tasks.inputs import InputPlan
 from engine.tasks.lifecycle import TaskState
-from engine.tasks.poison import Cause, PoisonRecords
+from engine.tasks.poison import PoisonRecords
+from engine.tasks.setup import TaskSetUp
 from engine.tasks.standbys import Standbys
 from engine.tasks.starts import Starts
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Collection, Mapping
+    from collections.abc import Awaitable, Callable, Collection
 
     from engine.assignor import Assignment
     from engine.commit.guarantee import Guarantee
@@ -67,7 +65,6 @@ log = logging.getLogger(__name__)
 
 REVOKE_WAIT = 5.0  # seconds agents get to finish the events they hold when their partitions are revoked
 RECOVERING = "recovering"
-SET_UP_RETRY = 1.0  # seconds between two tries of a set-up that found no broker (one restarting)
 
 
 class TaskManager(Service):
@@ -107,22 +104,24 @@ class TaskManager(Service):
         self.standbys = Standbys(tables) if tables is not None else None
         self.assignment: Assignment | None = None  # the group's last word on this worker
         self.poison = poison if poison is not None else PoisonRecords()
-        self.transaction_timeout = transaction_timeout
         # Where each partition of a task being set up starts, and those whose committed offset was gone
         # (engine.tasks.starts): the worker's /status shows them.
         self.starts = Starts(from_start=self.table_sources, latest=reset_to_end)
-        self.new_producer = guarantee.task_producer
         self.guarantee = guarantee
         self.leases = leases
         self.consumer = consumer
         self.pauses = pauses
-        self.checkpoints = Checkpointer(
+        self.commits = Commits(
             tasks=self.active, consumer=consumer, guarantee=guarantee, busy=busy,
             global_tables=[t for t in tables.tables.values() if t.is_global] if tables is not None else (),
-            held=self._held, committed=self._committed, tracing=tracing)
+            commit_interval=commit_interval, poison=self.poison, activity=self.activity,
+            transaction_timeout=transaction_timeout, failed=self.tasks_failed, spawn=self.spawn,
+            tracing=tracing)
+        self.checkpoints = self.commits.checkpoints
         self.tables = tables
+        self.set_up = TaskSetUp(consumer=consumer, starts=self.starts, guarantee=guarantee, tables=tables,
+                                table_sources=self.table_sources, settle_standbys=self._settle_standbys)
         self._drop_queued = drop_queued
-        self.commit_interval = commit_interval
         self.revoke_wait = revoke_wait
         # The set-ups under way, with their partitions: one per assignment (a streams group's member is given
         # tasks while others are still being set up).
@@ -138,11 +137,6 @@ class TaskManager(Service):
         self.on_settled = on_settled
 
     @property
-    def pause_timeout(self) -> float:
-        """How long an exactly-once checkpoint waits for agents to reach a pause between events."""
-        return self.commit_interval * 2 + 1
-
-    @property
     def stopping(self) -> bool:
         """While the worker stops, agents have let go of their events: a revoke does not wait for them."""
         return self.state is not ServiceState.RUNNING
@@ -150,7 +144,7 @@ class TaskManager(Service):
     # -- checkpoints --------------------------------------------------------------------------------
 
     async def on_start(self) -> None:
-        self.spawn(self._commit_loop(), "commit")
+        self.spawn(self.commits.loop(), "commit")
 
     async def on_stop(self) -> None:
         if self.failure is None:
@@ -160,91 +154,9 @@ class TaskManager(Service):
                 log.error("final checkpoint failed: %s", exc)
         await self.close_all()
 
-    async def _commit_loop(self) -> None:
-        """Checkpoint every commit interval. Checkpoints skipped because the group's coordinator cannot
-        confirm this worker's membership (away, or the broker restarting) are said once, and counted when
-        one runs again: one line per outage, not one per interval."""
-        rounds = self.activity.rounds(self.commit_interval)
-        rest_until: float | None = None
-        skipped = 0
-        while True:
-            # Every commit interval while a task has anything to commit; otherwise from the next records
-            # fetched, timer run or commit on (engine.activity), or from when the clock alone closes or
-            # expires windows (`close_idle_after`), whichever comes first.
-            await rounds.next(idle=rest_until is not None,
-                              wake_after=None if rest_until in (None, math.inf) else rest_until - wall_time())
-            # Shielded: stopping the worker cancels this loop, and a checkpoint cancelled halfway would not
-            # know whether its transaction committed (aiokafka shields the commit itself), put its closed
-            # windows back, and the final checkpoint would emit them again. Cancelled, the loop leaves the
-            # checkpoint to finish; the final one waits for it on the checkpoint lock.
-            running = asyncio.ensure_future(self.checkpoints.run(self.pause_timeout))
-            try:
-                await asyncio.shield(running)
-            except asyncio.CancelledError:
-                running.add_done_callback(_log_failure)
-                raise
-            except MembershipLost as exc:
-                if not skipped:
-                    log.warning("checkpoint skipped: %s; skipped until it is confirmed again", exc)
-                skipped += 1
-                rest_until = None  # (tried again at the next interval: what it would commit is still there)
-                continue
-            except TransactionsFailed as exc:
-                await self.tasks_failed(exc.failed)
-            if skipped:
-                log.info("checkpoints run again, after %d skipped", skipped)
-                skipped = 0
-            rest_until = self._at_rest_until()
-
-    def _at_rest_until(self) -> float | None:
-        """Until when no task has work for a checkpoint (ActiveTask.at_rest_until); None if one has now."""
-        until = math.inf
-        for task in self.active.values():
-            at = task.at_rest_until()
-            if at is None:
-                return None
-            until = min(until, at)
-        return until
-
     async def checkpoint(self) -> dict[TP, int]:
-        """Checkpoint now (live exports, tests and the final stop use it); one at a time with every other.
-        Returns where each active input partition resumes after it (its tasks' tables reflect the events
-        before), for the partitions where that is known; read as it completes, before any later event.
-
-        Under exactly-once a checkpoint waits for every agent to be between events, so one asked for from
-        inside an event would wait for its own caller: refused, with the way out."""
-        if self.guarantee.quiesce is not None and current_event() is not None:
-            raise EngineError("a checkpoint cannot be run from inside an event under exactly_once (it waits "
-                              "for every agent to finish its event, this one included); run it from a timer "
-                              "or outside the agents")
-        try:
-            await self.checkpoints.run(self.pause_timeout)
-        except TransactionsFailed as exc:  # (the failed tasks stopped: rewound, or let go, as after any)
-            self.spawn(self.tasks_failed(exc.failed), "rewind")
-            raise
-        return {tp: offset for task in self.active.values() if task.ready
-                for tp, lease in task.leases.items()
-                if not lease.ended and (offset := lease.resume_point()) is not None}
-
-    def _held(self, agent: str, event: Event) -> None:
-        """A checkpoint went on without `event`'s task. Held open past the transaction timeout, its
-        transaction is aborted by the broker and the task fenced when the event ends: the event is a suspect
-        (engine.tasks.poison). How long the transaction has been open is counted from the task's last commit
-        here (or its producer's start): the broker's count starts later, at the transaction's first record,
-        so a record that outlasts it is never missed."""
-        task = self.active.get(event.partition)
-        if self.transaction_timeout is None or task is None or task.transaction_opened is None:
-            return
-        seconds = time.monotonic() - task.transaction_opened
-        if seconds >= self.transaction_timeout:
-            self.poison.suspect(TP(event.topic, event.partition), event.offset, agent, seconds,
-                                Cause.OPEN_TRANSACTION)
-
-    def _committed(self, offsets: Mapping[TP, int]) -> None:
-        for tp, offset in offsets.items():
-            self.poison.committed(tp, offset)
-        if offsets:
-            self.activity.signal()  # (committed records of repartition topics can be purged)
+        """Checkpoint now (engine.tasks.commits.Commits.checkpoint)."""
+        return await self.commits.checkpoint()
 
     # -- what the group's assignor tells this worker ------------------------------------------------
 
@@ -328,54 +240,12 @@ class TaskManager(Service):
         recovery.add_done_callback(lambda done: self._recoveries.pop(done, None))
 
     async def _set_up(self, tps: set[TP]) -> None:
-        """Set the tasks up; while no broker answers (one restarting: the clients a set-up starts, unlike the
-        worker's own, have no connection to keep trying on) try again, until the tasks are set up or a
-        rebalance cancels this. Each step can be taken again: producers are started for the tasks still
-        without one, offsets sought again, stores restored from where they are."""
-        waiting_since: float | None = None
-        while True:
-            try:
-                await self._set_up_once(tps)
-            except BrokerUnavailable as exc:
-                if waiting_since is None:
-                    waiting_since = time.monotonic()
-                    log.warning("setting up %s: %s; trying again every %.0f s", describe(tps), exc,
-                                SET_UP_RETRY)
-                await asyncio.sleep(SET_UP_RETRY)
-                continue
-            if waiting_since is not None:
-                log.info("set up %s after %.1f s without a broker", describe(tps),
-                         time.monotonic() - waiting_since)
-            return
-
-    async def _set_up_once(self, tps: set[TP]) -> None:
-        tasks = [self.active[n] for n in sorted({tp.partition for tp in tps})]
-        await self._start_producers([task for task in tasks if task.producer is None])
-        # After the fence: earlier commits are final.
-        starts, committed = await self.starts.seek(self.consumer, tps)
-        restoring = [task for task in tasks if task.state is TaskState.RESTORING]
-        if self.tables is not None and self.guarantee.stores_follow_commits:
-            for task in restoring:
-                if task.state_manager is not None:
-                    task.state_manager.rebuild_ahead_of(committed)
-        if self.tables is not None:
-            sources = {tp: offset for tp, offset in starts.items() if tp.topic in self.table_sources}
-            states = [task.state_manager for task in restoring if task.state_manager is not None]
-            await self.tables.restore(states, sources)
-            self._settle_standbys()
-        for task in restoring:
-            if task.state is TaskState.RESTORING:  # (not closed meanwhile)
-                task.open()
+        await self.set_up.run([self.active[n] for n in sorted({tp.partition for tp in tps})], tps)
         resumable = {tp for tp in tps
                      if (lease := self.leases.current.get(tp)) is not None and lease.dispatching}
         self.pauses.release(resumable, RECOVERING)
         self._moved()
         log.info("tables ready; processing %d partitions", len(resumable))
-
-    async def _start_producers(self, tasks: list[ActiveTask]) -> None:
-        """Start the tasks' producers (under exactly-once this fences every earlier owner of each task)."""
-        if self.new_producer is not None and tasks:
-            await start_producers(self.new_producer, tasks)
 
     @property
     def standby(self) -> dict[int, StandbyTask]:
@@ -392,24 +262,14 @@ class TaskManager(Service):
         assert self.standbys is not None
         wanted = self.assignment.standby if self.assignment is not None else frozenset()
         active = {n: task for n, task in self.active.items() if not task.closed}
-        self.standbys.settle(wanted, active, self._active_states())
+        self.standbys.settle(wanted, active, [state for _, state in self._active_states()])
 
-    def _active_states(self) -> list[StateManager]:
-        return [state for _, state in self._numbered_active_states()]
-
-    def _numbered_active_states(self) -> list[tuple[int, StateManager]]:
+    def _active_states(self) -> list[tuple[int, StateManager]]:
         return [(n, task.state_manager) for n, task in self.active.items() if task.state_manager is not None]
 
     def positions(self) -> dict[int, int]:
-        """Per task this worker has stores of (open: active, standby or kept warm; or kept on disk): how far
-        they have read their changelogs, summed over the tables (what the assignor compares to find who is
-        caught up)."""
-        if self.tables is None or self.standbys is None:
-            return {}
-        positions = self.tables.kept_positions()
-        for number, state in [*self._numbered_active_states(), *self.standbys.states()]:
-            positions[number] = positions.get(number, 0) + state.position()
-        return positions
+        """How far the stores of each task here have read their changelogs (Standbys.positions)."""
+        return self.standbys.positions(self._active_states()) if self.standbys is not None else {}
 
     def standby_store(self, table: BaseTable, number: int) -> PartitionStore | None:
         """The store of a table partition this worker keeps current without owning it (a standby's, or one
@@ -427,7 +287,7 @@ class TaskManager(Service):
     async def _revoked(self, tps: set[TP]) -> None:
         log.info("revoked %d partitions: %s", len(tps), describe(tps))
         self._moving()
-        self._count_losses(tps)
+        self.poison.lost(tps)
         started = time.monotonic()
         leases = self.leases.revoke(tps)
         dropped = self._drop_queued(tps)
@@ -472,17 +332,8 @@ class TaskManager(Service):
     async def _lost(self, tps: set[TP], why: str) -> None:
         log.warning("lost %d partitions (%s; another worker may own them now): %s; their uncommitted work "
                     "is dropped", len(tps), why, describe(tps))
-        self._count_losses(tps)
+        self.poison.lost(tps)
         await self._close_dirty(tps)
-
-    def _count_losses(self, tps: Collection[TP]) -> None:
-        """Records in progress while the loop was blocked, or that held their task's transaction open past
-        its timeout, lose their partition once more (engine.tasks.poison)."""
-        for tp, offset, losses in self.poison.lost(tps):
-            log.warning("%s[%d] was taken from this worker (or its task rewound) while offset %d, which "
-                        "blocked the event loop or held its transaction open past the transaction timeout, "
-                        "was processed (%d of %d times before it is set aside)", tp.topic, tp.partition,
-                        offset, losses, self.poison.limit)
 
     async def _close_dirty(self, tps: Collection[TP], *, rebalancing: bool = True) -> None:
         """Drop the uncommitted work of `tps` (queued events, table buffers, the open transactions) and close
@@ -540,7 +391,7 @@ class TaskManager(Service):
         log.warning("rewinding %s to their last commit: their transactions did not commit (%s)",
                     describe(retry),
                     "; ".join(f"task {n}: {e}" for n, e in sorted(failed.items()) if n not in fenced))
-        self._count_losses(retry)
+        self.poison.lost(retry)
         await self._close_dirty(retry, rebalancing=False)
         await self._assigned(retry)
 
@@ -591,10 +442,3 @@ class TaskManager(Service):
         if self.standbys is not None:
             self.standbys.close()
         await self._stop_producers(closed)
-
-
-
-
-def _log_failure(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.warning("the checkpoint in flight at stop failed: %s", task.exception())

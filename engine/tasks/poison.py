@@ -28,6 +28,7 @@ Pure (no I/O, no clock): tested without Kafka.
 from __future__ import annotations
 
 import enum
+import logging
 from typing import TYPE_CHECKING
 
 from engine.errors import PoisonRecord
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from engine.events import TP
 
 DEFAULT_LIMIT = 3
+
+log = logging.getLogger(__name__)
 
 
 class Cause(enum.Enum):
@@ -78,8 +81,8 @@ class PoisonRecords:
                 del suspects[done]
 
     def lost(self, tps: Collection[TP]) -> list[tuple[TP, int, int]]:
-        """These partitions were taken away: each suspect record of theirs counts one loss. Returns
-        (partition, offset, losses) of every record counted."""
+        """These partitions were taken away (or their tasks rewound): each suspect record of theirs counts one
+        loss, said in a warning. Returns (partition, offset, losses) of every record counted."""
         counted = []
         for tp in tps:
             for offset, blamed in self.suspects.pop(tp, {}).items():
@@ -89,6 +92,10 @@ class PoisonRecords:
                 if losses >= self.limit:
                     self.buried.add(tp)
                 counted.append((tp, offset, losses))
+                log.warning("%s[%d] was taken from this worker (or its task rewound) while offset %d, which "
+                            "blocked the event loop or held its transaction open past the transaction "
+                            "timeout, was processed (%d of %d times before it is set aside)", tp.topic,
+                            tp.partition, offset, losses, self.limit)
         return counted
 
     def verdict(self, tp: TP, offset: int) -> tuple[str, PoisonRecord] | None:

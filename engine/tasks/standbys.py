@@ -80,6 +80,15 @@ class Standbys:
         """The standby tasks' state managers and the warm ones, each with its task's number."""
         return [*((n, standby.state_manager) for n, standby in self.tasks.items()), *self.warm.items()]
 
+    def positions(self, active: Iterable[tuple[int, StateManager]]) -> dict[int, int]:
+        """Per task this worker has stores of (open: `active`, standby or kept warm; or kept on disk): how far
+        they have read their changelogs, summed over the tables (what the assignor compares to find who is
+        caught up)."""
+        positions = self.tables.kept_positions()
+        for number, state in [*active, *self.states()]:
+            positions[number] = positions.get(number, 0) + state.position()
+        return positions
+
     def store(self, table: BaseTable, number: int) -> PartitionStore | None:
         """The store of a table partition this worker keeps current without owning it, or None: what
         `?stale=ok` queries read."""

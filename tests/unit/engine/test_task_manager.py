@@ -162,7 +162,7 @@ class OutageTables(FakeTables):
 async def test_a_set_up_that_finds_no_broker_tries_again_until_one_answers(caplog, monkeypatch):
     """The worker goes on: the set-up is tried again (each step again where it stands: the producer started
     once) and the task resumes once it is done; said once at WARNING, and once done."""
-    monkeypatch.setattr("engine.tasks.manager.SET_UP_RETRY", 0.001)
+    monkeypatch.setattr("engine.tasks.setup.SET_UP_RETRY", 0.001)
     caplog.set_level("INFO")
     log: list[tuple[Any, ...]] = []
     tables = OutageTables(outage=3)
@@ -347,11 +347,11 @@ async def test_a_rewind_counts_a_loss_for_the_event_that_held_its_transaction_pa
         def __init__(self, offset: int) -> None:
             self.offset = offset
 
-    tasks._held("count", Event(8))  # type: ignore[arg-type]  # within the timeout: not a suspect
+    tasks.commits._held("count", Event(8))  # type: ignore[arg-type]  # within the timeout: not a suspect
     await asyncio.sleep(0.25)
     other = tasks.active[1]
     other.offsets_committed(TaskCut(other))  # another task committed: task 0 keeps its old transaction
-    tasks._held("count", Event(9))  # type: ignore[arg-type]
+    tasks.commits._held("count", Event(9))  # type: ignore[arg-type]
     await tasks.tasks_failed({0: ProducerFenced("the broker aborted the transaction")})
     await ready(tasks, {IN0}, assign=False)
     assert tasks.poison.buried == {IN0}
@@ -359,7 +359,7 @@ async def test_a_rewind_counts_a_loss_for_the_event_that_held_its_transaction_pa
     verdict = tasks.poison.verdict(IN0, 9)
     assert verdict is not None
     assert "past the transaction timeout" in str(verdict[1])
-    tasks._held("count", Event(9))  # type: ignore[arg-type]  # a new transaction since the rewind
+    tasks.commits._held("count", Event(9))  # type: ignore[arg-type]  # a new transaction since the rewind
     assert tasks.poison.suspects.get(IN0, {}) == {}
 
 
