@@ -37,7 +37,7 @@ from engine.processes import member_environment, process_count, run_processes
 from engine.settings_docs import setting_docs
 from engine.tables.partition import MISSING
 from engine.tables.recovery import Progress
-from engine.tables.versioned import parse_time_ms
+from engine.tables.versions import parse_time_ms
 from engine.topics import planned_partitions
 from engine.topology.plan import build_topology
 from engine.transport.base import GroupDescription

@@ -30,7 +30,7 @@ from engine.codecs import dumps, loads_many
 from engine.errors import EngineError, ExportError, SchemasNotCached
 from engine.export.optional import needs
 from engine.tables.keys import META_PREFIX, session_key, split_window_key, window_bounds, window_inner_key
-from engine.tables.versioned import DELETION, OPEN_MS
+from engine.tables.versions import DELETION, OPEN_MS
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

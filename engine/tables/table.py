@@ -21,8 +21,9 @@ from engine.tables.keys import VersionedChangelogKeyCodec, WindowedChangelogKeyC
 from engine.tables.sessions import SessionTable
 from engine.tables.sliding import SlidingTable
 from engine.tables.stream_joins import JoinBuffer, PendingBuffer
-from engine.tables.versioned import VersionChangeCodec, VersionedTable, VersionValueCodec
+from engine.tables.versioned import VersionedTable
 from engine.tables.versioned_source import VersionedSourceTable
+from engine.tables.versions import VersionChangeCodec, VersionValueCodec
 from engine.tables.windowed import WindowedTable
 from engine.topics import Topic
 from engine.windows import (

@@ -22,7 +22,7 @@ longer valid at that time is removed, from the store and (a tombstone) from the 
 version of a key is kept whatever its age, unless it is a deletion.
 
 Stored as a windowed table's keys are (engine.tables.keys): (key, version time) -> the value, one byte
-before it saying whether it is a value or a deletion (`VersionValueCodec`); the changelog holds the same
+before it saying whether it is a value or a deletion (engine.tables.versions); the changelog holds the same
 records, so a restore or a standby rebuilds exactly the versions. Each partition keeps an index of its keys'
 version times in memory (rebuilt from the store when the partition is taken on, as join buffers are), and a
 heap of the versions that a newer one ended, by the time they end: what expires next is found without
@@ -31,10 +31,7 @@ looking at the others.
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_left, bisect_right, insort
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from bisect import bisect_right
 from heapq import heappop, heappush
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
@@ -45,11 +42,21 @@ from engine.tables.event_time import EventTimeTable
 from engine.tables.joins import join_tables
 from engine.tables.keys import META_PREFIX, STREAM_TIME_KEY, key_prefix
 from engine.tables.partition import MISSING, KeyedWindowState
+from engine.tables.versions import (
+    DELETED_VERSION,
+    DELETION,
+    OPEN_MS,
+    Version,
+    VersionTimes,
+    at_ms,
+    seconds_of,
+    stored_times,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from datetime import datetime
 
-    from engine.codecs import Codec
     from engine.stores.base import StoreView
     from engine.tables.base import BaseTable
     from engine.tables.declarer import Declarer
@@ -58,151 +65,6 @@ if TYPE_CHECKING:
     from engine.tables.partition import Closed, TablePartition, WindowState
     from engine.topics import Topic
     from engine.windows import History
-
-# A version's value is its codec's bytes after VALUE; a deletion is DELETION alone.
-VALUE, DELETION = b"\x01", b"\x00"
-# The end of the latest version, which has none (the largest time a window key holds).
-OPEN_MS = 2**63 - 1
-
-
-class _Deleted:
-    """A deletion version's value in a partition's buffer (encoded as DELETION)."""
-
-    def __repr__(self) -> str:
-        return "<deleted>"
-
-
-DELETED_VERSION: Any = _Deleted()
-
-
-class VersionValueCodec:
-    """A versioned table's values: a version's value as `inner` encodes it after VALUE, or DELETION for a
-    version that deletes the key (a store or changelog record must be bytes to be a version: a null record
-    removes it)."""
-
-    name = "versioned"
-
-    def __init__(self, inner: Codec) -> None:
-        self.inner = inner
-
-    def encode(self, value: Any) -> bytes | None:
-        if value is DELETED_VERSION:
-            return DELETION
-        return VALUE + (self.inner.encode(value) or b"")
-
-    def decode(self, data: bytes | None) -> Any:
-        if data is None:
-            return None
-        if data[:1] == DELETION:
-            return DELETED_VERSION
-        return self.inner.decode(data[1:])
-
-    def decode_many(self, datas: list[bytes | None]) -> list[Any]:
-        return [self.decode(data) for data in datas]
-
-
-class VersionChangeCodec(VersionValueCodec):
-    """What readers of a versioned table's `changes()` get as values: a version's value, or None for a
-    deletion (as for the tombstone that removes an expired version: either way the key has no value from
-    that version's time on, unless a newer version says otherwise)."""
-
-    def decode(self, data: bytes | None) -> Any:
-        if data is None or data[:1] == DELETION:
-            return None
-        return self.inner.decode(data[1:])
-
-
-class VersionTimes(dict[int, tuple[int, bool]]):
-    """One key's version times in a partition's index -> (1 if a deletion else 0, whether the store has it),
-    with the times also kept in order (`ordered`): a look-up or a write finds its neighbours by bisection,
-    not by going through a history that may hold thousands of versions."""
-
-    __slots__ = ("ordered",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ordered: list[int] = []
-
-    def __setitem__(self, at: int, entry: tuple[int, bool]) -> None:
-        if at not in self:
-            ordered = self.ordered
-            if not ordered or at > ordered[-1]:
-                ordered.append(at)  # (the usual case: a version newer than the others)
-            else:
-                insort(ordered, at)
-        super().__setitem__(at, entry)
-
-    def __delitem__(self, at: int) -> None:
-        super().__delitem__(at)
-        del self.ordered[bisect_left(self.ordered, at)]
-
-    def pop(self, at: int, *default: Any) -> Any:
-        if at in self:
-            del self.ordered[bisect_left(self.ordered, at)]
-        return super().pop(at, *default)
-
-    def latest(self) -> int:
-        return self.ordered[-1]
-
-    def at_or_before(self, at: int) -> int | None:
-        """The newest version time not after `at`, or None."""
-        index = bisect_right(self.ordered, at)
-        return self.ordered[index - 1] if index else None
-
-    def before(self, at: int) -> int | None:
-        """The newest version time before `at`, or None."""
-        index = bisect_left(self.ordered, at)
-        return self.ordered[index - 1] if index else None
-
-    def after(self, at: int) -> int | None:
-        """The oldest version time after `at`, or None."""
-        index = bisect_right(self.ordered, at)
-        return self.ordered[index] if index < len(self.ordered) else None
-
-
-@dataclass(frozen=True)
-class Version:
-    """A key's value from `valid_from` until `valid_to` (seconds; None: it is still the latest)."""
-
-    value: Any
-    valid_from: float
-    valid_to: float | None
-
-
-def at_ms(at: float | int | datetime, what: str = "at") -> int:
-    """A time given in seconds (int or float) or as a datetime, in ms."""
-    if isinstance(at, datetime):
-        return round(at.timestamp() * 1000)
-    if isinstance(at, bool) or not isinstance(at, int | float):
-        raise ConfigError(f"{what} must be seconds (an int or a float) or a datetime, not {at!r}")
-    return at * 1000 if isinstance(at, int) else round(at * 1000)
-
-
-MAX_SECONDS = 1e15  # the largest time asked of a versioned table (its ms fit the store's 64-bit times)
-
-
-def parse_time_ms(text: str, what: str) -> int:
-    """A time given as text (a query's URL, the command line), in seconds or as an ISO datetime (without a
-    zone: UTC, not this machine's local zone, which the asker's may not be), in ms; `what` names it in the
-    error."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            moment = datetime.fromisoformat(text)
-        except ValueError:
-            raise ConfigError(f"{what}, in seconds or as an ISO datetime, not {text!r}") from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        seconds = moment.timestamp()
-    if not math.isfinite(seconds) or abs(seconds) > MAX_SECONDS:
-        raise ConfigError(f"{what} within ±{MAX_SECONDS:g} s of the epoch, not {text!r}")
-    return round(seconds * 1000)
-
-
-def _seconds(ms: int) -> float:
-    return ms // 1000 if ms % 1000 == 0 else ms / 1000
-
 
 class VersionedTable(EventTimeTable):
     """The versioned face of a table (`Table.versioned`): what agents write and read, and the checkpoint's
@@ -356,7 +218,7 @@ class VersionedTable(EventTimeTable):
             value: Callable[[int], Any] = lambda at_: self._value(part, key, at_)  # noqa: E731
         else:
             values = self._stored_versions(store, key)
-            times = _stored_times(values)
+            times = stored_times(values)
             recorded = store.get(STREAM_TIME_KEY)
             stream_time = None if recorded is None else int(recorded.split()[0])
             value = values.__getitem__
@@ -497,7 +359,8 @@ class VersionedTable(EventTimeTable):
             end = ordered[index + 1] if index + 1 < len(ordered) else OPEN_MS
             if times[start][0] or (low is not None and end <= low):
                 continue
-            found.append(Version(value(start), _seconds(start), None if end == OPEN_MS else _seconds(end)))
+            found.append(Version(value(start), seconds_of(start),
+                                 None if end == OPEN_MS else seconds_of(end)))
         return found
 
     # -- the checkpoint's steps (engine.tables.partition.Windowing) -----------------------------------
@@ -563,7 +426,7 @@ class VersionedTable(EventTimeTable):
             part, state = self._read(key)
             return self._spans(_times(state, key), lambda at: self._value(part, key, at))
         values = self._stored_versions(standby, key)
-        return self._spans(_stored_times(values), values.__getitem__)
+        return self._spans(stored_times(values), values.__getitem__)
 
     @staticmethod
     def _spans(times: VersionTimes, value: Callable[[int], Any]) -> list[tuple[int, int, Any]]:
@@ -581,12 +444,4 @@ def _times(state: KeyedWindowState, key: Any) -> VersionTimes:
     if times is None:
         return _NO_TIMES
     assert isinstance(times, VersionTimes)
-    return times
-
-
-def _stored_times(values: Mapping[int, Any]) -> VersionTimes:
-    """The version times of a key's `values` read from a store (engine.tables.versioned._stored_versions)."""
-    times = VersionTimes()
-    for at in sorted(values):
-        times[at] = (int(values[at] is DELETED_VERSION), True)
     return times

@@ -24,7 +24,8 @@ from engine.errors import ConfigError, InvalidTimestamp
 from engine.events import TP, Event
 from engine.streams.current import current_event
 from engine.tables.keys import STREAM_TIME_KEY, window_key
-from engine.tables.versioned import DELETION, VALUE, VersionedTable
+from engine.tables.versioned import VersionedTable
+from engine.tables.versions import DELETION, VALUE
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping

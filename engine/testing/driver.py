@@ -38,7 +38,7 @@ from engine.processing.runner import read_error_headers
 from engine.runtime import Worker
 from engine.schemas.codecs import fetch_schemas
 from engine.scope import running_as
-from engine.tables.versioned import DELETED_VERSION
+from engine.tables.versions import DELETED_VERSION
 from engine.testing.virtual_time import NeverIdle, VirtualTimeLoop
 from engine.topics import Topic
 from engine.transport.memory import MemoryBroker, MemoryRecord

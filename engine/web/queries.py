@@ -27,7 +27,8 @@ from engine.errors import ConfigError, DecodeError, EncodeError, PartitionNotLoc
 from engine.operations.inspect import window_entries
 from engine.scope import running_as
 from engine.tables.partition import MISSING
-from engine.tables.versioned import VersionedTable, parse_time_ms
+from engine.tables.versioned import VersionedTable
+from engine.tables.versions import parse_time_ms
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -315,7 +316,7 @@ def _version_choice(table: BaseTable, window: str | None, times: Mapping[str, st
 
 
 def _time_ms(text: str, what: str) -> int:
-    """A time given in a URL (engine.tables.versioned.parse_time_ms), in ms; 400 if it is none."""
+    """A time given in a URL (engine.tables.versions.parse_time_ms), in ms; 400 if it is none."""
     try:
         return parse_time_ms(text, what)
     except ConfigError as exc:

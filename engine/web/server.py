@@ -42,7 +42,7 @@ from agents import Service
 from engine.codecs import dumps, loads
 from engine.errors import ConfigError, EngineError, TableError
 from engine.monitors.metrics import CONTENT_TYPE
-from engine.tables.versioned import Version
+from engine.tables.versions import Version
 from engine.web.queries import RETRY_AFTER, Answer, QueryError, key_text
 
 if TYPE_CHECKING:

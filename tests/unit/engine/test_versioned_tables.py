@@ -22,7 +22,7 @@ from engine.events import TP
 from engine.scope import running_as
 from engine.streams.current import current_event
 from engine.tables.keys import META_PREFIX, split_window_key
-from engine.tables.versioned import Version
+from engine.tables.versions import Version
 from engine.testing import TestDriver
 from engine.topology.declaration import declare
 from engine.web.server import FORWARDED

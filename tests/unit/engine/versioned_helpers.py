@@ -7,7 +7,7 @@ import random
 from typing import Any
 
 import engine
-from engine.tables.versioned import Version
+from engine.tables.versions import Version
 
 HISTORY = 10  # seconds
 
