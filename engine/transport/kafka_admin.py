@@ -33,10 +33,8 @@ from engine.transport import aiokafka_private as private
 from engine.transport.kafka_connect import not_authorized, start_client, stop_quietly, unavailable
 from engine.transport.kafka_protocol import BROKER_DEFAULT, CreateTopicsRequest, TopicIdsRequest, topic_ids
 from engine.transport.kafka_streams_describe import StreamsGroupDescribeRequest, described_groups
-from engine.transport.kafka_streams_member import (
-    GROUP_ID_NOT_FOUND,
-    streams_group_description,
-)
+from engine.transport.kafka_streams_errors import GROUP_ID_NOT_FOUND
+from engine.transport.kafka_streams_tasks import streams_group_description
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping

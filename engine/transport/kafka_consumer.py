@@ -50,11 +50,9 @@ from engine.transport.kafka_connect import (
     unavailable,
 )
 from engine.transport.kafka_errors import read_failed
-from engine.transport.kafka_streams_member import (
-    StreamsMember,
-    check_topology,
-    unsupported,
-)
+from engine.transport.kafka_streams_errors import unsupported
+from engine.transport.kafka_streams_member import StreamsMember
+from engine.transport.kafka_streams_tasks import check_topology
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping

@@ -8,12 +8,8 @@ checkpointed and closed while every other task goes on), then reported gone in t
 then given to its next owner. A task given here is set up while the others go on. The heartbeats go on
 throughout: the reconciliation runs beside the loop, never in it.
 
-engine's topology is declared as one subtopology ("0"): engine's task p is partition p of every topic the
-group reads (engine.assignor's rule, kept), so the protocol's task ("0", p) is engine's task p, every table
-kind and co-partitioning keep working unchanged, and the transactional ids stay `<app>-task-<p>`. The broker
-wants each changelog to have as many partitions as the subtopology has tasks (the largest source topic): an
-app whose tables have another count is refused here (`check_topology`), and `group_protocol = auto` takes
-the classic protocol.
+engine's topology is one subtopology (engine.transport.kafka_streams_tasks: the protocol's task ("0", p) is
+engine's task p); the refusals the broker answers with are engine.transport.kafka_streams_errors'.
 
 Offsets are committed as the member (OffsetCommit v9 with its id and epoch): the broker refuses a commit of a
 member it fenced, and takes a revoked task's last commit until its revocation is acknowledged.
@@ -30,17 +26,24 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aiokafka.client import CoordinationType
-from aiokafka.errors import IncompatibleBrokerVersion, KafkaError
+from aiokafka.errors import KafkaError
 from aiokafka.protocol.commit import OffsetFetchRequest
 
 from engine.assignor import Assignment
-from engine.errors import EngineError, MembershipLost, NotAStreamsGroup, StreamsUnsupported, TransportError
+from engine.errors import EngineError, MembershipLost, TransportError
 from engine.events import TP
 from engine.transport import aiokafka_private as private
-from engine.transport.base import GroupDescription, GroupMember
 from engine.transport.kafka_errors import read_failed, retriable
 from engine.transport.kafka_group_configs import set_group_configs
 from engine.transport.kafka_protocol import MemberOffsetCommitRequest, commit_errors
+from engine.transport.kafka_streams_errors import (
+    COORDINATOR_MOVED,
+    FENCED,
+    STALE_MEMBER_EPOCH,
+    UNKNOWN_MEMBER_ID,
+    UNKNOWN_SERVER_ERROR,
+    refused,
+)
 from engine.transport.kafka_streams_group import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -50,11 +53,15 @@ from engine.transport.kafka_streams_group import (
     HeartbeatAnswer,
     StatusCode,
     StreamsGroupHeartbeatRequest,
-    Subtopology,
     TaskOffset,
-    TopicInfo,
-    Topology,
     heartbeat_answer,
+)
+from engine.transport.kafka_streams_tasks import (
+    SUBTOPOLOGY,
+    TaskSet,
+    declared_topology,
+    task_map,
+    task_set,
 )
 
 if TYPE_CHECKING:
@@ -62,62 +69,17 @@ if TYPE_CHECKING:
 
     from engine.assignor import Placement
     from engine.transport.base import GroupTopology, PartitionsCallback
-    from engine.transport.kafka_streams_describe import DescribedGroup, DescribedMember
 
 log = logging.getLogger(__name__)
 
-SUBTOPOLOGY = "0"  # engine's one subtopology: the protocol's task ("0", p) is engine's task p
-TOPOLOGY_EPOCH = 0  # the broker refuses any change of a live group's topology, whatever its epoch
 LEAVE_TIMEOUT = 5.0  # seconds the leaving heartbeat may take at stop (then the session timeout moves tasks)
 CONFIRM_TIMEOUT = 5.0  # seconds a membership check now may take
 JOIN_TIMEOUT = 60.0  # seconds the first heartbeat is tried while the group's coordinator is not ready
 RETRY = 0.5  # seconds between two tries of a heartbeat the broker could not answer
 # Kafka's error codes the member acts on.
-UNKNOWN_SERVER_ERROR = -1
-UNKNOWN_MEMBER_ID = 25
-FENCED_MEMBER_EPOCH = 110
-STALE_MEMBER_EPOCH = 113
-GROUP_ID_NOT_FOUND = 69
-INVALID_REQUEST = 42
-COORDINATOR_MOVED = (14, 15, 16)  # load in progress, not available, not coordinator: find it again
-FENCED = (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH)
 # The statuses that say the group cannot run (said once each, at WARNING, until they clear).
 _BLOCKING = {StatusCode.MISSING_SOURCE_TOPICS, StatusCode.INCORRECTLY_PARTITIONED_TOPICS,
              StatusCode.MISSING_INTERNAL_TOPICS, StatusCode.STALE_TOPOLOGY, StatusCode.MISSING_CLIENT_TAGS}
-
-TaskSet = frozenset[int]  # partition numbers of subtopology "0"
-
-
-def declared_topology(topology: GroupTopology) -> Topology:
-    """engine's topology as the protocol declares it: one subtopology, its source and repartition topics and
-    its tables' changelogs, with the configs engine creates them with (the broker creates a missing internal
-    topic exactly as declared). The same on every worker of one app: sorted, the epoch constant."""
-    return Topology(epoch=TOPOLOGY_EPOCH, subtopologies=(Subtopology(
-        SUBTOPOLOGY,
-        source_topics=tuple(sorted(topology.sources)),
-        state_changelog_topics=tuple(TopicInfo(spec.name, 0, spec.replication or 0, dict(spec.config))
-                                     for spec in sorted(topology.changelogs, key=lambda s: s.name)),
-        repartition_sink_topics=tuple(sorted(spec.name for spec in topology.repartition)),
-        repartition_source_topics=tuple(
-            TopicInfo(spec.name, spec.partitions, spec.replication or 0, dict(spec.config))
-            for spec in sorted(topology.repartition, key=lambda s: s.name)),
-    ),))
-
-
-def check_topology(topology: GroupTopology) -> str | None:
-    """Why this app cannot be one subtopology of a streams group, or None. The broker gives a subtopology as
-    many tasks as its largest source topic has partitions, and refuses a changelog with another count."""
-    counts = topology.read
-    if not counts:
-        return "the app reads no topic through the group"
-    tasks = max(counts.values())
-    other = sorted(f"{spec.name!r} ({spec.partitions})" for spec in topology.changelogs
-                   if spec.partitions != tasks)
-    if other:
-        return (f"the changelogs {', '.join(other)} have another partition count than the {tasks} tasks of "
-                "the topics the app reads, which a streams group refuses")
-    return None
-
 
 @dataclass(frozen=True)
 class Target:
@@ -340,9 +302,9 @@ class StreamsMember:
             rebalance_timeout_ms=self._rebalance_timeout_ms if joining else -1,
             topology=self._declared if joining else None,
             # The three task kinds go together (the broker refuses one without the others).
-            active_tasks=_tasks(owned.active) if changed else None,
-            standby_tasks=_tasks(owned.standby) if changed else None,
-            warmup_tasks=_tasks(owned.warmup) if changed else None,
+            active_tasks=task_map(owned.active) if changed else None,
+            standby_tasks=task_map(owned.standby) if changed else None,
+            warmup_tasks=task_map(owned.warmup) if changed else None,
             process_id=self.process_id if joining else None,
             user_endpoint=endpoint,
             client_tags={} if joining else None,
@@ -404,7 +366,7 @@ class StreamsMember:
             self._fenced()
             return
         if code != 0:
-            raise _refused(self.group_id, code, answer.error_message, first=first)
+            raise refused(self.group_id, code, answer.error_message, first=first)
         if answer.member_id and answer.member_id != self.member_id:
             self.member_id = answer.member_id
         self.epoch = answer.member_epoch
@@ -423,8 +385,8 @@ class StreamsMember:
             owners_changed = owners != self._owners
             self._owners = owners
         if answer.active_tasks is not None:
-            self._target = Target(_of(answer.active_tasks), _of(answer.standby_tasks),
-                                  _of(answer.warmup_tasks))
+            self._target = Target(task_set(answer.active_tasks), task_set(answer.standby_tasks),
+                                  task_set(answer.warmup_tasks))
         if self._target is not None and (self._target != self._owned or self._lost_pending):
             if not first:  # (the join's answer is reconciled once the join returned: see `join`)
                 self._reconcile_soon()
@@ -599,34 +561,6 @@ class StreamsMember:
             await self._ask_peers_to_beat()
 
 
-def streams_group_description(group: DescribedGroup) -> GroupDescription:
-    """A streams group as engine's tools read a group (`engine status`, the reset's check for members): each
-    member's endpoint, engine's tasks (subtopology "0") and its stores' changelog positions per task."""
-    owners = {p: _address(m) for m in group.members for p in _of(m.assignment.active)}
-    members = [GroupMember(
-        m.member_id, _address(m),
-        Assignment(active=_of(m.assignment.active),
-                   standby=_of(m.assignment.standby) | _of(m.assignment.warmup), owners=owners,
-                   warming=_of(m.assignment.warmup)),
-        {o.partition: o.offset for o in m.task_offsets if o.subtopology_id == SUBTOPOLOGY})
-        for m in group.members]
-    return GroupDescription(group.state, members)
-
-
-def _address(member: DescribedMember) -> str:
-    endpoint = member.user_endpoint
-    return f"{endpoint.host}:{endpoint.port}" if endpoint is not None else member.client_host
-
-
-def _tasks(tasks: TaskSet) -> dict[str, list[int]]:
-    return {SUBTOPOLOGY: sorted(tasks)} if tasks else {}
-
-
-def _of(tasks: Mapping[str, list[int]] | None) -> TaskSet:
-    return frozenset(p for subtopology, parts in (tasks or {}).items() if subtopology == SUBTOPOLOGY
-                     for p in parts)
-
-
 def _read_failure(beat: asyncio.Future[Any]) -> None:
     """Mark what a finished beat failed with as read (a caller still waiting gets it through the shield)."""
     if not beat.cancelled() and beat.exception() is not None:
@@ -636,22 +570,3 @@ def _read_failure(beat: asyncio.Future[Any]) -> None:
 async def _call(callback: Callable[[set[TP]], Awaitable[None]] | None, tps: set[TP]) -> None:
     if callback is not None:
         await callback(tps)
-
-
-def _refused(group: str, code: int, message: str | None, *, first: bool) -> EngineError:
-    """A heartbeat refused for good: one line that says what to do."""
-    if code == GROUP_ID_NOT_FOUND:
-        return NotAStreamsGroup(
-            f"group {group!r} is a live group of the classic protocol ({message}): its workers must all stop "
-            "before the app starts with group_protocol=streams (committed offsets stay with the group); or "
-            "run this worker with group_protocol=classic")
-    if code == INVALID_REQUEST and message and "Topology updates" in message:
-        return EngineError(
-            f"the streams group {group!r} runs another version of this app's topology, and a live group's "
-            f"topology cannot change ({message}): stop every worker of the app, then start the new version")
-    return EngineError(f"the streams group {group!r} refused this worker (error {code}: {message})")
-
-
-def unsupported(exc: IncompatibleBrokerVersion) -> StreamsUnsupported:
-    return StreamsUnsupported("the broker does not offer the streams rebalance protocol (KIP-1071, Kafka "
-                              f"4.1 and later): {exc}")
