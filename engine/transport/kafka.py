@@ -22,8 +22,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from engine.transport.kafka_admin import KafkaAdmin
+from engine.transport.kafka_classic_group import GroupListener
 from engine.transport.kafka_connect import client_options
-from engine.transport.kafka_consumer import GroupListener, KafkaConsumer
+from engine.transport.kafka_consumer import KafkaConsumer
 from engine.transport.kafka_producer import KafkaProducer
 
 if TYPE_CHECKING:

@@ -9,12 +9,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
-from aiokafka.coordinator.protocol import (
-    ConsumerProtocolMemberAssignment,
-    ConsumerProtocolMemberMetadata,
-)
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
     IllegalStateError,
@@ -26,12 +21,7 @@ from aiokafka.errors import (
 from aiokafka.errors import OffsetOutOfRangeError as KafkaOffsetOutOfRange
 
 from engine.assignor import (
-    VERSION,
     Placement,
-    decode_assignment,
-    decode_member,
-    encode_assignment,
-    encode_member,
 )
 from engine.errors import (
     MembershipLost,
@@ -42,6 +32,8 @@ from engine.errors import (
 )
 from engine.events import TP, RawRecord
 from engine.transport import aiokafka_private as private
+from engine.transport.base import ClientTuning
+from engine.transport.kafka_classic_group import EngineAssignor, GroupListener
 from engine.transport.kafka_connect import (
     NOT_AUTHORIZED,
     not_authorized,
@@ -58,8 +50,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping
     from contextlib import AbstractContextManager
 
-    from engine.transport.base import GroupTopology, PartitionsCallback
-from engine.transport.base import ClientTuning
+    from engine.transport.base import GroupTopology
 
 log = logging.getLogger(__name__)
 
@@ -80,69 +71,6 @@ CONFIRM_TIMEOUT = 5.0  # seconds a membership check may take before the checkpoi
 
 
 REBALANCE_TIMEOUT_MS = 30_000  # how long the group waits for members to rejoin (revoke callbacks included)
-
-
-class GroupListener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka's base is untyped
-    """aiokafka has no on_partitions_lost: it calls on_partitions_revoked before every re-join, also when the
-    coordinator no longer knew this member. In that case it has already reset the member's generation
-    (reset_generation) when the callback runs: that is how lost is told apart from revoked."""
-
-    def __init__(self, on_assigned: PartitionsCallback | None, on_revoked: PartitionsCallback | None,
-                 on_lost: PartitionsCallback | None):
-        self.assigned = on_assigned
-        self.revoked = on_revoked
-        self.lost = on_lost
-        self.consumer: AIOKafkaConsumer | None = None
-
-    async def on_partitions_revoked(self, revoked: Collection[TopicPartition]) -> None:
-        if not revoked:
-            return
-        tps = {TP(tp.topic, tp.partition) for tp in revoked}
-        if self.lost is not None and private.session_expired(private.group_coordinator(self.consumer)):
-            await self.lost(tps)
-        elif self.revoked is not None:
-            await self.revoked(tps)
-
-    async def on_partitions_assigned(self, assigned: Collection[TopicPartition]) -> None:
-        if self.assigned is not None:
-            await self.assigned({TP(tp.topic, tp.partition) for tp in assigned})
-
-
-class _EngineAssignor(AbstractPartitionAssignor):  # type: ignore[misc]  # aiokafka's base is untyped
-    """engine.assignor through aiokafka's assignor interface. aiokafka declares the methods as class
-    methods; an instance serves as well (it calls them on the objects it is given) and carries the worker's
-    Placement. Tasks are partition numbers: the task count is the largest partition count subscribed."""
-
-    name = "engine"
-
-    def __init__(self, placement: Placement) -> None:
-        self.placement = placement
-
-    def metadata(self, topics: Collection[str]) -> ConsumerProtocolMemberMetadata:
-        user_data = encode_member(self.placement.member(""))
-        return ConsumerProtocolMemberMetadata(VERSION, sorted(topics), user_data)
-
-    def assign(self, cluster: Any, members: Mapping[str, Any]) -> dict[str, ConsumerProtocolMemberAssignment]:
-        counts: dict[str, int] = {}
-        for metadata in members.values():
-            for topic in metadata.subscription:
-                partitions = cluster.partitions_for_topic(topic)
-                if partitions:
-                    counts[topic] = len(partitions)
-        placed = self.placement.assign(
-            [decode_member(member_id, metadata.user_data) for member_id, metadata in members.items()],
-            max(counts.values(), default=0))
-        out = {}
-        for member_id, metadata in members.items():
-            share = placed[member_id]
-            topics = [(topic, sorted(p for p in share.active if p < counts[topic]))
-                      for topic in sorted(metadata.subscription) if topic in counts]
-            out[member_id] = ConsumerProtocolMemberAssignment(VERSION, topics, encode_assignment(share))
-        return out
-
-    def on_assignment(self, assignment: Any) -> None:
-        active = frozenset(p for _, partitions in assignment.assignment for p in partitions)
-        self.placement.assignment_received(decode_assignment(active, assignment.user_data))
 
 
 class KafkaConsumer:
@@ -185,7 +113,7 @@ class KafkaConsumer:
             group_id=group_id,
             # engine's assignor: partition p of every topic goes with task p (co-partitioned), sticky,
             # with standbys and warm-up (engine.assignor).
-            partition_assignment_strategy=(_EngineAssignor(placement or Placement()),),
+            partition_assignment_strategy=(EngineAssignor(placement or Placement()),),
             rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
             session_timeout_ms=round(tuning.session_timeout * 1000),
             heartbeat_interval_ms=round(tuning.session_timeout * 1000 / 3),
