@@ -13,14 +13,14 @@ record beside the window in the store and changelog (`META_PREFIX + b"max-time:"
 skipped by every reader of table keys), made at the checkpoint for the windows written since the last one.
 
 The per-event path touches about twice as many windows as the event has neighbours within `size`, so each
-partition keeps every key's live windows in memory, in start order (`_KeyWindows`): an event finds its
-range of windows by bisection and reads and updates each in place, its aggregate and newest time together,
-with no key encoded and no lookup by key. The store is read only for a window that was there when the
-partition was taken on and not written since (its aggregate is read once, then kept). A written window is
-only marked changed: the changed ones go into the partition's buffer (with their newest-time records) when
-it is read (`TablePartition.writes`: the checkpoint, queries), so a window written by several events goes
-there once, and one that expires before that (most of them, when event time runs ahead of the checkpoints)
-never does.
+partition keeps every key's live windows in memory, in start order (engine.tables.sliding_windows): an event
+finds its range of windows by bisection and reads and updates each in place, its aggregate and newest time
+together, with no key encoded and no lookup by key. The store is read only for a window that was there when
+the partition was taken on and not written since (its aggregate is read once, then kept). A written window is
+only marked changed: the changed ones go into the partition's buffer (with their newest-time records) when it
+is read (`TablePartition.writes`: the checkpoint, queries), so a window written by several events goes there
+once, and one that expires before that (most of them, when event time runs ahead of the checkpoints) never
+does.
 
 Windows are found by an event only while their start is after the newest window start written minus the
 retention (2 * size + grace, Kafka Streams' default), and deleted at checkpoints after that.
@@ -28,7 +28,6 @@ retention (2 * size + grace, Kafka Streams' default), and deleted at checkpoints
 
 from __future__ import annotations
 
-import copy
 from bisect import bisect_left, bisect_right
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -38,6 +37,7 @@ from engine.tables.event_time import LATEST_EVENT_TIME_MS, advance_stream_time
 from engine.tables.keyed import KeyedWindowsTable
 from engine.tables.keys import META_PREFIX
 from engine.tables.partition import DELETED, MISSING, EventWindowState
+from engine.tables.sliding_windows import EarlyWindows, KeyWindows, SlidingState, own
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -50,71 +50,6 @@ if TYPE_CHECKING:
     from engine.windows import SlidingWindow
 
 MAX_TIME_PREFIX = META_PREFIX + b"max-time:"
-
-
-# Aggregates no function can change in place: shared between windows as they are.
-_IMMUTABLE = frozenset({int, float, bool, str, bytes, type(None)})
-
-
-def _own(aggregate: Any) -> Any:
-    """A window's own copy of another window's aggregate (a new window starts from one): an aggregate that
-    `add` changes in place (a list appended to) would otherwise be shared, and an event added to one window
-    would be in both (Kafka Streams' windows are serialized: none shares another's)."""
-    return aggregate if type(aggregate) in _IMMUTABLE else copy.deepcopy(aggregate)
-
-
-class _KeyWindows:
-    """One key's live windows in start order, as parallel lists (no object per window: between two
-    checkpoints a partition holds hundreds of thousands of windows, and objects the garbage collector
-    tracks made its passes a large part of the per-event time): each window's start (bisected), its
-    aggregate (MISSING until first read, for a window the store had when the partition was taken on), the
-    time of its newest event (Kafka Streams' ValueAndTimestamp: together), whether the store has it
-    (expiring one it never had needs no tombstone), and whether it changed since it was last put in the
-    partition's buffer."""
-
-    __slots__ = ("changed", "newest", "starts", "stored", "values")
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.values: list[Any] = []
-        self.newest: list[int] = []
-        self.stored: list[bool] = []
-        self.changed: list[bool] = []
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def find(self, start: int) -> int | None:
-        """The index of the window at `start`, or None."""
-        starts = self.starts
-        at = bisect_left(starts, start)
-        return at if at < len(starts) and starts[at] == start else None
-
-    def insert(self, at: int, start: int, value: Any, newest: int, stored: bool = False) -> None:
-        """A new window (changed), or one the store has (`stored`: not changed)."""
-        self.starts.insert(at, start)
-        self.values.insert(at, value)
-        self.newest.insert(at, newest)
-        self.stored.insert(at, stored)
-        self.changed.insert(at, not stored)
-
-    def cut(self, upto: int) -> None:
-        """Forget the first `upto` windows."""
-        del self.starts[:upto], self.values[:upto], self.newest[:upto]
-        del self.stored[:upto], self.changed[:upto]
-
-
-class SlidingState(EventWindowState):
-    """A sliding-window partition's live windows: each key's, in start order, and the keys with windows
-    changed since they were last put in the buffer. Between two checkpoints, windows past the retention stay
-    until expiry; an event never sees them (`visible_from`)."""
-
-    __slots__ = ("changed", "keys")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.keys: dict[Any, _KeyWindows] = {}
-        self.changed: set[Any] = set()
 
 
 class SlidingTable(KeyedWindowsTable):
@@ -146,7 +81,7 @@ class SlidingTable(KeyedWindowsTable):
         key, start = stored
         windows = state.keys.get(key)
         if windows is None:
-            windows = state.keys[key] = _KeyWindows()
+            windows = state.keys[key] = KeyWindows()
         windows.insert(bisect_left(windows.starts, start), start, MISSING, start + self.window.size_ms,
                        stored=True)
         if state.store_time is None or start > state.store_time:
@@ -216,11 +151,12 @@ class SlidingTable(KeyedWindowsTable):
             return False
         windows = state.keys.get(key)
         if windows is None:
-            windows = state.keys[key] = _KeyWindows()
+            windows = state.keys[key] = KeyWindows()
         # What the event may find: Kafka Streams' window store hides windows past its retention.
         visible_from = 0 if state.store_time is None else max(0, state.store_time - window.retention_ms + 1)
         if ts < size:
-            _Early(self, part, state, windows, key, value, ts, close_time, stream_time, visible_from).run()
+            EarlyWindows(self, part, state, windows, key, value, ts, close_time, stream_time,
+                         visible_from).run()
         else:
             self._reverse(part, state, windows, key, value, ts, close_time, stream_time, visible_from)
         state.changed.add(key)
@@ -228,7 +164,7 @@ class SlidingTable(KeyedWindowsTable):
             self._close_due(part, state)
         return True
 
-    def _reverse(self, part: TablePartition, state: SlidingState, windows: _KeyWindows, key: Any, value: Any,
+    def _reverse(self, part: TablePartition, state: SlidingState, windows: KeyWindows, key: Any, value: Any,
                  ts: int, close_time: int, stream_time: int, visible_from: int) -> None:
         """Kafka Streams' processReverse: the key's windows from the newest that can hold the event down to
         the first that ends before it, each updated in place where it holds the event and is still open;
@@ -260,7 +196,7 @@ class SlidingTable(KeyedWindowsTable):
             if end > ts and not right_seen:  # (ts + 1, if there, came first: right_made is known)
                 right_seen = True
                 if not right_made and newest > ts:  # the window after the event starts as this one is
-                    right = (_own(aggregate), newest)
+                    right = (own(aggregate), newest)
             if end >= close_time:  # updateWindowAndForward: the event added to a window still open
                 values[at] = add(aggregate, value)
                 changed[at] = True
@@ -281,20 +217,20 @@ class SlidingTable(KeyedWindowsTable):
             self.put_window(part, state, windows, key, previous + 1, add(self.initial(), value), ts,
                             stream_time)
         if not left_made and ts >= close_time:
-            base = _own(left) if previous is not None and ts - size <= previous and left is not MISSING \
+            base = own(left) if previous is not None and ts - size <= previous and left is not MISSING \
                 else self.initial()
             self.put_window(part, state, windows, key, ts - size, add(base, value), ts, stream_time)
         if right is not None:  # a copy of the window after the event: no close check, no event added
             self.put_window(part, state, windows, key, ts + 1, *right, stream_time)
 
-    def stored_value(self, part: TablePartition, windows: _KeyWindows, at: int, key: Any) -> Any:
+    def stored_value(self, part: TablePartition, windows: KeyWindows, at: int, key: Any) -> Any:
         """The aggregate of a window the store had when the partition was taken on, not written since: read
         once, then kept."""
         value = part.stored(self.table.locate((key, windows.starts[at]))[0])
         windows.values[at] = value = self.initial() if value is MISSING else value
         return value
 
-    def put_window(self, part: TablePartition, state: SlidingState, windows: _KeyWindows, key: Any,
+    def put_window(self, part: TablePartition, state: SlidingState, windows: KeyWindows, key: Any,
                    start: int, value: Any, newest: int, stream_time: int) -> None:
         """Write a window (made if new), marked changed."""
         starts = windows.starts
@@ -406,53 +342,3 @@ class SlidingTable(KeyedWindowsTable):
 
     def __repr__(self) -> str:
         return f"<SlidingTable {self.name!r} {self.window}>"
-
-
-class _Early:
-    """Kafka Streams' processEarly, for an event less than `size` after the epoch: its window would start
-    before 0, so it goes into the window [0, size] instead."""
-
-    def __init__(self, table: SlidingTable, part: TablePartition, state: SlidingState, windows: _KeyWindows,
-                 key: Any, value: Any, ts: int, close_time: int, stream_time: int, visible_from: int) -> None:
-        self.table, self.part, self.state, self.windows = table, part, state, windows
-        self.key, self.value, self.ts = key, value, ts
-        self.close_time, self.stream_time, self.visible_from = close_time, stream_time, visible_from
-
-    def _update(self, start: int, aggregate: Any, newest: int) -> None:
-        """updateWindowAndForward: add the event to a window still open (else it is skipped)."""
-        table = self.table
-        if start + table.window.size_ms >= self.close_time:
-            table.put_window(self.part, self.state, self.windows, self.key, start,
-                             table.add(aggregate, self.value), max(self.ts, newest), self.stream_time)
-
-    def run(self) -> None:
-        ts, table = self.ts, self.table
-        combined: tuple[Any, int] | None = None
-        right: tuple[Any, int] | None = None
-        right_made = False
-        previous: int | None = None
-        windows = self.windows
-        low, high = bisect_left(windows.starts, self.visible_from), bisect_right(windows.starts, ts + 1)
-        for start in windows.starts[low:high]:
-            at = windows.find(start)  # (an update before may have made a window below)
-            assert at is not None
-            aggregate = windows.values[at]
-            if aggregate is MISSING:
-                aggregate = table.stored_value(self.part, windows, at, self.key)
-            newest = windows.newest[at]
-            if start == 0:
-                combined = (aggregate, newest)
-                if newest < ts:
-                    previous = newest
-            elif start <= ts:
-                right = (_own(aggregate), newest)  # (as it is before the event)
-                self._update(start, aggregate, newest)
-            elif start == ts + 1:
-                right_made = True
-        if right is None and combined is not None and combined[1] > ts:
-            right = (_own(combined[0]), combined[1])
-        if not right_made and right is not None and right[1] > ts:
-            table.put_window(self.part, self.state, self.windows, self.key, ts + 1, *right, self.stream_time)
-        if previous is not None and self.windows.find(previous + 1) is None:
-            self._update(previous + 1, table.initial(), ts)
-        self._update(0, *(combined if combined is not None else (table.initial(), ts)))
