@@ -24,7 +24,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from engine.runtime import Worker
-from engine.transport.memory import MemoryBroker
+from engine.transport.memory_broker import MemoryBroker
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable

@@ -41,7 +41,7 @@ from engine.scope import running_as
 from engine.tables.versions import DELETED_VERSION
 from engine.testing.virtual_time import NeverIdle, VirtualTimeLoop
 from engine.topics import Topic
-from engine.transport.memory import MemoryBroker, MemoryRecord
+from engine.transport.memory_broker import MemoryBroker, MemoryRecord
 from engine.windows import WindowRange
 
 if TYPE_CHECKING:

@@ -1,159 +1,29 @@
-"""memory://: an in-process broker with partitions, offsets and consumer groups.
+"""memory://: the clients of an in-process broker with partitions, offsets and consumer groups
+(engine.transport.memory_broker).
 
 For fast unit tests and the zero-setup demo, never as a stand-in for Kafka in integration tests. Keys are
 partitioned like Kafka's default partitioner, topics are auto-created like a default broker, and a group
 spreads partitions over its members (range assignment) with eager revoke/assign on every membership change.
-Brokers are named (`memory://name`, default `memory://`) so that apps in one process share one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import uuid
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 from engine.assignor import Assignment, Placement
-from engine.clock import wall_time
 from engine.errors import TransportError
-from engine.events import TP, Headers, RawRecord
-from engine.partitioner import KeyHashes
 from engine.transport.base import GroupDescription, GroupMember
+from engine.transport.memory_broker import Group, MemoryBroker
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping, Sequence
     from contextlib import AbstractContextManager
 
+    from engine.events import TP, Headers, RawRecord
     from engine.transport.base import GroupTopology, KeyedRecord, PartitionsCallback, TopicSpec
-
-
-@dataclass(slots=True, frozen=True)
-class MemoryRecord:
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: Headers
-    sequence: int = 0  # the broker's count of appends before this one: the order records were written in
-
-
-@dataclass
-class _Group:
-    members: list[MemoryConsumer] = field(default_factory=list)
-    generation: int = 0
-    committed: dict[TP, int] = field(default_factory=dict)
-
-
-class MemoryBroker:
-    _registry: ClassVar[dict[str, MemoryBroker]] = {}
-
-    def __init__(self, default_partitions: int = 4) -> None:
-        self.default_partitions = default_partitions
-        self.topics: dict[str, list[list[MemoryRecord]]] = {}
-        self.configs: dict[str, Mapping[str, str]] = {}
-        self.ids: dict[str, bytes] = {}  # topic ids: a deleted and recreated topic gets a new one
-        self.groups: dict[str, _Group] = {}
-        self._waiters: set[asyncio.Future[None]] = set()
-        self._sticky = itertools.count()
-        self._hashes = KeyHashes()
-        self.appended = 0  # records appended to any topic, ever
-
-    @classmethod
-    def named(cls, name: str) -> MemoryBroker:
-        broker = cls._registry.get(name)
-        if broker is None:
-            broker = cls._registry[name] = cls()
-        return broker
-
-    @classmethod
-    def forget(cls, broker: MemoryBroker) -> None:
-        """Drop a named broker and its records (a test driver that closed)."""
-        for name in [name for name, known in cls._registry.items() if known is broker]:
-            del cls._registry[name]
-
-    def create_topic(self, name: str, partitions: int, config: Mapping[str, str] | None = None) -> None:
-        if name not in self.topics:
-            self.topics[name] = [[] for _ in range(partitions)]
-            self.configs[name] = dict(config or {})
-            self.ids[name] = uuid.uuid4().bytes
-            for group in self.groups.values():
-                if any(name in m.topics for m in group.members):
-                    self.rebalance(group)
-
-    def delete_topic(self, name: str) -> None:
-        """Delete a topic and its records (tests: a changelog deleted and recreated)."""
-        for mapping in (self.topics, self.configs, self.ids):
-            mapping.pop(name, None)
-
-    def append(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers, partition: int | None,
-        timestamp_ms: int | None = None,
-    ) -> MemoryRecord:
-        if topic not in self.topics:
-            self.create_topic(topic, self.default_partitions)
-        partitions = self.topics[topic]
-        if partition is None:
-            partition = (
-                self._hashes.partition(key, len(partitions)) if key is not None
-                else next(self._sticky) % len(partitions)
-            )
-        log = partitions[partition]
-        timestamp = int(wall_time() * 1000) if timestamp_ms is None else timestamp_ms
-        record = MemoryRecord(topic, partition, len(log), timestamp, key, value, tuple(headers),
-                              self.appended)
-        self.appended += 1
-        log.append(record)
-        return record
-
-    def notify(self) -> None:
-        for waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self._waiters.clear()
-
-    async def wait(self, timeout: float | None) -> None:
-        """Until the next `notify`, or `timeout` seconds (None: no limit)."""
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.add(waiter)
-        try:
-            async with asyncio.timeout(timeout):
-                await waiter
-        except TimeoutError:
-            pass
-        finally:
-            self._waiters.discard(waiter)
-
-    def join(self, group_id: str, member: MemoryConsumer) -> None:
-        group = self.groups.setdefault(group_id, _Group())
-        if member not in group.members:
-            group.members.append(member)
-        self.rebalance(group)
-
-    def leave(self, group_id: str, member: MemoryConsumer) -> None:
-        group = self.groups.get(group_id)
-        if group and member in group.members:
-            group.members.remove(member)
-            self.rebalance(group)
-
-    def rebalance(self, group: _Group) -> None:
-        """Assign with engine's assignor (engine.assignor, the same placement as on Kafka): partition
-        p of every topic a member reads goes with task p."""
-        group.generation += 1
-        topics = sorted({t for m in group.members for t in m.topics if t in self.topics})
-        tasks = max((len(self.topics[t]) for t in topics), default=0)
-        members = [m.placement.member(m.member_id) for m in group.members]
-        leader = group.members[0].placement if group.members else Placement()
-        placed = leader.assign(members, tasks)
-        for member in group.members:
-            share = placed[member.member_id]
-            targets = {TP(t, p) for t in member.topics if t in self.topics
-                       for p in share.active if p < len(self.topics[t])}
-            member._target = (group.generation, targets, share)
-        self.notify()
 
 
 class MemoryConsumer:
@@ -275,6 +145,10 @@ class MemoryConsumer:
     def let_through(self, tps: Collection[TP]) -> None:
         self._held.difference_update(tps)
         self.broker.notify()
+
+    def target(self, generation: int, tps: set[TP], share: Assignment | None) -> None:
+        """What the group's rebalance gives this member (taken at its next fetch)."""
+        self._target = (generation, tps, share)
 
     async def _sync_group(self) -> None:
         generation, target, share = self._target
@@ -439,7 +313,7 @@ class MemoryAdmin:
                     del group.committed[tp]
 
     async def set_committed(self, group_id: str, offsets: Mapping[TP, int]) -> None:
-        self.broker.groups.setdefault(group_id, _Group()).committed.update(offsets)
+        self.broker.groups.setdefault(group_id, Group()).committed.update(offsets)
 
     async def delete_records(self, before: Mapping[TP, int]) -> None:
         """Nothing: the in-memory broker lives as long as its process and keeps every record (its offsets

@@ -440,7 +440,7 @@ async def test_an_event_that_arrives_while_the_checkpoint_gate_is_closed_waits_f
     gate, waiting for room in another agent's mailbox) must not start before the gate opens, or what it
     sends would commit with the cut while its offset does not (a duplicate after a crash)."""
     from engine.events import Event
-    from engine.transport.memory import MemoryRecord
+    from engine.transport.memory_broker import MemoryRecord
 
     app, _ = app_on_memory("gate", processing_guarantee="exactly_once")
     started: list[bool] = []

@@ -6,7 +6,7 @@ import asyncio
 from engine.activity import Activity
 from engine.events import TP, Event
 from engine.monitors.watchdog import Watchdog
-from engine.transport.memory import MemoryRecord
+from engine.transport.memory_broker import MemoryRecord
 
 
 def event(offset: int) -> Event:
