@@ -10,25 +10,24 @@ producers.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from agents import Service
 from engine.activity import Activity
 from engine.assignor import Placement
 from engine.commit.guarantee import choose
-from engine.errors import ConfigError, WorkerFailed
+from engine.errors import WorkerFailed
 from engine.events import TP
 from engine.fetch.conductor import Conductor
-from engine.lockfile import holding
-from engine.loops import running_loop_name, stop_on_signals
+from engine.loops import running_loop_name
 from engine.monitors.loopwatch import LoopMonitor
 from engine.monitors.watchdog import Watchdog
 from engine.operations.schemas import connect_schemas
 from engine.processing.replies import ReplyService
 from engine.processing.runner import AgentRunner
+from engine.runtime.data_dir import check_data_dir, worker_identity
+from engine.runtime.status import worker_status
 from engine.scope import running_as
 from engine.tables.grace_joins import GraceJoin, grace_join
 from engine.tables.manager import TableManager
@@ -88,28 +87,6 @@ def _tracing(settings: Settings) -> Tracing | None:
 def _traced(producer: Producer, tracing: Tracing | None) -> Producer:
     """`producer`, writing the current trace context into what it sends when the worker traces."""
     return producer if tracing is None else TracedProducer(producer, tracing)
-
-
-def check_data_dir(settings: Settings) -> None:
-    """A data dir that is a file is refused, naming the setting (it is created if missing)."""
-    if settings.data_dir.exists() and not settings.data_dir.is_dir():
-        raise ConfigError(f"setting 'data_dir' is {str(settings.data_dir)!r}, which is a file; expected "
-                          "a directory for the worker's stores (it is created if missing)")
-
-
-def worker_identity(settings: Settings) -> str:
-    """The transactional id of the worker's own sends (timers, sends outside events;
-    engine.commit.transactions), kept in the data dir so that a restarted worker fences its predecessor's
-    producer and aborts the transaction it left open, instead of waiting for it to time out."""
-    folder = settings.app_dir
-    path = folder / "worker-id"
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        folder.mkdir(parents=True, exist_ok=True)
-        identity = f"{settings.app_id}-{uuid.uuid4().hex[:12]}"
-        path.write_text(identity + "\n")
-        return identity
 
 
 class Worker(Service):
@@ -248,7 +225,7 @@ class Worker(Service):
         from engine.web.queries import TableQueries
         from engine.web.server import WebServer
 
-        queries = TableQueries(self, self.app.tables, owners=self._owners, assigned=self._assigned,
+        queries = TableQueries(self, self.app.tables, owners=self._owners, assigned=self.assigned,
                                endpoint=lambda: self.placement.endpoint,
                                standby=lambda table, number: self.tasks.standby_store(table, number),
                                standbys=lambda: self.tasks.standby)
@@ -267,7 +244,7 @@ class Worker(Service):
     def _is_leader(self) -> bool:
         """The group's leader for `on_leader` timers: the worker that owns task 0, set up and not moving
         (one worker at a time: a task is revoked from its owner before it is given to the next)."""
-        return self._assigned().get(0, False)
+        return self.assigned().get(0, False)
 
     async def metrics(self) -> bytes:
         """The worker's metrics in Prometheus' text format (`GET /metrics`)."""
@@ -277,32 +254,12 @@ class Worker(Service):
         return render(await worker_families(self))
 
     async def status(self) -> dict[str, Any]:
-        """What this worker holds now (`GET /status`, engine status): its tasks, its stores' changelog
-        positions per task (summed over tables), the late events counted per windowed table, the
-        partitions whose committed offset was gone from the broker (engine.tasks.starts), where the
-        checkpoint under way stands ("prepared": its writes being sent and committed; None between two),
-        and where each ready task's partitions stand (what the stall watch reads: position, in flight,
-        buffered, lag, pauses)."""
-        states = await self.conductor.task_states()
-        assigned = self._assigned()
-        return {
-            "app": self.app.id, "worker": self.placement.endpoint,
-            "active": sorted(assigned), "recovering": sorted(n for n, ready in assigned.items() if not ready),
-            "standby": sorted(self.tasks.standby),
-            "store_positions": {str(n): at for n, at in sorted(
-                self.tasks.positions().items())},
-            "late_events": {t.name: t.windowed.late_events for t in self.app.tables.values()
-                            if t.windowed is not None},
-            "offset_jumps": {f"{tp.topic}[{tp.partition}]": {"committed": j.committed, "to": j.to,
-                                                             "skipped": j.skipped}
-                             for tp, j in sorted(self.tasks.starts.jumps.items())},
-            "checkpoint": current.state.value if (current := self.tasks.checkpoints.current) else None,
-            "partitions": {str(n): text for n, (_, _, text) in states.items()},
-        }
+        """What this worker holds now (`GET /status`, engine status: engine.runtime.status)."""
+        return await worker_status(self)
 
     def _settled(self) -> None:
         """Say once, at INFO, that the worker is ready: every partition assigned to it set up."""
-        assigned = self._assigned()
+        assigned = self.assigned()
         if self._said_ready or not all(assigned.values()):
             return
         self._said_ready = True
@@ -324,7 +281,7 @@ class Worker(Service):
         current = self.placement.current
         return current.owners if current is not None else {}
 
-    def _assigned(self) -> dict[int, bool]:
+    def assigned(self) -> dict[int, bool]:
         """The tasks active here, and whether each is set up (its stores recovered)."""
         return {number: task.ready for number, task in self.tasks.active.items() if not task.closed}
 
@@ -416,7 +373,7 @@ class Worker(Service):
             timed = table.windowed is not None and table.windowed.timestamp is None
             table.bind(self, count, counts, writers=self.timed_topics if timed else None,
                        checkpoint=self.tasks.checkpoint, query=query, settings=self.settings,
-                       assigned=self._assigned)
+                       assigned=self.assigned)
             if table.windowed is not None:
                 table.windowed.topics = self.app.topics
 
@@ -472,32 +429,6 @@ class Worker(Service):
         failure = self.failure
         if failure is not None:
             raise WorkerFailed(f"worker {self.app.id!r} stopped: {failure}") from failure
-
-
-def settle_heap() -> None:
-    """Hide the start-up heap (modules, the app, clients) from the garbage collector.
-
-    Everything allocated before the worker runs lives as long as the process; left in the collector's
-    generations, every full collection rescans it, at a cost on the per-event path (benchmarks/README.md).
-    A worker process owns its interpreter, so it freezes that heap once, after start-up (the
-    standard-library recipe for long-lived servers).
-    """
-    gc.collect()
-    gc.freeze()
-
-
-async def run_worker(app: App, overrides: Mapping[str, Any] | None = None) -> None:
-    """Start a worker for `app`, stop it cleanly on SIGTERM/SIGINT, raise WorkerFailed on failure. The
-    process holds its app's data dir for as long (engine.lockfile): a second one given it refuses to start.
-    It takes the process as its own: once started, it freezes the process's heap (`settle_heap`)."""
-    settings = app.settings(overrides)
-    check_data_dir(settings)
-    with holding(settings.app_dir):  # before any client exists: a refused worker leaves nothing open
-        worker = Worker(app, settings)
-        with stop_on_signals(worker.request_stop):
-            await worker.start()
-            settle_heap()
-            await worker.run_until_stopped()
 
 
 async def _ask_to_beat(endpoints: Collection[str]) -> None:
