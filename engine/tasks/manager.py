@@ -119,8 +119,9 @@ class TaskManager(Service):
             tracing=tracing)
         self.checkpoints = self.commits.checkpoints
         self.tables = tables
-        self.set_up = TaskSetUp(consumer=consumer, starts=self.starts, guarantee=guarantee, tables=tables,
-                                table_sources=self.table_sources, settle_standbys=self._settle_standbys)
+        self.set_up = TaskSetUp(active=self.active, consumer=consumer, starts=self.starts,
+                                guarantee=guarantee, tables=tables, table_sources=self.table_sources,
+                                settle_standbys=self._settle_standbys)
         self._drop_queued = drop_queued
         self.revoke_wait = revoke_wait
         # The set-ups under way, with their partitions: one per assignment (a streams group's member is given
@@ -240,7 +241,7 @@ class TaskManager(Service):
         recovery.add_done_callback(lambda done: self._recoveries.pop(done, None))
 
     async def _set_up(self, tps: set[TP]) -> None:
-        await self.set_up.run([self.active[n] for n in sorted({tp.partition for tp in tps})], tps)
+        await self.set_up.run(tps)
         resumable = {tp for tp in tps
                      if (lease := self.leases.current.get(tp)) is not None and lease.dispatching}
         self.pauses.release(resumable, RECOVERING)

@@ -21,7 +21,7 @@ from engine.tasks.active import start_producers
 from engine.tasks.lifecycle import TaskState
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection
+    from collections.abc import Callable, Collection, Mapping
 
     from engine.commit.guarantee import Guarantee
     from engine.events import TP
@@ -38,12 +38,15 @@ SET_UP_RETRY = 1.0  # seconds between two tries of a set-up that found no broker
 class TaskSetUp:
     """How a worker sets its assigned tasks up."""
 
-    def __init__(self, *, consumer: Consumer, starts: Starts, guarantee: Guarantee,
-                 tables: TableManager | None, table_sources: Collection[str],
+    def __init__(self, *, active: Mapping[int, ActiveTask], consumer: Consumer, starts: Starts,
+                 guarantee: Guarantee, tables: TableManager | None, table_sources: Collection[str],
                  settle_standbys: Callable[[], None]) -> None:
-        """`starts`: where each partition starts (the worker's, which /status shows); `table_sources`:
+        """`active`: the worker's active tasks, by number (each try sets up the ones there then: a task
+        rewound meanwhile is a new one); `starts`: where each partition starts (the worker's, which /status
+        shows); `table_sources`:
         tables' source topics, whose positions are their stores'; `settle_standbys`: once stores are
         restored, the standby tasks the assignment names kept and the others' stores closed."""
+        self.active = active
         self.consumer = consumer
         self.starts = starts
         self.guarantee = guarantee
@@ -51,12 +54,12 @@ class TaskSetUp:
         self.table_sources = table_sources
         self.settle_standbys = settle_standbys
 
-    async def run(self, tasks: list[ActiveTask], tps: set[TP]) -> None:
-        """Set `tasks` (with the partitions `tps`) up, trying again while no broker answers."""
+    async def run(self, tps: set[TP]) -> None:
+        """Set the tasks of the partitions `tps` up, trying again while no broker answers."""
         waiting_since: float | None = None
         while True:
             try:
-                await self._once(tasks, tps)
+                await self._once(tps)
             except BrokerUnavailable as exc:
                 if waiting_since is None:
                     waiting_since = time.monotonic()
@@ -69,7 +72,8 @@ class TaskSetUp:
                          time.monotonic() - waiting_since)
             return
 
-    async def _once(self, tasks: list[ActiveTask], tps: set[TP]) -> None:
+    async def _once(self, tps: set[TP]) -> None:
+        tasks = [self.active[n] for n in sorted({tp.partition for tp in tps})]
         new_producer = self.guarantee.task_producer
         starting = [task for task in tasks if task.producer is None]
         if new_producer is not None and starting:
