@@ -94,6 +94,7 @@ class App:
         topic_replication: int | None = None,
         mailbox_size: int | None = None,
         max_poll_records: int | None = None,
+        fetch_batches: bool | None = None,
         store: str | None = None,
         store_memory: int | None = None,
         standby_replicas: int | None = None,
@@ -167,6 +168,9 @@ class App:
         mailbox_size: events an agent instance's mailbox holds; a full one pauses the partitions that feed it
             (default: 1000; ENGINE_MAILBOX_SIZE)
         max_poll_records: records one fetch returns at most (default: 1000; ENGINE_MAX_POLL_RECORDS)
+        fetch_batches: fetched records read a batch at a time by engine's reader of aiokafka's fetches
+            (checked against the installed aiokafka at start: a misfit falls back with a warning); off:
+            aiokafka's public getmany, a record at a time (default: true; ENGINE_FETCH_BATCHES)
         store: the tables' stores: rocksdb://, or memory:// (tests) (default: rocksdb://; ENGINE_STORE)
         store_memory: bytes of memory all the RocksDB stores of a worker share (64 MiB; tables) (default:
             67108864; ENGINE_STORE_MEMORY)
@@ -245,6 +249,7 @@ class App:
             'topic_replication': topic_replication,
             'mailbox_size': mailbox_size,
             'max_poll_records': max_poll_records,
+            'fetch_batches': fetch_batches,
             'store': store,
             'store_memory': store_memory,
             'standby_replicas': standby_replicas,

@@ -32,7 +32,7 @@ class EventLease(Protocol):
 class RawRecord(Protocol):
     """A record as fetched, before decoding. It does not say its topic and partition: it comes in its
     partition's batch, and what it becomes (an `Event`) carries that `TP`. So the record aiokafka's batch
-    parser makes fits as it is (engine.transport.aiokafka_private.bare_records): no second object per
+    parser makes fits as it is (engine.transport.aiokafka_private_fetch.bare_records): no second object per
     record."""
 
     @property

@@ -104,6 +104,14 @@ class Settings:
         "events an agent instance's mailbox holds; a full one pauses the partitions that feed it"))
     max_poll_records: int = field(default=1000, metadata=doc(
         "records one fetch returns at most"))
+    # Fetched records read a batch at a time by engine's reader of aiokafka's fetch results (a private part
+    # of aiokafka, engine.transport.aiokafka_private, checked against the installed aiokafka when a consumer
+    # starts): off, or when that check fails (said in a warning), aiokafka's public getmany reads them, a
+    # record at a time, slower but relying on nothing private.
+    fetch_batches: bool = field(default=True, metadata=doc(
+        "fetched records read a batch at a time by engine's reader of aiokafka's fetches (checked against "
+        "the installed aiokafka at start: a misfit falls back with a warning); off: aiokafka's public "
+        "`getmany`, a record at a time ([operations](operations.md#aiokafkas-private-parts))"))
     store: str = field(default="rocksdb://", metadata=doc(
         "the tables' stores: `rocksdb://`, or `memory://` (tests)"))
     # Bytes of memory every RocksDB store of a worker shares: one block cache, with the memtables charged to

@@ -103,7 +103,8 @@ class Worker(Service):
             linger=settings.producer_linger.total_seconds(),
             session_timeout=settings.session_timeout.total_seconds(),
             max_poll_interval=settings.max_poll_interval.total_seconds(),
-            transaction_timeout=settings.transaction_timeout.total_seconds()))
+            transaction_timeout=settings.transaction_timeout.total_seconds(),
+            fetch_batches=settings.fetch_batches))
         # The tasks active here: kept by the task manager, read by the conductor (whose task a batch is) and
         # by the guarantee (whose transaction an event's sends go to).
         active: dict[int, ActiveTask] = {}

@@ -32,6 +32,9 @@ class ClientTuning:
     # Seconds a transaction may stay open before the broker aborts it: how long a dead worker's open
     # transaction holds read_committed readers back, and how long one event may take under exactly-once.
     transaction_timeout: float = 15.0
+    # Whether consumers read fetched records a batch at a time through engine's reader of aiokafka's
+    # fetches (checked at start; a misfit falls back to aiokafka's getmany), or through getmany at once.
+    fetch_batches: bool = True
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 aiokafka lives here and only here; its errors are translated into engine's at this edge. Consumer records
 and topic partitions pass through unconverted: the records of aiokafka's batch parser satisfy RawRecord
-(`aiokafka_private.bare_records`: no ConsumerRecord made of each) and its TopicPartition is a (topic,
+(`aiokafka_private_fetch.bare_records`: no ConsumerRecord made of each) and its TopicPartition is a (topic,
 partition) tuple equal to our TP, so the hot path copies nothing.
 The security settings (security_protocol, sasl_*, ssl_* files) become aiokafka's options (`client_options`),
 and `broker_options` (any of aiokafka's client options) are passed to every aiokafka client as they are.

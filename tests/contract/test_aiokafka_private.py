@@ -1,7 +1,8 @@
 """The contract between engine and the private parts of the installed aiokafka it uses
-(engine.transport.aiokafka_private): one test per use, each failing with a message that names the use, so
-that an aiokafka release that changes one is found here and not in production. On the real broker: engine's
-clients never auto-create a topic, while a user's own aiokafka clients in the same process still do."""
+(engine.transport.aiokafka_private and aiokafka_private_fetch): one test per use, each failing with a message
+that names the use, so that an aiokafka release that changes one is found here and not in production. On the
+real broker: engine's clients never auto-create a topic, while a user's own aiokafka clients in the same
+process still do."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ from aiokafka.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 from engine.events import TP
 from engine.transport import aiokafka_private as private
-from engine.transport import open_transport
-from engine.transport.base import TopicSpec
+from engine.transport import aiokafka_private_fetch, kafka_consumer, open_transport
+from engine.transport.base import ClientTuning, TopicSpec
 
 CHANGED = "aiokafka changed what engine.transport.aiokafka_private relies on for "
 
@@ -479,7 +480,7 @@ def bare_results() -> Any:
         _records: Any = collections.OrderedDict()
 
     consumer._fetcher = Fetching()
-    private.bare_records(consumer)
+    aiokafka_private_fetch.bare_records(consumer)
     return consumer._fetcher._records
 
 
@@ -491,6 +492,7 @@ def fetch_result(data: bytes, fetch_offset: int = 0) -> FetchResult:
 
 
 async def test_a_fetch_read_a_batch_at_a_time_returns_what_aiokafka_returns_and_moves_the_position_alike():
+    assert aiokafka_private_fetch.batch_reader_misfit() is None, "the check a consumer makes at start"
     for name in ("check_assignment", "has_more", "_update_position", "getall"):
         assert hasattr(FetchResult, name), f"{CHANGED}FetchResult.{name}"
     for name in ("_consume_aborted_up_to", "_contains_abort_marker"):
@@ -550,9 +552,17 @@ async def test_a_corrupt_batch_ends_the_fetch_as_aiokafkas_reading_does():
 
 
 @pytest.mark.kafka
-async def test_engines_consumer_reads_bare_records_without_the_aborted_transactions_ones(kafka):
+@pytest.mark.parametrize("reading", ["batches", "getmany", "misfit"])
+async def test_engines_consumer_reads_the_records_without_the_aborted_transactions_ones(
+        kafka, reading: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Read a batch at a time (bare records), or through aiokafka's public getmany: asked for by the setting
+    (`fetch_batches=False`), or because the batch reader does not fit the installed aiokafka (a warning
+    names what changed, once per process): the same records either way."""
+    if reading == "misfit":
+        monkeypatch.setattr(kafka_consumer, "batch_reader_misfit", lambda: "FetchResult.getall")
+        monkeypatch.setattr(kafka_consumer, "_misfit_said", False)
     topic = f"bare-{uuid.uuid4().hex[:8]}"
-    transport = open_transport(kafka.url, {})
+    transport = open_transport(kafka.url, {}, ClientTuning(fetch_batches=reading != "getmany"))
     admin = transport.admin()
     try:
         await admin.create_topics([TopicSpec(topic, 1)])
@@ -567,19 +577,28 @@ async def test_engines_consumer_reads_bare_records_without_the_aborted_transacti
                 await producer.send_and_wait(topic, b"v%d" % number, key=b"k", headers=headers)
     finally:
         await producer.stop()
-    consumer = transport.consumer(group_id=None)
-    consumer.assign([TP(topic, 0)])
-    await consumer.start()
     got: list[Any] = []
-    try:
-        async with asyncio.timeout(30):
-            while len(got) < 2:
-                got += (await consumer.getmany(1.0, 100)).get(TP(topic, 0), [])
-    finally:
-        await consumer.stop()
-    assert not any(isinstance(r, ConsumerRecord) for r in got), "engine's consumer made ConsumerRecords"
-    assert [(r.key, r.value, list(r.headers)) for r in got] == [(b"k", b"v0", [("n", b"0")]),
-                                                                (b"k", b"v2", [("n", b"2")])]
+    for _ in range(2):  # (a second consumer: the misfit is said once per process)
+        consumer = transport.consumer(group_id=None)
+        consumer.assign([TP(topic, 0)])
+        await consumer.start()
+        got = []
+        try:
+            async with asyncio.timeout(30):
+                while len(got) < 2:
+                    got += (await consumer.getmany(1.0, 100)).get(TP(topic, 0), [])
+        finally:
+            await consumer.stop()
+        assert [(r.key, r.value, list(r.headers)) for r in got] == [(b"k", b"v0", [("n", b"0")]),
+                                                                    (b"k", b"v2", [("n", b"2")])]
+    bare = not any(isinstance(r, ConsumerRecord) for r in got)
+    assert bare == (reading == "batches"), "a batch at a time: no ConsumerRecord made"
+    warned = [m for r in caplog.records if "does not fit the installed aiokafka" in (m := r.getMessage())]
+    if reading == "misfit":
+        assert len(warned) == 1, warned
+        assert "(FetchResult.getall changed)" in warned[0]
+    else:
+        assert warned == []
 
 
 class Aborted:
