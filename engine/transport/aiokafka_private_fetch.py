@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import functools
 import inspect
+import logging
 import sys
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,8 @@ from aiokafka.errors import CorruptRecordException
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+log = logging.getLogger(__name__)
 
 
 @functools.cache
@@ -60,6 +63,23 @@ def batch_reader_misfit() -> str | None:
         if name not in consumer:
             return f"AIOKafkaConsumer: {name}"
     return None
+
+
+def read_batches(consumer: Any) -> None:
+    """Make a started consumer read its fetches a batch at a time (`bare_records`), unless the batch reader
+    does not fit the installed aiokafka: then it reads through aiokafka's public getmany, said once per
+    process (every consumer would say the same)."""
+    misfit = batch_reader_misfit()
+    if misfit is None:
+        bare_records(consumer)
+    elif not _said_misfit:
+        _said_misfit.append(misfit)
+        log.warning("engine's batch reader of aiokafka's fetches does not fit the installed aiokafka (%s "
+                    "changed): records are read through aiokafka's public getmany, a record at a time "
+                    "(slower); fetch_batches=false says this is meant", misfit)
+
+
+_said_misfit: list[str] = []  # (what this process said does not fit, once)
 
 
 def bare_records(consumer: Any) -> None:

@@ -32,7 +32,7 @@ from engine.errors import (
 )
 from engine.events import TP, RawRecord
 from engine.transport import aiokafka_private as private
-from engine.transport.aiokafka_private_fetch import bare_records, batch_reader_misfit
+from engine.transport.aiokafka_private_fetch import read_batches
 from engine.transport.base import ClientTuning
 from engine.transport.kafka_classic_group import EngineAssignor, GroupListener
 from engine.transport.kafka_connect import (
@@ -72,8 +72,6 @@ CONFIRM_TIMEOUT = 5.0  # seconds a membership check may take before the checkpoi
 
 
 REBALANCE_TIMEOUT_MS = 30_000  # how long the group waits for members to rejoin (revoke callbacks included)
-
-_misfit_said = False  # whether this process said that the batch reader does not fit its aiokafka
 
 
 class KafkaConsumer:
@@ -149,7 +147,8 @@ class KafkaConsumer:
     async def start(self) -> None:
         if self._wanted != "classic":
             await start_client(self._client, self._servers, self._options)
-            self._read_batches()
+            if self._fetch_batches:
+                read_batches(self._client)
             self._protocol = "streams"  # (the first heartbeat's answer may set tasks up: the ready line)
             try:
                 self._member = await self._join_streams_group()
@@ -173,25 +172,10 @@ class KafkaConsumer:
                 f"group {self._group_id!r} is a streams group (KIP-1071) whose members are running, which a "
                 "member of the classic protocol cannot join: stop them all first (committed offsets stay "
                 "with the group), or run this worker with group_protocol=streams or auto") from exc
-        self._read_batches()
+        if self._fetch_batches:
+            read_batches(self._client)
         if self._group_id is not None:
             self._protocol = "classic"
-
-    def _read_batches(self) -> None:
-        """Read the started consumer's fetches a batch at a time (engine.transport.aiokafka_private_fetch),
-        unless the settings say not to or that reader does not fit the installed aiokafka (said once)."""
-        if not self._fetch_batches:
-            return
-        misfit = batch_reader_misfit()
-        if misfit is None:
-            bare_records(self._client)
-            return
-        global _misfit_said  # (once per process: every consumer would say the same)
-        if not _misfit_said:
-            _misfit_said = True
-            log.warning("engine's batch reader of aiokafka's fetches does not fit the installed aiokafka "
-                        "(%s changed): records are read through aiokafka's public getmany, a record at a "
-                        "time (slower); fetch_batches=false says this is meant", misfit)
 
     async def _join_streams_group(self) -> StreamsMember | None:
         """Join as a member of a streams group; None where `auto` takes the classic protocol (said why)."""

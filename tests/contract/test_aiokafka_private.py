@@ -37,7 +37,7 @@ from aiokafka.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 from engine.events import TP
 from engine.transport import aiokafka_private as private
-from engine.transport import aiokafka_private_fetch, kafka_consumer, open_transport
+from engine.transport import aiokafka_private_fetch, open_transport
 from engine.transport.base import ClientTuning, TopicSpec
 
 CHANGED = "aiokafka changed what engine.transport.aiokafka_private relies on for "
@@ -559,8 +559,8 @@ async def test_engines_consumer_reads_the_records_without_the_aborted_transactio
     (`fetch_batches=False`), or because the batch reader does not fit the installed aiokafka (a warning
     names what changed, once per process): the same records either way."""
     if reading == "misfit":
-        monkeypatch.setattr(kafka_consumer, "batch_reader_misfit", lambda: "FetchResult.getall")
-        monkeypatch.setattr(kafka_consumer, "_misfit_said", False)
+        monkeypatch.setattr(aiokafka_private_fetch, "batch_reader_misfit", lambda: "FetchResult.getall")
+        monkeypatch.setattr(aiokafka_private_fetch, "_said_misfit", [])
     topic = f"bare-{uuid.uuid4().hex[:8]}"
     transport = open_transport(kafka.url, {}, ClientTuning(fetch_batches=reading != "getmany"))
     admin = transport.admin()
