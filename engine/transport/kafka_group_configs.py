@@ -12,6 +12,7 @@ is flexible (compact strings and arrays, a tagged-field section ending each stru
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from aiokafka.errors import KafkaError
@@ -19,11 +20,13 @@ from aiokafka.protocol.admin import DescribeConfigsRequest
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Boolean, CompactArray, Int8, Int16, Int32, Schema
 
-from engine.errors import ConfigError, TransportError
+from engine.errors import ConfigError, EngineError, TransportError
 from engine.transport.kafka_protocol import TAGS, TEXT
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
+
+log = logging.getLogger(__name__)
 
 GROUP = 32  # ConfigResource.Type.GROUP
 SET = 0  # IncrementalAlterConfigs' operations: SET, DELETE (back to the broker's default), APPEND, SUBTRACT
@@ -115,3 +118,26 @@ async def group_configs(client: Any, group_id: str, names: Collection[str] | Non
             raise TransportError(f"cannot read the configs of group {group_id!r}: error {code} {message}")
         found.update({entry[0]: entry[1] for entry in entries})
     return found
+
+
+async def set_streams_group_configs(client: Any, group_id: str, session_timeout: float,
+                                    standby_replicas: int) -> None:
+    """A streams group's session timeout, heartbeat interval and standby replicas are the group's configs
+    (the broker's `group.streams.*` unless the group says otherwise), not a member's: set from the worker's
+    settings, one at a time, each refused one said with the broker's reason (its bounds, say:
+    `group.streams.min.session.timeout.ms` is 45 s unless lowered)."""
+    configs: dict[str, str | None] = {
+        "streams.session.timeout.ms": str(round(session_timeout * 1000)),
+        "streams.heartbeat.interval.ms": str(max(1, round(session_timeout * 1000 / 3))),
+        "streams.num.standby.replicas": str(standby_replicas),
+    }
+    try:
+        await set_group_configs(client, group_id, configs)
+        return
+    except EngineError:
+        pass
+    for name, value in configs.items():  # (one at a time: to say which the broker refuses)
+        try:
+            await set_group_configs(client, group_id, {name: value})
+        except EngineError as exc:
+            log.warning("%s: the group keeps the broker's", exc)

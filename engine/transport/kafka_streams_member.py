@@ -6,7 +6,7 @@ start). The broker's group coordinator computes the assignment; every heartbeat 
 member may own now. A task moving away is revoked here first (only that task stops: its partitions are
 checkpointed and closed while every other task goes on), then reported gone in the next heartbeat, and only
 then given to its next owner. A task given here is set up while the others go on. The heartbeats go on
-throughout: the reconciliation runs beside the loop, never in it.
+throughout: the reconciliation (engine.transport.kafka_streams_reconcile) runs beside the loop, never in it.
 
 engine's topology is one subtopology (engine.transport.kafka_streams_tasks: the protocol's task ("0", p) is
 engine's task p); the refusals the broker answers with are engine.transport.kafka_streams_errors'.
@@ -22,26 +22,25 @@ import contextlib
 import logging
 import time
 import uuid
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from aiokafka.client import CoordinationType
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.commit import OffsetFetchRequest
 
-from engine.assignor import Assignment
-from engine.errors import EngineError, MembershipLost, TransportError
+from engine.errors import MembershipLost, TransportError
 from engine.events import TP
 from engine.transport import aiokafka_private as private
 from engine.transport.kafka_errors import read_failed, retriable
-from engine.transport.kafka_group_configs import set_group_configs
+from engine.transport.kafka_group_configs import set_streams_group_configs
 from engine.transport.kafka_protocol import MemberOffsetCommitRequest, commit_errors
 from engine.transport.kafka_streams_errors import (
     COORDINATOR_MOVED,
     FENCED,
-    STALE_MEMBER_EPOCH,
     UNKNOWN_MEMBER_ID,
     UNKNOWN_SERVER_ERROR,
+    GroupStatuses,
+    commit_refused,
     refused,
 )
 from engine.transport.kafka_streams_group import (
@@ -51,21 +50,15 @@ from engine.transport.kafka_streams_group import (
     Endpoint,
     Heartbeat,
     HeartbeatAnswer,
-    StatusCode,
     StreamsGroupHeartbeatRequest,
     TaskOffset,
     heartbeat_answer,
 )
-from engine.transport.kafka_streams_tasks import (
-    SUBTOPOLOGY,
-    TaskSet,
-    declared_topology,
-    task_map,
-    task_set,
-)
+from engine.transport.kafka_streams_reconcile import NOTHING, Reassign, Reconciliation, Target
+from engine.transport.kafka_streams_tasks import SUBTOPOLOGY, declared_topology, task_map, task_set
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Collection, Mapping
+    from collections.abc import Collection, Mapping
 
     from engine.assignor import Placement
     from engine.transport.base import GroupTopology, PartitionsCallback
@@ -77,28 +70,6 @@ CONFIRM_TIMEOUT = 5.0  # seconds a membership check now may take
 JOIN_TIMEOUT = 60.0  # seconds the first heartbeat is tried while the group's coordinator is not ready
 RETRY = 0.5  # seconds between two tries of a heartbeat the broker could not answer
 # Kafka's error codes the member acts on.
-# The statuses that say the group cannot run (said once each, at WARNING, until they clear).
-_BLOCKING = {StatusCode.MISSING_SOURCE_TOPICS, StatusCode.INCORRECTLY_PARTITIONED_TOPICS,
-             StatusCode.MISSING_INTERNAL_TOPICS, StatusCode.STALE_TOPOLOGY, StatusCode.MISSING_CLIENT_TAGS}
-
-@dataclass(frozen=True)
-class Target:
-    """What the broker says this member may own now."""
-
-    active: TaskSet
-    standby: TaskSet
-    warmup: TaskSet
-
-
-class Reassign(Protocol):
-    """What the member asks of its consumer: read exactly these partitions from now on, the `new` ones held
-    (not fetched) until `release` (their tasks are being set up), every other one where it was."""
-
-    def reassign(self, tps: set[TP], new: set[TP]) -> None: ...
-
-    def release(self, tps: set[TP]) -> None: ...
-
-
 class StreamsMember:
     """One worker's membership of its streams group: joins with the topology, beats at the interval the
     broker asks for (at once when it has something to acknowledge), reconciles each new assignment through
@@ -129,22 +100,23 @@ class StreamsMember:
         self._interval = 1.0  # seconds between heartbeats (the broker's answer sets it)
         self._offset_interval = 60.0  # seconds between two reports of the tasks' changelog positions
         self._offsets_due = 0.0  # monotonic time of the next report
-        self._target: Target | None = None  # the broker's last word (None: not heard since joining)
-        self._owned = Target(frozenset(), frozenset(), frozenset())  # reconciled: what is reported
+        # What the broker assigns this member, and what it owns of that (reconciled one change at a time).
+        self._tasks = Reconciliation(placement=placement, reassign=reassign, partitions=self.partitions,
+                                     on_assigned=on_assigned, on_revoked=on_revoked, on_lost=on_lost,
+                                     owners=lambda: self._owners, acknowledge=self._wake.set,
+                                     failed=self._fail)
         self._reported: Target | None = None  # what the last heartbeat said this member owns
         self._owners: dict[int, str] = {}  # task -> the endpoint of its active owner
         self._endpoint_epoch = 0  # of the owners last heard (the broker sends them again when it moves)
         self._peers: frozenset[str] = frozenset()  # the other members' endpoints, as last heard
         self._tell_peers = False  # the heartbeat being sent frees tasks or wants some: others to beat at once
         self._telling: set[asyncio.Task[None]] = set()
-        self._lost_pending = False
         self._generation = 0  # of this member's membership: one more at each fence (a target then is stale)
         self._doubted = False  # the last membership check got no answer
-        self._sent = self._owned  # what the heartbeat being sent says this member owns
-        self._reconciling: asyncio.Task[None] | None = None
+        self._sent = self._tasks.owned  # what the heartbeat being sent says this member owns
         self._loop_task: asyncio.Task[None] | None = None
         self._last_answer = time.monotonic()
-        self._said: set[tuple[int, str]] = set()
+        self._statuses = GroupStatuses(group_id)  # what the group's answers say of it, said once each
         self.failure: BaseException | None = None  # a fatal answer: raised by the consumer's next fetch
         placement.beat_now = self.beat_soon
 
@@ -153,8 +125,6 @@ class StreamsMember:
         """This member's membership: one more each time it was fenced and joined again. A transaction begun
         in one generation commits its offsets in that one only (engine.transport.kafka's producer)."""
         return self._generation
-
-    # -- the task <-> partition mapping ---------------------------------------------------------------
 
     def partitions(self, tasks: Collection[int]) -> set[TP]:
         """The partitions of these tasks: partition p of every topic the group reads that has one."""
@@ -165,7 +135,8 @@ class StreamsMember:
     async def join(self) -> None:
         """The first heartbeat, answered before the worker goes on: a group that cannot be a streams group
         (a live classic group, a broker without the protocol) is told apart here."""
-        await self._set_group_configs()
+        await set_streams_group_configs(self._client, self.group_id, self._session_timeout,
+                                        self._placement.standby_replicas)
         deadline = time.monotonic() + JOIN_TIMEOUT
         while True:
             try:
@@ -186,29 +157,8 @@ class StreamsMember:
         # What the join's answer assigns is reconciled from here, in a task that runs once the caller goes on:
         # the consumer has taken this member as its membership by then, so the task manager's set-up of the
         # tasks (its committed offsets read through the member) finds it.
-        if self._target is not None and self._target != self._owned:
-            self._reconcile_soon()
-
-    async def _set_group_configs(self) -> None:
-        """A streams group's session timeout, heartbeat interval and standby replicas are the group's configs
-        (the broker's `group.streams.*` unless the group says otherwise), not a member's: set from the
-        worker's settings, one at a time, each refused one said with the broker's reason (its bounds, say:
-        `group.streams.min.session.timeout.ms` is 45 s unless lowered)."""
-        configs = {
-            "streams.session.timeout.ms": str(round(self._session_timeout * 1000)),
-            "streams.heartbeat.interval.ms": str(max(1, round(self._session_timeout * 1000 / 3))),
-            "streams.num.standby.replicas": str(self._placement.standby_replicas),
-        }
-        try:
-            await set_group_configs(self._client, self.group_id, configs)
-            return
-        except EngineError:
-            pass
-        for name, value in configs.items():  # (one at a time: to say which the broker refuses)
-            try:
-                await set_group_configs(self._client, self.group_id, {name: value})
-            except EngineError as exc:
-                log.warning("%s: the group keeps the broker's", exc)
+        if self._tasks.target is not None and self._tasks.target != self._tasks.owned:
+            self._tasks.soon()
 
     async def _run(self) -> None:
         while self.failure is None:
@@ -284,7 +234,7 @@ class StreamsMember:
         joining = self.epoch == JOIN_EPOCH
         if leave is not None:
             return Heartbeat(self.group_id, self.member_id, leave, instance_id=self.instance_id)
-        owned = Target(frozenset(), frozenset(), frozenset()) if joining else self._owned
+        owned = NOTHING if joining else self._tasks.owned
         self._sent = owned
         # A join (the others give it tasks once they revoked them) or a revocation acknowledged (a task's
         # next owner may take it): the others hear of it only at their next heartbeat unless asked now.
@@ -320,7 +270,7 @@ class StreamsMember:
         """The changelog positions of the tasks whose stores are here (summed over tables): what the broker
         ranks standby and warm-up candidates by; the active tasks' (their changelogs' ends) as end offsets."""
         positions = self._placement.positions()
-        active = self._owned.active
+        active = self._tasks.owned.active
         return [TaskOffset(SUBTOPOLOGY, p, offset) for p, offset in sorted(positions.items())
                 if all_tasks or p in active]
 
@@ -353,6 +303,10 @@ class StreamsMember:
         self._offsets_due = 0.0
         self._wake.set()
 
+    def _fail(self, exc: BaseException) -> None:
+        """A fatal failure (the reconciliation's): the consumer's next fetch raises it."""
+        self.failure = exc
+
     # -- answers --------------------------------------------------------------------------------------
 
     def _handle(self, answer: HeartbeatAnswer, *, first: bool = False) -> None:
@@ -374,7 +328,7 @@ class StreamsMember:
             self._interval = answer.heartbeat_interval_ms / 1000
         if answer.task_offset_interval_ms > 0:
             self._offset_interval = answer.task_offset_interval_ms / 1000
-        self._say_statuses(answer)
+        self._statuses.heard(answer.statuses)
         owners_changed = False
         if answer.partitions_by_user_endpoint is not None:
             self._endpoint_epoch = answer.endpoint_information_epoch
@@ -385,99 +339,30 @@ class StreamsMember:
             owners_changed = owners != self._owners
             self._owners = owners
         if answer.active_tasks is not None:
-            self._target = Target(task_set(answer.active_tasks), task_set(answer.standby_tasks),
-                                  task_set(answer.warmup_tasks))
-        if self._target is not None and (self._target != self._owned or self._lost_pending):
+            self._tasks.target = Target(task_set(answer.active_tasks), task_set(answer.standby_tasks),
+                                        task_set(answer.warmup_tasks))
+        if self._tasks.pending():
             if not first:  # (the join's answer is reconciled once the join returned: see `join`)
-                self._reconcile_soon()
+                self._tasks.soon()
         elif owners_changed:
             self._placement.owners_received(self._owners)
-
-    def _say_statuses(self, answer: HeartbeatAnswer) -> None:
-        now = {(s.code, s.detail) for s in answer.statuses if s.code in _BLOCKING}
-        for code, detail in sorted(now - self._said):
-            log.warning("the streams group %r cannot run yet: %s (%s)", self.group_id,
-                        StatusCode(code).name, detail)
-        for code, _ in sorted(self._said - now):
-            log.info("the streams group %r: %s cleared", self.group_id, StatusCode(code).name)
-        self._said = now
-        if any(s.code == StatusCode.SHUTDOWN_APPLICATION for s in answer.statuses):
-            raise EngineError(f"a member of the streams group {self.group_id!r} asked the whole application "
-                              "to shut down")
 
     def _fenced(self) -> None:
         """The broker gave this member's tasks away: they are lost (closed dirty), and it joins again."""
         self._generation += 1
         self.epoch = JOIN_EPOCH
-        self._target = None
+        self._tasks.target = None
         self._reported = None
-        self._lost_pending = True
+        self._tasks.lost_pending = True
         self._offsets_due = 0.0
-        self._reconcile_soon()
+        self._tasks.soon()
         self._wake.set()
-
-    # -- reconciliation -------------------------------------------------------------------------------
-
-    def _reconcile_soon(self) -> None:
-        if self._reconciling is None or self._reconciling.done():
-            self._reconciling = asyncio.ensure_future(self._reconcile())
-
-    async def _reconcile(self) -> None:
-        """Bring what this member owns to the broker's target, one step at a time: lost first, then revoked
-        (reported at once, so their next owner gets them), then assigned. A newer target heard meanwhile is
-        reconciled next."""
-        try:
-            while True:
-                if self._lost_pending:
-                    self._lost_pending = False
-                    lost = self._owned.active
-                    self._owned = Target(frozenset(), frozenset(), frozenset())
-                    self._reassign.reassign(set(), set())
-                    if lost:
-                        await _call(self._on_lost or self._on_revoked, self.partitions(lost))
-                    continue
-                target = self._target
-                if target is None or target == self._owned:
-                    return
-                # The task manager hears the assignment first (the standbys it names, where tasks are
-                # queried), as a classic member hears it before its partitions change.
-                assignment = self._assignment(target)
-                if assignment != self._placement.current:
-                    self._placement.assignment_received(assignment)
-                revoked = self._owned.active - target.active
-                if revoked:
-                    await _call(self._on_revoked, self.partitions(revoked))
-                    kept = self._owned.active - revoked
-                    self._owned = Target(kept, self._owned.standby, self._owned.warmup)
-                    self._reassign.reassign(self.partitions(kept), set())
-                    self._wake.set()  # acknowledged at once: the next owner waits for it
-                    continue
-                new = target.active - self._owned.active
-                fresh = self.partitions(new)
-                # The new partitions stay paused until the task manager set them up: it seeks each to its
-                # committed offset after its producers' fence, when every earlier commit is final (a read
-                # here, before the fence, could be older, and one that met a broker restarting would stop
-                # the member; the set-up waits a broker out).
-                self._reassign.reassign(self.partitions(target.active), fresh)
-                try:
-                    await _call(self._on_assigned, fresh)
-                finally:
-                    self._reassign.release(fresh)
-                self._owned = target
-                self._wake.set()
-        except Exception as exc:
-            log.error("reconciling the streams group's assignment failed: %r", exc, exc_info=exc)
-            self.failure = exc
-
-    def _assignment(self, target: Target) -> Assignment:
-        return Assignment(active=target.active, standby=target.standby | target.warmup,
-                          owners=dict(self._owners), warming=target.warmup)
 
     # -- membership and offsets -----------------------------------------------------------------------
 
     async def confirm(self) -> None:
         """One heartbeat now: raise MembershipLost unless the broker still counts this member in."""
-        if self.epoch == JOIN_EPOCH or self._lost_pending:
+        if self.epoch == JOIN_EPOCH or self._tasks.lost_pending:
             raise MembershipLost("this worker is not a member of its streams group now (rejoining)")
         try:
             async with asyncio.timeout(CONFIRM_TIMEOUT):
@@ -505,15 +390,11 @@ class StreamsMember:
             self._coordinator = None
             raise TransportError(f"offset commit failed: {exc!r}") from exc
         failed = {tp: code for tp, code in errors.items() if code}
-        if not failed:
-            return
-        if any(code in (*FENCED, STALE_MEMBER_EPOCH) for code in failed.values()):
-            raise MembershipLost(f"offset commit refused: this worker is no longer the member that owns "
-                                 f"{sorted(failed)} (errors {sorted(set(failed.values()))})")
-        if any(code in COORDINATOR_MOVED for code in failed.values()):
-            self._coordinator = None
-        codes = sorted(set(failed.values()))
-        raise TransportError(f"offset commit failed for {sorted(failed)}: errors {codes}")
+        if failed:
+            refusal, moved = commit_refused(failed)
+            if moved:
+                self._coordinator = None
+            raise refusal
 
     async def committed(self, tps: Collection[TP]) -> dict[TP, int | None]:
         """The group's committed offset of each partition (None: none), asked of its coordinator (OffsetFetch
@@ -545,8 +426,7 @@ class StreamsMember:
         static member's wait for it to come back, until the session timeout."""
         if self._loop_task is not None:
             self._loop_task.cancel()
-        if self._reconciling is not None and not self._reconciling.done():
-            self._reconciling.cancel()
+        self._tasks.cancel()
         if self.epoch == JOIN_EPOCH:
             return
         epoch = LEAVE_STATIC_EPOCH if self.instance_id is not None else LEAVE_EPOCH
@@ -565,8 +445,3 @@ def _read_failure(beat: asyncio.Future[Any]) -> None:
     """Mark what a finished beat failed with as read (a caller still waiting gets it through the shield)."""
     if not beat.cancelled() and beat.exception() is not None:
         log.debug("a heartbeat no one waited for any more failed: %r", beat.exception())
-
-
-async def _call(callback: Callable[[set[TP]], Awaitable[None]] | None, tps: set[TP]) -> None:
-    if callback is not None:
-        await callback(tps)
