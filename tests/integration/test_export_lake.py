@@ -220,7 +220,7 @@ async def test_two_workers_exporting_on_a_schedule_one_sigkilled_leave_every_ver
     changelog up to the offset it records (none half-written); once the events stop the lake catches up
     with the changelogs' ends. Into Iceberg, in a SQL catalog both workers share, configured by environment
     (the live exports below go to Delta: the rounds are the same above either format, and both formats'
-    commits by two workers are tests/unit/engine/test_export_delta.py's, on a directory and on an S3
+    commits by two workers are tests/unit/engine/export/test_export_delta.py's, on a directory and on an S3
     endpoint)."""
     app_id, topic = unique("lake-workers"), unique("hits")
     await create_topics(kafka.bootstrap, [topic])

@@ -1,7 +1,7 @@
 """A versioned table's history exported (engine.tables.versioned, engine.export): one row per version kept,
 `key, valid_from, valid_to, value` (`valid_to` null for a key's latest; deletions only end the version
 before them), to Parquet and, full then incremental, to a Delta table; against the versions a model of
-Kafka Streams' versioned store keeps (tests/unit/engine/test_versioned_tables.py's), computed from the
+Kafka Streams' versioned store keeps (tests/unit/engine/tables/test_versioned_tables.py's), computed from the
 updates alone."""
 
 from __future__ import annotations
