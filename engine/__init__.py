@@ -1,7 +1,7 @@
 """engine: Kafka Streams ideas for asyncio. Agents over topics, one event at a time, on Kafka or memory://."""
 
 from engine.agent import Agent
-from engine.app import App, Timer
+from engine.app import App
 from engine.clock import wall_time
 from engine.errors import (
     AgentReturned,
@@ -51,6 +51,7 @@ from engine.errors import (
 )
 from engine.events import TP, Event
 from engine.runtime import Worker, run_worker
+from engine.schedule import Timer
 from engine.settings import Settings
 from engine.streams.stream import Stream
 from engine.topics import Topic

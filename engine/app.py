@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.agent import Agent, Sink
 from engine.errors import ConfigError
+from engine.schedule import Timer
 from engine.settings_load import load_settings
 from engine.topics import Topic
 
@@ -39,19 +40,6 @@ from engine.tables.global_table import GlobalTable as _GlobalTable
 from engine.tables.source_table import SourceTable as _SourceTable
 from engine.tables.table import Table as _Table
 from engine.targets import ALL, Target, lake_target
-
-
-@dataclass(frozen=True)
-class Timer:
-    name: str
-    interval: timedelta
-    fun: Callable[[], Awaitable[None]]
-    on_leader: bool = False  # runs only on the group's leader: the worker that owns task 0
-    cron: str | None = None  # a crontab's schedule (then `interval` is unused)
-    timezone: tzinfo | None = None  # the crontab's time zone (None: local time)
-    # Ticks at the multiples of `interval` on the wall clock (since the epoch), so that every worker's ticks
-    # coincide (an export round's), instead of every `interval` from the worker's start.
-    aligned: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,33 @@
-"""Cron schedules for `@app.crontab` (croniter lives here and only here): when a cron expression fires next,
-in a time zone. Five fields (minute hour day month weekday), or six with seconds last."""
+"""When timers run: a timer as the app declares it (`Timer`: an interval, or a cron schedule), and cron
+schedules for `@app.crontab` (croniter lives here and only here): when a cron expression fires next, in a
+time zone. Five fields (minute hour day month weekday), or six with seconds last."""
 
 from __future__ import annotations
 
-from datetime import datetime, tzinfo
+from dataclasses import dataclass
+from datetime import datetime, timedelta, tzinfo
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
 from engine.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+
+@dataclass(frozen=True)
+class Timer:
+    name: str
+    interval: timedelta
+    fun: Callable[[], Awaitable[None]]
+    on_leader: bool = False  # runs only on the group's leader: the worker that owns task 0
+    cron: str | None = None  # a crontab's schedule (then `interval` is unused)
+    timezone: tzinfo | None = None  # the crontab's time zone (None: local time)
+    # Ticks at the multiples of `interval` on the wall clock (since the epoch), so that every worker's ticks
+    # coincide (an export round's), instead of every `interval` from the worker's start.
+    aligned: bool = False
 
 
 def check(expression: str) -> None:

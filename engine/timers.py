@@ -15,7 +15,7 @@ from engine.clock import wall_time
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from engine.app import Timer
+    from engine.schedule import Timer
     from engine.settings import Settings
 
 

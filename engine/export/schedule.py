@@ -15,12 +15,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.app import Timer
 from engine.clock import wall_time
 from engine.errors import ConfigError, EngineError
 from engine.export.lake import LakeExport
 from engine.export.rounds import asked_round, export_round, round_of
 from engine.operations.inspect import table_named
+from engine.schedule import Timer
 from engine.targets import ALL, Target, lake_target
 
 if TYPE_CHECKING:

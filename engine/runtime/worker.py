@@ -51,7 +51,8 @@ from engine.windows import JoinWindows
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
 
-    from engine.app import App, Timer
+    from engine.app import App
+    from engine.schedule import Timer
     from engine.schemas.registry import Registry
     from engine.settings import Settings
     from engine.tasks.active import ActiveTask
