@@ -10,6 +10,7 @@ import logging
 import ssl
 from typing import TYPE_CHECKING, Any
 
+import aiokafka.admin  # noqa: F401  # (imported for its logger: `client_loggers` finds it from here)
 from aiokafka.conn import create_conn
 from aiokafka.errors import (
     ClusterAuthorizationFailedError,
