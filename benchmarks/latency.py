@@ -4,7 +4,8 @@
 
 For each rate and each contender (benchmarks/peers/latency_job.py, a subprocess on its own 4-partition
 topics): a producer sends `rate` events/s, each carrying the wall-clock time it was sent, for `warmup`
-seconds and then `seconds` more; a separate consumer (read_committed) reads the output and takes, for each
+seconds, then, once the contender has processed all of those (it has started and caught up), `seconds`
+more; a separate consumer (read_committed) reads the output and takes, for each
 event of the measured part, the time it arrived minus the time it was sent. Contenders: a raw aiokafka
 consume-produce loop; an engine passthrough agent; an engine agent counting into a table; a fused
 pipeline counting into a table (`app.stream(source).map(...).count(...)`: no output topic); both engine
@@ -79,7 +80,9 @@ async def produce(bootstrap: str, topic: str, rate: float, seconds: float, measu
     return sent
 
 
-async def collect(bootstrap: str, topic: str, latencies: list[float], stop: asyncio.Event) -> None:
+async def collect(bootstrap: str, topic: str, latencies: list[float], stop: asyncio.Event,
+                  seen: list[int]) -> None:
+    """Read the output: each measured event's latency into `latencies`; `seen[0]` counts every record."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
                                 enable_auto_commit=False, fetch_max_wait_ms=5)
     await consumer.start()
@@ -90,6 +93,7 @@ async def collect(bootstrap: str, topic: str, latencies: list[float], stop: asyn
         while not stop.is_set():
             for records in (await consumer.getmany(timeout_ms=50)).values():
                 now = time.time()
+                seen[0] += len(records)
                 for record in records:
                     value = orjson.loads(record.value)
                     if value["m"]:
@@ -128,24 +132,33 @@ async def run_one(bootstrap: str, name: str, env: dict[str, str], rate: float, s
                "BENCH_OUT_TOPIC": out, "BENCH_STATE_DIR": str(work), **env}
     process = start_job(job_env, work / "job.log")
     latencies: list[float] = []
+    seen = [0]
     stop = asyncio.Event()
-    collector = asyncio.ensure_future(collect(bootstrap, out, latencies, stop))
+    collector = asyncio.ensure_future(collect(bootstrap, out, latencies, stop, seen))
+    pipeline = env["BENCH_MODE"] == "engine-pipeline"  # (no output: its group's commits say what it did)
+    admin = open_transport(f"kafka://{bootstrap}").admin()
     try:
         warm = await produce(bootstrap, source, rate, warmup, False, 0)
+        # Measured from a job that caught up with its warm-up: a job still starting (its group joining, its
+        # table's changelog created) would otherwise hold the first measured events back, and its start
+        # would read as the latency of its running.
+        deadline = time.monotonic() + 60
+        if pipeline:
+            await all_committed(admin, app_id, source, warm, deadline)
+        else:
+            while seen[0] < warm and time.monotonic() < deadline:  # noqa: ASYNC110  # a count going up
+                await asyncio.sleep(0.05)
         sent = await produce(bootstrap, source, rate, seconds, True, warm)
         deadline = time.monotonic() + 30
-        if env["BENCH_MODE"] == "engine-pipeline":  # (no output: done once its group committed them all)
-            admin = open_transport(f"kafka://{bootstrap}").admin()
-            try:
-                await all_committed(admin, app_id, source, warm + sent, deadline)
-            finally:
-                await admin.close()
+        if pipeline:
+            await all_committed(admin, app_id, source, warm + sent, deadline)
         else:
             while len(latencies) < sent and time.monotonic() < deadline:  # noqa: ASYNC110  # a list filling up
                 await asyncio.sleep(0.2)
     finally:
         stop.set()
         await collector
+        await admin.close()
         process.send_signal(signal.SIGTERM)
         process.wait(60)
     noted = work / "processed.json"
