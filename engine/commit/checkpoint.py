@@ -100,7 +100,6 @@ class Checkpointer:
         tasks: Mapping[int, CutTask],
         consumer: Consumer,
         guarantee: Guarantee,
-        busy: Callable[[], list[tuple[str, Event]]],
         global_tables: Collection[BaseTable] = (),
         held: Callable[[str, Event], None] = lambda agent, event: None,
         committed: Callable[[Mapping[TP, int]], None] = lambda offsets: None,
@@ -116,7 +115,6 @@ class Checkpointer:
         self.global_tables = [t for t in global_tables if t.has_own_changelog]
         self.consumer = consumer
         self.guarantee = guarantee
-        self._busy = busy  # (agent, event) of every agent instance inside an event
         self.lock = asyncio.Lock()
         self.durations = Histogram()  # seconds per checkpoint, pause included (for /metrics)
         self.failures = 0
@@ -136,7 +134,7 @@ class Checkpointer:
         began = time.time_ns()  # (the clock spans are stamped with)
         inside: Sequence[tuple[str, Event]] = ()
         try:
-            inside = await guarantee.pause(pause_timeout, self._busy)
+            inside = await guarantee.pause(pause_timeout)
             for agent, event in inside:
                 self._held(agent, event)
             try:

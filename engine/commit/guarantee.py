@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from engine.commit.transactions import EventProducer, HasProducer, commit_transactions, task_transactional_id
@@ -29,16 +28,13 @@ from engine.errors import PartitionMigrated
 from engine.streams.quiesce import Quiesce
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from engine.commit.cut import TaskCut
     from engine.events import TP, Event
     from engine.transport.base import Consumer, Producer, Transport
 
 log = logging.getLogger(__name__)
-
-Busy = Callable[[], list[tuple[str, "Event"]]]
-
 
 class Guarantee(Protocol):
     name: str
@@ -82,7 +78,7 @@ class Guarantee(Protocol):
         before it commits offsets: a store ahead of them is what a crash leaves, and its events are
         processed again (at least once), its changelog ahead as much."""
 
-    async def pause(self, timeout: float, busy: Busy) -> Sequence[tuple[str, Event]]:
+    async def pause(self, timeout: float) -> Sequence[tuple[str, Event]]:
         """Before a cut: the events it goes on without (agent, event); their tasks stay out of it, each
         holding its transaction open."""
 
@@ -129,7 +125,7 @@ class AtLeastOnce:
     def stores_follow_commits(self) -> bool:
         return False
 
-    async def pause(self, timeout: float, busy: Busy) -> Sequence[tuple[str, Event]]:
+    async def pause(self, timeout: float) -> Sequence[tuple[str, Event]]:
         return ()  # agents are not paused: every task is in the cut
 
     def resume(self) -> None:
@@ -189,13 +185,14 @@ class ExactlyOnce:
     def stores_follow_commits(self) -> bool:
         return self.events.transactional
 
-    async def pause(self, timeout: float, busy: Busy) -> Sequence[tuple[str, Event]]:
+    async def pause(self, timeout: float) -> Sequence[tuple[str, Event]]:
         """Close the gate and wait (bounded, and not again for an event already found stuck) for agents to be
         between events; returns the events agents are still inside, whose tasks the cut leaves out: their
         transactions stay open (whatever the event sent so far is in there), the others commit."""
-        known = sum(1 for _, event in busy() if id(event) in self._stuck)
-        await self.quiesce.pause(timeout, stuck=known)
-        inside = busy()  # the gate is closed: no event starts meanwhile
+        quiesce = self.quiesce
+        known = sum(1 for _, event in quiesce.events_inside() if id(event) in self._stuck)
+        await quiesce.pause(timeout, stuck=known)
+        inside = quiesce.events_inside()  # the gate is closed: no event starts meanwhile
         new = [(agent, event) for agent, event in inside if id(event) not in self._stuck]
         if new:
             log.warning("exactly-once checkpoint: agents inside an event (%s); their tasks' transactions "

@@ -124,6 +124,10 @@ class _InstanceContext:
                                         how)
 
     @property
+    def agent_name(self) -> str:
+        return self.runner.agent.name
+
+    @property
     def quiesce(self) -> Quiesce | None:
         return self.runner.quiesce
 

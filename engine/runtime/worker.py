@@ -174,7 +174,7 @@ class Worker(Service):
         )
         self.tasks = TaskManager(
             leases=leases, consumer=self.consumer, pauses=pauses, guarantee=self.guarantee, tables=tables,
-            drop_queued=self.conductor.drop_queued, busy=self.conductor.busy_events,
+            drop_queued=self.conductor.drop_queued,
             commit_interval=settings.commit_interval.total_seconds(),
             revoke_wait=min(settings.shutdown_timeout.total_seconds(), REVOKE_WAIT),
             reset_to_end=settings.auto_offset_reset == "latest", poison=poison,

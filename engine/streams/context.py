@@ -47,6 +47,10 @@ class StreamContext(Protocol):
         `grace` for the table's updates (engine.tables.grace_joins); returns what joins each record."""
 
     @property
+    def agent_name(self) -> str:
+        """The agent whose instance this is."""
+
+    @property
     def quiesce(self) -> Quiesce | None:
         """The exactly-once checkpoint's gate between events (None: at-least-once, no pauses)."""
 

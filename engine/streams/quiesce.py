@@ -19,27 +19,53 @@ transactions: engine.processing.replies.)
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from engine.events import Event
+
+
+class Inside(Protocol):
+    """An agent instance's stream as the gate sees it: whose it is, and the event it is inside."""
+
+    @property
+    def agent_name(self) -> str: ...
+
+    @property
+    def current_event(self) -> Event | None: ...
 
 
 class Quiesce:
-    __slots__ = ("_changed", "_opened", "asks", "busy", "closed", "pausing")
+    __slots__ = ("_changed", "_inside", "_opened", "asks", "closed", "pausing")
 
     def __init__(self) -> None:
         self.closed = False
         self.pausing = False  # a checkpoint is waiting for its cut
-        self.busy = 0  # agent instances inside an event (pulled, not finished)
+        self._inside: set[Inside] = set()  # streams whose agents are inside an event (pulled, not finished)
         self.asks = 0  # asks from inside an event waiting for their answer
         self._opened = asyncio.Event()
         self._opened.set()
         self._changed = asyncio.Event()  # what a pause waits on: the last event finished, or an ask changed
 
-    def started(self) -> None:
-        self.busy += 1
+    @property
+    def busy(self) -> int:
+        """Agent instances inside an event."""
+        return len(self._inside)
 
-    def finished(self) -> None:
-        self.busy -= 1
-        if self.closed and self.busy <= 0:
+    def started(self, stream: Inside) -> None:
+        self._inside.add(stream)
+
+    def finished(self, stream: Inside) -> None:
+        inside = self._inside
+        inside.discard(stream)
+        if self.closed and not inside:
             self._changed.set()
+
+    def events_inside(self) -> list[tuple[str, Event]]:
+        """(agent, event) of every agent instance inside an event now: what a checkpoint that went on
+        without them leaves out (their tasks' transactions stay open)."""
+        return [(stream.agent_name, event) for stream in self._inside
+                if (event := stream.current_event) is not None]
 
     def ask_started(self) -> None:
         self.asks += 1

@@ -107,6 +107,11 @@ class Stream(Operators):
     def __aiter__(self) -> Stream:
         return self
 
+    @property
+    def agent_name(self) -> str:
+        """The agent whose instance reads this stream."""
+        return self.context.agent_name
+
     async def __anext__(self, shape: Shape = Shape.VALUE) -> Any:
         quiesce = self._quiesce  # None unless exactly-once: then checkpoints pause agents between events
         event = self.current_event
@@ -117,7 +122,7 @@ class Stream(Operators):
             elif event.lease is not None:  # Event.ack, inlined on the hottest path
                 event.lease.ack(event.record.offset)
             if quiesce is not None:
-                quiesce.finished()
+                quiesce.finished(self)
             if self._timed_since:
                 self._timings.observe(time.perf_counter() - self._timed_since)  # type: ignore[union-attr]
                 self._timed_since = 0.0
@@ -134,7 +139,7 @@ class Stream(Operators):
             while quiesce is not None and quiesce.closed:
                 await quiesce.wait_open()
         if quiesce is not None:
-            quiesce.started()
+            quiesce.started(self)
         self._countdown -= 1
         if not self._countdown:
             self._countdown = TIMED_EVERY
@@ -167,7 +172,7 @@ class Stream(Operators):
                 await quiesce.wait_open()
             events = [first, *self._mailbox.take_all_nowait()]
         if quiesce is not None:
-            quiesce.started()
+            quiesce.started(self)
         if _source() is not self:
             current_source.set(self)
         self._timed_since = time.perf_counter() if self._timings is not None else 0.0
@@ -180,7 +185,7 @@ class Stream(Operators):
         self.current_event = None
         self._batch = []
         if self._quiesce is not None:
-            self._quiesce.finished()
+            self._quiesce.finished(self)
         timings = self._timings
         if self._timed_since and timings is not None:
             timings.observe((time.perf_counter() - self._timed_since) / size)
@@ -248,7 +253,7 @@ class Stream(Operators):
                 task.cancel()
         self._pump = self._get = None
         if self.current_event is not None and self._quiesce is not None:
-            self._quiesce.finished()
+            self._quiesce.finished(self)
         self._end_span()
         taken = [*self._held, *([self.current_event] if self.current_event is not None else []),
                  *self._batch[self.batch_reached:]]
@@ -264,7 +269,7 @@ class Stream(Operators):
         """The current event was dealt with elsewhere (forwarded; dead-lettered for `error` and acked, or
         dropped)."""
         if self.current_event is not None and self._quiesce is not None:
-            self._quiesce.finished()
+            self._quiesce.finished(self)
         self.current_event = None
         self._end_span(error)
 

@@ -35,13 +35,13 @@ class Commits:
     """The checkpoints of a worker's active tasks."""
 
     def __init__(self, *, tasks: Mapping[int, ActiveTask], consumer: Consumer, guarantee: Guarantee,
-                 busy: Callable[[], list[tuple[str, Event]]], global_tables: Collection[BaseTable],
+                 global_tables: Collection[BaseTable],
                  commit_interval: float, poison: PoisonRecords, activity: Activity,
                  transaction_timeout: float | None,
                  failed: Callable[[dict[int, BaseException]], Coroutine[Any, Any, None]],
                  spawn: Callable[[Coroutine[Any, Any, Any], str], asyncio.Task[Any]],
                  tracing: Tracing | None = None) -> None:
-        """`busy`: (agent, event) of every agent instance inside an event; `failed`: what becomes of tasks
+        """`failed`: what becomes of tasks
         whose transactions did not commit (the task manager's rewind); `spawn`: runs it in the background
         when a checkpoint asked for (not the loop's) failed."""
         self.tasks = tasks
@@ -52,7 +52,7 @@ class Commits:
         self.transaction_timeout = transaction_timeout
         self._failed = failed
         self._spawn = spawn
-        self.checkpoints = Checkpointer(tasks=tasks, consumer=consumer, guarantee=guarantee, busy=busy,
+        self.checkpoints = Checkpointer(tasks=tasks, consumer=consumer, guarantee=guarantee,
                                         global_tables=global_tables, held=self._held,
                                         committed=self._committed, tracing=tracing)
 

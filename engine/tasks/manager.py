@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 
     from engine.assignor import Assignment
     from engine.commit.guarantee import Guarantee
-    from engine.events import Event
     from engine.stores import PartitionStore
     from engine.tables.base import BaseTable
     from engine.tables.manager import TableManager
@@ -77,7 +76,6 @@ class TaskManager(Service):
         guarantee: Guarantee,
         tables: TableManager | None,
         drop_queued: Callable[[Collection[TP]], dict[TP, int]],
-        busy: Callable[[], list[tuple[str, Event]]],
         commit_interval: float = 1.0,
         revoke_wait: float = REVOKE_WAIT,
         reset_to_end: bool = False,
@@ -112,7 +110,7 @@ class TaskManager(Service):
         self.consumer = consumer
         self.pauses = pauses
         self.commits = Commits(
-            tasks=self.active, consumer=consumer, guarantee=guarantee, busy=busy,
+            tasks=self.active, consumer=consumer, guarantee=guarantee,
             global_tables=[t for t in tables.tables.values() if t.is_global] if tables is not None else (),
             commit_interval=commit_interval, poison=self.poison, activity=self.activity,
             transaction_timeout=transaction_timeout, failed=self.tasks_failed, spawn=self.spawn,

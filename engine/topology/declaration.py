@@ -112,6 +112,10 @@ class _Declaring:
         self.declared = declared
         self.grace_joins = 0  # (numbering its joins with a grace, as the worker's run numbers them)
 
+    @property
+    def agent_name(self) -> str:
+        return self.agent.name
+
     def subscribe(self, topic: Topic) -> Mailbox[Event]:
         if topic.name != self.agent.channel.name and all(t.name != topic.name for t in self.declared.reads):
             self.declared.reads.append(topic)

@@ -118,7 +118,7 @@ def manager(log: list[tuple[Any, ...]], *, exactly_once: bool = True, tables: Fa
     consumer = FakeConsumer(log)
     tasks = TaskManager(
         leases=Leases(), consumer=consumer, pauses=Pauses(consumer), guarantee=guarantee,  # type: ignore[arg-type]
-        tables=tables, drop_queued=lambda tps: dict(dropped or {}), busy=list,  # type: ignore[arg-type]
+        tables=tables, drop_queued=lambda tps: dict(dropped or {}),  # type: ignore[arg-type]
         commit_interval=commit_interval, revoke_wait=0.3, active=active, **options,
     )
     return tasks, consumer
