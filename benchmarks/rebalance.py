@@ -27,6 +27,15 @@ new owner held one). Reported per partition: its longest gap in the baseline (th
 or from settling on if shorter) and from the change on; stayed and moved summarised (max, median, and
 during/baseline). `--protocol streams` runs the workers as members of a streams group (KIP-1071), `classic`
 (the default) as the classic protocol's.
+
+    .venv/bin/python -m benchmarks.rebalance --scenario sequence --partitions 12 --standbys 1 --seconds 60 \
+        [--protocol streams] [--commit-interval 0.5]
+
+`sequence` (issue 55's): the changes of a day in one run, each from a group that went through the ones
+before. Workers A and B settle; at 1/4 of the stream C joins, at 2/4 A leaves by SIGTERM, at 3/4 B is
+SIGKILLed. Each change is reported as `join`/`leave`/`kill` are, its window running to the next change and
+its baseline the window before it (from settling on, for the first): what each partition's owner was just
+before the change and just before the next one (or once the group settled at the end).
 """
 
 from __future__ import annotations
@@ -326,15 +335,81 @@ async def run_move(bootstrap: str, move: str, workers: int, partitions: int, rat
     print(f"  logs in {work}")
 
 
+SEQUENCE = (("join", "c", 1 / 4), ("leave", "a", 2 / 4), ("kill", "b", 3 / 4))  # (change, worker, when)
+
+
+async def run_sequence(bootstrap: str, partitions: int, rate: float, seconds: float, guarantee: str,
+                       delay: float, standbys: int, protocol: str, commit_interval: float) -> None:
+    """A join, a leave and a kill in one run (SEQUENCE), each reported as `run_move` reports one change."""
+    app_id = f"sequence-{uuid.uuid4().hex[:8]}"
+    topic, out_topic = f"{app_id}-in", f"{app_id}-out"
+    await create_topics(bootstrap, [topic, out_topic], partitions)
+    work = Path(tempfile.mkdtemp(prefix="bench-sequence-"))
+    env = {"BENCH_BOOTSTRAP": bootstrap, "BENCH_GROUP": app_id, "BENCH_TOPIC": topic,
+           "BENCH_OUT_TOPIC": out_topic, "BENCH_GUARANTEE": guarantee, "BENCH_DELAY": str(delay),
+           "ENGINE_WEB_PORT": "0", "ENGINE_STANDBY_REPLICAS": str(standbys),
+           "ENGINE_COMMIT_INTERVAL": str(commit_interval), **PROTOCOLS[protocol]}
+    running = {name: start_worker(env, work / name, work / f"{name}.log") for name in ("a", "b")}
+    total = int(rate * seconds)
+    events = [(f"k{i % 1000}", {"id": i}) for i in range(total)]
+    moments: dict[str, float] = {}
+    before: dict[str, Holding] = {}
+    changes: list[asyncio.Task[None]] = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            addresses = {name: await address_of(work / f"{name}.log") for name in running}
+            await settled(session, addresses, partitions, standbys)
+            moments["settled"] = time.time()
+
+            async def change(move: str, worker: str) -> None:
+                before[move] = await holding(session, addresses, partitions)
+                moments[move] = time.time()
+                if move == "join":
+                    running[worker] = start_worker(env, work / worker, work / f"{worker}.log")
+                    addresses[worker] = await address_of(work / f"{worker}.log")
+                else:
+                    running[worker].send_signal(signal.SIGTERM if move == "leave" else signal.SIGKILL)
+                    del addresses[worker]
+
+            at = {when: (lambda m=move, w=worker: changes.append(asyncio.ensure_future(change(m, w))))
+                  for move, worker, when in SEQUENCE}
+            await paced_produce(bootstrap, topic, events, rate=rate, at=at)
+            await asyncio.gather(*changes)
+            values = await read_outputs(bootstrap, out_topic, total, partitions)
+            final = await settled(session, addresses, partitions, min(standbys, len(addresses) - 1))
+    finally:
+        for worker in running.values():
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+        for worker in running.values():
+            worker.wait(60)
+    ids = [v["id"] for v in values]
+    twice, missing = len(ids) - len(set(ids)), total - len(set(ids))
+    print(f"sequence, {guarantee}, {protocol} protocol, {standbys} standby replicas, commits every "
+          f"{commit_interval:g} s: {partitions} partitions, {total} events at {rate:g}/s, "
+          f"{delay * 1000:g} ms of work each; processed twice: {twice}; never processed: {missing}")
+    for index, (move, worker, _) in enumerate(SEQUENCE):
+        following = SEQUENCE[index + 1][0] if index + 1 < len(SEQUENCE) else None
+        after = before[following] if following is not None else final
+        until = moments[following] if following is not None else float("inf")
+        previous = SEQUENCE[index - 1][0] if index else "settled"
+        print(f" {move} ({worker}):")
+        report_moves(values, {"settled": moments[previous], "change": moments[move]}, before[move], after,
+                     partitions, until)
+    print(f"  logs in {work}")
+
+
 def report_moves(values: list[dict[str, Any]], moments: Mapping[str, float], before: Holding, after: Holding,
-                 partitions: int) -> None:
+                 partitions: int, until: float = float("inf")) -> None:
     """Per partition: its owner before and after the change, its longest gap in the baseline before the
-    change and from the change on; then the partitions that stayed and those that moved, summarised."""
+    change and from the change on (until `until`: the next change); then the partitions that stayed and
+    those that moved, summarised."""
     change = moments["change"]
     since = max(moments["settled"], change - BASELINE)
     baseline = longest_gaps(values, since, change, partitions)
-    during = longest_gaps(values, change, float("inf"), partitions)
-    print(f"  baseline: the {change - since:.0f} s before the change; during: from the change on")
+    during = longest_gaps(values, change, until, partitions)
+    print(f"  baseline: the {change - since:.0f} s before the change; during: from the change on"
+          + ("" if until == float("inf") else f", for {until - change:.0f} s"))
     stayed: list[int] = []
     moved: list[int] = []
     for p in range(partitions):
@@ -362,7 +437,8 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=30)
     p.add_argument("--guarantee", choices=["at_least_once", "exactly_once", "both"], default="both")
     p.add_argument("--delay", type=float, default=0.0)
-    p.add_argument("--scenario", nargs="+", choices=["join-leave", "restart", *MOVES], default=["join-leave"],
+    p.add_argument("--scenario", nargs="+", choices=["join-leave", "restart", *MOVES, "sequence"],
+                   default=["join-leave"],
                    help="one or more, run in turn on the same broker")
     p.add_argument("--static", action="store_true", help="static members (restart scenario)")
     p.add_argument("--workers", type=int, default=3, help="the group's size with the moving worker (join, "
@@ -370,12 +446,16 @@ def main() -> None:
     p.add_argument("--standbys", type=int, default=0, help="standby_replicas (join, leave, kill)")
     p.add_argument("--protocol", choices=["classic", "streams"], default="classic",
                    help="the group protocol of the workers (join, leave, kill)")
+    p.add_argument("--commit-interval", type=float, default=0.5, help="the workers' (sequence)")
     args = p.parse_args()
     guarantees = ["at_least_once", "exactly_once"] if args.guarantee == "both" else [args.guarantee]
     with broker(args.broker) as bootstrap:
         for scenario in args.scenario:
             for guarantee in guarantees:
-                if scenario in MOVES:
+                if scenario == "sequence":
+                    asyncio.run(run_sequence(bootstrap, args.partitions, args.rate, args.seconds, guarantee,
+                                             args.delay, args.standbys, args.protocol, args.commit_interval))
+                elif scenario in MOVES:
                     asyncio.run(run_move(bootstrap, scenario, args.workers, args.partitions, args.rate,
                                          args.seconds, guarantee, args.delay, args.standbys, args.protocol))
                 elif scenario == "restart":
