@@ -284,80 +284,40 @@ async def run_move(bootstrap: str, move: str, workers: int, partitions: int, rat
                    guarantee: str, delay: float, standbys: int, protocol: str) -> None:
     """One change to a group of `workers` at the middle of a paced stream: a worker joins the others
     (`join`), or one of them leaves by SIGTERM (`leave`) or is SIGKILLed (`kill`)."""
-    app_id = f"{move}-{uuid.uuid4().hex[:8]}"
-    topic, out_topic = f"{app_id}-in", f"{app_id}-out"
-    await create_topics(bootstrap, [topic, out_topic], partitions)
-    work = Path(tempfile.mkdtemp(prefix=f"bench-{move}-"))
-    env = {"BENCH_BOOTSTRAP": bootstrap, "BENCH_GROUP": app_id, "BENCH_TOPIC": topic,
-           "BENCH_OUT_TOPIC": out_topic, "BENCH_GUARANTEE": guarantee, "BENCH_DELAY": str(delay),
-           "ENGINE_WEB_PORT": "0", "ENGINE_STANDBY_REPLICAS": str(standbys), **PROTOCOLS[protocol]}
     names = [chr(ord("a") + n) for n in range(workers)]
     mover = names[-1]  # the worker that joins, leaves or is killed
-    running = {name: start_worker(env, work / name, work / f"{name}.log")
-               for name in (names[:-1] if move == "join" else names)}
-    total = int(rate * seconds)
-    events = [(f"k{i % 1000}", {"id": i}) for i in range(total)]
-    moments: dict[str, float] = {}
-    changing: list[asyncio.Task[Holding]] = []
-    try:
-        async with aiohttp.ClientSession() as session:
-            addresses = {name: await address_of(work / f"{name}.log") for name in running}
-            await settled(session, addresses, partitions, standbys)
-            moments["settled"] = time.time()
-
-            async def change() -> Holding:
-                before = await holding(session, addresses, partitions)
-                moments["change"] = time.time()
-                if move == "join":
-                    running[mover] = start_worker(env, work / mover, work / f"{mover}.log")
-                else:
-                    running[mover].send_signal(signal.SIGTERM if move == "leave" else signal.SIGKILL)
-                    del addresses[mover]
-                return before
-
-            await paced_produce(bootstrap, topic, events, rate=rate,
-                                at={1 / 2: lambda: changing.append(asyncio.ensure_future(change()))})
-            before = await changing[0]
-            values = await read_outputs(bootstrap, out_topic, total, partitions)
-            if move == "join":
-                addresses[mover] = await address_of(work / f"{mover}.log")
-            after = await settled(session, addresses, partitions, standbys)
-    finally:
-        for worker in running.values():
-            worker.send_signal(signal.SIGTERM)
-        for worker in running.values():
-            worker.wait(60)
-    ids = [v["id"] for v in values]
-    print(f"{move}, {guarantee}, {protocol} protocol, {standbys} standby replicas: {workers} workers, "
-          f"{partitions} partitions, {total} events at {rate:g}/s, {delay * 1000:g} ms of work each; "
-          f"processed twice: {len(ids) - len(set(ids))}; never processed: {total - len(set(ids))}")
-    report_moves(values, moments, before, after, partitions)
-    print(f"  logs in {work}")
+    await run_changes(bootstrap, move, names[:-1] if move == "join" else names, ((move, mover, 1 / 2),),
+                      partitions, rate, seconds, guarantee, delay, standbys, protocol)
 
 
 SEQUENCE = (("join", "c", 1 / 4), ("leave", "a", 2 / 4), ("kill", "b", 3 / 4))  # (change, worker, when)
 
 
-async def run_sequence(bootstrap: str, partitions: int, rate: float, seconds: float, guarantee: str,
-                       delay: float, standbys: int, protocol: str, commit_interval: float) -> None:
-    """A join, a leave and a kill in one run (SEQUENCE), each reported as `run_move` reports one change."""
-    app_id = f"sequence-{uuid.uuid4().hex[:8]}"
+async def run_changes(bootstrap: str, name: str, starting: Sequence[str],
+                      changes: Sequence[tuple[str, str, float]], partitions: int, rate: float, seconds: float,
+                      guarantee: str, delay: float, standbys: int, protocol: str,
+                      commit_interval: float | None = None) -> None:
+    """Workers `starting` settle, then each change (a worker joins, leaves by SIGTERM or is SIGKILLed)
+    comes at its fraction of a paced stream; each is reported (`report_moves`) over its window, to the next
+    change, with what each partition's owner was just before it and just before the next one (or once the
+    group settled at the end)."""
+    app_id = f"{name}-{uuid.uuid4().hex[:8]}"
     topic, out_topic = f"{app_id}-in", f"{app_id}-out"
     await create_topics(bootstrap, [topic, out_topic], partitions)
-    work = Path(tempfile.mkdtemp(prefix="bench-sequence-"))
+    work = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
     env = {"BENCH_BOOTSTRAP": bootstrap, "BENCH_GROUP": app_id, "BENCH_TOPIC": topic,
            "BENCH_OUT_TOPIC": out_topic, "BENCH_GUARANTEE": guarantee, "BENCH_DELAY": str(delay),
-           "ENGINE_WEB_PORT": "0", "ENGINE_STANDBY_REPLICAS": str(standbys),
-           "ENGINE_COMMIT_INTERVAL": str(commit_interval), **PROTOCOLS[protocol]}
-    running = {name: start_worker(env, work / name, work / f"{name}.log") for name in ("a", "b")}
+           "ENGINE_WEB_PORT": "0", "ENGINE_STANDBY_REPLICAS": str(standbys), **PROTOCOLS[protocol],
+           **({"ENGINE_COMMIT_INTERVAL": str(commit_interval)} if commit_interval is not None else {})}
+    running = {worker: start_worker(env, work / worker, work / f"{worker}.log") for worker in starting}
     total = int(rate * seconds)
     events = [(f"k{i % 1000}", {"id": i}) for i in range(total)]
     moments: dict[str, float] = {}
     before: dict[str, Holding] = {}
-    changes: list[asyncio.Task[None]] = []
+    changing: list[asyncio.Task[None]] = []
     try:
         async with aiohttp.ClientSession() as session:
-            addresses = {name: await address_of(work / f"{name}.log") for name in running}
+            addresses = {worker: await address_of(work / f"{worker}.log") for worker in running}
             await settled(session, addresses, partitions, standbys)
             moments["settled"] = time.time()
 
@@ -371,10 +331,10 @@ async def run_sequence(bootstrap: str, partitions: int, rate: float, seconds: fl
                     running[worker].send_signal(signal.SIGTERM if move == "leave" else signal.SIGKILL)
                     del addresses[worker]
 
-            at = {when: (lambda m=move, w=worker: changes.append(asyncio.ensure_future(change(m, w))))
-                  for move, worker, when in SEQUENCE}
+            at = {when: (lambda m=move, w=worker: changing.append(asyncio.ensure_future(change(m, w))))
+                  for move, worker, when in changes}
             await paced_produce(bootstrap, topic, events, rate=rate, at=at)
-            await asyncio.gather(*changes)
+            await asyncio.gather(*changing)
             values = await read_outputs(bootstrap, out_topic, total, partitions)
             final = await settled(session, addresses, partitions, min(standbys, len(addresses) - 1))
     finally:
@@ -385,15 +345,16 @@ async def run_sequence(bootstrap: str, partitions: int, rate: float, seconds: fl
             worker.wait(60)
     ids = [v["id"] for v in values]
     twice, missing = len(ids) - len(set(ids)), total - len(set(ids))
-    print(f"sequence, {guarantee}, {protocol} protocol, {standbys} standby replicas, commits every "
-          f"{commit_interval:g} s: {partitions} partitions, {total} events at {rate:g}/s, "
+    commits = "" if commit_interval is None else f", commits every {commit_interval:g} s"
+    print(f"{name}, {guarantee}, {protocol} protocol, {standbys} standby replicas{commits}: "
+          f"{len(starting)} workers at the start, {partitions} partitions, {total} events at {rate:g}/s, "
           f"{delay * 1000:g} ms of work each; processed twice: {twice}; never processed: {missing}")
-    for index, (move, worker, _) in enumerate(SEQUENCE):
-        following = SEQUENCE[index + 1][0] if index + 1 < len(SEQUENCE) else None
+    for index, (move, who, _) in enumerate(changes):
+        following = changes[index + 1][0] if index + 1 < len(changes) else None
         after = before[following] if following is not None else final
         until = moments[following] if following is not None else float("inf")
-        previous = SEQUENCE[index - 1][0] if index else "settled"
-        print(f" {move} ({worker}):")
+        previous = changes[index - 1][0] if index else "settled"
+        print(f" {move} ({who}):")
         report_moves(values, {"settled": moments[previous], "change": moments[move]}, before[move], after,
                      partitions, until)
     print(f"  logs in {work}")
@@ -453,8 +414,9 @@ def main() -> None:
         for scenario in args.scenario:
             for guarantee in guarantees:
                 if scenario == "sequence":
-                    asyncio.run(run_sequence(bootstrap, args.partitions, args.rate, args.seconds, guarantee,
-                                             args.delay, args.standbys, args.protocol, args.commit_interval))
+                    asyncio.run(run_changes(bootstrap, "sequence", ("a", "b"), SEQUENCE, args.partitions,
+                                            args.rate, args.seconds, guarantee, args.delay, args.standbys,
+                                            args.protocol, args.commit_interval))
                 elif scenario in MOVES:
                     asyncio.run(run_move(bootstrap, scenario, args.workers, args.partitions, args.rate,
                                          args.seconds, guarantee, args.delay, args.standbys, args.protocol))
