@@ -73,14 +73,15 @@ def read_batches(consumer: Any) -> None:
     misfit = batch_reader_misfit()
     if misfit is None:
         bare_records(consumer)
-    elif not _said_misfit:
-        _said_misfit.append(misfit)
-        log.warning("engine's batch reader of aiokafka's fetches does not fit the installed aiokafka (%s "
-                    "changed): records are read through aiokafka's public getmany, a record at a time "
-                    "(slower); fetch_batches=false says this is meant", misfit)
+    else:
+        _say_misfit(misfit)
 
 
-_said_misfit: list[str] = []  # (what this process said does not fit, once)
+@functools.cache  # (once per process)
+def _say_misfit(misfit: str) -> None:
+    log.warning("engine's batch reader of aiokafka's fetches does not fit the installed aiokafka (%s "
+                "changed): records are read through aiokafka's public getmany, a record at a time (slower); "
+                "fetch_batches=false says this is meant", misfit)
 
 
 def bare_records(consumer: Any) -> None:

@@ -560,7 +560,7 @@ async def test_engines_consumer_reads_the_records_without_the_aborted_transactio
     names what changed, once per process): the same records either way."""
     if reading == "misfit":
         monkeypatch.setattr(aiokafka_private_fetch, "batch_reader_misfit", lambda: "FetchResult.getall")
-        monkeypatch.setattr(aiokafka_private_fetch, "_said_misfit", [])
+        aiokafka_private_fetch._say_misfit.cache_clear()
     topic = f"bare-{uuid.uuid4().hex[:8]}"
     transport = open_transport(kafka.url, {}, ClientTuning(fetch_batches=reading != "getmany"))
     admin = transport.admin()
