@@ -28,9 +28,9 @@ from engine.tasks.poison import PoisonRecords
 from engine.tasks.release import Ordering
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Mapping
+    from collections.abc import Callable, Mapping
 
-    from engine.events import TP, Event
+    from engine.events import TP
     from engine.processing.runner import AgentRunner
     from engine.streams.quiesce import Quiesce
     from engine.tasks.active import ActiveTask
@@ -109,22 +109,11 @@ class Conductor(Service):
         """Every topic read through the group: the agents' and the tables' over a source topic."""
         return sorted({*self.dispatcher.routes, *self.inputs.table_sources})
 
-    def runners(self) -> list[AgentRunner]:
-        return self.dispatcher.runners()
-
     def fetching(self) -> bool:
         """Whether a partition of this worker is fetched by a fetcher that can stop being answered (the
         transport says when it was last answered): then the stall watch keeps looking while nothing
         happens, since a fetcher that stops makes nothing happen."""
         return any(self.consumer.fetched_at(tp) is not None for tp in self.leases.current)
-
-    def busy_events(self) -> list[tuple[str, Event]]:
-        """(agent, event) of every agent instance inside an event now."""
-        return self.dispatcher.busy_events()
-
-    def waiting_at(self, event: Event) -> list[str] | None:
-        """Where the agent instance inside `event` waits now (AgentRunner.waiting_at)."""
-        return self.dispatcher.waiting_at(event)
 
     async def task_states(self) -> dict[int, tuple[object, bool, str]]:
         """Where each ready task's partitions stand (engine.fetch.stalls)."""
@@ -199,10 +188,6 @@ class Conductor(Service):
         dues = [due for task in self.tasks.values()
                 if task.inputs is not None and (due := task.release.due_at(now)) is not None]
         return min(min(dues) - now, ORDERED_POLL) if dues else None
-
-    def drop_queued(self, tps: Collection[TP]) -> dict[TP, int]:
-        """Drop the events of `tps` that no agent has taken yet (parked or in mailboxes); counts per TP."""
-        return self.dispatcher.drop_queued(tps)
 
     def _unparked(self, tp: TP) -> None:
         """A parked batch of `tp` was handed over: its task's release, stopped for it, goes on."""

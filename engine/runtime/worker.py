@@ -174,7 +174,7 @@ class Worker(Service):
         )
         self.tasks = TaskManager(
             leases=leases, consumer=self.consumer, pauses=pauses, guarantee=self.guarantee, tables=tables,
-            drop_queued=self.conductor.drop_queued,
+            drop_queued=self.conductor.dispatcher.drop_queued,
             commit_interval=settings.commit_interval.total_seconds(),
             revoke_wait=min(settings.shutdown_timeout.total_seconds(), REVOKE_WAIT),
             reset_to_end=settings.auto_offset_reset == "latest", poison=poison,
@@ -207,14 +207,15 @@ class Worker(Service):
                                                         activity=activity))
         self.add_child(self.tasks)
         self.add_child(self.conductor)
-        self.add_child(Watchdog(self.conductor.busy_events, settings.stuck_event_warning.total_seconds(),
-                                tasks=self.conductor.task_states, waiting_at=self.conductor.waiting_at,
+        dispatcher = self.conductor.dispatcher
+        self.add_child(Watchdog(dispatcher.busy_events, settings.stuck_event_warning.total_seconds(),
+                                tasks=self.conductor.task_states, waiting_at=dispatcher.waiting_at,
                                 activity=activity, fetching=self.conductor.fetching))
         self.purge = self.add_child(RepartitionPurge(
             active, [p.name for p in self.topology.topics.values() if p.role == "repartition"],
             self.transport.admin, settings.repartition_purge_interval.total_seconds(), activity))
         self.loop_monitor = self.add_child(LoopMonitor(
-            self.conductor.busy_events, settings.blocked_loop_warning.total_seconds(),
+            dispatcher.busy_events, settings.blocked_loop_warning.total_seconds(),
             blocked=lambda agent, event, seconds: poison.suspect(TP(event.topic, event.partition),
                                                                  event.offset, agent, seconds),
         )) if watch_loop else None

@@ -83,7 +83,7 @@ async def test_a_revoke_drops_what_is_parked_and_what_waits_in_mailboxes():
         await conduct.dispatcher.deliver(leases.current[SLOW], slow, events(leases, SLOW, range(2, 5)))
         assert SLOW in consumer.paused
         leases.revoke([SLOW])
-        assert conduct.drop_queued([SLOW]) == {SLOW: 3}, "the parked batch"
+        assert conduct.dispatcher.drop_queued([SLOW]) == {SLOW: 3}, "the parked batch"
         assert not conduct.dispatcher.parked([SLOW, OTHER]), "nothing parked is left"
     finally:
         await conduct.stop()
