@@ -72,11 +72,14 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-async def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+async def create_topics(bootstrap: str, names: list[str], partitions: int,
+                        configs: Mapping[str, str] | None = None) -> None:
+    """Create `names` with `partitions` each (and `configs`, e.g. cleanup.policy=compact for a table's)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+        await admin.create_topics([NewTopic(n, partitions, 1, topic_configs=dict(configs or {}))
+                                   for n in names])
     finally:
         await admin.close()
 

@@ -1,31 +1,164 @@
-"""Memory over a long run: does a worker's RSS level off, with a table of many keys and periodic rebalances?
+"""A day-long run compressed: does a worker stay flat (memory, file descriptors, store size, event-loop lag,
+latency) under steady input with windows expiring, standbys following and a worker restarting, and are its
+outputs exact at the end?
 
-    .venv/bin/python -m benchmarks.soak [--minutes 20] [--rate 1000] [--keys 100000] [--every 60]
-                                        [--warmup 2] [--store rocksdb://] [--store-memory 64]
+    .venv/bin/python -m benchmarks.soak [--minutes 60] [--rate 2000] [--keys 2000] [--restart-every 10]
+                                        [--warmup 10] [--guarantee exactly_once] [--protocol streams]
+                                        [--plot benchmarks/soak.png]
 
-A producer sends `rate` events/s over `keys` keys for `minutes`. Worker A (`engine worker`, the app of
-benchmarks/rebalance.py: each event counted into a RocksDB table and sent on) runs throughout; every
-`every` seconds worker B joins, and leaves half-way to the next (two rebalances per period, partitions
-and their stores moving both ways). A's anonymous RSS (its heaps; file-backed pages are
-printed apart) is sampled every 5 s; after `warmup` minutes the least-squares
-slope is printed (MB per minute), with the RSS at the end of warm-up, at the end and its maximum. Every event
-is read back from the output topic: none may be missing (at-least-once), duplicates are counted.
+The app (benchmarks/peers/engine_soak_app.py) joins each event with its key's profile (a table over a
+compacted topic), counts it per key into a table and per key and 10-second tumbling window, and a pipeline
+counts it per key and session (gap 5 s); the windows expire after 60 s of event time, their final results go
+to their `closed()` topics. Two `engine worker`s, A and B, each with one standby of the other's tasks; B is
+restarted every `--restart-every` minutes, by SIGTERM and by SIGKILL alternately (A runs throughout: its
+figures are the drift's).
+
+The input is a function of the event's number (`key_of`, `at_ms_of`): `rate` events per second of event
+time, paced at `rate` per second of wall time, each key active for 20 s out of every `keys / 100 * 20` (a
+session each time). Sampled every 10 s from worker A: anonymous RSS (/proc), open file descriptors, the size
+of its data dir, the event loop's lag (its `/metrics` histogram); per minute: those, and the p99 latency of
+the events sent in that minute (from the sending to the agent's output). At the end, one far-future event
+per partition closes every window, and the outputs are checked against the input: every event joined and sent
+exactly once with its key's profile, every tumbling window's and session's final count, every key's count
+(asked of A over HTTP, routed), no late event. Then growth from the end of warm-up to the end: RSS and file
+descriptors (goal: under 10%), the store's size, the latency and loop lag per minute, and the workers' WARNING
+and ERROR lines. `--plot` draws the per-minute curves with the restarts marked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
+import math
+import os
+import re
 import signal
+import statistics
 import tempfile
 import time
 import uuid
+from array import array
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import broker, create_topics, parser
-from benchmarks.rebalance import read_outputs, start_worker
-from tests.integration.rebalance_run import paced_produce
+import aiohttp
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-SAMPLE_EVERY = 5.0
+from benchmarks.common import address_of, broker, create_topics, parser
+from benchmarks.plots import Panel, draw
+from benchmarks.rebalance import start_worker
+from engine.partitioner import partition_for
+from engine.tables.keys import split_window_key, window_bounds
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+APP = "benchmarks.peers.engine_soak_app:app"
+PARTITIONS = 4
+START_MS = 1_790_000_000_000  # event time of event 0 (2026-09-21): the input's own clock, not the wall's
+ACTIVE = 100  # keys active at a time
+BURST_S = 20  # seconds of event time a key stays active
+WINDOW_MS = 10_000  # the app's tumbling windows
+GAP_MS = 5_000  # the app's session gap
+SAMPLE_EVERY = 10.0  # seconds between two samples of worker A
+FLUSH_AFTER_MS = 3_600_000  # the closing events' event time past the last event's
+
+
+def key_of(index: int, rate: int, keys: int) -> str:
+    """Event `index`'s key: one of the ACTIVE keys of its BURST_S-second slot of event time."""
+    slot = index // rate // BURST_S
+    return f"u{(slot * ACTIVE + index % ACTIVE) % keys}"
+
+
+def at_ms_of(index: int, rate: int) -> int:
+    """Event `index`'s event time in ms: `rate` events per second from START_MS."""
+    return START_MS + index * 1000 // rate
+
+
+def profile_of(key: str) -> str:
+    return f"profile-of-{key}"
+
+
+def flush_keys(partitions: int) -> list[str]:
+    """A key per partition (in order), none of the input's: their far-future events close every window."""
+    found: dict[int, str] = {}
+    for n in range(10_000):
+        key = f"flush-{n}"
+        found.setdefault(partition_for(key.encode(), partitions), key)
+        if len(found) == partitions:
+            return [found[p] for p in range(partitions)]
+    raise RuntimeError("no flush key for some partition")
+
+
+@dataclass
+class Truth:
+    """The outputs the input must give, computed from it alone."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    windows: Counter[tuple[str, int]] = field(default_factory=Counter)  # (key, start ms) -> count
+    sessions: Counter[tuple[str, int, int]] = field(default_factory=Counter)  # (key, start, end) -> count
+
+
+def truth_of(total: int, rate: int, keys: int) -> Truth:
+    """Counts per key, per key and tumbling window, and per key and session (events of a key less than the
+    gap apart, in event-time order: each key's events are in order here)."""
+    truth = Truth()
+    open_sessions: dict[str, list[int]] = {}  # key -> [start, end, count]
+    for index in range(total):
+        key, at = key_of(index, rate, keys), at_ms_of(index, rate)
+        truth.counts[key] += 1
+        truth.windows[(key, at - at % WINDOW_MS)] += 1
+        session = open_sessions.get(key)
+        if session is not None and at - session[1] <= GAP_MS:
+            session[1], session[2] = at, session[2] + 1
+        else:
+            if session is not None:
+                truth.sessions[(key, session[0], session[1])] = session[2]
+            open_sessions[key] = [at, at, 1]
+    for key, (start, end, count) in open_sessions.items():
+        truth.sessions[(key, start, end)] = count
+    return truth
+
+
+def events(total: int, rate: int, keys: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    for index in range(total):
+        yield key_of(index, rate, keys), {"id": index, "at": at_ms_of(index, rate) / 1000}
+
+
+async def send_paced(bootstrap: str, topic: str, total: int, rate: int, keys: int) -> None:
+    """The input, paced at `rate` per second of wall time, each event stamped with its sending time."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        started = time.monotonic()
+        for index, (key, value) in enumerate(events(total, rate, keys)):
+            value["sent"] = time.time()
+            await producer.send(topic, orjson.dumps(value), key=key.encode())
+            if index % 20 == 0:
+                ahead = started + index / rate - time.monotonic()
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def send_all(bootstrap: str, topic: str, records: list[tuple[str, bytes]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        for key, value in records:
+            await producer.send(topic, value, key=key.encode())
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+# -- samples ----------------------------------------------------------------------------------------------
 
 
 def rss_mb(pid: int) -> tuple[float, float]:
@@ -35,93 +168,350 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return int(fields["RssAnon"].split()[0]) / 1024, int(fields["RssFile"].split()[0]) / 1024
 
 
+def open_files(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def size_mb(directory: Path) -> float:
+    """Bytes under `directory` (files that vanish meanwhile, as RocksDB's do, are skipped), in MB."""
+    total = 0
+    for root, _, names in os.walk(directory):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(root, name)).st_size
+    return total / 2**20
+
+
+BUCKET = re.compile(r'^engine_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\S+)$', re.MULTILINE)
+
+
+def lag_buckets(metrics: str) -> list[tuple[float, float]]:
+    """The event loop's lag histogram in Prometheus' text: (upper bound s, cumulative count), in order."""
+    return sorted((float(bound), float(count)) for bound, count in BUCKET.findall(metrics))
+
+
+def p99_between(before: list[tuple[float, float]], after: list[tuple[float, float]]) -> float:
+    """The 99th percentile (a bucket's upper bound) of what a cumulative histogram counted between two
+    readings of it; nan if it counted nothing (or was reset: the process restarted)."""
+    if not before or not after or len(before) != len(after):
+        return math.nan
+    counts = [(bound, b - a) for (bound, b), (_, a) in zip(after, before, strict=True)]
+    total = counts[-1][1]
+    if total <= 0:
+        return math.nan
+    return next(bound for bound, count in counts if count >= 0.99 * total)
+
+
 def slope_per_minute(samples: list[tuple[float, float]]) -> float:
-    """Least-squares slope of (seconds, MB) samples, in MB per minute."""
+    """Least-squares slope of (seconds, value) samples, per minute."""
     n = len(samples)
     mean_t = sum(t for t, _ in samples) / n
-    mean_m = sum(m for _, m in samples) / n
+    mean_v = sum(v for _, v in samples) / n
     var = sum((t - mean_t) ** 2 for t, _ in samples)
-    cov = sum((t - mean_t) * (m - mean_m) for t, m in samples)
+    cov = sum((t - mean_t) * (v - mean_v) for t, v in samples)
     return cov / var * 60 if var else 0.0
 
 
-async def soak(bootstrap: str, minutes: float, rate: float, keys: int, every: float, warmup: float,
-               store: str, store_memory: int) -> None:
-    app_id = f"soak-{uuid.uuid4().hex[:8]}"
-    topic, out_topic = f"{app_id}-in", f"{app_id}-out"
-    await create_topics(bootstrap, [topic, out_topic], 4)
-    work = Path(tempfile.mkdtemp(prefix="bench-soak-"))
-    env = {"BENCH_BOOTSTRAP": bootstrap, "BENCH_GROUP": app_id, "BENCH_TOPIC": topic,
-           "BENCH_OUT_TOPIC": out_topic, "BENCH_STORE": store, "BENCH_STORE_MEMORY": str(store_memory)}
-    a = start_worker(env, work / "a", work / "a.log")
-    while "tables ready" not in (work / "a.log").read_text(errors="replace"):  # noqa: ASYNC110  # a log file
-        await asyncio.sleep(0.2)
-    started = time.monotonic()
-    samples: list[tuple[float, float]] = []  # (seconds, anonymous MB)
-    files: list[float] = []  # file-backed MB, sampled with them
-    b: list = []  # the joining worker while it runs
+@dataclass
+class Sample:
+    seconds: float
+    rss_mb: float
+    file_mb: float
+    files: int
+    store_mb: float
+    lag: list[tuple[float, float]]
 
-    async def sample() -> None:
+
+async def sample_forever(pid: int, data_dir: Path, address: str, started: float, into: list[Sample]) -> None:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
         while True:
-            anonymous, file_backed = rss_mb(a.pid)
-            samples.append((time.monotonic() - started, anonymous))
-            files.append(file_backed)
+            try:
+                async with session.get(f"http://{address}/metrics") as reply:
+                    lag = lag_buckets(await reply.text())
+            except (aiohttp.ClientError, TimeoutError):
+                lag = []
+            anonymous, file_backed = rss_mb(pid)
+            store = await asyncio.to_thread(size_mb, data_dir)
+            into.append(Sample(time.monotonic() - started, anonymous, file_backed, open_files(pid), store,
+                               lag))
             await asyncio.sleep(SAMPLE_EVERY)
 
-    async def rebalance() -> None:
-        while True:
-            await asyncio.sleep(every / 2)
-            b.append(start_worker(env, work / "b", work / "b.log"))
-            await asyncio.sleep(every / 2)
-            b.pop().send_signal(signal.SIGTERM)
 
-    background = [asyncio.ensure_future(sample()), asyncio.ensure_future(rebalance())]
+# -- the outputs --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outputs:
+    """The joined events read back: each id's times seen, the profiles that were wrong, the latencies of the
+    events sent in each minute."""
+
+    total: int
+    rate: int
+    keys: int
+    seen: bytearray = field(init=False)
+    count: int = 0
+    wrong_profile: int = 0
+    latency: dict[int, array[float]] = field(default_factory=lambda: defaultdict(lambda: array("d")))
+
+    def __post_init__(self) -> None:
+        self.seen = bytearray(self.total)
+
+    def see(self, record: Any) -> None:
+        value = orjson.loads(record.value)
+        index = value["id"]
+        if index >= self.total:  # a closing event
+            return
+        self.seen[index] = min(self.seen[index] + 1, 255)
+        self.count += 1
+        if value["profile"] != profile_of(key_of(index, self.rate, self.keys)):
+            self.wrong_profile += 1
+        self.latency[index // self.rate // 60].append(value["latency"])
+
+    def complete(self) -> bool:
+        return self.count >= self.total
+
+
+@dataclass
+class Finals:
+    """A `closed()` topic's final results read back: (key, start, end) -> count, and how many came twice."""
+
+    expected: int
+    size_ms: int | None
+    found: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    twice: int = 0
+
+    def see(self, record: Any) -> None:
+        key, _ = split_window_key(record.key)
+        start, end = window_bounds(record.key, self.size_ms)
+        result = (key.decode(), start, end)
+        if result in self.found:
+            self.twice += 1
+        self.found[result] = int(record.value)
+
+    def complete(self) -> bool:
+        return len(self.found) >= self.expected
+
+
+async def read_all(bootstrap: str, topic: str, reader: Any, timeout: float) -> None:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False, max_partition_fetch_bytes=4 << 20)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        deadline = time.monotonic() + timeout
+        settle_until: float | None = None
+        while settle_until is None or time.monotonic() < settle_until:
+            for batch in (await consumer.getmany(timeout_ms=500, max_records=20_000)).values():
+                for record in batch:
+                    reader.see(record)
+            if settle_until is None and (reader.complete() or time.monotonic() > deadline):
+                settle_until = time.monotonic() + 3.0  # a record that should not be there: a duplicate
+    finally:
+        await consumer.stop()
+
+
+async def table_counts(address: str) -> dict[str, int]:
+    """Every key of the table `counts`, asked of one worker (which asks the owners of the others)."""
+    found: dict[str, int] = {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        start: str | None = ""
+        while start is not None:
+            query = {"limit": "10000", **({"from": start} if start else {})}
+            for _ in range(60):
+                async with session.get(f"http://{address}/tables/counts", params=query) as reply:
+                    body = await reply.json()
+                if reply.status == 200:
+                    break
+                await asyncio.sleep(1)  # a partition moving or recovering
+            else:
+                raise RuntimeError(f"the counts were never all readable: {body}")
+            found.update((entry["key"], entry["value"]) for entry in body["entries"])
+            start = body["next"]
+    return found
+
+
+def log_lines(logs: list[Path]) -> Counter[str]:
+    """The workers' WARNING and ERROR lines, by level and message (numbers masked), over every log."""
+    found: Counter[str] = Counter()
+    for log in logs:
+        for line in log.read_text(errors="replace").splitlines():
+            level = next((lv for lv in (" ERROR ", " WARNING ", " CRITICAL ") if lv in line), None)
+            if level is not None:
+                message = re.sub(r"\d+(\.\d+)?", "N", line.split(level, 1)[1])[:140]
+                found[f"{level.strip()}: {message}"] += 1
+    return found
+
+
+# -- the run ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Minute:
+    minute: int
+    rss_mb: float
+    files: float
+    store_mb: float
+    loop_lag_p99_ms: float
+    latency_p99_ms: float
+
+
+def per_minute(samples: list[Sample], outputs: Outputs, minutes: int) -> list[Minute]:
+    rows = []
+    for minute in range(minutes):
+        within = [s for s in samples if minute * 60 <= s.seconds < (minute + 1) * 60]
+        if not within:
+            continue
+        lag = p99_between(within[0].lag, within[-1].lag)
+        latencies = sorted(outputs.latency.get(minute, ()))
+        p99 = latencies[int(0.99 * (len(latencies) - 1))] * 1000 if latencies else math.nan
+        rows.append(Minute(minute, statistics.fmean(s.rss_mb for s in within),
+                           statistics.fmean(s.files for s in within),
+                           statistics.fmean(s.store_mb for s in within), lag * 1000, p99))
+    return rows
+
+
+async def soak(bootstrap: str, minutes: float, rate: int, keys: int, restart_every: float, warmup: float,
+               guarantee: str, protocol: str, plot: Path | None) -> None:
+    app_id = f"soak-{uuid.uuid4().hex[:8]}"
+    topic, profiles, out = f"{app_id}-in", f"{app_id}-profiles", f"{app_id}-out"
+    await create_topics(bootstrap, [topic, out], PARTITIONS)
+    await create_topics(bootstrap, [profiles], PARTITIONS, {"cleanup.policy": "compact"})
+    closing = flush_keys(PARTITIONS)
+    all_keys = [f"u{n}" for n in range(keys)] + closing
+    await send_all(bootstrap, profiles, [(key, orjson.dumps(profile_of(key))) for key in all_keys])
+    work = Path(tempfile.mkdtemp(prefix="bench-soak-"))
+    env = {"SOAK_APP": app_id, "SOAK_BOOTSTRAP": bootstrap, "SOAK_TOPIC": topic,
+           "SOAK_PROFILES_TOPIC": profiles, "SOAK_OUT_TOPIC": out, "SOAK_GUARANTEE": guarantee,
+           "SOAK_PROTOCOL": protocol, "ENGINE_WEB_PORT": "0"}
+    logs = [work / "a.log", work / "b-0.log"]
+    a = start_worker(env, work / "a", logs[0], APP)
+    b = [start_worker(env, work / "b", logs[1], APP)]
+    address = await address_of(logs[0])
     total = int(rate * minutes * 60)
-    events = [(f"k{i % keys}", {"id": i}) for i in range(total)]
-    await paced_produce(bootstrap, topic, events, rate=rate)
-    for task in background:
-        task.cancel()
-    for worker in [*b]:
+    print(f"soak {app_id}: {total:,} events at {rate}/s over {keys:,} keys for {minutes:g} min, {guarantee}, "
+          f"{protocol} protocol; worker B restarted every {restart_every:g} min; logs in {work}", flush=True)
+    samples: list[Sample] = []
+    marks: list[tuple[float, str]] = []
+    started = time.monotonic()
+
+    async def restart() -> None:
+        for n in itertools.count(1):
+            await asyncio.sleep(restart_every * 60 - (time.monotonic() - started) % (restart_every * 60))
+            how = signal.SIGTERM if n % 2 else signal.SIGKILL
+            worker = b.pop()
+            worker.send_signal(how)
+            await asyncio.to_thread(worker.wait, 120)
+            logs.append(work / f"b-{n}.log")
+            b.append(start_worker(env, work / "b", logs[-1], APP))
+            marks.append(((time.monotonic() - started) / 60, how.name))
+            print(f"  {(time.monotonic() - started) / 60:5.1f} min: B restarted after {how.name}", flush=True)
+
+    background = [asyncio.ensure_future(sample_forever(a.pid, work / "a", address, started, samples)),
+                  asyncio.ensure_future(restart())]
+    try:
+        await send_paced(bootstrap, topic, total, rate, keys)
+    finally:
+        for task in background:
+            task.cancel()
+    sent_for = time.monotonic() - started
+    last_at = at_ms_of(total - 1, rate)
+    flush_at = (last_at + FLUSH_AFTER_MS) / 1000
+    closing_events = [(key, {"id": total + p, "at": flush_at, "sent": time.time()})
+                      for p, key in enumerate(closing)]
+    await send_all(bootstrap, topic, [(key, orjson.dumps(value)) for key, value in closing_events])
+    truth = await asyncio.to_thread(truth_of, total, rate, keys)
+    outputs = Outputs(total, rate, keys)
+    windows = Finals(len(truth.windows), WINDOW_MS)
+    sessions = Finals(len(truth.sessions), None)
+    await read_all(bootstrap, out, outputs, timeout=600)
+    await read_all(bootstrap, f"{app_id}-per-window-closed", windows, timeout=300)
+    await read_all(bootstrap, f"{app_id}-sessions-closed", sessions, timeout=300)
+    counts = {k: v for k, v in (await table_counts(address)).items() if k not in closing}
+    late = 0
+    async with aiohttp.ClientSession() as session:
+        for worker_address in {address, await address_of(logs[-1])}:
+            async with session.get(f"http://{worker_address}/status") as reply:
+                late += sum((await reply.json())["late_events"].values())
+    for worker in (a, *b):
         worker.send_signal(signal.SIGTERM)
-    values = await read_outputs(bootstrap, out_topic, total, timeout=300)
-    a.send_signal(signal.SIGTERM)
-    a.wait(60)
-    ids = [v["id"] for v in values]
-    missing, twice = total - len(set(ids)), len(ids) - len(set(ids))
-    print(f"{total:,} events at {rate:g}/s over {keys:,} keys for {minutes:g} min, worker B joining and "
-          f"leaving every {every:g}s: never processed {missing}, processed twice {twice}")
-    after = [(t, m) for t, m in samples if t >= warmup * 60]
-    if len(after) < 3:
+    codes = [await asyncio.to_thread(worker.wait, 120) for worker in (a, *b)]
+    report(minutes, warmup, total, sent_for, truth, outputs, windows, sessions, counts, late, samples, codes,
+           log_lines(logs), marks, plot, f"{guarantee}, {protocol} protocol, {rate}/s")
+
+
+def report(minutes: float, warmup: float, total: int, sent_for: float, truth: Truth, outputs: Outputs,
+           windows: Finals, sessions: Finals, counts: Mapping[str, int], late: int, samples: list[Sample],
+           codes: list[int], lines: Counter[str], marks: list[tuple[float, str]], plot: Path | None,
+           what: str) -> None:
+    never = outputs.seen.count(0)
+    twice = total - never - outputs.seen.count(1)
+    print(f"sent {total:,} events in {sent_for / 60:.1f} min; outputs: never {never}, more than once "
+          f"{twice}, wrong profile {outputs.wrong_profile}")
+    for name, finals, expected in (("tumbling windows", windows, truth.windows), ("sessions", sessions,
+                                                                                  truth.sessions)):
+        want = ({(k, s, s + WINDOW_MS): n for (k, s), n in expected.items()} if finals.size_ms
+                else dict(expected))
+        found = {r: n for r, n in finals.found.items() if not r[0].startswith("flush-")}
+        wrong = sum(1 for r, n in want.items() if found.get(r) != n)
+        extra = len(set(found) - set(want))
+        print(f"{name}: {len(want):,} expected, {wrong} missing or wrong, {extra} not expected, "
+              f"{finals.twice} closed twice")
+    wrong_counts = sum(1 for k, n in truth.counts.items() if counts.get(k) != n)
+    print(f"table counts: {len(truth.counts):,} keys, {wrong_counts} wrong; late events {late}; "
+          f"exit codes {codes}")
+    rows = per_minute(samples, outputs, math.ceil(minutes))
+    print("minute  RSS MB  files  store MB  loop lag p99 ms  latency p99 ms")
+    for row in rows:
+        print(f"{row.minute:6}  {row.rss_mb:6.1f}  {row.files:5.0f}  {row.store_mb:8.1f}  "
+              f"{row.loop_lag_p99_ms:15.1f}  {row.latency_p99_ms:14.1f}")
+    after = [s for s in samples if s.seconds >= warmup * 60]
+    if len(after) >= 3:
+        first, last = after[0], after[-1]
+        print(f"from minute {warmup:g} to the end: RSS {first.rss_mb:.1f} -> {last.rss_mb:.1f} MB "
+              f"({(last.rss_mb / first.rss_mb - 1) * 100:+.1f}%, slope "
+              f"{slope_per_minute([(s.seconds, s.rss_mb) for s in after]):+.3f} MB/min), files "
+              f"{first.files} -> {last.files} ({(last.files / first.files - 1) * 100:+.1f}%), store "
+              f"{first.store_mb:.1f} -> {last.store_mb:.1f} MB (max {max(s.store_mb for s in after):.1f})")
+        latencies = [r.latency_p99_ms for r in rows
+                     if r.minute >= warmup and not math.isnan(r.latency_p99_ms)]
+        if latencies:
+            print(f"latency p99 per minute after warm-up: median {statistics.median(latencies):.1f} ms, "
+                  f"max {max(latencies):.1f} ms")
+    else:
         print(f"too few samples after the {warmup:g} min warm-up: run longer")
-        return
-    print(f"worker A anonymous RSS: {samples[0][1]:.1f} MB at start, {after[0][1]:.1f} MB after warm-up, "
-          f"{after[-1][1]:.1f} MB at the end, max {max(m for _, m in samples):.1f} MB")
-    print(f"slope after warm-up: {slope_per_minute(after):+.2f} MB/min over {len(after)} samples "
-          f"({(after[-1][0] - after[0][0]) / 60:.1f} min)")
-    # Levelling shows at the end: the stores' memtables fill towards their budget (store_memory) at the rate
-    # keys are written, which at 1,000 writes/s takes ~15 min with the default 64 MiB.
-    last = samples[-max(3, len(samples) // 3):]
-    print(f"slope over the last third: {slope_per_minute(last):+.2f} MB/min "
-          f"({(last[-1][0] - last[0][0]) / 60:.1f} min)")
-    print(f"file-backed RSS (libraries, mapped files): {files[0]:.1f} MB at start, "
-          f"{files[-1]:.1f} MB at the end")
-    print("samples (min: MB): " + ", ".join(f"{t / 60:.1f}: {m:.1f}" for t, m in samples[::6]))
-    print(f"  logs in {work}")
+    print(f"WARNING and ERROR lines ({sum(lines.values())}):")
+    for line, n in lines.most_common(20):
+        print(f"  {n:6} {line}")
+    if plot is not None:
+        xs = [row.minute for row in rows]
+        draw(plot, f"benchmarks.soak: {what}, {total:,} events, worker B restarted (dotted)", "minute", [
+            Panel("worker A's anonymous RSS", "MB", [("RSS", xs, [r.rss_mb for r in rows])]),
+            Panel("worker A's open file descriptors", "files", [("files", xs, [r.files for r in rows])]),
+            Panel("worker A's data dir", "MB", [("store", xs, [r.store_mb for r in rows])]),
+            Panel("p99 per minute", "ms", [("event latency (sent to processed)", xs,
+                                            [r.latency_p99_ms for r in rows]),
+                                           ("worker A's event-loop lag", xs,
+                                            [r.loop_lag_p99_ms for r in rows])]),
+        ], marks)
+        print(f"plot: {plot}")
 
 
 def main() -> None:
     p = parser(__doc__ or "")
-    p.add_argument("--minutes", type=float, default=20, help="enough for the stores to fill their budget")
-    p.add_argument("--rate", type=float, default=1000)
-    p.add_argument("--keys", type=int, default=100_000)
-    p.add_argument("--every", type=float, default=60, help="seconds between two joins of worker B")
-    p.add_argument("--warmup", type=float, default=2, help="minutes before the slope is measured")
-    p.add_argument("--store", default="rocksdb://", help="the workers' store (rocksdb:// or memory://)")
-    p.add_argument("--store-memory", type=int, default=64, help="MiB of the RocksDB budget (store_memory)")
+    p.add_argument("--minutes", type=float, default=60)
+    p.add_argument("--rate", type=int, default=2000, help="events per second")
+    p.add_argument("--keys", type=int, default=2000, help="a multiple of 100")
+    p.add_argument("--restart-every", type=float, default=10, help="minutes between two restarts of B")
+    p.add_argument("--warmup", type=float, default=10, help="minutes before growth is measured")
+    p.add_argument("--guarantee", default="exactly_once")
+    p.add_argument("--protocol", default="streams")
+    p.add_argument("--plot", type=Path, help="a PNG of the per-minute curves")
     args = p.parse_args()
     with broker(args.broker) as bootstrap:
-        asyncio.run(soak(bootstrap, args.minutes, args.rate, args.keys, args.every, args.warmup,
-                         args.store, args.store_memory << 20))
+        asyncio.run(soak(bootstrap, args.minutes, args.rate, args.keys, args.restart_every, args.warmup,
+                         args.guarantee, args.protocol, args.plot))
 
 
 if __name__ == "__main__":
