@@ -396,9 +396,16 @@ async def soak(bootstrap: str, minutes: float, rate: int, keys: int, restart_eve
     marks: list[tuple[float, str]] = []
     started = time.monotonic()
 
+    sending = asyncio.ensure_future(send_paced(bootstrap, topic, total, rate, keys))
+
     async def restart() -> None:
+        """Restart B every `restart_every` minutes while the input is sent (one that would fall in its last
+        half minute is not done: B is up and settled when the outputs are checked)."""
+        period = restart_every * 60
         for n in itertools.count(1):
-            await asyncio.sleep(restart_every * 60 - (time.monotonic() - started) % (restart_every * 60))
+            if n * period > minutes * 60 - 30:
+                return
+            await asyncio.sleep(started + n * period - time.monotonic())
             how = signal.SIGTERM if n % 2 else signal.SIGKILL
             worker = b.pop()
             worker.send_signal(how)
@@ -408,13 +415,13 @@ async def soak(bootstrap: str, minutes: float, rate: int, keys: int, restart_eve
             marks.append(((time.monotonic() - started) / 60, how.name))
             print(f"  {(time.monotonic() - started) / 60:5.1f} min: B restarted after {how.name}", flush=True)
 
-    background = [asyncio.ensure_future(sample_forever(a.pid, work / "a", address, started, samples)),
-                  asyncio.ensure_future(restart())]
+    sampling = asyncio.ensure_future(sample_forever(a.pid, work / "a", address, started, samples))
     try:
-        await send_paced(bootstrap, topic, total, rate, keys)
+        await restart()
+        await sending
     finally:
-        for task in background:
-            task.cancel()
+        sending.cancel()
+        sampling.cancel()
     sent_for = time.monotonic() - started
     last_at = at_ms_of(total - 1, rate)
     flush_at = (last_at + FLUSH_AFTER_MS) / 1000
