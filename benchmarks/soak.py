@@ -55,6 +55,7 @@ from engine.partitioner import partition_for
 from engine.tables.keys import split_window_key, window_bounds
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Iterator, Mapping
 
 APP = "benchmarks.peers.engine_soak_app:app"
@@ -64,6 +65,7 @@ ACTIVE = 100  # keys active at a time
 BURST_S = 20  # seconds of event time a key stays active
 WINDOW_MS = 10_000  # the app's tumbling windows
 GAP_MS = 5_000  # the app's session gap
+ALL_CORES = os.sched_getaffinity(0)  # before benchmarks.common.broker pins this process
 SAMPLE_EVERY = 10.0  # seconds between two samples of worker A
 FLUSH_AFTER_MS = 3_600_000  # the closing events' event time past the last event's
 
@@ -372,50 +374,109 @@ def per_minute(samples: list[Sample], outputs: Outputs, minutes: int) -> list[Mi
     return rows
 
 
-async def soak(bootstrap: str, minutes: float, rate: int, keys: int, restart_every: float, warmup: float,
-               guarantee: str, protocol: str, plot: Path | None) -> None:
+@dataclass(frozen=True)
+class Options:
+    minutes: float
+    rate: int
+    keys: int
+    restart_every: float
+    warmup: float
+    guarantee: str
+    protocol: str
+    plot: Path | None
+
+    @property
+    def total(self) -> int:
+        return int(self.rate * self.minutes * 60)
+
+
+@dataclass
+class Workers:
+    """Worker A (runs throughout) and B (restarted), each an `engine worker` of the soak app, with its log."""
+
+    env: dict[str, str]
+    work: Path
+    logs: list[Path] = field(default_factory=list)
+    a: subprocess.Popen[bytes] | None = None
+    b: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.a = self._start("a", "a.log")
+        self.b = self._start("b", "b-0.log")
+
+    def _start(self, name: str, log: str) -> subprocess.Popen[bytes]:
+        self.logs.append(self.work / log)
+        return start_worker(self.env, self.work / name, self.logs[-1], APP)
+
+    async def restart_b(self, how: signal.Signals, n: int) -> None:
+        assert self.b is not None
+        self.b.send_signal(how)
+        await asyncio.to_thread(self.b.wait, 120)
+        self.b = self._start("b", f"b-{n}.log")
+
+    async def stop(self) -> list[int]:
+        """Both stopped by SIGTERM: their exit codes."""
+        running = [w for w in (self.a, self.b) if w is not None]
+        for worker in running:
+            worker.send_signal(signal.SIGTERM)
+        return [await asyncio.to_thread(worker.wait, 120) for worker in running]
+
+    def kill(self) -> None:
+        for worker in (self.a, self.b):
+            if worker is not None and worker.poll() is None:
+                worker.kill()
+
+
+async def soak(bootstrap: str, options: Options) -> None:
     app_id = f"soak-{uuid.uuid4().hex[:8]}"
     topic, profiles, out = f"{app_id}-in", f"{app_id}-profiles", f"{app_id}-out"
     await create_topics(bootstrap, [topic, out], PARTITIONS)
     await create_topics(bootstrap, [profiles], PARTITIONS, {"cleanup.policy": "compact"})
     closing = flush_keys(PARTITIONS)
-    all_keys = [f"u{n}" for n in range(keys)] + closing
-    await send_all(bootstrap, profiles, [(key, orjson.dumps(profile_of(key))) for key in all_keys])
-    work = Path(tempfile.mkdtemp(prefix="bench-soak-"))
+    all_keys = [f"u{n}" for n in range(options.keys)] + closing
+    await send_all(bootstrap, profiles, [(key, profile_of(key).encode()) for key in all_keys])  # (str: text)
     env = {"SOAK_APP": app_id, "SOAK_BOOTSTRAP": bootstrap, "SOAK_TOPIC": topic,
-           "SOAK_PROFILES_TOPIC": profiles, "SOAK_OUT_TOPIC": out, "SOAK_GUARANTEE": guarantee,
-           "SOAK_PROTOCOL": protocol, "ENGINE_WEB_PORT": "0"}
-    logs = [work / "a.log", work / "b-0.log"]
-    a = start_worker(env, work / "a", logs[0], APP)
-    b = [start_worker(env, work / "b", logs[1], APP)]
-    address = await address_of(logs[0])
-    total = int(rate * minutes * 60)
-    print(f"soak {app_id}: {total:,} events at {rate}/s over {keys:,} keys for {minutes:g} min, {guarantee}, "
-          f"{protocol} protocol; worker B restarted every {restart_every:g} min; logs in {work}", flush=True)
+           "SOAK_PROFILES_TOPIC": profiles, "SOAK_OUT_TOPIC": out, "SOAK_GUARANTEE": options.guarantee,
+           "SOAK_PROTOCOL": options.protocol, "ENGINE_WEB_PORT": "0"}
+    workers = Workers(env, Path(tempfile.mkdtemp(prefix="bench-soak-")))
+    # Not pinned (the broker has its own core, see benchmarks.common.broker): the workers and the producer
+    # share the machine as a deployment's processes would.
+    os.sched_setaffinity(0, ALL_CORES)
+    workers.start()
+    try:
+        await run(bootstrap, options, app_id, workers, closing)
+    finally:
+        workers.kill()
+
+
+async def run(bootstrap: str, options: Options, app_id: str, workers: Workers, closing: list[str]) -> None:
+    """The run, once both workers are started."""
+    assert workers.a is not None
+    address = await address_of(workers.logs[0])
+    total, rate, minutes = options.total, options.rate, options.minutes
+    print(f"soak {app_id}: {total:,} events at {rate}/s over {options.keys:,} keys for {minutes:g} min, "
+          f"{options.guarantee}, {options.protocol} protocol; worker B restarted every "
+          f"{options.restart_every:g} min; logs in {workers.work}", flush=True)
     samples: list[Sample] = []
     marks: list[tuple[float, str]] = []
     started = time.monotonic()
-
-    sending = asyncio.ensure_future(send_paced(bootstrap, topic, total, rate, keys))
+    sending = asyncio.ensure_future(send_paced(bootstrap, f"{app_id}-in", total, rate, options.keys))
 
     async def restart() -> None:
         """Restart B every `restart_every` minutes while the input is sent (one that would fall in its last
         half minute is not done: B is up and settled when the outputs are checked)."""
-        period = restart_every * 60
+        period = options.restart_every * 60
         for n in itertools.count(1):
             if n * period > minutes * 60 - 30:
                 return
             await asyncio.sleep(started + n * period - time.monotonic())
             how = signal.SIGTERM if n % 2 else signal.SIGKILL
-            worker = b.pop()
-            worker.send_signal(how)
-            await asyncio.to_thread(worker.wait, 120)
-            logs.append(work / f"b-{n}.log")
-            b.append(start_worker(env, work / "b", logs[-1], APP))
+            await workers.restart_b(how, n)
             marks.append(((time.monotonic() - started) / 60, how.name))
             print(f"  {(time.monotonic() - started) / 60:5.1f} min: B restarted after {how.name}", flush=True)
 
-    sampling = asyncio.ensure_future(sample_forever(a.pid, work / "a", address, started, samples))
+    sampling = asyncio.ensure_future(sample_forever(workers.a.pid, workers.work / "a", address, started,
+                                                    samples))
     try:
         await restart()
         await sending
@@ -423,35 +484,33 @@ async def soak(bootstrap: str, minutes: float, rate: int, keys: int, restart_eve
         sending.cancel()
         sampling.cancel()
     sent_for = time.monotonic() - started
-    last_at = at_ms_of(total - 1, rate)
-    flush_at = (last_at + FLUSH_AFTER_MS) / 1000
+    flush_at = (at_ms_of(total - 1, rate) + FLUSH_AFTER_MS) / 1000
     closing_events = [(key, {"id": total + p, "at": flush_at, "sent": time.time()})
                       for p, key in enumerate(closing)]
-    await send_all(bootstrap, topic, [(key, orjson.dumps(value)) for key, value in closing_events])
-    truth = await asyncio.to_thread(truth_of, total, rate, keys)
-    outputs = Outputs(total, rate, keys)
+    await send_all(bootstrap, f"{app_id}-in", [(key, orjson.dumps(value)) for key, value in closing_events])
+    truth = await asyncio.to_thread(truth_of, total, rate, options.keys)
+    outputs = Outputs(total, rate, options.keys)
     windows = Finals(len(truth.windows), WINDOW_MS)
     sessions = Finals(len(truth.sessions), None)
-    await read_all(bootstrap, out, outputs, timeout=600)
+    await read_all(bootstrap, f"{app_id}-out", outputs, timeout=600)
     await read_all(bootstrap, f"{app_id}-per-window-closed", windows, timeout=300)
     await read_all(bootstrap, f"{app_id}-sessions-closed", sessions, timeout=300)
     counts = {k: v for k, v in (await table_counts(address)).items() if k not in closing}
     late = 0
     async with aiohttp.ClientSession() as session:
-        for worker_address in {address, await address_of(logs[-1])}:
+        for worker_address in {address, await address_of(workers.logs[-1])}:
             async with session.get(f"http://{worker_address}/status") as reply:
                 late += sum((await reply.json())["late_events"].values())
-    for worker in (a, *b):
-        worker.send_signal(signal.SIGTERM)
-    codes = [await asyncio.to_thread(worker.wait, 120) for worker in (a, *b)]
-    report(minutes, warmup, total, sent_for, truth, outputs, windows, sessions, counts, late, samples, codes,
-           log_lines(logs), marks, plot, f"{guarantee}, {protocol} protocol, {rate}/s")
+    codes = await workers.stop()
+    report(options, sent_for, truth, outputs, windows, sessions, counts, late, samples, codes,
+           log_lines(workers.logs), marks)
 
 
-def report(minutes: float, warmup: float, total: int, sent_for: float, truth: Truth, outputs: Outputs,
-           windows: Finals, sessions: Finals, counts: Mapping[str, int], late: int, samples: list[Sample],
-           codes: list[int], lines: Counter[str], marks: list[tuple[float, str]], plot: Path | None,
-           what: str) -> None:
+def report(options: Options, sent_for: float, truth: Truth, outputs: Outputs, windows: Finals,
+           sessions: Finals, counts: Mapping[str, int], late: int, samples: list[Sample], codes: list[int],
+           lines: Counter[str], marks: list[tuple[float, str]]) -> None:
+    total, minutes, warmup, plot = options.total, options.minutes, options.warmup, options.plot
+    what = f"{options.guarantee}, {options.protocol} protocol, {options.rate}/s"
     never = outputs.seen.count(0)
     twice = total - never - outputs.seen.count(1)
     print(f"sent {total:,} events in {sent_for / 60:.1f} min; outputs: never {never}, more than once "
@@ -517,8 +576,8 @@ def main() -> None:
     p.add_argument("--plot", type=Path, help="a PNG of the per-minute curves")
     args = p.parse_args()
     with broker(args.broker) as bootstrap:
-        asyncio.run(soak(bootstrap, args.minutes, args.rate, args.keys, args.restart_every, args.warmup,
-                         args.guarantee, args.protocol, args.plot))
+        asyncio.run(soak(bootstrap, Options(args.minutes, args.rate, args.keys, args.restart_every,
+                                            args.warmup, args.guarantee, args.protocol, args.plot)))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@ manage an app. The CLI imports only this, the `engine` package and `engine.expor
 exactly what it imports from this module (tests/unit/cli checks both).
 
 - The topology an app declares (`build_topology`) and the partition count a topic gets
-  (`planned_partitions`).
+  (`planned_partitions`); the topology as a graph (`graph_of`) written out for Mermaid (`mermaid`) or
+  Graphviz (`dot`).
 - An app's group on the broker its settings name: its members (`GroupDescription`) and its lag
   (`group_status`).
 - An app's local table stores, read beside a running worker or offline (`table_named`, `local_partitions`,
@@ -39,6 +40,7 @@ from engine.tables.partition import MISSING
 from engine.tables.recovery import Progress
 from engine.tables.versions import parse_time_ms
 from engine.topics import planned_partitions
+from engine.topology.graph import dot, graph_of, mermaid
 from engine.topology.plan import build_topology
 from engine.transport.base import GroupDescription
 from engine.web.queries import key_text, parse_key
@@ -61,13 +63,16 @@ __all__ = [
     "ask_worker",
     "build_topology",
     "decode_text",
+    "dot",
     "dumps",
     "execute_reset",
+    "graph_of",
     "group_status",
     "key_text",
     "loads",
     "local_partitions",
     "member_environment",
+    "mermaid",
     "parse_key",
     "parse_time_ms",
     "plan_reset",

@@ -1,4 +1,4 @@
-"""engine topics / engine agents: what the app declares."""
+"""engine topics / engine topology / engine agents: what the app declares."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from cli.loader import load_app
 from cli.settings_options import given_settings
-from engine.tools import build_topology
+from engine.tools import build_topology, dot, dumps, graph_of, mermaid
 
 if TYPE_CHECKING:
     import argparse
@@ -16,6 +16,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     topics = sub.add_parser("topics", help="list the app's topics: read, written and kept, with partitions",
                             example="engine topics -A examples.wordcount:app")
     topics.set_defaults(run=run_topics)
+    topology = sub.add_parser(
+        "topology", help="draw the app's topology: topics, agents and tables, and what reads, writes, keeps "
+                         "and joins what (Mermaid, Graphviz or JSON)",
+        example="engine topology -A examples.wordcount:app --format dot | dot -Tsvg > topology.svg")
+    topology.add_argument("--format", choices=("mermaid", "dot", "json"), default="mermaid",
+                          help="mermaid (a flowchart for Markdown), dot (Graphviz) or json (as the worker's "
+                               "page draws it)")
+    topology.set_defaults(run=run_topology)
     agents = sub.add_parser("agents", help="list the app's agents",
                             example="engine agents -A examples.wordcount:app")
     agents.set_defaults(run=run_agents)
@@ -44,6 +52,17 @@ def run_topics(args: argparse.Namespace) -> int:
     for agent, why in topology.undeclared.items():
         print(f"(agent {agent} awaits before its first event ({why}): topics its pipeline reads are "
               "known once it runs)")
+    return 0
+
+
+def run_topology(args: argparse.Namespace) -> int:
+    """The topology as a graph (engine.topology.graph), written out in the format asked for."""
+    app = load_app(args.app)
+    graph = graph_of(app, build_topology(app, app.settings(given_settings(args))))
+    if args.format == "json":
+        print(dumps(graph.as_json()).decode())
+    else:
+        print(mermaid(graph) if args.format == "mermaid" else dot(graph), end="")
     return 0
 
 

@@ -22,7 +22,7 @@ from agents import Service
 from engine.activity import Activity
 from engine.fetch.dispatch import Dispatcher
 from engine.fetch.handover import FetchDelivery
-from engine.fetch.stalls import task_states
+from engine.fetch.stalls import TaskState, task_states
 from engine.tasks.inputs import InputPlan
 from engine.tasks.poison import PoisonRecords
 from engine.tasks.release import Ordering
@@ -115,7 +115,7 @@ class Conductor(Service):
         happens, since a fetcher that stops makes nothing happen."""
         return any(self.consumer.fetched_at(tp) is not None for tp in self.leases.current)
 
-    async def task_states(self) -> dict[int, tuple[object, bool, str]]:
+    async def task_states(self) -> dict[int, TaskState]:
         """Where each ready task's partitions stand (engine.fetch.stalls)."""
         return await task_states(self.tasks, self.consumer, self.pauses, self.dispatcher.parked, self.quiesce)
 

@@ -4,6 +4,7 @@ what moves, what waits, and why a partition may wait (paused, parked, unanswered
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -20,43 +21,86 @@ if TYPE_CHECKING:
 FETCH_UNANSWERED = 15.0
 
 
+@dataclass(frozen=True)
+class PartitionState:
+    """Where one partition of a ready task stands."""
+
+    tp: TP
+    position: int | None  # the next offset to commit: everything before it processed (None: nothing yet)
+    committed: int | None  # what the last checkpoint committed
+    in_flight: int  # records handed to agents and not finished
+    buffered: int  # records fetched and held back for timestamp order
+    lag: int | None  # records on the broker not fetched yet, as of the last fetch (None: not known)
+    paused: tuple[str, ...]  # why it is not fetched from: pauses' reasons, "parked" (a full mailbox)
+    unanswered: float | None  # seconds without an answer to a fetch, once past FETCH_UNANSWERED
+    fetched: bool  # in the consumer's assignment (a ready task's partition that is not gets nothing)
+
+    @property
+    def waiting(self) -> bool:
+        """Whether work waits for it: records buffered, in flight, on the broker, or it is not fetched."""
+        return bool(self.buffered or self.in_flight or self.lag or self.unanswered is not None
+                    or not self.fetched)
+
+    def text(self) -> str:
+        tp = self.tp
+        return (f"{tp.topic}[{tp.partition}] at {self.position}, {self.in_flight} in flight, "
+                f"{self.buffered} buffered, lag {'unknown' if self.lag is None else self.lag}"
+                + (f", paused ({', '.join(self.paused)})" if self.paused else "")
+                + (f", no fetch answered for {self.unanswered:.0f} s" if self.unanswered is not None else "")
+                + ("" if self.fetched else ", not in the consumer's assignment"))
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """Where a ready task stands: a token that changes whenever it moves (records acked or handed over),
+    whether work waits for it, its partitions, its timestamp order's state (of a task reading several
+    topics in order), and whether agents are quiesced for a checkpoint."""
+
+    token: object
+    partitions: tuple[PartitionState, ...]
+    ordering: str | None
+    quiesced: bool
+
+    @property
+    def waiting(self) -> bool:
+        return any(partition.waiting for partition in self.partitions)
+
+    @property
+    def where(self) -> str:
+        """Each partition's state, and what else may hold the task, as the stall watch and `/status` say."""
+        parts = [partition.text() for partition in self.partitions]
+        if self.ordering is not None:
+            parts.append(f"timestamp order: {self.ordering}")
+        if self.quiesced:
+            parts.append("agents quiesced for a checkpoint")
+        return "; ".join(parts)
+
+
 async def task_states(tasks: Mapping[int, ActiveTask], consumer: Consumer, pauses: Pauses,
                       parked: Callable[[Collection[TP]], bool], quiesce: Quiesce | None
-                      ) -> dict[int, tuple[object, bool, str]]:
-    """Per ready task: a token that changes whenever the task moves (records acked or handed over), whether
-    work waits for it (records buffered, in flight, or on the broker not fetched yet), and where each of its
-    partitions stands and why it may wait (`parked`: whether a partition's batch waits for room in a
-    mailbox)."""
-    states: dict[int, tuple[object, bool, str]] = {}
+                      ) -> dict[int, TaskState]:
+    """Each ready task's state (`parked`: whether a partition's batch waits for room in a mailbox)."""
+    states: dict[int, TaskState] = {}
     now = time.time()
     fetching = consumer.assignment()
     for number, task in sorted(tasks.items()):
         if not task.ready or task.closed:
             continue
         inputs = task.inputs
-        moved, waiting, parts = [], False, []
+        moved, parts = [], []
         for tp, lease in sorted(task.leases.items()):
             buffered = inputs.buffered(tp) if inputs is not None and tp in inputs.inputs else 0
-            lag = await consumer.lag(tp)
-            paused = sorted(pauses.reasons(tp)) + (["parked"] if parked((tp,)) else [])
+            paused = (*sorted(pauses.reasons(tp)), *(("parked",) if parked((tp,)) else ()))
             # A partition fetched from (not paused) whose fetches the broker stopped answering: its lag is as
             # of its last answer, and may read 0 however much waits on the broker.
-            fetched = consumer.fetched_at(tp)
-            unanswered = None if fetched is None or paused else now - fetched
-            stale = unanswered is not None and unanswered > FETCH_UNANSWERED
-            # A partition of a ready task that the consumer does not fetch: nothing of it comes, and no lag
-            # says that anything waits.
-            unfetched = tp not in fetching
-            waiting = waiting or bool(buffered or lease.in_flight or lag or stale or unfetched)
+            fetched_at = consumer.fetched_at(tp)
+            unanswered = None if fetched_at is None or paused else now - fetched_at
             moved.append((lease.position, lease.in_flight, buffered))
-            parts.append(f"{tp.topic}[{tp.partition}] at {lease.position}, {lease.in_flight} in flight, "
-                         f"{buffered} buffered, lag {'unknown' if lag is None else lag}"
-                         + (f", paused ({', '.join(paused)})" if paused else "")
-                         + (f", no fetch answered for {unanswered:.0f} s" if stale else "")
-                         + (", not in the consumer's assignment" if unfetched else ""))
-        if inputs is not None:
-            parts.append(f"timestamp order: {task.release.state.value}")
-        if quiesce is not None and quiesce.closed:
-            parts.append("agents quiesced for a checkpoint")
-        states[number] = (tuple(moved), waiting, "; ".join(parts))
+            parts.append(PartitionState(
+                tp, lease.position, lease.committed, lease.in_flight, buffered, await consumer.lag(tp), paused,
+                unanswered if unanswered is not None and unanswered > FETCH_UNANSWERED else None,
+                tp in fetching))
+        states[number] = TaskState(tuple(moved), tuple(parts),
+                                   task.release.state.value if inputs is not None else None,
+                                   quiesce is not None and quiesce.closed)
     return states

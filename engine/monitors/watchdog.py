@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 
     from engine.events import Event
 
-    TaskStates = Callable[[], Awaitable[dict[int, tuple[object, bool, str]]]]
+    from engine.fetch.stalls import TaskState
+
+    TaskStates = Callable[[], Awaitable[dict[int, TaskState]]]
     WaitingAt = Callable[[Event], list[str] | None]
 
 STALL_FACTOR = 3  # a task stalls after this many times the stuck-event threshold without moving
@@ -79,12 +81,13 @@ class Watchdog(Service):
             # Nothing to watch until something happens (but a fetcher that stops makes nothing happen).
             idle = not self._since and not self._waiting and not (self._fetching and self._fetching())
 
-    def stalls(self, states: dict[int, tuple[object, bool, str]]) -> list[str]:
+    def stalls(self, states: dict[int, TaskState]) -> list[str]:
         """The warnings due now for tasks with work waiting that did not move (`states`: Conductor's)."""
         now, limit = self._clock(), self.threshold * STALL_FACTOR
         unmoved: dict[int, tuple[object, float, float]] = {}
         messages = []
-        for number, (token, waiting, where) in states.items():
+        for number, state in states.items():
+            token, waiting = state.token, state.waiting
             entry = self._unmoved.get(number)
             if entry is None or entry[0] != token or not waiting:
                 entry = (token, now, now + limit)
@@ -92,10 +95,10 @@ class Watchdog(Service):
             if waiting and now >= due:
                 due = now + limit
                 messages.append(f"task {number} has not moved for {now - since:.0f}s with records waiting: "
-                                f"{where}")
+                                f"{state.where}")
             unmoved[number] = (token, since, due)
         self._unmoved = unmoved
-        self._waiting = any(waiting for _, waiting, _ in states.values())
+        self._waiting = any(state.waiting for state in states.values())
         return messages
 
     def sample(self) -> list[str]:

@@ -28,5 +28,5 @@ async def worker_status(worker: Worker) -> dict[str, Any]:
                                                          "skipped": j.skipped}
                          for tp, j in sorted(tasks.starts.jumps.items())},
         "checkpoint": current.state.value if (current := tasks.checkpoints.current) else None,
-        "partitions": {str(n): text for n, (_, _, text) in states.items()},
+        "partitions": {str(n): state.where for n, state in states.items()},
     }

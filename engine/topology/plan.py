@@ -31,7 +31,7 @@ from engine.errors import TopologyError
 from engine.topics import Topic, planned_partitions
 from engine.topology.declaration import Declaration, declare
 from engine.topology.partitions import followed_counts
-from engine.topology.writers import find_writers
+from engine.topology.writers import Writer, find_writers
 from engine.transport.base import TopicSpec
 from engine.windows import History
 
@@ -115,7 +115,9 @@ class Topology:
     merged: dict[str, list[str]] = field(default_factory=dict)  # agent -> of those, read into its own stream
     copartitioned: list[CoPartitioned] = field(default_factory=list)
     undeclared: dict[str, str] = field(default_factory=dict)  # agent -> why its pipeline is not known
-    writes: dict[str, list[str]] = field(default_factory=dict)  # topic -> who in the app writes it, and how
+    writes: dict[str, list[Writer]] = field(default_factory=dict)  # topic -> who in the app writes it
+    table_users: dict[str, list[str]] = field(default_factory=dict)  # table -> agents using it by key
+    joins: dict[str, list[str]] = field(default_factory=dict)  # agent -> tables its stream joins
     # Topics whose events several agents use one table from: within a task, in timestamp order, one agent at
     # a time (engine.fetch.conductor), as one Kafka Streams task processes every input of its store.
     serial: set[str] = field(default_factory=set)
@@ -268,10 +270,12 @@ def build_topology(app: App, settings: Settings, declaration: Declaration | None
                 topology.reads[agent.name].append(topic.name)
                 topology.merged.setdefault(agent.name, []).append(topic.name)
             for topic, other, tables in pipeline.stream_joins:
+                topology.joins.setdefault(agent.name, []).extend(table.name for table in tables)
                 topology.copartitioned.append(CoPartitioned(
                     (topic.name, other.name, *(table.changelog_topic.name for table in tables)),
                     f"agent {agent.name!r} joins stream {topic.name!r} with stream {other.name!r}"))
             for topic, table in pipeline.joins:
+                topology.joins.setdefault(agent.name, []).append(table.name)
                 topology.copartitioned.append(CoPartitioned(
                     (topic.name, table.changelog_topic.name),  # its changelog, or the topic it is a table of
                     f"agent {agent.name!r} joins stream {topic.name!r} with table {table.name!r}"))
@@ -289,6 +293,7 @@ def build_topology(app: App, settings: Settings, declaration: Declaration | None
     writers = find_writers(app, declared)
     topology.writes, topology.unresolved = writers.topics, writers.unresolved
     for name, written in writers.tables.items():
+        topology.table_users[name] = list(dict.fromkeys(written.agents))
         if len(set(written.agents)) > 1:
             topology.serial.update(written.topics)
         group = (app.tables[name].changelog_topic.name, *written.topics)

@@ -8,7 +8,7 @@ table it creates the partition count of the topics whose events write it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from engine.topics import Topic
 from engine.topology.uses import scan
@@ -28,13 +28,25 @@ class TableWriters:
     uses: list[str] = field(default_factory=list)  # "agent 'count' (wordcount.py:26)"
 
 
+@dataclass(frozen=True)
+class Writer:
+    """Who in the app writes a topic (an agent or a timer, by name), and how (for messages)."""
+
+    kind: Literal["agent", "timer"]
+    name: str
+    how: str  # ", whose sink it is"; ": `out.send` (app.py:12)"
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}{self.how}"
+
+
 @dataclass
 class Writers:
-    topics: dict[str, list[str]] = field(default_factory=dict)  # topic -> who writes it, and how
+    topics: dict[str, list[Writer]] = field(default_factory=dict)  # topic -> who writes it, and how
     unresolved: list[str] = field(default_factory=list)  # sends whose topic the code does not name
     tables: dict[str, TableWriters] = field(default_factory=dict)  # by table name (non-global tables)
 
-    def add(self, topic: str, by: str) -> None:
+    def add(self, topic: str, by: Writer) -> None:
         self.topics.setdefault(topic, []).append(by)
 
 
@@ -44,16 +56,16 @@ def find_writers(app: App, declared: Declaration) -> Writers:
     for agent in app.agents.values():
         pipeline = declared.agents.get(agent.name)
         for topic in pipeline.reads if pipeline is not None else ():
-            writers.add(topic.name, f"agent {agent.name}, which forwards its stream to it")
+            writers.add(topic.name, Writer("agent", agent.name, ", which forwards its stream to it"))
         for sink in agent.sinks:
             target = sink if isinstance(sink, Topic) else getattr(sink, "channel", None)
             if isinstance(target, Topic):
-                writers.add(target.name, f"agent {agent.name}, whose sink it is")
+                writers.add(target.name, Writer("agent", agent.name, ", whose sink it is"))
         _agent_code(writers, app, agent, pipeline)
     for timer in app.timers.values():
         uses = scan(timer.fun)
         for name, where in uses.sends.items():
-            writers.add(name, f"timer {timer.name}: {', '.join(where)}")
+            writers.add(name, Writer("timer", timer.name, f": {', '.join(where)}"))
         writers.unresolved.extend(f"timer {timer.name}: {where}" for where in uses.unresolved)
     return writers
 
@@ -64,7 +76,7 @@ def _agent_code(writers: Writers, app: App, agent: Agent, pipeline: AgentDeclara
     those of the streams it joins."""
     uses = scan(agent.fun)
     for name, where in uses.sends.items():
-        writers.add(name, f"agent {agent.name}: {', '.join(where)}")
+        writers.add(name, Writer("agent", agent.name, f": {', '.join(where)}"))
     writers.unresolved.extend(f"agent {agent.name}: {where}" for where in uses.unresolved)
     forwarded = pipeline.reads if pipeline is not None else []
     body = [forwarded[-1].name if forwarded else agent.channel.name,

@@ -127,16 +127,19 @@ async def test_a_partition_whose_fetches_went_unanswered_counts_as_waiting_for_t
     now = time.time()
     consumer = AnsweringConsumer({SLOW: now - FETCH_UNANSWERED - 5, OTHER: now})
     conduct = ready_task_conductor(consumer)
-    [(_, waiting, where)] = (await conduct.task_states()).values()
+    [state] = (await conduct.task_states()).values()
+    waiting, where = state.waiting, state.where
     assert waiting
     assert "in[0] at None, 0 in flight, 0 buffered, lag 0, no fetch answered for 20 s" in where
     assert where.endswith("in[1] at None, 0 in flight, 0 buffered, lag 0")
     consumer.answered[SLOW] = now
-    [(_, waiting, _)] = (await conduct.task_states()).values()
+    [state] = (await conduct.task_states()).values()
+    waiting = state.waiting
     assert not waiting
     consumer.answered[SLOW] = now - 100
     conduct.pauses.hold([SLOW], "recovering")
-    [(_, waiting, where)] = (await conduct.task_states()).values()
+    [state] = (await conduct.task_states()).values()
+    waiting, where = state.waiting, state.where
     assert not waiting, where
 
 
@@ -146,9 +149,11 @@ async def test_a_ready_partition_the_consumer_does_not_fetch_counts_as_waiting_a
     now = time.time()
     consumer = AnsweringConsumer({SLOW: now, OTHER: now})
     conduct = ready_task_conductor(consumer)
-    [(_, waiting, _)] = (await conduct.task_states()).values()
+    [state] = (await conduct.task_states()).values()
+    waiting = state.waiting
     assert not waiting
     consumer.fetching = {OTHER}
-    [(_, waiting, where)] = (await conduct.task_states()).values()
+    [state] = (await conduct.task_states()).values()
+    waiting, where = state.waiting, state.where
     assert waiting
     assert "in[0] at None, 0 in flight, 0 buffered, lag 0, not in the consumer's assignment" in where

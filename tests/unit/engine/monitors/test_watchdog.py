@@ -5,6 +5,7 @@ import asyncio
 
 from engine.activity import Activity
 from engine.events import TP, Event
+from engine.fetch.stalls import PartitionState, TaskState
 from engine.monitors.watchdog import Watchdog
 from engine.transport.memory_broker import MemoryRecord
 
@@ -44,22 +45,29 @@ def test_a_new_event_starts_its_own_clock():
                             "wait behind it (the others keep flowing)"]
 
 
+def state(position: int, waiting: bool) -> TaskState:
+    """A task whose one partition is at `position`, with records buffered and on the broker if `waiting`."""
+    partition = PartitionState(TP("orders", 1), position, None, 0, 12 if waiting else 0, 300 if waiting else 0,
+                               ("ordering",), None, fetched=True)
+    return TaskState((position,), (partition,), None, quiesced=False)
+
+
 def test_names_a_task_with_records_waiting_that_does_not_move_and_why():
     now = [0.0]
     dog = Watchdog(lambda: [], threshold=10, clock=lambda: now[0])  # a task stalls after 30 s
     where = "orders[1] at 40, 0 in flight, 12 buffered, lag 300, paused (ordering)"
-    assert dog.stalls({1: ((40,), True, where), 2: ((7,), True, "")}) == []
+    assert dog.stalls({1: state(40, True), 2: state(7, True)}) == []
     now[0] = 20
-    assert dog.stalls({1: ((40,), True, where), 2: ((8,), True, "")}) == []  # task 2 moves
+    assert dog.stalls({1: state(40, True), 2: state(8, True)}) == []  # task 2 moves
     now[0] = 30
-    assert dog.stalls({1: ((40,), True, where), 2: ((9,), True, "")}) == [
+    assert dog.stalls({1: state(40, True), 2: state(9, True)}) == [
         f"task 1 has not moved for 30s with records waiting: {where}"]
     now[0] = 45
-    assert dog.stalls({1: ((40,), True, where), 2: ((10,), True, "")}) == []  # said again only 30 s later
+    assert dog.stalls({1: state(40, True), 2: state(10, True)}) == []  # said again only 30 s later
     now[0] = 60
-    assert len(dog.stalls({1: ((40,), True, where), 2: ((11,), True, "")})) == 1
+    assert len(dog.stalls({1: state(40, True), 2: state(11, True)})) == 1
     now[0] = 100  # nothing waits for task 2: still is not stalled
-    assert dog.stalls({1: ((41,), True, where), 2: ((11,), False, "")}) == []
+    assert dog.stalls({1: state(41, True), 2: state(11, False)}) == []
 
 
 def test_the_first_warning_about_an_event_says_where_its_agent_waits_and_the_repeats_do_not():

@@ -82,9 +82,12 @@ def test_every_topic_with_its_role_partitions_and_config():
          f"table 'totals' is used by key in agent 'by_customer' (test_topology.py:{line}), which "
          "processes the events of 'shop-by-customer-repartition'"),
     ]
-    assert topology.writes == {
+    assert {topic: list(map(str, by)) for topic, by in topology.writes.items()} == {
         "shop-by-customer-repartition": ["agent by_customer, which forwards its stream to it"],
         "alerts": ["agent watch, whose sink it is"]}
+    assert topology.table_users == {"totals": ["by_customer"], "customers": ["by_customer"],
+                                    "rates": ["convert"]}  # (read by the joins)
+    assert topology.joins == {"by_customer": ["customers"], "convert": ["rates"]}
     # The repartition topic is typed like its source, and a worker gets the very same Topic object.
     worker = engine.Worker(app, app.settings())
     repartition = worker._internal_topic("by-customer-repartition", None)
