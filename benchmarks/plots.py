@@ -18,6 +18,7 @@ class Panel:
     title: str
     unit: str
     curves: list[tuple[str, Sequence[float], Sequence[float]]] = field(default_factory=list)
+    log: bool = False  # a logarithmic y axis (values spanning several orders of magnitude)
 
 
 def draw(path: Path, title: str, x_label: str, panels: Sequence[Panel],
@@ -38,7 +39,10 @@ def draw(path: Path, title: str, x_label: str, panels: Sequence[Panel],
             axis.axvline(x, color="grey", linestyle=":", linewidth=0.8)
         axis.set_title(panel.title, fontsize=9, loc="left")
         axis.set_ylabel(panel.unit)
-        axis.set_ylim(bottom=0)
+        if panel.log:
+            axis.set_yscale("log")
+        else:
+            axis.set_ylim(bottom=0)
         axis.grid(alpha=0.3)
         if len(panel.curves) > 1:
             axis.legend(fontsize=8, loc="upper left")

@@ -356,7 +356,12 @@ class Minute:
     files: float
     store_mb: float
     loop_lag_p99_ms: float
+    latency_p50_ms: float
     latency_p99_ms: float
+
+
+def percentile(ordered: list[float], fraction: float) -> float:
+    return ordered[int(fraction * (len(ordered) - 1))]
 
 
 def per_minute(samples: list[Sample], outputs: Outputs, minutes: int) -> list[Minute]:
@@ -367,10 +372,11 @@ def per_minute(samples: list[Sample], outputs: Outputs, minutes: int) -> list[Mi
             continue
         lag = p99_between(within[0].lag, within[-1].lag)
         latencies = sorted(outputs.latency.get(minute, ()))
-        p99 = latencies[int(0.99 * (len(latencies) - 1))] * 1000 if latencies else math.nan
+        p50, p99 = ((percentile(latencies, 0.5), percentile(latencies, 0.99)) if latencies
+                    else (math.nan, math.nan))
         rows.append(Minute(minute, statistics.fmean(s.rss_mb for s in within),
                            statistics.fmean(s.files for s in within),
-                           statistics.fmean(s.store_mb for s in within), lag * 1000, p99))
+                           statistics.fmean(s.store_mb for s in within), lag * 1000, p50 * 1000, p99 * 1000))
     return rows
 
 
@@ -528,10 +534,10 @@ def report(options: Options, sent_for: float, truth: Truth, outputs: Outputs, wi
     print(f"table counts: {len(truth.counts):,} keys, {wrong_counts} wrong; late events {late}; "
           f"exit codes {codes}")
     rows = per_minute(samples, outputs, math.ceil(minutes))
-    print("minute  RSS MB  files  store MB  loop lag p99 ms  latency p99 ms")
+    print("minute  RSS MB  files  store MB  loop lag p99 ms  latency p50 ms  latency p99 ms")
     for row in rows:
         print(f"{row.minute:6}  {row.rss_mb:6.1f}  {row.files:5.0f}  {row.store_mb:8.1f}  "
-              f"{row.loop_lag_p99_ms:15.1f}  {row.latency_p99_ms:14.1f}")
+              f"{row.loop_lag_p99_ms:15.1f}  {row.latency_p50_ms:14.1f}  {row.latency_p99_ms:14.1f}")
     after = [s for s in samples if s.seconds >= warmup * 60]
     if len(after) >= 3:
         first, last = after[0], after[-1]
@@ -556,10 +562,11 @@ def report(options: Options, sent_for: float, truth: Truth, outputs: Outputs, wi
             Panel("worker A's anonymous RSS", "MB", [("RSS", xs, [r.rss_mb for r in rows])]),
             Panel("worker A's open file descriptors", "files", [("files", xs, [r.files for r in rows])]),
             Panel("worker A's data dir", "MB", [("store", xs, [r.store_mb for r in rows])]),
-            Panel("p99 per minute", "ms", [("event latency (sent to processed)", xs,
-                                            [r.latency_p99_ms for r in rows]),
-                                           ("worker A's event-loop lag", xs,
-                                            [r.loop_lag_p99_ms for r in rows])]),
+            Panel("event latency per minute, from its sending to the agent's output (log scale)", "ms",
+                  [("p50", xs, [r.latency_p50_ms for r in rows]),
+                   ("p99", xs, [r.latency_p99_ms for r in rows])], log=True),
+            Panel("worker A's event-loop lag, p99 per minute (a bucket's bound)", "ms",
+                  [("loop lag", xs, [r.loop_lag_p99_ms for r in rows])]),
         ], marks)
         print(f"plot: {plot}")
 
