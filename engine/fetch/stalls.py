@@ -96,8 +96,9 @@ async def task_states(tasks: Mapping[int, ActiveTask], consumer: Consumer, pause
             fetched_at = consumer.fetched_at(tp)
             unanswered = None if fetched_at is None or paused else now - fetched_at
             moved.append((lease.position, lease.in_flight, buffered))
+            lag = await consumer.lag(tp)
             parts.append(PartitionState(
-                tp, lease.position, lease.committed, lease.in_flight, buffered, await consumer.lag(tp), paused,
+                tp, lease.position, lease.committed, lease.in_flight, buffered, lag, paused,
                 unanswered if unanswered is not None and unanswered > FETCH_UNANSWERED else None,
                 tp in fetching))
         states[number] = TaskState(tuple(moved), tuple(parts),

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from engine.events import Event
-
     from engine.fetch.stalls import TaskState
 
     TaskStates = Callable[[], Awaitable[dict[int, TaskState]]]
@@ -61,8 +60,10 @@ class Watchdog(Service):
         self._unmoved: dict[int, tuple[object, float, float]] = {}
         self.threshold = threshold
         self._clock = clock
-        self._since: dict[int, tuple[Event, float, float]] = {}  # id(event) -> (event, first seen, warn at)
+        # id(event) -> (event, its agent, first seen, warn at)
+        self._since: dict[int, tuple[Event, str, float, float]] = {}
         self._waiting = False  # whether the last look found a task with records waiting
+        self._waiting_tasks: dict[int, bool] = {}  # task -> whether work waited for it at the last look
         self._fetching = fetching
 
     async def on_start(self) -> None:
@@ -98,19 +99,20 @@ class Watchdog(Service):
                                 f"{state.where}")
             unmoved[number] = (token, since, due)
         self._unmoved = unmoved
-        self._waiting = any(state.waiting for state in states.values())
+        self._waiting_tasks = {number: state.waiting for number, state in states.items()}
+        self._waiting = any(self._waiting_tasks.values())
         return messages
 
     def sample(self) -> list[str]:
         """Look once; returns the warnings due now (one per stuck event, repeated every `threshold`)."""
         now = self._clock()
-        seen: dict[int, tuple[Event, float, float]] = {}
+        seen: dict[int, tuple[Event, str, float, float]] = {}
         messages = []
         for agent, event in self._busy():
             entry = self._since.get(id(event))
             if entry is None or entry[0] is not event:  # new (or an id reused by a new event)
-                entry = (event, now, now + self.threshold)
-            _, first, due = entry
+                entry = (event, agent, now, now + self.threshold)
+            _, _, first, due = entry
             if now >= due:
                 message = (f"agent {agent} has been processing {event.topic}[{event.partition}]@"
                            f"{event.offset} for {now - first:.0f}s; the partitions it serves wait behind it "
@@ -121,6 +123,19 @@ class Watchdog(Service):
                     message += "; it waits at (innermost last):\n" + "".join(stack).rstrip("\n")
                 messages.append(message)
                 due = now + self.threshold
-            seen[id(event)] = (event, first, due)
+            seen[id(event)] = (event, agent, first, due)
         self._since = seen
         return messages
+
+    def stuck(self) -> list[tuple[str, Event, float]]:
+        """The agents found inside one event for longer than the threshold at the last look: (agent, the
+        event, seconds inside it), for the worker's page."""
+        now = self._clock()
+        return [(agent, event, now - first) for event, agent, first, _ in self._since.values()
+                if now - first >= self.threshold]
+
+    def unmoved(self) -> dict[int, float]:
+        """Tasks with work waiting that had not moved at the last look, and since how long (seconds)."""
+        now = self._clock()
+        return {number: now - since for number, (_, since, due) in self._unmoved.items()
+                if self._waiting_tasks.get(number) and now > since}

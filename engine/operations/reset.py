@@ -188,7 +188,8 @@ def classify(topology: Topology, *, intermediate: Collection[str] = (),
         elif name in intermediate:
             classes[name] = TopicClass("intermediate", "as said")
         elif name in topology.writes:
-            classes[name] = TopicClass("intermediate", "written by " + "; ".join(map(str, topology.writes[name])))
+            writers = "; ".join(map(str, topology.writes[name]))
+            classes[name] = TopicClass("intermediate", f"written by {writers}")
         else:
             classes[name] = TopicClass("input", "nothing in the app writes it")
             doubtful.append(name)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
     from engine.windows import Seconds
 
 log = logging.getLogger(__name__)
+
+LATEST_KEPT = 10  # dead letters an agent keeps in memory for the worker's page
 
 Subscribe = Callable[[Topic, "AgentRunner"], None]
 InternalTopic = Callable[[str, "Topic | None", "type | None", "type | None"], Topic]
@@ -73,6 +77,27 @@ class DeadLetterOrigin:
     topic: str
     partition: int
     offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A dead letter as the worker's page shows it: when, what its headers say, and the start of its key
+    and value as text (the record itself is in the dead-letter topic)."""
+
+    at: float  # wall-clock time it was sent
+    origin: DeadLetterOrigin
+    key: str | None
+    value: str | None
+
+
+PREVIEW_BYTES = 200  # of a dead letter's key and value kept for the page
+
+
+def _preview(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    text = raw[:PREVIEW_BYTES].decode(errors="replace")
+    return text + "…" if len(raw) > PREVIEW_BYTES else text
 
 
 def read_error_headers(headers: Iterable[tuple[str, bytes]]) -> DeadLetterOrigin:
@@ -187,6 +212,7 @@ class AgentRunner(Service):
         # What /metrics reports of this agent (engine.monitors.readings).
         self.received = 0  # events handed to its instances (counted per batch by the conductor)
         self.dead_letters = 0
+        self.latest_dead_letters: deque[DeadLetter] = deque(maxlen=LATEST_KEPT)  # for the worker's page
         self.processing = Histogram()  # seconds per event, of one event in TIMED_EVERY (engine.processing)
         self._extra: dict[str, list[Mailbox[Event]]] = {}
         self._merged: set[str] = set()
@@ -374,6 +400,9 @@ class AgentRunner(Service):
                       type(error).__name__, error, self.dlq.name, moved, exc_info=error)
             return
         self.dead_letters += 1
+        self.latest_dead_letters.appendleft(DeadLetter(time.time(), DeadLetterOrigin(
+            str(error), type(error).__name__, self.agent.name, tp.topic, tp.partition, record.offset),
+            _preview(record.key), _preview(record.value)))
         log.error("agent %s failed on %s: %s: %s; record sent to %s",
                   self.agent.name, where, type(error).__name__, error, self.dlq.name,
                   exc_info=error)

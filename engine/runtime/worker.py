@@ -27,6 +27,7 @@ from engine.operations.schemas import connect_schemas
 from engine.processing.replies import ReplyService
 from engine.processing.runner import AgentRunner
 from engine.runtime.data_dir import check_data_dir, worker_identity
+from engine.runtime.overview import PageSamples, worker_overview
 from engine.runtime.status import worker_status
 from engine.scope import running_as
 from engine.tables.grace_joins import GraceJoin, grace_join
@@ -42,6 +43,7 @@ from engine.tasks.release import ORDERING
 from engine.timers import timer_supervisor
 from engine.topics import planned_partitions
 from engine.topology.declaration import internal_topic
+from engine.topology.graph import graph_of
 from engine.topology.plan import build_topology
 from engine.transport import ClientTuning, Producer, transport_for
 from engine.transport.base import GroupTopology, TopicSpec
@@ -208,9 +210,11 @@ class Worker(Service):
         self.add_child(self.tasks)
         self.add_child(self.conductor)
         dispatcher = self.conductor.dispatcher
-        self.add_child(Watchdog(dispatcher.busy_events, settings.stuck_event_warning.total_seconds(),
-                                tasks=self.conductor.task_states, waiting_at=dispatcher.waiting_at,
-                                activity=activity, fetching=self.conductor.fetching))
+        self.watchdog = self.add_child(Watchdog(
+            dispatcher.busy_events, settings.stuck_event_warning.total_seconds(),
+            tasks=self.conductor.task_states, waiting_at=dispatcher.waiting_at, activity=activity,
+            fetching=self.conductor.fetching))
+        self._page_samples = PageSamples()
         self.purge = self.add_child(RepartitionPurge(
             active, [p.name for p in self.topology.topics.values() if p.role == "repartition"],
             self.transport.admin, settings.repartition_purge_interval.total_seconds(), activity))
@@ -226,7 +230,7 @@ class Worker(Service):
         worker that serves."""
         from engine.export.schedule import AskedExports
         from engine.web.queries import TableQueries
-        from engine.web.server import WebServer
+        from engine.web.server import PageData, WebServer
 
         queries = TableQueries(self, self.app.tables, owners=self._owners, assigned=self.assigned,
                                endpoint=lambda: self.placement.endpoint,
@@ -234,7 +238,8 @@ class Worker(Service):
                                standbys=lambda: self.tasks.standby)
         return WebServer(self.app.id, queries, self.settings.web_host, self.settings.web_port,
                          on_bound=self._web_bound, metrics=self.metrics, status=self.status,
-                         exports=AskedExports(self.app), on_beat_asked=lambda: self.placement.beat_now())
+                         exports=AskedExports(self.app), on_beat_asked=lambda: self.placement.beat_now(),
+                         page=PageData(self.overview, lambda: graph_of(self.app, self.topology).as_json()))
 
     def _export_timers(self) -> list[Timer]:
         """The timers of the app's scheduled exports (`app.export`)."""
@@ -259,6 +264,10 @@ class Worker(Service):
     async def status(self) -> dict[str, Any]:
         """What this worker holds now (`GET /status`, engine status: engine.runtime.status)."""
         return await worker_status(self)
+
+    async def overview(self) -> dict[str, Any]:
+        """This worker as the app's page shows it (engine.runtime.overview)."""
+        return await worker_overview(self, self._page_samples, self.watchdog)
 
     def _settled(self) -> None:
         """Say once, at INFO, that the worker is ready: every partition assigned to it set up."""

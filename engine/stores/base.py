@@ -34,6 +34,10 @@ class StoreView(Protocol):
 
 
 class PartitionStore(StoreView, Protocol):
+    def disk_bytes(self) -> int:
+        """Bytes of its files on disk (0 for a store in memory): what the worker's page shows."""
+        ...
+
     def changelog_identity(self) -> bytes | None:
         """The id of the changelog topic this store reflects (None: not recorded)."""
 

@@ -68,6 +68,9 @@ class MemoryPartitionStore:
     def approximate_len(self) -> int:
         return len(self._data)
 
+    def disk_bytes(self) -> int:
+        return 0
+
     def snapshot(self) -> MemoryPartitionStore:
         """A copy, detached from later writes."""
         self._check()

@@ -233,6 +233,12 @@ class RocksDBPartitionStore:
         value = self._db.property_int_value("rocksdb.estimate-num-keys")
         return int(value or 0)
 
+    def disk_bytes(self) -> int:
+        """Its SST files' bytes (RocksDB's own count, no walk of the directory): what the data takes on disk
+        once flushed; the write-ahead log and the memtables are not counted."""
+        value = self._db.property_int_value("rocksdb.total-sst-files-size")
+        return int(value or 0)
+
     def snapshot(self) -> RocksDBPartitionStore:
         """A checkpoint beside the store, opened read-only; closing it deletes it. The checkpoint holds both
         column families at one sequence number, so its data and offset agree."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ from engine.tables.keys import (
     key_prefix,
     window_bounds,
 )
-from engine.tables.late import LateEvents
+from engine.tables.late import LateEvent, LateEvents
 from engine.tables.partition import DELETED, MISSING, WindowState
 from engine.topics import event_time_ms
 from engine.windows import WindowRange
@@ -103,6 +104,11 @@ class EventTimeTable:
     def unbind(self, worker: object) -> None:
         """The worker stopped (its count stays readable until the next run starts)."""
         self._late_runs.unbind(worker)
+
+    @property
+    def latest_late_events(self) -> list[LateEvent]:
+        """The latest late events of the run `late_events` counts, the latest first."""
+        return list((self._late_runs.inside() or self._late_last).latest)
 
     @property
     def late_events(self) -> int:
@@ -220,6 +226,8 @@ class EventTimeTable:
         if self.late_topic is not None:
             part.late.append(event.record)
         late = self._late_runs.inside() or self._late_last
+        late.latest.appendleft(LateEvent(time.time(), event.topic, event.partition, event.offset,
+                                         stream_time - ts))
         report = late.add(needed + self.window_kind.grace_ms, asyncio.get_running_loop().time())
         if report is not None:
             log.warning(

@@ -10,9 +10,22 @@ worker runs on (its event loop's), so under the test driver's virtual time a war
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 LATE_WARNING_INTERVAL = 10.0  # seconds between two warnings about a table's late events
+LATEST_KEPT = 10  # late events kept for the worker's page
+
+
+@dataclass(frozen=True)
+class LateEvent:
+    """One late event, as the worker's page shows it: where it was, and how far behind stream time."""
+
+    at: float  # wall-clock time it was seen
+    topic: str
+    partition: int
+    offset: int
+    behind_ms: int
 
 
 @dataclass
@@ -23,6 +36,7 @@ class LateEvents:
     unreported: int = 0  # since the last warning
     needed_ms: int = 0  # the largest grace that would have kept those
     reported_at: float | None = None  # the loop time of the last warning
+    latest: deque[LateEvent] = field(default_factory=lambda: deque(maxlen=LATEST_KEPT))
 
     def add(self, needed_ms: int, now: float) -> tuple[int, int] | None:
         """Count one late event that needed `needed_ms` of grace, at loop time `now`; when a warning is due,

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from engine.events import RawRecord
     from engine.stores import PartitionStore
     from engine.stores.base import StoreView
+    from engine.tables.late import LateEvent
     from engine.topics import Topic
 
 MISSING: Any = object()
@@ -112,6 +113,9 @@ class Windowing(Protocol):
 
     @property
     def late_events(self) -> int: ...  # events too late for every window they belong to, in this run
+
+    @property
+    def latest_late_events(self) -> list[LateEvent]: ...  # the latest of them, the latest first
 
     def bind(self, worker: object) -> None: ...
 

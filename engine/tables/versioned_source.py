@@ -165,6 +165,9 @@ class VersionedSourceStore:
     def approximate_len(self) -> int:
         return self.store.approximate_len()
 
+    def disk_bytes(self) -> int:
+        return self.store.disk_bytes()
+
     def close(self) -> None:
         self.store.close()
 

@@ -38,6 +38,7 @@ from engine.events import TP, describe
 from engine.stats import Histogram
 from engine.tasks.active import ActiveTask
 from engine.tasks.commits import Commits
+from engine.tasks.history import AssignmentHistory
 from engine.tasks.inputs import InputPlan
 from engine.tasks.lifecycle import TaskState
 from engine.tasks.poison import PoisonRecords
@@ -131,6 +132,7 @@ class TaskManager(Service):
         # For /metrics: assignments heard, and how long each change of ownership kept moving partitions
         # from being processed (from the revoke, or the assignment, to their tables being ready).
         self.rebalances = 0
+        self.history = AssignmentHistory()  # what they moved, for the worker's page
         self.stalls = Histogram()
         self._moving_since: float | None = None
         self.on_settled = on_settled
@@ -163,6 +165,7 @@ class TaskManager(Service):
         """The group's assignment for this worker (heard before its partitions are assigned)."""
         self.assignment = assignment
         self.rebalances += 1
+        self.history.heard(assignment.active, assignment.standby - assignment.warming, time.time())
         if self.tables is not None:
             self.tables.warming = assignment.warming
         log.info("assignment: active %s, standby %s, warming up %s", sorted(assignment.active),

@@ -3,9 +3,10 @@ writes, keeps and joins what as edges, each node in a column (`rank`) so that da
 Pure, from the same Topology `engine topics` prints; `engine topology --format mermaid|dot|json` writes it
 out for docs and reviews, and the worker's page draws its JSON (engine.web.page).
 
-Ranks: a node's longest path from a node nothing flows into, once the edges that close a cycle (an agent
-writing a topic it reads, found by a depth-first walk from the sources in declaration order) are set aside;
-those edges are still drawn, back to the left.
+Ranks: a node's longest path from a node nothing flows into, once the edges that close a cycle are set aside
+(still drawn, back to the left). Writes close a cycle first: an agent that writes a topic read upstream of it
+is feedback, not the flow. So the other edges are made acyclic first (a depth-first walk in declaration
+order), then each write is kept unless what it writes already leads back to its writer.
 """
 
 from __future__ import annotations
@@ -88,7 +89,33 @@ class Graph:
 
 
 def _acyclic(order: list[str], edges: list[Edge]) -> list[Edge]:
-    """`edges` without those that close a cycle, found by a depth-first walk in `order` (iterative: an app's
+    """`edges` without those that close a cycle: writes that lead back to their writer, and of the others
+    those a depth-first walk in `order` finds closing one."""
+    kept = set(_walked(order, [e for e in edges if e.label != "writes"]))
+    out: dict[str, set[str]] = {key: set() for key in order}
+    for edge in kept:
+        out[edge.source].add(edge.target)
+    for edge in edges:
+        if edge.label == "writes" and not _reaches(out, edge.target, edge.source):
+            kept.add(edge)
+            out[edge.source].add(edge.target)
+    return [edge for edge in edges if edge in kept]
+
+
+def _reaches(out: dict[str, set[str]], start: str, goal: str) -> bool:
+    seen, stack = {start}, [start]
+    while stack:
+        key = stack.pop()
+        if key == goal:
+            return True
+        for target in out[key] - seen:
+            seen.add(target)
+            stack.append(target)
+    return False
+
+
+def _walked(order: list[str], edges: list[Edge]) -> list[Edge]:
+    """`edges` without those a depth-first walk in `order` finds closing a cycle (iterative: an app's
     topology may be deep)."""
     out: dict[str, list[Edge]] = {key: [] for key in order}
     for edge in edges:
@@ -102,11 +129,13 @@ def _acyclic(order: list[str], edges: list[Edge]) -> list[Edge]:
         stack = [(root, iter(out[root]))]
         while stack:
             key, rest = stack[-1]
-            edge = next(rest, None)
-            if edge is None:
+            following = next(rest, None)
+            if following is None:
                 state[key] = 2
                 stack.pop()
-            elif state.get(edge.target) == 1:
+                continue
+            edge = following
+            if state.get(edge.target) == 1:
                 back.add(edge)
             elif edge.target not in state:
                 state[edge.target] = 1

@@ -106,6 +106,14 @@ def session_expired(coordinator: Any) -> bool:
     return coordinator is not None and coordinator.generation == NO_GENERATION
 
 
+def group_generation(coordinator: Any) -> int | None:
+    """The classic group's generation this member is in (None outside a group, or while it joins)."""
+    if coordinator is None or coordinator.generation == NO_GENERATION:
+        return None
+    generation: int = coordinator.generation
+    return generation
+
+
 async def heartbeat(coordinator: Any) -> bool:
     """One heartbeat now; True if the coordinator answered (aiokafka resets the generation itself when the
     answer is that the member is unknown)."""

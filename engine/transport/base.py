@@ -157,6 +157,10 @@ class Consumer(Protocol):
         """The group protocol this consumer's membership speaks, "classic" or "streams" (known once started);
         None outside a group."""
 
+    def group_generation(self) -> int | None:
+        """The classic group's generation, or this streams group member's epoch: what moves at each change
+        of the group that reached this member (None outside a group, or before it joined)."""
+
 
 class Producer(Protocol):
     async def start(self) -> None: ...

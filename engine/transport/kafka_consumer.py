@@ -225,6 +225,11 @@ class KafkaConsumer:
     def group_protocol(self) -> str | None:
         return self._protocol
 
+    def group_generation(self) -> int | None:
+        if self._member is not None:
+            return self._member.epoch if self._member.epoch > 0 else None
+        return private.group_generation(private.group_coordinator(self._client))
+
     def subscribe(self, topics: Collection[str]) -> None:
         if set(topics) == self._topics:
             return

@@ -79,6 +79,9 @@ class MemoryConsumer:
     def group_protocol(self) -> str | None:
         return None if self.group_id is None else "classic"
 
+    def group_generation(self) -> int | None:
+        return None if self.group_id is None or not self._generation else self._generation
+
     def request_rebalance(self) -> None:
         group = self.broker.groups.get(self.group_id) if self.group_id is not None else None
         if group is not None:

@@ -20,6 +20,11 @@ health and readiness.
                                 worker's part, by endpoint (`engine export --live`)
     POST /group/heartbeat       heartbeat to the streams group now (another member's change may have
                                 moved tasks: engine.transport.kafka_streams_member asks, `ask_to_beat`)
+    GET /                       the app's page (engine/web/page/: the topology, the group, partitions,
+                                tables, dead letters; live, polling /ui/app)
+    GET /ui/app                 every view of the page at once, from every worker (engine.web.views)
+    GET /ui/<view>              one view as JSON: topology, group, partitions, tables, dead-letters
+    GET /ui/worker              this worker's part of them (engine.runtime.overview), what the others ask
 
 A query for a key another worker owns is forwarded there once (engine.web.queries says when), so any worker
 answers for the whole app. The server binds `web_host:web_port`, or the next free port when that one is
@@ -33,6 +38,8 @@ import asyncio
 import errno
 import logging
 import socket
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlencode
 
@@ -44,6 +51,7 @@ from engine.errors import ConfigError, EngineError, TableError
 from engine.monitors.metrics import CONTENT_TYPE
 from engine.tables.versions import Version
 from engine.web.queries import RETRY_AFTER, Answer, QueryError, key_text
+from engine.web.views import VIEWS, app_views
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -84,6 +92,20 @@ BACKLOG = 128  # connections waiting to be accepted (aiohttp's default)
 BEAT_ASK_TIMEOUT = 1.0  # seconds another member may take to hear an ask to heartbeat (else: its interval)
 
 
+@dataclass(frozen=True)
+class PageData:
+    """What the page shows of this worker: its overview (engine.runtime.overview), and the app's topology
+    as a graph (engine.topology.graph)."""
+
+    overview: Callable[[], Awaitable[Mapping[str, Any]]]
+    topology: Callable[[], Mapping[str, Any]]
+
+
+PAGE = Path(__file__).with_name("page")  # the page's files, shipped in the package
+PAGE_FILES = {"index.html": "text/html", "page.js": "text/javascript", "page.css": "text/css"}
+PAGE_ASK_TIMEOUT = 2.0  # seconds another worker may take to give its overview to the page
+
+
 class Exports(Protocol):
     """Export rounds asked for over HTTP (engine.export.schedule.AskedExports)."""
 
@@ -99,8 +121,10 @@ class WebServer(Service):
                  metrics: Callable[[], Awaitable[bytes]] | None = None,
                  status: Callable[[], Awaitable[Mapping[str, Any]]] | None = None,
                  exports: Exports | None = None,
-                 on_beat_asked: Callable[[], None] = lambda: None) -> None:
+                 on_beat_asked: Callable[[], None] = lambda: None,
+                 page: PageData | None = None) -> None:
         super().__init__("web")
+        self._page = page
         self._on_beat_asked = on_beat_asked
         self.app_id = app_id
         self.queries = queries
@@ -125,6 +149,11 @@ class WebServer(Service):
         app.router.add_get("/tables/{table}/{key}", self._get)
         app.router.add_post("/export", self._export)
         app.router.add_post("/group/heartbeat", self._beat)
+        if self._page is not None:
+            app.router.add_get("/", self._page_file)
+            app.router.add_get("/page/{name}", self._page_file)
+            app.router.add_get("/ui/worker", self._worker_overview)
+            app.router.add_get("/ui/{view}", self._view)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         self._client = ClientSession(timeout=ClientTimeout(total=FORWARD_TIMEOUT))
@@ -176,6 +205,35 @@ class WebServer(Service):
         if self._status is None:
             return _json(404, {"error": "this worker reports no status"})
         return _json(200, await self._status())
+
+    async def _page_file(self, request: web.Request) -> web.Response:
+        name = request.match_info.get("name", "index.html")
+        if name not in PAGE_FILES:
+            return _json(404, {"error": f"no page file {name!r}"})
+        return web.Response(body=(PAGE / name).read_bytes(), content_type=PAGE_FILES[name],
+                            headers={"Cache-Control": "no-cache"})
+
+    async def _worker_overview(self, request: web.Request) -> web.Response:
+        assert self._page is not None
+        return _json(200, await self._page.overview())
+
+    async def _view(self, request: web.Request) -> web.Response:
+        """One view of the page (or all of them: `app`), from every worker of the group, asked at once."""
+        assert self._page is not None
+        view = request.match_info["view"]
+        if view != "app" and view not in VIEWS:
+            return _json(404, {"error": f"no view {view!r}; views: app, {', '.join(VIEWS)}"})
+        others = self.queries.other_workers()
+        here, *answers = await asyncio.gather(self._page.overview(), *(
+            self.forward(endpoint, "/ui/worker", timeout=PAGE_ASK_TIMEOUT) for endpoint in others))
+        overviews, unreachable = [here], {}
+        for endpoint, (status, raw) in zip(others, answers, strict=True):
+            if status == 200:
+                overviews.append(loads(raw))
+            else:
+                unreachable[endpoint] = str(loads(raw).get("error", status)) if raw else str(status)
+        views = app_views(self._page.topology(), overviews, unreachable)
+        return _json(200, views if view == "app" else views[view])
 
     async def _tables(self, request: web.Request) -> web.Response:
         return _respond(self.queries.list_tables())
@@ -279,13 +337,14 @@ class WebServer(Service):
         parts = answer.get("workers", {}) if isinstance(answer, dict) else {}
         return parts.get(endpoint) or {"error": answer.get("error", f"status {reply.status}")}
 
-    async def forward(self, endpoint: str, path: str) -> tuple[int, bytes]:
+    async def forward(self, endpoint: str, path: str, timeout: float = FORWARD_TIMEOUT) -> tuple[int, bytes]:
         """Ask the worker at `endpoint` (marked as forwarded: it answers, never sends on); a worker that does
         not answer is a 503, as a partition that moves."""
         assert self._client is not None
         try:
             headers = {FORWARDED: self.endpoint}
-            async with self._client.get(f"http://{endpoint}{path}", headers=headers) as reply:
+            async with self._client.get(f"http://{endpoint}{path}", headers=headers,
+                                        timeout=ClientTimeout(total=timeout)) as reply:
                 return reply.status, await reply.read()
         except (ClientError, TimeoutError) as exc:
             return 503, dumps({"error": f"the owner {endpoint} did not answer: {exc!r}"})

@@ -47,8 +47,9 @@ def test_a_new_event_starts_its_own_clock():
 
 def state(position: int, waiting: bool) -> TaskState:
     """A task whose one partition is at `position`, with records buffered and on the broker if `waiting`."""
-    partition = PartitionState(TP("orders", 1), position, None, 0, 12 if waiting else 0, 300 if waiting else 0,
-                               ("ordering",), None, fetched=True)
+    buffered, lag = (12, 300) if waiting else (0, 0)
+    partition = PartitionState(TP("orders", 1), position, None, 0, buffered, lag, ("ordering",), None,
+                               fetched=True)
     return TaskState((position,), (partition,), None, quiesced=False)
 
 

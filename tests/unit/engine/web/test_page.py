@@ -1,0 +1,158 @@
+"""The app's page and its JSON views, on the in-memory broker with two workers of one app in one process:
+every view from either worker covers both (the group's tasks split between them, every partition once with
+its position, each table's keys, a dead letter with its reason and record, a late event), each view's JSON
+twin is that part of `/ui/app`, and the page's files are served from the package."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+import engine
+from engine import testing
+from engine.partitioner import partition_for
+from engine.web.views import VIEWS
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+WORDS = [f"w{i % 17}" for i in range(300)]
+START = 1_000_000  # event time (s) of the words: every one in the window [START, START + 60)
+
+
+def make_app() -> engine.App:
+    app = engine.App("page-two")
+    words = app.topic("words", key_type=str, value_type=dict, timestamp=lambda value: value["at"])
+    counts = app.Table("counts", default=int, key_type=str, value_type=int)
+    per_minute = app.Table("per-minute", default=int, key_type=str, value_type=int).tumbling(60, grace=0)
+
+    @app.agent(words)
+    async def count(stream: Any) -> None:
+        async for word, value in stream.items():
+            if value.get("poison"):
+                raise ValueError(f"poisoned word {word!r}")
+            counts[word] += 1
+            per_minute[word] += 1
+
+    return app
+
+
+@contextlib.asynccontextmanager
+async def two_workers(tmp_path: Any) -> AsyncIterator[tuple[engine.App, Any, Any]]:
+    """Two workers of the app, web servers on, placed, every word counted, then one poisoned word and one
+    late word (a minute behind stream time on its partition)."""
+    app = make_app()
+    # (Stores in memory: their key counts are exact, RocksDB's an estimate.)
+    options = {"broker": testing.memory_url(), "web_enabled": True, "web_port": 0, "store": "memory://"}
+    async with testing.running(app, data_dir=str(tmp_path / "a"), **options) as first, \
+            testing.running(app, data_dir=str(tmp_path / "b"), **options) as second:
+        def placed(worker: Any) -> bool:
+            current = worker.placement.current
+            return current is not None and len(current.owners) == 4
+
+        await testing.eventually(lambda: placed(first) and placed(second), 10)
+        words, counts = app.topics["words"], app.tables["counts"]
+        for word in WORDS:
+            await words.send(key=word, value={"at": START + 1})
+        await words.send(key="w1", value={"at": START + 2, "poison": True})
+        await words.send(key="w2", value={"at": START + 120})  # w2's partition's stream time moves on
+        await testing.eventually(lambda: dict(counts.items()) == {**TRUTH, "w2": TRUTH["w2"] + 1}, 10)
+        for worker in (first, second):
+            await worker.checkpoint()  # (where stream time is recorded)
+        await words.send(key="w2", value={"at": START + 3})  # late: its window closed at START + 60
+        await testing.eventually(lambda: dict(counts.items()) == {**TRUTH, "w2": TRUTH["w2"] + 2}, 10)
+        await testing.eventually(lambda: sum(r.dead_letters for w in (first, second) for r in w.runners) == 1,
+                                 10)
+        yield app, first, second
+
+
+TRUTH = Counter(WORDS)
+
+
+async def get(session: aiohttp.ClientSession, endpoint: str, path: str) -> tuple[int, Any]:
+    async with session.get(f"http://{endpoint}{path}") as reply:
+        return reply.status, await reply.json()
+
+
+async def test_every_view_from_either_worker_covers_the_whole_group(tmp_path):
+    async with two_workers(tmp_path) as (_app, first, second), aiohttp.ClientSession() as session:
+        endpoints = {first.web.endpoint, second.web.endpoint}
+        sent = Counter(partition_for(word.encode(), 4) for word in WORDS)
+        sent.update(partition_for(word.encode(), 4) for word in ("w1", "w2", "w2"))
+        for worker in (first, second):
+            status, views = await get(session, worker.web.endpoint, "/ui/app")
+            assert status == 200
+            assert views["app"] == "page-two"
+            group = views["group"]
+            assert {w["worker"] for w in group["workers"]} == endpoints
+            assert group["unreachable"] == {}
+            active = [n for w in group["workers"] for n in w["active"]]
+            assert sorted(active) == [0, 1, 2, 3]  # each task on one worker
+            assert all(w["protocol"] == "classic" and w["generation"] for w in group["workers"])
+            for held_by in group["workers"]:  # the changes, replayed, give what the worker holds
+                held: set[int] = set()
+                for change in reversed(held_by["changes"]):
+                    held = (held | set(change["active_added"])) - set(change["active_removed"])
+                assert held == set(held_by["active"])
+            # Every partition once, at the offset past its last record (each processed).
+            partitions = {(p["topic"], p["partition"]): p for p in views["partitions"]["partitions"]}
+            assert set(partitions) == {("words", n) for n in range(4)}
+            positions = {n: partitions[("words", n)]["position"] for n in range(4)}
+            assert positions == {n: sent[n] for n in range(4)}
+            tables = {t["name"]: t for t in views["tables"]["tables"]}
+            assert tables["counts"]["keys"] == len(TRUTH)
+            assert tables["counts"]["kind"] == "table"
+            assert tables["per-minute"]["kind"] == "tumbling 60s"
+            assert tables["per-minute"]["late_events"] == 1
+            assert sorted(n for numbers in tables["counts"]["here"].values() for n in numbers) == [0, 1, 2, 3]
+            dead = views["dead-letters"]
+            assert dead["counts"] == {"count": 1}
+            assert dead["topics"] == {"count": "page-two-count-dlq"}
+            [letter] = dead["latest"]
+            assert letter["error"] == "ValueError: poisoned word 'w1'"
+            assert (letter["topic"], letter["key"]) == ("words", "w1")
+            assert '"poison":true' in letter["value"]
+            assert dead["late"]["counts"] == {"per-minute": 1}
+            [late] = dead["late"]["latest"]
+            assert (late["table"], late["topic"], late["behind_s"]) == ("per-minute", "words", 117.0)
+            nodes = {node["id"] for node in views["topology"]["nodes"]}
+            assert {"topic:words", "agent:count", "table:counts", "table:per-minute"} <= nodes
+
+
+async def test_each_views_json_twin_is_its_part_of_the_whole(tmp_path):
+    async with two_workers(tmp_path) as (_, first, _), aiohttp.ClientSession() as session:
+        endpoint = first.web.endpoint
+        _, views = await get(session, endpoint, "/ui/app")
+        for view in VIEWS:
+            status, alone = await get(session, endpoint, f"/ui/{view}")
+            assert status == 200
+            if view in ("topology", "dead-letters"):
+                assert alone == views[view], view
+            elif view == "tables":  # (a restore's rate is measured anew)
+                assert alone["tables"] == views[view]["tables"]
+            else:  # (rates and trends are sampled anew)
+                assert alone.keys() == views[view].keys(), view
+        status, answer = await get(session, endpoint, "/ui/nothing")
+        assert status == 404
+        assert "topology" in answer["error"]
+
+
+async def test_the_page_and_its_files_are_served_from_the_package(tmp_path):
+    async with two_workers(tmp_path) as (_, first, _), aiohttp.ClientSession() as session:
+        base = f"http://{first.web.endpoint}"
+        async with session.get(f"{base}/") as reply:
+            assert reply.status == 200
+            assert reply.content_type == "text/html"
+            page = await reply.text()
+        assert '<script src="/page/page.js">' in page
+        assert "/ui/partitions" in page
+        for name, kind in (("page.js", "text/javascript"), ("page.css", "text/css")):
+            async with session.get(f"{base}/page/{name}") as reply:
+                assert reply.status == 200
+                assert reply.content_type == kind
+                assert len(await reply.read()) > 1000
+        async with session.get(f"{base}/page/..%2Fserver.py") as reply:
+            assert reply.status == 404
