@@ -189,10 +189,13 @@ async def replay_to_end(
                     todo.discard(tp)
             continue
         if not batches:
-            # Nothing came: a log may end in control records we never see. Trust the position.
+            # Nothing came: a log may end in control records we never see. Trust the position (and count
+            # the offsets of those records done: what is remaining goes back to 0).
             for tp in list(todo):
                 if await reader.position(tp) >= ends[tp]:
                     todo.discard(tp)
+                    progress.remaining -= ends[tp] - positions[tp]
+                    positions[tp] = ends[tp]
         for tp, records in batches.items():
             key = TP(tp[0], tp[1])
             if key not in todo or not records:
