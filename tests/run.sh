@@ -5,6 +5,7 @@ set -euo pipefail
 . "$(dirname "$0")/../.ci/bootstrap.sh" dev,spark
 python -m tests.kafka resolve >/dev/null
 python -m tests.schema_registry resolve >/dev/null
+bash tests/browser.sh  # Chromium from the distribution's packages, for the page's test in a real browser
 echo "== ruff";          ruff check .
 echo "== mypy";          mypy && mypy tests/typing  # (the second: engine's types as apps see them)
 echo "== import-linter"; lint-imports

@@ -76,7 +76,7 @@ async def test_the_page_shows_the_group_and_its_dead_letters_live(kafka, tmp_pat
             page.on("pageerror", lambda error: errors.append(str(error)))
             await page.goto(f"http://{address_of(workers[0])}/")
 
-            # Both workers, every task on one of them, and every partition counted to its end.
+            # Both workers, every task on one of them.
             await page.wait_for_function("""(none) => {
                 const rows = [...document.querySelectorAll('#group tbody tr')];
                 return rows.length === 2 && rows.every((tr) => tr.children[3].textContent !== none);

@@ -22,3 +22,11 @@ cp "$ROOT/tests/wheel/installed_driver.py" test_installed_driver.py
 grep -q "wordcount" demo.out || { cat demo.out; echo "the installed demo printed no word counts" >&2; exit 1; }
 "$WORK/venv/bin/engine" agents -A engine_examples.wordcount:app
 "$WORK/venv/bin/python" -m pytest -q -p no:cacheprovider test_installed_driver.py
+# The app's page ships in the wheel (engine.web.server serves it from the installed package).
+"$WORK/venv/bin/python" - <<'PY'
+from importlib.resources import files
+page = files("engine.web") / "page"
+missing = [name for name in ("index.html", "page.js", "page.css") if not (page / name).is_file()]
+assert not missing, f"the wheel lacks the page's files: {missing}"
+PY
+"$WORK/venv/bin/engine" topology -A engine_examples.wordcount:app --format mermaid | grep -q "flowchart LR"
