@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     topology = sub.add_parser(
         "topology", help="draw the app's topology: topics, agents and tables, and what reads, writes, keeps "
                          "and joins what (Mermaid, Graphviz or JSON)",
-        example="engine topology -A examples.wordcount:app --format dot | dot -Tsvg > topology.svg")
+        example="engine topology -A examples.wordcount:app --format dot")
     topology.add_argument("--format", choices=("mermaid", "dot", "json"), default="mermaid",
                           help="mermaid (a flowchart for Markdown), dot (Graphviz) or json (as the worker's "
                                "page draws it)")
