@@ -30,6 +30,7 @@ Checked: each run's changelog holds every key's exact count.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -57,6 +58,8 @@ from tests.integration.helpers import latest, read_all
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    Beside = Callable[[engine.Worker], contextlib.AbstractContextManager[object]]  # (benchmarks.page_cost's)
 
 
 async def raw_count(bootstrap: str, source: str, count: int) -> tuple[float, float, Counter[str]]:
@@ -136,9 +139,14 @@ async def raw_group_by(bootstrap: str, source: str, count: int, partitions: int)
             await client.stop()
 
 
-async def engine_count(bootstrap: str, source: str, count: int) -> tuple[float, float, Counter[str]]:
+async def engine_count(bootstrap: str, source: str, count: int, *, beside: Beside | None = None,
+                       **settings: object) -> tuple[float, float, Counter[str]]:
+    """The agent's count: events/s and CPU µs per event from its first event to its last, and its counts.
+    `beside`: what runs beside the worker once it started (benchmarks.page_cost: a page polling it);
+    `settings`: the App's own."""
     data_dir = tempfile.mkdtemp(prefix="bench-json-")
-    app = engine.App(f"bench-{uuid.uuid4().hex[:8]}", broker=f"kafka://{bootstrap}", data_dir=data_dir)
+    app = engine.App(f"bench-{uuid.uuid4().hex[:8]}", broker=f"kafka://{bootstrap}", data_dir=data_dir,
+                     **settings)
     events = app.topic(source, key_type=str, value_type=dict)
     counts = app.Table("counts", default=int, key_type=str, value_type=int)
     done = asyncio.Event()
@@ -160,7 +168,8 @@ async def engine_count(bootstrap: str, source: str, count: int) -> tuple[float, 
     await worker.start()
     settle_heap()  # as engine worker does after start-up
     try:
-        await done.wait()
+        with beside(worker) if beside is not None else contextlib.nullcontext():
+            await done.wait()
         rate = count / (time.perf_counter() - first[0])
         cpu = (time.process_time() - first[1]) / count * 1e6
         return rate, cpu, Counter({f"user-{key}": n for key, n in counts.items()})
