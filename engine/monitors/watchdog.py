@@ -137,5 +137,5 @@ class Watchdog(Service):
     def unmoved(self) -> dict[int, float]:
         """Tasks with work waiting that had not moved at the last look, and since how long (seconds)."""
         now = self._clock()
-        return {number: now - since for number, (_, since, due) in self._unmoved.items()
+        return {number: now - since for number, (_, since, _) in self._unmoved.items()
                 if self._waiting_tasks.get(number) and now > since}

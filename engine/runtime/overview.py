@@ -125,7 +125,6 @@ async def worker_overview(worker: Worker, samples: PageSamples, watchdog: Watchd
 def _tables(worker: Worker) -> list[dict[str, Any]]:
     """Each table's partitions here, its keys (the stores' estimates: counting would scan them), its bytes on
     disk, its late events; a windowed table's keys are its windows (key, window) kept."""
-    positions = worker.tasks.positions()
     found = []
     for table in worker.app.tables.values():
         parts = list(table.active.items())
@@ -136,7 +135,6 @@ def _tables(worker: Worker) -> list[dict[str, Any]]:
             "keys": sum(part.store.approximate_len() for _, part in parts),
             "disk_bytes": sum(part.store.disk_bytes() for _, part in parts),
             "late_events": windowed.late_events if windowed is not None else None,
-            "changelog_positions": {str(n): positions[n] for n in sorted(positions)},
         })
     return found
 
