@@ -81,6 +81,8 @@ class MemoryPartitionStore:
 
 
 class MemoryStoreBackend:
+    blocking = False
+
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
         self._partitions: dict[tuple[str, int], tuple[dict[bytes, bytes], dict[str, Any]]] = {}

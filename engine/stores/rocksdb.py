@@ -298,6 +298,8 @@ class RocksDBPartitionStore:
 
 
 class RocksDBStoreBackend:
+    blocking = True  # (an open reads the store's files; rocksdict lets go of the GIL for most of it)
+
     def __init__(self, url: str, data_dir: Path, memory: int | None = None) -> None:
         self.url = url
         self.root = Path(data_dir)

@@ -30,7 +30,7 @@ from engine.tables.recovery import Progress, apply_batch, replay_to_end, start_p
 from engine.tables.state import StateManager, read_upto
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Mapping
+    from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 
     from engine.settings import Settings
     from engine.tables.base import BaseTable
@@ -92,16 +92,27 @@ class TableManager(Service):
         return backend
 
     def open_store(self, table: BaseTable, number: int) -> PartitionStore:
+        self._claim(table, number)
+        return table.store_for(_open(self._backend(table), table, number), number)
+
+    async def opened(self, wanted: Sequence[tuple[BaseTable, int]]
+                     ) -> AsyncIterator[tuple[BaseTable, int, PartitionStore]]:
+        """The stores of `wanted` opened one by one, as `open_store` opens them, those of a backend that
+        waits on the disk in a thread: a task set up while others run leaves the event loop to them. Every
+        one is taken out of the inventory of stores kept on disk first, so that a clean-up meanwhile (another
+        set-up's) never deletes one about to open."""
+        for table, number in wanted:
+            self._claim(table, number)
+        for table, number in wanted:
+            backend = self._backend(table)
+            store = (await asyncio.to_thread(_open, backend, table, number) if backend.blocking
+                     else _open(backend, table, number))
+            yield table, number, table.store_for(store, number)
+
+    def _claim(self, table: BaseTable, number: int) -> None:
+        """The store of `table`'s partition `number` is opened: out of the inventory of those kept on disk."""
         if not table.is_global:  # (the inventory is of partitioned tables' stores)
             self.on_disk.pop(TP(table.changelog_topic.name, number), None)
-        backend = self._backend(table)
-        try:
-            store = backend.open(table.name, number)
-        except StoreCorrupt as exc:
-            log.warning("%s; deleting it and rebuilding from the changelog", exc)
-            backend.destroy(table.name, number)
-            store = backend.open(table.name, number)
-        return table.store_for(store, number)
 
     def destroy_store(self, table: BaseTable, number: int) -> None:
         self._backend(table).destroy(table.name, number)
@@ -303,3 +314,13 @@ class TableManager(Service):
                      sorted(warming))
             self.warming = frozenset()  # asked once per assignment
             self.request_rebalance()
+
+
+def _open(backend: StoreBackend, table: BaseTable, number: int) -> PartitionStore:
+    """A store opened, rebuilt empty if the backend finds it corrupt (recovery replays its changelog)."""
+    try:
+        return backend.open(table.name, number)
+    except StoreCorrupt as exc:
+        log.warning("%s; deleting it and rebuilding from the changelog", exc)
+        backend.destroy(table.name, number)
+        return backend.open(table.name, number)

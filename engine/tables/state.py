@@ -23,7 +23,7 @@ from engine.tables.recovery import apply_batch
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 
     from engine.events import RawRecord
     from engine.stores import PartitionStore
@@ -42,6 +42,9 @@ class Stores(Protocol):
     worker's store backends and its inventory of the stores kept on disk."""
 
     def open_store(self, table: BaseTable, number: int) -> PartitionStore: ...
+
+    def opened(self, wanted: Sequence[tuple[BaseTable, int]]
+               ) -> AsyncIterator[tuple[BaseTable, int, PartitionStore]]: ...
 
     def destroy_store(self, table: BaseTable, number: int) -> None: ...
 
@@ -70,6 +73,15 @@ class StateManager:
             tp = TP(table.changelog_topic.name, number)
             if tp not in self.stores:
                 self.stores[tp] = (table, self._stores.open_store(table, number))
+
+    async def open_off_loop(self, partitions: Iterable[tuple[BaseTable, int]]) -> None:
+        """`open`, each store opened where it does not hold the event loop (`Stores.opened`): what a task
+        being set up beside running ones does. Each store is kept as soon as it is open, so a failure part-way
+        leaves the ones open to be closed with the others."""
+        wanted = [(table, number) for table, number in partitions
+                  if TP(table.changelog_topic.name, number) not in self.stores]
+        async for table, number, store in self._stores.opened(wanted):
+            self.stores[TP(table.changelog_topic.name, number)] = (table, store)
 
     def rebuild(self, tp: TP) -> PartitionStore:
         """Delete the store of `tp` and open it empty (it does not fit its changelog: recovery replays it)."""

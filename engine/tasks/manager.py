@@ -233,7 +233,7 @@ class TaskManager(Service):
         # offset the broker no longer has is said and followed the same way.
         self.pauses.hold(tps, RECOVERING)
         for task in fresh:
-            task.restoring(self.standbys.for_active(task.number) if self.standbys is not None else None)
+            task.restoring(await self.standbys.for_active(task.number) if self.standbys is not None else None)
         self._recover(tps)
 
     def _recover(self, tps: set[TP]) -> None:

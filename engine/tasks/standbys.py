@@ -37,9 +37,10 @@ class Standbys:
         # says whether they are active, standby, or neither here.
         self.warm: dict[int, StateManager] = {}
 
-    def for_active(self, number: int) -> StateManager:
+    async def for_active(self, number: int) -> StateManager:
         """The state manager of task `number` becoming active here, its stores open: a standby's recycled,
-        the one it had before its last revoke here, or a new one."""
+        the one it had before its last revoke here, or a new one. The stores it does not have open yet are
+        opened off the event loop (the tasks that keep running here go on meanwhile)."""
         tables = self.tables
         standby = self.tasks.pop(number, None)
         if standby is not None:
@@ -47,7 +48,7 @@ class Standbys:
             state = standby.close()
         else:
             state = self._kept_or_new(number)
-        state.open(tables.task_partitions(number))
+        await state.open_off_loop(tables.task_partitions(number))
         return state
 
     def released(self, number: int, state: StateManager) -> None:

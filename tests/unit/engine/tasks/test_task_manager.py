@@ -94,6 +94,10 @@ class FakeTables:
     def open_store(self, table: Any, number: int) -> Any:
         return self.backend.open(table.name, number)
 
+    async def opened(self, wanted: Any) -> Any:
+        for table, number in wanted:
+            yield table, number, self.open_store(table, number)
+
     def destroy_store(self, table: Any, number: int) -> None:
         self.backend.destroy(table.name, number)
 
