@@ -33,13 +33,13 @@ class PartitionState:
     lag: int | None  # records on the broker not fetched yet, as of the last fetch (None: not known)
     paused: tuple[str, ...]  # why it is not fetched from: pauses' reasons, "parked" (a full mailbox)
     unanswered: float | None  # seconds without an answer to a fetch, once past FETCH_UNANSWERED
-    fetched: bool  # in the consumer's assignment (a ready task's partition that is not gets nothing)
+    in_assignment: bool  # in the consumer's assignment (a ready task's partition that is not gets nothing)
 
     @property
     def waiting(self) -> bool:
         """Whether work waits for it: records buffered, in flight, on the broker, or it is not fetched."""
         return bool(self.buffered or self.in_flight or self.lag or self.unanswered is not None
-                    or not self.fetched)
+                    or not self.in_assignment)
 
     def text(self) -> str:
         tp = self.tp
@@ -47,7 +47,7 @@ class PartitionState:
                 f"{self.buffered} buffered, lag {'unknown' if self.lag is None else self.lag}"
                 + (f", paused ({', '.join(self.paused)})" if self.paused else "")
                 + (f", no fetch answered for {self.unanswered:.0f} s" if self.unanswered is not None else "")
-                + ("" if self.fetched else ", not in the consumer's assignment"))
+                + ("" if self.in_assignment else ", not in the consumer's assignment"))
 
 
 @dataclass(frozen=True)

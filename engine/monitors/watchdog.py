@@ -63,7 +63,6 @@ class Watchdog(Service):
         # id(event) -> (event, its agent, first seen, warn at)
         self._since: dict[int, tuple[Event, str, float, float]] = {}
         self._waiting = False  # whether the last look found a task with records waiting
-        self._waiting_tasks: dict[int, bool] = {}  # task -> whether work waited for it at the last look
         self._fetching = fetching
 
     async def on_start(self) -> None:
@@ -99,8 +98,7 @@ class Watchdog(Service):
                                 f"{state.where}")
             unmoved[number] = (token, since, due)
         self._unmoved = unmoved
-        self._waiting_tasks = {number: state.waiting for number, state in states.items()}
-        self._waiting = any(self._waiting_tasks.values())
+        self._waiting = any(state.waiting for state in states.values())
         return messages
 
     def sample(self) -> list[str]:
@@ -134,8 +132,14 @@ class Watchdog(Service):
         return [(agent, event, now - first) for event, agent, first, _ in self._since.values()
                 if now - first >= self.threshold]
 
-    def unmoved(self) -> dict[int, float]:
-        """Tasks with work waiting that had not moved at the last look, and since how long (seconds)."""
+    def unmoved(self, states: dict[int, TaskState]) -> dict[int, float]:
+        """Of the tasks in `states` (as they are now) with work waiting, those that have not moved since the
+        watchdog's last look (the same token), and for how long they have not: a task that moves is not
+        in it, however much waits."""
         now = self._clock()
-        return {number: now - since for number, (_, since, _) in self._unmoved.items()
-                if self._waiting_tasks.get(number) and now > since}
+        found = {}
+        for number, state in states.items():
+            seen = self._unmoved.get(number)
+            if state.waiting and seen is not None and seen[0] == state.token and now > seen[1]:
+                found[number] = now - seen[1]
+        return found

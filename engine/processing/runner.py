@@ -391,18 +391,17 @@ class AgentRunner(Service):
                 f"agent {self.agent.name!r} failed on {where} ({type(error).__name__}: {error}); "
                 "the worker stops because the agent's on_error policy is 'stop'"
             ) from error
+        headers = error_headers(tp, record, error, self.agent.name)
         try:
             producer = self.producer.for_partition(tp.partition)  # the task's transaction, if any
-            await producer.send(self.dlq.name, record.key, record.value,
-                                headers=error_headers(tp, record, error, self.agent.name))
+            await producer.send(self.dlq.name, record.key, record.value, headers=headers)
         except PartitionMigrated as moved:  # the new owner, or this task rewound, meets the record again
             log.error("agent %s failed on %s: %s: %s; not sent to %s: %s", self.agent.name, where,
                       type(error).__name__, error, self.dlq.name, moved, exc_info=error)
             return
         self.dead_letters += 1
-        self.latest_dead_letters.appendleft(DeadLetter(time.time(), DeadLetterOrigin(
-            str(error), type(error).__name__, self.agent.name, tp.topic, tp.partition, record.offset),
-            _preview(record.key), _preview(record.value)))
+        self.latest_dead_letters.appendleft(DeadLetter(time.time(), read_error_headers(headers),
+                                                       _preview(record.key), _preview(record.value)))
         log.error("agent %s failed on %s: %s: %s; record sent to %s",
                   self.agent.name, where, type(error).__name__, error, self.dlq.name,
                   exc_info=error)

@@ -14,18 +14,21 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.topology.graph import table_detail
+from engine.topology.graph import graph_of, table_detail
 
 if TYPE_CHECKING:
     from engine.events import TP
     from engine.fetch.stalls import TaskState
     from engine.monitors.watchdog import Watchdog
+    from engine.processing.runner import DeadLetter
     from engine.runtime.worker import Worker
     from engine.stats import Histogram
 
-KEPT = 60  # samples kept: two minutes of a page polling every 2 s
+KEPT = 60  # samples kept at most: two minutes of a page polling every 2 s
+KEPT_FOR = 120.0  # seconds a sample is kept (a page opened again an hour later starts a new trend)
 SPACING = 1.0  # seconds between two samples at least (several pages open poll no faster than one)
 RATE_OVER = 10.0  # seconds a partition's rate is measured over (from the oldest sample that recent)
+LATEST = 10  # latest dead letters and late events of this worker shown
 
 
 @dataclass
@@ -34,6 +37,7 @@ class Sample:
     positions: dict[TP, int | None]
     lags: dict[TP, int | None]
     loop_lag: list[tuple[float, int]]  # the event loop's lag histogram, cumulative
+    restored: int  # changelog records the worker's restores applied, in all
 
 
 @dataclass
@@ -42,13 +46,16 @@ class PageSamples:
 
     samples: deque[Sample] = field(default_factory=lambda: deque(maxlen=KEPT))
 
-    def take(self, states: dict[int, TaskState], loop_lag: Histogram | None, now: float) -> None:
-        if self.samples and now - self.samples[-1].at < SPACING:
+    def take(self, states: dict[int, TaskState], loop_lag: Histogram | None, restored: int,
+             now: float) -> None:
+        samples = self.samples
+        while samples and now - samples[0].at > KEPT_FOR:
+            samples.popleft()
+        if samples and now - samples[-1].at < SPACING:
             return
         partitions = [p for state in states.values() for p in state.partitions]
-        self.samples.append(Sample(now, {p.tp: p.position for p in partitions},
-                                   {p.tp: p.lag for p in partitions},
-                                   loop_lag.cumulative() if loop_lag is not None else []))
+        samples.append(Sample(now, {p.tp: p.position for p in partitions}, {p.tp: p.lag for p in partitions},
+                              loop_lag.cumulative() if loop_lag is not None else [], restored))
 
     def _since(self, now: float) -> Sample | None:
         """The oldest sample within RATE_OVER of `now`, if there is one older than the latest."""
@@ -68,6 +75,14 @@ class PageSamples:
             return None
         return (after - before) / (latest.at - first.at)
 
+    def restore_rate(self) -> float | None:
+        """Changelog records per second the worker's restores applied over the last RATE_OVER seconds."""
+        if not self.samples:
+            return None
+        latest = self.samples[-1]
+        first = self._since(latest.at)
+        return None if first is None else (latest.restored - first.restored) / (latest.at - first.at)
+
     def trend(self, tp: TP) -> list[int | None]:
         """The partition's lag at each sample kept, oldest first."""
         return [s.lags.get(tp) for s in self.samples]
@@ -84,16 +99,38 @@ class PageSamples:
         total = counts[-1][1]
         if total <= 0:
             return None
-        return next(bound for bound, count in counts if count >= 0.99 * total)
+        bound = next(bound for bound, count in counts if count >= 0.99 * total)
+        return bound if bound != float("inf") else counts[-2][0]  # (past the last bound: at least that)
+
+
+class PageSource:
+    """What the page shows of one worker: its overview, and the app's topology as a graph, drawn again only
+    when it changed (`declare_late` adds topics)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.samples = PageSamples()
+        self._drawn: tuple[int, dict[str, Any]] | None = None  # (topics when drawn, the graph)
+
+    def graph(self) -> dict[str, Any]:
+        topology = self.worker.topology
+        if self._drawn is None or self._drawn[0] != len(topology.topics):
+            self._drawn = (len(topology.topics), graph_of(self.worker.app, topology).as_json())
+        return self._drawn[1]
+
+    async def overview(self) -> dict[str, Any]:
+        return await worker_overview(self.worker, self.samples, self.worker.watchdog)
 
 
 async def worker_overview(worker: Worker, samples: PageSamples, watchdog: Watchdog | None) -> dict[str, Any]:
     """This worker as the page shows it (engine.web.views merges the workers')."""
     states = await worker.conductor.task_states()
     monitor = worker.loop_monitor
-    samples.take(states, monitor.lag if monitor is not None else None, time.monotonic())
+    progress = worker.tables.progress if worker.tables is not None else None
+    samples.take(states, monitor.lag if monitor is not None else None,
+                 progress.applied if progress is not None else 0, time.monotonic())
     assigned, tasks, consumer = worker.assigned(), worker.tasks, worker.consumer
-    waiting = watchdog.unmoved() if watchdog is not None else {}
+    waiting = watchdog.unmoved(states) if watchdog is not None else {}
     partitions = []
     for number, state in states.items():
         for p in state.partitions:
@@ -114,7 +151,9 @@ async def worker_overview(worker: Worker, samples: PageSamples, watchdog: Watchd
                   "standby": sorted(tasks.standby)},
         "rebalances": tasks.rebalances, "changes": [change.as_json() for change in tasks.history.changes],
         "partitions": partitions, "stuck": stuck, "tables": _tables(worker),
-        "recovery": _recovery(worker),
+        "recovery": {"applied": progress.applied if progress is not None else 0,
+                     "remaining": max(progress.remaining, 0) if progress is not None else 0,
+                     "records_per_s": samples.restore_rate()},
         "dead_letters": _dead_letters(worker), "late": _late(worker),
         "loop_lag_p99_ms": None if p99 is None else p99 * 1000,
         "agents": {runner.agent.name: {"events": runner.received, "dead_letters": runner.dead_letters}
@@ -130,7 +169,8 @@ def _tables(worker: Worker) -> list[dict[str, Any]]:
         parts = list(table.active.items())
         windowed = table.windowed
         found.append({
-            "name": table.name, "kind": table_detail(table), "partitions": table.partition_count,
+            "name": table.name, "kind": table_detail(table), "global": table.is_global,
+            "partitions": table.partition_count,
             "here": sorted(number for number, _ in parts),
             "keys": sum(part.store.approximate_len() for _, part in parts),
             "disk_bytes": sum(part.store.disk_bytes() for _, part in parts),
@@ -139,23 +179,20 @@ def _tables(worker: Worker) -> list[dict[str, Any]]:
     return found
 
 
-def _recovery(worker: Worker) -> dict[str, Any]:
-    progress = worker.tables.progress if worker.tables is not None else None
-    if progress is None:
-        return {"applied": 0, "remaining": 0, "records_per_s": None}
-    return {"applied": progress.applied, "remaining": progress.remaining, "records_per_s": progress.rate}
-
-
 def _dead_letters(worker: Worker) -> dict[str, Any]:
     latest = sorted((letter for runner in worker.runners for letter in runner.latest_dead_letters),
                     key=lambda letter: -letter.at)
     return {
         "counts": {runner.agent.name: runner.dead_letters for runner in worker.runners},
         "topics": {runner.agent.name: runner.dlq.name for runner in worker.runners},
-        "latest": [{"at": letter.at, "agent": o.agent, "topic": o.topic, "partition": o.partition,
-                    "offset": o.offset, "error": f"{o.error_type}: {o.error}", "key": letter.key,
-                    "value": letter.value} for letter in latest[:10] if (o := letter.origin)],
+        "latest": [_dead_letter(letter) for letter in latest[:LATEST]],
     }
+
+
+def _dead_letter(letter: DeadLetter) -> dict[str, Any]:
+    origin = letter.origin
+    return {"at": letter.at, "agent": origin.agent, "topic": origin.topic, "partition": origin.partition,
+            "offset": origin.offset, "error": origin.error, "key": letter.key, "value": letter.value}
 
 
 def _late(worker: Worker) -> dict[str, Any]:
@@ -166,5 +203,6 @@ def _late(worker: Worker) -> dict[str, Any]:
     return {
         "counts": {name: kind.late_events for name, kind in windowed},
         "latest": [{"at": late.at, "table": name, "topic": late.topic, "partition": late.partition,
-                    "offset": late.offset, "behind_s": late.behind_ms / 1000} for name, late in latest[:10]],
+                    "offset": late.offset, "behind_s": late.behind_ms / 1000}
+                   for name, late in latest[:LATEST]],
     }

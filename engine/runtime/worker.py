@@ -27,7 +27,7 @@ from engine.operations.schemas import connect_schemas
 from engine.processing.replies import ReplyService
 from engine.processing.runner import AgentRunner
 from engine.runtime.data_dir import check_data_dir, worker_identity
-from engine.runtime.overview import PageSamples, worker_overview
+from engine.runtime.overview import PageSource
 from engine.runtime.status import worker_status
 from engine.scope import running_as
 from engine.tables.grace_joins import GraceJoin, grace_join
@@ -43,7 +43,6 @@ from engine.tasks.release import ORDERING
 from engine.timers import timer_supervisor
 from engine.topics import planned_partitions
 from engine.topology.declaration import internal_topic
-from engine.topology.graph import graph_of
 from engine.topology.plan import build_topology
 from engine.transport import ClientTuning, Producer, transport_for
 from engine.transport.base import GroupTopology, TopicSpec
@@ -149,6 +148,7 @@ class Worker(Service):
             app.tables.values(), transport=self.transport, settings=settings,
             admin_factory=self.transport.admin, request_rebalance=self.consumer.request_rebalance,
         )) if app.tables else None
+        self.page = PageSource(self)  # what the app's page shows of this worker (engine.runtime.overview)
         self.web: WebServer | None = None  # imported only by a worker that serves
         if settings.web_enabled:  # started before the consumer joins: its address goes into the assignment
             self.web = self.add_child(self._web_server())
@@ -214,7 +214,6 @@ class Worker(Service):
             dispatcher.busy_events, settings.stuck_event_warning.total_seconds(),
             tasks=self.conductor.task_states, waiting_at=dispatcher.waiting_at, activity=activity,
             fetching=self.conductor.fetching))
-        self._page_samples = PageSamples()
         self.purge = self.add_child(RepartitionPurge(
             active, [p.name for p in self.topology.topics.values() if p.role == "repartition"],
             self.transport.admin, settings.repartition_purge_interval.total_seconds(), activity))
@@ -239,7 +238,7 @@ class Worker(Service):
         return WebServer(self.app.id, queries, self.settings.web_host, self.settings.web_port,
                          on_bound=self._web_bound, metrics=self.metrics, status=self.status,
                          exports=AskedExports(self.app), on_beat_asked=lambda: self.placement.beat_now(),
-                         page=PageData(self.overview, lambda: graph_of(self.app, self.topology).as_json()))
+                         page=PageData(self.page.overview, self.page.graph))
 
     def _export_timers(self) -> list[Timer]:
         """The timers of the app's scheduled exports (`app.export`)."""
@@ -265,9 +264,6 @@ class Worker(Service):
         """What this worker holds now (`GET /status`, engine status: engine.runtime.status)."""
         return await worker_status(self)
 
-    async def overview(self) -> dict[str, Any]:
-        """This worker as the app's page shows it (engine.runtime.overview)."""
-        return await worker_overview(self, self._page_samples, self.watchdog)
 
     def _settled(self) -> None:
         """Say once, at INFO, that the worker is ready: every partition assigned to it set up."""

@@ -234,9 +234,10 @@ class RocksDBPartitionStore:
         return int(value or 0)
 
     def disk_bytes(self) -> int:
-        """Its SST files' bytes (RocksDB's own count, no walk of the directory): what the data takes on disk
-        once flushed; the write-ahead log and the memtables are not counted."""
-        value = self._db.property_int_value("rocksdb.total-sst-files-size")
+        """Its live SST files' bytes (RocksDB's own count, no walk of the directory): what the data takes on
+        disk once flushed; the write-ahead log, the memtables and files only a snapshot still holds are not
+        counted."""
+        value = self._db.property_int_value("rocksdb.live-sst-files-size")
         return int(value or 0)
 
     def snapshot(self) -> RocksDBPartitionStore:

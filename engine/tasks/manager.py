@@ -165,7 +165,7 @@ class TaskManager(Service):
         """The group's assignment for this worker (heard before its partitions are assigned)."""
         self.assignment = assignment
         self.rebalances += 1
-        self.history.heard(assignment.active, assignment.standby - assignment.warming, time.time())
+        self.history.heard(assignment.active, assignment.standby, time.time())  # (warming ones included)
         if self.tables is not None:
             self.tables.warming = assignment.warming
         log.info("assignment: active %s, standby %s, warming up %s", sorted(assignment.active),

@@ -48,6 +48,7 @@ class Graph:
     app_id: str
     nodes: dict[str, Node] = field(default_factory=dict)
     edges: list[Edge] = field(default_factory=list)
+    _drawn: set[Edge] = field(default_factory=set, init=False, repr=False)  # (the edges, for look-ups)
 
     def node(self, kind: NodeKind, name: str, detail: str) -> str:
         key = f"{kind}:{name}"
@@ -57,26 +58,27 @@ class Graph:
     def edge(self, source: str, target: str, label: str) -> None:
         """An edge between two nodes of the graph (once; one to a node left out is not drawn)."""
         found = Edge(source, target, label)
-        if source in self.nodes and target in self.nodes and found not in self.edges:
+        if source in self.nodes and target in self.nodes and found not in self._drawn:
+            self._drawn.add(found)
             self.edges.append(found)
 
     def ranks(self) -> dict[str, int]:
         """Each node's column: its longest path from a source, edges closing a cycle set aside."""
         forward = _acyclic(list(self.nodes), self.edges)
         rank = dict.fromkeys(self.nodes, 0)
-        incoming: dict[str, list[str]] = {key: [] for key in self.nodes}
+        outgoing: dict[str, list[str]] = {key: [] for key in self.nodes}
+        waiting = dict.fromkeys(self.nodes, 0)  # edges into a node whose source is not ranked yet
         for edge in forward:
-            incoming[edge.target].append(edge.source)
-        done: set[str] = set()
-
-        def depth(key: str) -> int:
-            if key not in done:
-                done.add(key)
-                rank[key] = max((depth(source) + 1 for source in incoming[key]), default=0)
-            return rank[key]
-
-        for key in self.nodes:
-            depth(key)
+            outgoing[edge.source].append(edge.target)
+            waiting[edge.target] += 1
+        ready = [key for key, count in waiting.items() if count == 0]
+        while ready:  # (in topological order: each node once every node before it is ranked)
+            key = ready.pop()
+            for target in outgoing[key]:
+                rank[target] = max(rank[target], rank[key] + 1)
+                waiting[target] -= 1
+                if waiting[target] == 0:
+                    ready.append(target)
         return rank
 
     def as_json(self) -> dict[str, Any]:
@@ -256,4 +258,4 @@ def dot(graph: Graph) -> str:
 
 def _dot_text(text: str) -> str:
     """A DOT quoted string (JSON's escapes are DOT's for quotes, backslashes and newlines)."""
-    return json.dumps(text)
+    return json.dumps(text, ensure_ascii=False)

@@ -51,7 +51,7 @@ from engine.errors import ConfigError, EngineError, TableError
 from engine.monitors.metrics import CONTENT_TYPE
 from engine.tables.versions import Version
 from engine.web.queries import RETRY_AFTER, Answer, QueryError, key_text
-from engine.web.views import VIEWS, app_views
+from engine.web.views import OVERVIEW_KEYS, VIEWS, app_views
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -125,6 +125,7 @@ class WebServer(Service):
                  page: PageData | None = None) -> None:
         super().__init__("web")
         self._page = page
+        self._page_files: dict[str, bytes] = {}
         self._on_beat_asked = on_beat_asked
         self.app_id = app_id
         self.queries = queries
@@ -210,7 +211,9 @@ class WebServer(Service):
         name = request.match_info.get("name", "index.html")
         if name not in PAGE_FILES:
             return _json(404, {"error": f"no page file {name!r}"})
-        return web.Response(body=(PAGE / name).read_bytes(), content_type=PAGE_FILES[name],
+        if name not in self._page_files:  # (read once: the package does not change under a running worker)
+            self._page_files[name] = await asyncio.to_thread((PAGE / name).read_bytes)
+        return web.Response(body=self._page_files[name], content_type=PAGE_FILES[name],
                             headers={"Cache-Control": "no-cache"})
 
     async def _worker_overview(self, request: web.Request) -> web.Response:
@@ -223,15 +226,18 @@ class WebServer(Service):
         view = request.match_info["view"]
         if view != "app" and view not in VIEWS:
             return _json(404, {"error": f"no view {view!r}; views: app, {', '.join(VIEWS)}"})
+        if view == "topology":  # (the same on every worker: nobody else is asked)
+            return _json(200, self._page.topology())
         others = self.queries.other_workers()
         here, *answers = await asyncio.gather(self._page.overview(), *(
             self.forward(endpoint, "/ui/worker", timeout=PAGE_ASK_TIMEOUT) for endpoint in others))
         overviews, unreachable = [here], {}
         for endpoint, (status, raw) in zip(others, answers, strict=True):
-            if status == 200:
-                overviews.append(loads(raw))
+            overview, why = _overview_in(status, raw)
+            if overview is not None:
+                overviews.append(overview)
             else:
-                unreachable[endpoint] = str(loads(raw).get("error", status)) if raw else str(status)
+                unreachable[endpoint] = why
         views = app_views(self._page.topology(), overviews, unreachable)
         return _json(200, views if view == "app" else views[view])
 
@@ -394,6 +400,20 @@ async def ask_to_beat(endpoints: Collection[str]) -> None:
     await asyncio.gather(*(ask_worker(f"http://{endpoint}", "/group/heartbeat", {}, BEAT_ASK_TIMEOUT)
                            for endpoint in endpoints))
     log.debug("asked %s to heartbeat now", ", ".join(endpoints))
+
+
+def _overview_in(status: int, raw: bytes) -> tuple[Mapping[str, Any] | None, str]:
+    """Another worker's answer to `/ui/worker`: its overview, or None and why there is none (it did not
+    answer, answered with an error, or with something else than an overview: another version of engine)."""
+    try:
+        body = loads(raw) if raw else None
+    except ValueError:
+        body = None
+    if status == 200 and isinstance(body, dict) and body.keys() >= OVERVIEW_KEYS:
+        return body, ""
+    if isinstance(body, dict) and "error" in body:
+        return None, str(body["error"])
+    return None, f"answered {status} without the page's overview" if status == 200 else f"answered {status}"
 
 
 def _by_number(missing: dict[int, str]) -> dict[str, str]:

@@ -3,7 +3,9 @@
 goes in, the views come out.
 
     topology       the graph of topics, agents and tables (engine.topology.graph)
-    group          every worker: protocol, generation, active, standby and recovering tasks, its last changes
+    group          every worker holding active tasks (those the assignment's owners map names: a worker
+                   with only standbys shows on its own page): protocol, generation, active, standby and
+                   recovering tasks, its last changes
     partitions     every partition processed, by its owner: committed offset, position, lag and its trend,
                    records per second, how long work has waited on it; agents stuck inside one event
     tables         every table: partitions and where they are, keys and bytes on disk, late events,
@@ -21,13 +23,19 @@ if TYPE_CHECKING:
     Overview = Mapping[str, Any]
 
 VIEWS = ("topology", "group", "partitions", "tables", "dead-letters")
+# What a worker's overview has (engine.runtime.overview): an answer without them is not one.
+OVERVIEW_KEYS = frozenset({"worker", "time", "protocol", "generation", "tasks", "rebalances", "changes",
+                           "partitions", "stuck", "tables", "recovery", "dead_letters", "late",
+                           "loop_lag_p99_ms", "agents"})
 LATEST = 20  # latest dead letters and late events shown, over every worker
 
 
 def app_views(topology: Mapping[str, Any], overviews: Sequence[Overview],
               unreachable: Mapping[str, str]) -> dict[str, Any]:
-    """Every view of the app, from every reachable worker's overview (`unreachable`: endpoint -> why not)."""
-    return {"app": topology.get("app"), "topology": topology, "group": group(overviews, unreachable),
+    """Every view of the app, from every reachable worker's overview (`unreachable`: endpoint -> why not);
+    `time`: the asked worker's clock, which the page reads ages against (not the browser's)."""
+    return {"app": topology.get("app"), "time": overviews[0]["time"], "topology": topology,
+            "group": group(overviews, unreachable),
             "partitions": partitions(overviews), "tables": tables(overviews),
             "dead-letters": dead_letters(overviews)}
 
@@ -54,12 +62,16 @@ def tables(overviews: Sequence[Overview]) -> dict[str, Any]:
     for o in overviews:
         for t in o["tables"]:
             table = merged.setdefault(t["name"], {
-                "name": t["name"], "kind": t["kind"], "partitions": t["partitions"], "here": {},
-                "keys": 0, "disk_bytes": 0, "late_events": None})
+                "name": t["name"], "kind": t["kind"], "global": t["global"], "partitions": t["partitions"],
+                "here": {}, "keys": 0, "disk_bytes": 0, "late_events": None})
             if t["here"]:
                 table["here"][o["worker"]] = t["here"]
-            table["keys"] += t["keys"]
-            table["disk_bytes"] += t["disk_bytes"]
+            if t["global"]:  # (every worker holds all of a global table: one copy's figures)
+                table["keys"] = max(table["keys"], t["keys"])
+                table["disk_bytes"] = max(table["disk_bytes"], t["disk_bytes"])
+            else:
+                table["keys"] += t["keys"]
+                table["disk_bytes"] += t["disk_bytes"]
             if t["late_events"] is not None:
                 table["late_events"] = (table["late_events"] or 0) + t["late_events"]
     recovery = {o["worker"]: o["recovery"] for o in overviews}

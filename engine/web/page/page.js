@@ -6,6 +6,7 @@ const POLL_MS = 2000;
 const NODE_W = 200, NODE_H = 40, COLUMN_GAP = 80, ROW_GAP = 14, PAD = 10;
 let drawnTopology = "";
 let polls = 0;
+let skew = 0;  // the worker's clock minus the browser's (seconds): ages are the worker's
 
 function el(tag, attributes, ...children) {
   const node = document.createElement(tag);
@@ -36,7 +37,7 @@ function fill(tbody, rows) {
 }
 
 function ago(at) {
-  const seconds = Math.max(0, Date.now() / 1000 - at);
+  const seconds = Math.max(0, Date.now() / 1000 + skew - at);
   if (seconds < 90) return `${seconds.toFixed(0)} s ago`;
   if (seconds < 5400) return `${(seconds / 60).toFixed(0)} min ago`;
   return `${(seconds / 3600).toFixed(1)} h ago`;
@@ -188,6 +189,7 @@ function drawDeadLetters(view) {
 }
 
 function render(views) {
+  skew = views.time - Date.now() / 1000;
   document.getElementById("app").textContent = views.app;
   document.title = `${views.app} · engine`;
   const workers = views.group.workers;

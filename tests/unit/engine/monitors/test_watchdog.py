@@ -49,7 +49,7 @@ def state(position: int, waiting: bool) -> TaskState:
     """A task whose one partition is at `position`, with records buffered and on the broker if `waiting`."""
     buffered, lag = (12, 300) if waiting else (0, 0)
     partition = PartitionState(TP("orders", 1), position, None, 0, buffered, lag, ("ordering",), None,
-                               fetched=True)
+                               in_assignment=True)
     return TaskState((position,), (partition,), None, quiesced=False)
 
 
@@ -114,3 +114,13 @@ async def test_with_nothing_to_watch_it_sleeps_until_activity_unless_a_fetcher_c
                 assert looks == 1
         finally:
             await dog.stop()
+
+
+def test_the_page_is_told_how_long_a_waiting_task_has_not_moved_and_not_about_one_that_moves():
+    now = [0.0]
+    dog = Watchdog(lambda: [], threshold=10, clock=lambda: now[0])
+    dog.stalls({1: state(40, True), 2: state(7, True)})  # the watchdog's look
+    now[0] = 4
+    assert dog.unmoved({1: state(40, True), 2: state(8, True)}) == {1: 4.0}  # task 2 moved since
+    assert dog.unmoved({1: state(40, False)}) == {}  # nothing waits for it
+    assert dog.unmoved({3: state(1, True)}) == {}  # not looked at yet

@@ -156,3 +156,28 @@ async def test_the_page_and_its_files_are_served_from_the_package(tmp_path):
                 assert len(await reply.read()) > 1000
         async with session.get(f"{base}/page/..%2Fserver.py") as reply:
             assert reply.status == 404
+
+
+def test_another_workers_answer_that_is_not_an_overview_names_it_unreachable():
+    from engine.web.server import _overview_in
+
+    assert _overview_in(404, b"404: Not Found") == (None, "answered 404")  # (aiohttp's own, not JSON)
+    assert _overview_in(503, b'{"error": "the owner did not answer"}') == (None, "the owner did not answer")
+    assert _overview_in(200, b'{"worker": "x"}') == (None, "answered 200 without the page's overview")
+    assert _overview_in(500, b"") == (None, "answered 500")
+
+
+def test_a_global_tables_figures_are_one_copys_not_the_sum_over_workers():
+    from engine.web.views import tables
+
+    def overview(worker: str, keys: int) -> dict[str, Any]:
+        return {"worker": worker, "recovery": {}, "tables": [
+            {"name": "rates", "kind": "global", "global": True, "partitions": 2, "here": [0, 1], "keys": keys,
+             "disk_bytes": keys * 10, "late_events": None},
+            {"name": "counts", "kind": "table", "global": False, "partitions": 2, "here": [int(worker[-1])],
+             "keys": keys, "disk_bytes": keys * 10, "late_events": None}]}
+
+    merged = {t["name"]: t for t in tables([overview("w0", 5), overview("w1", 7)])["tables"]}
+    assert (merged["rates"]["keys"], merged["rates"]["disk_bytes"]) == (7, 70)
+    assert (merged["counts"]["keys"], merged["counts"]["disk_bytes"]) == (12, 120)
+    assert merged["counts"]["here"] == {"w0": [0], "w1": [1]}
