@@ -4,7 +4,7 @@ outputs exact at the end?
 
     .venv/bin/python -m benchmarks.soak [--minutes 60] [--rate 2000] [--keys 2000] [--restart-every 10]
                                         [--warmup 10] [--guarantee exactly_once] [--protocol streams]
-                                        [--plot benchmarks/soak.png]
+                                        [--store rocksdb://] [--store-memory 64] [--plot benchmarks/soak.png]
 
 The app (benchmarks/peers/engine_soak_app.py) joins each event with its key's profile (a table over a
 compacted topic), counts it per key into a table and per key and 10-second tumbling window, and a pipeline
@@ -389,6 +389,8 @@ class Options:
     warmup: float
     guarantee: str
     protocol: str
+    store: str
+    store_memory: int  # MiB
     plot: Path | None
 
     @property
@@ -443,7 +445,8 @@ async def soak(bootstrap: str, options: Options) -> None:
     await send_all(bootstrap, profiles, [(key, profile_of(key).encode()) for key in all_keys])  # (str: text)
     env = {"SOAK_APP": app_id, "SOAK_BOOTSTRAP": bootstrap, "SOAK_TOPIC": topic,
            "SOAK_PROFILES_TOPIC": profiles, "SOAK_OUT_TOPIC": out, "SOAK_GUARANTEE": options.guarantee,
-           "SOAK_PROTOCOL": options.protocol, "ENGINE_WEB_PORT": "0"}
+           "SOAK_PROTOCOL": options.protocol, "SOAK_STORE": options.store,
+           "SOAK_STORE_MEMORY": str(options.store_memory << 20), "ENGINE_WEB_PORT": "0"}
     workers = Workers(env, Path(tempfile.mkdtemp(prefix="bench-soak-")))
     # Not pinned (the broker has its own core, see benchmarks.common.broker): the workers and the producer
     # share the machine as a deployment's processes would.
@@ -580,11 +583,14 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=10, help="minutes before growth is measured")
     p.add_argument("--guarantee", default="exactly_once")
     p.add_argument("--protocol", default="streams")
+    p.add_argument("--store", default="rocksdb://", help="the workers' store (rocksdb:// or memory://)")
+    p.add_argument("--store-memory", type=int, default=64, help="MiB of the RocksDB budget (store_memory)")
     p.add_argument("--plot", type=Path, help="a PNG of the per-minute curves")
     args = p.parse_args()
     with broker(args.broker) as bootstrap:
         asyncio.run(soak(bootstrap, Options(args.minutes, args.rate, args.keys, args.restart_every,
-                                            args.warmup, args.guarantee, args.protocol, args.plot)))
+                                            args.warmup, args.guarantee, args.protocol, args.store,
+                                            args.store_memory, args.plot)))
 
 
 if __name__ == "__main__":
