@@ -118,6 +118,8 @@ def _checkpoints(worker: Worker) -> list[Family]:
 def _tables(worker: Worker) -> list[Family]:
     changelog = Family("engine_changelog_records", "Changelog records committed by checkpoints (by every "
                        "worker of the app in this process)", "counter", ("table",))
+    closed = Family("engine_windows_closed", "Final results of windows sent to the table's closed() topic "
+                    "and committed by this worker's checkpoints", "counter", ("table",))
     late = Family("engine_late_events", "Events too late for every window they belong to (past the grace): "
                   "dropped, or sent to the table's late topic", "counter", ("table",))
     local = Family("engine_table_partitions", "Table partitions active on this worker", "gauge", ("table",))
@@ -125,13 +127,15 @@ def _tables(worker: Worker) -> list[Family]:
         changelog.add((table.name,), table.changelog_records)
         if table.windowed is not None:
             late.add((table.name,), table.windowed.late_events)
+            if table.windowed.closed_topic is not None:
+                closed.add((table.name,), table.windows_closed)
     manager = worker.tables
     if manager is not None:
         for name, table in sorted(manager.tables.items()):
             local.add((name,), sum(1 for _ in table.active))
     progress = manager.progress if manager is not None else None
     return [
-        changelog, late, local,
+        changelog, closed, late, local,
         Family("engine_recovery_records", "Changelog records replayed into stores to recover "
                "partitions", "counter").add((), progress.applied if progress is not None else 0),
         Family("engine_recovery_records_remaining", "Changelog records left to replay before the "

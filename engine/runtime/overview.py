@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from engine.scope import running_as
 from engine.topology.graph import graph_of, table_detail
 
 if TYPE_CHECKING:
@@ -119,7 +120,8 @@ class PageSource:
         return self._drawn[1]
 
     async def overview(self) -> dict[str, Any]:
-        return await worker_overview(self.worker, self.samples, self.worker.watchdog)
+        with running_as(self.worker):  # (tables read as this worker has them, whoever asks)
+            return await worker_overview(self.worker, self.samples, self.worker.watchdog)
 
 
 async def worker_overview(worker: Worker, samples: PageSamples, watchdog: Watchdog | None) -> dict[str, Any]:
@@ -175,6 +177,7 @@ def _tables(worker: Worker) -> list[dict[str, Any]]:
             "keys": sum(part.store.approximate_len() for _, part in parts),
             "disk_bytes": sum(part.store.disk_bytes() for _, part in parts),
             "late_events": windowed.late_events if windowed is not None else None,
+            "windows_closed": table.windows_closed if windowed is not None else None,
         })
     return found
 

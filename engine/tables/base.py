@@ -133,6 +133,21 @@ class BaseTable(TableRouting, MutableMapping[Any, Any]):
         if self.windowed is not None:
             self.windowed.unbind(worker)
 
+    @property
+    def windows_closed(self) -> int:
+        """Final results (`closed()`) the checkpoints of the worker the running code belongs to committed,
+        in its run; outside every worker, of the first one bound."""
+        binding = self._bindings.current()
+        return binding.windows_closed if binding is not None else 0
+
+    def count_closed(self, part: TablePartition, count: int) -> None:
+        """A checkpoint committed `count` final results of the windows of `part`: counted for the worker
+        that holds it (the checkpoint's code may run outside every worker's scope)."""
+        for binding in self._bindings.values():
+            if binding.active.get(part.number) is part:
+                binding.windows_closed += count
+                return
+
     def attach(self, part: TablePartition) -> None:
         """Make `part` the table's partition of its number on this worker (its task opened, a global table
         restored): events read and write it from now on."""

@@ -34,6 +34,7 @@ class Binding:
     query: Query | None = None  # the worker's table queries (engine.web)
     settings: Settings | None = None  # the worker's
     assigned: Callable[[], Mapping[int, bool]] | None = None  # the worker's tasks, and whether each is ready
+    windows_closed: int = 0  # final results (`closed()`) its checkpoints committed
 
 
 class CurrentPartitions(MutableMapping[int, TablePartition]):

@@ -210,6 +210,8 @@ class ActiveTask(Lifecycle):
                 assert item.last.done()
                 item.part.store.write(item.encoded, item.last.result(), inputs)
                 item.table.changelog_records += len(item.encoded)
+            if item.closes:
+                item.table.count_closed(item.part, len(item.closes))
             if item.table.windowed is not None:
                 item.table.windowed.stored(item.part, item.writes)
             item.part.flushed()

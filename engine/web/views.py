@@ -63,7 +63,7 @@ def tables(overviews: Sequence[Overview]) -> dict[str, Any]:
         for t in o["tables"]:
             table = merged.setdefault(t["name"], {
                 "name": t["name"], "kind": t["kind"], "global": t["global"], "partitions": t["partitions"],
-                "here": {}, "keys": 0, "disk_bytes": 0, "late_events": None})
+                "here": {}, "keys": 0, "disk_bytes": 0, "late_events": None, "windows_closed": None})
             if t["here"]:
                 table["here"][o["worker"]] = t["here"]
             if t["global"]:  # (every worker holds all of a global table: one copy's figures)
@@ -72,8 +72,9 @@ def tables(overviews: Sequence[Overview]) -> dict[str, Any]:
             else:
                 table["keys"] += t["keys"]
                 table["disk_bytes"] += t["disk_bytes"]
-            if t["late_events"] is not None:
-                table["late_events"] = (table["late_events"] or 0) + t["late_events"]
+            for counted in ("late_events", "windows_closed"):
+                if t[counted] is not None:
+                    table[counted] = (table[counted] or 0) + t[counted]
     recovery = {o["worker"]: o["recovery"] for o in overviews}
     return {"tables": [merged[name] for name in sorted(merged)], "recovery": recovery}
 

@@ -160,7 +160,7 @@ function drawTables(view) {
   fill(document.querySelector("#tables tbody"), view.tables.map((t) => row([
     t.name, t.kind, t.partitions,
     Object.entries(t.here).map(([worker, numbers]) => `${worker}: ${numbers.join(",")}`).join("; ") || null,
-    t.keys, size(t.disk_bytes), t.late_events,
+    t.keys, size(t.disk_bytes), t.windows_closed, t.late_events,
   ])));
   const restoring = Object.entries(view.recovery).filter(([, r]) => r.remaining > 0);
   document.getElementById("recovery").textContent = restoring.length

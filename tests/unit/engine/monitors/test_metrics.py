@@ -26,6 +26,7 @@ def make_app(url: str) -> tuple[engine.App, Any]:
     clicks = app.topic("clicks", key_type=str, value_type=dict, timestamp=lambda v: v["ts"])
     counts = app.Table("counts", default=int, key_type=str, value_type=int)
     per_window = app.Table("per-window", default=int, key_type=str, value_type=int).tumbling(10, grace=1)
+    per_window.closed()
 
     @app.agent(numbers)
     async def double(stream: Any) -> None:
@@ -66,6 +67,8 @@ async def test_metrics_parse_and_count_what_was_processed(tmp_path, caplog):
         good = Counter(k for i, k in enumerate(keys) if i not in POISON)
         await testing.eventually(lambda: dict(counts.items()) == good, 10)
         await testing.eventually(lambda: app.tables["per-window"].windowed.late_events == LATE, 10)
+        # Stream time 38 with a grace of 1: [0, 10), [10, 20) and [20, 30) closed, [30, 40) not yet.
+        await testing.eventually(lambda: app.tables["per-window"].windows_closed == 3, 10)
         await worker.checkpoint()
 
         async with session.get(f"http://{worker.placement.endpoint}/metrics") as response:
@@ -92,6 +95,7 @@ async def test_metrics_parse_and_count_what_was_processed(tmp_path, caplog):
     assert value("engine_agent_dead_letters_total", agent="double") == len(POISON)
     assert value("engine_agent_dead_letters_total", agent="click") == 0
     assert value("engine_late_events_total", table="per-window") == LATE
+    assert value("engine_windows_closed_total", table="per-window") == 3
     # One event in 32 is timed; a poison event's timing ends when its instance restarts, not counted.
     timed = value("engine_agent_event_seconds_count", agent="click")
     assert timed == len(times) // 32

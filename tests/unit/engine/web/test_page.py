@@ -14,6 +14,7 @@ import aiohttp
 import engine
 from engine import testing
 from engine.partitioner import partition_for
+from engine.scope import running_as
 from engine.web.views import VIEWS
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ def make_app() -> engine.App:
     words = app.topic("words", key_type=str, value_type=dict, timestamp=lambda value: value["at"])
     counts = app.Table("counts", default=int, key_type=str, value_type=int)
     per_minute = app.Table("per-minute", default=int, key_type=str, value_type=int).tumbling(60, grace=0)
+    per_minute.closed()
 
     @app.agent(words)
     async def count(stream: Any) -> None:
@@ -78,10 +80,21 @@ async def get(session: aiohttp.ClientSession, endpoint: str, path: str) -> tuple
 
 
 async def test_every_view_from_either_worker_covers_the_whole_group(tmp_path):
-    async with two_workers(tmp_path) as (_app, first, second), aiohttp.ClientSession() as session:
+    async with two_workers(tmp_path) as (app, first, second), aiohttp.ClientSession() as session:
         endpoints = {first.web.endpoint, second.web.endpoint}
         sent = Counter(partition_for(word.encode(), 4) for word in WORDS)
         sent.update(partition_for(word.encode(), 4) for word in ("w1", "w2", "w2"))
+        # The window [START, START + 60) of every word of w2's partition closed when w2 moved its time on.
+        closing = {word for word in TRUTH if partition_for(word.encode(), 4) == partition_for(b"w2", 4)}
+
+        def closed() -> int:  # by both workers
+            total = 0
+            for worker in (first, second):
+                with running_as(worker):
+                    total += app.tables["per-minute"].windows_closed
+            return total
+
+        await testing.eventually(lambda: closed() == len(closing), 10)
         for worker in (first, second):
             status, views = await get(session, worker.web.endpoint, "/ui/app")
             assert status == 200
@@ -107,6 +120,8 @@ async def test_every_view_from_either_worker_covers_the_whole_group(tmp_path):
             assert tables["counts"]["kind"] == "table"
             assert tables["per-minute"]["kind"] == "tumbling 60s"
             assert tables["per-minute"]["late_events"] == 1
+            assert tables["per-minute"]["windows_closed"] == len(closing)
+            assert tables["counts"]["windows_closed"] is None
             assert sorted(n for numbers in tables["counts"]["here"].values() for n in numbers) == [0, 1, 2, 3]
             dead = views["dead-letters"]
             assert dead["counts"] == {"count": 1}
@@ -173,9 +188,9 @@ def test_a_global_tables_figures_are_one_copys_not_the_sum_over_workers():
     def overview(worker: str, keys: int) -> dict[str, Any]:
         return {"worker": worker, "recovery": {}, "tables": [
             {"name": "rates", "kind": "global", "global": True, "partitions": 2, "here": [0, 1], "keys": keys,
-             "disk_bytes": keys * 10, "late_events": None},
+             "disk_bytes": keys * 10, "late_events": None, "windows_closed": None},
             {"name": "counts", "kind": "table", "global": False, "partitions": 2, "here": [int(worker[-1])],
-             "keys": keys, "disk_bytes": keys * 10, "late_events": None}]}
+             "keys": keys, "disk_bytes": keys * 10, "late_events": None, "windows_closed": None}]}
 
     merged = {t["name"]: t for t in tables([overview("w0", 5), overview("w1", 7)])["tables"]}
     assert (merged["rates"]["keys"], merged["rates"]["disk_bytes"]) == (7, 70)
