@@ -53,6 +53,7 @@ from benchmarks.plots import Panel, draw
 from benchmarks.rebalance import start_worker
 from engine.partitioner import partition_for
 from engine.tables.keys import split_window_key, window_bounds
+from tests.integration.rebalance_run import paced_produce
 
 if TYPE_CHECKING:
     import subprocess
@@ -129,24 +130,6 @@ def truth_of(total: int, rate: int, keys: int) -> Truth:
 def events(total: int, rate: int, keys: int) -> Iterator[tuple[str, dict[str, Any]]]:
     for index in range(total):
         yield key_of(index, rate, keys), {"id": index, "at": at_ms_of(index, rate) / 1000}
-
-
-async def send_paced(bootstrap: str, topic: str, total: int, rate: int, keys: int) -> None:
-    """The input, paced at `rate` per second of wall time, each event stamped with its sending time."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all", enable_idempotence=True)
-    await producer.start()
-    try:
-        started = time.monotonic()
-        for index, (key, value) in enumerate(events(total, rate, keys)):
-            value["sent"] = time.time()
-            await producer.send(topic, orjson.dumps(value), key=key.encode())
-            if index % 20 == 0:
-                ahead = started + index / rate - time.monotonic()
-                if ahead > 0:
-                    await asyncio.sleep(ahead)
-        await producer.flush()
-    finally:
-        await producer.stop()
 
 
 async def send_all(bootstrap: str, topic: str, records: list[tuple[str, bytes]]) -> None:
@@ -469,7 +452,8 @@ async def run(bootstrap: str, options: Options, app_id: str, workers: Workers, c
     samples: list[Sample] = []
     marks: list[tuple[float, str]] = []
     started = time.monotonic()
-    sending = asyncio.ensure_future(send_paced(bootstrap, f"{app_id}-in", total, rate, options.keys))
+    inputs = events(total, rate, options.keys)
+    sending = asyncio.ensure_future(paced_produce(bootstrap, f"{app_id}-in", inputs, rate=rate, stamp="sent"))
 
     async def restart() -> None:
         """Restart B every `restart_every` minutes while the input is sent (one that would fall in its last

@@ -48,9 +48,11 @@ def truth_of(events: Events) -> tuple[dict[str, int], dict[tuple[str, int], int]
 
 
 async def paced_produce(bootstrap: str, topic: str, events: Iterable[tuple[str, dict[str, Any]]], *,
-                        rate: float, at: Mapping[float, Callable[[], None]] | None = None) -> None:
+                        rate: float, at: Mapping[float, Callable[[], None]] | None = None,
+                        stamp: str | None = None) -> None:
     """Produce at about `rate` events/s; call `at[f]` once a fraction f of the events was sent (`at` takes a
-    list of events; without it, `events` may be endless, and the task producing them is cancelled to stop)."""
+    list of events; without it, `events` may be endless, and the task producing them is cancelled to stop);
+    `stamp`: a field of each value set to the wall-clock time it is sent (a latency's start)."""
     marks = sorted((at or {}).items())
     total = len(events) if isinstance(events, Sized) else 0
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all", enable_idempotence=True)
@@ -61,6 +63,8 @@ async def paced_produce(bootstrap: str, topic: str, events: Iterable[tuple[str, 
         for index, (key, value) in enumerate(events):
             while marks and index >= marks[0][0] * total:
                 marks.pop(0)[1]()
+            if stamp is not None:
+                value[stamp] = time.time()
             await producer.send(topic, orjson.dumps(value), key=key.encode())
             if index % every == 0:
                 ahead = started + index / rate - time.monotonic()
