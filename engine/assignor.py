@@ -56,6 +56,9 @@ class Assignment:
     standby: frozenset[int]
     owners: Mapping[int, str]
     warming: frozenset[int] = frozenset()  # standbys that are to become active once caught up
+    # Every member's endpoint the group names, those with only standbys or no task included: who the app's
+    # page asks (engine.web).
+    members: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -93,11 +96,17 @@ class Placement:
         self.current = assignment
         self.on_assignment(assignment)
 
-    def owners_received(self, owners: Mapping[int, str]) -> None:
-        """Where the group's tasks are active now, heard without a new assignment for this worker (a streams
-        group's broker says so when another member's tasks or endpoint change): what queries route by."""
+    def owners_received(self, owners: Mapping[int, str], members: frozenset[str]) -> None:
+        """Where the group's tasks are active now, and every member's endpoint, heard without a new
+        assignment for this worker (a streams group's broker says so when another member's tasks or endpoint
+        change): what queries route by."""
         if self.current is not None:
-            self.current = replace(self.current, owners=dict(owners))
+            self.current = replace(self.current, owners=dict(owners), members=members)
+
+    def workers(self) -> frozenset[str]:
+        """Every worker's endpoint the last assignment names: its members, and its tasks' owners."""
+        current = self.current
+        return frozenset() if current is None else current.members | frozenset(current.owners.values())
 
 
 def assign(members: Sequence[Member], tasks: int, *, standby_replicas: int = 0,
@@ -152,12 +161,14 @@ def assign(members: Sequence[Member], tasks: int, *, standby_replicas: int = 0,
         load[best.id] += 1
     standbys = _standbys(ordered, owner, tasks, standby_replicas, warming)
     owners = {task: by_id[member].endpoint for task, member in owner.items()}
+    endpoints = frozenset(m.endpoint for m in ordered if m.endpoint)
     return {
         m.id: Assignment(
             active=frozenset(t for t, o in owner.items() if o == m.id),
             standby=frozenset(standbys[m.id] | warming[m.id]),
             owners=owners,
             warming=frozenset(warming[m.id]),
+            members=endpoints,
         )
         for m in ordered
     }
@@ -209,8 +220,10 @@ def decode_member(member_id: str, data: bytes | None) -> Member:
 
 
 def encode_assignment(assignment: Assignment) -> bytes:
-    """The user data of a member's assignment: version, standbys, warming, and the owners map."""
-    endpoints = sorted(set(assignment.owners.values()))
+    """The user data of a member's assignment: version, standbys, warming, every member's endpoint (the
+    owners' among them), and the owners map (by index into the endpoints). A decoder of an earlier engine
+    reads the endpoints of members without tasks as endpoints no task names."""
+    endpoints = sorted(set(assignment.owners.values()) | assignment.members)
     index = {endpoint: n for n, endpoint in enumerate(endpoints)}
     out = [struct.pack(">BH", VERSION, len(assignment.standby))]
     out += [struct.pack(">H", task) for task in sorted(assignment.standby)]
@@ -246,4 +259,4 @@ def decode_assignment(active: frozenset[int], data: bytes | None) -> Assignment:
     for n in range(count):
         task, which = struct.unpack_from(">HH", data, at + 2 + 4 * n)
         owners[task] = endpoints[which]
-    return Assignment(active, standby, owners, warming)
+    return Assignment(active, standby, owners, warming, frozenset(endpoints))

@@ -234,7 +234,7 @@ class Worker(Service):
         queries = TableQueries(self, self.app.tables, owners=self._owners, assigned=self.assigned,
                                endpoint=lambda: self.placement.endpoint,
                                standby=lambda table, number: self.tasks.standby_store(table, number),
-                               standbys=lambda: self.tasks.standby)
+                               standbys=lambda: self.tasks.standby, workers=self.placement.workers)
         return WebServer(self.app.id, queries, self.settings.web_host, self.settings.web_port,
                          on_bound=self._web_bound, metrics=self.metrics, status=self.status,
                          exports=AskedExports(self.app), on_beat_asked=lambda: self.placement.beat_now(),

@@ -103,7 +103,8 @@ class StreamsMember:
         # What the broker assigns this member, and what it owns of that (reconciled one change at a time).
         self._tasks = Reconciliation(placement=placement, reassign=reassign, partitions=self.partitions,
                                      on_assigned=on_assigned, on_revoked=on_revoked, on_lost=on_lost,
-                                     owners=lambda: self._owners, acknowledge=self._wake.set,
+                                     owners=lambda: self._owners, members=self._members,
+                                     acknowledge=self._wake.set,
                                      failed=self._fail)
         self._reported: Target | None = None  # what the last heartbeat said this member owns
         self._owners: dict[int, str] = {}  # task -> the endpoint of its active owner
@@ -345,7 +346,12 @@ class StreamsMember:
             if not first:  # (the join's answer is reconciled once the join returned: see `join`)
                 self._tasks.soon()
         elif owners_changed:
-            self._placement.owners_received(self._owners)
+            self._placement.owners_received(self._owners, self._members())
+
+    def _members(self) -> frozenset[str]:
+        """Every member's endpoint as last heard (the other members', and this one's)."""
+        own = self._placement.endpoint
+        return self._peers | {own} if own else self._peers
 
     def _fenced(self) -> None:
         """The broker gave this member's tasks away: they are lost (closed dirty), and it joins again."""

@@ -54,7 +54,8 @@ class Reconciliation:
     def __init__(self, *, placement: Placement, reassign: Reassign,
                  partitions: Callable[[Collection[int]], set[TP]], on_assigned: PartitionsCallback | None,
                  on_revoked: PartitionsCallback | None, on_lost: PartitionsCallback | None,
-                 owners: Callable[[], dict[int, str]], acknowledge: Callable[[], None],
+                 owners: Callable[[], dict[int, str]], members: Callable[[], frozenset[str]],
+                 acknowledge: Callable[[], None],
                  failed: Callable[[BaseException], None]) -> None:
         """`partitions`: the partitions of tasks; `owners`: where each task is active, as last heard;
         `acknowledge`: heartbeat now (a change to report); `failed`: a failure that stops the member."""
@@ -68,6 +69,7 @@ class Reconciliation:
         self._on_revoked = on_revoked
         self._on_lost = on_lost
         self._owners = owners
+        self._members = members
         self._acknowledge = acknowledge
         self._failed = failed
         self._running: asyncio.Task[None] | None = None
@@ -102,7 +104,8 @@ class Reconciliation:
                 # The task manager hears the assignment first (the standbys it names, where tasks are
                 # queried), as a classic member hears it before its partitions change.
                 assignment = Assignment(active=target.active, standby=target.standby | target.warmup,
-                                        owners=dict(self._owners()), warming=target.warmup)
+                                        owners=dict(self._owners()), warming=target.warmup,
+                                        members=self._members())
                 if assignment != self._placement.current:
                     self._placement.assignment_received(assignment)
                 revoked = self.owned.active - target.active

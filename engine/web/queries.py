@@ -31,7 +31,7 @@ from engine.tables.versioned import VersionedTable
 from engine.tables.versions import parse_time_ms
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Collection, Iterable, Mapping
 
     from engine.stores.base import PartitionStore
     from engine.tables.base import BaseTable
@@ -96,16 +96,19 @@ class TableQueries:
     """The queries one worker answers. `owners` gives the current assignment's task -> endpoint map (empty
     before the first assignment), `assigned` the tasks assigned here and whether each is ready (recovered),
     `standby` the store of a partition this worker keeps as a standby (or None), `standbys` the standby
-    tasks here, `endpoint` this worker's own address."""
+    tasks here, `endpoint` this worker's own address, `workers` every worker's address the assignment names
+    (those without active tasks too; by default the owners')."""
 
     def __init__(self, worker: object, tables: Mapping[str, BaseTable], *,
                  owners: Callable[[], Mapping[int, str]], assigned: Callable[[], Mapping[int, bool]],
                  endpoint: Callable[[], str],
                  standby: Callable[[BaseTable, int], PartitionStore | None] | None = None,
-                 standbys: Callable[[], Iterable[int]] = tuple) -> None:
+                 standbys: Callable[[], Iterable[int]] = tuple,
+                 workers: Callable[[], Collection[str]] | None = None) -> None:
         self._worker = worker
         self._tables = tables
         self._owners = owners
+        self._workers = workers or (lambda: set(owners().values()))
         self._assigned = assigned
         self._endpoint = endpoint
         self._standby = standby or (lambda table, number: None)
@@ -256,9 +259,9 @@ class TableQueries:
         return grouped
 
     def other_workers(self) -> list[str]:
-        """The endpoints of every other worker the assignment names (the owners of tasks)."""
+        """The endpoints of every other worker the assignment names (members without active tasks too)."""
         me = self._endpoint()
-        return sorted({owner for owner in self._owners().values() if owner and owner != me})
+        return sorted({worker for worker in self._workers() if worker and worker != me})
 
     # -- health -------------------------------------------------------------------------------------
 

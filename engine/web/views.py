@@ -3,9 +3,8 @@
 goes in, the views come out.
 
     topology       the graph of topics, agents and tables (engine.topology.graph)
-    group          every worker holding active tasks (those the assignment's owners map names: a worker
-                   with only standbys shows on its own page): protocol, generation, active, standby and
-                   recovering tasks, its last changes
+    group          every worker the assignment names (one without active tasks too): protocol, generation,
+                   active, standby and recovering tasks, its last changes
     partitions     every partition processed, by its owner: committed offset, position, lag and its trend,
                    records per second, how long work has waited on it; agents stuck inside one event
     tables         every table: partitions and where they are, keys and bytes on disk, late events,

@@ -142,8 +142,22 @@ def test_user_data_round_trips():
     member = Member("x", "host:8080", frozenset({1, 7}), {1: 0, 3: 12_345_678_901})
     assert decode_member("x", encode_member(member)) == member
     assert decode_member("y", None) == Member("y")
-    assignment = Assignment(frozenset({0}), frozenset({2, 3}), {0: "a:1", 1: "b:2", 2: "a:1"}, frozenset({3}))
+    # c:3 is a member with no active task (only standbys, or none): named all the same, for the app's page.
+    assignment = Assignment(frozenset({0}), frozenset({2, 3}), {0: "a:1", 1: "b:2", 2: "a:1"}, frozenset({3}),
+                            frozenset({"a:1", "b:2", "c:3"}))
     assert decode_assignment(frozenset({0}), encode_assignment(assignment)) == assignment
+    # The layout is the one before members were named: an engine before reads c:3 as an endpoint no task
+    # names, and what such an engine sent reads as naming its owners only.
+    earlier = Assignment(frozenset({0}), frozenset({2}), {0: "a:1", 1: "b:2"})
+    assert decode_assignment(frozenset({0}), encode_assignment(earlier)).members == {"a:1", "b:2"}
+
+
+def test_every_member_is_named_in_every_members_assignment_with_or_without_tasks():
+    members = [Member(f"m{n}", f"host:{8080 + n}") for n in range(3)]
+    assignments = assign(members, 2, standby_replicas=1)  # one member gets no active task
+    assert {m: a.members for m, a in assignments.items()} == {
+        m.id: frozenset({"host:8080", "host:8081", "host:8082"}) for m in members}
+    assert any(not a.active for a in assignments.values())
 
 
 async def test_a_member_gets_the_same_partition_numbers_of_every_topic_it_reads():

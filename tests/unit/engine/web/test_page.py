@@ -196,3 +196,35 @@ def test_a_global_tables_figures_are_one_copys_not_the_sum_over_workers():
     assert (merged["rates"]["keys"], merged["rates"]["disk_bytes"]) == (7, 70)
     assert (merged["counts"]["keys"], merged["counts"]["disk_bytes"]) == (12, 120)
     assert merged["counts"]["here"] == {"w0": [0], "w1": [1]}
+
+
+async def test_a_worker_without_active_tasks_is_in_the_group_all_the_same(tmp_path):
+    """Three workers, two tasks: the one that owns none is still asked and shown (the assignment names every
+    member's endpoint, not only the owners')."""
+    app = engine.App("page-idle")
+    app.topic("pairs", key_type=str, value_type=str, partitions=2)
+    seen = app.Table("seen", default=int, key_type=str, value_type=int)
+
+    @app.agent(app.topics["pairs"])
+    async def note(stream: Any) -> None:
+        async for key, _ in stream.items():
+            seen[key] += 1
+
+    options = {"broker": testing.memory_url(), "web_enabled": True, "web_port": 0, "store": "memory://",
+               "standby_replicas": 1}
+    async with contextlib.AsyncExitStack() as stack:
+        workers = [await stack.enter_async_context(
+            testing.running(app, data_dir=str(tmp_path / name), **options)) for name in "abc"]
+
+        def placed() -> bool:
+            return all(w.placement.current is not None and len(w.placement.workers()) == 3 for w in workers)
+
+        await testing.eventually(placed, 10)
+        async with aiohttp.ClientSession() as session:
+            for worker in workers:
+                status, group = await get(session, worker.web.endpoint, "/ui/group")
+                assert status == 200
+                rows = {row["worker"]: row for row in group["workers"]}
+                assert set(rows) == {w.web.endpoint for w in workers}
+                assert sorted(n for row in rows.values() for n in row["active"]) == [0, 1]
+                assert [row for row in rows.values() if not row["active"]] != []  # the idle one, shown
