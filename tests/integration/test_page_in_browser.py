@@ -19,7 +19,7 @@ from tests.integration.helpers import WorkerProcess, create_topics, produce, uni
 if TYPE_CHECKING:
     from playwright.async_api import Page
 
-pytestmark = [pytest.mark.kafka]
+pytestmark = [pytest.mark.kafka, pytest.mark.both_protocols]
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "build" / "test-artifacts"
 # What Chromium needs on a machine without a display or a network beyond loopback (the machine's notes):
@@ -52,11 +52,16 @@ async def group_rows(page: Page) -> list[dict[str, str]]:
     return rows
 
 
+async def shot(page: Page, what: str, protocol: str) -> None:
+    """A screenshot of the whole page, kept as a test artefact."""
+    await page.screenshot(path=str(ARTIFACTS / f"page-{what}-{protocol}.png"), full_page=True)
+
+
 def tasks(cell: str) -> set[int]:
     return set() if cell == NONE else {int(n) for n in cell.split(", ")}
 
 
-async def test_the_page_shows_the_group_and_its_dead_letters_live(kafka, tmp_path):
+async def test_the_page_shows_the_group_and_its_dead_letters_live(kafka, tmp_path, group_protocol):
     app_id, topic = unique("page"), unique("page-words")
     await create_topics(kafka.bootstrap, [topic])
     env = {"ITEST_APP": app_id, "ITEST_TOPIC": topic, "ENGINE_WEB_PORT": "0"}
@@ -86,12 +91,12 @@ async def test_the_page_shows_the_group_and_its_dead_letters_live(kafka, tmp_pat
             held = [tasks(row["active"]) for row in rows]
             assert held[0] | held[1] == {0, 1, 2, 3}
             assert not held[0] & held[1]
-            assert all(row["protocol"] in ("streams", "classic") for row in rows)
+            assert all(row["protocol"] == group_protocol for row in rows)
             topology = json.loads(await page.evaluate("() => drawnTopology"))  # (the JSON it drew)
             drawn = await page.evaluate("() => document.querySelectorAll('#topology g.node').length")
             assert drawn == len(topology["nodes"])
             assert await page.locator("#topology g.node[data-id='agent:count']").count() == 1
-            await page.screenshot(path=str(ARTIFACTS / "page-two-workers.png"), full_page=True)
+            await shot(page, "two-workers", group_protocol)
 
             # A third worker joins: the page shows it (every worker asked through the group's routing).
             workers.append(WorkerProcess("tests.integration.page_apps:app", kafka.url, env,
@@ -99,7 +104,7 @@ async def test_the_page_shows_the_group_and_its_dead_letters_live(kafka, tmp_pat
             await page.wait_for_function(
                 "() => document.querySelectorAll('#group tbody tr').length === 3", timeout=WAIT_MS)
             assert address_of(workers[2]) in {row["worker"] for row in await group_rows(page)}
-            await page.screenshot(path=str(ARTIFACTS / "page-three-workers.png"), full_page=True)
+            await shot(page, "three-workers", group_protocol)
 
             # A poisoned record: its dead letter, with its reason and its record, once the agent failed on it.
             await produce(kafka.bootstrap, topic, [(b"w5", b"poison")], raw=True)
@@ -113,7 +118,7 @@ async def test_the_page_shows_the_group_and_its_dead_letters_live(kafka, tmp_pat
             counts = await page.locator("#dead-letter-counts").text_content()
             assert counts is not None
             assert f"count: 1 (to {app_id}-count-dlq)" in counts
-            await page.screenshot(path=str(ARTIFACTS / "page-dead-letter.png"), full_page=True)
+            await shot(page, "dead-letter", group_protocol)
             await browser.close()
     finally:
         for worker in workers:
