@@ -157,14 +157,16 @@ def open_files(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def size_mb(directory: Path) -> float:
-    """Bytes under `directory` (files that vanish meanwhile, as RocksDB's do, are skipped), in MB."""
-    total = 0
+def store_files(directory: Path) -> tuple[float, int]:
+    """Bytes under `directory` in MB (files that vanish meanwhile, as RocksDB's do, are skipped), and how
+    many SST files there are (RocksDB keeps each one open: most of a worker's file descriptors)."""
+    total, tables = 0, 0
     for root, _, names in os.walk(directory):
         for name in names:
+            tables += name.endswith(".sst")
             with contextlib.suppress(OSError):
                 total += os.stat(os.path.join(root, name)).st_size
-    return total / 2**20
+    return total / 2**20, tables
 
 
 BUCKET = re.compile(r'^engine_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\S+)$', re.MULTILINE)
@@ -204,6 +206,7 @@ class Sample:
     file_mb: float
     files: int
     store_mb: float
+    sst_files: int
     lag: list[tuple[float, float]]
 
 
@@ -216,9 +219,9 @@ async def sample_forever(pid: int, data_dir: Path, address: str, started: float,
             except (aiohttp.ClientError, TimeoutError):
                 lag = []
             anonymous, file_backed = rss_mb(pid)
-            store = await asyncio.to_thread(size_mb, data_dir)
+            store, tables = await asyncio.to_thread(store_files, data_dir)
             into.append(Sample(time.monotonic() - started, anonymous, file_backed, open_files(pid), store,
-                               lag))
+                               tables, lag))
             await asyncio.sleep(SAMPLE_EVERY)
 
 
@@ -338,6 +341,7 @@ class Minute:
     rss_mb: float
     files: float
     store_mb: float
+    sst_files: float
     loop_lag_p99_ms: float
     latency_p50_ms: float
     latency_p99_ms: float
@@ -359,7 +363,8 @@ def per_minute(samples: list[Sample], outputs: Outputs, minutes: int) -> list[Mi
                     else (math.nan, math.nan))
         rows.append(Minute(minute, statistics.fmean(s.rss_mb for s in within),
                            statistics.fmean(s.files for s in within),
-                           statistics.fmean(s.store_mb for s in within), lag * 1000, p50 * 1000, p99 * 1000))
+                           statistics.fmean(s.store_mb for s in within),
+                           statistics.fmean(s.sst_files for s in within), lag * 1000, p50 * 1000, p99 * 1000))
     return rows
 
 
@@ -521,10 +526,11 @@ def report(options: Options, sent_for: float, truth: Truth, outputs: Outputs, wi
     print(f"table counts: {len(truth.counts):,} keys, {wrong_counts} wrong; late events {late}; "
           f"exit codes {codes}")
     rows = per_minute(samples, outputs, math.ceil(minutes))
-    print("minute  RSS MB  files  store MB  loop lag p99 ms  latency p50 ms  latency p99 ms")
+    print("minute  RSS MB  files  SST files  store MB  loop lag p99 ms  latency p50 ms  latency p99 ms")
     for row in rows:
-        print(f"{row.minute:6}  {row.rss_mb:6.1f}  {row.files:5.0f}  {row.store_mb:8.1f}  "
-              f"{row.loop_lag_p99_ms:15.1f}  {row.latency_p50_ms:14.1f}  {row.latency_p99_ms:14.1f}")
+        print(f"{row.minute:6}  {row.rss_mb:6.1f}  {row.files:5.0f}  {row.sst_files:9.0f}  "
+              f"{row.store_mb:8.1f}  {row.loop_lag_p99_ms:15.1f}  {row.latency_p50_ms:14.1f}  "
+              f"{row.latency_p99_ms:14.1f}")
     after = [s for s in samples if s.seconds >= warmup * 60]
     if len(after) >= 3:
         first, last = after[0], after[-1]
@@ -547,7 +553,9 @@ def report(options: Options, sent_for: float, truth: Truth, outputs: Outputs, wi
         xs = [row.minute for row in rows]
         draw(plot, f"benchmarks.soak: {what}, {total:,} events, worker B restarted (dotted)", "minute", [
             Panel("worker A's anonymous RSS", "MB", [("RSS", xs, [r.rss_mb for r in rows])]),
-            Panel("worker A's open file descriptors", "files", [("files", xs, [r.files for r in rows])]),
+            Panel("worker A's open file descriptors, and the SST files of its stores (each held open)",
+                  "files", [("open files", xs, [r.files for r in rows]),
+                            ("SST files", xs, [r.sst_files for r in rows])]),
             Panel("worker A's data dir", "MB", [("store", xs, [r.store_mb for r in rows])]),
             Panel("event latency per minute, from its sending to the agent's output (log scale)", "ms",
                   [("p50", xs, [r.latency_p50_ms for r in rows]),
