@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,22 +25,23 @@ from benchmarks.common import broker, create_topics, median, parser, preload
 from benchmarks.stateful_json import engine_count
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
-    from contextlib import AbstractContextManager
+    from collections.abc import AsyncIterator, Callable
+    from contextlib import AbstractAsyncContextManager
 
     import engine
 
-# The page's polls, from a process of their own: GET /ui/app every INTERVAL seconds, the answers' statuses
-# counted into the file it is given when it stops (SIGTERM).
+# The page's polls, from a process of their own: GET /ui/app every INTERVAL seconds (a LIMIT of them, if
+# given), the answers counted into the file it is given when it stops (SIGTERM, or the limit reached).
 POLLER = """
 import signal, sys, time, urllib.request
 url, every, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+limit = int(sys.argv[4]) if len(sys.argv) > 4 else None
 answered = []
 def stop(*_):
     open(out, "w").write(str(len(answered)))
     sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
-while True:
+while limit is None or len(answered) < limit:
     started = time.monotonic()
     try:
         with urllib.request.urlopen(url, timeout=5) as reply:
@@ -49,28 +50,45 @@ while True:
     except OSError:
         pass
     time.sleep(max(0.0, every - (time.monotonic() - started)))
+stop()
 """
+BURST = 200  # polls of an idle worker, to measure its CPU per poll
 
 
-def polling(every: float, answered: list[int]) -> Callable[[engine.Worker], AbstractContextManager[object]]:
+def polling(every: float, answered: list[int], cpu_per_poll: list[float]
+            ) -> Callable[[engine.Worker], AbstractAsyncContextManager[object]]:
     """What runs beside the worker (`engine_count(beside=...)`): the page's polls while the count runs, how
-    many were answered appended to `answered` at the end."""
+    many were answered appended to `answered` at the end; then, the count done and the worker idle, the CPU
+    seconds this process (the worker's) spends per poll, over BURST polls as fast as they are answered,
+    appended to `cpu_per_poll`."""
 
-    @contextlib.contextmanager
-    def beside(worker: engine.Worker) -> Iterator[object]:
+    @contextlib.asynccontextmanager
+    async def beside(worker: engine.Worker) -> AsyncIterator[object]:
         assert worker.web is not None
+        url = f"http://{worker.web.endpoint}/ui/app"
         out = Path(f"/tmp/page-cost-{uuid.uuid4().hex[:8]}")
-        poller = subprocess.Popen([sys.executable, "-c", POLLER, f"http://{worker.web.endpoint}/ui/app",
-                                   str(every), str(out)])
+        poller = await asyncio.create_subprocess_exec(sys.executable, "-c", POLLER, url, str(every), str(out))
         try:
             yield poller
         finally:
             poller.terminate()
-            poller.wait(10)
-            answered.append(int(out.read_text()) if out.exists() else 0)
-            out.unlink(missing_ok=True)
+            await poller.wait()
+            answered.append(await asyncio.to_thread(_answered, out))
+        burst = await asyncio.create_subprocess_exec(sys.executable, "-c", POLLER, url, "0", str(out),
+                                                     str(BURST))
+        started = time.process_time()
+        await burst.wait()
+        cpu_per_poll.append((time.process_time() - started) / BURST)
+        await asyncio.to_thread(_answered, out)
 
     return beside
+
+
+def _answered(out: Path) -> int:
+    """How many polls a poller counted into `out` (the file then gone)."""
+    count = int(out.read_text()) if out.exists() else 0
+    out.unlink(missing_ok=True)
+    return count
 
 
 async def main() -> None:
@@ -88,6 +106,7 @@ async def main() -> None:
         kinds: list[float | None] = [None, *args.every]
         ratios: dict[float, list[float]] = {every: [] for every in args.every}
         truth = None
+        cpu_per_poll: list[float] = []
         for round_ in range(args.rounds):
             shift = round_ % len(kinds)
             rates: dict[float | None, float] = {}
@@ -95,7 +114,7 @@ async def main() -> None:
                 answered: list[int] = []
                 rate, _, counts = await engine_count(
                     bootstrap, source, args.messages, web_enabled=True, web_port=0,
-                    beside=polling(every, answered) if every is not None else None)
+                    beside=polling(every, answered, cpu_per_poll) if every is not None else None)
                 truth = truth or counts
                 assert counts == truth, "every run counts every event of every key"
                 rates[every] = rate
@@ -109,6 +128,9 @@ async def main() -> None:
                 ratios[every].append(rates[every] / rates[None])
         for every in args.every:
             print(f"median of {args.rounds}: polled every {every:g} s / no page {median(ratios[every]):.3f}")
+        per_poll = median(cpu_per_poll)
+        print(f"CPU of the worker per poll of /ui/app (idle, {BURST} polls, median of {len(cpu_per_poll)}): "
+              f"{per_poll * 1000:.2f} ms, {per_poll / 2:.2%} of a core for one page open (a poll every 2 s)")
 
 
 if __name__ == "__main__":

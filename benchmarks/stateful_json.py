@@ -59,7 +59,8 @@ from tests.integration.helpers import latest, read_all
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    Beside = Callable[[engine.Worker], contextlib.AbstractContextManager[object]]  # (benchmarks.page_cost's)
+    # What runs beside the worker while it counts (benchmarks.page_cost's polls)
+    Beside = Callable[[engine.Worker], contextlib.AbstractAsyncContextManager[object]]
 
 
 async def raw_count(bootstrap: str, source: str, count: int) -> tuple[float, float, Counter[str]]:
@@ -168,7 +169,7 @@ async def engine_count(bootstrap: str, source: str, count: int, *, beside: Besid
     await worker.start()
     settle_heap()  # as engine worker does after start-up
     try:
-        with beside(worker) if beside is not None else contextlib.nullcontext():
+        async with beside(worker) if beside is not None else contextlib.nullcontext():
             await done.wait()
         rate = count / (time.perf_counter() - first[0])
         cpu = (time.process_time() - first[1]) / count * 1e6
