@@ -153,6 +153,7 @@ async def engine_count(bootstrap: str, source: str, count: int, *, beside: Besid
     done = asyncio.Event()
     seen = 0
     first: list[float] = []
+    last: list[float] = []  # (measured at the last event: what runs beside may go on after it)
 
     @app.agent(events)
     async def count_users(stream):
@@ -163,6 +164,7 @@ async def engine_count(bootstrap: str, source: str, count: int, *, beside: Besid
             counts[key] += 1  # the key is the value's user (preload keys by user; checked at the end)
             seen += 1
             if seen == count:
+                last.extend((time.perf_counter(), time.process_time()))
                 done.set()
 
     worker = engine.Worker(app, app.settings())
@@ -171,8 +173,8 @@ async def engine_count(bootstrap: str, source: str, count: int, *, beside: Besid
     try:
         async with beside(worker) if beside is not None else contextlib.nullcontext():
             await done.wait()
-        rate = count / (time.perf_counter() - first[0])
-        cpu = (time.process_time() - first[1]) / count * 1e6
+        rate = count / (last[0] - first[0])
+        cpu = (last[1] - first[1]) / count * 1e6
         return rate, cpu, Counter({f"user-{key}": n for key, n in counts.items()})
     finally:
         gc.unfreeze()
