@@ -233,7 +233,12 @@ class TaskManager(Service):
         # offset the broker no longer has is said and followed the same way.
         self.pauses.hold(tps, RECOVERING)
         for task in fresh:
-            task.restoring(await self.standbys.for_active(task.number) if self.standbys is not None else None)
+            state = await self.standbys.for_active(task.number) if self.standbys is not None else None
+            if task.state is not TaskState.CREATED:  # closed while its stores opened: the worker stops
+                if state is not None:
+                    state.close()
+                return  # (nothing more to set up: every task is closed)
+            task.restoring(state)
         self._recover(tps)
 
     def _recover(self, tps: set[TP]) -> None:

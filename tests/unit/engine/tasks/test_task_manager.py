@@ -149,6 +149,36 @@ async def test_an_assigned_task_starts_its_producer_before_reading_its_offsets_a
     assert tasks.active[0].leases[IN0] is tasks.leases.current[IN0]
 
 
+class SlowOpeningTables(FakeTables):
+    """Tables whose stores take until `opening` is set to open (a RocksDB open, off the event loop)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opening = asyncio.Event()
+
+    async def opened(self, wanted: Any) -> Any:
+        await self.opening.wait()
+        for table, number in wanted:
+            yield table, number, self.open_store(table, number)
+
+
+async def test_a_worker_that_stops_while_a_tasks_stores_open_closes_them_and_sets_nothing_up():
+    """The stores of a task becoming active open off the event loop, and the worker may stop meanwhile (a
+    SIGTERM right after start): the task, closed by the stop, is not set up, and its stores close."""
+    tables = SlowOpeningTables()
+    tasks, _ = manager([], tables=tables)
+    assigning = asyncio.ensure_future(tasks.assigned({IN0}))
+    await asyncio.sleep(0.01)  # (the task made, its stores opening)
+    task = tasks.active[0]
+    await tasks.close_all()  # what the worker's stop does
+    tables.opening.set()
+    await assigning
+    assert tasks.failure is None  # (was: "task 0 cannot go from closed to restoring", the worker stopped)
+    assert task.closed
+    assert not tasks._recoveries  # no set-up started
+    assert tables.closed == [tables.changelog(0)]  # its store, opened after the stop, closed
+
+
 class OutageTables(FakeTables):
     """Tables whose restores find no broker the first `outage` times (one restarting during a set-up)."""
 
