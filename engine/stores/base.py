@@ -62,8 +62,8 @@ class PartitionStore(StoreView, Protocol):
 
 class StoreBackend(Protocol):
     url: str
-    # Whether opening a store waits on the disk (a RocksDB open reads its files: ~25 ms): a task set up while
-    # others run opens those off the event loop (engine.tables.manager).
+    # Whether opening a store waits on the disk (a RocksDB open reads its files; benchmarks/README.md has the
+    # figure): a task set up while others run opens those off the event loop (engine.tables.manager).
     blocking: bool
 
     def open(self, table: str, partition: int) -> PartitionStore: ...

@@ -299,7 +299,7 @@ class RocksDBPartitionStore:
 
 
 class RocksDBStoreBackend:
-    blocking = True  # (an open reads the store's files; rocksdict lets go of the GIL for most of it)
+    blocking = True  # (an open reads the store's files; rocksdict releases the GIL while it waits on them)
 
     def __init__(self, url: str, data_dir: Path, memory: int | None = None) -> None:
         self.url = url

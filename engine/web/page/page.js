@@ -5,7 +5,6 @@
 const POLL_MS = 2000;
 const NODE_W = 200, NODE_H = 40, COLUMN_GAP = 80, ROW_GAP = 14, PAD = 10;
 let drawnTopology = "";
-let polls = 0;
 let skew = 0;  // the worker's clock minus the browser's (seconds): ages are the worker's
 
 function el(tag, attributes, ...children) {
@@ -216,8 +215,6 @@ async function poll() {
       const reply = await fetch("/ui/app", {cache: "no-store"});
       if (!reply.ok) throw new Error(`the worker answered ${reply.status}`);
       render(await reply.json());
-      polls += 1;
-      document.body.dataset.polls = String(polls);
       health(true, `updated ${new Date().toLocaleTimeString()}`);
     } catch (error) {
       health(false, `not updated: ${error.message}`);
