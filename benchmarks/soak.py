@@ -280,7 +280,10 @@ class Finals:
         return len(self.found) >= self.expected
 
 
-async def read_all(bootstrap: str, topic: str, reader: Any, timeout: float) -> None:
+async def read_through(bootstrap: str, topic: str, reader: Any, timeout: float) -> None:
+    """Every record of `topic` (read_committed) handed to `reader.see` as it comes, none kept (the hour's
+    7.2M outputs would not fit the way tests.integration.helpers.read_all keeps them), until
+    `reader.complete()` or `timeout`, then 3 s more, for a record that should not be there (a duplicate)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
                                 enable_auto_commit=False, max_partition_fetch_bytes=4 << 20)
     await consumer.start()
@@ -490,9 +493,9 @@ async def run(bootstrap: str, options: Options, app_id: str, workers: Workers, c
     outputs = Outputs(total, rate, options.keys)
     windows = Finals(len(truth.windows), WINDOW_MS)
     sessions = Finals(len(truth.sessions), None)
-    await read_all(bootstrap, f"{app_id}-out", outputs, timeout=600)
-    await read_all(bootstrap, f"{app_id}-per-window-closed", windows, timeout=300)
-    await read_all(bootstrap, f"{app_id}-sessions-closed", sessions, timeout=300)
+    await read_through(bootstrap, f"{app_id}-out", outputs, timeout=600)
+    await read_through(bootstrap, f"{app_id}-per-window-closed", windows, timeout=300)
+    await read_through(bootstrap, f"{app_id}-sessions-closed", sessions, timeout=300)
     counts = {k: v for k, v in (await table_counts(address)).items() if k not in closing}
     late = 0
     async with aiohttp.ClientSession() as session:
