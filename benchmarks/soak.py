@@ -153,8 +153,14 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return int(fields["RssAnon"].split()[0]) / 1024, int(fields["RssFile"].split()[0]) / 1024
 
 
-def open_files(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+def open_files(pid: int) -> tuple[int, int]:
+    """The process's open file descriptors, and how many of them are sockets (the rest: files and pipes)."""
+    total = sockets = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            sockets += int(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"))
+            total += 1
+    return total, sockets
 
 
 def store_files(directory: Path) -> tuple[float, int]:
@@ -170,6 +176,13 @@ def store_files(directory: Path) -> tuple[float, int]:
 
 
 BUCKET = re.compile(r'^engine_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\S+)$', re.MULTILINE)
+STORE_MEMORY = re.compile(r'^engine_store_memory_bytes\{part="total"\} (\S+)$', re.MULTILINE)
+
+
+def store_memory_mb(metrics: str) -> float:
+    """What the worker's RocksDB stores hold of their memory budget (memtables and block cache), in MB."""
+    found = STORE_MEMORY.search(metrics)
+    return float(found.group(1)) / 2**20 if found else math.nan
 
 
 def lag_buckets(metrics: str) -> list[tuple[float, float]]:
@@ -208,6 +221,8 @@ class Sample:
     store_mb: float
     sst_files: int
     lag: list[tuple[float, float]]
+    store_memory_mb: float
+    sockets: int
 
 
 async def sample_forever(pid: int, data_dir: Path, address: str, started: float, into: list[Sample]) -> None:
@@ -215,13 +230,14 @@ async def sample_forever(pid: int, data_dir: Path, address: str, started: float,
         while True:
             try:
                 async with session.get(f"http://{address}/metrics") as reply:
-                    lag = lag_buckets(await reply.text())
+                    metrics = await reply.text()
             except (aiohttp.ClientError, TimeoutError):
-                lag = []
+                metrics = ""
             anonymous, file_backed = rss_mb(pid)
+            files, sockets = open_files(pid)
             store, tables = await asyncio.to_thread(store_files, data_dir)
-            into.append(Sample(time.monotonic() - started, anonymous, file_backed, open_files(pid), store,
-                               tables, lag))
+            into.append(Sample(time.monotonic() - started, anonymous, file_backed, files, store, tables,
+                               lag_buckets(metrics), store_memory_mb(metrics), sockets))
             await asyncio.sleep(SAMPLE_EVERY)
 
 
@@ -342,7 +358,9 @@ def log_lines(logs: list[Path]) -> Counter[str]:
 class Minute:
     minute: int
     rss_mb: float
+    store_memory_mb: float
     files: float
+    sockets: float
     store_mb: float
     sst_files: float
     loop_lag_p99_ms: float
@@ -365,7 +383,9 @@ def per_minute(samples: list[Sample], outputs: Outputs, minutes: int) -> list[Mi
         p50, p99 = ((percentile(latencies, 0.5), percentile(latencies, 0.99)) if latencies
                     else (math.nan, math.nan))
         rows.append(Minute(minute, statistics.fmean(s.rss_mb for s in within),
+                           statistics.fmean(s.store_memory_mb for s in within),
                            statistics.fmean(s.files for s in within),
+                           statistics.fmean(s.sockets for s in within),
                            statistics.fmean(s.store_mb for s in within),
                            statistics.fmean(s.sst_files for s in within), lag * 1000, p50 * 1000, p99 * 1000))
     return rows
@@ -529,9 +549,11 @@ def report(options: Options, sent_for: float, truth: Truth, outputs: Outputs, wi
     print(f"table counts: {len(truth.counts):,} keys, {wrong_counts} wrong; late events {late}; "
           f"exit codes {codes}")
     rows = per_minute(samples, outputs, math.ceil(minutes))
-    print("minute  RSS MB  files  SST files  store MB  loop lag p99 ms  latency p50 ms  latency p99 ms")
+    print("minute  RSS MB  stores' memory MB  files  sockets  SST files  store MB  loop lag p99 ms  "
+          "latency p50 ms  latency p99 ms")
     for row in rows:
-        print(f"{row.minute:6}  {row.rss_mb:6.1f}  {row.files:5.0f}  {row.sst_files:9.0f}  "
+        print(f"{row.minute:6}  {row.rss_mb:6.1f}  {row.store_memory_mb:17.1f}  {row.files:5.0f}  "
+              f"{row.sockets:7.0f}  {row.sst_files:9.0f}  "
               f"{row.store_mb:8.1f}  {row.loop_lag_p99_ms:15.1f}  {row.latency_p50_ms:14.1f}  "
               f"{row.latency_p99_ms:14.1f}")
     after = [s for s in samples if s.seconds >= warmup * 60]
@@ -539,7 +561,8 @@ def report(options: Options, sent_for: float, truth: Truth, outputs: Outputs, wi
         first, last = after[0], after[-1]
         print(f"from minute {warmup:g} to the end: RSS {first.rss_mb:.1f} -> {last.rss_mb:.1f} MB "
               f"({(last.rss_mb / first.rss_mb - 1) * 100:+.1f}%, slope "
-              f"{slope_per_minute([(s.seconds, s.rss_mb) for s in after]):+.3f} MB/min), files "
+              f"{slope_per_minute([(s.seconds, s.rss_mb) for s in after]):+.3f} MB/min; the stores' memory "
+              f"{first.store_memory_mb:.1f} -> {last.store_memory_mb:.1f} MB), files "
               f"{first.files} -> {last.files} ({(last.files / first.files - 1) * 100:+.1f}%), store "
               f"{first.store_mb:.1f} -> {last.store_mb:.1f} MB (max {max(s.store_mb for s in after):.1f})")
         latencies = [r.latency_p99_ms for r in rows
@@ -555,10 +578,13 @@ def report(options: Options, sent_for: float, truth: Truth, outputs: Outputs, wi
     if plot is not None:
         xs = [row.minute for row in rows]
         draw(plot, f"benchmarks.soak: {what}, {total:,} events, worker B restarted (dotted)", "minute", [
-            Panel("worker A's anonymous RSS", "MB", [("RSS", xs, [r.rss_mb for r in rows])]),
-            Panel("worker A's open file descriptors, and the SST files of its stores (each held open)",
+            Panel("worker A's anonymous RSS, and what its RocksDB stores hold of their budget", "MB",
+                  [("RSS", xs, [r.rss_mb for r in rows]),
+                   ("stores' memtables and block cache", xs, [r.store_memory_mb for r in rows])]),
+            Panel("worker A's open file descriptors: its stores' SST files (each held open), its sockets",
                   "files", [("open files", xs, [r.files for r in rows]),
-                            ("SST files", xs, [r.sst_files for r in rows])]),
+                            ("SST files", xs, [r.sst_files for r in rows]),
+                            ("sockets", xs, [r.sockets for r in rows])]),
             Panel("worker A's data dir", "MB", [("store", xs, [r.store_mb for r in rows])]),
             Panel("event latency per minute, from its sending to the agent's output (log scale)", "ms",
                   [("p50", xs, [r.latency_p50_ms for r in rows]),

@@ -134,8 +134,13 @@ def _tables(worker: Worker) -> list[Family]:
         for name, table in sorted(manager.tables.items()):
             local.add((name,), sum(1 for _ in table.active))
     progress = manager.progress if manager is not None else None
+    memory = Family("engine_store_memory_bytes", "Memory the RocksDB stores hold outside Python's objects: "
+                    "`total` charged to their shared budget (store_memory), `memtables` of it unflushed "
+                    "writes", "gauge", ("part",))
+    for part, size in sorted((manager.store_memory() if manager is not None else {}).items()):
+        memory.add((part,), size)
     return [
-        changelog, closed, late, local,
+        changelog, closed, late, local, memory,
         Family("engine_recovery_records", "Changelog records replayed into stores to recover "
                "partitions", "counter").add((), progress.applied if progress is not None else 0),
         Family("engine_recovery_records_remaining", "Changelog records left to replay before the "

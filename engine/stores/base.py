@@ -71,6 +71,11 @@ class StoreBackend(Protocol):
     def destroy(self, table: str, partition: int) -> None:
         """Delete a partition's data (the store must be closed): it is rebuilt from the changelog."""
 
+    def memory_bytes(self) -> dict[str, int]:
+        """Memory the backend's stores hold outside Python's objects, by part (RocksDB: `total` charged to
+        the shared budget, of which `memtables`): what `/metrics` shows beside the process's own size, so
+        that a worker's memory can be told apart from its stores' caches filling their budget."""
+
     def stored_partitions(self, table: str) -> dict[int, tuple[int | None, float]]:
         """The partitions of `table` with a store kept here (none open): each store's changelog offset and
         when it was last written (epoch seconds). What a restarted worker tells the assignor it holds."""

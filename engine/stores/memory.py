@@ -94,6 +94,9 @@ class MemoryStoreBackend:
     def destroy(self, table: str, partition: int) -> None:
         self._partitions.pop((table, partition), None)
 
+    def memory_bytes(self) -> dict[str, int]:
+        return {}  # Python's own objects, in the process's memory with the rest
+
     def stored_partitions(self, table: str) -> dict[int, tuple[int | None, float]]:
         return {number: (meta.get("offset"), time.time())
                 for (name, number), (_, meta) in self._partitions.items() if name == table}

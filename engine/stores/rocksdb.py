@@ -56,10 +56,18 @@ IDENTITY_KEY = b"changelog-id"
 INPUTS_KEY = b"input-offsets"  # "topic:partition:offset" lines (a topic name has no ':' nor newline)
 
 
+LOG_FILE_BYTES = 256 << 10
+
+
 def _options(memory: SharedMemory | None = None) -> Options:
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
+    # RocksDB's info LOG (flushes, compactions, a stats dump every 10 minutes) grows without end by default,
+    # and every open keeps the last one as LOG.old.<time>, up to 1,000: the largest files of a store that
+    # runs for days. Rolled at 256 KiB, the current one and one old one kept.
+    options.set_max_log_file_size(LOG_FILE_BYTES)
+    options.set_keep_log_file_num(2)
     if memory is not None:
         memory.apply(options)
     return options
@@ -77,6 +85,11 @@ class SharedMemory:
         self.cache = Cache(size)
         self.write_buffers = WriteBufferManager.new_write_buffer_manager_with_cache(
             size // 2, False, self.cache)
+
+    def bytes_held(self) -> dict[str, int]:
+        """What the budget holds now: `total` (memtables included, as they are charged to the cache) and
+        `memtables`."""
+        return {"total": self.cache.get_usage(), "memtables": self.write_buffers.get_usage()}
 
     def apply(self, options: Options) -> None:
         options.set_write_buffer_manager(self.write_buffers)
@@ -309,6 +322,9 @@ class RocksDBStoreBackend:
 
     def path(self, table: str, partition: int) -> Path:
         return self.root / table / str(partition)
+
+    def memory_bytes(self) -> dict[str, int]:
+        return self.memory.bytes_held() if self.memory is not None else {}
 
     def open(self, table: str, partition: int) -> RocksDBPartitionStore:
         path = self.path(table, partition)

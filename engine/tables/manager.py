@@ -77,6 +77,14 @@ class TableManager(Service):
         """The tables split by task (all but the global ones)."""
         return [t for t in self.tables.values() if not t.is_global]
 
+    def store_memory(self) -> dict[str, int]:
+        """Memory the stores of every backend hold outside Python's objects, by part (StoreBackend)."""
+        held: dict[str, int] = {}
+        for backend in self._backends.values():
+            for part, size in backend.memory_bytes().items():
+                held[part] = held.get(part, 0) + size
+        return held
+
     def task_partitions(self, number: int) -> list[tuple[BaseTable, int]]:
         """Task `number`'s partition of each partitioned table that has one."""
         return [(t, number) for t in self.partitioned if number < t.partition_count]

@@ -113,3 +113,28 @@ async def test_metrics_parse_and_count_what_was_processed(tmp_path, caplog):
     assert value("engine_tasks", kind="active") == 4
     assert value("engine_event_loop_lag_seconds_count") >= 1
     assert [value("engine_consumer_lag", topic="numbers", partition=str(p)) for p in range(4)] == [0] * 4
+
+
+async def test_metrics_show_what_the_rocksdb_stores_hold_of_their_memory_budget(tmp_path):
+    """The stores' memtables and block cache are memory the process's own size does not explain: a worker
+    whose RSS grows is told apart from its stores filling their budget (`store_memory`) by this gauge."""
+    app = engine.App("store-memory", broker=testing.memory_url(), store="rocksdb://", store_memory=8 << 20)
+    numbers = app.topic("numbers", key_type=str, value_type=int)
+    counts = app.Table("counts", default=int, key_type=str, value_type=int)
+
+    @app.agent(numbers)
+    async def count(stream: Any) -> None:
+        async for key, _ in stream.items():
+            counts[key] += 1
+
+    async with testing.running(app, data_dir=str(tmp_path), web_enabled=True, web_port=0) as worker, \
+            aiohttp.ClientSession() as session:
+        for i in range(N):
+            await numbers.send(key=f"k{i}", value=i)
+        await testing.eventually(lambda: len(dict(counts.items())) == N, 10)
+        await worker.checkpoint()  # the counts written to the stores, not yet flushed to files
+        async with session.get(f"http://{worker.placement.endpoint}/metrics") as response:
+            found = samples(await response.text())
+    total = found[("engine_store_memory_bytes", (("part", "total"),))]
+    memtables = found[("engine_store_memory_bytes", (("part", "memtables"),))]
+    assert 0 < memtables <= total <= 8 << 20
