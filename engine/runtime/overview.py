@@ -152,7 +152,7 @@ async def worker_overview(worker: Worker, samples: PageSamples, watchdog: Watchd
                   "recovering": sorted(n for n, ready in assigned.items() if not ready),
                   "standby": sorted(tasks.standby)},
         "rebalances": tasks.rebalances, "changes": [change.as_json() for change in tasks.history.changes],
-        "partitions": partitions, "stuck": stuck, "tables": _tables(worker),
+        "partitions": partitions, "stuck": stuck, "tables": _tables(worker, await _standby_lags(worker)),
         "recovery": {"applied": progress.applied if progress is not None else 0,
                      "remaining": max(progress.remaining, 0) if progress is not None else 0,
                      "records_per_s": samples.restore_rate()},
@@ -163,11 +163,21 @@ async def worker_overview(worker: Worker, samples: PageSamples, watchdog: Watchd
     }
 
 
-def _tables(worker: Worker) -> list[dict[str, Any]]:
+async def _standby_lags(worker: Worker) -> dict[TP, int | None]:
+    """The changelog partitions of this worker's standby tasks, each with the records it has yet to apply."""
+    if worker.tables is None:
+        return {}
+    standby = worker.tasks.standby
+    return {tp: lag for tp, lag in (await worker.tables.follow_lags()).items() if tp.partition in standby}
+
+
+def _tables(worker: Worker, standby_lags: dict[TP, int | None]) -> list[dict[str, Any]]:
     """Each table's partitions here, its keys (the stores' estimates: counting would scan them), its bytes on
-    disk, its late events; a windowed table's keys are its windows (key, window) kept."""
+    disk, its late events, its standby partitions here with their lag; a windowed table's keys are its
+    windows (key, window) kept."""
     found = []
     for table in worker.app.tables.values():
+        changelog = table.changelog_topic.name
         parts = list(table.active.items())
         windowed = table.windowed
         found.append({
@@ -178,6 +188,8 @@ def _tables(worker: Worker) -> list[dict[str, Any]]:
             "disk_bytes": sum(part.store.disk_bytes() for _, part in parts),
             "late_events": windowed.late_events if windowed is not None else None,
             "windows_closed": table.windows_closed if windowed is not None else None,
+            "standby": {str(tp.partition): lag for tp, lag in sorted(standby_lags.items())
+                        if tp.topic == changelog},
         })
     return found
 

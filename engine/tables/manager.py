@@ -212,6 +212,15 @@ class TableManager(Service):
         """Changelog topic to table name, for the logs."""
         return {t.changelog_topic.name: t.name for t in self.tables.values()}
 
+    async def follow_lags(self) -> dict[TP, int | None]:
+        """Records each followed changelog partition (a standby's, a task's between assignments; not a global
+        table's) has yet to apply, as of the follower's last fetch (None: not fetched yet): how warm a
+        standby is, on the app's page."""
+        if self._follower is None:
+            return {}
+        followed = [tp for tp, state in self.followed.items() if state is not self.globals]
+        return {tp: await self._follower.lag(tp) for tp in followed}
+
     def tables_by_changelog(self, topic: str) -> BaseTable:
         return next(t for t in self.tables.values() if t.changelog_topic.name == topic)
 

@@ -7,8 +7,8 @@ goes in, the views come out.
                    active, standby and recovering tasks, its last changes
     partitions     every partition processed, by its owner: committed offset, position, lag and its trend,
                    records per second, how long work has waited on it; agents stuck inside one event
-    tables         every table: partitions and where they are, keys and bytes on disk, late events,
-                   restore progress
+    tables         every table: partitions and where they are, standbys and their lag, keys and bytes on
+                   disk, late events, restore progress
     dead-letters   records agents failed on, and late events, counted and the latest with their reasons
 """
 
@@ -62,9 +62,12 @@ def tables(overviews: Sequence[Overview]) -> dict[str, Any]:
         for t in o["tables"]:
             table = merged.setdefault(t["name"], {
                 "name": t["name"], "kind": t["kind"], "global": t["global"], "partitions": t["partitions"],
-                "here": {}, "keys": 0, "disk_bytes": 0, "late_events": None, "windows_closed": None})
+                "here": {}, "standby": {}, "keys": 0, "disk_bytes": 0, "late_events": None,
+                "windows_closed": None})
             if t["here"]:
                 table["here"][o["worker"]] = t["here"]
+            if t.get("standby"):  # (an earlier engine's overview has none)
+                table["standby"][o["worker"]] = t["standby"]
             if t["global"]:  # (every worker holds all of a global table: one copy's figures)
                 table["keys"] = max(table["keys"], t["keys"])
                 table["disk_bytes"] = max(table["disk_bytes"], t["disk_bytes"])

@@ -157,9 +157,12 @@ async def test_one_standby_per_partition_and_failover_to_it(kafka, tmp_path):
 
 async def test_a_rolling_restart_of_static_members_moves_no_partition(kafka, tmp_path):
     """group_instance_id="auto": each worker, stopped and started again within the session timeout, gets its
-    own partitions back; nobody else's assignment changes and no store is rebuilt."""
+    own partitions back; nobody else's assignment changes and no store is rebuilt. The session is 20 s,
+    not the default 10: a stop and a start (Python's imports, the group's join) took more than 10 s on a
+    machine busy with the rest of the suite, and the group rightly gave the member's partitions away."""
     app_id, topic, worker, workers = await counting_group(kafka, tmp_path, "rolling",
-                                                          ENGINE_GROUP_INSTANCE_ID="auto")
+                                                          ENGINE_GROUP_INSTANCE_ID="auto",
+                                                          ENGINE_SESSION_TIMEOUT="20")
     changelog = f"{app_id}-counts-changelog"
     words = [f"w{i % 60}" for i in range(3000)]
     try:

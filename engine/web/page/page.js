@@ -159,6 +159,9 @@ function drawTables(view) {
   fill(document.querySelector("#tables tbody"), view.tables.map((t) => row([
     t.name, t.kind, t.partitions,
     Object.entries(t.here).map(([worker, numbers]) => `${worker}: ${numbers.join(",")}`).join("; ") || null,
+    Object.entries(t.standby).map(([worker, lags]) => `${worker}: ` + Object.entries(lags).map(
+      ([partition, lag]) => `${partition} (${lag === null ? "not fetched yet" : `lag ${lag}`})`).join(", "))
+      .join("; ") || null,
     t.keys, size(t.disk_bytes), t.windows_closed, t.late_events,
   ])));
   const restoring = Object.entries(view.recovery).filter(([, r]) => r.remaining > 0);

@@ -5,6 +5,7 @@ twin is that part of `/ui/app`, and the page's files are served from the package
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -200,7 +201,8 @@ def test_a_global_tables_figures_are_one_copys_not_the_sum_over_workers():
 
 async def test_a_worker_without_active_tasks_is_in_the_group_all_the_same(tmp_path):
     """Three workers, two tasks: the one that owns none is still asked and shown (the assignment names every
-    member's endpoint, not only the owners')."""
+    member's endpoint, not only the owners'). Each task's standby is shown on its worker, caught up with the
+    changelog once the counts are committed (lag 0)."""
     app = engine.App("page-idle")
     app.topic("pairs", key_type=str, value_type=str, partitions=2)
     seen = app.Table("seen", default=int, key_type=str, value_type=int)
@@ -228,3 +230,24 @@ async def test_a_worker_without_active_tasks_is_in_the_group_all_the_same(tmp_pa
                 assert set(rows) == {w.web.endpoint for w in workers}
                 assert sorted(n for row in rows.values() for n in row["active"]) == [0, 1]
                 assert [row for row in rows.values() if not row["active"]] != []  # the idle one, shown
+            for n in range(20):
+                await app.topics["pairs"].send(key=f"k{n}", value="v")
+            await testing.eventually(lambda: sum(dict(seen.items()).values()) == 20, 10)
+            for worker in workers:
+                await worker.checkpoint()  # (the changelog written: the standbys have it to follow)
+            owners = {n: w.web.endpoint for w in workers for n in w.assigned()}
+
+            async def standbys() -> dict[str, dict[str, int | None]]:
+                _, view = await get(session, workers[0].web.endpoint, "/ui/tables")
+                [table] = view["tables"]
+                return table["standby"]  # type: ignore[no-any-return]
+
+            async def lags() -> dict[int, int | None]:
+                return {int(p): lag for found in (await standbys()).values() for p, lag in found.items()}
+
+            deadline = asyncio.get_running_loop().time() + 10
+            while await lags() != {0: 0, 1: 0}:
+                assert asyncio.get_running_loop().time() < deadline, await standbys()
+                await asyncio.sleep(0.05)
+            for worker, lags in (await standbys()).items():
+                assert all(owners[int(p)] != worker for p in lags), "a standby is never on its owner"
