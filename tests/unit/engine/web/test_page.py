@@ -251,3 +251,22 @@ async def test_a_worker_without_active_tasks_is_in_the_group_all_the_same(tmp_pa
                 await asyncio.sleep(0.05)
             for worker, lags in (await standbys()).items():
                 assert all(owners[int(p)] != worker for p in lags), "a standby is never on its owner"
+
+
+async def test_a_partition_taken_over_shows_the_offset_the_group_committed_before_it_commits_itself(tmp_path):
+    """A worker that takes partitions over has not committed them yet; what the group committed is where it
+    resumed, and what the page shows (before, nothing until its own first commit)."""
+    app = make_app()
+    options = {"broker": testing.memory_url(), "web_enabled": True, "web_port": 0, "store": "memory://"}
+    sent = Counter(partition_for(word.encode(), 4) for word in WORDS)
+    async with testing.running(app, data_dir=str(tmp_path / "a"), **options) as first:
+        for word in WORDS:
+            await app.topics["words"].send(key=word, value={"at": START + 1})
+        await testing.eventually(lambda: dict(app.tables["counts"].items()) == TRUTH, 10)
+        await first.checkpoint()
+    async with testing.running(app, data_dir=str(tmp_path / "b"), **options) as second, \
+            aiohttp.ClientSession() as session:
+        await testing.eventually(lambda: len(second.assigned()) == 4 and all(second.assigned().values()), 10)
+        _, view = await get(session, second.web.endpoint, "/ui/partitions")
+        committed = {p["partition"]: p["committed"] for p in view["partitions"]}
+        assert committed == {n: sent[n] for n in range(4)}
