@@ -119,8 +119,7 @@ class TaskManager(Service):
         self.checkpoints = self.commits.checkpoints
         self.tables = tables
         self.set_up = TaskSetUp(active=self.active, consumer=consumer, starts=self.starts,
-                                guarantee=guarantee, tables=tables, table_sources=self.table_sources,
-                                settle_standbys=self._settle_standbys)
+                                guarantee=guarantee, tables=tables, table_sources=self.table_sources)
         self._drop_queued = drop_queued
         self.revoke_wait = revoke_wait
         # The set-ups under way, with their partitions: one per assignment (a streams group's member is given
@@ -223,7 +222,7 @@ class TaskManager(Service):
             task.inputs = self.inputs.inputs(task.leases)  # (in timestamp order, or None)
         if not tps:
             if self.tables is not None:
-                self._settle_standbys()
+                await self._settle_standbys()
             self._moved()
             return
         fresh = [task for n in sorted({tp.partition for tp in tps})
@@ -253,6 +252,8 @@ class TaskManager(Service):
         self.pauses.release(resumable, RECOVERING)
         self._moved()
         log.info("tables ready; processing %d partitions", len(resumable))
+        if self.tables is not None:  # (once the tasks set up process: their partitions wait for no standby)
+            await self._settle_standbys()
 
     @property
     def standby(self) -> dict[int, StandbyTask]:
@@ -264,12 +265,12 @@ class TaskManager(Service):
         """The state managers of tasks revoked here, kept warm until the next assignment."""
         return self.standbys.warm if self.standbys is not None else {}
 
-    def _settle_standbys(self) -> None:
+    async def _settle_standbys(self) -> None:
         """After an assignment: the standby tasks it names, the others' stores closed."""
         assert self.standbys is not None
         wanted = self.assignment.standby if self.assignment is not None else frozenset()
-        active = {n: task for n, task in self.active.items() if not task.closed}
-        self.standbys.settle(wanted, active, [state for _, state in self._active_states()])
+        await self.standbys.settle(wanted, lambda: [n for n, task in self.active.items() if not task.closed],
+                                   lambda: [state for _, state in self._active_states()])
 
     def _active_states(self) -> list[tuple[int, StateManager]]:
         return [(n, task.state_manager) for n, task in self.active.items() if task.state_manager is not None]

@@ -21,7 +21,7 @@ from engine.tasks.active import start_producers
 from engine.tasks.lifecycle import TaskState
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Mapping
+    from collections.abc import Collection, Mapping
 
     from engine.commit.guarantee import Guarantee
     from engine.events import TP
@@ -39,20 +39,17 @@ class TaskSetUp:
     """How a worker sets its assigned tasks up."""
 
     def __init__(self, *, active: Mapping[int, ActiveTask], consumer: Consumer, starts: Starts,
-                 guarantee: Guarantee, tables: TableManager | None, table_sources: Collection[str],
-                 settle_standbys: Callable[[], None]) -> None:
+                 guarantee: Guarantee, tables: TableManager | None, table_sources: Collection[str]) -> None:
         """`active`: the worker's active tasks, by number (each try sets up the ones there then: a task
         rewound meanwhile is a new one); `starts`: where each partition starts (the worker's, which /status
         shows); `table_sources`:
-        tables' source topics, whose positions are their stores'; `settle_standbys`: once stores are
-        restored, the standby tasks the assignment names kept and the others' stores closed."""
+        tables' source topics, whose positions are their stores'."""
         self.active = active
         self.consumer = consumer
         self.starts = starts
         self.guarantee = guarantee
         self.tables = tables
         self.table_sources = table_sources
-        self.settle_standbys = settle_standbys
 
     async def run(self, tps: set[TP]) -> None:
         """Set the tasks of the partitions `tps` up, trying again while no broker answers."""
@@ -92,7 +89,6 @@ class TaskSetUp:
             sources = {tp: offset for tp, offset in starts.items() if tp.topic in self.table_sources}
             states = [task.state_manager for task in restoring if task.state_manager is not None]
             await self.tables.restore(states, sources)
-            self.settle_standbys()
         for task in restoring:
             if task.state is TaskState.RESTORING:  # (not closed meanwhile)
                 task.open()

@@ -7,10 +7,15 @@ here, their stores followed by the table manager; a warm state manager becomes a
 one, and closes otherwise (its stores left on disk, for the assignor to weigh). A task becoming active here
 takes its state manager from here (`for_active`): a standby's recycled, or the warm one, stores open, so
 only the tail of each changelog is replayed.
+
+Both open stores off the event loop (the tasks that keep running go on meanwhile), one at a time: a settle
+and a task becoming active never open the same task's stores twice, and none is added once the worker
+stops (`close`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -18,7 +23,7 @@ from engine.tables.state import StateManager
 from engine.tasks.standby import StandbyTask
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable
+    from collections.abc import Callable, Collection, Iterable
 
     from engine.stores import PartitionStore
     from engine.tables.base import BaseTable
@@ -36,20 +41,22 @@ class Standbys:
         # Tasks closed clean here (revoked), their stores kept open and followed until the next assignment
         # says whether they are active, standby, or neither here.
         self.warm: dict[int, StateManager] = {}
+        self._changing = asyncio.Lock()  # a settle or a task becoming active, with the stores it opens
+        self._closed = False
 
     async def for_active(self, number: int) -> StateManager:
         """The state manager of task `number` becoming active here, its stores open: a standby's recycled,
         the one it had before its last revoke here, or a new one. The stores it does not have open yet are
         opened off the event loop (the tasks that keep running here go on meanwhile)."""
-        tables = self.tables
-        standby = self.tasks.pop(number, None)
-        if standby is not None:
-            log.info("standby task %d becomes active here: its stores replay only the tail", number)
-            state = standby.close()
-        else:
-            state = self._kept_or_new(number)
-        await state.open_off_loop(tables.task_partitions(number))
-        return state
+        async with self._changing:
+            standby = self.tasks.pop(number, None)
+            if standby is not None:
+                log.info("standby task %d becomes active here: its stores replay only the tail", number)
+                state = standby.close()
+            else:
+                state = self._kept_or_new(number)
+            await state.open_off_loop(self.tables.task_partitions(number))
+            return state
 
     def released(self, number: int, state: StateManager) -> None:
         """Task `number` closed clean here: its stores stay open and followed until the next assignment says
@@ -58,24 +65,34 @@ class Standbys:
         self.warm[number] = state
         self.tables.follow(state)
 
-    def settle(self, wanted: Collection[int], active: Collection[int], active_states: Iterable[StateManager]
-               ) -> None:
-        """After an assignment: exactly the standby tasks `wanted` but those `active` here, their stores
+    async def settle(self, wanted: Collection[int], active: Callable[[], Collection[int]],
+                     active_states: Callable[[], Iterable[StateManager]]) -> None:
+        """After an assignment: exactly the standby tasks `wanted` but those active here, their stores
         followed; the warm state managers of tasks neither active nor standby here closed; stores on disk
-        of no task here (`active_states` are the active tasks') cleaned up once old enough."""
-        tables, keep = self.tables, set(wanted) - set(active)
-        for number in sorted(set(self.tasks) - keep):
-            self.tasks.pop(number).close().close()
-        for number in sorted(keep - set(self.tasks)):
-            state = self._kept_or_new(number)
-            state.open((table, n) for table, n in tables.task_partitions(number) if table.has_own_changelog)
-            standby = self.tasks[number] = StandbyTask(number, state)
-            standby.start()
-            tables.follow(state)
-        for number in sorted(set(self.warm) - set(active)):
-            self.warm.pop(number).close()
-        kept = [*active_states, *(state for _, state in self.states())]
-        tables.clean_up({tp for state in kept for tp in state.stores})
+        of no task here cleaned up once old enough. `active` and `active_states` (the active tasks'
+        numbers and state managers) are asked once the stores are open: tasks may have changed meanwhile."""
+        async with self._changing:
+            tables = self.tables
+            for number in sorted(set(self.tasks) - (set(wanted) - set(active()))):
+                self.tasks.pop(number).close().close()
+            for number in sorted(set(wanted) - set(active()) - set(self.tasks)):
+                state = self._kept_or_new(number)
+                try:
+                    await state.open_off_loop([(table, n) for table, n in tables.task_partitions(number)
+                                               if table.has_own_changelog])
+                except BaseException:
+                    state.close()
+                    raise
+                if self._closed or number in active():  # (the worker stopped meanwhile)
+                    state.close()
+                    continue
+                standby = self.tasks[number] = StandbyTask(number, state)
+                standby.start()
+                tables.follow(state)
+            for number in sorted(set(self.warm) - set(active())):
+                self.warm.pop(number).close()
+            kept = [*active_states(), *(state for _, state in self.states())]
+            tables.clean_up({tp for state in kept for tp in state.stores})
 
     def states(self) -> list[tuple[int, StateManager]]:
         """The standby tasks' state managers and the warm ones, each with its task's number."""
@@ -98,7 +115,9 @@ class Standbys:
         return state.store(table, number) if state is not None and table.has_own_changelog else None
 
     def close(self) -> None:
-        """The worker stops: every standby task and warm state manager closes, stores left on disk."""
+        """The worker stops: every standby task and warm state manager closes, stores left on disk (and
+        those a settle is opening, once open)."""
+        self._closed = True
         states = [standby.close() for standby in self.tasks.values()]
         self.tasks.clear()
         for state in [*states, *self.warm.values()]:
