@@ -130,7 +130,8 @@ class RocksDBPartitionStore:
         except Exception as exc:  # rocksdict raises plain Exceptions for IO and corruption errors
             message = str(exc)
             if _LOCKED.search(message):
-                raise StoreError(f"store {path} is in use by another process: {message}") from exc
+                holder = "this process" if "by current process" in message else "another process"
+                raise StoreError(f"store {path} is in use by {holder}: {message}") from exc
             if _NO_SPACE in message:
                 raise StoreError(_no_space(f"cannot open {self.name}", message)) from exc
             raise StoreCorrupt(f"store {path} cannot be opened: {message}") from exc

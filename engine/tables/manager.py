@@ -126,10 +126,23 @@ class TableManager(Service):
         self._backend(table).destroy(table.name, number)
 
     def closed_store(self, table: BaseTable, tp: TP, store: PartitionStore) -> None:
+        self._closing(table, tp, store)
+        store.close()
+
+    async def closed_off_loop(self, table: BaseTable, tp: TP, store: PartitionStore) -> None:
+        """`closed_store`, a store of a backend that waits on the disk closed in a thread (a RocksDB store
+        flushes its memtables as it closes)."""
+        self._closing(table, tp, store)
+        if self._backend(table).blocking:
+            await asyncio.to_thread(store.close)
+        else:
+            store.close()
+
+    def _closing(self, table: BaseTable, tp: TP, store: PartitionStore) -> None:
+        """A store about to close: no longer followed, and in the inventory of stores kept on disk."""
         self._unfollow_stores({tp: store})
         if not table.is_global:
             self.on_disk[tp] = (store.changelog_offset(), time.time())
-        store.close()
 
     # -- lifecycle ----------------------------------------------------------------------------------
 

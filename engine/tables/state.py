@@ -50,6 +50,8 @@ class Stores(Protocol):
 
     def closed_store(self, table: BaseTable, tp: TP, store: PartitionStore) -> None: ...
 
+    async def closed_off_loop(self, table: BaseTable, tp: TP, store: PartitionStore) -> None: ...
+
 
 class StateManager:
     """The open stores of one task (or of the global tables), by changelog partition."""
@@ -166,6 +168,13 @@ class StateManager:
         """Close every store; what they hold stays on disk (the table manager's inventory says so)."""
         for tp in list(self.stores):
             self._close(tp)
+
+    async def close_off_loop(self) -> None:
+        """`close`, each store closed where it does not hold the event loop (`Stores.closed_off_loop`): what
+        a settle of the standbys does beside running tasks. Each store is out of `stores` before it closes."""
+        for tp in list(self.stores):
+            table, store = self.stores.pop(tp)
+            await self._stores.closed_off_loop(table, tp, store)
 
     def _close(self, tp: TP) -> None:
         table, store = self.stores.pop(tp)

@@ -8,9 +8,9 @@ one, and closes otherwise (its stores left on disk, for the assignor to weigh). 
 takes its state manager from here (`for_active`): a standby's recycled, or the warm one, stores open, so
 only the tail of each changelog is replayed.
 
-Both open stores off the event loop (the tasks that keep running go on meanwhile), one at a time: a settle
-and a task becoming active never open the same task's stores twice, and none is added once the worker
-stops (`close`).
+Both open (and a settle closes) stores off the event loop, so the tasks that keep running go on meanwhile;
+one at a time: a settle and a task becoming active never open the same task's stores twice nor one being
+closed, and none is added once the worker stops (`close`).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class Standbys:
         async with self._changing:
             tables = self.tables
             for number in sorted(set(self.tasks) - (set(wanted) - set(active()))):
-                self.tasks.pop(number).close().close()
+                await self.tasks.pop(number).close().close_off_loop()
             for number in sorted(set(wanted) - set(active()) - set(self.tasks)):
                 state = self._kept_or_new(number)
                 try:
@@ -90,7 +90,7 @@ class Standbys:
                 standby.start()
                 tables.follow(state)
             for number in sorted(set(self.warm) - set(active())):
-                self.warm.pop(number).close()
+                await self.warm.pop(number).close_off_loop()
             kept = [*active_states(), *(state for _, state in self.states())]
             tables.clean_up({tp for state in kept for tp in state.stores})
 

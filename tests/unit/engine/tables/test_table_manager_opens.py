@@ -1,7 +1,7 @@
 """The table manager opens a task's RocksDB stores off the event loop (a task set up while others run leaves
 the loop to them), each taken out of the inventory of stores kept on disk before the first opens (a clean-up
 meanwhile cannot delete one about to open), and a corrupt one rebuilt empty as a store opened on the loop
-is."""
+is. The standbys' stores open and close in threads too, one change of them at a time."""
 
 from __future__ import annotations
 
@@ -79,3 +79,50 @@ async def test_a_corrupt_store_opened_off_the_loop_is_rebuilt_empty(tmp_path):
     assert dict(reopened.items()) == {}
     assert reopened.changelog_offset() is None  # rebuilt: recovery replays the whole changelog
     state.close()
+
+
+async def test_standby_stores_open_and_close_in_threads_and_a_task_becoming_active_waits_for_the_settle(
+        tmp_path):
+    """A settle of the standbys opens their stores, and closes those no longer wanted (RocksDB flushes as it
+    closes), in threads: the tasks running go on meanwhile. A task becoming active while a settle opens its
+    standby's stores waits for it and recycles them; before, a second open of the same store failed on
+    RocksDB's lock."""
+    from engine.tasks.standbys import Standbys
+
+    app = engine.App("standby-opens", broker="memory://unused")
+    table = app.Table("counts", default=int, key_type=str, value_type=int)
+    table.bind(worker := object(), 4, {})  # (its partition count: a task's partitions of it)
+    manager = manager_of(app, tmp_path)
+    backend = manager._backend(table)
+    threads: list[tuple[str, int, bool]] = []  # (what, partition, on the loop's thread)
+    loop_thread = threading.current_thread().name
+    open_here = backend.open
+
+    def open_watched(name: str, partition: int) -> Any:
+        threads.append(("open", partition, threading.current_thread().name == loop_thread))
+        time.sleep(0.05)  # (a slow disk: the other change is under way meanwhile)
+        store = open_here(name, partition)
+        close_here = store.close
+
+        def close_watched() -> None:
+            threads.append(("close", partition, threading.current_thread().name == loop_thread))
+            close_here()
+
+        store.close = close_watched  # type: ignore[method-assign]
+        return store
+
+    backend.open = open_watched  # type: ignore[method-assign]
+    standbys = Standbys(manager)
+    none: list[Any] = []
+    await standbys.settle({0, 1}, lambda: none, lambda: none)
+    assert sorted(standbys.tasks) == [0, 1]
+    settling = asyncio.ensure_future(standbys.settle({1, 2}, lambda: none, lambda: none))
+    await asyncio.sleep(0.01)  # (the settle is closing 0, then opening 2)
+    state = await standbys.for_active(2)
+    await settling
+    assert sorted(standbys.tasks) == [1]  # 2 became active, its standby recycled
+    assert sorted(state.stores) == [TP(table.changelog_topic.name, 2)]
+    assert threads == [("open", 0, False), ("open", 1, False), ("close", 0, False), ("open", 2, False)]
+    state.close()
+    standbys.close()
+    table.unbind(worker)

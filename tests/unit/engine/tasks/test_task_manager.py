@@ -106,6 +106,9 @@ class FakeTables:
         self.closed.append(tp)
         store.close()
 
+    async def closed_off_loop(self, table: Any, tp: TP, store: Any) -> None:
+        self.closed_store(table, tp, store)
+
 
 class Assignment:
     def __init__(self, active: set[int], standby: set[int]) -> None:
