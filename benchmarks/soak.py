@@ -163,16 +163,21 @@ def open_files(pid: int) -> tuple[int, int]:
     return total, sockets
 
 
-def store_files(directory: Path) -> tuple[float, int]:
-    """Bytes under `directory` in MB (files that vanish meanwhile, as RocksDB's do, are skipped), and how
-    many SST files there are (RocksDB keeps each one open: most of a worker's file descriptors)."""
-    total, tables = 0, 0
+def store_files(directory: Path) -> tuple[float, float, int]:
+    """MB under `directory` of the stores' data (all but RocksDB's info logs), MB of those logs (files that
+    vanish meanwhile, as RocksDB's do, are skipped), and how many SST files there are (RocksDB keeps each
+    one open: most of a worker's file descriptors)."""
+    data = logs = tables = 0
     for root, _, names in os.walk(directory):
         for name in names:
-            tables += name.endswith(".sst")
+            tables += int(name.endswith(".sst"))
             with contextlib.suppress(OSError):
-                total += os.stat(os.path.join(root, name)).st_size
-    return total / 2**20, tables
+                size = os.stat(os.path.join(root, name)).st_size
+                if name.startswith("LOG"):
+                    logs += size
+                else:
+                    data += size
+    return data / 2**20, logs / 2**20, tables
 
 
 BUCKET = re.compile(r'^engine_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\S+)$', re.MULTILINE)
@@ -223,6 +228,7 @@ class Sample:
     lag: list[tuple[float, float]]
     store_memory_mb: float
     sockets: int
+    info_logs_mb: float
 
 
 async def sample_forever(pid: int, data_dir: Path, address: str, started: float, into: list[Sample]) -> None:
@@ -235,9 +241,9 @@ async def sample_forever(pid: int, data_dir: Path, address: str, started: float,
                 metrics = ""
             anonymous, file_backed = rss_mb(pid)
             files, sockets = open_files(pid)
-            store, tables = await asyncio.to_thread(store_files, data_dir)
+            store, logs, tables = await asyncio.to_thread(store_files, data_dir)
             into.append(Sample(time.monotonic() - started, anonymous, file_backed, files, store, tables,
-                               lag_buckets(metrics), store_memory_mb(metrics), sockets))
+                               lag_buckets(metrics), store_memory_mb(metrics), sockets, logs))
             await asyncio.sleep(SAMPLE_EVERY)
 
 
@@ -362,6 +368,7 @@ class Minute:
     files: float
     sockets: float
     store_mb: float
+    info_logs_mb: float
     sst_files: float
     loop_lag_p99_ms: float
     latency_p50_ms: float
@@ -387,6 +394,7 @@ def per_minute(samples: list[Sample], outputs: Outputs, minutes: int) -> list[Mi
                            statistics.fmean(s.files for s in within),
                            statistics.fmean(s.sockets for s in within),
                            statistics.fmean(s.store_mb for s in within),
+                           statistics.fmean(s.info_logs_mb for s in within),
                            statistics.fmean(s.sst_files for s in within), lag * 1000, p50 * 1000, p99 * 1000))
     return rows
 
@@ -549,24 +557,30 @@ def report(options: Options, sent_for: float, truth: Truth, outputs: Outputs, wi
     print(f"table counts: {len(truth.counts):,} keys, {wrong_counts} wrong; late events {late}; "
           f"exit codes {codes}")
     rows = per_minute(samples, outputs, math.ceil(minutes))
-    print("minute  RSS MB  stores' memory MB  files  sockets  SST files  store MB  loop lag p99 ms  "
+    print("minute  RSS MB  stores' memory MB  files  sockets  SST files  store MB  logs MB  loop lag p99 ms  "
           "latency p50 ms  latency p99 ms")
     for row in rows:
         print(f"{row.minute:6}  {row.rss_mb:6.1f}  {row.store_memory_mb:17.1f}  {row.files:5.0f}  "
-              f"{row.sockets:7.0f}  {row.sst_files:9.0f}  "
-              f"{row.store_mb:8.1f}  {row.loop_lag_p99_ms:15.1f}  {row.latency_p50_ms:14.1f}  "
-              f"{row.latency_p99_ms:14.1f}")
+              f"{row.sockets:7.0f}  {row.sst_files:9.0f}  {row.store_mb:8.1f}  {row.info_logs_mb:7.2f}  "
+              f"{row.loop_lag_p99_ms:15.1f}  {row.latency_p50_ms:14.1f}  {row.latency_p99_ms:14.1f}")
     after = [s for s in samples if s.seconds >= warmup * 60]
-    if len(after) >= 3:
-        first, last = after[0], after[-1]
-        print(f"from minute {warmup:g} to the end: RSS {first.rss_mb:.1f} -> {last.rss_mb:.1f} MB "
-              f"({(last.rss_mb / first.rss_mb - 1) * 100:+.1f}%, slope "
-              f"{slope_per_minute([(s.seconds, s.rss_mb) for s in after]):+.3f} MB/min; the stores' memory "
-              f"{first.store_memory_mb:.1f} -> {last.store_memory_mb:.1f} MB), files "
-              f"{first.files} -> {last.files} ({(last.files / first.files - 1) * 100:+.1f}%), store "
-              f"{first.store_mb:.1f} -> {last.store_mb:.1f} MB (max {max(s.store_mb for s in after):.1f})")
-        latencies = [r.latency_p99_ms for r in rows
-                     if r.minute >= warmup and not math.isnan(r.latency_p99_ms)]
+    settled = [r for r in rows if r.minute >= warmup]
+    if len(settled) >= 2:
+        first, last = settled[0], settled[-1]
+
+        def growth(name: str, unit: str, before: float, now: float) -> str:
+            return f"{name} {before:.1f} -> {now:.1f}{unit} ({(now / before - 1) * 100:+.1f}%)"
+
+        print(f"from minute {first.minute} to minute {last.minute} (each a minute's mean): "
+              f"{growth('RSS', ' MB', first.rss_mb, last.rss_mb)}, slope "
+              f"{slope_per_minute([(s.seconds, s.rss_mb) for s in after]):+.3f} MB/min; "
+              f"{growth('the stores memory', ' MB', first.store_memory_mb, last.store_memory_mb)}; "
+              f"{growth('open files', '', first.files, last.files)}, of them "
+              f"{growth('SST files', '', first.sst_files, last.sst_files)} and "
+              f"{growth('sockets', '', first.sockets, last.sockets)}; "
+              f"{growth('store data', ' MB', first.store_mb, last.store_mb)} (max "
+              f"{max(r.store_mb for r in settled):.1f}), info logs {last.info_logs_mb:.2f} MB")
+        latencies = [r.latency_p99_ms for r in settled if not math.isnan(r.latency_p99_ms)]
         if latencies:
             print(f"latency p99 per minute after warm-up: median {statistics.median(latencies):.1f} ms, "
                   f"max {max(latencies):.1f} ms")
@@ -585,7 +599,9 @@ def report(options: Options, sent_for: float, truth: Truth, outputs: Outputs, wi
                   "files", [("open files", xs, [r.files for r in rows]),
                             ("SST files", xs, [r.sst_files for r in rows]),
                             ("sockets", xs, [r.sockets for r in rows])]),
-            Panel("worker A's data dir", "MB", [("store", xs, [r.store_mb for r in rows])]),
+            Panel("worker A's data dir: the stores' data, and RocksDB's info logs", "MB",
+                  [("data", xs, [r.store_mb for r in rows]),
+                   ("info logs", xs, [r.info_logs_mb for r in rows])]),
             Panel("event latency per minute, from its sending to the agent's output (log scale)", "ms",
                   [("p50", xs, [r.latency_p50_ms for r in rows]),
                    ("p99", xs, [r.latency_p99_ms for r in rows])], log=True),

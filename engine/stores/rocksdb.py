@@ -56,7 +56,7 @@ IDENTITY_KEY = b"changelog-id"
 INPUTS_KEY = b"input-offsets"  # "topic:partition:offset" lines (a topic name has no ':' nor newline)
 
 
-LOG_FILE_BYTES = 256 << 10
+LOG_FILE_BYTES = 128 << 10
 
 
 def _options(memory: SharedMemory | None = None) -> Options:
@@ -65,7 +65,8 @@ def _options(memory: SharedMemory | None = None) -> Options:
     options.create_missing_column_families(True)
     # RocksDB's info LOG (flushes, compactions, a stats dump every 10 minutes) grows without end by default,
     # and every open keeps the last one as LOG.old.<time>, up to 1,000: the largest files of a store that
-    # runs for days. Rolled at 256 KiB, the current one and one old one kept.
+    # runs for days. Rolled at 128 KiB, the current one and one old one kept. (Kafka Streams quiets it at
+    # level ERROR instead; rocksdict does not expose the level.)
     options.set_max_log_file_size(LOG_FILE_BYTES)
     options.set_keep_log_file_num(2)
     if memory is not None:
