@@ -125,10 +125,11 @@ async def main() -> None:
                 if every is not None:
                     seconds = args.messages / rate
                     assert answered[0] >= int(seconds / every), f"the page answered {answered[0]} polls"
-            line = ", ".join(f"polled every {every:g} s {rates[every]:,.0f} ({rates[every] / rates[None]:.3f}; "
-                             f"{cpus[every]:.1f} µs CPU an event)" for every in args.every)
-            print(f"round {round_ + 1}: no page {rates[None]:,.0f} events/s ({cpus[None]:.1f} µs CPU an event), "
-                  f"{line}")
+            line = ", ".join(f"polled every {every:g} s {rates[every]:,.0f} "
+                             f"({rates[every] / rates[None]:.3f}; {cpus[every]:.1f} µs CPU an event)"
+                             for every in args.every)
+            print(f"round {round_ + 1}: no page {rates[None]:,.0f} events/s "
+                  f"({cpus[None]:.1f} µs CPU an event), {line}")
             for every in args.every:
                 ratios[every].append(rates[every] / rates[None])
                 cpu_ratios[every].append(cpus[every] / cpus[None])
