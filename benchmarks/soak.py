@@ -569,7 +569,8 @@ def report(options: Options, sent_for: float, truth: Truth, outputs: Outputs, wi
         first, last = settled[0], settled[-1]
 
         def growth(name: str, unit: str, before: float, now: float) -> str:
-            return f"{name} {before:.1f} -> {now:.1f}{unit} ({(now / before - 1) * 100:+.1f}%)"
+            change = f"{(now / before - 1) * 100:+.1f}%" if before else "from none"
+            return f"{name} {before:.1f} -> {now:.1f}{unit} ({change})"
 
         print(f"from minute {first.minute} to minute {last.minute} (each a minute's mean): "
               f"{growth('RSS', ' MB', first.rss_mb, last.rss_mb)}, slope "
