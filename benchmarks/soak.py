@@ -575,7 +575,7 @@ def report(options: Options, sent_for: float, truth: Truth, outputs: Outputs, wi
         print(f"from minute {first.minute} to minute {last.minute} (each a minute's mean): "
               f"{growth('RSS', ' MB', first.rss_mb, last.rss_mb)}, slope "
               f"{slope_per_minute([(s.seconds, s.rss_mb) for s in after]):+.3f} MB/min; "
-              f"{growth('the stores memory', ' MB', first.store_memory_mb, last.store_memory_mb)}; "
+              f"{growth('store memory', ' MB', first.store_memory_mb, last.store_memory_mb)}; "
               f"{growth('open files', '', first.files, last.files)}, of them "
               f"{growth('SST files', '', first.sst_files, last.sst_files)} and "
               f"{growth('sockets', '', first.sockets, last.sockets)}; "
