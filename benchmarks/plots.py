@@ -22,9 +22,10 @@ class Panel:
 
 
 def draw(path: Path, title: str, x_label: str, panels: Sequence[Panel],
-         marks: Sequence[tuple[float, str]] = ()) -> Path:
+         marks: Sequence[tuple[float, str]] = (), *, x_log: bool = False) -> Path:
     """Panels stacked in one PNG at `path`, each with the `marks` (x, label) drawn as dotted lines (the
-    moments something was done to the run: a restart, a change)."""
+    moments something was done to the run: a restart, a change); `x_log`: a logarithmic x axis (sizes
+    growing tenfold)."""
     import matplotlib as mpl
 
     mpl.use("Agg")  # off-screen: no display on a server or in CI
@@ -34,7 +35,9 @@ def draw(path: Path, title: str, x_label: str, panels: Sequence[Panel],
     figure.suptitle(title)
     for axis, panel in zip(axes[:, 0], panels, strict=True):
         for label, xs, ys in panel.curves:
-            axis.plot(xs, ys, label=label, linewidth=1.2)
+            axis.plot(xs, ys, label=label, linewidth=1.2, marker="o" if x_log else None)
+        if x_log:
+            axis.set_xscale("log")
         for x, _ in marks:
             axis.axvline(x, color="grey", linestyle=":", linewidth=0.8)
         axis.set_title(panel.title, fontsize=9, loc="left")
