@@ -57,7 +57,7 @@ from tests.integration.rebalance_run import paced_produce
 
 if TYPE_CHECKING:
     import subprocess
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
 APP = "benchmarks.peers.engine_soak_app:app"
 PARTITIONS = 4
@@ -581,6 +581,18 @@ def report(options: Options, sent_for: float, truth: Truth, outputs: Outputs, wi
               f"{growth('sockets', '', first.sockets, last.sockets)}; "
               f"{growth('store data', ' MB', first.store_mb, last.store_mb)} (max "
               f"{max(r.store_mb for r in settled):.1f}), info logs {last.info_logs_mb:.2f} MB")
+        # A minute's mean still swings with the stores' flushes and compactions (each store's SST files
+        # go up by one a flush and back down at a compaction): a drift shows as well in windows' means.
+        window = max(1, min(10, len(settled) // 2))
+        early, late = settled[:window], settled[-window:]
+
+        def means(name: str, unit: str, value: Callable[[Minute], float]) -> str:
+            return growth(name, unit, statistics.fmean(map(value, early)), statistics.fmean(map(value, late)))
+
+        print(f"the first {window} minutes from minute {first.minute} against the last {window} (means): "
+              f"{means('RSS', ' MB', lambda r: r.rss_mb)}; {means('open files', '', lambda r: r.files)}, "
+              f"of them {means('SST files', '', lambda r: r.sst_files)}; "
+              f"{means('store data', ' MB', lambda r: r.store_mb)}")
         latencies = [r.latency_p99_ms for r in settled if not math.isnan(r.latency_p99_ms)]
         if latencies:
             print(f"latency p99 per minute after warm-up: median {statistics.median(latencies):.1f} ms, "
