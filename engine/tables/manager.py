@@ -113,7 +113,7 @@ class TableManager(Service):
             self._claim(table, number)
         for table, number in wanted:
             backend = self._backend(table)
-            store = (await asyncio.to_thread(_open, backend, table, number) if backend.blocking
+            store = (await _open_in_thread(backend, table, number) if backend.blocking
                      else _open(backend, table, number))
             yield table, number, table.store_for(store, number)
 
@@ -131,10 +131,10 @@ class TableManager(Service):
 
     async def closed_off_loop(self, table: BaseTable, tp: TP, store: PartitionStore) -> None:
         """`closed_store`, a store of a backend that waits on the disk closed in a thread (a RocksDB store
-        flushes its memtables as it closes)."""
+        flushes its memtables as it closes; cancelled meanwhile, the close goes on to its end)."""
         self._closing(table, tp, store)
         if self._backend(table).blocking:
-            await asyncio.to_thread(store.close)
+            await asyncio.shield(asyncio.to_thread(store.close))
         else:
             store.close()
 
@@ -344,6 +344,22 @@ class TableManager(Service):
                      sorted(warming))
             self.warming = frozenset()  # asked once per assignment
             self.request_rebalance()
+
+
+async def _open_in_thread(backend: StoreBackend, table: BaseTable, number: int) -> PartitionStore:
+    """`_open` in a thread. Cancelled meanwhile (the worker stops), the open goes on in its thread: the
+    store it opens is closed then, not left holding RocksDB's lock for the next open of it."""
+    opening = asyncio.ensure_future(asyncio.to_thread(_open, backend, table, number))
+    try:
+        return await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        opening.add_done_callback(_close_opened)
+        raise
+
+
+def _close_opened(opening: asyncio.Future[PartitionStore]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result().close()
 
 
 def _open(backend: StoreBackend, table: BaseTable, number: int) -> PartitionStore:

@@ -172,9 +172,13 @@ class StateManager:
     async def close_off_loop(self) -> None:
         """`close`, each store closed where it does not hold the event loop (`Stores.closed_off_loop`): what
         a settle of the standbys does beside running tasks. Each store is out of `stores` before it closes."""
-        for tp in list(self.stores):
-            table, store = self.stores.pop(tp)
-            await self._stores.closed_off_loop(table, tp, store)
+        try:
+            for tp in list(self.stores):
+                table, store = self.stores.pop(tp)
+                await self._stores.closed_off_loop(table, tp, store)
+        except BaseException:  # (cancelled: the worker stops) the others closed here, none left open
+            self.close()
+            raise
 
     def _close(self, tp: TP) -> None:
         table, store = self.stores.pop(tp)

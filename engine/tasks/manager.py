@@ -222,7 +222,7 @@ class TaskManager(Service):
             task.inputs = self.inputs.inputs(task.leases)  # (in timestamp order, or None)
         if not tps:
             if self.tables is not None:
-                await self._settle_standbys()
+                self.spawn(self._settle_standbys(), "standbys")
             self._moved()
             return
         fresh = [task for n in sorted({tp.partition for tp in tps})
@@ -252,8 +252,9 @@ class TaskManager(Service):
         self.pauses.release(resumable, RECOVERING)
         self._moved()
         log.info("tables ready; processing %d partitions", len(resumable))
-        if self.tables is not None:  # (once the tasks set up process: their partitions wait for no standby)
-            await self._settle_standbys()
+        if self.tables is not None:  # once the tasks set up process (their partitions wait for no standby),
+            self.spawn(self._settle_standbys(), "standbys")  # and apart from the set-up: a revoke meanwhile
+            # cancels (and starts again) the set-up of the partitions it leaves, never a settle
 
     @property
     def standby(self) -> dict[int, StandbyTask]:
@@ -268,9 +269,10 @@ class TaskManager(Service):
     async def _settle_standbys(self) -> None:
         """After an assignment: the standby tasks it names, the others' stores closed."""
         assert self.standbys is not None
-        wanted = self.assignment.standby if self.assignment is not None else frozenset()
-        await self.standbys.settle(wanted, lambda: [n for n, task in self.active.items() if not task.closed],
-                                   lambda: [state for _, state in self._active_states()])
+        await self.standbys.settle(
+            lambda: self.assignment.standby if self.assignment is not None else frozenset(),
+            lambda: [n for n, task in self.active.items() if not task.closed],
+            lambda: [state for _, state in self._active_states()])
 
     def _active_states(self) -> list[tuple[int, StateManager]]:
         return [(n, task.state_manager) for n, task in self.active.items() if task.state_manager is not None]

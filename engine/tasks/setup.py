@@ -77,8 +77,8 @@ class TaskSetUp:
             await start_producers(new_producer, starting)
         starts, committed = await self.starts.seek(self.consumer, tps)  # (after the fence)
         for task in tasks:  # what the group committed is this worker's last commit until it commits itself
-            for tp, lease in task.leases.items():
-                if lease.committed is None and tp in committed:
+            for tp, lease in task.leases.items():  # (unless it is gone: the partition starts elsewhere)
+                if lease.committed is None and tp in committed and starts.get(tp) == committed[tp]:
                     lease.mark_committed(committed[tp])
         restoring = [task for task in tasks if task.state is TaskState.RESTORING]
         if self.tables is not None and self.guarantee.stores_follow_commits:

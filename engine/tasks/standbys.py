@@ -9,8 +9,8 @@ takes its state manager from here (`for_active`): a standby's recycled, or the w
 only the tail of each changelog is replayed.
 
 Both open (and a settle closes) stores off the event loop, so the tasks that keep running go on meanwhile;
-one at a time: a settle and a task becoming active never open the same task's stores twice nor one being
-closed, and none is added once the worker stops (`close`).
+one task's at a time: a settle and a task becoming active never open the same task's stores twice nor one
+being closed, and none is added once the worker stops (`close`).
 """
 
 from __future__ import annotations
@@ -65,34 +65,63 @@ class Standbys:
         self.warm[number] = state
         self.tables.follow(state)
 
-    async def settle(self, wanted: Collection[int], active: Callable[[], Collection[int]],
+    async def settle(self, wanted: Callable[[], Collection[int]], active: Callable[[], Collection[int]],
                      active_states: Callable[[], Iterable[StateManager]]) -> None:
         """After an assignment: exactly the standby tasks `wanted` but those active here, their stores
         followed; the warm state managers of tasks neither active nor standby here closed; stores on disk
-        of no task here cleaned up once old enough. `active` and `active_states` (the active tasks'
-        numbers and state managers) are asked once the stores are open: tasks may have changed meanwhile."""
-        async with self._changing:
-            tables = self.tables
-            for number in sorted(set(self.tasks) - (set(wanted) - set(active()))):
-                await self.tasks.pop(number).close().close_off_loop()
-            for number in sorted(set(wanted) - set(active()) - set(self.tasks)):
-                state = self._kept_or_new(number)
-                try:
-                    await state.open_off_loop([(table, n) for table, n in tables.task_partitions(number)
-                                               if table.has_own_changelog])
-                except BaseException:
-                    state.close()
-                    raise
-                if self._closed or number in active():  # (the worker stopped meanwhile)
-                    state.close()
+        of no task here cleaned up once old enough. `wanted` (the last assignment's standbys), `active`
+        and `active_states` (the active tasks' numbers and state managers) are asked at each step: tasks
+        and assignments change meanwhile, and two settles under way both go where the last one says.
+
+        One task at a time holds the lock, so a task becoming active waits for one store's open or close at
+        most, not for the whole settle; and a standby whose task became active meanwhile is kept warm, for
+        `for_active` to recycle, never closed and opened again."""
+        for number in sorted(self.tasks):
+            async with self._changing:
+                if self._closed:
+                    return
+                if number not in self.tasks or (number in wanted() and number not in active()):
                     continue
-                standby = self.tasks[number] = StandbyTask(number, state)
-                standby.start()
-                tables.follow(state)
-            for number in sorted(set(self.warm) - set(active())):
-                await self.warm.pop(number).close_off_loop()
-            kept = [*active_states(), *(state for _, state in self.states())]
-            tables.clean_up({tp for state in kept for tp in state.stores})
+                state = self.tasks.pop(number).close()
+                if number in active():
+                    self.warm[number] = state  # (still followed: as a revoked task's is)
+                else:
+                    await state.close_off_loop()
+        for number in sorted(wanted()):
+            async with self._changing:
+                if self._closed:
+                    return
+                if number in wanted() and number not in self.tasks and number not in active():
+                    await self._open_standby(number, active)
+        for number in sorted(self.warm):
+            async with self._changing:
+                if self._closed:
+                    return
+                if number in self.warm and number not in active() and number not in wanted():
+                    await self.warm.pop(number).close_off_loop()
+        kept = [*active_states(), *(state for _, state in self.states())]
+        self.tables.clean_up({tp for state in kept for tp in state.stores})
+
+    async def _open_standby(self, number: int, active: Callable[[], Collection[int]]) -> None:
+        """Standby task `number` here, its stores opened off the loop and followed (kept warm instead if
+        the task became active meanwhile; closed if the worker stopped)."""
+        tables = self.tables
+        state = self._kept_or_new(number)
+        try:
+            await state.open_off_loop([(table, n) for table, n in tables.task_partitions(number)
+                                       if table.has_own_changelog])
+        except BaseException:
+            state.close()
+            raise
+        if self._closed:
+            state.close()
+            return
+        tables.follow(state)
+        if number in active():
+            self.warm[number] = state
+            return
+        standby = self.tasks[number] = StandbyTask(number, state)
+        standby.start()
 
     def states(self) -> list[tuple[int, StateManager]]:
         """The standby tasks' state managers and the warm ones, each with its task's number."""
@@ -115,8 +144,8 @@ class Standbys:
         return state.store(table, number) if state is not None and table.has_own_changelog else None
 
     def close(self) -> None:
-        """The worker stops: every standby task and warm state manager closes, stores left on disk (and
-        those a settle is opening, once open)."""
+        """The worker stops: every standby task and warm state manager closes, stores left on disk; a settle
+        under way stops at its next step (closing what it was opening)."""
         self._closed = True
         states = [standby.close() for standby in self.tasks.values()]
         self.tasks.clear()

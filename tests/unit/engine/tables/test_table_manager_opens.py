@@ -85,8 +85,8 @@ async def test_standby_stores_open_and_close_in_threads_and_a_task_becoming_acti
         tmp_path):
     """A settle of the standbys opens their stores, and closes those no longer wanted (RocksDB flushes as it
     closes), in threads: the tasks running go on meanwhile. A task becoming active while a settle opens its
-    standby's stores waits for it and recycles them; before, a second open of the same store failed on
-    RocksDB's lock."""
+    standby's stores waits for that step and takes them, opened once; before, a second open of the same
+    store failed on RocksDB's lock."""
     from engine.tasks.standbys import Standbys
 
     app = engine.App("standby-opens", broker="memory://unused")
@@ -113,11 +113,12 @@ async def test_standby_stores_open_and_close_in_threads_and_a_task_becoming_acti
 
     backend.open = open_watched  # type: ignore[method-assign]
     standbys = Standbys(manager)
-    none: list[Any] = []
-    await standbys.settle({0, 1}, lambda: none, lambda: none)
+    active: list[int] = []
+    await standbys.settle(lambda: {0, 1}, lambda: active, lambda: [])
     assert sorted(standbys.tasks) == [0, 1]
-    settling = asyncio.ensure_future(standbys.settle({1, 2}, lambda: none, lambda: none))
+    settling = asyncio.ensure_future(standbys.settle(lambda: {1, 2}, lambda: active, lambda: []))
     await asyncio.sleep(0.01)  # (the settle is closing 0, then opening 2)
+    active.append(2)  # (as the task manager does before it asks for the task's state)
     state = await standbys.for_active(2)
     await settling
     assert sorted(standbys.tasks) == [1]  # 2 became active, its standby recycled
@@ -125,4 +126,50 @@ async def test_standby_stores_open_and_close_in_threads_and_a_task_becoming_acti
     assert threads == [("open", 0, False), ("open", 1, False), ("close", 0, False), ("open", 2, False)]
     state.close()
     standbys.close()
+    table.unbind(worker)
+
+
+async def test_a_settle_cancelled_while_a_store_opens_in_its_thread_leaves_that_store_closed(tmp_path):
+    """A worker stopping cancels a settle whose store is opening in a thread: the open goes on there, and the
+    store it opens is closed then. Before, nothing closed it: RocksDB's lock was held until the collector
+    freed it (for good while anything referred to it: the next open of it failed, "in use by this
+    process"), and its close's flush skipped."""
+    from engine.tasks.standbys import Standbys
+
+    app = engine.App("standby-cancel", broker="memory://unused")
+    table = app.Table("counts", default=int, key_type=str, value_type=int)
+    table.bind(worker := object(), 4, {})
+    manager = manager_of(app, tmp_path)
+    backend = manager._backend(table)
+    open_here = backend.open
+    opened = threading.Event()
+    closed: list[int] = []
+
+    def open_slowly(name: str, partition: int) -> Any:
+        time.sleep(0.2)
+        store = open_here(name, partition)
+        close_here = store.close
+
+        def close_watched() -> None:
+            closed.append(partition)
+            close_here()
+
+        store.close = close_watched  # type: ignore[method-assign]
+        opened.set()
+        return store
+
+    backend.open = open_slowly  # type: ignore[method-assign]
+    standbys = Standbys(manager)
+    settling = asyncio.ensure_future(standbys.settle(lambda: {3}, lambda: [], lambda: []))
+    await asyncio.sleep(0.05)  # (its store opening in a thread)
+    settling.cancel()
+    await asyncio.gather(settling, return_exceptions=True)
+    assert standbys.tasks == {}
+    deadline = time.monotonic() + 5
+    while not closed:  # the thread's open goes on without the settle; then the store is closed on the loop
+        assert time.monotonic() < deadline, "the store opened for a cancelled settle was never closed"
+        await asyncio.sleep(0.01)
+    assert opened.is_set()
+    assert closed == [3]
+    open_here(table.name, 3).close()  # (not "in use by this process")
     table.unbind(worker)

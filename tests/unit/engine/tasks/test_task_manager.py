@@ -139,6 +139,12 @@ async def ready(tasks: TaskManager, tps: set[TP], *, assign: bool = True) -> Non
         await asyncio.sleep(0.001)
 
 
+async def standbys_settled(tasks: TaskManager) -> None:
+    """Wait for the settles of the standbys under way (each its own task, after a set-up)."""
+    while settling := [t for t in tasks._tasks if t.get_name().endswith(":standbys")]:
+        await asyncio.wait(settling)
+
+
 async def test_an_assigned_task_starts_its_producer_before_reading_its_offsets_and_resumes_once_set_up():
     log: list[tuple[Any, ...]] = []
     tasks, consumer = manager(log, tables=FakeTables())
@@ -309,12 +315,14 @@ async def test_a_standby_task_is_recycled_when_its_number_becomes_active_here(ca
     tasks, _ = manager(log, tables=tables)
     tasks.on_assignment(Assignment({0}, {1}))  # type: ignore[arg-type]
     await ready(tasks, {IN0})
+    await standbys_settled(tasks)
     assert set(tasks.standby) == {1}
     standby = tasks.standby[1]
     assert standby.ready, "a running standby: its stores followed"
     assert tables.followed == {tables.changelog(1)}
     tasks.on_assignment(Assignment({0, 1}, set()))  # type: ignore[arg-type]
     await ready(tasks, {IN1})
+    await standbys_settled(tasks)
     assert "standby task 1 becomes active here" in caplog.text
     assert tables.restored == [["task 0"], ["task 1"]]
     assert tasks.active[1].state_manager is standby.state_manager, "handed over, stores open"
@@ -322,6 +330,53 @@ async def test_a_standby_task_is_recycled_when_its_number_becomes_active_here(ca
     assert tasks.standby == {}
     assert tables.followed == set(), "an active task's stores are its own: not followed"
     assert tables.closed == []
+
+
+class SlowStandbyTables(FakeTables):
+    """Tables whose task 2's stores take until `gate` is set to open (a standby's, on a slow disk)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.opening_standby = asyncio.Event()
+
+    async def opened(self, wanted: Any) -> Any:
+        for table, number in wanted:
+            if number == 2:
+                self.opening_standby.set()
+                await self.gate.wait()
+            yield table, number, self.open_store(table, number)
+
+
+async def test_partitions_process_while_the_standbys_open_and_a_revoke_meanwhile_seeks_none_back():
+    """The standbys settle after the tasks set up process, apart from the set-up: a revoke of one task while
+    a standby's stores still open restarts no set-up, so the other task's partition, processing, is never
+    sought back to its committed offset (its events would be processed twice)."""
+    log: list[tuple[Any, ...]] = []
+    tables = SlowStandbyTables()
+    tasks, consumer = manager(log, exactly_once=False, tables=tables)
+    await tasks.start()
+    try:
+        tasks.on_assignment(Assignment({0, 1}, {2}))  # type: ignore[arg-type]
+        await ready(tasks, {IN0, IN1})
+        await tables.opening_standby.wait()
+        assert consumer.paused == set(), "processing while the standby's stores open"
+        lease = tasks.leases.current[IN1]
+        lease.track(7)
+        lease.track(8)
+        lease.ack(7)
+        log.clear()
+        await tasks.revoked({IN0})
+        await asyncio.sleep(0.02)
+        assert not [entry for entry in log if entry[0] in ("seek", "read committed")], log
+        assert tasks.active[1].ready
+        assert consumer.paused == set()
+        tables.gate.set()
+        await standbys_settled(tasks)
+        assert set(tasks.standby) == {2}
+        assert tasks.failure is None
+    finally:
+        await tasks.stop()
 
 
 async def test_a_revoked_task_kept_warm_becomes_a_standby_or_closes_at_the_next_assignment():
@@ -337,6 +392,7 @@ async def test_a_revoked_task_kept_warm_becomes_a_standby_or_closes_at_the_next_
         assert tasks.warm == states
         tasks.on_assignment(Assignment(set(), {0}))  # type: ignore[arg-type]
         await tasks.assigned(set())
+        await standbys_settled(tasks)
         assert tasks.standby[0].state_manager is states[0], "kept warm, now a standby: not reopened"
         assert tasks.warm == {}
         assert tables.closed == [tables.changelog(1)], "neither active nor standby here: closed"
