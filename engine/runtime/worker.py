@@ -272,8 +272,10 @@ class Worker(Service):
             return
         self._said_ready = True
         web = f"http://{self.placement.endpoint}" if self.placement.endpoint else "no web server"
+        assignment = self.tasks.assignment  # (its standbys: their stores may still be opening)
+        standby = len(assignment.standby) if assignment is not None else len(self.tasks.standby)
         log.info("worker %s ready: %d partitions active (%s), %d standby; %s; %s group protocol", self.app.id,
-                 len(assigned), ",".join(map(str, sorted(assigned))) or "none", len(self.tasks.standby), web,
+                 len(assigned), ",".join(map(str, sorted(assigned))) or "none", standby, web,
                  self.consumer.group_protocol or "no")
 
     @property
