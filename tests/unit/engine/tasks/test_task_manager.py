@@ -117,12 +117,12 @@ class Assignment:
 
 def manager(log: list[tuple[Any, ...]], *, exactly_once: bool = True, tables: FakeTables | None = None,
             dropped: dict[TP, int] | None = None, commit_interval: float = 3600,
-            **options: Any) -> tuple[TaskManager, FakeConsumer]:
+            consumer: FakeConsumer | None = None, **options: Any) -> tuple[TaskManager, FakeConsumer]:
     transport = FakeTransport(log)
     active: dict[int, ActiveTask] = {}
     guarantee = (ExactlyOnce(transport, "app", "worker", active) if exactly_once  # type: ignore[arg-type]
                  else AtLeastOnce(transport, "app", tables=True))  # type: ignore[arg-type]
-    consumer = FakeConsumer(log)
+    consumer = consumer if consumer is not None else FakeConsumer(log)
     tasks = TaskManager(
         leases=Leases(), consumer=consumer, pauses=Pauses(consumer), guarantee=guarantee,  # type: ignore[arg-type]
         tables=tables, drop_queued=lambda tps: dict(dropped or {}),  # type: ignore[arg-type]
@@ -472,3 +472,21 @@ async def test_the_worker_stopping_checkpoints_then_closes_every_task(exactly_on
     assert ("stop", "app-task-1") in log
     assert log.index(committed) < log.index(("stop", "app-task-1"))
     assert tasks.active == {}
+
+
+async def test_a_task_set_up_takes_the_groups_committed_offset_as_its_last_commit_unless_it_is_gone():
+    """Until it commits, a task's last commit is the group's (the app's page shows it; repartition records
+    below it may be purged). One no longer on the broker, where the partition jumped elsewhere, is not."""
+    tasks, _ = manager([], exactly_once=False, tables=FakeTables())
+    await ready(tasks, {IN0})
+    assert tasks.leases.current[IN0].committed == 7  # (the fake's committed offset, on a log from 0)
+
+    class TrimmedConsumer(FakeConsumer):
+        async def offsets(self, tps: Any) -> dict[TP, tuple[int, int]]:
+            return dict.fromkeys(tps, (10, 100))  # (the committed 7 deleted by retention)
+
+    log: list[tuple[Any, ...]] = []
+    jumped, _ = manager(log, exactly_once=False, tables=FakeTables(), consumer=TrimmedConsumer(log))
+    await ready(jumped, {IN0})
+    assert ("seek", IN0, 10) in log  # (auto_offset_reset="earliest": the log's start)
+    assert jumped.leases.current[IN0].committed is None
