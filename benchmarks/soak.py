@@ -182,6 +182,13 @@ def store_files(directory: Path) -> tuple[float, float, int]:
 
 BUCKET = re.compile(r'^engine_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\S+)$', re.MULTILINE)
 STORE_MEMORY = re.compile(r'^engine_store_memory_bytes\{part="total"\} (\S+)$', re.MULTILINE)
+PYTHON_BLOCKS = re.compile(r'^engine_python_allocated_blocks (\S+)$', re.MULTILINE)
+
+
+def python_kblocks(metrics: str) -> float:
+    """The interpreter's allocated blocks (Python objects), in thousands."""
+    found = PYTHON_BLOCKS.search(metrics)
+    return float(found.group(1)) / 1000 if found else math.nan
 
 
 def store_memory_mb(metrics: str) -> float:
@@ -229,6 +236,7 @@ class Sample:
     store_memory_mb: float
     sockets: int
     info_logs_mb: float
+    python_kblocks: float
 
 
 async def sample_forever(pid: int, data_dir: Path, address: str, started: float, into: list[Sample]) -> None:
@@ -243,7 +251,8 @@ async def sample_forever(pid: int, data_dir: Path, address: str, started: float,
             files, sockets = open_files(pid)
             store, logs, tables = await asyncio.to_thread(store_files, data_dir)
             into.append(Sample(time.monotonic() - started, anonymous, file_backed, files, store, tables,
-                               lag_buckets(metrics), store_memory_mb(metrics), sockets, logs))
+                               lag_buckets(metrics), store_memory_mb(metrics), sockets, logs,
+                               python_kblocks(metrics)))
             await asyncio.sleep(SAMPLE_EVERY)
 
 
@@ -365,6 +374,7 @@ class Minute:
     minute: int
     rss_mb: float
     store_memory_mb: float
+    python_kblocks: float
     files: float
     sockets: float
     store_mb: float
@@ -391,6 +401,7 @@ def per_minute(samples: list[Sample], outputs: Outputs, minutes: int) -> list[Mi
                     else (math.nan, math.nan))
         rows.append(Minute(minute, statistics.fmean(s.rss_mb for s in within),
                            statistics.fmean(s.store_memory_mb for s in within),
+                           statistics.fmean(s.python_kblocks for s in within),
                            statistics.fmean(s.files for s in within),
                            statistics.fmean(s.sockets for s in within),
                            statistics.fmean(s.store_mb for s in within),
@@ -557,10 +568,11 @@ def report(options: Options, sent_for: float, truth: Truth, outputs: Outputs, wi
     print(f"table counts: {len(truth.counts):,} keys, {wrong_counts} wrong; late events {late}; "
           f"exit codes {codes}")
     rows = per_minute(samples, outputs, math.ceil(minutes))
-    print("minute  RSS MB  stores' memory MB  files  sockets  SST files  store MB  logs MB  loop lag p99 ms  "
-          "latency p50 ms  latency p99 ms")
+    print("minute  RSS MB  stores' memory MB  Python k blocks  files  sockets  SST files  store MB  logs MB  "
+          "loop lag p99 ms  latency p50 ms  latency p99 ms")
     for row in rows:
-        print(f"{row.minute:6}  {row.rss_mb:6.1f}  {row.store_memory_mb:17.1f}  {row.files:5.0f}  "
+        print(f"{row.minute:6}  {row.rss_mb:6.1f}  {row.store_memory_mb:17.1f}  {row.python_kblocks:15.1f}  "
+              f"{row.files:5.0f}  "
               f"{row.sockets:7.0f}  {row.sst_files:9.0f}  {row.store_mb:8.1f}  {row.info_logs_mb:7.2f}  "
               f"{row.loop_lag_p99_ms:15.1f}  {row.latency_p50_ms:14.1f}  {row.latency_p99_ms:14.1f}")
     after = [s for s in samples if s.seconds >= warmup * 60]
@@ -590,7 +602,9 @@ def report(options: Options, sent_for: float, truth: Truth, outputs: Outputs, wi
             return growth(name, unit, statistics.fmean(map(value, early)), statistics.fmean(map(value, late)))
 
         print(f"the first {window} minutes from minute {first.minute} against the last {window} (means): "
-              f"{means('RSS', ' MB', lambda r: r.rss_mb)}; {means('open files', '', lambda r: r.files)}, "
+              f"{means('RSS', ' MB', lambda r: r.rss_mb)}; "
+              f"{means('Python k blocks', '', lambda r: r.python_kblocks)}; "
+              f"{means('open files', '', lambda r: r.files)}, "
               f"of them {means('SST files', '', lambda r: r.sst_files)}; "
               f"{means('store data', ' MB', lambda r: r.store_mb)}")
         latencies = [r.latency_p99_ms for r in settled if not math.isnan(r.latency_p99_ms)]
@@ -608,6 +622,8 @@ def report(options: Options, sent_for: float, truth: Truth, outputs: Outputs, wi
             Panel("worker A's anonymous RSS, and what its RocksDB stores hold of their budget", "MB",
                   [("RSS", xs, [r.rss_mb for r in rows]),
                    ("stores' memtables and block cache", xs, [r.store_memory_mb for r in rows])]),
+            Panel("worker A's Python objects (the interpreter's allocated blocks)", "thousand blocks",
+                  [("blocks", xs, [r.python_kblocks for r in rows])]),
             Panel("worker A's open file descriptors: its stores' SST files (each held open), its sockets",
                   "files", [("open files", xs, [r.files for r in rows]),
                             ("SST files", xs, [r.sst_files for r in rows]),

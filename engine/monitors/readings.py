@@ -11,6 +11,7 @@ process's.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Protocol
 
 from engine.monitors.metrics import Family
@@ -60,7 +61,15 @@ async def worker_families(worker: Worker) -> list[Family]:
                    "timer (sampled every 0.1 s): time the loop spent on something else",
                    "histogram").add((), watched.lag)] if watched is not None else []
     return [*_events(worker), *_agents(worker), *await _lag(worker), *_checkpoints(worker),
-            *_tables(worker), *_rebalances(worker), *loop]
+            *_tables(worker), *_rebalances(worker), *loop, _python_heap()]
+
+
+def _python_heap() -> Family:
+    """The interpreter's own memory, apart from native memory (RocksDB's budget, the allocator's arenas):
+    what tells a worker whose memory grows keeping Python objects from one whose native memory grows."""
+    return Family("engine_python_allocated_blocks", "Memory blocks the interpreter holds for Python objects "
+                  "(sys.getallocatedblocks): grows with the objects kept, not with native memory (the "
+                  "process's, per process)", "gauge").add((), sys.getallocatedblocks())
 
 
 def _events(worker: Worker) -> list[Family]:

@@ -112,6 +112,7 @@ async def test_metrics_parse_and_count_what_was_processed(tmp_path, caplog):
     assert value("engine_rebalance_stall_seconds_count") >= 1
     assert value("engine_tasks", kind="active") == 4
     assert value("engine_event_loop_lag_seconds_count") >= 1
+    assert value("engine_python_allocated_blocks") > 10_000  # (the interpreter's: modules, the app, ...)
     assert [value("engine_consumer_lag", topic="numbers", partition=str(p)) for p in range(4)] == [0] * 4
 
 
