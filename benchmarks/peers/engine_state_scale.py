@@ -55,6 +55,7 @@ async def count() -> None:
         seconds, cpu = time.perf_counter() - job.first, time.process_time() - job.cpu  # type: ignore[operator]
         checkpoints = worker.tasks.checkpoints.durations
         during = (checkpoints.count, checkpoints.sum, counts.changelog_records)
+        rss = rss_mb()  # (before the counts are read back into a dict of every key, the check's own memory)
         final = time.perf_counter()
         await worker.checkpoint()
         final = time.perf_counter() - final
@@ -62,7 +63,7 @@ async def count() -> None:
         found = dict(counts.items())
         read = time.perf_counter() - read
         job.extra.update({
-            "mode": "count", "cpu_us": cpu / job.count * 1e6, "rss_mb": rss_mb(),
+            "mode": "count", "cpu_us": cpu / job.count * 1e6, "rss_mb": rss,
             "disk_mb": disk_mb(job.state_dir), "checkpoints": during[0],
             "checkpoint_mean_s": during[1] / during[0] if during[0] else None,
             "changelog_records": during[2], "final_checkpoint_s": final, "keys": len(found),
