@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterable, Iterator, Mapping
 
 
 @contextlib.contextmanager
@@ -84,18 +84,29 @@ async def create_topics(bootstrap: str, names: list[str], partitions: int,
         await admin.close()
 
 
-async def preload(bootstrap: str, topic: str, count: int) -> float:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=512 * 1024)
+async def send_records(bootstrap: str, topic: str, records: Iterable[tuple[bytes, bytes]]) -> float:
+    """Every (key, value) of `records` produced to `topic`, batched; the seconds it took."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1024 * 1024,
+                                max_request_size=16 * 1024 * 1024)
     await producer.start()
     started = time.perf_counter()
     try:
-        for i in range(count):
-            value = orjson.dumps({"id": i, "user": f"user-{i % 1000}", "amount": i % 97, "ok": True})
-            await producer.send(topic, value, key=str(i % 1000).encode())
+        for key, value in records:
+            await producer.send(topic, value, key=key)
         await producer.flush()
     finally:
         await producer.stop()
     return time.perf_counter() - started
+
+
+def json_event(i: int, keys: int = 1000) -> tuple[bytes, bytes]:
+    """Event `i` of the JSON benchmarks (~57 bytes), keyed by its user, one of `keys`."""
+    value = orjson.dumps({"id": i, "user": f"user-{i % keys}", "amount": i % 97, "ok": True})
+    return str(i % keys).encode(), value
+
+
+async def preload(bootstrap: str, topic: str, count: int) -> float:
+    return await send_records(bootstrap, topic, (json_event(i) for i in range(count)))
 
 
 def run_job(module: str, bootstrap: str, topic: str, count: int, *, group: str | None = None,

@@ -16,39 +16,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 
 import orjson
-from aiokafka import AIOKafkaProducer
 
-from benchmarks.common import broker, create_topics, median, parser
+from benchmarks.common import broker, create_topics, json_event, median, parser, send_records
 from benchmarks.stateful_json import engine_count, pipeline_count, raw_count
 
 KEYS = 1000
 
 
 def value_of(i: int, size: int) -> bytes:
-    """stateful_json's value of event `i`, padded to `size` bytes (no padding below its own ~57)."""
-    value = {"id": i, "user": f"user-{i % KEYS}", "amount": i % 97, "ok": True}
-    bare = len(orjson.dumps(value))
-    if size > bare:
-        value["pad"] = "x" * max(0, size - bare - len(',"pad":""'))
+    """stateful_json's value of event `i` (`json_event`), padded to `size` bytes (none below its own ~57)."""
+    bare = json_event(i, KEYS)[1]
+    if size <= len(bare):
+        return bare
+    value = orjson.loads(bare)
+    value["pad"] = "x" * max(0, size - len(bare) - len(',"pad":""'))
     return orjson.dumps(value)
-
-
-async def preload_sized(bootstrap: str, topic: str, count: int, size: int) -> float:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1024 * 1024,
-                                max_request_size=16 * 1024 * 1024)
-    await producer.start()
-    started = time.perf_counter()
-    try:
-        for i in range(count):
-            await producer.send(topic, value_of(i, size), key=str(i % KEYS).encode())
-        await producer.flush()
-    finally:
-        await producer.stop()
-    return time.perf_counter() - started
 
 
 async def one_size(bootstrap: str, size: int, messages: int, megabytes: float, partitions: int,
@@ -58,7 +43,8 @@ async def one_size(bootstrap: str, size: int, messages: int, megabytes: float, p
     count = max(1000, min(messages, int(megabytes * 2**20 / size)))
     source = f"message-size-{size}-{uuid.uuid4().hex[:6]}"
     await create_topics(bootstrap, [source], partitions)
-    took = await preload_sized(bootstrap, source, count, size)
+    took = await send_records(bootstrap, source, ((str(i % KEYS).encode(), value_of(i, size))
+                                                  for i in range(count)))
     actual = len(value_of(0, size))
     print(f"{size} B: preloaded {count:,} values of {actual} B in {took:.1f} s", flush=True)
     jobs = {

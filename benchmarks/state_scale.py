@@ -26,27 +26,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import orjson
-from aiokafka import AIOKafkaProducer
-
-from benchmarks.common import broker, create_topics, parser, run_job
+from benchmarks.common import broker, create_topics, json_event, parser, run_job, send_records
 from benchmarks.plots import Panel, draw
 
 JOB = "benchmarks.peers.engine_state_scale"
-
-
-async def preload_keys(bootstrap: str, topic: str, count: int, keys: int) -> None:
-    """`count` events over `keys` keys, the key of event i being i mod keys (each key once per round)."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=512 * 1024)
-    await producer.start()
-    try:
-        for i in range(count):
-            key = i % keys
-            value = orjson.dumps({"id": i, "user": f"user-{key}", "amount": i % 97, "ok": True})
-            await producer.send(topic, value, key=str(key).encode())
-        await producer.flush()
-    finally:
-        await producer.stop()
 
 
 def one_size(bootstrap: str, topic: str, events: int, keys: int, store_memory: int) -> dict[str, Any]:
@@ -109,7 +92,7 @@ async def main() -> None:
             events = max(args.events, keys)
             topic = f"state-scale-{keys}-{uuid.uuid4().hex[:6]}"
             await create_topics(bootstrap, [topic], args.partitions)
-            await preload_keys(bootstrap, topic, events, keys)
+            await send_records(bootstrap, topic, (json_event(i, keys) for i in range(events)))
             row = await asyncio.to_thread(one_size, bootstrap, topic, events, keys, store_memory)
             rows.append(row)
             c, r = row["count"], row["restore"]
