@@ -76,31 +76,31 @@ class Standbys:
         One task at a time holds the lock, so a task becoming active waits for one store's open or close at
         most, not for the whole settle; and a standby whose task became active meanwhile is kept warm, for
         `for_active` to recycle, never closed and opened again."""
-        for number in sorted(self.tasks):
+        for number in sorted({*self.tasks, *wanted(), *self.warm}):
             async with self._changing:
                 if self._closed:
                     return
-                if number not in self.tasks or (number in wanted() and number not in active()):
-                    continue
-                state = self.tasks.pop(number).close()
-                if number in active():
-                    self.warm[number] = state  # (still followed: as a revoked task's is)
-                else:
-                    await state.close_off_loop()
-        for number in sorted(wanted()):
-            async with self._changing:
-                if self._closed:
-                    return
-                if number in wanted() and number not in self.tasks and number not in active():
-                    await self._open_standby(number, active)
-        for number in sorted(self.warm):
-            async with self._changing:
-                if self._closed:
-                    return
-                if number in self.warm and number not in active() and number not in wanted():
-                    await self.warm.pop(number).close_off_loop()
+                await self._settle_one(number, number in wanted(), number in active(), active)
         kept = [*active_states(), *(state for _, state in self.states())]
         self.tables.clean_up({tp for state in kept for tp in state.stores})
+
+    async def _settle_one(self, number: int, wanted: bool, active: bool,
+                          now_active: Callable[[], Collection[int]]) -> None:
+        """Task `number` as the last assignment says (`wanted` as a standby) and the active tasks (`active`
+        among them): a standby kept, dropped (kept warm if its task is active now, closed otherwise) or
+        opened; a warm state manager of a task neither active nor standby here closed."""
+        if number in self.tasks:
+            if wanted and not active:
+                return
+            state = self.tasks.pop(number).close()
+            if active:
+                self.warm[number] = state  # (still followed: as a revoked task's is)
+            else:
+                await state.close_off_loop()
+        elif wanted and not active:
+            await self._open_standby(number, now_active)
+        elif number in self.warm and not active:
+            await self.warm.pop(number).close_off_loop()
 
     async def _open_standby(self, number: int, active: Callable[[], Collection[int]]) -> None:
         """Standby task `number` here, its stores opened off the loop and followed (kept warm instead if
